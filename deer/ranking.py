@@ -1,0 +1,132 @@
+"""Gold-tail ranks among candidates, shared by every probe (DEER, BEAR, LAMA).
+
+A rank is computed exactly from scores (higher = better):
+  optimistic  = 1 + #candidates scoring strictly higher than the gold tail
+  pessimistic = #candidates scoring at least as high (the gold tail included)
+  realistic   = their mean (the expected rank under random tie-breaking; reported)
+Filtered ranks drop the other known-true tails of (h, r) from the competitors (PyKEEN's
+"filtered" setting).  NaN scores count as -inf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+RANK_TYPES = ("optimistic", "pessimistic", "realistic")
+
+
+@dataclasses.dataclass
+class GoldRanks:
+    """Per-query ranks (float64 arrays of shape (n_queries,), 1 = best)."""
+
+    raw_optimistic: np.ndarray
+    raw_pessimistic: np.ndarray
+    filtered_optimistic: np.ndarray
+    filtered_pessimistic: np.ndarray
+
+    @property
+    def raw(self) -> np.ndarray:
+        return (self.raw_optimistic + self.raw_pessimistic) / 2
+
+    @property
+    def filtered(self) -> np.ndarray:
+        return (self.filtered_optimistic + self.filtered_pessimistic) / 2
+
+    @staticmethod
+    def concatenate(parts: Sequence["GoldRanks"]) -> "GoldRanks":
+        return GoldRanks(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(GoldRanks)))
+
+
+def _clean(scores: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(scores), -np.inf, scores)
+
+
+def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray]) -> GoldRanks:
+    """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates).
+
+    ``filter_tails[i]``: candidate positions of the other true tails of query i (never gold).
+    """
+    scores = _clean(np.asarray(scores, dtype=np.float64))
+    rows = np.arange(len(scores))
+    gold_scores = scores[rows, gold][:, None]
+    higher = scores > gold_scores
+    at_least = scores >= gold_scores
+    raw_opt = 1 + higher.sum(axis=1)
+    raw_pes = at_least.sum(axis=1)
+    filtered_opt = raw_opt.astype(np.float64).copy()
+    filtered_pes = raw_pes.astype(np.float64).copy()
+    for i, others in enumerate(filter_tails):
+        if len(others):
+            filtered_opt[i] -= higher[i, others].sum()
+            filtered_pes[i] -= at_least[i, others].sum()
+    return GoldRanks(raw_opt.astype(np.float64), raw_pes.astype(np.float64), filtered_opt, filtered_pes)
+
+
+def normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalised float32 copy (zero rows stay zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
+
+
+def cosine_score_chunks(query_vectors: np.ndarray, entity_vectors: np.ndarray, chunk_size: int = 512) -> Iterator[tuple[slice, np.ndarray]]:
+    """Yield (query slice, cosine scores (chunk, n_entities)) without holding the full matrix."""
+    queries = normalize_rows(query_vectors)
+    entities = normalize_rows(entity_vectors)
+    for start in range(0, len(queries), chunk_size):
+        part = slice(start, min(start + chunk_size, len(queries)))
+        yield part, queries[part] @ entities.T
+
+
+def cosine_gold_ranks(
+    query_vectors: np.ndarray, entity_vectors: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray], chunk_size: int = 512
+) -> GoldRanks:
+    """Exact gold ranks under cosine similarity, chunked over queries."""
+    parts = [
+        gold_ranks_from_scores(scores, gold[part], filter_tails[part])
+        for part, scores in cosine_score_chunks(query_vectors, entity_vectors, chunk_size)
+    ]
+    return GoldRanks.concatenate(parts)
+
+
+def faiss_top_k(query_vectors: np.ndarray, entity_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-k with FAISS IndexFlatIP on L2-normalised float32: (scores, indices)."""
+    import faiss
+
+    entities = normalize_rows(entity_vectors)
+    index = faiss.IndexFlatIP(entities.shape[1])
+    index.add(entities)
+    k = min(k, len(entities))
+    return index.search(normalize_rows(query_vectors), k)
+
+
+def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k best candidates per row, best first (for likelihood probes)."""
+    scores = _clean(np.asarray(scores, dtype=np.float64))
+    k = min(k, scores.shape[1])
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool) -> np.ndarray:
+    """Competitors each query's gold tail is ranked among (for the random baseline)."""
+    counts = np.full(len(filter_tails), n_candidates, dtype=np.float64)
+    if filtered:
+        counts -= np.asarray([len(f) for f in filter_tails], dtype=np.float64)
+    return counts
+
+
+def rank_of(scores_row: np.ndarray, gold: int, filter_positions: Optional[np.ndarray] = None) -> float:
+    """Plain realistic rank of one query, written for clarity; used by tests as the reference."""
+    scores_row = _clean(np.asarray(scores_row, dtype=np.float64))
+    keep = np.ones(len(scores_row), dtype=bool)
+    if filter_positions is not None and len(filter_positions):
+        keep[filter_positions] = False
+    keep[gold] = True
+    competitors = scores_row[keep]
+    gold_score = scores_row[gold]
+    return (1 + np.sum(competitors > gold_score) + np.sum(competitors >= gold_score)) / 2

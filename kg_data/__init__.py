@@ -1,0 +1,18 @@
+"""Textual knowledge graphs: WN18RR, BEAR, LAMA and user KGs, with queries and filters."""
+
+from kg_data.errors import KGFormatError, KGNotFoundError
+from kg_data.kg import TextualKG
+from kg_data.locate import describe_datasets, find_dataset, load_kg
+from kg_data.queries import QuerySet, build_queries, known_tails
+
+__all__ = [
+    "KGFormatError",
+    "KGNotFoundError",
+    "QuerySet",
+    "TextualKG",
+    "build_queries",
+    "describe_datasets",
+    "find_dataset",
+    "known_tails",
+    "load_kg",
+]

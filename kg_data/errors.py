@@ -1,0 +1,21 @@
+"""Errors raised for malformed knowledge-graph files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+
+class KGFormatError(ValueError):
+    """A data file is malformed; the message names the file, the line and the problem."""
+
+    def __init__(self, path: Union[str, Path], line: Optional[int], problem: str):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class KGNotFoundError(FileNotFoundError):
+    """A knowledge graph could not be found; the message lists where we looked."""

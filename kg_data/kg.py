@@ -1,0 +1,148 @@
+"""The textual knowledge graph: entities with names and descriptions, named relations, splits."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from functools import cached_property
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+
+from kg_data.errors import KGFormatError
+
+SPLITS = ("train", "valid", "test")
+EMPTY_DESCRIPTION = "-"
+
+
+@dataclasses.dataclass
+class TextualKG:
+    """Entities, relations and (head, relation, tail) triples stored as integer indices.
+
+    ``splits[name]`` is an int64 array of shape (n_triples, 3) holding (head, relation, tail)
+    indices into ``entity_ids`` / ``relation_ids``.
+    """
+
+    name: str
+    entity_ids: list[str]
+    entity_names: list[str]
+    entity_descriptions: list[str]
+    relation_ids: list[str]
+    relation_names: list[str]
+    splits: dict[str, np.ndarray]
+    source: str = ""
+
+    @property
+    def n_entities(self) -> int:
+        return len(self.entity_ids)
+
+    @property
+    def n_relations(self) -> int:
+        return len(self.relation_ids)
+
+    @cached_property
+    def entity_index(self) -> dict[str, int]:
+        return {entity_id: i for i, entity_id in enumerate(self.entity_ids)}
+
+    @cached_property
+    def relation_index(self) -> dict[str, int]:
+        return {relation_id: i for i, relation_id in enumerate(self.relation_ids)}
+
+    def triples(self, split: str) -> np.ndarray:
+        if split not in self.splits:
+            raise KeyError(f"KG '{self.name}' has no split '{split}'; it has {', '.join(self.splits)}")
+        return self.splits[split]
+
+    def all_triples(self) -> np.ndarray:
+        return np.concatenate([t for t in self.splits.values() if len(t)], axis=0)
+
+    def fingerprint(self) -> str:
+        """Hash of entity texts, relation names and triples; part of every cache key."""
+        digest = hashlib.sha256()
+        for part in (self.entity_ids, self.entity_names, self.entity_descriptions, self.relation_ids, self.relation_names):
+            digest.update("\x1f".join(part).encode("utf-8"))
+            digest.update(b"\x1e")
+        for split in sorted(self.splits):
+            digest.update(split.encode())
+            digest.update(np.ascontiguousarray(self.splits[split], dtype=np.int64).tobytes())
+        return digest.hexdigest()[:16]
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "entities": self.n_entities,
+            "relations": self.n_relations,
+            **{f"{split}_triples": int(len(triples)) for split, triples in self.splits.items()},
+        }
+
+
+def build_kg(
+    name: str,
+    entities: Iterable[tuple[Path, int, str, str, str]],
+    relations: Iterable[tuple[Path, int, str, str]],
+    split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]],
+    source: str,
+) -> TextualKG:
+    """Assemble a TextualKG from parsed rows, validating ids.
+
+    ``entities`` yields (path, line, id, name, description); ``relations`` (path, line, id, name);
+    each split yields (path, line, head id, relation id, tail id).  Errors name file and line.
+    """
+    entity_ids: list[str] = []
+    entity_names: list[str] = []
+    entity_descriptions: list[str] = []
+    seen: dict[str, tuple[Path, int]] = {}
+    for path, line, entity_id, entity_name, description in entities:
+        entity_id = entity_id.strip()
+        if not entity_id:
+            raise KGFormatError(path, line, "empty entity id")
+        if entity_id in seen:
+            first_path, first_line = seen[entity_id]
+            raise KGFormatError(path, line, f"duplicate entity id '{entity_id}' (first defined at {first_path}:{first_line})")
+        if not entity_name.strip():
+            raise KGFormatError(path, line, f"empty name for entity '{entity_id}'")
+        seen[entity_id] = (path, line)
+        entity_ids.append(entity_id)
+        entity_names.append(entity_name.strip())
+        entity_descriptions.append(description.strip() or EMPTY_DESCRIPTION)
+
+    relation_ids: list[str] = []
+    relation_names: list[str] = []
+    seen_relations: dict[str, tuple[Path, int]] = {}
+    for path, line, relation_id, relation_name in relations:
+        relation_id = relation_id.strip()
+        if relation_id in seen_relations:
+            raise KGFormatError(path, line, f"duplicate relation id '{relation_id}'")
+        if not relation_name.strip():
+            raise KGFormatError(path, line, f"empty name for relation '{relation_id}'")
+        seen_relations[relation_id] = (path, line)
+        relation_ids.append(relation_id)
+        relation_names.append(relation_name.strip())
+
+    entity_index = {e: i for i, e in enumerate(entity_ids)}
+    relation_index = {r: i for i, r in enumerate(relation_ids)}
+    splits: dict[str, np.ndarray] = {}
+    for split, rows in split_rows.items():
+        indices: list[tuple[int, int, int]] = []
+        for path, line, head, relation, tail in rows:
+            head, relation, tail = head.strip(), relation.strip(), tail.strip()
+            for role, entity in (("head", head), ("tail", tail)):
+                if entity not in entity_index:
+                    raise KGFormatError(path, line, f"unknown {role} entity id '{entity}'")
+            if relation not in relation_index:
+                raise KGFormatError(path, line, f"unknown relation id '{relation}'")
+            indices.append((entity_index[head], relation_index[relation], entity_index[tail]))
+        splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
+    return TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, splits, source)
+
+
+def relation_display_name(relation_id: str) -> str:
+    """'_derivationally_related_form' -> 'derivationally related form'."""
+    return relation_id.strip().lstrip("_").replace("_", " ")
+
+
+def split_name(file_stem: str) -> Optional[str]:
+    """Map file stems to canonical split names ('dev' -> 'valid')."""
+    return {"train": "train", "valid": "valid", "dev": "valid", "test": "test"}.get(file_stem)

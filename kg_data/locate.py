@@ -1,0 +1,91 @@
+"""Find and load knowledge graphs by name (`wn18rr`) or folder path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from kg_data.errors import KGNotFoundError
+from kg_data.kg import TextualKG
+
+DATA_DIR_ENV = "DEER_DATA_DIR"
+# Sub-folder of the data dir for each named data set.
+NAMED_DATASETS = {"wn18rr": "wn18rr", "bear": "bear/BEAR", "bear-big": "bear/BEAR-big", "lama": "lama"}
+
+
+def candidate_data_dirs(data_dir: Optional[str | Path] = None) -> list[Path]:
+    """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then defaults.
+
+    The defaults are `shared/data` next to (or above) the current folder and this checkout,
+    and `~/.cache/deer/data` for data fetched on a networked machine.
+    """
+    roots: list[Path] = []
+    if data_dir:
+        roots.append(Path(data_dir).expanduser())
+    if os.environ.get(DATA_DIR_ENV):
+        roots.append(Path(os.environ[DATA_DIR_ENV]).expanduser())
+    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        roots += [base / "shared" / "data", base.parent / "shared" / "data"]
+    roots.append(Path.home() / ".cache" / "deer" / "data")
+    unique: list[Path] = []
+    for root in roots:
+        if root not in unique:
+            unique.append(root)
+    return unique
+
+
+def find_dataset(name: str, data_dir: Optional[str | Path] = None) -> Path:
+    """Folder of a named data set; KGNotFoundError lists every place that was tried."""
+    sub = NAMED_DATASETS[name]
+    tried = []
+    for root in candidate_data_dirs(data_dir):
+        # Accept both a data root (holding wn18rr/) and the data set folder itself.
+        for folder in (root / sub, root):
+            tried.append(folder)
+            if _looks_like(name, folder):
+                return folder
+    listing = "\n  ".join(str(p) for p in tried)
+    raise KGNotFoundError(
+        f"Could not find the '{name}' data. Looked in:\n  {listing}\n"
+        f"Pass --data-dir DIR (a folder holding '{sub}/') or set {DATA_DIR_ENV}."
+    )
+
+
+def _looks_like(name: str, folder: Path) -> bool:
+    markers = {
+        "wn18rr": "entity2text.txt",
+        "bear": "metadata_relations.json",
+        "bear-big": "metadata_relations.json",
+        "lama": "relations.jsonl",
+    }
+    return (folder / markers[name]).is_file()
+
+
+def load_kg(kg: str, data_dir: Optional[str | Path] = None) -> TextualKG:
+    """Load a KG by name ('wn18rr') or from a folder in the generic TSV/JSONL format."""
+    from kg_data.textual import load_textual_kg
+    from kg_data.wn18rr import load_wn18rr
+
+    if kg.lower() == "wn18rr":
+        return load_wn18rr(find_dataset("wn18rr", data_dir))
+    folder = Path(kg).expanduser()
+    if folder.is_dir():
+        if (folder / "entity2text.txt").exists():
+            return load_wn18rr(folder)
+        return load_textual_kg(folder)
+    raise KGNotFoundError(
+        f"Unknown KG '{kg}': not a named KG (wn18rr) and not a folder. "
+        "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README)."
+    )
+
+
+def describe_datasets(data_dir: Optional[str | Path] = None) -> list[dict]:
+    """Rows for `deer data`: each named data set and where it was found (or not)."""
+    rows = []
+    for name in NAMED_DATASETS:
+        try:
+            rows.append({"name": name, "found": True, "path": str(find_dataset(name, data_dir))})
+        except KGNotFoundError:
+            rows.append({"name": name, "found": False, "path": ""})
+    return rows

@@ -1,0 +1,81 @@
+"""Queries (h, r, ?) with their gold tail, candidate sets, and the known-true filter."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+
+from kg_data.kg import TextualKG
+
+
+@dataclasses.dataclass
+class QuerySet:
+    """The (head, relation, gold tail) triples to rank and the candidates to rank them among.
+
+    ``triples``: int64 (n_queries, 3) of entity/relation indices into the KG.
+    ``candidates``: int64 (n_candidates,) entity indices, sorted; ranks are among these.
+    ``filter_tails``: for each query, candidate positions (into ``candidates``) of the *other*
+    known-true tails of (h, r) over all splits, removed in the filtered setting.
+    ``gold``: position of each query's gold tail within ``candidates``.
+    """
+
+    kg: TextualKG
+    split: str
+    triples: np.ndarray
+    candidates: np.ndarray
+    gold: np.ndarray
+    filter_tails: list[np.ndarray]
+    subset_seed: Optional[int] = None
+
+    def __len__(self) -> int:
+        return len(self.triples)
+
+
+def known_tails(kg: TextualKG) -> dict[tuple[int, int], set[int]]:
+    """All tails t with (h, r, t) in any split, keyed by (h, r)."""
+    tails: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for head, relation, tail in kg.all_triples().tolist():
+        tails[(head, relation)].add(tail)
+    return tails
+
+
+def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
+    """Row indices of n triples of ``split`` sampled without replacement (the paper's protocol)."""
+    triples = kg.triples(split)
+    if n > len(triples):
+        raise ValueError(f"--subset {n} is larger than the {split} split ({len(triples)} triples)")
+    rows = np.random.default_rng(seed).choice(len(triples), size=n, replace=False)
+    return np.sort(rows)
+
+
+def build_queries(kg: TextualKG, split: str = "test", subset: Optional[int] = None, seed: int = 0) -> QuerySet:
+    """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``).
+
+    Without a subset the candidates are all entities; with one they are the entities that
+    appear (as head or tail) in the sampled triples, as in the DEER paper.
+    """
+    triples = kg.triples(split)
+    if subset is not None:
+        triples = triples[sample_subset(kg, split, subset, seed)]
+        candidates = np.unique(np.concatenate([triples[:, 0], triples[:, 2]]))
+    else:
+        candidates = np.arange(kg.n_entities, dtype=np.int64)
+    position = np.full(kg.n_entities, -1, dtype=np.int64)
+    position[candidates] = np.arange(len(candidates))
+    true_tails = known_tails(kg)
+    filter_tails = []
+    for head, relation, tail in triples.tolist():
+        others = [position[t] for t in true_tails[(head, relation)] if t != tail and position[t] >= 0]
+        filter_tails.append(np.asarray(sorted(others), dtype=np.int64))
+    return QuerySet(
+        kg=kg,
+        split=split,
+        triples=np.asarray(triples, dtype=np.int64),
+        candidates=candidates.astype(np.int64),
+        gold=position[triples[:, 2]],
+        filter_tails=filter_tails,
+        subset_seed=seed if subset is not None else None,
+    )

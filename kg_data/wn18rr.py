@@ -1,0 +1,65 @@
+"""WN18RR with the KG-BERT entity texts (`entity2text.txt`: "<offset>\\t<name>, <definition>")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from kg_data.errors import KGFormatError
+from kg_data.kg import TextualKG, build_kg, relation_display_name
+from kg_data.lines import read_tsv
+
+REQUIRED_FILES = ("entity2text.txt", "train.tsv", "dev.tsv", "test.tsv")
+SPLIT_FILES = {"train": "train.tsv", "valid": "dev.tsv", "test": "test.tsv"}
+
+
+def split_entity_text(text: str) -> tuple[str, str]:
+    """Split "name, definition" at the first ", " (no WordNet lemma contains a comma)."""
+    name, _, description = text.partition(", ")
+    return name, description
+
+
+def _entities(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
+    for line, (entity_id, text) in read_tsv(path, 2):
+        name, description = split_entity_text(text)
+        yield path, line, entity_id, name, description
+
+
+def _relations(folder: Path, relation_ids: list[str]) -> Iterator[tuple[Path, int, str, str]]:
+    """Relation names derived from the ids ("_has_part" -> "has part"), as relation2text.txt has them."""
+    path = folder / "relations.txt"
+    for line, relation_id in enumerate(relation_ids, start=1):
+        yield path, line, relation_id, relation_display_name(relation_id)
+
+
+def _triples(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
+    for line, (head, relation, tail) in read_tsv(path, 3):
+        yield path, line, head, relation, tail
+
+
+def _relation_ids(folder: Path) -> list[str]:
+    """Relations in first-seen order over the split files (relations.txt is optional)."""
+    listed = folder / "relations.txt"
+    if listed.exists():
+        return [fields[0] for _, fields in read_tsv(listed, 1)]
+    seen: dict[str, None] = {}
+    for file_name in SPLIT_FILES.values():
+        for _, (_, relation, _) in read_tsv(folder / file_name, 3):
+            seen.setdefault(relation.strip(), None)
+    return list(seen)
+
+
+def load_wn18rr(folder: Path) -> TextualKG:
+    """Read WN18RR from a folder holding the KG-BERT files (see shared/data/wn18rr/README.md)."""
+    folder = Path(folder)
+    for file_name in REQUIRED_FILES:
+        if not (folder / file_name).exists():
+            raise KGFormatError(folder / file_name, None, "missing WN18RR file")
+    relation_ids = _relation_ids(folder)
+    return build_kg(
+        "wn18rr",
+        _entities(folder / "entity2text.txt"),
+        _relations(folder, relation_ids),
+        {split: _triples(folder / file_name) for split, file_name in SPLIT_FILES.items()},
+        source=str(folder),
+    )
