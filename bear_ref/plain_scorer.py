@@ -1,0 +1,76 @@
+"""The plain reference: one full forward pass per whole statement, as lm-pub-quiz scores.
+
+Written for clarity, not speed; tests prove the shared-prefix scorer equal to it, and the
+benchmark measures it on a sample.  The continuation's tokens are found independently of
+``bear_ref.boundary``: from the tokenizer's character offsets, every token from the first
+one that touches the continuation's text to the end (lm-pub-quiz's conditional score).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from bear_ref.boundary import move_trailing_whitespace
+from deer.batching import pad_right
+from deer.tokenization import bos_id
+
+
+@dataclasses.dataclass
+class PlainStats:
+    statements: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    forward_seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
+    """(BOS + tokens of the whole statement, index of its first continuation token)."""
+    context, continuation = move_trailing_whitespace(context, continuation)
+    text = context + continuation
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(encoded["input_ids"]), encoded["offset_mapping"]
+    boundary = len(context)
+    # First token whose character span ends inside the continuation text.
+    start = next(i for i, (_, end) in enumerate(offsets) if end > boundary)
+    bos = bos_id(tokenizer)
+    if bos is not None:
+        ids, start = [bos, *ids], start + 1
+    return ids, start
+
+
+@torch.inference_mode()
+def plain_conditional_scores(
+    model, tokenizer, context: str, continuations: Sequence[str], batch_size: int = 8, stats: PlainStats | None = None
+) -> np.ndarray:
+    """Summed log p of each statement's continuation tokens from a full pass: float64 (n,)."""
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    statements = [statement_ids_and_start(tokenizer, context, c) for c in continuations]
+    scores = np.zeros(len(statements), dtype=np.float64)
+    for first in range(0, len(statements), batch_size):
+        chunk = statements[first : first + batch_size]
+        inputs, mask = pad_right([ids for ids, _ in chunk], pad)
+        started = time.perf_counter()
+        logits = model(input_ids=torch.as_tensor(inputs, device=device), attention_mask=torch.as_tensor(mask, device=device)).logits
+        softcap = getattr(model.config, "final_logit_softcapping", None)
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        for row, (ids, start) in enumerate(chunk):
+            positions = torch.arange(start, len(ids))
+            targets = torch.as_tensor(ids[start:], device=device)
+            scores[first + row] = float(logprobs[row, positions - 1, targets].double().sum())
+        if stats is not None:
+            stats.forward_seconds += time.perf_counter() - started
+            stats.statements += len(chunk)
+            stats.tokens += int(mask.sum())
+            stats.padded_tokens += int(mask.size)
+    return scores

@@ -1,0 +1,110 @@
+"""The shared-prefix scorer equals one full forward pass per whole statement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bear_ref.boundary import move_trailing_whitespace, split_statements
+from bear_ref.clm_scorer import SharedPrefixScorer
+from bear_ref.plain_scorer import plain_conditional_scores, statement_ids_and_start
+from deer.templates import PromptTemplates
+from deer.tokenization import token_ids
+from kg_data import build_queries, load_kg
+
+CONTEXT = "(dog, hypernym, mammal)\n(cat, hypernym, animal)\n(oak, hypernym,"
+CANDIDATES = [" tree)", " plant)", " woody plant)", " x)", " Paris)", " the capital of France)", " 's)"]
+
+
+def test_move_trailing_whitespace():
+    assert move_trailing_whitespace("The capital is ", "Paris.") == ("The capital is", " Paris.")
+    assert move_trailing_whitespace("", "Paris.") == ("", "Paris.")
+
+
+def test_split_is_the_whole_statement_tokenisation(tiny_clm):
+    _, tokenizer = tiny_clm
+    split = split_statements(tokenizer, CONTEXT, CANDIDATES)
+    for continuation, ids, shared in zip(CANDIDATES, split.continuation_ids, split.shared_lengths):
+        assert split.context_ids[:shared] + ids == token_ids(tokenizer, CONTEXT + continuation)
+    assert split.context_ids[0] == tokenizer.bos_token_id  # BOS handled explicitly
+
+
+def test_split_handles_a_token_straddling_the_boundary(tiny_clm):
+    _, tokenizer = tiny_clm
+    # " hel" + "lo" is one token " hello" in the whole statement.
+    split = split_statements(tokenizer, "x hel", ["lo", " ghi"])
+    assert split.shared_lengths[0] < len(split.context_ids)
+    assert split.shared_lengths[1] == len(split.context_ids)
+    for continuation, ids, shared in zip(["lo", " ghi"], split.continuation_ids, split.shared_lengths):
+        assert split.context_ids[:shared] + ids == token_ids(tokenizer, "x hel" + continuation)
+
+
+@pytest.mark.parametrize("budget,batch", [(2048, 64), (6, 2)])
+def test_shared_prefix_equals_plain_on_tiny_model(tiny_clm, budget, batch):
+    model, tokenizer = tiny_clm
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget, max_batch_size=batch)
+    fast = scorer.score_texts(CONTEXT, CANDIDATES)
+    plain = plain_conditional_scores(model, tokenizer, CONTEXT, CANDIDATES)
+    np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
+    # Work: context once, then all continuation tokens but the last of each.
+    split = split_statements(tokenizer, CONTEXT, CANDIDATES)
+    assert scorer.stats.context_tokens == len(split.context_ids)
+    assert scorer.stats.continuation_tokens == sum(len(c) - 1 for c in split.continuation_ids)
+
+
+def test_straddling_boundary_equals_plain(tiny_clm):
+    model, tokenizer = tiny_clm
+    scorer = SharedPrefixScorer(model, tokenizer)
+    continuations = ["lo", " ghi", "lo world)", "icopter"]
+    np.testing.assert_allclose(
+        scorer.score_texts("x hel", continuations), plain_conditional_scores(model, tokenizer, "x hel", continuations), atol=1e-4
+    )
+
+
+def test_empty_context_scores_from_bos(tiny_clm):
+    model, tokenizer = tiny_clm
+    continuations = ["Paris is in France.", "Berlin is in France."]
+    fast = SharedPrefixScorer(model, tokenizer).score_texts("", continuations)
+    np.testing.assert_allclose(fast, plain_conditional_scores(model, tokenizer, "", continuations), atol=1e-4)
+
+
+def test_plain_reference_locates_continuation_tokens(tiny_clm):
+    _, tokenizer = tiny_clm
+    ids, start = statement_ids_and_start(tokenizer, "(oak, hypernym, ", "tree)")
+    assert ids[:start] == token_ids(tokenizer, "(oak, hypernym,")
+    assert tokenizer.decode(ids[start:]) == " tree)"
+
+
+def test_shared_prefix_equals_plain_on_smollm2(smollm2, tiny_kg_dir):
+    """Real model: 3 queries x 4 candidates, DEER few-shot query text, 1e-4 per statement."""
+    model, tokenizer = smollm2
+    kg = load_kg(str(tiny_kg_dir))
+    queries = build_queries(kg, "test")
+    templates = PromptTemplates(k_shot=3)
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=64, max_batch_size=3)
+    for triple in queries.triples[:3].tolist():
+        context = templates.query_context(kg, tuple(triple))
+        continuations = [templates.continuation(kg, t) for t in (4, 6, 9, 10)]
+        fast = scorer.score_texts(context, continuations)
+        plain = plain_conditional_scores(model, tokenizer, context, continuations)
+        np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
+
+
+def test_query_continuation_tokenisation_on_wn18rr_names(smollm2):
+    """Query + continuation tokens == whole statement tokens, for many real WN18RR names."""
+    _, tokenizer = smollm2
+    try:
+        kg = load_kg("wn18rr")
+    except Exception as error:  # noqa: BLE001 - the data set is optional on some machines
+        pytest.skip(f"WN18RR not available: {error}")
+    templates = PromptTemplates(k_shot=2)
+    rng = np.random.default_rng(0)
+    test = kg.triples("test")
+    tails = rng.choice(kg.n_entities, size=2000, replace=False)
+    for triple in test[rng.choice(len(test), size=5, replace=False)].tolist():
+        context = templates.query_context(kg, tuple(triple))
+        continuations = [templates.continuation(kg, t) for t in tails]
+        split = split_statements(tokenizer, context, continuations)
+        assert split.clean
+        wholes = [token_ids(tokenizer, context + c) for c in continuations]
+        assert [split.context_ids + ids for ids in split.continuation_ids] == wholes
