@@ -1,0 +1,137 @@
+"""Pseudo log-likelihood (PLL) of statements under a masked LM, batched.
+
+PLL(S) = sum over scored tokens t of log p(t | S with t masked) (Salazar et al. 2020,
+``original``).  ``within_word_l2r`` (Kauf & Ivanova 2023) also masks the tokens of t's word
+to its right, so a multi-token word is not scored from its own later pieces.  Scored tokens:
+every non-special token (lm-pub-quiz's default for masked LMs).
+
+One masked copy per scored token; copies of all statements are length-sorted into batches
+under a token budget, and the MLM head is applied only to each copy's masked row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from deer.batching import length_sorted_batches, pad_right
+
+PLL_VARIANTS = ("original", "within_word_l2r")
+
+
+@dataclasses.dataclass
+class MaskedCopy:
+    """One forward input: ``input_ids`` with ``position`` masked (and maybe more), scoring ``target``."""
+
+    statement: int
+    input_ids: list[int]
+    position: int
+    target: int
+
+
+def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence, scored: Sequence[bool], mask_id: int, variant: str) -> list[MaskedCopy]:
+    """The masked copies of one tokenised statement (``word_ids``: fast tokenizer's word per token)."""
+    if variant not in PLL_VARIANTS:
+        raise ValueError(f"PLL variant must be one of {PLL_VARIANTS}, got '{variant}'")
+    copies = []
+    positions = [i for i, s in enumerate(scored) if s]
+    for k, position in enumerate(positions):
+        ids = list(input_ids)
+        ids[position] = mask_id
+        if variant == "within_word_l2r" and word_ids[position] is not None:
+            for right in positions[k + 1 :]:
+                if word_ids[right] != word_ids[position]:
+                    break  # words are contiguous: the first other word ends this one
+                ids[right] = mask_id
+        copies.append(MaskedCopy(statement, ids, position, int(input_ids[position])))
+    return copies
+
+
+def tokenize_statements(tokenizer, statements: Sequence[str]) -> list[tuple[list[int], list, list[bool]]]:
+    """(input_ids with special tokens, word ids, scored mask) per statement."""
+    encoded = tokenizer(list(statements), return_special_tokens_mask=True)
+    rows = []
+    for i in range(len(statements)):
+        ids = list(encoded["input_ids"][i])
+        scored = [not s for s in encoded["special_tokens_mask"][i]]
+        rows.append((ids, encoded.word_ids(i), scored))
+    return rows
+
+
+def _mlm_head(model):
+    """The MLM head module applied to final hidden states, when the model exposes one."""
+    for name in ("cls", "lm_head", "predictions"):
+        head = getattr(model, name, None)
+        if head is not None:
+            return head
+    return None
+
+
+class PLLScorer:
+    """Batched PLL for a masked LM in eval mode."""
+
+    def __init__(self, model, tokenizer, variant: str = "within_word_l2r", token_budget: int = 8192, max_batch_size: int = 256):
+        if variant not in PLL_VARIANTS:
+            raise ValueError(f"PLL variant must be one of {PLL_VARIANTS}, got '{variant}'")
+        if tokenizer.mask_token_id is None:
+            raise ValueError("the tokenizer has no mask token; PLL needs a masked LM")
+        self.model, self.tokenizer, self.variant = model, tokenizer, variant
+        self.token_budget, self.max_batch_size = token_budget, max_batch_size
+        self.device = next(model.parameters()).device
+        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.tokens = 0
+        self.forward_seconds = 0.0
+
+    @torch.inference_mode()
+    def score(self, statements: Sequence[str]) -> np.ndarray:
+        """PLL per statement: float64 (n,), nats."""
+        copies = []
+        for i, (ids, words, scored) in enumerate(tokenize_statements(self.tokenizer, statements)):
+            copies += masked_copies(i, ids, words, scored, self.tokenizer.mask_token_id, self.variant)
+        scores = np.zeros(len(statements), dtype=np.float64)
+        head = _mlm_head(self.model)
+        for batch in length_sorted_batches([len(c.input_ids) for c in copies], self.token_budget, self.max_batch_size):
+            chosen = [copies[b] for b in batch]
+            inputs, mask = pad_right([c.input_ids for c in chosen], self.pad_id)
+            inputs_t = torch.as_tensor(inputs, device=self.device)
+            mask_t = torch.as_tensor(mask, device=self.device)
+            rows = torch.arange(len(chosen), device=self.device)
+            positions = torch.as_tensor([c.position for c in chosen], device=self.device)
+            started = time.perf_counter()
+            if head is not None:  # head on the masked rows only
+                hidden = self.model.base_model(input_ids=inputs_t, attention_mask=mask_t).last_hidden_state
+                logits = head(hidden[rows, positions])
+            else:
+                logits = self.model(input_ids=inputs_t, attention_mask=mask_t).logits[rows, positions]
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            targets = torch.as_tensor([c.target for c in chosen], device=self.device)
+            values = logprobs[rows, targets].double().cpu().numpy()
+            np.add.at(scores, [c.statement for c in chosen], values)
+            self.forward_seconds += time.perf_counter() - started
+            self.tokens += int(mask.sum())
+        return scores
+
+
+@torch.inference_mode()
+def plain_pll(model, tokenizer, statement: str, variant: str = "within_word_l2r") -> float:
+    """Reference PLL: one statement, one masked copy at a time, the full model's logits."""
+    encoded = tokenizer(statement, return_special_tokens_mask=True)
+    ids = list(encoded["input_ids"])
+    words = encoded.word_ids()
+    scored = [i for i, special in enumerate(encoded["special_tokens_mask"]) if not special]
+    total = 0.0
+    for position in scored:
+        masked = list(ids)
+        masked[position] = tokenizer.mask_token_id
+        if variant == "within_word_l2r" and words[position] is not None:
+            right = position + 1
+            while right < len(ids) and right in scored and words[right] == words[position]:
+                masked[right] = tokenizer.mask_token_id
+                right += 1
+        logits = model(input_ids=torch.tensor([masked], device=next(model.parameters()).device)).logits[0, position]
+        total += float(torch.log_softmax(logits.float(), dim=-1)[ids[position]])
+    return total

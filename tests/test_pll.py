@@ -1,0 +1,62 @@
+"""Batched PLL equals the plain one-mask-at-a-time PLL on a small random BertForMaskedLM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bear_ref.pll import PLLScorer, masked_copies, plain_pll
+
+WORDS = ["the", "capital", "of", "france", "is", "paris", "berlin", "germany", "dog", "a", "mammal", "."]
+PIECES = ["par", "##is", "ber", "##lin", "mam", "##mal", "##s", "ox", "##en"]
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm():
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[w for w in WORDS if w not in ("paris", "berlin", "mammal")], *PIECES]
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    model = BertForMaskedLM(config).eval()
+    return model, tokenizer
+
+
+STATEMENTS = ["The capital of France is Paris.", "The capital of Germany is Berlin.", "A dog is a mammal.", "Oxen mammals", "Paris"]
+
+
+def test_multi_piece_words_exist(tiny_mlm):
+    _, tokenizer = tiny_mlm
+    assert tokenizer.tokenize("Paris oxen") == ["par", "##is", "ox", "##en"]
+
+
+@pytest.mark.parametrize("variant", ["original", "within_word_l2r"])
+@pytest.mark.parametrize("budget", [8192, 20])
+def test_batched_pll_equals_plain(tiny_mlm, variant, budget):
+    model, tokenizer = tiny_mlm
+    batched = PLLScorer(model, tokenizer, variant=variant, token_budget=budget).score(STATEMENTS)
+    plain = [plain_pll(model, tokenizer, s, variant) for s in STATEMENTS]
+    np.testing.assert_allclose(batched, plain, atol=1e-4, rtol=0)
+
+
+def test_variants_differ_only_on_multi_piece_words(tiny_mlm):
+    model, tokenizer = tiny_mlm
+    single = ["The capital of France is a dog."]
+    np.testing.assert_allclose(PLLScorer(model, tokenizer, "original").score(single), PLLScorer(model, tokenizer, "within_word_l2r").score(single), atol=1e-5)
+    multi = ["Paris"]
+    assert abs(PLLScorer(model, tokenizer, "original").score(multi)[0] - PLLScorer(model, tokenizer, "within_word_l2r").score(multi)[0]) > 1e-6
+
+
+def test_within_word_l2r_masks_the_rest_of_the_word():
+    # [CLS] par ##is is [SEP]; words: None 0 0 1 None
+    copies = masked_copies(0, [2, 10, 11, 12, 3], [None, 0, 0, 1, None], [False, True, True, True, False], 4, "within_word_l2r")
+    assert [c.input_ids for c in copies] == [[2, 4, 4, 12, 3], [2, 10, 4, 12, 3], [2, 10, 11, 4, 3]]
+    assert [c.target for c in copies] == [10, 11, 12]
+
+
+def test_unknown_variant_is_rejected(tiny_mlm):
+    model, tokenizer = tiny_mlm
+    with pytest.raises(ValueError, match="PLL variant"):
+        PLLScorer(model, tokenizer, variant="sentence_l2r")
