@@ -1,0 +1,212 @@
+"""Statistics the experiments report: correlations with p-values, linear fits, spreads.
+
+Pure functions of numbers (no models, no files), so they can be tested on constructed inputs.
+Correlations come from scipy; an input that makes a coefficient undefined (fewer than three
+pairs, a constant column) gives NaN rather than an exception, because experiments on small or
+degenerate subsets should still write their other numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+NAN = float("nan")
+
+
+def _paired(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Float arrays with every pair holding a NaN/inf dropped."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"paired inputs differ in shape: {x.shape} vs {y.shape}")
+    keep = np.isfinite(x) & np.isfinite(y)
+    return x[keep], y[keep]
+
+
+def _defined(x: np.ndarray, y: np.ndarray, min_n: int) -> bool:
+    return len(x) >= max(min_n, 2) and np.ptp(x) > 0 and np.ptp(y) > 0
+
+
+def _float(value) -> float:
+    value = float(value)
+    return value if math.isfinite(value) else NAN
+
+
+def correlations(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> dict:
+    """Pearson r, Spearman rho and Kendall tau (tau-b) of paired values, each with its two-sided p.
+
+    Pairs with a non-finite value are dropped; ``n`` is the number of pairs used.  With fewer
+    than ``min_n`` pairs (or a constant column) every value is NaN.
+    """
+    x, y = _paired(x, y)
+    result = {"n": int(len(x))}
+    if not _defined(x, y, min_n):
+        return {**result, **{k: NAN for k in ("pearson_r", "pearson_p", "spearman_rho", "spearman_p", "kendall_tau", "kendall_p")}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pearson = scipy_stats.pearsonr(x, y)
+        spearman = scipy_stats.spearmanr(x, y)
+        kendall = scipy_stats.kendalltau(x, y)
+    return {
+        **result,
+        "pearson_r": _float(pearson.statistic),
+        "pearson_p": _float(pearson.pvalue),
+        "spearman_rho": _float(spearman.statistic),
+        "spearman_p": _float(spearman.pvalue),
+        "kendall_tau": _float(kendall.statistic),
+        "kendall_p": _float(kendall.pvalue),
+    }
+
+
+def rank_correlations(ranks_a: Sequence[float], ranks_b: Sequence[float], base: float = 10.0) -> dict:
+    """Correlations of two rank vectors in linear scale and in log scale (``log_base`` of rank).
+
+    Returns {"linear": correlations(a, b), "log": correlations(log a, log b)}.  Spearman and
+    Kendall are invariant under the (monotone) log; Pearson is not, and the paper reports
+    Pearson of log ranks because ranks span orders of magnitude.
+    """
+    a, b = _paired(ranks_a, ranks_b)
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("ranks must be positive (1 = best) to take logs")
+    return {"linear": correlations(a, b), "log": correlations(np.log(a) / np.log(base), np.log(b) / np.log(base))}
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearFit:
+    """Least-squares line y = intercept + slope * x with standard errors (from the residuals)."""
+
+    slope: float
+    intercept: float
+    slope_se: float
+    intercept_se: float
+    covariance: float  # cov(intercept, slope)
+    r_squared: float
+    n: int
+
+    def predict(self, x: float) -> float:
+        return self.intercept + self.slope * x
+
+    def predict_se(self, x: float) -> float:
+        """Standard error of the fitted line's value at ``x`` (not of a new observation)."""
+        variance = self.intercept_se**2 + (x**2) * self.slope_se**2 + 2 * x * self.covariance
+        return math.sqrt(max(variance, 0.0))
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> LinearFit:
+    """Ordinary least squares of y on x; needs at least two distinct x.
+
+    Standard errors use the residual variance with n - 2 degrees of freedom (zero when n = 2).
+    """
+    x, y = _paired(x, y)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise ValueError("a linear fit needs at least two distinct x values")
+    n = len(x)
+    x_mean, y_mean = x.mean(), y.mean()
+    sxx = float(np.sum((x - x_mean) ** 2))
+    slope = float(np.sum((x - x_mean) * (y - y_mean)) / sxx)
+    intercept = float(y_mean - slope * x_mean)
+    residuals = y - (intercept + slope * x)
+    ss_res = float(np.sum(residuals**2))
+    ss_tot = float(np.sum((y - y_mean) ** 2))
+    sigma2 = ss_res / (n - 2) if n > 2 else 0.0
+    slope_var = sigma2 / sxx
+    intercept_var = sigma2 * (1.0 / n + x_mean**2 / sxx)
+    covariance = -x_mean * slope_var
+    r_squared = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return LinearFit(slope, intercept, math.sqrt(slope_var), math.sqrt(intercept_var), covariance, r_squared, n)
+
+
+def spread(values: Sequence[float]) -> dict:
+    """Mean, sample standard deviation, min, max and n of repeated measurements."""
+    values = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if len(values) == 0:
+        return {"n": 0, "mean": NAN, "std": NAN, "min": NAN, "max": NAN}
+    return {
+        "n": int(len(values)),
+        "mean": float(values.mean()),
+        "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
+
+
+def repeated_fit_extrapolation(sizes: Sequence[float], times_by_repeat: Sequence[Sequence[float]], target: float) -> dict:
+    """Fit time = a + b * size per repeat and on all repeats pooled; extrapolate to ``target``.
+
+    ``times_by_repeat``: one list of times (aligned with ``sizes``) per repeated run.
+    Returns the pooled fit, its prediction at ``target`` with standard error, and the spread of
+    the per-repeat predictions (the uncertainty over repeated runs the paper's fit lacks).
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    per_repeat = [linear_fit(sizes, times) for times in times_by_repeat]
+    pooled = linear_fit(np.tile(sizes, len(times_by_repeat)), np.concatenate([np.asarray(t, float) for t in times_by_repeat]))
+    return {
+        "target": float(target),
+        "pooled_fit": pooled.as_dict(),
+        "prediction": pooled.predict(target),
+        "prediction_se": pooled.predict_se(target),
+        "per_repeat_fits": [fit.as_dict() for fit in per_repeat],
+        "per_repeat_predictions": spread([fit.predict(target) for fit in per_repeat]),
+    }
+
+
+def bootstrap_interval(
+    statistic: Callable[..., float],
+    *arrays: Sequence[float],
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows jointly."""
+    arrays = [np.asarray(a) for a in arrays]
+    n = len(arrays[0])
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(n_resamples):
+        rows = rng.integers(0, n, size=n)
+        value = statistic(*(a[rows] for a in arrays))
+        if value is not None and math.isfinite(value):
+            values.append(value)
+    if not values:
+        return {"low": NAN, "high": NAN, "resamples": 0}
+    alpha = (1 - confidence) / 2
+    return {
+        "low": float(np.quantile(values, alpha)),
+        "high": float(np.quantile(values, 1 - alpha)),
+        "resamples": len(values),
+    }
+
+
+def pearson_r(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson r alone (NaN where undefined), e.g. as a bootstrap statistic."""
+    return correlations(x, y)["pearson_r"]
+
+
+def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Optional[Sequence[str]] = None) -> dict:
+    """How alike two probes order the same models: Spearman and Kendall between their scores.
+
+    ``scores_*``: one number per model (higher = knows more).  Also reports each ordering.
+    """
+    a = np.asarray(scores_a, dtype=np.float64)
+    b = np.asarray(scores_b, dtype=np.float64)
+    labels = list(labels) if labels is not None else [str(i) for i in range(len(a))]
+    # Two models already give an ordering (rho = +-1); p-values then say it means little.
+    result = correlations(a, b, min_n=2)
+    return {
+        "n_models": int(len(a)),
+        "spearman_rho": result["spearman_rho"],
+        "spearman_p": result["spearman_p"],
+        "kendall_tau": result["kendall_tau"],
+        "kendall_p": result["kendall_p"],
+        "order_a": [labels[i] for i in np.argsort(-a, kind="stable")],
+        "order_b": [labels[i] for i in np.argsort(-b, kind="stable")],
+    }
