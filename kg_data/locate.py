@@ -14,6 +14,14 @@ DATA_DIR_ENV = "DEER_DATA_DIR"
 NAMED_DATASETS = {"wn18rr": "wn18rr", "bear": "bear/BEAR", "bear-big": "bear/BEAR-big", "lama": "lama"}
 
 
+def default_data_dirs() -> list[Path]:
+    """`shared/data` next to or above the current folder and this checkout; ~/.cache/deer/data."""
+    roots = []
+    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        roots += [base / "shared" / "data", base.parent / "shared" / "data"]
+    return roots + [Path.home() / ".cache" / "deer" / "data"]
+
+
 def candidate_data_dirs(data_dir: Optional[str | Path] = None) -> list[Path]:
     """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then defaults.
 
@@ -25,9 +33,7 @@ def candidate_data_dirs(data_dir: Optional[str | Path] = None) -> list[Path]:
         roots.append(Path(data_dir).expanduser())
     if os.environ.get(DATA_DIR_ENV):
         roots.append(Path(os.environ[DATA_DIR_ENV]).expanduser())
-    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        roots += [base / "shared" / "data", base.parent / "shared" / "data"]
-    roots.append(Path.home() / ".cache" / "deer" / "data")
+    roots += default_data_dirs()
     unique: list[Path] = []
     for root in roots:
         if root not in unique:

@@ -1,0 +1,212 @@
+"""Reader for BEAR / BEAR-big in the lm-pub-quiz format.
+
+A data set folder holds ``metadata_relations.json`` ({relation: {"templates": [...],
+optionally "answer_space_labels"/"answer_space_ids"}}) and one ``<relation>.jsonl`` per
+relation (``sub_id``, ``sub_label``, ``obj_id``, ``obj_label``, optionally ``answer_idx``).
+Templates hold ``[X]`` (subject) and ``[Y]`` (answer) anywhere in the sentence.  Without an
+answer space in the metadata (BEAR-big), the answer space is the relation's distinct objects
+in order of first appearance, as lm-pub-quiz builds it.  ``relation_info.json`` (next to the
+folder or inside it) gives each relation's domains.
+
+Cardinality, from the full relation file (before any subsampling): no subject appears twice
+within a relation, so a subject always has exactly one answer; a relation is ``N:1`` when some
+answer is the object of more than one subject, else ``1:1``.  This is lm-pub-quiz's derived
+cardinality ("multiple" vs "single instance per answer"); what is loosely called 1:N in BEAR
+discussions is this N:1 (many subjects sharing an answer).
+
+Subsets (``relations``, ``max_instances`` seeded per relation) keep each relation's full
+answer space, so a subset asks the same multiple-choice questions as the full set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from kg_data.errors import KGFormatError, KGNotFoundError
+from kg_data.lines import read_jsonl
+
+SUBJECT, ANSWER = "[X]", "[Y]"
+METADATA_FILE = "metadata_relations.json"
+RELATION_INFO_FILE = "relation_info.json"
+
+
+@dataclasses.dataclass
+class BearRelation:
+    """One relation's templates, answer space and instances.
+
+    ``gold``: int64 (n_instances,), each instance's answer position in ``answer_ids``.
+    ``rows``: int64 (n_instances,), 0-based row of each instance in the relation file.
+    """
+
+    code: str
+    templates: list[str]
+    answer_ids: list[str]
+    answer_labels: list[str]
+    subject_ids: list[str]
+    subject_labels: list[str]
+    gold: np.ndarray
+    rows: np.ndarray
+    domains: list[str]
+    cardinality: str
+    total_instances: int
+
+    def __len__(self) -> int:
+        return len(self.subject_ids)
+
+
+@dataclasses.dataclass
+class BearDataset:
+    name: str
+    path: str
+    relations: dict[str, BearRelation]
+    relations_without_file: list[str]
+
+    @property
+    def n_instances(self) -> int:
+        return sum(len(r) for r in self.relations.values())
+
+    @property
+    def n_statements(self) -> int:
+        """Statements a full evaluation scores: instances x answers x templates."""
+        return sum(len(r) * len(r.answer_ids) * len(r.templates) for r in self.relations.values())
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "relations": len(self.relations),
+            "instances": self.n_instances,
+            "statements": self.n_statements,
+            "relations_without_file": self.relations_without_file,
+        }
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise KGFormatError(path, error.lineno, f"invalid JSON ({error.msg})") from None
+    except UnicodeDecodeError as error:
+        raise KGFormatError(path, None, f"not valid UTF-8 ({error.reason})") from None
+
+
+def _check_templates(path: Path, code: str, templates) -> list[str]:
+    if not isinstance(templates, list) or not templates or not all(isinstance(t, str) for t in templates):
+        raise KGFormatError(path, None, f"relation {code}: 'templates' must be a non-empty list of strings")
+    for template in templates:
+        if template.count(ANSWER) != 1:
+            raise KGFormatError(path, None, f"relation {code}: template {template!r} must hold {ANSWER} exactly once")
+    return templates
+
+
+def _relation_info(folder: Path) -> dict:
+    for candidate in (folder / RELATION_INFO_FILE, folder.parent / RELATION_INFO_FILE):
+        if candidate.is_file():
+            info = _read_json(candidate)
+            if not isinstance(info, dict):
+                raise KGFormatError(candidate, None, "expected a JSON object {relation: {\"domains\": [...]}}")
+            return info
+    return {}
+
+
+def sample_rows(code: str, n_rows: int, max_instances: Optional[int], seed: int) -> np.ndarray:
+    """Sorted rows kept for a relation: all, or ``max_instances`` drawn with (seed, relation)."""
+    if max_instances is None or max_instances >= n_rows:
+        return np.arange(n_rows, dtype=np.int64)
+    rng = np.random.default_rng([seed, zlib.crc32(code.encode())])
+    return np.sort(rng.choice(n_rows, size=max_instances, replace=False)).astype(np.int64)
+
+
+def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances: Optional[int] = None, seed: int = 0) -> BearRelation:
+    metadata_path = folder / METADATA_FILE
+    if not isinstance(meta, dict):
+        raise KGFormatError(metadata_path, None, f"relation {code}: expected an object with 'templates'")
+    templates = _check_templates(metadata_path, code, meta.get("templates"))
+    path = folder / f"{code}.jsonl"
+    records = list(read_jsonl(path, ("sub_id", "sub_label", "obj_id", "obj_label")))
+    if not records:
+        raise KGFormatError(path, None, "no instances")
+    if "answer_space_ids" in meta or "answer_space_labels" in meta:
+        answer_ids, answer_labels = meta.get("answer_space_ids"), meta.get("answer_space_labels")
+        if not isinstance(answer_ids, list) or not isinstance(answer_labels, list) or len(answer_ids) != len(answer_labels):
+            raise KGFormatError(metadata_path, None, f"relation {code}: answer_space_ids and answer_space_labels must be lists of equal length")
+    else:
+        first_label: dict[str, str] = {}
+        for _, record in records:
+            first_label.setdefault(record["obj_id"], record["obj_label"])
+        answer_ids, answer_labels = list(first_label), list(first_label.values())
+    position = {answer: i for i, answer in enumerate(answer_ids)}
+    gold, seen_subjects = [], set()
+    for line, record in records:
+        if record["obj_id"] not in position:
+            raise KGFormatError(path, line, f"obj_id {record['obj_id']} is not in the answer space of {code}")
+        answer = position[record["obj_id"]]
+        if "answer_idx" in record and record["answer_idx"] != answer:
+            raise KGFormatError(path, line, f"answer_idx {record['answer_idx']} does not point at obj_id {record['obj_id']} (position {answer})")
+        if record["sub_id"] in seen_subjects:
+            raise KGFormatError(path, line, f"subject {record['sub_id']} appears twice in {code}")
+        seen_subjects.add(record["sub_id"])
+        gold.append(answer)
+    gold = np.asarray(gold, dtype=np.int64)
+    cardinality = "N:1" if len(np.unique(gold)) < len(gold) else "1:1"
+    rows = sample_rows(code, len(records), max_instances, seed)
+    domains = info.get(code, {}).get("domains", []) if isinstance(info.get(code), dict) else []
+    return BearRelation(
+        code=code,
+        templates=templates,
+        answer_ids=list(answer_ids),
+        answer_labels=list(answer_labels),
+        subject_ids=[records[r][1]["sub_id"] for r in rows],
+        subject_labels=[records[r][1]["sub_label"] for r in rows],
+        gold=gold[rows],
+        rows=rows,
+        domains=list(domains),
+        cardinality=cardinality,
+        total_instances=len(records),
+    )
+
+
+def load_bear_dataset(
+    name_or_path: str,
+    data_dir: Optional[str | Path] = None,
+    relations: Optional[Sequence[str]] = None,
+    max_instances: Optional[int] = None,
+    seed: int = 0,
+) -> BearDataset:
+    """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.
+
+    ``relations``: codes to keep (default: every relation with a file); ``max_instances``:
+    at most this many instances per relation, sampled with ``seed``.
+    """
+    from kg_data.locate import find_dataset
+
+    if name_or_path.lower() in ("bear", "bear-big"):
+        folder = find_dataset(name_or_path.lower(), data_dir)
+        name = name_or_path.lower()
+    else:
+        folder = Path(name_or_path).expanduser()
+        name = folder.name
+        if not (folder / METADATA_FILE).is_file():
+            raise KGNotFoundError(f"{folder} holds no {METADATA_FILE}; not a BEAR-format data set")
+    metadata = _read_json(folder / METADATA_FILE)
+    if not isinstance(metadata, dict):
+        raise KGFormatError(folder / METADATA_FILE, None, "expected a JSON object {relation: {...}}")
+    if relations:
+        unknown = [r for r in relations if r not in metadata]
+        if unknown:
+            raise ValueError(f"relation(s) {', '.join(unknown)} not in {folder / METADATA_FILE}")
+    wanted = list(relations) if relations else list(metadata)
+    without_file = [code for code in wanted if not (folder / f"{code}.jsonl").is_file()]
+    if relations and without_file:
+        raise ValueError(f"relation(s) {', '.join(without_file)} have no .jsonl file in {folder}")
+    info = _relation_info(folder)
+    loaded = {
+        code: load_relation(folder, code, metadata[code], info, max_instances, seed) for code in wanted if code not in without_file
+    }
+    return BearDataset(name, str(folder), loaded, without_file)

@@ -1,0 +1,51 @@
+"""The `deer` command: help, probe on a tiny KG, and clear errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from deer.cli import main
+
+
+def test_help_on_every_command():
+    runner = CliRunner()
+    for args in ([], ["probe"], ["models"], ["data"]):
+        result = runner.invoke(main, [*args, "--help"])
+        assert result.exit_code == 0, result.output
+        assert "Usage" in result.output
+
+
+def test_probe_on_tiny_kg(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "Hit@10" in result.output and "random" in result.output
+    assert {"metrics.json", "metadata.json"} <= {p.name for p in out.iterdir()}
+    metadata = json.loads((out / "metadata.json").read_text())["deer"]
+    assert metadata["queries"] == 4 and metadata["candidates"] == 12
+    again = CliRunner().invoke(main, args)
+    assert "12 entities, 4 queries from cache" in again.output
+
+
+def test_unavailable_model_is_a_clear_error(tiny_kg_dir):
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", "opt-1.3b"])
+    assert result.exit_code == 1
+    assert "facebook/opt-1.3b" in result.output and "Traceback" not in result.output
+
+
+def test_bad_kg_file_is_a_clear_error(tiny_kg_dir):
+    (tiny_kg_dir / "test.tsv").write_text("e6\tcapital_of\n")
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir)])
+    assert result.exit_code == 1
+    assert f"{tiny_kg_dir / 'test.tsv'}:1" in result.output and "columns" in result.output
+
+
+def test_models_lists_default_as_installed():
+    result = CliRunner().invoke(main, ["models", "--json"])
+    rows = {row["alias"]: row for row in json.loads(result.output)}
+    assert rows["smollm2-135m"]["installed"] is True
+    assert rows["opt-1.3b"]["model"] == "facebook/opt-1.3b"

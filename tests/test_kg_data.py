@@ -1,0 +1,159 @@
+"""KG readers: WN18RR sizes and texts, the generic TSV/JSONL format, and file:line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kg_data import KGFormatError, KGNotFoundError, build_queries, known_tails, load_kg
+from kg_data.textual import load_textual_kg
+from kg_data.wn18rr import split_entity_text
+
+
+@pytest.fixture(scope="module")
+def wn18rr():
+    return load_kg("wn18rr")
+
+
+def test_wn18rr_sizes(wn18rr):
+    assert wn18rr.n_entities == 40943
+    assert wn18rr.n_relations == 11
+    assert [len(wn18rr.triples(s)) for s in ("train", "valid", "test")] == [86835, 3034, 3134]
+
+
+def test_wn18rr_texts(wn18rr):
+    stool = wn18rr.entity_index["14854262"]
+    assert wn18rr.entity_names[stool] == "stool"
+    assert wn18rr.entity_descriptions[stool] == "solid excretory product evacuated from the bowels"
+    assert "derivationally related form" in wn18rr.relation_names
+    assert all(not name.startswith("_") and "_" not in name for name in wn18rr.relation_names)
+    assert all(wn18rr.entity_descriptions), "empty descriptions must become '-'"
+
+
+def test_split_entity_text_at_first_comma():
+    assert split_entity_text("saxony, an area in Germany, near x") == ("saxony", "an area in Germany, near x")
+    assert split_entity_text("lonely") == ("lonely", "")
+
+
+def test_missing_data_names_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEER_DATA_DIR", str(tmp_path / "nowhere"))
+    import kg_data.locate as locate
+
+    monkeypatch.setattr(locate, "default_data_dirs", lambda: [tmp_path / "default"])
+    from kg_data.locate import find_dataset
+
+    with pytest.raises(KGNotFoundError) as error:
+        find_dataset("wn18rr", data_dir=tmp_path / "given")
+    assert str(tmp_path / "given") in str(error.value)
+    assert "--data-dir" in str(error.value) and str(tmp_path / "default") in str(error.value)
+
+
+def test_generic_tsv_reader(tiny_kg_dir):
+    kg = load_textual_kg(tiny_kg_dir)
+    assert kg.n_entities == 12 and kg.n_relations == 3
+    assert len(kg.triples("train")) == 9 and len(kg.triples("test")) == 4
+    assert kg.entity_descriptions[kg.entity_index["e9"]] == "-"
+    assert kg.relation_names[kg.relation_index["capital_of"]] == "capital of"
+
+
+def test_generic_jsonl_reader(tmp_path):
+    folder = tmp_path / "kg"
+    folder.mkdir()
+    (folder / "entities.jsonl").write_text(
+        json.dumps({"id": "a", "name": "alpha", "description": "first"}) + "\n" + json.dumps({"id": "b", "name": "beta"}) + "\n"
+    )
+    (folder / "relations.jsonl").write_text(json.dumps({"id": "r", "name": "related to"}) + "\n")
+    (folder / "test.jsonl").write_text(json.dumps({"head": "a", "relation": "r", "tail": "b"}) + "\n")
+    kg = load_kg(str(folder))
+    assert kg.entity_names == ["alpha", "beta"] and kg.entity_descriptions == ["first", "-"]
+    assert kg.triples("test").tolist() == [[0, 0, 1]]
+
+
+def _break(folder, file_name, text, mode="w"):
+    path = folder / file_name
+    if mode == "wb":
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "file_name, content, line, problem",
+    [
+        ("test.tsv", "e6\tcapital_of\te7\ne10\t_hypernym\tnope\n", 2, "unknown tail entity id 'nope'"),
+        ("test.tsv", "e6\tcapital_of\te7\nghost\t_hypernym\te9\n", 2, "unknown head entity id 'ghost'"),
+        ("train.tsv", "e0\t_hypernym\te3\ne1\te3\n", 2, "expected 3 tab-separated columns, found 2"),
+        ("entities.tsv", "e0\tdog\tx\ne1\tcat\ty\ne0\tdoggo\tz\n", 3, "duplicate entity id 'e0'"),
+        ("entities.tsv", "e0\tdog\tx\ne1\t \ty\n", 2, "empty name for entity 'e1'"),
+        ("test.tsv", "e6\tunknown_rel\te7\n", 1, "unknown relation id 'unknown_rel'"),
+    ],
+)
+def test_bad_files_name_file_line_and_problem(tiny_kg_dir, file_name, content, line, problem):
+    path = _break(tiny_kg_dir, file_name, content)
+    with pytest.raises(KGFormatError) as error:
+        load_textual_kg(tiny_kg_dir)
+    assert error.value.path == str(path)
+    assert error.value.line == line
+    assert problem in str(error.value)
+    assert f"{path}:{line}" in str(error.value)
+
+
+def test_bad_encoding_is_reported_with_line(tiny_kg_dir):
+    path = _break(tiny_kg_dir, "entities.tsv", "e0\tdog\tx\ne1\tca\xfft\ty\n".encode("latin-1"), mode="wb")
+    with pytest.raises(KGFormatError) as error:
+        load_textual_kg(tiny_kg_dir)
+    assert error.value.line == 2 and "UTF-8" in str(error.value) and error.value.path == str(path)
+
+
+def test_invalid_jsonl_line(tmp_path):
+    folder = tmp_path / "kg"
+    folder.mkdir()
+    (folder / "entities.jsonl").write_text('{"id": "a", "name": "alpha"}\n{"id": "b" "name": "beta"}\n')
+    (folder / "relations.jsonl").write_text('{"id": "r", "name": "r"}\n')
+    (folder / "test.jsonl").write_text('{"head": "a", "relation": "r", "tail": "a"}\n')
+    with pytest.raises(KGFormatError) as error:
+        load_kg(str(folder))
+    assert error.value.line == 2 and "invalid JSON" in str(error.value)
+
+
+def test_queries_and_filter_on_tiny_kg(tiny_kg_dir):
+    kg = load_textual_kg(tiny_kg_dir)
+    queries = build_queries(kg, "test")
+    assert len(queries) == 4 and len(queries.candidates) == 12
+    index = kg.entity_index
+    # (e0, _hypernym, ?) has true tails e3 (gold, test and train) and e2 (train): e2 is filtered.
+    row = [i for i, t in enumerate(queries.triples.tolist()) if t[0] == index["e0"]][0]
+    assert queries.gold[row] == index["e3"]
+    assert queries.filter_tails[row].tolist() == [index["e2"]]
+    # e10 _hypernym: gold e9 (test), e8 (train) filtered
+    row = [i for i, t in enumerate(queries.triples.tolist()) if t[0] == index["e10"]][0]
+    assert queries.filter_tails[row].tolist() == [index["e8"]]
+
+
+def test_subset_protocol(wn18rr):
+    queries = build_queries(wn18rr, "test", subset=500, seed=0)
+    assert len(queries) == 500
+    expected = np.unique(np.concatenate([queries.triples[:, 0], queries.triples[:, 2]]))
+    assert queries.candidates.tolist() == expected.tolist()
+    assert np.all(queries.candidates[queries.gold] == queries.triples[:, 2])
+    again = build_queries(wn18rr, "test", subset=500, seed=0)
+    assert again.triples.tolist() == queries.triples.tolist()
+    other = build_queries(wn18rr, "test", subset=500, seed=1)
+    assert other.triples.tolist() != queries.triples.tolist()
+
+
+def test_filter_matches_brute_force(wn18rr):
+    queries = build_queries(wn18rr, "test", subset=300, seed=3)
+    all_triples = {tuple(t) for t in wn18rr.all_triples().tolist()}
+    candidate_set = set(queries.candidates.tolist())
+    for (head, relation, tail), filtered in zip(queries.triples.tolist(), queries.filter_tails):
+        expected = sorted(
+            int(np.searchsorted(queries.candidates, e))
+            for e in candidate_set
+            if e != tail and (head, relation, e) in all_triples
+        )
+        assert filtered.tolist() == expected
+    assert sum(len(tails) for tails in known_tails(wn18rr).values()) == 93003

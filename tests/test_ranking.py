@@ -1,0 +1,113 @@
+"""Shared ranking: exact ranks vs plain loops, FAISS vs numpy, filtering, ties, metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deer.metrics import grouped_metrics, random_baseline, rank_metrics
+from deer.ranking import (
+    candidate_counts,
+    cosine_gold_ranks,
+    faiss_top_k,
+    gold_ranks_from_scores,
+    normalize_rows,
+    rank_of,
+    top_k_from_scores,
+)
+
+
+def _random_problem(seed, n_queries=40, n_candidates=300, dim=16):
+    rng = np.random.default_rng(seed)
+    queries = rng.normal(size=(n_queries, dim)).astype(np.float32)
+    entities = rng.normal(size=(n_candidates, dim)).astype(np.float32)
+    gold = rng.integers(0, n_candidates, size=n_queries)
+    filters = []
+    for g in gold:
+        others = rng.choice(n_candidates, size=rng.integers(0, 6), replace=False)
+        filters.append(np.sort(others[others != g]))
+    return queries, entities, gold, filters
+
+
+def test_cosine_ranks_equal_plain_numpy_sort():
+    queries, entities, gold, filters = _random_problem(0)
+    ranks = cosine_gold_ranks(queries, entities, gold, filters, chunk_size=7)
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    e = entities / np.linalg.norm(entities, axis=1, keepdims=True)
+    scores = q @ e.T
+    for i in range(len(queries)):
+        order = np.argsort(-scores[i], kind="stable")
+        assert ranks.raw[i] == np.where(order == gold[i])[0][0] + 1  # no ties in random floats
+        assert ranks.filtered[i] == rank_of(scores[i], gold[i], filters[i])
+
+
+def test_faiss_top_k_equals_numpy_ranking():
+    queries, entities, _, _ = _random_problem(1)
+    scores, top = faiss_top_k(queries, entities, 10)
+    plain = normalize_rows(queries) @ normalize_rows(entities).T
+    expected = np.argsort(-plain, axis=1, kind="stable")[:, :10]
+    assert np.array_equal(top, expected)
+    assert np.allclose(scores, np.take_along_axis(plain, expected, axis=1), atol=1e-5)
+
+
+def test_filtered_rank_equals_brute_force_removal():
+    _, _, gold, filters = _random_problem(2)
+    rng = np.random.default_rng(2)
+    scores = rng.integers(0, 20, size=(len(gold), 300)).astype(np.float64)  # many ties
+    ranks = gold_ranks_from_scores(scores, gold, filters)
+    for i in range(len(gold)):
+        keep = np.setdiff1d(np.arange(300), filters[i])
+        kept_scores = scores[i, keep]
+        g = scores[i, gold[i]]
+        assert ranks.filtered_optimistic[i] == 1 + np.sum(kept_scores > g)
+        assert ranks.filtered_pessimistic[i] == np.sum(kept_scores >= g)
+        assert ranks.raw_optimistic[i] == 1 + np.sum(scores[i] > g)
+        assert ranks.filtered[i] == rank_of(scores[i], gold[i], filters[i])
+
+
+def test_ties_give_optimistic_pessimistic_realistic():
+    scores = np.array([[0.5, 0.9, 0.5, 0.5, 0.1]])
+    ranks = gold_ranks_from_scores(scores, np.array([0]), [np.array([2])])
+    assert ranks.raw_optimistic[0] == 2 and ranks.raw_pessimistic[0] == 4 and ranks.raw[0] == 3
+    assert ranks.filtered_optimistic[0] == 2 and ranks.filtered_pessimistic[0] == 3 and ranks.filtered[0] == 2.5
+
+
+def test_nan_scores_rank_last():
+    scores = np.array([[np.nan, 0.2, 0.1]])
+    assert gold_ranks_from_scores(scores, np.array([2]), [np.array([], dtype=int)]).raw[0] == 2
+
+
+def test_top_k_from_scores_best_first():
+    scores = np.array([[0.1, 0.7, 0.3, 0.9], [4.0, 3.0, 2.0, 1.0]])
+    assert top_k_from_scores(scores, 3).tolist() == [[3, 1, 2], [0, 1, 2]]
+
+
+def test_metrics_hand_computed():
+    metrics = rank_metrics(np.array([1, 2, 4, 20, 200]), ks=(1, 3, 10, 100))
+    assert metrics["hit@1"] == pytest.approx(0.2)
+    assert metrics["hit@3"] == pytest.approx(0.4)
+    assert metrics["hit@10"] == pytest.approx(0.6)
+    assert metrics["hit@100"] == pytest.approx(0.8)
+    assert metrics["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.05 + 0.005) / 5)
+    assert metrics["mr"] == pytest.approx(227 / 5)
+    assert metrics["hit@1_se"] == pytest.approx(np.std([1, 0, 0, 0, 0], ddof=1) / np.sqrt(5))
+
+
+def test_random_baseline_matches_simulation():
+    counts = np.array([10.0, 100.0])
+    baseline = random_baseline(counts, ks=(1, 10))
+    assert baseline["hit@1"] == pytest.approx((0.1 + 0.01) / 2)
+    assert baseline["hit@10"] == pytest.approx((1.0 + 0.1) / 2)
+    assert baseline["mr"] == pytest.approx((5.5 + 50.5) / 2)
+    harmonic = lambda n: sum(1 / k for k in range(1, n + 1))  # noqa: E731
+    assert baseline["mrr"] == pytest.approx((harmonic(10) / 10 + harmonic(100) / 100) / 2)
+    rng = np.random.default_rng(0)
+    simulated = np.concatenate([rng.integers(1, 11, 20000), rng.integers(1, 101, 20000)])
+    assert rank_metrics(simulated, ks=(10,))["hit@10"] == pytest.approx(baseline["hit@10"], abs=0.01)
+
+
+def test_candidate_counts_and_grouping():
+    filters = [np.array([1, 2]), np.array([], dtype=int)]
+    assert candidate_counts(10, filters, filtered=True).tolist() == [8, 10]
+    grouped = grouped_metrics(np.array([1, 3, 5]), ["b", "a", "b"], ks=(1,))
+    assert list(grouped) == ["a", "b"] and grouped["b"]["hit@1"] == 0.5
