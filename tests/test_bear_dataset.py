@@ -1,0 +1,147 @@
+"""BEAR data set reader and score on small constructed data sets with known answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bear_ref.dataset import bear_metrics, score_relation
+from bear_ref.statement_scorer import fill_answer, split_template
+from kg_data.bear import load_bear_dataset
+from kg_data.errors import KGFormatError
+
+CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
+LANGUAGES = [("Q90", "Paris", "Q150", "French"), ("Q64", "Berlin", "Q188", "German"), ("Q220", "Rome", "Q652", "Italian"),
+             ("Q456", "Lyon", "Q150", "French")]
+
+
+def write_dataset(folder: Path, with_answer_space: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    metadata = {
+        "P36": {"templates": ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "[X]'s capital, [Y], is large."]},
+        "P37": {"templates": ["The language of [X] is [Y].", "People in [X] speak [Y].", "[Y] is spoken in [X]."]},
+        "P999": {"templates": ["[X] and [Y]."]},  # no file: skipped, as BEAR-big's P414
+    }
+    if with_answer_space:
+        metadata["P36"]["answer_space_ids"] = [c[2] for c in CAPITALS]
+        metadata["P36"]["answer_space_labels"] = [c[3] for c in CAPITALS]
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    (folder / "P36.jsonl").write_text("".join(
+        json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": ol, **({"answer_idx": i} if with_answer_space else {})}) + "\n"
+        for i, (s, sl, o, ol) in enumerate(CAPITALS)))
+    (folder / "P37.jsonl").write_text("".join(
+        json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": ol}) + "\n" for s, sl, o, ol in LANGUAGES))
+    (folder.parent / "relation_info.json").write_text(json.dumps({"P36": {"domains": ["Geographic"]}, "P37": {"domains": ["Geographic", "Cultural"]}}))
+    return folder
+
+
+def test_reader_answer_spaces_domains_cardinality(tmp_path):
+    data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")))
+    assert list(data.relations) == ["P36", "P37"] and data.relations_without_file == ["P999"]
+    capital, language = data.relations["P36"], data.relations["P37"]
+    assert capital.answer_labels == ["Paris", "Berlin", "Rome"] and capital.gold.tolist() == [0, 1, 2]
+    assert language.answer_labels == ["French", "German", "Italian"]  # distinct objects, first appearance
+    assert language.gold.tolist() == [0, 1, 2, 0]
+    assert capital.cardinality == "1:1" and language.cardinality == "N:1"
+    assert language.domains == ["Geographic", "Cultural"]
+    assert data.n_statements == 3 * 3 * 3 + 4 * 3 * 3
+
+
+def test_subset_is_seeded_and_keeps_answer_space(tmp_path):
+    folder = write_dataset(tmp_path / "BEARmini")
+    a = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=1)
+    b = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=1)
+    assert list(a.relations) == ["P37"] and len(a.relations["P37"]) == 2
+    assert a.relations["P37"].rows.tolist() == b.relations["P37"].rows.tolist()
+    assert len(a.relations["P37"].answer_ids) == 3 and a.relations["P37"].cardinality == "N:1"
+    with pytest.raises(ValueError, match="P5"):
+        load_bear_dataset(str(folder), relations=["P5"])
+
+
+def test_errors_name_file_and_line(tmp_path):
+    folder = write_dataset(tmp_path / "BEARmini")
+    lines = (folder / "P36.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"answer_idx": 1', '"answer_idx": 2')
+    (folder / "P36.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(KGFormatError, match=r"P36.jsonl:2: answer_idx 2"):
+        load_bear_dataset(str(folder))
+    (folder / "P36.jsonl").write_text('{"sub_id": "Q1"\n')
+    with pytest.raises(KGFormatError, match=r"P36.jsonl:1: invalid JSON"):
+        load_bear_dataset(str(folder))
+    (folder / "metadata_relations.json").write_text(json.dumps({"P36": {"templates": ["no placeholder"]}}))
+    with pytest.raises(KGFormatError, match=r"metadata_relations.json: relation P36: template"):
+        load_bear_dataset(str(folder))
+
+
+def test_real_bear_counts():
+    try:
+        data = load_bear_dataset("bear")
+    except Exception as error:  # noqa: BLE001 - optional data
+        pytest.skip(f"BEAR not available: {error}")
+    assert data.n_instances == 7731 and data.n_statements == 628_497 and len(data.relations) == 60
+
+
+def test_template_split_anywhere():
+    assert split_template("[Y] is the capital of [X].", "France") == ("", "[Y] is the capital of France.")
+    assert fill_answer("", "[Y] is the capital of France.", "paris") == ("", "Paris is the capital of France.")
+    prefix, suffix = split_template("[X]'s capital, [Y], is large.", "france")
+    assert fill_answer(prefix, suffix, "Paris") == ("France's capital,", " Paris, is large.")
+
+
+class OracleScorer:
+    """Scores the statement naming a fixed answer highest; records what it was asked."""
+
+    def __init__(self, wrong_for: set):
+        self.wrong_for, self.calls = wrong_for, []
+
+    def score(self, context, continuations):
+        self.calls.append((context, list(continuations)))
+        text = context + continuations[0]
+        truth = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Paris": "French", "Berlin": "German",
+                 "Rome": "Italian", "Lyon": "French"}
+        subject = next(s for s in truth if s in context + "".join(continuations) and all(s in context + c for c in continuations))
+        answer = truth[subject]
+        if (subject, text) in self.wrong_for or subject in self.wrong_for:
+            answer = "Rome" if answer != "Rome" else "Paris"
+        return np.asarray([1.0 if answer in c else 0.0 for c in continuations])
+
+
+def test_score_and_metrics_with_known_answers(tmp_path):
+    data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")))
+    scorer = OracleScorer(wrong_for={"Germany"})  # wrong on 1 of 3 capitals, in every template
+    table = pd.concat([score_relation(scorer, relation) for relation in data.relations.values()], ignore_index=True)
+    assert len(table) == 3 * 3 + 4 * 3
+    assert ("The capital of France is", [" Paris.", " Berlin.", " Rome."]) in scorer.calls
+    metrics = bear_metrics(table, data)
+    capital = metrics["per_relation"]["P36"]
+    assert capital["accuracy_per_template"] == {0: pytest.approx(2 / 3), 1: pytest.approx(2 / 3), 2: pytest.approx(2 / 3)}
+    assert capital["accuracy_std"] == 0 and capital["random_baseline"] == pytest.approx(1 / 3)
+    assert metrics["per_relation"]["P37"]["accuracy_mean"] == 1.0
+    assert metrics["overall"]["accuracy_mean"] == pytest.approx((2 + 4) / 7)
+    assert metrics["per_cardinality"]["1:1"]["accuracy_mean"] == pytest.approx(2 / 3)
+    assert metrics["per_domain"]["Cultural"]["accuracy_mean"] == 1.0
+    assert metrics["per_domain"]["Geographic"]["accuracy_mean"] == pytest.approx(6 / 7)
+    wrong = table[~table["correct"]]
+    assert set(wrong["sub_label"]) == {"Germany"} and set(wrong["predicted_label"]) == {"Rome"}
+
+
+def test_bear_dataset_on_smollm2(smollm2, tmp_path):
+    """Real model on three capitals: the shared-prefix scorer ranks like whole statements do."""
+    from bear_ref.plain_scorer import plain_conditional_scores
+    from bear_ref.statement_scorer import StatementScorer
+
+    model, tokenizer = smollm2
+    data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), relations=["P36"])
+    relation = data.relations["P36"]
+    table = score_relation(StatementScorer(model, tokenizer), relation)
+    prefix, suffix = split_template(relation.templates[1], "France")
+    pairs = [fill_answer(prefix, suffix, a) for a in relation.answer_labels]
+    plain = plain_conditional_scores(model, tokenizer, pairs[0][0], [c for _, c in pairs])
+    row = table[(table["template"] == 1) & (table["sub_label"] == "France")].iloc[0]
+    assert row["gold_score"] == pytest.approx(plain[0], abs=1e-4)
+    assert row["correct"] == (int(np.argmax(plain)) == 0)
+    assert table["correct"].mean() >= 2 / 3  # SmolLM2 knows most European capitals
