@@ -1,0 +1,295 @@
+"""`deer experiment ...`: compute-time, token-bias, agreement, screen.
+
+Each subcommand either reads existing run folders (``--run DIR``, as written by ``deer probe``
+and the bear_ref probes) or runs the probes itself (``--kg --model --subset``) into
+``--runs-dir`` (default ``runs/``, the folders ``deer probe`` uses), so expensive runs are shared.
+Results (CSV + markdown tables, PNG figures, one JSON) go to ``--out``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import click
+
+from deer.cli import UserFacingError, friendly_errors, kg_options, template_options
+from deer.models import DEFAULT_MODEL
+
+
+def reference_errors(command):
+    """Missing bear_ref parts become a clear message, like the other user-caused errors."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from experiments.reference import ReferenceUnavailable
+
+        try:
+            return command(*args, **kwargs)
+        except ReferenceUnavailable as error:
+            raise UserFacingError(str(error)) from None
+
+    return wrapper
+
+
+def models_options(command):
+    """--model (repeatable) / --dtype / --device."""
+    command = click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0.")(command)
+    command = click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
+                           show_default=True)(command)
+    command = click.option("--model", "model_names", multiple=True,
+                           help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")(command)
+    return command
+
+
+def run_source_options(command):
+    """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
+    command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
+    command = click.option("--token-budget", default=8192, show_default=True, help="DEER: max padded tokens per batch.")(command)
+    command = click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True)(command)
+    command = click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
+                           help="Where probe runs made by this command go (one folder per model).")(command)
+    command = click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+                           help="Existing run folder (ranks table); repeat for several models. Skips running probes.")(command)
+    return command
+
+
+def out_option(default: str):
+    return click.option("--out", "out_dir", type=click.Path(file_okay=False), default=default, show_default=True,
+                        help="Folder for the tables, figures and JSON.")
+
+
+def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
+                  k_shot, shots, query_trailing_space, token_budget, no_cache):
+    """Runs read from --run folders, or made now for each --model; returns (runs, settings)."""
+    from experiments.runs import load_run, run_folder_name, run_probes
+
+    if run_dirs:
+        if model_names:
+            raise click.UsageError("give either --run folders or --model names, not both")
+        runs = [load_run(Path(d)) for d in run_dirs]
+        labels = [run.label for run in runs]
+        for run in runs:  # two runs of one model (e.g. two KGs or seeds) stay apart by folder
+            if labels.count(run.label) > 1:
+                run.label = f"{run.label} ({run.folder.name})"
+        return runs, {"source": "run folders", "runs": list(run_dirs)}
+    from deer.templates import PromptTemplates
+    from kg_data import build_queries, load_kg
+
+    knowledge_graph = load_kg(kg, data_dir)
+    queries = build_queries(knowledge_graph, split, subset, seed)
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
+    click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates; "
+               f"probes {', '.join(probes)}")
+    runs = []
+    for model_name in model_names or (DEFAULT_MODEL,):
+        folder = Path(runs_dir) / run_folder_name(kg, split, subset, seed, model_name)
+        runs.append(run_probes(queries, model_name, probes, folder, templates, dtype=dtype, device=device,
+                               token_budget=token_budget, use_cache=not no_cache, log=click.echo))
+    settings = {"source": "probes run now", "kg": knowledge_graph.name, "split": split, "subset": subset, "seed": seed,
+                "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
+                "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
+    return runs, settings
+
+
+def _parse_probes(text: str, allowed=("deer", "bear", "lama")) -> list[str]:
+    probes = [p.strip().lower() for p in text.split(",") if p.strip()]
+    unknown = [p for p in probes if p not in allowed]
+    if unknown:
+        raise click.BadParameter(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(allowed)}")
+    return probes
+
+
+def _parse_ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got '{text}'") from None
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def experiment():
+    """Experiments of the DEER paper on your models and KGs.
+
+    \b
+    compute-time  DEER timed vs BEAR extrapolated from query subsets (Table 1)
+    token-bias    correlation of gold tail token length with its rank (Figure 4)
+    agreement     correlation of gold ranks between DEER, BEAR and LAMA
+    screen        leaderboard of many checkpoints by DEER (and a reference probe)
+    """
+
+
+@experiment.command("token-bias")
+@kg_options
+@models_options
+@template_options
+@run_source_options
+@click.option("--probes", default="deer,bear", show_default=True, help="Probes to run/compare (deer, bear, lama).")
+@out_option("results/token-bias")
+@friendly_errors
+@reference_errors
+def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
+                       run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, out_dir):
+    """Pearson r / Spearman rho between gold tail token length and rank, per probe; box plot.
+
+    Paper: 500 WN18RR test queries (--subset 500), BEAR r = 0.48, DEER r = 0.005.
+    """
+    from experiments.token_bias import run_token_bias
+
+    probe_list = _parse_probes(probes)
+    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
+                                   device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+    result = run_token_bias(runs, Path(out_dir), rank_type=rank_type, probes=probe_list, settings=settings)
+    click.echo(f"\ntoken length vs {rank_type} rank (paper: BEAR r=0.48, DEER r=0.005)")
+    click.echo(f"{'model':<24}{'probe':<7}{'n':>6}{'pearson r':>11}{'p':>11}{'spearman':>10}")
+    for row in result["correlations"]:
+        click.echo(f"{row['model'][:23]:<24}{row['probe']:<7}{row['n']:>6}{_fmt(row['pearson_r']):>11}"
+                   f"{row['pearson_p']:>11.2g}{_fmt(row['spearman_rho']):>10}")
+    click.echo(f"results: {result['out_dir']}")
+
+
+@experiment.command("agreement")
+@kg_options
+@models_options
+@template_options
+@run_source_options
+@click.option("--probes", default="deer,bear,lama", show_default=True, help="Probes to run/compare.")
+@click.option("--hit-k", default=10, show_default=True, help="k of the Hit@k quadrants in the scatter plots.")
+@click.option("--bootstrap", default=1000, show_default=True, help="Bootstrap resamples for the log-rank r interval (0: none).")
+@out_option("results/agreement")
+@friendly_errors
+@reference_errors
+def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
+                      run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, hit_k, bootstrap, out_dir):
+    """Pearson r of gold ranks between probes (linear and log), Hit@1/10/100 side by side, scatter plots.
+
+    Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B).
+    """
+    from experiments.agreement import run_agreement
+
+    probe_list = _parse_probes(probes)
+    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
+                                   device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+    result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=seed,
+                           settings=settings)
+    click.echo(f"\nagreement of {rank_type} gold ranks (paper: DEER vs LAMA log-rank r = 0.50 .. 0.80)")
+    click.echo(f"{'model':<24}{'pair':<16}{'n':>6}{'r':>8}{'r (log)':>9}{'p (log)':>10}{'95% CI (log)':>18}")
+    for row in result["pairs"]:
+        interval = f"[{_fmt(row['pearson_r_log_ci_low'], 2)}, {_fmt(row['pearson_r_log_ci_high'], 2)}]"
+        click.echo(f"{row['model'][:23]:<24}{row['pair']:<16}{row['n']:>6}{_fmt(row['pearson_r']):>8}"
+                   f"{_fmt(row['pearson_r_log']):>9}{row['pearson_p_log']:>10.2g}{interval:>18}")
+    click.echo(f"\n{'model':<24}{'probe':<7}{'Hit@1':>14}{'Hit@10':>14}{'Hit@100':>14}")
+    for row in result["hits"]:
+        cells = "".join(f"{_fmt(row[f'hit@{k}']) + '±' + _fmt(row[f'hit@{k}_se']):>14}" for k in (1, 10, 100))
+        click.echo(f"{row['model'][:23]:<24}{row['probe']:<7}{cells}")
+    click.echo(f"results: {result['out_dir']}")
+
+
+@experiment.command("screen")
+@kg_options
+@models_options
+@template_options
+@run_source_options
+@click.option("--reference", type=click.Choice(["none", "bear", "lama"]), default="none", show_default=True,
+              help="Also run a reference probe and compare the model orderings.")
+@click.option("--metric", type=click.Choice(["hit@1", "hit@3", "hit@10", "hit@100", "mrr"]), default="hit@10",
+              show_default=True, help="Leaderboard order.")
+@out_option("results/screen")
+@friendly_errors
+@reference_errors
+def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
+                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, out_dir):
+    """Leaderboard of many checkpoints (repeat --model, or --run) by DEER, reusing cached work.
+
+    With --reference bear|lama: also that probe's leaderboard and the Spearman/Kendall
+    correlation between the two model orderings.
+    """
+    from experiments.screen import run_screen
+
+    reference = None if reference == "none" else reference
+    probe_list = ["deer"] + ([reference] if reference else [])
+    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
+                                   device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+    result = run_screen(runs, Path(out_dir), reference=reference, metric=metric, rank_type=rank_type, settings=settings)
+    click.echo(f"\nDEER leaderboard by {metric} ({rank_type})")
+    click.echo(f"{'#':>3} {'model':<28}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'±se':>7}{'MRR':>8}{'cached':>8}")
+    for row in result["leaderboard"]:
+        click.echo(f"{row['place']:>3} {row['model'][:27]:<28}{row['n']:>6}{row['hit@1']:>8.3f}{row['hit@10']:>8.3f}"
+                   f"{row['hit@10_se']:>7.3f}{row['mrr']:>8.4f}{row.get('from_cache', 0):>8}")
+    if reference:
+        for name in ("hit@10", "mrr"):
+            o = result["ordering_agreement"][name]
+            click.echo(f"ordering DEER vs {reference} by {name}: Spearman {_fmt(o['spearman_rho'])} (p {_fmt(o['spearman_p'])}), "
+                       f"Kendall {_fmt(o['kendall_tau'])} (p {_fmt(o['kendall_p'])}), {o['n_models']} models")
+    click.echo(f"results: {result['out_dir']}")
+
+
+@experiment.command("compute-time")
+@click.option("--kg", default="wn18rr", show_default=True, help="'wn18rr' or a folder with a KG in the TSV/JSONL format.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the data sets.")
+@click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True,
+              help="Split the timed queries are sampled from.")
+@click.option("--seed", default=0, show_default=True, help="Seed for the query/candidate samples and few-shot examples.")
+@template_options
+@click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, help="Model alias, hub id or folder.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--query-sizes", default=",".join(map(str, range(16, 152, 15))), show_default=True,
+              help="|Q| values timed for the BEAR linear fit (paper: 16,31,...,151).")
+@click.option("--candidates", type=int, default=None,
+              help="Entities per query for bear_ref (default all; sampled, gold tails kept); scaled to all.")
+@click.option("--repeats", default=3, show_default=True, help="Timed runs per size on fresh query subsets.")
+@click.option("--plain-statements", type=int, default=32, show_default=True,
+              help="Statements per query timed for the plain scorer (scaled to all entities).")
+@click.option("--deer-queries", type=int, default=None, help="DEER: queries timed (default all of --split).")
+@click.option("--deer-candidates", type=int, default=None, help="DEER: entities timed (default all); scaled to all.")
+@click.option("--target", default="all", show_default=True,
+              help="Queries to extrapolate to: 'all' triples of every split (paper) or a split name.")
+@click.option("--scorers", default="bear_ref,plain", show_default=True, help="BEAR scorers to time (bear_ref, plain).")
+@click.option("--no-warmup", is_flag=True, help="Do not run a small untimed warm-up first.")
+@out_option("results/compute-time")
+@friendly_errors
+@reference_errors
+def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailing_space, model_name, dtype, device,
+                         query_sizes, candidates, repeats, plain_statements, deer_queries, deer_candidates, target, scorers,
+                         no_warmup, out_dir):
+    """DEER timed directly vs BEAR timed on query subsets and extrapolated by a linear fit (Table 1).
+
+    Sizes are set by --query-sizes, --candidates, --plain-statements and --deer-queries.
+    Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
+    """
+    from deer.probe import open_model
+    from deer.templates import PromptTemplates
+    from experiments.compute_time import run_compute_time
+    from experiments.reference import TIMED_SCORERS
+    from kg_data import load_kg
+
+    scorer_list = [s.strip() for s in scorers.split(",") if s.strip()]
+    unknown = [s for s in scorer_list if s not in TIMED_SCORERS]
+    if unknown:
+        raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown)}; choose from {', '.join(TIMED_SCORERS)}")
+    knowledge_graph = load_kg(kg, data_dir)
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    result = run_compute_time(
+        knowledge_graph, loaded, templates, Path(out_dir), split=split, query_sizes=_parse_ints(query_sizes),
+        candidates=candidates, repeats=repeats, plain_statements=plain_statements, deer_queries=deer_queries,
+        deer_candidates=deer_candidates, target=target, scorers=scorer_list, seed=seed, warmup=not no_warmup,
+        settings={"model": model_name}, log=click.echo,
+    )
+    click.echo(f"\ncompute time for {result['target_queries']} queries x {result['entities']} entities "
+               f"(paper: DEER 16 min, BEAR 330 days)")
+    click.echo(f"{'method':<40}{'s/query':>11}{'total':>14}{'± runs':>12}{'vs DEER':>10}")
+    for row in result["table"]:
+        spread_text = "-" if math.isnan(row["total_std_over_runs"]) else f"{row['total_std_over_runs']:.3g} s"
+        click.echo(f"{row['method']:<40}{row['time_per_query_s']:>11.3g}{row['total']:>14}{spread_text:>12}"
+                   f"{row['speed_up_vs_deer']:>9.3g}x")
+        click.echo(f"{'':<4}{row['basis']}")
+    for scorer, message in result["unavailable"].items():
+        click.echo(f"not timed: {scorer} ({message})")
+    click.echo(f"results: {result['out_dir']}")

@@ -1,0 +1,120 @@
+"""Figures of the experiments (matplotlib, Agg backend: no display needed).
+
+Each function returns a matplotlib Figure; ``ExperimentOutput.figure`` saves and closes it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
+
+
+def probe_label(probe: str) -> str:
+    return PROBE_LABELS.get(probe, probe)
+
+
+def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np.ndarray], title: str = ""):
+    """Box plot of the gold tail's rank per tail token length, one panel per probe (paper Fig. 4).
+
+    ``ranks_by_probe``: probe -> ranks aligned with ``token_lengths`` (NaN ranks are skipped).
+    Ranks are drawn on a log axis; each box is labelled with its number of queries.
+    """
+    probes = list(ranks_by_probe)
+    figure, axes = plt.subplots(1, len(probes), figsize=(4.2 * len(probes), 3.6), squeeze=False, sharey=True)
+    lengths = np.asarray(token_lengths)
+    for axis, probe in zip(axes[0], probes):
+        ranks = np.asarray(ranks_by_probe[probe], dtype=np.float64)
+        keep = np.isfinite(ranks)
+        levels = sorted(set(lengths[keep].tolist()))
+        groups = [ranks[keep & (lengths == level)] for level in levels]
+        if groups:
+            axis.boxplot(groups, tick_labels=[str(level) for level in levels], showfliers=True)
+            for position, group in enumerate(groups, start=1):
+                axis.annotate(f"n={len(group)}", (position, 1), textcoords="offset points", xytext=(0, -24),
+                              ha="center", fontsize=7, annotation_clip=False)
+        axis.set_yscale("log")
+        axis.set_title(probe_label(probe))
+        axis.set_xlabel("gold tail length (tokens)")
+    axes[0][0].set_ylabel("rank of gold tail (log)")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
+    """Scatter plots of log rank vs log rank, with the Hit@k quadrants marked.
+
+    ``panels``: dicts with keys row (e.g. model), column (e.g. "deer vs lama"), x, y (rank
+    arrays), x_label, y_label, r (Pearson r of log ranks, shown in the corner).  Rows facet by
+    model, columns by probe pair.  The lines at rank = k split hits from misses of each probe;
+    each quadrant is annotated with its share of queries.
+    """
+    rows = list(dict.fromkeys(p["row"] for p in panels))
+    columns = list(dict.fromkeys(p["column"] for p in panels))
+    figure, axes = plt.subplots(len(rows), len(columns), figsize=(3.8 * len(columns), 3.6 * len(rows)), squeeze=False)
+    for axis in axes.flat:
+        axis.set_visible(False)
+    for panel in panels:
+        axis = axes[rows.index(panel["row"])][columns.index(panel["column"])]
+        axis.set_visible(True)
+        x = np.asarray(panel["x"], dtype=np.float64)
+        y = np.asarray(panel["y"], dtype=np.float64)
+        keep = np.isfinite(x) & np.isfinite(y)
+        x, y = x[keep], y[keep]
+        axis.scatter(x, y, s=6, alpha=0.4, edgecolors="none")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.axvline(hit_k + 0.5, color="grey", lw=0.8, ls="--")
+        axis.axhline(hit_k + 0.5, color="grey", lw=0.8, ls="--")
+        n = max(len(x), 1)
+        for x_hit in (True, False):
+            for y_hit in (True, False):
+                share = np.mean(((x <= hit_k) == x_hit) & ((y <= hit_k) == y_hit)) if len(x) else 0.0
+                axis.text(0.04 if x_hit else 0.96, 0.96 if not y_hit else 0.04, f"{share:.0%}",
+                          transform=axis.transAxes, ha="left" if x_hit else "right",
+                          va="top" if not y_hit else "bottom", fontsize=8, color="dimgrey")
+        axis.set_xlabel(f"{panel['x_label']} rank (log)")
+        axis.set_ylabel(f"{panel['y_label']} rank (log)")
+        r = panel.get("r")
+        r_text = f"r = {r:.2f}" if r is not None and np.isfinite(r) else "r = n/a"
+        axis.set_title(f"{panel['row']}: {panel['column']}\n{r_text} (log ranks, n={n})", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def compute_time_fits(curves: Sequence[dict]):
+    """Measured seconds per query-subset size with the fitted lines, one panel per scorer.
+
+    ``curves``: dicts with scorer, sizes, times_by_repeat (list of lists), slope, intercept.
+    """
+    figure, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
+    for axis, curve in zip(axes[0], curves):
+        sizes = np.asarray(curve["sizes"], dtype=np.float64)
+        for repeat, times in enumerate(curve["times_by_repeat"]):
+            axis.plot(sizes, times, "o", ms=4, alpha=0.7, label=f"run {repeat + 1}")
+        grid = np.linspace(0, sizes.max(), 50)
+        axis.plot(grid, curve["intercept"] + curve["slope"] * grid, "-", color="black", lw=1, label="linear fit")
+        axis.set_xlabel("|Q| (queries)")
+        axis.set_ylabel("seconds")
+        axis.set_title(curve["scorer"])
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def leaderboard_bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float], metric: str):
+    """Horizontal bars of one metric per model, best on top, with standard-error whiskers."""
+    order = np.argsort(np.asarray(values, dtype=np.float64), kind="stable")
+    figure, axis = plt.subplots(figsize=(6, 0.4 * len(labels) + 1.2))
+    axis.barh([labels[i] for i in order], [values[i] for i in order], xerr=[errors[i] for i in order], color="tab:blue")
+    axis.set_xlabel(metric)
+    figure.tight_layout()
+    return figure

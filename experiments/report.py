@@ -1,0 +1,80 @@
+"""Where an experiment's results go: tables (CSV + markdown), figures (PNG), one JSON of numbers.
+
+Every experiment writes into one output folder through :class:`ExperimentOutput`, so the
+layout is the same for all of them:
+
+    OUT/NAME.json            all numbers of the experiment (plus its settings)
+    OUT/TABLE.csv, TABLE.md  each table, machine- and human-readable
+    OUT/FIGURE.png           each figure
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from deer.outputs import write_json
+
+
+def format_cell(value, digits: int = 4) -> str:
+    """Short text for a table cell: floats to ``digits`` significant digits, NaN as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: pd.DataFrame, digits: int = 4) -> str:
+    """A GitHub-flavoured markdown table of ``table`` (no index)."""
+    columns = [str(c) for c in table.columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(format_cell(v, digits) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+class ExperimentOutput:
+    """Writes one experiment's files into ``folder`` and remembers what it wrote."""
+
+    def __init__(self, folder: Path, name: str):
+        self.folder = Path(folder)
+        self.name = name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.files: list[Path] = []
+
+    def table(self, name: str, table: pd.DataFrame, note: Optional[str] = None) -> pd.DataFrame:
+        """Write ``name``.csv and ``name``.md (with ``note`` under the markdown table)."""
+        csv_path = self.folder / f"{name}.csv"
+        table.to_csv(csv_path, index=False)
+        markdown = markdown_table(table)
+        if note:
+            markdown += f"\n{note}\n"
+        md_path = self.folder / f"{name}.md"
+        md_path.write_text(markdown)
+        self.files += [csv_path, md_path]
+        return table
+
+    def figure(self, name: str, figure) -> Path:
+        """Save a matplotlib figure as ``name``.png and close it."""
+        import matplotlib.pyplot as plt
+
+        path = self.folder / f"{name}.png"
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(figure)
+        self.files.append(path)
+        return path
+
+    def numbers(self, payload: dict) -> Path:
+        """Write all numbers as ``<experiment name>.json`` (listing the other files too)."""
+        path = self.folder / f"{self.name}.json"
+        write_json(path, {**payload, "files": sorted(str(p.name) for p in self.files)})
+        self.files.append(path)
+        return path

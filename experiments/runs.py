@@ -1,0 +1,157 @@
+"""Probe runs the experiments build on: read existing run folders, or run the probes into one.
+
+A run folder is what ``deer probe`` (and the bear_ref probes) write: ``ranks.parquet|csv`` with
+a row per query and ``{probe}_rank_raw|filtered`` columns, plus ``metrics.json`` and
+``metadata.json`` keyed by probe.  Experiments only read those; they never rank anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from deer.outputs import read_table
+from deer.results import find_ranks_table
+from kg_data.queries import QuerySet, known_tails
+
+PROBES = ("deer", "bear", "lama")
+RANK_TYPES = ("filtered", "raw")
+
+
+@dataclasses.dataclass
+class ProbeRun:
+    """One run folder's ranks table and JSON, labelled (usually by model name)."""
+
+    label: str
+    folder: Path
+    table: pd.DataFrame
+    metrics: dict
+    metadata: dict
+
+    def probes(self) -> list[str]:
+        """Probes with rank columns in the table, in the order deer, bear, lama."""
+        return [p for p in PROBES if f"{p}_rank_raw" in self.table.columns]
+
+    def ranks(self, probe: str, rank_type: str = "filtered") -> np.ndarray:
+        return self.table[rank_column(probe, rank_type)].to_numpy(dtype=np.float64)
+
+
+def rank_column(probe: str, rank_type: str = "filtered") -> str:
+    if rank_type not in RANK_TYPES:
+        raise ValueError(f"rank type must be one of {RANK_TYPES}")
+    return f"{probe}_rank_{rank_type}"
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def run_label(metadata: dict, folder: Path) -> str:
+    """The model name a run was made with (from any probe's metadata), else the folder name."""
+    for probe_metadata in metadata.values():
+        model = probe_metadata.get("model") if isinstance(probe_metadata, dict) else None
+        if isinstance(model, dict) and model.get("name"):
+            name = str(model["name"])
+            return Path(name).name if "/" in name and Path(name).exists() else name
+    return Path(folder).name
+
+
+def load_run(folder: Path, label: Optional[str] = None) -> ProbeRun:
+    """Read a run folder; raises ValueError (shown to CLI users) if it holds no ranks table."""
+    folder = Path(folder)
+    path = find_ranks_table(folder)
+    if path is None:
+        raise ValueError(f"{folder} holds no ranks table (ranks.parquet or ranks.csv); run `deer probe --out {folder}` first")
+    metadata = _read_json(folder / "metadata.json")
+    return ProbeRun(label or run_label(metadata, folder), folder, read_table(path), _read_json(folder / "metrics.json"), metadata)
+
+
+def run_folder_name(kg: str, split: str, subset: Optional[int], seed: int, model: str) -> str:
+    """Same naming as ``deer probe``'s default --out, so the two share (and reuse) run folders."""
+    from deer.cli import default_out_dir
+
+    name = default_out_dir("deer", kg, model, split, subset).name
+    return name if seed == 0 or subset is None else f"{name}-seed{seed}"
+
+
+def _reference_is_current(folder: Path, probe: str, fingerprint: str) -> bool:
+    """The folder already holds ``probe``'s ranks made with this very model."""
+    path = find_ranks_table(folder)
+    if path is None or rank_column(probe, "raw") not in read_table(path).columns:
+        return False
+    model = _read_json(folder / "metadata.json").get(probe, {}).get("model", {})
+    return model.get("fingerprint") == fingerprint
+
+
+def run_probes(
+    queries: QuerySet,
+    model_name: str,
+    probes: Sequence[str],
+    folder: Path,
+    templates,
+    dtype: str = "float32",
+    device: str = "cpu",
+    token_budget: int = 8192,
+    use_cache: bool = True,
+    show_progress: bool = False,
+    log=print,
+) -> ProbeRun:
+    """Run ``probes`` for one model into ``folder`` (one shared ranks table) and load the result.
+
+    DEER goes through its embedding cache (a repeat encodes nothing new); a reference probe
+    whose ranks for this model are already in the folder is not run again.
+    """
+    from deer.probe import open_model, run_deer_probe
+    from experiments import reference
+
+    folder = Path(folder)
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    seconds: dict[str, float] = {}
+    for probe in probes:
+        started = time.perf_counter()
+        if probe == "deer":
+            run = run_deer_probe(queries, loaded, templates, folder, token_budget=token_budget, use_cache=use_cache,
+                                 show_progress=show_progress)
+            cache = run.metadata["cache"]
+            log(f"  {model_name}: deer ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)")
+        elif use_cache and _reference_is_current(folder, probe, loaded.fingerprint):
+            log(f"  {model_name}: {probe} ranks already in {folder}, reused")
+        else:
+            reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress)
+            log(f"  {model_name}: {probe}")
+        seconds[probe] = time.perf_counter() - started
+    run = load_run(folder, label=Path(model_name).name if Path(model_name).exists() else model_name)
+    run.metadata.setdefault("experiment", {})["probe_seconds"] = seconds
+    return run
+
+
+def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: Optional[int], seed: int) -> QuerySet:
+    """The queries at ``rows`` ranked among ``n_candidates`` entities (their gold tails included).
+
+    ``n_candidates=None`` keeps the candidate set of ``queries``.  Other candidates are sampled
+    uniformly (with ``seed``) from the original candidates; the filter is rebuilt for the new set.
+    Used for timing: work per query grows linearly with the number of candidates.
+    """
+    kg = queries.kg
+    triples = queries.triples[np.asarray(rows, dtype=np.int64)]
+    candidates = queries.candidates
+    if n_candidates is not None and n_candidates < len(candidates):
+        gold_entities = np.unique(triples[:, 2])
+        others = np.setdiff1d(candidates, gold_entities)
+        extra = max(0, n_candidates - len(gold_entities))
+        sampled = np.random.default_rng(seed).choice(others, size=min(extra, len(others)), replace=False)
+        candidates = np.unique(np.concatenate([gold_entities, sampled]))
+    position = np.full(kg.n_entities, -1, dtype=np.int64)
+    position[candidates] = np.arange(len(candidates))
+    true_tails = known_tails(kg)
+    filter_tails = [
+        np.asarray(sorted(position[t] for t in true_tails[(h, r)] if t != tail and position[t] >= 0), dtype=np.int64)
+        for h, r, tail in triples.tolist()
+    ]
+    return QuerySet(kg, queries.split, triples, candidates.astype(np.int64), position[triples[:, 2]], filter_tails, seed)

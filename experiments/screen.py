@@ -1,0 +1,101 @@
+"""Checkpoint screening: which of many models knows most of the KG, by DEER (and a reference)?
+
+Every model is probed on the same queries (DEER through its embedding cache, so a repeat
+costs nothing); the leaderboard ranks models by one metric.  When a reference probe (BEAR or
+LAMA) also ran, the Spearman and Kendall correlations between the two model orderings say
+whether the cheap probe would have picked the same checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from deer.metrics import rank_metrics
+from experiments import plots
+from experiments.report import ExperimentOutput
+from experiments.runs import ProbeRun
+from experiments.stats import ordering_agreement
+
+METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
+
+
+def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
+    ranks = run.ranks(probe, rank_type)
+    metrics = rank_metrics(ranks[np.isfinite(ranks)])
+    deer_metadata = run.metadata.get(probe, {})
+    model = deer_metadata.get("model", {})
+    cache = deer_metadata.get("cache", {})
+    row = {"model": run.label, "probe": probe, "n": metrics["n"]}
+    for name in METRICS:
+        row[name] = metrics.get(name, float("nan"))
+        if f"{name}_se" in metrics:
+            row[f"{name}_se"] = metrics[f"{name}_se"]
+    row["mr"] = metrics.get("mr", float("nan"))
+    row["parameters"] = model.get("parameters")
+    row["seconds"] = run.metadata.get("experiment", {}).get("probe_seconds", {}).get(probe)
+    if probe == "deer":
+        row["encoded_now"] = (cache.get("entities_encoded_now", 0) or 0) + (cache.get("queries_encoded_now", 0) or 0)
+        row["from_cache"] = (cache.get("entities_from_cache", 0) or 0) + (cache.get("queries_from_cache", 0) or 0)
+    return row
+
+
+def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: Optional[str] = None, metric: str = "hit@10",
+               rank_type: str = "filtered", settings: Optional[dict] = None) -> dict:
+    """Leaderboard of ``runs`` by DEER ``metric``; ordering agreement with ``reference`` if given.
+
+    Writes leaderboard.csv/.md (DEER, best first), leaderboard_<reference>.csv/.md,
+    leaderboard.png and screen.json into ``out_dir``; returns the JSON's dict.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}")
+    output = ExperimentOutput(out_dir, "screen")
+    missing = [run.label for run in runs if "deer" not in run.probes()]
+    if missing:
+        raise ValueError(f"no DEER ranks for: {', '.join(missing)}")
+    deer_rows = sorted((leaderboard_row(run, "deer", rank_type) for run in runs), key=lambda r: -r[metric])
+    for place, row in enumerate(deer_rows, start=1):
+        row["place"] = place
+    deer_table = pd.DataFrame(deer_rows)
+    deer_table = deer_table[["place"] + [c for c in deer_table.columns if c != "place"]]
+    output.table("leaderboard", deer_table, note=f"DEER, {rank_type} ranks, sorted by {metric}; *_se = standard error.")
+    output.figure("leaderboard", plots.leaderboard_bars(
+        [r["model"] for r in deer_rows], [r[metric] for r in deer_rows],
+        [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))
+    result = {
+        "experiment": "screen",
+        "metric": metric,
+        "rank_type": rank_type,
+        "settings": settings or {},
+        "runs": {run.label: str(run.folder) for run in runs},
+        "leaderboard": deer_rows,
+    }
+    if reference:
+        lacking = [run.label for run in runs if reference not in run.probes()]
+        if lacking:
+            raise ValueError(f"no {reference} ranks for: {', '.join(lacking)}")
+        by_label = {run.label: run for run in runs}
+        reference_rows = sorted((leaderboard_row(by_label[r["model"]], reference, rank_type) for r in deer_rows),
+                                key=lambda r: -r[metric])
+        output.table(f"leaderboard_{reference}", pd.DataFrame(reference_rows))
+        reference_scores = {r["model"]: r for r in reference_rows}
+        labels = [r["model"] for r in deer_rows]
+        orderings = {}
+        for name in METRICS:
+            orderings[name] = ordering_agreement([r[name] for r in deer_rows],
+                                                 [reference_scores[label][name] for label in labels], labels)
+        result["reference"] = reference
+        result["reference_leaderboard"] = reference_rows
+        result["ordering_agreement"] = orderings
+        output.table("ordering_agreement", pd.DataFrame(
+            [{"metric": name, "n_models": o["n_models"], "spearman_rho": o["spearman_rho"], "spearman_p": o["spearman_p"],
+              "kendall_tau": o["kendall_tau"], "kendall_p": o["kendall_p"],
+              "deer_order": " > ".join(o["order_a"]), f"{reference}_order": " > ".join(o["order_b"])}
+             for name, o in orderings.items()]),
+            note=f"Rank correlation between the model orderings of DEER and {reference.upper()} by each metric.")
+    output.numbers(result)
+    result["out_dir"] = str(output.folder)
+    return result

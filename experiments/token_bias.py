@@ -1,0 +1,96 @@
+"""Token-length bias: does a probe rank gold tails with longer names worse?
+
+For each run (model) and probe: Pearson r (and Spearman rho) between the gold tail's token
+count and its rank, plus a box plot of rank by token length (the paper's Figure 4).  A summed
+log-likelihood (BEAR) pays for every extra token, so it should show a positive r; DEER ranks
+one vector per entity and should show none.
+
+Paper (DEER, 500 WN18RR test queries): BEAR r = 0.48, DEER r = 0.005.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from experiments import plots
+from experiments.report import ExperimentOutput
+from experiments.runs import ProbeRun
+from experiments.stats import correlations
+
+PAPER = {
+    "setting": "500 WN18RR test queries; Pearson r between gold tail token length and rank",
+    "pearson_r": {"bear": 0.48, "deer": 0.005},
+}
+
+
+def token_bias_rows(run: ProbeRun, probes: Sequence[str], rank_type: str) -> tuple[list[dict], list[dict]]:
+    """(correlation rows, per-token-length rows) of one run."""
+    lengths = run.table["tail_tokens"].to_numpy(dtype=np.float64)
+    correlation_rows, length_rows = [], []
+    for probe in probes:
+        ranks = run.ranks(probe, rank_type)
+        linear = correlations(lengths, ranks)
+        log = correlations(lengths, np.log10(ranks))
+        correlation_rows.append({
+            "model": run.label, "probe": probe, "n": linear["n"],
+            "pearson_r": linear["pearson_r"], "pearson_p": linear["pearson_p"],
+            "spearman_rho": linear["spearman_rho"], "spearman_p": linear["spearman_p"],
+            "pearson_r_log_rank": log["pearson_r"], "pearson_p_log_rank": log["pearson_p"],
+        })
+        for length in sorted(set(lengths[np.isfinite(ranks)].astype(int).tolist())):
+            group = ranks[(lengths == length) & np.isfinite(ranks)]
+            length_rows.append({
+                "model": run.label, "probe": probe, "tail_tokens": length, "n": len(group),
+                "median_rank": float(np.median(group)), "mean_rank": float(np.mean(group)),
+                "hit@10": float(np.mean(group <= 10)),
+            })
+    return correlation_rows, length_rows
+
+
+def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered",
+                   probes: Optional[Sequence[str]] = None, settings: Optional[dict] = None) -> dict:
+    """Correlate tail token length with rank for every probe of every run; write tables and plots.
+
+    Writes token_bias.csv/.md (one row per model x probe), token_bias_by_length.csv/.md,
+    token_bias[_MODEL].png and token_bias.json into ``out_dir``.  Returns the JSON's dict.
+    """
+    output = ExperimentOutput(out_dir, "token_bias")
+    all_correlations, all_lengths = [], []
+    for run in runs:
+        if "tail_tokens" not in run.table.columns or not run.table["tail_tokens"].any():
+            raise ValueError(f"{run.folder}: the ranks table has no tail token lengths (run was made without a tokenizer)")
+        run_probes = [p for p in (probes or run.probes()) if p in run.probes()]
+        if not run_probes:
+            raise ValueError(f"{run.folder}: none of the probes {list(probes or [])} has ranks in this run")
+        correlation_rows, length_rows = token_bias_rows(run, run_probes, rank_type)
+        all_correlations += correlation_rows
+        all_lengths += length_rows
+        figure = plots.rank_by_token_length(
+            run.table["tail_tokens"].to_numpy(), {p: run.ranks(p, rank_type) for p in run_probes},
+            title=f"{run.label}: {rank_type} rank of the gold tail by its token length",
+        )
+        output.figure("token_bias" if len(runs) == 1 else f"token_bias_{_slug(run.label)}", figure)
+    note = (f"Pearson/Spearman between gold tail token count and its {rank_type} rank. "
+            f"Paper ({PAPER['setting']}): BEAR r = 0.48, DEER r = 0.005.")
+    output.table("token_bias", pd.DataFrame(all_correlations), note=note)
+    output.table("token_bias_by_length", pd.DataFrame(all_lengths))
+    result = {
+        "experiment": "token-bias",
+        "rank_type": rank_type,
+        "settings": settings or {},
+        "runs": {run.label: str(run.folder) for run in runs},
+        "correlations": all_correlations,
+        "by_length": all_lengths,
+        "paper": PAPER,
+    }
+    output.numbers(result)
+    result["out_dir"] = str(output.folder)
+    return result
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in label)
