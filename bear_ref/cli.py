@@ -1,0 +1,120 @@
+"""`deer bear` and `deer lama`: the reference likelihood probes (registered by deer.cli)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from deer.cli import default_out_dir, friendly_errors, kg_options, model_options, print_metrics_table, template_options
+
+
+def _print_bear_dataset_summary(metrics: dict) -> None:
+    overall = metrics["overall"]
+    per_template = ", ".join(f"t{t}={a:.3f}" for t, a in overall["accuracy_per_template"].items())
+    click.echo(
+        f"BEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
+        f"random baseline {overall['random_baseline']:.4f}; {overall['instances']} instances"
+    )
+    for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality")):
+        click.echo(f"\n{title:<16}{'acc':>8}{'std':>8}{'random':>8}{'n':>7}")
+        for name, block in metrics[key].items():
+            click.echo(f"{name:<16}{block['accuracy_mean']:>8.3f}{block['accuracy_std']:>8.3f}{block['random_baseline']:>8.3f}{block['instances']:>7}")
+
+
+@click.command()
+@kg_options
+@model_options
+@template_options
+@click.option("--dataset", default=None, help="Score a BEAR-format data set instead of a KG: 'bear', 'bear-big' or a folder.")
+@click.option("--relations", default=None, help="Data set only: comma-separated relation codes, e.g. P19,P20.")
+@click.option("--max-instances", type=int, default=None, help="Data set only: at most N instances per relation (seeded by --seed).")
+@click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r", show_default=True,
+              help="Masked LMs: pseudo log-likelihood variant.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Output folder.")
+@click.option("--token-budget", default=2048, show_default=True, help="Max padded continuation tokens per forward batch.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows (KG runs).")
+@friendly_errors
+def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space,
+         dataset, relations, max_instances, pll_variant, out_dir, token_budget, no_cache):
+    """BEAR: rank candidates by the summed log-likelihood of each candidate statement.
+
+    \b
+    On a KG (default): statement = DEER query text + ' t_name)'; writes the ranks table
+    (bear_rank_raw/filtered, bear_top10 beside other probes' columns), metrics.json, metadata.json.
+    With --dataset bear|bear-big|FOLDER: the BEAR score (accuracy per template, mean and spread,
+    per relation/domain/cardinality, random baseline); writes instances table, metrics.json, metadata.json.
+    Both resume after an interruption.
+    """
+    from deer.probe import open_model
+
+    started = time.perf_counter()
+    if dataset:
+        from bear_ref.dataset import run_bear_dataset
+        from kg_data.bear import load_bear_dataset
+
+        codes = [c.strip() for c in relations.split(",") if c.strip()] if relations else None
+        data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
+        click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")
+        loaded = open_model(model_name, dtype=dtype, device=device)
+        out = Path(out_dir) if out_dir else default_out_dir("bear", f"{data.name}-{max_instances or 'all'}", model_name, "dataset", None)
+        selection = {"relations": codes, "max_instances": max_instances, "seed": seed}
+        metrics, metadata = run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant)
+        click.echo("")
+        _print_bear_dataset_summary(metrics)
+    else:
+        from bear_ref.kg_probe import run_bear_probe
+        from deer.templates import PromptTemplates
+        from kg_data import build_queries, load_kg
+
+        knowledge_graph = load_kg(kg, data_dir)
+        queries = build_queries(knowledge_graph, split, subset, seed)
+        templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
+        click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates "
+                   f"= {len(queries) * len(queries.candidates)} statements")
+        loaded = open_model(model_name, dtype=dtype, device=device)
+        out = Path(out_dir) if out_dir else default_out_dir("bear", kg, model_name, split, subset)
+        metrics, metadata = run_bear_probe(queries, loaded, templates, out, token_budget=token_budget, pll_variant=pll_variant,
+                                           use_cache=not no_cache)
+        click.echo("")
+        print_metrics_table({"bear": metrics})
+    work = metadata["work"]
+    click.echo(f"\n{work.get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
+    click.echo(f"results: {out}")
+
+
+@click.command()
+@kg_options
+@model_options
+@template_options
+@click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
+@click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Output folder.")
+@click.option("--token-budget", default=8192, show_default=True, help="Max padded tokens per forward batch.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
+@friendly_errors
+def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space,
+         single_token, with_deer, out_dir, token_budget, no_cache):
+    """LAMA: rank candidates by log p(first token of the tail) right after the query text.
+
+    Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json, metadata.json.
+    """
+    from bear_ref.lama import run_lama_probe
+    from deer.probe import open_model
+    from deer.templates import PromptTemplates
+    from kg_data import build_queries, load_kg
+
+    started = time.perf_counter()
+    knowledge_graph = load_kg(kg, data_dir)
+    queries = build_queries(knowledge_graph, split, subset, seed)
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
+    click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    default = default_out_dir("lama", kg, model_name, split, subset)
+    out = Path(out_dir) if out_dir else (default.with_name(default.name + "-single-token") if single_token else default)
+    results = run_lama_probe(queries, loaded, templates, out, single_token=single_token, with_deer=with_deer,
+                             token_budget=token_budget, use_cache=not no_cache)
+    click.echo("")
+    print_metrics_table(results)
+    click.echo(f"\ntotal {time.perf_counter() - started:.1f}s\nresults: {out}")

@@ -1,0 +1,123 @@
+"""BEAR on a KG: score every candidate tail of every query, rank the gold tail.
+
+Statement for query (h, r, ?) and candidate t: the DEER query text closed with the candidate,
+``...(h_name, r_name, t_name)``.  Causal LMs: the query text is read once per query and each
+candidate's " t_name)" is scored after it (``SharedPrefixScorer``); ranking by that
+conditional log-likelihood is ranking by the whole statement's summed log-likelihood.
+Masked LMs: PLL of each whole statement (nothing can be shared).
+
+Work is quadratic (queries x candidates), so score rows are stored per chunk of queries in
+an append-only store keyed by model, KG, templates and candidates: an interrupted run
+resumes, and a rerun into another folder reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from bear_ref.statement_scorer import StatementScorer
+from deer.cache import EmbeddingStore
+from deer.models import cache_root
+from deer.outputs import package_versions
+from deer.probe import LoadedModel, query_item_ids
+from deer.ranking import gold_ranks_from_scores, top_k_from_scores
+from deer.results import save_probe_results
+from deer.templates import PromptTemplates
+from deer.tokenization import bos_policy
+from kg_data.queries import QuerySet
+
+SCORER_VERSION = "bear-kg-v1"
+
+
+def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Optional[Path] = None) -> EmbeddingStore:
+    """Store of score rows (one float32 per candidate) keyed by everything that determines them."""
+    candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
+    key = {
+        "scorer": SCORER_VERSION,
+        "method": method,
+        "model_fingerprint": loaded.fingerprint,
+        "dtype": loaded.dtype,
+        "bos": bos_policy(loaded.tokenizer),
+        "kg_fingerprint": queries.kg.fingerprint(),
+        "templates": templates.to_metadata(),
+        "candidates": candidates,
+    }
+    return EmbeddingStore(root or cache_root() / "scores", "bear", key)
+
+
+def bear_kg_scores(
+    queries: QuerySet,
+    scorer: StatementScorer,
+    templates: PromptTemplates,
+    store: Optional[EmbeddingStore] = None,
+    chunk_size: int = 8,
+    show_progress: bool = True,
+) -> tuple[np.ndarray, int]:
+    """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now."""
+    kg = queries.kg
+    continuations = [templates.continuation(kg, t) for t in queries.candidates]
+    ids = query_item_ids(queries)
+    missing = store.missing(ids) if store is not None else list(range(len(queries)))
+    scores = np.zeros((len(queries), len(continuations)), dtype=np.float32)
+    with tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
+        for start in range(0, len(missing), chunk_size):
+            chunk = missing[start : start + chunk_size]
+            for q in chunk:
+                context = templates.query_context(kg, tuple(queries.triples[q].tolist()))
+                scores[q] = scorer.score(context, continuations)
+                bar.update(len(continuations))
+            if store is not None:
+                store.add([ids[q] for q in chunk], scores[chunk])
+    if store is not None:
+        scored_now = set(missing)
+        done = [i for i in range(len(queries)) if i not in scored_now]
+        if done:
+            scores[done] = store.get([ids[i] for i in done])
+    return scores, len(missing)
+
+
+def run_bear_probe(
+    queries: QuerySet,
+    loaded: LoadedModel,
+    templates: PromptTemplates,
+    out_dir: Path,
+    token_budget: int = 2048,
+    pll_variant: str = "within_word_l2r",
+    use_cache: bool = True,
+    cache_dir: Optional[Path] = None,
+    show_progress: bool = True,
+) -> tuple[dict, dict]:
+    """Run BEAR on ``queries``; write/merge ranks table, metrics.json, metadata.json; return (metrics, metadata)."""
+    started = time.perf_counter()
+    scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
+    store = score_store(loaded, queries, templates, scorer.method, cache_dir) if use_cache else None
+    scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=show_progress)
+    ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
+    top = top_k_from_scores(scores, 10)
+    elapsed = time.perf_counter() - started
+    work = scorer.work()
+    statements = scored_now * len(queries.candidates)
+    metadata = {
+        "probe": "bear",
+        "model": loaded.metadata(),
+        "kg": queries.kg.summary(),
+        "split": queries.split,
+        "queries": len(queries),
+        "candidates": int(len(queries.candidates)),
+        "subset_seed": queries.subset_seed,
+        "templates": templates.to_metadata(),
+        "scoring": scorer.method,
+        "statement": "query text + ' t_name)'; score = summed log-likelihood of the candidate's tokens after the query",
+        "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now, "store": str(store.folder) if store else None},
+        "work": {**work, "statements_scored_now": statements, "statements_per_second": statements / elapsed if elapsed and statements else None},
+        "timings": {"seconds": round(elapsed, 3)},
+        "versions": package_versions(),
+    }
+    metrics = save_probe_results(out_dir, "bear", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)
+    return metrics, metadata

@@ -1,0 +1,93 @@
+"""LAMA first-token ranks equal a plain computation; DEER shares the query pass."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from bear_ref.lama import first_token_ids, restrict_to_single_token, run_lama_probe
+from bear_ref.plain_scorer import statement_ids_and_start
+from deer.cli import main
+from deer.probe import open_model
+from deer.ranking import rank_of
+from deer.results import find_ranks_table
+from deer.templates import PromptTemplates
+from deer.tokenization import token_ids
+from kg_data import build_queries, load_kg
+
+
+def _table(out):
+    path = find_ranks_table(out)
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+@torch.inference_mode()
+def plain_lama_ranks(model, tokenizer, queries, templates):
+    """One full forward pass per query; the first continuation token located by character offsets."""
+    kg = queries.kg
+    ranks = []
+    for q, triple in enumerate(queries.triples.tolist()):
+        context = templates.query_context(kg, tuple(triple))
+        logits = model(input_ids=torch.tensor([token_ids(tokenizer, context)])).logits[0, -1]
+        logprobs = torch.log_softmax(logits, -1)
+        scores = []
+        for t in queries.candidates:
+            ids, start = statement_ids_and_start(tokenizer, context, templates.continuation(kg, t))
+            scores.append(float(logprobs[ids[start]]))
+        ranks.append(rank_of(np.asarray(scores), queries.gold[q], queries.filter_tails[q]))
+    return np.asarray(ranks)
+
+
+@pytest.fixture()
+def tiny_setup(tiny_kg_dir, tiny_clm_dir):
+    kg = load_kg(str(tiny_kg_dir))
+    return build_queries(kg, "test"), open_model(str(tiny_clm_dir)), PromptTemplates(k_shot=2)
+
+
+def test_lama_ranks_equal_plain(tiny_setup, tmp_path):
+    queries, loaded, templates = tiny_setup
+    metrics = run_lama_probe(queries, loaded, templates, tmp_path / "out", show_progress=False)
+    table = _table(tmp_path / "out")
+    np.testing.assert_allclose(table["lama_rank_filtered"], plain_lama_ranks(loaded.model, loaded.tokenizer, queries, templates))
+    assert metrics["lama"]["filtered"]["n"] == len(queries)
+
+
+def test_first_token_is_the_whole_statement_token(tiny_setup):
+    queries, loaded, templates = tiny_setup
+    ids = first_token_ids(loaded.tokenizer, queries, templates)
+    for t, first in zip(queries.candidates, ids):
+        assert first == loaded.tokenizer(" " + queries.kg.entity_names[t], add_special_tokens=False)["input_ids"][0]
+
+
+def test_single_token_restriction(tiny_setup):
+    queries, loaded, _ = tiny_setup
+    restricted = restrict_to_single_token(queries, loaded.tokenizer)
+    tok = loaded.tokenizer
+    names = [queries.kg.entity_names[e] for e in restricted.candidates]
+    assert all(len(tok(" " + n, add_special_tokens=False)["input_ids"]) == 1 for n in names)
+    assert (restricted.candidates[restricted.gold] == restricted.triples[:, 2]).all()
+    for f in restricted.filter_tails:
+        assert (f >= 0).all() and (f < len(restricted.candidates)).all()
+
+
+def test_lama_with_deer_shares_the_query_pass(tiny_setup, tmp_path):
+    queries, loaded, templates = tiny_setup
+    results = run_lama_probe(queries, loaded, templates, tmp_path / "out", with_deer=True, cache_dir=tmp_path / "cache", show_progress=False)
+    assert set(results) == {"lama", "deer"}
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert metadata["deer"]["cache"]["queries_encoded_now"] == 0  # taken from LAMA's pass
+    assert metadata["lama"]["work"]["prompts"] == len(queries)
+    assert {"lama_rank_raw", "deer_rank_raw"} <= set(_table(tmp_path / "out").columns)
+
+
+def test_cli_lama(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    result = CliRunner().invoke(main, ["lama", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2",
+                                       "--with-deer", "--no-cache", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "lama" in result.output and "deer" in result.output
