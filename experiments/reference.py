@@ -6,7 +6,8 @@ Experiments never score statements themselves.  They go through two small functi
   a probe run that adds ``{probe}_rank_raw`` / ``{probe}_rank_filtered`` to the ranks table in
   ``out_dir`` (the same table DEER writes), for ``probe`` in ``REFERENCE_PROBES``;
 * :func:`timing_scorer` ``(scorer)`` -> ``score(queries, loaded, templates, ...)``, which does
-  the scoring work of ``scorer`` ("bear_ref": ``bear_ref.clm_scorer.SharedPrefixScorer``;
+  the scoring work of ``scorer`` ("bear_ref": ``bear_ref.statement_scorer.StatementScorer``, the
+  shared-prefix scorer ``run_bear_probe`` uses;
   "plain": ``bear_ref.plain_scorer``, one forward pass per whole statement as lm-pub-quiz
   does) on the (query, candidate) statements, for timing.
 
@@ -30,44 +31,47 @@ class ReferenceUnavailable(RuntimeError):
     """bear_ref (or the part of it an experiment needs) is not installed in this checkout."""
 
 
-def _bear_ref_function(module_name: str, *names: str) -> Callable:
-    """The first of ``names`` defined in ``bear_ref.<module_name>`` (or in ``bear_ref``)."""
+# Where bear_ref keeps each query-set runner: probe -> (module, function).
+RUNNERS = {"bear": ("bear_ref.kg_probe", "run_bear_probe"), "lama": ("bear_ref.lama", "run_lama_probe")}
+
+
+def _bear_ref_function(module_name: str, name: str) -> Callable:
     import importlib
 
-    modules = []
-    for qualified in (f"bear_ref.{module_name}", "bear_ref"):
-        try:
-            modules.append(importlib.import_module(qualified))
-        except ImportError as error:
-            if qualified not in str(error) and "bear_ref" not in str(error):
-                raise
-    for module in modules:
-        for name in names:
-            function = getattr(module, name, None)
-            if callable(function):
-                return function
-    raise ReferenceUnavailable(
-        f"bear_ref provides none of {', '.join(names)} (looked in bear_ref.{module_name} and bear_ref); "
-        "the reference probes are needed for this step -- or pass --run folders that already hold their ranks"
-    )
+    try:
+        function = getattr(importlib.import_module(module_name), name, None)
+    except ImportError as error:
+        raise ReferenceUnavailable(f"{module_name} cannot be imported ({error})") from None
+    if not callable(function):
+        raise ReferenceUnavailable(f"{module_name} has no {name}")
+    return function
 
 
-def _call(function: Callable, queries, loaded, templates, **extra):
-    """Call a bear_ref function, passing only the keyword arguments it accepts."""
-    accepted = inspect.signature(function).parameters
-    kwargs = {k: v for k, v in extra.items() if k in accepted or any(p.kind == p.VAR_KEYWORD for p in accepted.values())}
-    return function(queries, loaded, templates, **kwargs)
+def _metrics_of(probe: str, result) -> dict:
+    """The probe's metrics from whatever a runner returns: metrics, (metrics, metadata), {probe: metrics}."""
+    if isinstance(result, tuple):
+        result = result[0]
+    result = getattr(result, "metrics", result)
+    if isinstance(result, dict) and probe in result and isinstance(result[probe], dict):
+        return result[probe]
+    return result
 
 
 def reference_runner(probe: str) -> ProbeRunner:
-    """``run(queries, loaded, templates, out_dir, **options) -> metrics dict`` for BEAR or LAMA."""
+    """``run(queries, loaded, templates, out_dir, show_progress=False, **options) -> metrics`` for BEAR or LAMA.
+
+    The run adds ``{probe}_rank_*`` columns to the ranks table in ``out_dir``.  Options not
+    accepted by the bear_ref function are dropped.  LAMA is run on every query (the log-prob
+    of each candidate's first token), so its table rows match DEER's.
+    """
     if probe not in REFERENCE_PROBES:
         raise ValueError(f"unknown reference probe '{probe}'; choose from {', '.join(REFERENCE_PROBES)}")
-    function = _bear_ref_function("probe", f"run_{probe}_probe", f"run_{probe}")
+    function = _bear_ref_function(*RUNNERS[probe])
+    accepted = inspect.signature(function).parameters
 
     def run(queries, loaded, templates, out_dir: Path, show_progress: bool = False, **options) -> dict:
-        result = _call(function, queries, loaded, templates, out_dir=Path(out_dir), show_progress=show_progress, **options)
-        return getattr(result, "metrics", result)
+        kwargs = {k: v for k, v in {"show_progress": show_progress, **options}.items() if k in accepted}
+        return _metrics_of(probe, function(queries, loaded, templates, Path(out_dir), **kwargs))
 
     return run
 
@@ -90,12 +94,12 @@ def timing_scorer(scorer: str) -> Scorer:
         raise ValueError(f"unknown scorer '{scorer}'; choose from {', '.join(TIMED_SCORERS)}")
     try:
         if scorer == "bear_ref":
-            from bear_ref.clm_scorer import SharedPrefixScorer
+            from bear_ref.statement_scorer import StatementScorer
 
             def score_query(loaded, context, continuations, state):
-                state.setdefault("scorer", SharedPrefixScorer(loaded.model, loaded.tokenizer))
-                state["scorer"].score_texts(context, continuations)
-                return state["scorer"].stats.as_dict()
+                scorer_ = state.setdefault("scorer", StatementScorer(loaded.model, loaded.tokenizer))
+                scorer_.score(context, continuations)
+                return scorer_.work()
         else:
             from bear_ref.plain_scorer import PlainStats, plain_conditional_scores
 

@@ -248,18 +248,18 @@ def test_compute_time_table_and_fit(tiny_kg_dir, tiny_clm_dir, tmp_path):
     pytest.importorskip("bear_ref.plain_scorer")
     out = tmp_path / "compute-time"
     result = invoke(["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train",
-                     "--query-sizes", "2,4,6", "--repeats", "2", "--candidates", "8", "--plain-statements", "3",
-                     "--deer-queries", "5", "--out", str(out)])
+                     "--query-sizes", "1,3", "--repeats", "2", "--candidates", "6", "--plain-statements", "2",
+                     "--deer-queries", "3", "--out", str(out)])
     numbers = json.loads((out / "compute_time.json").read_text())
     assert numbers["target_queries"] == 14 and numbers["entities"] == 12  # all triples x all entities
     methods = [row["method"] for row in numbers["table"]]
     assert methods[0] == "DEER" and len(methods) == 3, numbers["unavailable"]
     deer = numbers["deer"]
-    assert deer["queries"] == 5 and deer["candidates"] == 12 and not deer["measured_at_full_size"]
+    assert deer["queries"] == 3 and deer["candidates"] == 12 and not deer["measured_at_full_size"]
     assert numbers["table"][0]["speed_up_vs_deer"] == 1.0
-    for scorer, statements in (("bear_ref", 8), ("plain", 3)):
+    for scorer, statements in (("bear_ref", 6), ("plain", 2)):
         timing = numbers["scorers"][scorer]
-        assert timing["sizes"] == [2, 4, 6] and len(timing["times_by_repeat"]) == 2
+        assert timing["sizes"] == [1, 3] and len(timing["times_by_repeat"]) == 2
         assert {w["statements_per_query"] for w in timing["work"]} == {statements}
         assert all(w["statements"] == w["queries"] * statements for w in timing["work"])
         # scaled times are the measured ones x (12 entities / statements per query)
@@ -274,3 +274,27 @@ def test_compute_time_table_and_fit(tiny_kg_dir, tiny_clm_dir, tmp_path):
     assert (out / "compute_time_fit.png").stat().st_size > 0 and (out / "compute_time_fits.md").exists()
     assert "paper: DEER 16 min, BEAR 330 days" in result.output
     assert math.isfinite(numbers["table"][1]["total_std_over_runs"])
+
+
+def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_dir, tmp_path):
+    """bear_ref's own BEAR and LAMA runners, reached through experiments.reference."""
+    pytest.importorskip("bear_ref.kg_probe")
+    pytest.importorskip("bear_ref.lama")
+    out = tmp_path / "token-bias"
+    invoke(["token-bias", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,bear,lama",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])
+    run_folder = next((tmp_path / "runs").iterdir())
+    table = read_table(find_ranks_table(run_folder))
+    assert {"deer_rank_filtered", "bear_rank_filtered", "lama_rank_filtered"} <= set(table.columns)
+    numbers = {row["probe"]: row for row in json.loads((out / "token_bias.json").read_text())["correlations"]}
+    # A random model gives every token roughly the same log-probability, so a summed
+    # log-likelihood ranks long names last: the length bias the paper measures, in the extreme.
+    assert numbers["bear"]["pearson_r"] > 0.5
+    assert numbers["bear"]["pearson_r"] == pytest.approx(
+        scipy_stats.pearsonr(table["tail_tokens"], table["bear_rank_filtered"]).statistic)
+    # A second agreement run over the same folder reuses BEAR's ranks instead of scoring again.
+    result = invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir),
+                     "--runs-dir", str(tmp_path / "runs"), "--bootstrap", "0", "--out", str(tmp_path / "agreement")])
+    assert "bear ranks already in" in result.output
+    pairs = json.loads((tmp_path / "agreement" / "agreement.json").read_text())["pairs"]
+    assert {row["pair"] for row in pairs} == {"deer vs lama", "deer vs bear", "bear vs lama"}
