@@ -90,36 +90,14 @@ def build_kg(
     ``entities`` yields (path, line, id, name, description); ``relations`` (path, line, id, name);
     each split yields (path, line, head id, relation id, tail id).  Errors name file and line.
     """
-    entity_ids: list[str] = []
-    entity_names: list[str] = []
-    entity_descriptions: list[str] = []
-    seen: dict[str, tuple[Path, int]] = {}
-    for path, line, entity_id, entity_name, description in entities:
-        entity_id = entity_id.strip()
-        if not entity_id:
-            raise KGFormatError(path, line, "empty entity id")
-        if entity_id in seen:
-            first_path, first_line = seen[entity_id]
-            raise KGFormatError(path, line, f"duplicate entity id '{entity_id}' (first defined at {first_path}:{first_line})")
-        if not entity_name.strip():
-            raise KGFormatError(path, line, f"empty name for entity '{entity_id}'")
-        seen[entity_id] = (path, line)
-        entity_ids.append(entity_id)
-        entity_names.append(entity_name.strip())
-        entity_descriptions.append(description.strip() or EMPTY_DESCRIPTION)
-
-    relation_ids: list[str] = []
-    relation_names: list[str] = []
-    seen_relations: dict[str, tuple[Path, int]] = {}
-    for path, line, relation_id, relation_name in relations:
-        relation_id = relation_id.strip()
-        if relation_id in seen_relations:
-            raise KGFormatError(path, line, f"duplicate relation id '{relation_id}'")
-        if not relation_name.strip():
-            raise KGFormatError(path, line, f"empty name for relation '{relation_id}'")
-        seen_relations[relation_id] = (path, line)
-        relation_ids.append(relation_id)
-        relation_names.append(relation_name.strip())
+    entity_list = list(entities)
+    entity_rows = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
+    entity_ids = [row_id for row_id, _ in entity_rows]
+    entity_names = [name for _, name in entity_rows]
+    entity_descriptions = [row[4].strip() or EMPTY_DESCRIPTION for row in entity_list]
+    relation_rows = _validated_named_rows(relations, "relation")
+    relation_ids = [row_id for row_id, _ in relation_rows]
+    relation_names = [name for _, name in relation_rows]
 
     entity_index = {e: i for i, e in enumerate(entity_ids)}
     relation_index = {r: i for i, r in enumerate(relation_ids)}
@@ -136,6 +114,24 @@ def build_kg(
             indices.append((entity_index[head], relation_index[relation], entity_index[tail]))
         splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
     return TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, splits, source)
+
+
+def _validated_named_rows(rows, kind: str) -> list[tuple[str, str]]:
+    """(id, name) pairs from (path, line, id, name) rows; empty or duplicate ids and empty names fail."""
+    seen: dict[str, tuple[Path, int]] = {}
+    validated = []
+    for path, line, row_id, name in rows:
+        row_id = row_id.strip()
+        if not row_id:
+            raise KGFormatError(path, line, f"empty {kind} id")
+        if row_id in seen:
+            first_path, first_line = seen[row_id]
+            raise KGFormatError(path, line, f"duplicate {kind} id '{row_id}' (first defined at {first_path}:{first_line})")
+        if not name.strip():
+            raise KGFormatError(path, line, f"empty name for {kind} '{row_id}'")
+        seen[row_id] = (path, line)
+        validated.append((row_id, name.strip()))
+    return validated
 
 
 def relation_display_name(relation_id: str) -> str:
