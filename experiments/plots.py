@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -18,6 +19,13 @@ PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
 
 def probe_label(probe: str) -> str:
     return PROBE_LABELS.get(probe, probe)
+
+
+def _plain_log_ticks(axis) -> None:
+    """Rank ticks as plain numbers (1, 10, 100) rather than 10^k or 2x10^1."""
+    formatter = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np.ndarray], title: str = ""):
@@ -35,11 +43,10 @@ def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np
         levels = sorted(set(lengths[keep].tolist()))
         groups = [ranks[keep & (lengths == level)] for level in levels]
         if groups:
-            axis.boxplot(groups, tick_labels=[str(level) for level in levels], showfliers=True)
-            for position, group in enumerate(groups, start=1):
-                axis.annotate(f"n={len(group)}", (position, 1), textcoords="offset points", xytext=(0, -24),
-                              ha="center", fontsize=7, annotation_clip=False)
+            axis.boxplot(groups, tick_labels=[f"{level}\nn={len(group)}" for level, group in zip(levels, groups)],
+                         showfliers=True)
         axis.set_yscale("log")
+        _plain_log_ticks(axis.yaxis)
         axis.set_title(probe_label(probe))
         axis.set_xlabel("gold tail length (tokens)")
     axes[0][0].set_ylabel("rank of gold tail (log)")
@@ -72,6 +79,8 @@ def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
         axis.scatter(x, y, s=6, alpha=0.4, edgecolors="none")
         axis.set_xscale("log")
         axis.set_yscale("log")
+        _plain_log_ticks(axis.xaxis)
+        _plain_log_ticks(axis.yaxis)
         axis.axvline(hit_k + 0.5, color="grey", lw=0.8, ls="--")
         axis.axhline(hit_k + 0.5, color="grey", lw=0.8, ls="--")
         n = max(len(x), 1)
@@ -85,7 +94,7 @@ def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
         axis.set_ylabel(f"{panel['y_label']} rank (log)")
         r = panel.get("r")
         r_text = f"r = {r:.2f}" if r is not None and np.isfinite(r) else "r = n/a"
-        axis.set_title(f"{panel['row']}: {panel['column']}\n{r_text} (log ranks, n={n})", fontsize=9)
+        axis.set_title(f"{panel['row']}: {panel['column']}\n{r_text} (log ranks, n={n}); dashed: Hit@{hit_k}", fontsize=9)
     figure.tight_layout()
     return figure
 

@@ -282,7 +282,7 @@ def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_d
     pytest.importorskip("bear_ref.lama")
     out = tmp_path / "token-bias"
     invoke(["token-bias", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,bear,lama",
-            "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])
+            "--subset", "10", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])
     run_folder = next((tmp_path / "runs").iterdir())
     table = read_table(find_ranks_table(run_folder))
     assert {"deer_rank_filtered", "bear_rank_filtered", "lama_rank_filtered"} <= set(table.columns)
@@ -293,7 +293,7 @@ def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_d
     assert numbers["bear"]["pearson_r"] == pytest.approx(
         scipy_stats.pearsonr(table["tail_tokens"], table["bear_rank_filtered"]).statistic)
     # A second agreement run over the same folder reuses BEAR's ranks instead of scoring again.
-    result = invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir),
+    result = invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--subset", "10",
                      "--runs-dir", str(tmp_path / "runs"), "--bootstrap", "0", "--out", str(tmp_path / "agreement")])
     assert "bear ranks already in" in result.output
     pairs = json.loads((tmp_path / "agreement" / "agreement.json").read_text())["pairs"]
