@@ -2,14 +2,14 @@
 
 For one context of P tokens and n continuations the plain way (one forward pass per whole
 statement) reads n x (P + m) tokens.  Here the context is read once (keeping its key/value
-cache); each continuation's tokens then run in length-sorted, right-padded batches on top
+cache); each continuation's tokens then run in batches of equal length (no padding) on top
 of that cache.  Tokens passed through the model: P + sum(m_i - 1), because
 
 * the first continuation token is predicted by the context's last hidden state, and
 * the last continuation token is only ever a target, never an input;
 
-and the LM head is applied only to rows whose next token is scored.  Right padding needs no
-attention mask: causal attention never lets a real token see a later pad.
+and the LM head is applied only to rows whose next token is scored.  No attention mask is
+needed: the cache holds only the context, and every row of a batch has the same length.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from bear_ref.boundary import SplitStatements, split_statements
-from deer.batching import length_sorted_batches, pad_right
+from deer.batching import pad_right
 from deer.encoder import next_token_log_softmax
 
 
@@ -112,14 +112,15 @@ class SharedPrefixScorer:
         first_logprobs = self._token_logprobs(context_hidden[before], firsts)
         scores += first_logprobs
 
-        groups: dict[int, list[int]] = defaultdict(list)
+        # Group by (shared prefix, input length): every batch is rectangular, no padding at all.
+        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
         for i, ids in enumerate(continuation_ids):
-            if len(ids) > 1:
-                groups[shared_lengths[i]].append(i)
-        for length, members in groups.items():
-            lengths = [len(continuation_ids[i]) - 1 for i in members]  # inputs: all but the last token
-            for batch in length_sorted_batches(lengths, self.token_budget, self.max_batch_size):
-                rows = [members[b] for b in batch]
+            if len(ids) > 1:  # inputs: all but the last token
+                groups[(shared_lengths[i], len(ids) - 1)].append(i)
+        for (length, width), members in sorted(groups.items()):
+            rows_per_batch = max(1, min(self.max_batch_size, self.token_budget // width))
+            for first in range(0, len(members), rows_per_batch):
+                rows = members[first : first + rows_per_batch]
                 inputs, mask = pad_right([continuation_ids[i][:-1] for i in rows], self.pad_id)
                 targets, _ = pad_right([continuation_ids[i][1:] for i in rows], self.pad_id)
                 hidden = base(
