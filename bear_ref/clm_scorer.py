@@ -1,22 +1,23 @@
 """Shared-prefix scoring for causal LMs: the context once, every continuation after it.
 
 For one context of P tokens and n continuations the plain way (one forward pass per whole
-statement) reads n x (P + m) tokens.  Here the context is read once (keeping its key/value
-cache); each continuation's tokens then run in batches of equal length (no padding) on top
-of that cache.  Tokens passed through the model: P + sum(m_i - 1), because
+statement) reads n x (P + m) tokens.  Here the context is read once (keeping its 1-row
+key/value cache); the continuations are then packed side by side into single rows on top of
+that cache, with a block-diagonal causal mask and explicit position ids, so there is no
+padding and the context cache is never copied.  Tokens passed through the model:
+P + sum(m_i - 1), because
 
 * the first continuation token is predicted by the context's last hidden state, and
 * the last continuation token is only ever a target, never an input;
 
-and the LM head is applied only to rows whose next token is scored.  No attention mask is
-needed: the cache holds only the context, and every row of a batch has the same length.
+and the LM head is applied only to rows whose next token is scored.  Packs are kept short
+(``token_budget`` tokens) because each packed token attends over the whole pack.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
@@ -24,7 +25,6 @@ import torch
 from transformers import DynamicCache
 
 from bear_ref.boundary import SplitStatements, split_statements
-from deer.batching import pad_right
 from deer.encoder import next_token_log_softmax
 
 
@@ -48,26 +48,48 @@ class ScorerStats:
         return {**dataclasses.asdict(self), "tokens": self.tokens}
 
 
-def _cache_prefix(cache: DynamicCache, length: int, rows: int) -> DynamicCache:
-    """A cache holding the first ``length`` positions of a 1-row cache, repeated ``rows`` times.
+def _packs(widths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Consecutive groups of items whose widths sum to at most ``token_budget`` (at least one item)."""
+    packs: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for k, width in enumerate(widths):
+        if current and used + width > token_budget:
+            packs.append(current)
+            current, used = [], 0
+        current.append(k)
+        used += width
+    if current:
+        packs.append(current)
+    return packs
 
-    ``expand`` makes views; the model's concatenation with new keys materialises them once.
+
+def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], widths: Sequence[int]) -> torch.Tensor:
+    """Boolean (1, 1, L, P + L) mask for continuations packed in one row after a P-token context.
+
+    Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
+    tokens 0..j of its own continuation, nothing of the others (True = may attend).
     """
-    layers = [
-        (layer.keys[:, :, :length].expand(rows, -1, -1, -1), layer.values[:, :, :length].expand(rows, -1, -1, -1))
-        for layer in cache.layers
-    ]
-    return DynamicCache(ddp_cache_data=layers)
+    total = int(sum(widths))
+    owner = np.repeat(np.arange(len(widths)), widths)
+    offset = np.concatenate([np.arange(w) for w in widths]) if total else np.zeros(0, dtype=np.int64)
+    mask = np.zeros((total, context_length + total), dtype=bool)
+    mask[:, :context_length] = np.arange(context_length)[None, :] < np.asarray(shared_lengths)[owner][:, None]
+    same = owner[:, None] == owner[None, :]
+    causal = offset[None, :] <= offset[:, None]
+    mask[:, context_length:] = same & causal
+    return torch.from_numpy(mask)[None, None]
 
 
 class SharedPrefixScorer:
     """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode).
 
-    ``token_budget``: most padded continuation tokens per batch; ``max_batch_size`` also bounds
-    the memory of the repeated context cache (rows x P x layers x kv width).
+    ``token_budget``: continuation tokens packed into one forward pass (attention inside a pack
+    is quadratic in its length, so a few hundred is the sweet spot on CPU); ``max_batch_size``
+    is kept for interface compatibility with the masked-LM scorer.
     """
 
-    def __init__(self, model, tokenizer, token_budget: int = 2048, max_batch_size: int = 64):
+    def __init__(self, model, tokenizer, token_budget: int = 512, max_batch_size: int = 64):
         self.model = model
         self.tokenizer = tokenizer
         self.token_budget = token_budget
@@ -112,35 +134,46 @@ class SharedPrefixScorer:
         first_logprobs = self._token_logprobs(context_hidden[before], firsts)
         scores += first_logprobs
 
-        # Group by (shared prefix, input length): every batch is rectangular, no padding at all.
-        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for i, ids in enumerate(continuation_ids):
-            if len(ids) > 1:  # inputs: all but the last token
-                groups[(shared_lengths[i], len(ids) - 1)].append(i)
-        for (length, width), members in sorted(groups.items()):
-            rows_per_batch = max(1, min(self.max_batch_size, self.token_budget // width))
-            for first in range(0, len(members), rows_per_batch):
-                rows = members[first : first + rows_per_batch]
-                inputs, mask = pad_right([continuation_ids[i][:-1] for i in rows], self.pad_id)
-                targets, _ = pad_right([continuation_ids[i][1:] for i in rows], self.pad_id)
-                hidden = base(
-                    input_ids=torch.as_tensor(inputs, device=self.device),
-                    past_key_values=_cache_prefix(cache, length, len(rows)),
-                    use_cache=True,
-                ).last_hidden_state
-                real = torch.as_tensor(mask, dtype=torch.bool, device=self.device)
-                logprobs = self._token_logprobs(hidden[real], torch.as_tensor(targets, device=self.device)[real])
-                per_row = torch.zeros(len(rows), dtype=torch.float64)
-                per_row.index_add_(0, torch.nonzero(real.cpu(), as_tuple=True)[0], torch.as_tensor(logprobs))
-                scores[rows] += per_row.numpy()
-                self.stats.continuation_tokens += int(mask.sum())
-                self.stats.padded_tokens += int(mask.size)
+        # The rest: continuations packed side by side into one row on top of the 1-row context
+        # cache; a block mask keeps them apart, so the context cache is never copied.
+        inputs = [i for i, ids in enumerate(continuation_ids) if len(ids) > 1]
+        for pack in _packs([len(continuation_ids[i]) - 1 for i in inputs], self.token_budget):
+            rows = [inputs[k] for k in pack]
+            scores[rows] += self._score_pack(base, cache, len(context_ids), rows, continuation_ids, shared_lengths)
         self.stats.statements += n
         self.stats.scored_tokens += int(sum(len(ids) for ids in continuation_ids))
         self.stats.forward_seconds += time.perf_counter() - started
         return scores
 
+    def _score_pack(self, base, cache, context_length, rows, continuation_ids, shared_lengths) -> np.ndarray:
+        """Summed log-probs of tokens 2.. of each continuation in ``rows``, in one forward pass."""
+        inputs = [list(continuation_ids[i][:-1]) for i in rows]
+        targets = [list(continuation_ids[i][1:]) for i in rows]
+        widths = [len(ids) for ids in inputs]
+        starts = [shared_lengths[i] for i in rows]
+        positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts)])
+        hidden = base(
+            input_ids=torch.as_tensor([sum(inputs, [])], device=self.device),
+            position_ids=torch.as_tensor(positions[None], device=self.device),
+            attention_mask=packed_attention_mask(context_length, starts, widths).to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state[0]
+        # Drop the pack again so the next pack sees only the context (negative = tokens to remove).
+        cache.crop(context_length - cache.get_seq_length())
+        token_logprobs = self._token_logprobs(hidden, torch.as_tensor(sum(targets, []), device=self.device))
+        owner = np.repeat(np.arange(len(rows)), widths)
+        self.stats.continuation_tokens += int(sum(widths))
+        self.stats.padded_tokens += int(sum(widths))
+        return np.bincount(owner, weights=token_logprobs, minlength=len(rows))
+
     def _token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-        """log p(target_j | row j) for hidden rows (k, d) and targets (k,): float64 (k,)."""
-        logprobs = next_token_log_softmax(self.model, hidden)
-        return logprobs.gather(1, targets[:, None])[:, 0].double().cpu().numpy()
+        """log p(target_j | row j) for hidden rows (k, d) and targets (k,): float64 (k,).
+
+        In chunks of rows, so the (rows x vocabulary) logits stay small for large vocabularies.
+        """
+        parts = []
+        for start in range(0, len(hidden), 256):
+            logprobs = next_token_log_softmax(self.model, hidden[start : start + 256])
+            parts.append(logprobs.gather(1, targets[start : start + 256, None])[:, 0].double().cpu().numpy())
+        return np.concatenate(parts) if parts else np.zeros(0)

@@ -102,7 +102,7 @@ def run_bear_dataset(
     loaded,
     out_dir: Path,
     selection: dict,
-    token_budget: int = 2048,
+    token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
     show_progress: bool = True,
 ) -> tuple[dict, dict]:

@@ -87,7 +87,7 @@ def run_bear_probe(
     loaded: LoadedModel,
     templates: PromptTemplates,
     out_dir: Path,
-    token_budget: int = 2048,
+    token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
     use_cache: bool = True,
     cache_dir: Optional[Path] = None,

@@ -19,7 +19,7 @@ from deer.models import is_masked_lm
 
 
 class StatementScorer:
-    def __init__(self, model, tokenizer, token_budget: int = 2048, max_batch_size: int = 64, pll_variant: str = "within_word_l2r"):
+    def __init__(self, model, tokenizer, token_budget: int = 512, max_batch_size: int = 64, pll_variant: str = "within_word_l2r"):
         self.masked = is_masked_lm(model)
         if self.masked:
             self.pll = PLLScorer(model, tokenizer, pll_variant, token_budget=max(token_budget, 512), max_batch_size=max_batch_size)

@@ -40,7 +40,7 @@ FULL_QUERIES, FULL_ENTITIES = 93_003, 40_943  # all WN18RR triples x all entitie
 @click.option("--k-shot", default=8, show_default=True)
 @click.option("--plain-sample", default=200, show_default=True, help="Statements scored the plain way (sampled, seeded).")
 @click.option("--plain-batch-size", default=8, show_default=True)
-@click.option("--token-budget", default=2048, show_default=True)
+@click.option("--token-budget", default=512, show_default=True)
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="benchmarks/results/bench_bear.json", show_default=True)
 def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_size, token_budget, threads, out_path):
