@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from deer.cli import default_out_dir, friendly_errors, kg_options, model_options, print_metrics_table, template_options
+from deer.cli import (
+    default_out_dir,
+    friendly_errors,
+    kg_options,
+    model_options,
+    prepare_queries,
+    print_metrics_table,
+    template_options,
+)
 
 
 def _print_bear_dataset_summary(metrics: dict) -> None:
@@ -65,14 +73,9 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
         _print_bear_dataset_summary(metrics)
     else:
         from bear_ref.kg_probe import run_bear_probe
-        from deer.templates import PromptTemplates
-        from kg_data import build_queries, load_kg
 
-        knowledge_graph = load_kg(kg, data_dir)
-        queries = build_queries(knowledge_graph, split, subset, seed)
-        templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
-        click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates "
-                   f"= {len(queries) * len(queries.candidates)} statements")
+        _, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
+        click.echo(f"= {len(queries) * len(queries.candidates)} statements")
         loaded = open_model(model_name, dtype=dtype, device=device)
         out = Path(out_dir) if out_dir else default_out_dir("bear", kg, model_name, split, subset)
         metrics, metadata = run_bear_probe(queries, loaded, templates, out, token_budget=token_budget, pll_variant=pll_variant,
@@ -102,14 +105,9 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     """
     from bear_ref.lama import run_lama_probe
     from deer.probe import open_model
-    from deer.templates import PromptTemplates
-    from kg_data import build_queries, load_kg
 
     started = time.perf_counter()
-    knowledge_graph = load_kg(kg, data_dir)
-    queries = build_queries(knowledge_graph, split, subset, seed)
-    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
-    click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
+    _, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
     loaded = open_model(model_name, dtype=dtype, device=device)
     default = default_out_dir("lama", kg, model_name, split, subset)
     out = Path(out_dir) if out_dir else (default.with_name(default.name + "-single-token") if single_token else default)

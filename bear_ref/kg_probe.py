@@ -24,10 +24,9 @@ from tqdm.auto import tqdm
 from bear_ref.statement_scorer import StatementScorer
 from deer.cache import EmbeddingStore
 from deer.models import cache_root
-from deer.outputs import package_versions
 from deer.probe import LoadedModel, query_item_ids
 from deer.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.results import save_probe_results
+from deer.results import run_metadata, save_probe_results
 from deer.templates import PromptTemplates
 from deer.tokenization import bos_policy
 from kg_data.queries import QuerySet
@@ -104,20 +103,12 @@ def run_bear_probe(
     work = scorer.work()
     statements = scored_now * len(queries.candidates)
     metadata = {
-        "probe": "bear",
-        "model": loaded.metadata(),
-        "kg": queries.kg.summary(),
-        "split": queries.split,
-        "queries": len(queries),
-        "candidates": int(len(queries.candidates)),
-        "subset_seed": queries.subset_seed,
-        "templates": templates.to_metadata(),
+        **run_metadata("bear", queries, loaded, templates),
         "scoring": scorer.method,
         "statement": "query text + ' t_name)'; score = summed log-likelihood of the candidate's tokens after the query",
         "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now, "store": str(store.folder) if store else None},
         "work": {**work, "statements_scored_now": statements, "statements_per_second": statements / elapsed if elapsed and statements else None},
         "timings": {"seconds": round(elapsed, 3)},
-        "versions": package_versions(),
     }
     metrics = save_probe_results(out_dir, "bear", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)
     return metrics, metadata

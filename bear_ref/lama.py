@@ -18,10 +18,9 @@ import numpy as np
 
 from bear_ref.boundary import split_statements
 from deer.encoder import PromptEOLEncoder
-from deer.outputs import package_versions
 from deer.probe import LoadedModel, encode_queries_with_next_token, query_item_ids, query_store, run_deer_probe
 from deer.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.results import save_probe_results, tail_token_lengths
+from deer.results import run_metadata, save_probe_results, tail_token_lengths
 from deer.templates import PromptTemplates
 from kg_data.queries import QuerySet
 
@@ -80,19 +79,11 @@ def run_lama_probe(
     scores = lama_scores_from_logprobs(logprobs, first_ids, unique_ids)
     ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
     metadata = {
-        "probe": "lama",
-        "model": loaded.metadata(),
-        "kg": queries.kg.summary(),
-        "split": queries.split,
-        "queries": len(queries),
-        "candidates": int(len(queries.candidates)),
-        "subset_seed": queries.subset_seed,
+        **run_metadata("lama", queries, loaded, templates),
         "single_token": single_token,
         "distinct_first_tokens": int(len(unique_ids)),
-        "templates": templates.to_metadata(),
         "work": encoder.stats.as_dict(),
         "timings": {"seconds": round(time.perf_counter() - started, 3)},
-        "versions": package_versions(),
     }
     results = {"lama": save_probe_results(out_dir, "lama", queries, ranks, top_k_from_scores(scores, 10), metadata, tokenizer=loaded.tokenizer)}
     if with_deer:

@@ -84,6 +84,18 @@ def template_options(command):
     return command
 
 
+def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space):
+    """Load the KG and build (knowledge graph, queries, templates) from the shared options; say what will run."""
+    from deer.templates import PromptTemplates
+    from kg_data import build_queries, load_kg
+
+    knowledge_graph = load_kg(kg, data_dir)
+    queries = build_queries(knowledge_graph, split, subset, seed)
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
+    click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
+    return knowledge_graph, queries, templates
+
+
 def default_out_dir(probe: str, kg: str, model: str, split: str, subset) -> Path:
     kg_name = Path(kg).name if os.path.sep in kg else kg
     model_name = Path(model).name if os.path.sep in model else model.replace("/", "--")
@@ -138,14 +150,9 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     Entity embeddings are cached and reused by later runs.
     """
     from deer.probe import open_model, run_deer_probe
-    from deer.templates import PromptTemplates
-    from kg_data import build_queries, load_kg
 
     started = time.perf_counter()
-    knowledge_graph = load_kg(kg, data_dir)
-    queries = build_queries(knowledge_graph, split, subset, seed)
-    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
-    click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
+    _, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
     loaded = open_model(model_name, dtype=dtype, device=device)
     out = Path(out_dir) if out_dir else default_out_dir("deer", kg, model_name, split, subset)
     run = run_deer_probe(queries, loaded, templates, out, token_budget=token_budget, use_cache=not no_cache)

@@ -17,9 +17,8 @@ from tqdm.auto import tqdm
 from deer.cache import EmbeddingStore
 from deer.encoder import PromptEOLEncoder
 from deer.models import cache_root, load_model, model_fingerprint
-from deer.outputs import package_versions
 from deer.ranking import cosine_gold_ranks, faiss_top_k
-from deer.results import save_probe_results
+from deer.results import run_metadata, save_probe_results
 from deer.templates import PromptTemplates
 from deer.tokenization import bos_policy
 from kg_data.kg import TextualKG
@@ -179,14 +178,7 @@ def run_deer_probe(
     stats = encoder.stats.as_dict()
     encode_seconds = stats["forward_seconds"]
     metadata = {
-        "probe": "deer",
-        "model": loaded.metadata(),
-        "kg": kg.summary(),
-        "split": queries.split,
-        "queries": len(queries),
-        "candidates": int(len(queries.candidates)),
-        "subset_seed": queries.subset_seed,
-        "templates": templates.to_metadata(),
+        **run_metadata("deer", queries, loaded, templates),
         "example_query_prompt": query_texts[0] if query_texts else None,
         "example_tail_prompt": entity_texts[0] if entity_texts else None,
         "token_budget": token_budget,
@@ -204,7 +196,6 @@ def run_deer_probe(
             "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
         },
         "timings": {k: round(v, 3) for k, v in timings.items()},
-        "versions": package_versions(),
     }
     metrics = save_probe_results(out_dir, "deer", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)
     return DeerRun(metrics, metadata, query_vectors, entity_vectors)

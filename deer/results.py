@@ -49,6 +49,23 @@ def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
     )
 
 
+def run_metadata(probe: str, queries: QuerySet, loaded, templates) -> dict:
+    """The part of metadata.json every KG probe shares: what was probed, with what, on which queries."""
+    from deer.outputs import package_versions
+
+    return {
+        "probe": probe,
+        "model": loaded.metadata(),
+        "kg": queries.kg.summary(),
+        "split": queries.split,
+        "queries": len(queries),
+        "candidates": int(len(queries.candidates)),
+        "subset_seed": queries.subset_seed,
+        "templates": templates.to_metadata(),
+        "versions": package_versions(),
+    }
+
+
 def probe_metrics(queries: QuerySet, ranks: GoldRanks) -> dict:
     relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
     n = len(queries.candidates)

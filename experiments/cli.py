@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from deer.cli import UserFacingError, friendly_errors, kg_options, template_options
+from deer.cli import UserFacingError, friendly_errors, kg_options, prepare_queries, template_options
 from deer.models import DEFAULT_MODEL
 
 
@@ -74,14 +74,8 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
             if labels.count(run.label) > 1:
                 run.label = f"{run.label} ({run.folder.name})"
         return runs, {"source": "run folders", "runs": list(run_dirs)}
-    from deer.templates import PromptTemplates
-    from kg_data import build_queries, load_kg
-
-    knowledge_graph = load_kg(kg, data_dir)
-    queries = build_queries(knowledge_graph, split, subset, seed)
-    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
-    click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates; "
-               f"probes {', '.join(probes)}")
+    knowledge_graph, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
+    click.echo(f"probes {', '.join(probes)}")
     runs = []
     for model_name in model_names or (DEFAULT_MODEL,):
         folder = Path(runs_dir) / run_folder_name(kg, split, subset, seed, model_name)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from deer.outputs import read_table
 from deer.results import find_ranks_table
-from kg_data.queries import QuerySet, known_tails
+from kg_data.queries import QuerySet, queries_for
 
 PROBES = ("deer", "bear", "lama")
 RANK_TYPES = ("filtered", "raw")
@@ -147,11 +147,4 @@ def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: Optio
         extra = max(0, n_candidates - len(gold_entities))
         sampled = np.random.default_rng(seed).choice(others, size=min(extra, len(others)), replace=False)
         candidates = np.unique(np.concatenate([gold_entities, sampled]))
-    position = np.full(kg.n_entities, -1, dtype=np.int64)
-    position[candidates] = np.arange(len(candidates))
-    true_tails = known_tails(kg)
-    filter_tails = [
-        np.asarray(sorted(position[t] for t in true_tails[(h, r)] if t != tail and position[t] >= 0), dtype=np.int64)
-        for h, r, tail in triples.tolist()
-    ]
-    return QuerySet(kg, queries.split, triples, candidates.astype(np.int64), position[triples[:, 2]], filter_tails, seed)
+    return queries_for(kg, queries.split, triples, candidates, seed)

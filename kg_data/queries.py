@@ -63,19 +63,24 @@ def build_queries(kg: TextualKG, split: str = "test", subset: Optional[int] = No
         candidates = np.unique(np.concatenate([triples[:, 0], triples[:, 2]]))
     else:
         candidates = np.arange(kg.n_entities, dtype=np.int64)
+    return queries_for(kg, split, triples, candidates, seed if subset is not None else None)
+
+
+def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.ndarray, subset_seed: Optional[int] = None) -> QuerySet:
+    """A QuerySet ranking ``triples`` among ``candidates`` (entity indices; must hold every gold tail).
+
+    The filter holds, per query, the candidate positions of the other true tails of (h, r)
+    over all splits.
+    """
+    triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
+    candidates = np.unique(np.asarray(candidates, dtype=np.int64))
     position = np.full(kg.n_entities, -1, dtype=np.int64)
     position[candidates] = np.arange(len(candidates))
+    if len(triples) and np.any(position[triples[:, 2]] < 0):
+        raise ValueError("every gold tail must be among the candidates")
     true_tails = known_tails(kg)
     filter_tails = []
     for head, relation, tail in triples.tolist():
         others = [position[t] for t in true_tails[(head, relation)] if t != tail and position[t] >= 0]
         filter_tails.append(np.asarray(sorted(others), dtype=np.int64))
-    return QuerySet(
-        kg=kg,
-        split=split,
-        triples=np.asarray(triples, dtype=np.int64),
-        candidates=candidates.astype(np.int64),
-        gold=position[triples[:, 2]],
-        filter_tails=filter_tails,
-        subset_seed=seed if subset is not None else None,
-    )
+    return QuerySet(kg, split, triples, candidates, position[triples[:, 2]], filter_tails, subset_seed)
