@@ -11,10 +11,15 @@ from typing import Sequence
 import numpy as np
 
 
-def length_sorted_batches(lengths: Sequence[int], token_budget: int, max_batch_size: int = 256) -> list[np.ndarray]:
+def length_sorted_batches(
+    lengths: Sequence[int], token_budget: int, max_batch_size: int = 256, max_padding: float = 0.1
+) -> list[np.ndarray]:
     """Index arrays, each a batch whose padded size (rows x longest) fits ``token_budget``.
 
-    A single input longer than the budget still gets a batch of its own.
+    Inputs are taken longest first; a batch also closes when its padded slots would exceed
+    ``max_padding`` of its size (otherwise a small input set that fits the budget in one
+    batch would be padded to its longest prompt).  An input longer than the budget still
+    gets a batch of its own.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
@@ -22,9 +27,15 @@ def length_sorted_batches(lengths: Sequence[int], token_budget: int, max_batch_s
     start = 0
     while start < len(order):
         longest = max(int(lengths[order[start]]), 1)
-        rows = max(1, min(max_batch_size, token_budget // longest))
-        batches.append(order[start : start + rows])
-        start += rows
+        rows_limit = max(1, min(max_batch_size, token_budget // longest))
+        end, real = start + 1, int(lengths[order[start]])
+        while end < len(order) and end - start < rows_limit:
+            candidate_real = real + int(lengths[order[end]])
+            if 1 - candidate_real / (longest * (end - start + 1)) > max_padding:
+                break
+            real, end = candidate_real, end + 1
+        batches.append(order[start:end])
+        start = end
     return batches
 
 

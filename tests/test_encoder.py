@@ -79,3 +79,17 @@ def test_stats_count_tokens(tiny_clm):
     assert encoder.stats.prompts == len(PROMPTS)
     assert encoder.stats.tokens == sum(len(token_ids(tokenizer, p)) for p in PROMPTS)
     assert encoder.stats.padded_tokens >= encoder.stats.tokens
+
+
+def test_batches_respect_budget_and_padding_limit():
+    from deer.batching import length_sorted_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(20, 150, size=500)
+    batches = length_sorted_batches(lengths, token_budget=2048, max_batch_size=64, max_padding=0.1)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(500))
+    for batch in batches:
+        padded = len(batch) * lengths[batch].max()
+        assert len(batch) == 1 or padded <= 2048
+        assert 1 - lengths[batch].sum() / padded <= 0.1 + 1e-12
+    assert length_sorted_batches([5000, 3], token_budget=100)[0].tolist() == [0]
