@@ -27,6 +27,13 @@ def key_digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
+def _umask_mode() -> int:
+    """Mode a plain new file gets (mkstemp would give 0o600, unreadable to others)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, then rename: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,6 +41,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -83,6 +91,7 @@ class EmbeddingStore:
         os.close(fd)
         try:
             np.savez(tmp, ids=np.asarray(list(ids), dtype=str), vectors=vectors)
+            os.chmod(tmp, _umask_mode())
             os.replace(tmp, self.folder / f"part-{part_number:06d}-{os.getpid()}.npz")
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

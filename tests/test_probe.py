@@ -84,3 +84,17 @@ def test_different_template_or_model_gets_another_store(tmp_path, tiny_setup):
     assert entity_store(other, kg, tmp_path).folder == entity_store(loaded, kg, tmp_path).folder
     other.fingerprint = "changed-weights"
     assert entity_store(other, kg, tmp_path).folder != entity_store(loaded, kg, tmp_path).folder
+
+
+def test_atomic_writes_are_readable_files(tmp_path):
+    import os
+    import stat
+
+    from deer.cache import atomic_write_bytes
+
+    target = tmp_path / "out.json"
+    atomic_write_bytes(target, b"{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"], "no temp file may be left behind"
