@@ -287,17 +287,26 @@ def _in_hub_cache(hub_id: str) -> bool:
         return False
 
 
-def model_fingerprint(model, resolved: "ResolvedModel") -> str:
-    """Identifies the weights (not just the name): hash of parameter names, shapes and samples.
-
-    Cheap (reads a few thousand values per tensor) yet changes when a checkpoint changes.
+def model_fingerprint(model) -> str:
+    """Identifies the weights, wherever they were loaded from: hash of parameter names, shapes
+    and samples.  Cheap (reads a few thousand values per tensor) yet changes when a checkpoint
+    changes; the same weights in two folders (or one folder reached by two paths) share it.
     """
     import hashlib
 
-    digest = hashlib.sha256(resolved.source.encode())
+    digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
         sample = tensor.detach().reshape(-1)[:2048].float().cpu().numpy()
         digest.update(sample.tobytes())
     return digest.hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """Identifies the vocabulary (token strings and ids), which embeddings and scores depend on."""
+    import hashlib
+    import json
+
+    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest()[:16]

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from deer.cache import EmbeddingStore
 from deer.encoder import PromptEOLEncoder
-from deer.models import cache_root, load_model, model_fingerprint
+from deer.models import cache_root, load_model, model_fingerprint, tokenizer_fingerprint
 from deer.ranking import cosine_gold_ranks, faiss_top_k
 from deer.results import run_metadata, save_probe_results
 from deer.templates import PromptTemplates
@@ -58,7 +58,7 @@ def open_model(name: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     return LoadedModel(
-        name, model, tokenizer, resolved.source, model_fingerprint(model, resolved), dtype, device, time.perf_counter() - started
+        name, model, tokenizer, resolved.source, model_fingerprint(model), dtype, device, time.perf_counter() - started
     )
 
 
@@ -66,6 +66,7 @@ def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
     return {
         "encoder": ENCODER_VERSION,
         "model_fingerprint": loaded.fingerprint,
+        "tokenizer_fingerprint": tokenizer_fingerprint(loaded.tokenizer),
         "dtype": loaded.dtype,
         "bos": bos_policy(loaded.tokenizer),
         "kg": kg.name,

@@ -80,7 +80,11 @@ def test_different_template_or_model_gets_another_store(tmp_path, tiny_setup):
 
     kg, _, loaded = tiny_setup
     assert query_store(loaded, kg, PromptTemplates(seed=0), tmp_path).folder != query_store(loaded, kg, PromptTemplates(seed=1), tmp_path).folder
-    other = open_model(str(tiny_setup[2].source))
+    # The same weights reached by another path share the cache (the key names weights, not paths).
+    link = tmp_path / "same-model-elsewhere"
+    link.symlink_to(loaded.source, target_is_directory=True)
+    other = open_model(str(link))
+    assert other.source != loaded.source
     assert entity_store(other, kg, tmp_path).folder == entity_store(loaded, kg, tmp_path).folder
     other.fingerprint = "changed-weights"
     assert entity_store(other, kg, tmp_path).folder != entity_store(loaded, kg, tmp_path).folder
