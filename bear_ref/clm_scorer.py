@@ -26,6 +26,7 @@ from transformers import DynamicCache
 
 from bear_ref.boundary import SplitStatements, split_statements
 from deer.encoder import next_token_log_softmax
+from deer.tokenization import padding_id
 
 
 @dataclasses.dataclass
@@ -95,8 +96,7 @@ class SharedPrefixScorer:
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
         self.device = next(model.parameters()).device
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else (tokenizer.eos_token_id or 0))
+        self.pad_id = padding_id(tokenizer)
         self.stats = ScorerStats()
 
     def score_texts(self, context: str, continuations: Sequence[str]) -> np.ndarray:

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
 from deer.cache import EmbeddingStore
-from deer.models import cache_root, tokenizer_fingerprint
+from deer.models import cache_root
 from deer.probe import LoadedModel, query_item_ids
 from deer.ranking import gold_ranks_from_scores, top_k_from_scores
 from deer.results import run_metadata, save_probe_results
@@ -41,7 +41,7 @@ def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplat
         "scorer": SCORER_VERSION,
         "method": method,
         "model_fingerprint": loaded.fingerprint,
-        "tokenizer_fingerprint": tokenizer_fingerprint(loaded.tokenizer),
+        "tokenizer_fingerprint": loaded.tokenizer_fingerprint,
         "dtype": loaded.dtype,
         "bos": bos_policy(loaded.tokenizer),
         "kg_fingerprint": queries.kg.fingerprint(),

@@ -17,7 +17,7 @@ import torch
 
 from bear_ref.boundary import move_trailing_whitespace
 from deer.batching import pad_right
-from deer.tokenization import bos_id
+from deer.tokenization import bos_id, padding_id
 
 
 @dataclasses.dataclass
@@ -52,7 +52,7 @@ def plain_conditional_scores(
 ) -> np.ndarray:
     """Summed log p of each statement's continuation tokens from a full pass: float64 (n,)."""
     device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    pad = padding_id(tokenizer)
     statements = [statement_ids_and_start(tokenizer, context, c) for c in continuations]
     scores = np.zeros(len(statements), dtype=np.float64)
     for first in range(0, len(statements), batch_size):

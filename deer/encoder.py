@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from deer.batching import length_sorted_batches, pad_right
-from deer.tokenization import batch_token_ids
+from deer.tokenization import batch_token_ids, padding_id
 
 
 @dataclasses.dataclass
@@ -61,8 +61,7 @@ class PromptEOLEncoder:
         self.show_progress = show_progress
         self.stats = EncoderStats()
         self.device = next(model.parameters()).device
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else (tokenizer.eos_token_id or 0))
+        self.pad_id = padding_id(tokenizer)
 
     @property
     def hidden_size(self) -> int:

@@ -36,6 +36,7 @@ class LoadedModel:
     tokenizer: object
     source: str
     fingerprint: str
+    tokenizer_fingerprint: str
     dtype: str
     device: str
     load_seconds: float
@@ -58,7 +59,8 @@ def open_model(name: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     return LoadedModel(
-        name, model, tokenizer, resolved.source, model_fingerprint(model), dtype, device, time.perf_counter() - started
+        name, model, tokenizer, resolved.source, model_fingerprint(model), tokenizer_fingerprint(tokenizer),
+        dtype, device, time.perf_counter() - started,
     )
 
 
@@ -66,7 +68,7 @@ def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
     return {
         "encoder": ENCODER_VERSION,
         "model_fingerprint": loaded.fingerprint,
-        "tokenizer_fingerprint": tokenizer_fingerprint(loaded.tokenizer),
+        "tokenizer_fingerprint": loaded.tokenizer_fingerprint,
         "dtype": loaded.dtype,
         "bos": bos_policy(loaded.tokenizer),
         "kg": kg.name,

@@ -14,6 +14,12 @@ def bos_id(tokenizer) -> int | None:
     return tokenizer.bos_token_id
 
 
+def padding_id(tokenizer) -> int:
+    """Id used for padding slots: the pad token, else EOS, else 0 (masked out either way)."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else (tokenizer.eos_token_id or 0))
+
+
 def token_ids(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` for a causal LM, with BOS prepended by the policy above."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]

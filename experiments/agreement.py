@@ -104,6 +104,4 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
         "hits": hit_rows,
         "paper": PAPER,
     }
-    output.numbers(result)
-    result["out_dir"] = str(output.folder)
-    return result
+    return output.finish(result)

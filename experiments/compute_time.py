@@ -30,7 +30,7 @@ import pandas as pd
 from experiments import plots, reference
 from experiments.report import ExperimentOutput
 from experiments.runs import restrict_queries
-from experiments.stats import repeated_fit_extrapolation, spread
+from experiments.stats import repeated_fit_extrapolation
 
 PAPER_QUERY_SIZES = tuple(range(16, 152, 15))  # 16, 31, ..., 151
 PAPER = {
@@ -230,6 +230,4 @@ def run_compute_time(
         "unavailable": unavailable,
         "paper": PAPER,
     }
-    output.numbers(result)
-    result["out_dir"] = str(output.folder)
-    return result
+    return output.finish(result)

@@ -72,6 +72,12 @@ class ExperimentOutput:
         self.files.append(path)
         return path
 
+    def finish(self, result: dict) -> dict:
+        """Write ``result`` as the experiment's JSON and return it with ``out_dir`` added."""
+        self.numbers(result)
+        result["out_dir"] = str(self.folder)
+        return result
+
     def numbers(self, payload: dict) -> Path:
         """Write all numbers as ``<experiment name>.json`` (listing the other files too)."""
         path = self.folder / f"{self.name}.json"

@@ -96,6 +96,4 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: Optional[str]
               "deer_order": " > ".join(o["order_a"]), f"{reference}_order": " > ".join(o["order_b"])}
              for name, o in orderings.items()]),
             note=f"Rank correlation between the model orderings of DEER and {reference.upper()} by each metric.")
-    output.numbers(result)
-    result["out_dir"] = str(output.folder)
-    return result
+    return output.finish(result)

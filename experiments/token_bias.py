@@ -87,9 +87,7 @@ def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fi
         "by_length": all_lengths,
         "paper": PAPER,
     }
-    output.numbers(result)
-    result["out_dir"] = str(output.folder)
-    return result
+    return output.finish(result)
 
 
 def _slug(label: str) -> str:
