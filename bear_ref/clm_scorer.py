@@ -128,11 +128,12 @@ class SharedPrefixScorer:
         self.stats.contexts += 1
         self.stats.context_tokens += len(context_ids)
 
-        # Each statement's first token comes from the context state just before it.
+        # Each statement's first token comes from the context state just before it; the LM head
+        # runs once per distinct such state (normally one: the context's last), not per statement.
+        states, which = np.unique([length - 1 for length in shared_lengths], return_inverse=True)
+        state_logprobs = next_token_log_softmax(self.model, context_hidden[torch.as_tensor(states, device=self.device)])
         firsts = torch.as_tensor([ids[0] for ids in continuation_ids], device=self.device)
-        before = torch.as_tensor([length - 1 for length in shared_lengths], device=self.device)
-        first_logprobs = self._token_logprobs(context_hidden[before], firsts)
-        scores += first_logprobs
+        scores += state_logprobs[torch.as_tensor(which, device=self.device), firsts].double().cpu().numpy()
 
         # The rest: continuations packed side by side into one row on top of the 1-row context
         # cache; a block mask keeps them apart, so the context cache is never copied.

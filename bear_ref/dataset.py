@@ -2,8 +2,9 @@
 
 For each relation, template and instance, every answer of the relation's answer space fills
 [Y]; the instance is answered correctly when the gold answer's statement scores strictly
-highest (summed log-likelihood; PLL for masked LMs).  The text before [Y] is scored once per
-(instance, template) and shared by all answers.
+highest (summed log-likelihood of the whole statement; PLL for masked LMs).  A template's
+statements (every instance x every answer) are scored together through a prefix trie
+(``bear_ref.trie_scorer``): every distinct prefix is read once, whether [X] or [Y] comes first.
 
 Results: a per-(instance, template) table, and metrics: accuracy per template, the BEAR score
 (mean over templates) and its spread (std over templates), per relation, per domain and per
@@ -22,22 +23,27 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bear_ref.statement_scorer import StatementScorer, fill_answer, split_template
+from bear_ref.statement_scorer import StatementScorer
 from deer.cache import key_digest
 from deer.outputs import default_table_suffix, package_versions, read_table, write_json, write_table
-from kg_data.bear import BearDataset, BearRelation
+from kg_data.bear import BearDataset, BearRelation, fill_statement
 
 
 def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Optional[tqdm] = None) -> pd.DataFrame:
-    """One row per (template, instance): gold score, prediction, realistic rank, correctness."""
+    """One row per (template, instance): gold score, prediction, realistic rank, correctness.
+
+    All statements of a template (every instance x every answer) go to the scorer together, so
+    whatever prefixes they share, whichever slot comes first, are read once.
+    """
     rows = []
     n_answers = len(relation.answer_labels)
     for template_index, template in enumerate(relation.templates):
+        statements = [
+            fill_statement(template, subject, answer) for subject in relation.subject_labels for answer in relation.answer_labels
+        ]
+        all_scores = scorer.score_statements(statements).reshape(len(relation), n_answers)
         for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels)):
-            prefix, suffix = split_template(template, subject)
-            pairs = [fill_answer(prefix, suffix, answer) for answer in relation.answer_labels]
-            context = pairs[0][0]
-            scores = scorer.score(context, [continuation for _, continuation in pairs])
+            scores = all_scores[i]
             gold = int(relation.gold[i])
             higher = int(np.sum(scores > scores[gold]))
             ties = int(np.sum(scores == scores[gold])) - 1
@@ -59,8 +65,8 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Op
                     "correct": higher == 0 and ties == 0,
                 }
             )
-            if progress is not None:
-                progress.update(n_answers)
+        if progress is not None:
+            progress.update(len(statements))
     return pd.DataFrame(rows)
 
 
@@ -112,7 +118,7 @@ def run_bear_dataset(
     """
     out_dir = Path(out_dir)
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
-    key = {"model": loaded.fingerprint, "dataset": dataset.path, "selection": selection, "method": scorer.method}
+    key = {"model": loaded.fingerprint, "dataset": dataset.path, "selection": selection, "method": scorer.statements_method}
     parts_dir = out_dir / "parts" / key_digest(key)
     parts_dir.mkdir(parents=True, exist_ok=True)
     (parts_dir / "key.json").write_text(json.dumps(key, indent=2, sort_keys=True))
@@ -142,9 +148,9 @@ def run_bear_dataset(
         "model": loaded.metadata(),
         "dataset": dataset.summary(),
         "selection": selection,
-        "scoring": scorer.method,
+        "scoring": scorer.statements_method,
         "statement_rule": "template with [X] filled and [Y] = each answer; first character capitalised; "
-        "shared prefix = text before [Y], continuation = [Y] onwards (whitespace moved to the continuation)",
+        "score = summed log-likelihood of the whole statement (every token after BOS), or its PLL",
         "relations_resumed": resumed,
         "work": {**scorer.work(), "statements_scored_now": total},
         "timings": {"seconds": round(elapsed, 3), "statements_per_second": total / elapsed if elapsed and total else None},

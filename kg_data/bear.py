@@ -36,6 +36,17 @@ METADATA_FILE = "metadata_relations.json"
 RELATION_INFO_FILE = "relation_info.json"
 
 
+def fill_statement(template: str, subject: str, answer: str) -> str:
+    """The statement for one (subject, answer): [X] and [Y] filled, first character capitalised.
+
+    [Y] is placed after [X] is filled around it, so a label containing "[X]" is not rewritten.
+    Capitalising the sentence's first character is what lm-pub-quiz does.
+    """
+    before, after = template.split(ANSWER)
+    statement = before.replace(SUBJECT, subject) + answer + after.replace(SUBJECT, subject)
+    return statement[:1].upper() + statement[1:]
+
+
 @dataclasses.dataclass
 class BearRelation:
     """One relation's templates, answer space and instances.

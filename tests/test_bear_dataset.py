@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from bear_ref.dataset import bear_metrics, score_relation
-from bear_ref.statement_scorer import fill_answer, split_template
-from kg_data.bear import load_bear_dataset
+from kg_data.bear import fill_statement, load_bear_dataset
 from kg_data.errors import KGFormatError
 
 CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
@@ -85,37 +84,38 @@ def test_real_bear_counts():
     assert data.n_instances == 7731 and data.n_statements == 628_497 and len(data.relations) == 60
 
 
-def test_template_split_anywhere():
-    assert split_template("[Y] is the capital of [X].", "France") == ("", "[Y] is the capital of France.")
-    assert fill_answer("", "[Y] is the capital of France.", "paris") == ("", "Paris is the capital of France.")
-    prefix, suffix = split_template("[X]'s capital, [Y], is large.", "france")
-    assert fill_answer(prefix, suffix, "Paris") == ("France's capital,", " Paris, is large.")
+def test_template_filled_anywhere():
+    assert fill_statement("[Y] is the capital of [X].", "France", "paris") == "Paris is the capital of France."
+    assert fill_statement("[X]'s capital, [Y], is large.", "france", "Paris") == "France's capital, Paris, is large."
+    assert fill_statement("The capital of [X] is [Y].", "A [Y] land", "[X]ville") == "The capital of A [Y] land is [X]ville."
 
 
 class OracleScorer:
-    """Scores the statement naming a fixed answer highest; records what it was asked."""
+    """Believes ``pairs`` (subject, answer), except that every subject in ``wrong_for`` gets Rome."""
 
-    def __init__(self, wrong_for: set):
-        self.wrong_for, self.calls = wrong_for, []
+    def __init__(self, pairs, wrong_for: set):
+        self.pairs, self.wrong_for, self.calls = pairs, wrong_for, []
 
-    def score(self, context, continuations):
-        self.calls.append((context, list(continuations)))
-        text = context + continuations[0]
-        truth = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Paris": "French", "Berlin": "German",
-                 "Rome": "Italian", "Lyon": "French"}
-        subject = next(s for s in truth if s in context + "".join(continuations) and all(s in context + c for c in continuations))
-        answer = truth[subject]
-        if (subject, text) in self.wrong_for or subject in self.wrong_for:
-            answer = "Rome" if answer != "Rome" else "Paris"
-        return np.asarray([1.0 if answer in c else 0.0 for c in continuations])
+    def score_statements(self, statements):
+        self.calls.append(list(statements))
+        return np.asarray([float(self._believes(s)) for s in statements])
+
+    def _believes(self, statement: str) -> bool:
+        for subject, answer in self.pairs:
+            if subject in statement:
+                return ("Rome" if subject in self.wrong_for else answer) in statement
+        return False
 
 
 def test_score_and_metrics_with_known_answers(tmp_path):
     data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")))
-    scorer = OracleScorer(wrong_for={"Germany"})  # wrong on 1 of 3 capitals, in every template
-    table = pd.concat([score_relation(scorer, relation) for relation in data.relations.values()], ignore_index=True)
+    pairs = {"P36": [(s, o) for _, s, _, o in CAPITALS], "P37": [(s, o) for _, s, _, o in LANGUAGES]}
+    scorers = {code: OracleScorer(pairs[code], wrong_for={"Germany"}) for code in pairs}  # wrong on 1 of 3 capitals
+    table = pd.concat([score_relation(scorers[code], relation) for code, relation in data.relations.items()], ignore_index=True)
     assert len(table) == 3 * 3 + 4 * 3
-    assert ("The capital of France is", [" Paris.", " Berlin.", " Rome."]) in scorer.calls
+    # One call per template with every instance x every answer, subject-major.
+    assert len(scorers["P36"].calls) == 3 and len(scorers["P36"].calls[1]) == 9
+    assert scorers["P36"].calls[1][:3] == ["Paris is the capital of France.", "Berlin is the capital of France.", "Rome is the capital of France."]
     metrics = bear_metrics(table, data)
     capital = metrics["per_relation"]["P36"]
     assert capital["accuracy_per_template"] == {0: pytest.approx(2 / 3), 1: pytest.approx(2 / 3), 2: pytest.approx(2 / 3)}
@@ -130,7 +130,7 @@ def test_score_and_metrics_with_known_answers(tmp_path):
 
 
 def test_bear_dataset_on_smollm2(smollm2, tmp_path):
-    """Real model on three capitals: the shared-prefix scorer ranks like whole statements do."""
+    """Real model on three capitals: gold scores are whole-statement log-likelihoods (1e-4 nats)."""
     from bear_ref.plain_scorer import plain_conditional_scores
     from bear_ref.statement_scorer import StatementScorer
 
@@ -138,10 +138,10 @@ def test_bear_dataset_on_smollm2(smollm2, tmp_path):
     data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), relations=["P36"])
     relation = data.relations["P36"]
     table = score_relation(StatementScorer(model, tokenizer), relation)
-    prefix, suffix = split_template(relation.templates[1], "France")
-    pairs = [fill_answer(prefix, suffix, a) for a in relation.answer_labels]
-    plain = plain_conditional_scores(model, tokenizer, pairs[0][0], [c for _, c in pairs])
-    row = table[(table["template"] == 1) & (table["sub_label"] == "France")].iloc[0]
-    assert row["gold_score"] == pytest.approx(plain[0], abs=1e-4)
-    assert row["correct"] == (int(np.argmax(plain)) == 0)
+    for template_index in (0, 1):  # [Y] last and [Y] first
+        statements = [fill_statement(relation.templates[template_index], "France", a) for a in relation.answer_labels]
+        plain = plain_conditional_scores(model, tokenizer, "", statements)  # one pass per whole statement
+        row = table[(table["template"] == template_index) & (table["sub_label"] == "France")].iloc[0]
+        assert row["gold_score"] == pytest.approx(plain[0], abs=1e-4)
+        assert row["correct"] == (int(np.argmax(plain)) == 0)
     assert table["correct"].mean() >= 2 / 3  # SmolLM2 knows most European capitals

@@ -1,0 +1,178 @@
+"""Whole-statement log-likelihoods of many statements that share prefixes (causal LMs).
+
+BEAR's statements come in large families: one template filled with every (subject, answer)
+pair of a relation.  Scoring each whole statement on its own (lm-pub-quiz) reads every token
+of every statement.  Here the statements are tokenised whole (BOS policy of
+``deer.tokenization``), merged into a prefix trie, and the trie is fed to the model: every
+distinct prefix is read once, whichever slot comes first in the template ("[X] is the capital
+of [Y]" shares the text up to [Y]; "[Y] is the capital of [X]" shares it up to [X], per answer).
+
+How a trie goes through a transformer: its nodes are laid out in one row; each node attends to
+its ancestors only (a tree-shaped attention mask) and sits at position id = its depth, so it
+sees exactly what it would see in its own statement.  Nodes without children (last tokens)
+are only targets and are not fed.  The LM head runs once per fed node; a token's log-prob is
+read from its parent's row.  Rows hold at most ``token_budget`` nodes (attention inside a row
+is quadratic in its length); statements are sorted so neighbours share the longest prefixes,
+and a row that is full starts the next one afresh (repeating the shared prefix once).
+
+Score of a statement = sum of log p(token_t | tokens_<t) for t >= 1: the first token (BOS, or
+the first text token for a vocabulary without BOS) is given, not scored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from deer.encoder import next_token_log_softmax
+from deer.tokenization import batch_token_ids
+
+
+@dataclasses.dataclass
+class TrieStats:
+    """Work done: statements, their tokens, trie nodes fed through the model, forward passes."""
+
+    statements: int = 0
+    statement_tokens: int = 0
+    fed_tokens: int = 0
+    rows: int = 0
+    forward_seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.fed_tokens
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "tokens": self.tokens}
+
+
+@dataclasses.dataclass
+class TrieRow:
+    """One forward pass: trie nodes (token, parent node or -1, depth) and each statement's path.
+
+    ``paths[k]`` are the node indices of statement ``statements[k]``'s tokens, root first.
+    """
+
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    parents: list[int] = dataclasses.field(default_factory=list)
+    depths: list[int] = dataclasses.field(default_factory=list)
+    statements: list[int] = dataclasses.field(default_factory=list)
+    paths: list[list[int]] = dataclasses.field(default_factory=list)
+
+    def add(self, index: int, ids: Sequence[int], shared: int, previous_path: Sequence[int]) -> None:
+        """Add statement ``index``, whose first ``shared`` tokens are ``previous_path``'s nodes."""
+        path = list(previous_path[:shared])
+        for depth in range(shared, len(ids)):
+            self.tokens.append(int(ids[depth]))
+            self.parents.append(path[-1] if path else -1)
+            self.depths.append(depth)
+            path.append(len(self.tokens) - 1)
+        self.statements.append(index)
+        self.paths.append(path)
+
+
+def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def build_rows(sequences: Sequence[Sequence[int]], token_budget: int) -> list[TrieRow]:
+    """Prefix tries over ``sequences`` (sorted), each of at most ``token_budget`` nodes where possible."""
+    order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
+    rows: list[TrieRow] = []
+    row, previous = None, None
+    for index in order:
+        ids = sequences[index]
+        shared = _common_prefix_length(sequences[previous], ids) if row is not None else 0
+        if row is not None and len(row.tokens) + len(ids) - shared > token_budget:
+            row, shared = None, 0
+        if row is None:
+            row = TrieRow()
+            rows.append(row)
+        row.add(index, ids, shared, row.paths[-1] if row.paths else [])
+        previous = index
+    return rows
+
+
+def ancestor_mask(parents: np.ndarray) -> np.ndarray:
+    """Boolean (n, n): node i may attend to node j iff j is i or one of its ancestors.
+
+    Requires parents[i] < i (true for nodes created root first).
+    """
+    n = len(parents)
+    mask = np.zeros((n, n), dtype=bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            mask[i, :i] = mask[parent, :i]
+        mask[i, i] = True
+    return mask
+
+
+class PrefixTrieScorer:
+    """Summed log-likelihood of whole statements for a causal LM (eval mode), prefixes read once."""
+
+    method = "clm-prefix-trie-sum-logprob"
+
+    def __init__(self, model, tokenizer, token_budget: int = 512):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.token_budget = token_budget
+        self.device = next(model.parameters()).device
+        self.stats = TrieStats()
+
+    def score_texts(self, statements: Sequence[str]) -> np.ndarray:
+        """float64 (n,): summed log p of every token after the first, in nats."""
+        return self.score_ids(batch_token_ids(self.tokenizer, list(statements)))
+
+    @torch.inference_mode()
+    def score_ids(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
+        scores = np.zeros(len(sequences), dtype=np.float64)
+        started = time.perf_counter()
+        for row in build_rows(sequences, self.token_budget):
+            node_logprobs = self._node_logprobs(row)
+            for index, path in zip(row.statements, row.paths):
+                scores[index] = node_logprobs[path].sum()
+        self.stats.statements += len(sequences)
+        self.stats.statement_tokens += int(sum(len(ids) for ids in sequences))
+        self.stats.forward_seconds += time.perf_counter() - started
+        return scores
+
+    def _node_logprobs(self, row: TrieRow) -> np.ndarray:
+        """log p(node's token | its ancestors) per node of ``row``: float64, 0 for roots."""
+        parents = np.asarray(row.parents, dtype=np.int64)
+        tokens = np.asarray(row.tokens, dtype=np.int64)
+        logprobs = np.zeros(len(tokens), dtype=np.float64)
+        # Only nodes with children are fed: a last token is a target, never an input.
+        fed = np.zeros(len(tokens), dtype=bool)
+        fed[parents[parents >= 0]] = True
+        fed_nodes = np.flatnonzero(fed)
+        if len(fed_nodes) == 0:
+            return logprobs
+        fed_index = np.full(len(tokens), -1, dtype=np.int64)
+        fed_index[fed_nodes] = np.arange(len(fed_nodes))
+        fed_parents = np.where(parents[fed_nodes] >= 0, fed_index[np.maximum(parents[fed_nodes], 0)], -1)
+        mask = torch.from_numpy(ancestor_mask(fed_parents))[None, None].to(self.device)
+        hidden = self.model.base_model(
+            input_ids=torch.as_tensor(tokens[fed_nodes][None], device=self.device),
+            position_ids=torch.as_tensor(np.asarray(row.depths, dtype=np.int64)[fed_nodes][None], device=self.device),
+            attention_mask=mask,
+            use_cache=False,
+        ).last_hidden_state[0]
+        self.stats.rows += 1
+        self.stats.fed_tokens += len(fed_nodes)
+        # LM head once per fed node; every child reads its token's log-prob from its parent's row.
+        targets = np.flatnonzero(parents >= 0)
+        source_rows = fed_index[parents[targets]]
+        for start in range(0, len(fed_nodes), 256):
+            chunk = next_token_log_softmax(self.model, hidden[start : start + 256])
+            here = (source_rows >= start) & (source_rows < start + 256)
+            picked = chunk[torch.as_tensor(source_rows[here] - start), torch.as_tensor(tokens[targets[here]])]
+            logprobs[targets[here]] = picked.double().cpu().numpy()
+        return logprobs

@@ -1,0 +1,83 @@
+"""The prefix-trie scorer equals one full forward pass per whole statement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bear_ref.plain_scorer import plain_conditional_scores
+from bear_ref.trie_scorer import PrefixTrieScorer, ancestor_mask, build_rows
+from deer.tokenization import batch_token_ids
+
+# [Y]-first and [Y]-last families, a duplicate, and a statement that is a prefix of another.
+STATEMENTS = [
+    f"{answer} is the capital of {country}." for answer in ("Paris", "Berlin", "Rome") for country in ("France", "Germany")
+] + [f"The capital of {country} is {answer}." for answer in ("Paris", "Rome") for country in ("France", "Italy")] + [
+    "The capital of France is Paris.",
+    "The capital of France is Paris",
+    "x",
+]
+
+
+@torch.inference_mode()
+def whole_sequence_logprob(model, ids) -> float:
+    """Sum of log p(token_t | tokens_<t), t >= 1, from one plain forward pass with the full LM head."""
+    logprobs = torch.log_softmax(model(input_ids=torch.as_tensor([ids])).logits[0].float(), dim=-1)
+    return float(logprobs[torch.arange(len(ids) - 1), torch.as_tensor(ids[1:])].double().sum())
+
+
+def test_ancestor_mask_of_a_small_tree():
+    #      0
+    #     / \
+    #    1   3
+    #    |
+    #    2
+    mask = ancestor_mask(np.asarray([-1, 0, 1, 0]))
+    assert mask.tolist() == [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, True, True, False],
+        [True, False, False, True],
+    ]
+
+
+def test_rows_share_prefixes_and_respect_the_budget():
+    sequences = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [1, 2, 3, 4], [7, 8]]
+    (row,) = build_rows(sequences, token_budget=100)
+    assert row.tokens == [1, 2, 3, 4, 5, 6, 7, 8]  # each prefix once; the duplicate adds nothing
+    assert sorted(row.statements) == [0, 1, 2, 3, 4]
+    for index, path in zip(row.statements, row.paths):
+        assert [row.tokens[node] for node in path] == sequences[index]
+    rows = build_rows(sequences, token_budget=4)
+    assert all(len(r.tokens) <= 4 for r in rows)
+    assert sorted(i for r in rows for i in r.statements) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("budget", [512, 7, 1])
+def test_trie_equals_plain_on_tiny_model(tiny_clm, budget):
+    model, tokenizer = tiny_clm
+    scorer = PrefixTrieScorer(model, tokenizer, token_budget=budget)
+    fast = scorer.score_texts(STATEMENTS)
+    plain = plain_conditional_scores(model, tokenizer, "", STATEMENTS)
+    np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
+    if budget == 512:  # one row: every distinct prefix that has an extension is fed once
+        sequences = batch_token_ids(tokenizer, STATEMENTS)
+        prefixes = {tuple(ids[:n]) for ids in sequences for n in range(1, len(ids))}
+        assert scorer.stats.rows == 1 and scorer.stats.fed_tokens == len(prefixes)
+
+
+def test_trie_scores_sequences_without_a_shared_root(tiny_clm):
+    """A vocabulary without BOS gives a forest: each first token is given, the rest scored."""
+    model, tokenizer = tiny_clm
+    sequences = [[5, 6, 7, 8], [5, 6, 9], [11, 6, 7], [11, 12]]
+    fast = PrefixTrieScorer(model, tokenizer, token_budget=3).score_ids(sequences)
+    np.testing.assert_allclose(fast, [whole_sequence_logprob(model, ids) for ids in sequences], atol=1e-4, rtol=0)
+
+
+def test_trie_equals_plain_on_smollm2(smollm2):
+    model, tokenizer = smollm2
+    for budget in (512, 16):
+        fast = PrefixTrieScorer(model, tokenizer, token_budget=budget).score_texts(STATEMENTS)
+        plain = plain_conditional_scores(model, tokenizer, "", STATEMENTS)
+        np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
