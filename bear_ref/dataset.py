@@ -41,7 +41,8 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Op
         statements = [
             fill_statement(template, subject, answer) for subject in relation.subject_labels for answer in relation.answer_labels
         ]
-        all_scores = scorer.score_statements(statements).reshape(len(relation), n_answers)
+        all_scores = scorer.score_statements(statements, progress.update if progress is not None else None)
+        all_scores = all_scores.reshape(len(relation), n_answers)
         for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels)):
             scores = all_scores[i]
             gold = int(relation.gold[i])
@@ -65,8 +66,6 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Op
                     "correct": higher == 0 and ties == 0,
                 }
             )
-        if progress is not None:
-            progress.update(len(statements))
     return pd.DataFrame(rows)
 
 

@@ -12,7 +12,7 @@ answer) returns each whole statement's summed log-likelihood (causal LM, prefix 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -39,10 +39,14 @@ class StatementScorer:
             return self.pll.score([context + c for c in continuations])
         return self.clm.score_texts(context, continuations)
 
-    def score_statements(self, statements: Sequence[str]) -> np.ndarray:
+    def score_statements(self, statements: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
+        """Whole-statement scores; ``progress(k)`` is told as statements finish."""
         if self.masked:
-            return self.pll.score(list(statements))
-        return self.trie.score_texts(statements)
+            scores = self.pll.score(list(statements))
+            if progress is not None:
+                progress(len(statements))
+            return scores
+        return self.trie.score_texts(statements, progress)
 
     def work(self) -> dict:
         """Tokens through the model and forward seconds, for the scorer(s) used so far."""

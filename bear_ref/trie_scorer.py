@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -127,18 +127,23 @@ class PrefixTrieScorer:
         self.device = next(model.parameters()).device
         self.stats = TrieStats()
 
-    def score_texts(self, statements: Sequence[str]) -> np.ndarray:
-        """float64 (n,): summed log p of every token after the first, in nats."""
-        return self.score_ids(batch_token_ids(self.tokenizer, list(statements)))
+    def score_texts(self, statements: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
+        """float64 (n,): summed log p of every token after the first, in nats.
+
+        ``progress(k)`` is called after each forward pass with the statements it finished.
+        """
+        return self.score_ids(batch_token_ids(self.tokenizer, list(statements)), progress)
 
     @torch.inference_mode()
-    def score_ids(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
+    def score_ids(self, sequences: Sequence[Sequence[int]], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
         scores = np.zeros(len(sequences), dtype=np.float64)
         started = time.perf_counter()
         for row in build_rows(sequences, self.token_budget):
             node_logprobs = self._node_logprobs(row)
             for index, path in zip(row.statements, row.paths):
                 scores[index] = node_logprobs[path].sum()
+            if progress is not None:
+                progress(len(row.statements))
         self.stats.statements += len(sequences)
         self.stats.statement_tokens += int(sum(len(ids) for ids in sequences))
         self.stats.forward_seconds += time.perf_counter() - started

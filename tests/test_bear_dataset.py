@@ -96,7 +96,7 @@ class OracleScorer:
     def __init__(self, pairs, wrong_for: set):
         self.pairs, self.wrong_for, self.calls = pairs, wrong_for, []
 
-    def score_statements(self, statements):
+    def score_statements(self, statements, progress=None):
         self.calls.append(list(statements))
         return np.asarray([float(self._believes(s)) for s in statements])
 

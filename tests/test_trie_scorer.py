@@ -58,7 +58,9 @@ def test_rows_share_prefixes_and_respect_the_budget():
 def test_trie_equals_plain_on_tiny_model(tiny_clm, budget):
     model, tokenizer = tiny_clm
     scorer = PrefixTrieScorer(model, tokenizer, token_budget=budget)
-    fast = scorer.score_texts(STATEMENTS)
+    finished = []
+    fast = scorer.score_texts(STATEMENTS, progress=finished.append)
+    assert sum(finished) == len(STATEMENTS) and len(finished) == scorer.stats.rows
     plain = plain_conditional_scores(model, tokenizer, "", STATEMENTS)
     np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
     if budget == 512:  # one row: every distinct prefix that has an extension is fed once

@@ -1,0 +1,146 @@
+"""Benchmark: the BEAR data set, plain per-statement scoring vs bear_ref's prefix trie.
+
+Two parts, one JSON:
+
+1. Work, exact and machine-independent (tokenizer only, no forward pass): over the whole data
+   set (or --count-relations), the tokens the plain way reads (every token of every
+   statement, as lm-pub-quiz) and the trie nodes bear_ref feeds through the model, per
+   template form ([Y] after [X], or [Y] first).
+2. Time, on a small subset (--relations, --max-instances): bear_ref scores every statement of
+   the subset; the plain way (one full forward pass per whole statement, full LM head) scores
+   a seeded sample of them, which doubles as the agreement check.
+
+    nice -n 15 python benchmarks/bench_bear_dataset.py                                  # ~5 min on 2 CPU cores
+    nice -n 15 python benchmarks/bench_bear_dataset.py --max-instances 2 --plain-sample 10   # smoke test
+"""
+
+from __future__ import annotations
+
+import collections
+import platform
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import torch
+
+from bear_ref.plain_scorer import PlainStats, plain_conditional_scores
+from bear_ref.trie_scorer import PrefixTrieScorer, build_rows
+from deer.outputs import package_versions, write_json
+from deer.probe import open_model
+from deer.tokenization import batch_token_ids
+from kg_data.bear import ANSWER, SUBJECT, BearDataset, fill_statement, load_bear_dataset
+
+
+def template_statements(dataset: BearDataset):
+    """(relation code, template, its statements) for every template of every relation."""
+    for code, relation in dataset.relations.items():
+        for template in relation.templates:
+            yield code, template, [fill_statement(template, s, a) for s in relation.subject_labels for a in relation.answer_labels]
+
+
+def count_work(dataset: BearDataset, tokenizer, token_budget: int) -> dict:
+    """Statements, plain tokens and trie-fed tokens, per template form and in total."""
+    totals = collections.defaultdict(lambda: collections.Counter())
+    for _, template, statements in template_statements(dataset):
+        form = "answer_first" if template.index(ANSWER) < template.index(SUBJECT) else "subject_first"
+        sequences = batch_token_ids(tokenizer, statements)
+        fed = 0
+        for row in build_rows(sequences, token_budget):
+            parents = np.asarray(row.parents)
+            fed += len(np.unique(parents[parents >= 0]))  # nodes with a child are the ones fed
+        for key in (form, "all"):
+            totals[key].update({"templates": 1, "statements": len(statements),
+                                "plain_tokens": sum(map(len, sequences)), "trie_tokens": fed})
+    return {key: {**totals[key], "token_reduction": totals[key]["plain_tokens"] / max(totals[key]["trie_tokens"], 1)}
+            for key in sorted(totals, key=lambda k: k == "all")}
+
+
+@click.command()
+@click.option("--model", "model_name", default="smollm2-135m", show_default=True)
+@click.option("--dataset", "dataset_name", default="bear", show_default=True)
+@click.option("--relations", default="P6,P36", show_default=True, help="Relations of the timed subset.")
+@click.option("--max-instances", default=10, show_default=True, help="Instances per relation in the timed subset.")
+@click.option("--count-relations", default=None, help="Relations for the work count (default: all).")
+@click.option("--plain-sample", default=100, show_default=True, help="Statements scored the plain way (sampled, seeded).")
+@click.option("--plain-batch-size", default=8, show_default=True)
+@click.option("--token-budget", default=512, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+@click.option("--count-only", is_flag=True, help="Only the exact work count (no forward pass, ~1 min).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="benchmarks/results/bench_bear_dataset.json", show_default=True)
+def main(model_name, dataset_name, relations, max_instances, count_relations, plain_sample, plain_batch_size, token_budget, seed, threads,
+         count_only, out_path):
+    if threads:
+        torch.set_num_threads(threads)
+    loaded = open_model(model_name)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    full = load_bear_dataset(dataset_name, relations=count_relations.split(",") if count_relations else None)
+    work = count_work(full, tokenizer, token_budget)
+    click.echo(f"Work over {full.n_statements} statements of {dataset_name} ({model_name} tokenizer, exact counts):")
+    click.echo(f"{'template form':<16}{'templates':>10}{'statements':>12}{'plain tokens':>14}{'trie tokens':>13}{'reduction':>11}")
+    for form, counts in work.items():
+        click.echo(f"{form:<16}{counts['templates']:>10}{counts['statements']:>12}{counts['plain_tokens']:>14}"
+                   f"{counts['trie_tokens']:>13}{counts['token_reduction']:>10.2f}x")
+    result = {
+        "benchmark": "bear-dataset",
+        "model": loaded.metadata(),
+        "work_full_count": {"dataset": full.summary(), "token_budget": token_budget, "by_template_form": work},
+        "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads()},
+        "versions": package_versions(),
+    }
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    if count_only:
+        write_json(Path(out_path), result)
+        click.echo(f"JSON: {out_path}")
+        return
+
+    subset = load_bear_dataset(dataset_name, relations=relations.split(","), max_instances=max_instances, seed=seed)
+    statements = [s for _, _, batch in template_statements(subset) for s in batch]
+    scorer = PrefixTrieScorer(model, tokenizer, token_budget=token_budget)
+    scorer.score_texts(statements[:8])  # warm-up, not timed
+    scorer.stats = type(scorer.stats)()
+    started = time.perf_counter()
+    trie_scores = np.concatenate([scorer.score_texts(batch) for _, _, batch in template_statements(subset)])
+    trie_seconds = time.perf_counter() - started
+
+    sample = np.sort(np.random.default_rng(seed).choice(len(statements), size=min(plain_sample, len(statements)), replace=False))
+    plain_stats = PlainStats()
+    started = time.perf_counter()
+    plain_scores = plain_conditional_scores(model, tokenizer, "", [statements[i] for i in sample],
+                                            batch_size=plain_batch_size, stats=plain_stats)
+    plain_seconds = time.perf_counter() - started
+    max_diff = float(np.max(np.abs(plain_scores - trie_scores[sample])))
+
+    plain_rate, trie_rate = len(sample) / plain_seconds, len(statements) / trie_seconds
+    rows = [
+        {"method": "plain (one pass per statement)", "statements": len(sample), "seconds": plain_seconds,
+         "statements_per_second": plain_rate, "tokens_through_model": plain_stats.tokens,
+         "padded_tokens": plain_stats.padded_tokens, "full_dataset_hours": work["all"]["statements"] / plain_rate / 3600},
+        {"method": "bear_ref (prefix trie)", "statements": len(statements), "seconds": trie_seconds,
+         "statements_per_second": trie_rate, "tokens_through_model": scorer.stats.fed_tokens,
+         "padded_tokens": scorer.stats.fed_tokens, "full_dataset_hours": work["all"]["statements"] / trie_rate / 3600},
+    ]
+    result.update({
+        "timed_subset": {"relations": relations, "max_instances": max_instances, "seed": seed,
+                         "statements": len(statements), "plain_sample": len(sample)},
+        "rows": rows,
+        "speedup_statements_per_second": trie_rate / plain_rate,
+        "max_abs_score_difference_on_sample": max_diff,
+        "note": "full_dataset_hours: all statements of the counted data set at the rate measured on the subset",
+    })
+    write_json(Path(out_path), result)
+    click.echo(f"\nTimed on {relations} x {max_instances} instances ({len(statements)} statements, "
+               f"{torch.get_num_threads()} torch threads):")
+    click.echo(f"{'method':<32}{'stmts':>7}{'seconds':>9}{'stmt/s':>9}{'tokens':>9}{'full set (h)':>14}")
+    for row in rows:
+        click.echo(f"{row['method']:<32}{row['statements']:>7}{row['seconds']:>9.1f}{row['statements_per_second']:>9.1f}"
+                   f"{row['tokens_through_model']:>9}{row['full_dataset_hours']:>14.1f}")
+    click.echo(f"speed-up {result['speedup_statements_per_second']:.1f}x in statements/s; "
+               f"max |plain - trie| on the sample {max_diff:.2e} nats")
+    click.echo(f"JSON: {out_path}")
+
+
+if __name__ == "__main__":
+    main()
