@@ -28,6 +28,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from bear_ref.boundary import common_prefix_length
 from deer.encoder import next_token_log_softmax
 from deer.tokenization import batch_token_ids
 
@@ -75,14 +76,6 @@ class TrieRow:
         self.paths.append(path)
 
 
-def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def build_rows(sequences: Sequence[Sequence[int]], token_budget: int) -> list[TrieRow]:
     """Prefix tries over ``sequences`` (sorted), each of at most ``token_budget`` nodes where possible."""
     order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
@@ -90,7 +83,7 @@ def build_rows(sequences: Sequence[Sequence[int]], token_budget: int) -> list[Tr
     row, previous = None, None
     for index in order:
         ids = sequences[index]
-        shared = _common_prefix_length(sequences[previous], ids) if row is not None else 0
+        shared = common_prefix_length(sequences[previous], ids) if row is not None else 0
         if row is not None and len(row.tokens) + len(ids) - shared > token_budget:
             row, shared = None, 0
         if row is None:
