@@ -66,7 +66,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
         data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
         click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")
         loaded = open_model(model_name, dtype=dtype, device=device)
-        out = Path(out_dir) if out_dir else default_out_dir("bear", f"{data.name}-{max_instances or 'all'}", model_name, "dataset", None)
+        out = Path(out_dir) if out_dir else default_out_dir("bear", data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, "dataset", max_instances)
         selection = {"relations": codes, "max_instances": max_instances, "seed": seed}
         metrics, metadata = run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant)
         click.echo("")

@@ -69,5 +69,9 @@ def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatc
     metrics = json.loads((tmp_path / "ds" / "metrics.json").read_text())["bear"]
     assert set(metrics["per_relation"]) == {"P36", "P37"} and set(metrics["per_cardinality"]) == {"1:1", "N:1"}
     assert len(list((tmp_path / "ds").glob("instances.*"))) == 1
+    monkeypatch.chdir(tmp_path)  # default folder: runs/DATASET[-RELATIONS]-dataset-MAX_INSTANCES|all-MODEL
+    result = runner.invoke(main, ["bear", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P36", "--max-instances", "1"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "runs" / f"BEARmini-P36-dataset-1-{tiny_clm_dir.name}" / "metrics.json").exists()
     result = runner.invoke(main, ["bear", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P5"])
     assert result.exit_code != 0 and "P5" in result.output and "Traceback" not in result.output
