@@ -41,7 +41,7 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
 @click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r", show_default=True,
               help="Masked LMs: pseudo log-likelihood variant.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Output folder.")
-@click.option("--token-budget", default=512, show_default=True, help="Tokens per forward pass: causal LMs pack this many candidate tokens after the shared query; masked LMs batch max(512, this) padded tokens.")
+@click.option("--token-budget", default=512, show_default=True, help="Tokens per forward pass: causal LMs pack this many candidate tokens after the shared query (KG) or trie nodes in one row (data set); masked LMs batch max(512, this) padded tokens.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows (KG runs).")
 @friendly_errors
 def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space,

@@ -6,7 +6,7 @@ highest (summed log-likelihood of the whole statement; PLL for masked LMs).  A t
 statements (every instance x every answer) are scored together through a prefix trie
 (``bear_ref.trie_scorer``): every distinct prefix is read once, whether [X] or [Y] comes first.
 
-Results: a per-(instance, template) table, and metrics: accuracy per template, the BEAR score
+Results: a per-(instance, template) table, summary.md, and metrics: accuracy per template, the BEAR score
 (mean over templates) and its spread (std over templates), per relation, per domain and per
 cardinality, each with the random baseline (mean of 1/|answer space|).  Finished relations are
 stored as parts in the output folder, so an interrupted run resumes where it stopped.
@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
-from deer.cache import key_digest
+from deer.cache import atomic_write_bytes, key_digest
 from deer.outputs import default_table_suffix, package_versions, read_table, write_json, write_table
 from kg_data.bear import BearDataset, BearRelation, fill_statement
 
@@ -102,6 +102,23 @@ def bear_metrics(table: pd.DataFrame, dataset: BearDataset) -> dict:
     }
 
 
+def summary_markdown(metrics: dict) -> str:
+    """Markdown tables of a BEAR score: overall, per domain, per cardinality, per relation."""
+    overall = metrics["overall"]
+    templates = ", ".join(f"template {t}: {a:.3f}" for t, a in overall["accuracy_per_template"].items())
+    lines = [
+        f"BEAR score (mean accuracy over templates) **{overall['accuracy_mean']:.4f}**, spread (std over templates) "
+        f"{overall['accuracy_std']:.4f}; {templates}; random baseline {overall['random_baseline']:.4f}; "
+        f"{overall['instances']} instances.",
+    ]
+    for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality"), ("relation", "per_relation")):
+        lines += ["", f"| {title} | accuracy | std over templates | random | instances |", "|---|---:|---:|---:|---:|"]
+        for name, block in metrics[key].items():
+            lines.append(f"| {name} | {block['accuracy_mean']:.3f} | {block['accuracy_std']:.3f} | "
+                         f"{block['random_baseline']:.3f} | {block['instances']} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_bear_dataset(
     dataset: BearDataset,
     loaded,
@@ -157,5 +174,6 @@ def run_bear_dataset(
     }
     write_table(out_dir / f"instances{suffix}", table)
     write_json(out_dir / "metrics.json", {"bear": metrics})
+    atomic_write_bytes(out_dir / "summary.md", summary_markdown(metrics).encode())
     write_json(out_dir / "metadata.json", {"bear": metadata})
     return metrics, metadata

@@ -69,6 +69,8 @@ def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatc
     metrics = json.loads((tmp_path / "ds" / "metrics.json").read_text())["bear"]
     assert set(metrics["per_relation"]) == {"P36", "P37"} and set(metrics["per_cardinality"]) == {"1:1", "N:1"}
     assert len(list((tmp_path / "ds").glob("instances.*"))) == 1
+    summary = (tmp_path / "ds" / "summary.md").read_text()
+    assert f"**{metrics['overall']['accuracy_mean']:.4f}**" in summary and "| P37 |" in summary and "| N:1 |" in summary
     monkeypatch.chdir(tmp_path)  # default folder: runs/DATASET[-RELATIONS]-dataset-MAX_INSTANCES|all-MODEL
     result = runner.invoke(main, ["bear", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P36", "--max-instances", "1"])
     assert result.exit_code == 0, result.output
