@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from bear_ref.statement_scorer import StatementScorer
 from deer.cache import atomic_write_bytes, key_digest
 from deer.outputs import default_table_suffix, package_versions, read_table, write_json, write_table
-from kg_data.bear import BearDataset, BearRelation, fill_statement
+from kg_data.bear import BearDataset, BearRelation
 
 
 def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Optional[tqdm] = None) -> pd.DataFrame:
@@ -38,9 +38,7 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Op
     rows = []
     n_answers = len(relation.answer_labels)
     for template_index, template in enumerate(relation.templates):
-        statements = [
-            fill_statement(template, subject, answer) for subject in relation.subject_labels for answer in relation.answer_labels
-        ]
+        statements = relation.statements(template)
         all_scores = scorer.score_statements(statements, progress.update if progress is not None else None)
         all_scores = all_scores.reshape(len(relation), n_answers)
         for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels)):

@@ -75,6 +75,11 @@ class TrieRow:
         self.statements.append(index)
         self.paths.append(path)
 
+    def fed_nodes(self) -> np.ndarray:
+        """Indices of the nodes fed through the model: those with a child (a last token is only a target)."""
+        parents = np.asarray(self.parents, dtype=np.int64)
+        return np.unique(parents[parents >= 0])
+
 
 def build_rows(sequences: Sequence[Sequence[int]], token_budget: int) -> list[TrieRow]:
     """Prefix tries over ``sequences`` (sorted), each of at most ``token_budget`` nodes where possible."""
@@ -147,10 +152,7 @@ class PrefixTrieScorer:
         parents = np.asarray(row.parents, dtype=np.int64)
         tokens = np.asarray(row.tokens, dtype=np.int64)
         logprobs = np.zeros(len(tokens), dtype=np.float64)
-        # Only nodes with children are fed: a last token is a target, never an input.
-        fed = np.zeros(len(tokens), dtype=bool)
-        fed[parents[parents >= 0]] = True
-        fed_nodes = np.flatnonzero(fed)
+        fed_nodes = row.fed_nodes()
         if len(fed_nodes) == 0:
             return logprobs
         fed_index = np.full(len(tokens), -1, dtype=np.int64)

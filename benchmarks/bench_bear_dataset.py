@@ -30,14 +30,14 @@ from bear_ref.trie_scorer import PrefixTrieScorer, build_rows
 from deer.outputs import package_versions, write_json
 from deer.probe import open_model
 from deer.tokenization import batch_token_ids
-from kg_data.bear import ANSWER, SUBJECT, BearDataset, fill_statement, load_bear_dataset
+from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset
 
 
 def template_statements(dataset: BearDataset):
     """(relation code, template, its statements) for every template of every relation."""
     for code, relation in dataset.relations.items():
         for template in relation.templates:
-            yield code, template, [fill_statement(template, s, a) for s in relation.subject_labels for a in relation.answer_labels]
+            yield code, template, relation.statements(template)
 
 
 def count_work(dataset: BearDataset, tokenizer, token_budget: int) -> dict:
@@ -46,10 +46,7 @@ def count_work(dataset: BearDataset, tokenizer, token_budget: int) -> dict:
     for _, template, statements in template_statements(dataset):
         form = "answer_first" if template.index(ANSWER) < template.index(SUBJECT) else "subject_first"
         sequences = batch_token_ids(tokenizer, statements)
-        fed = 0
-        for row in build_rows(sequences, token_budget):
-            parents = np.asarray(row.parents)
-            fed += len(np.unique(parents[parents >= 0]))  # nodes with a child are the ones fed
+        fed = sum(len(row.fed_nodes()) for row in build_rows(sequences, token_budget))
         for key in (form, "all"):
             totals[key].update({"templates": 1, "statements": len(statements),
                                 "plain_tokens": sum(map(len, sequences)), "trie_tokens": fed})

@@ -70,6 +70,10 @@ class BearRelation:
     def __len__(self) -> int:
         return len(self.subject_ids)
 
+    def statements(self, template: str) -> list[str]:
+        """``template`` filled with every (subject, answer) pair, subject-major: n_instances x n_answers."""
+        return [fill_statement(template, subject, answer) for subject in self.subject_labels for answer in self.answer_labels]
+
 
 @dataclasses.dataclass
 class BearDataset:
