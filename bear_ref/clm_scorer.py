@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from bear_ref.boundary import SplitStatements, split_statements
+from deer.attention import backend_for_custom_masks, custom_attention_mask
 from deer.encoder import next_token_log_softmax
 from deer.tokenization import padding_id
 
@@ -40,6 +41,7 @@ class ScorerStats:
     padded_tokens: int = 0
     scored_tokens: int = 0
     forward_seconds: float = 0.0
+    attention: str = ""  # back-end of the custom-mask passes (see deer.attention)
 
     @property
     def tokens(self) -> int:
@@ -65,11 +67,12 @@ def _packs(widths: Sequence[int], token_budget: int) -> list[list[int]]:
     return packs
 
 
-def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], widths: Sequence[int]) -> torch.Tensor:
-    """Boolean (1, 1, L, P + L) mask for continuations packed in one row after a P-token context.
+def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], widths: Sequence[int]) -> np.ndarray:
+    """Boolean (L, P + L) pattern for continuations packed in one row after a P-token context.
 
     Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
     tokens 0..j of its own continuation, nothing of the others (True = may attend).
+    ``deer.attention.custom_attention_mask`` turns it into what the model's back-end needs.
     """
     total = int(sum(widths))
     owner = np.repeat(np.arange(len(widths)), widths)
@@ -79,7 +82,7 @@ def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], wi
     same = owner[:, None] == owner[None, :]
     causal = offset[None, :] <= offset[:, None]
     mask[:, context_length:] = same & causal
-    return torch.from_numpy(mask)[None, None]
+    return mask
 
 
 class SharedPrefixScorer:
@@ -117,6 +120,17 @@ class SharedPrefixScorer:
             return scores
         shared_lengths = [len(context_ids)] * n if shared_lengths is None else list(shared_lengths)
         started = time.perf_counter()
+        # One back-end for the whole call: the context's cache and the packs read it alike.
+        with backend_for_custom_masks(self.model) as backend:
+            self.stats.attention = backend
+            scores = self._score_after_context(context_ids, continuation_ids, shared_lengths)
+        self.stats.statements += n
+        self.stats.scored_tokens += int(sum(len(ids) for ids in continuation_ids))
+        self.stats.forward_seconds += time.perf_counter() - started
+        return scores
+
+    def _score_after_context(self, context_ids, continuation_ids, shared_lengths) -> np.ndarray:
+        scores = np.zeros(len(continuation_ids), dtype=np.float64)
         base = self.model.base_model
         output = base(
             input_ids=torch.as_tensor([list(context_ids)], device=self.device),
@@ -141,9 +155,6 @@ class SharedPrefixScorer:
         for pack in _packs([len(continuation_ids[i]) - 1 for i in inputs], self.token_budget):
             rows = [inputs[k] for k in pack]
             scores[rows] += self._score_pack(base, cache, len(context_ids), rows, continuation_ids, shared_lengths)
-        self.stats.statements += n
-        self.stats.scored_tokens += int(sum(len(ids) for ids in continuation_ids))
-        self.stats.forward_seconds += time.perf_counter() - started
         return scores
 
     def _score_pack(self, base, cache, context_length, rows, continuation_ids, shared_lengths) -> np.ndarray:
@@ -153,10 +164,12 @@ class SharedPrefixScorer:
         widths = [len(ids) for ids in inputs]
         starts = [shared_lengths[i] for i in rows]
         positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts)])
+        key_positions = np.concatenate([np.arange(context_length), positions])
+        mask = custom_attention_mask(self.model, packed_attention_mask(context_length, starts, widths), positions, key_positions, self.device)
         hidden = base(
             input_ids=torch.as_tensor([sum(inputs, [])], device=self.device),
             position_ids=torch.as_tensor(positions[None], device=self.device),
-            attention_mask=packed_attention_mask(context_length, starts, widths).to(self.device),
+            attention_mask=mask,
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state[0]

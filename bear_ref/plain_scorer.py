@@ -59,10 +59,8 @@ def plain_conditional_scores(
         chunk = statements[first : first + batch_size]
         inputs, mask = pad_right([ids for ids, _ in chunk], pad)
         started = time.perf_counter()
+        # The model's forward already soft-caps its logits (Gemma): nothing to add here.
         logits = model(input_ids=torch.as_tensor(inputs, device=device), attention_mask=torch.as_tensor(mask, device=device)).logits
-        softcap = getattr(model.config, "final_logit_softcapping", None)
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         for row, (ids, start) in enumerate(chunk):
             positions = torch.arange(start, len(ids))

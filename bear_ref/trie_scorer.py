@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from bear_ref.boundary import common_prefix_length
+from deer.attention import backend_for_custom_masks, custom_attention_mask
 from deer.encoder import next_token_log_softmax
 from deer.tokenization import batch_token_ids
 
@@ -42,6 +43,7 @@ class TrieStats:
     fed_tokens: int = 0
     rows: int = 0
     forward_seconds: float = 0.0
+    attention: str = ""  # back-end of the tree-mask passes (see deer.attention)
 
     @property
     def tokens(self) -> int:
@@ -136,12 +138,14 @@ class PrefixTrieScorer:
     def score_ids(self, sequences: Sequence[Sequence[int]], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
         scores = np.zeros(len(sequences), dtype=np.float64)
         started = time.perf_counter()
-        for row in build_rows(sequences, self.token_budget):
-            node_logprobs = self._node_logprobs(row)
-            for index, path in zip(row.statements, row.paths):
-                scores[index] = node_logprobs[path].sum()
-            if progress is not None:
-                progress(len(row.statements))
+        with backend_for_custom_masks(self.model) as backend:
+            self.stats.attention = backend
+            for row in build_rows(sequences, self.token_budget):
+                node_logprobs = self._node_logprobs(row)
+                for index, path in zip(row.statements, row.paths):
+                    scores[index] = node_logprobs[path].sum()
+                if progress is not None:
+                    progress(len(row.statements))
         self.stats.statements += len(sequences)
         self.stats.statement_tokens += int(sum(len(ids) for ids in sequences))
         self.stats.forward_seconds += time.perf_counter() - started
@@ -158,10 +162,11 @@ class PrefixTrieScorer:
         fed_index = np.full(len(tokens), -1, dtype=np.int64)
         fed_index[fed_nodes] = np.arange(len(fed_nodes))
         fed_parents = np.where(parents[fed_nodes] >= 0, fed_index[np.maximum(parents[fed_nodes], 0)], -1)
-        mask = torch.from_numpy(ancestor_mask(fed_parents))[None, None].to(self.device)
+        depths = np.asarray(row.depths, dtype=np.int64)[fed_nodes]
+        mask = custom_attention_mask(self.model, ancestor_mask(fed_parents), depths, depths, self.device)
         hidden = self.model.base_model(
             input_ids=torch.as_tensor(tokens[fed_nodes][None], device=self.device),
-            position_ids=torch.as_tensor(np.asarray(row.depths, dtype=np.int64)[fed_nodes][None], device=self.device),
+            position_ids=torch.as_tensor(depths[None], device=self.device),
             attention_mask=mask,
             use_cache=False,
         ).last_hidden_state[0]

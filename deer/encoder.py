@@ -44,8 +44,11 @@ class EncoderStats:
 def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
     """log p(next token) from final hidden states (n, d), applying the LM head only to these rows."""
     logits = model.get_output_embeddings()(hidden).float()
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    if softcap:  # Gemma-style logit soft-capping is part of the model's distribution
+    # Gemma-style logit soft-capping is part of the model's distribution.  The model's own
+    # forward applies it to its logits; here the LM head is called directly, so it is applied
+    # here, once (plain full forward passes must not apply it again).
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     return torch.log_softmax(logits, dim=-1)
 
@@ -64,8 +67,10 @@ class PromptEOLEncoder:
         self.pad_id = padding_id(tokenizer)
 
     @property
-    def hidden_size(self) -> int:
-        return int(self.model.config.get_text_config().hidden_size)
+    def output_size(self) -> int:
+        """Width of the last hidden state: what the LM head reads, not ``config.hidden_size``
+        (OPT-350M projects its 1024-wide layers to ``word_embed_proj_dim`` = 512)."""
+        return int(self.model.get_output_embeddings().weight.shape[-1])
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return batch_token_ids(self.tokenizer, texts)
@@ -90,7 +95,7 @@ class PromptEOLEncoder:
     ) -> EncoderOutput:
         """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given."""
         n = len(id_lists)
-        embeddings = np.zeros((n, self.hidden_size), dtype=np.float32)
+        embeddings = None  # sized by the first batch's hidden states
         logprobs = None
         if next_token_ids is not None:
             next_token_ids = np.asarray(next_token_ids, dtype=np.int64)
@@ -113,6 +118,8 @@ class PromptEOLEncoder:
             )
             last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
             hidden = output.last_hidden_state[torch.arange(len(batch), device=self.device), last]
+            if embeddings is None:
+                embeddings = np.zeros((n, hidden.shape[-1]), dtype=np.float32)
             embeddings[batch] = hidden.float().cpu().numpy()
             if logprobs is not None:
                 logprobs[batch] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
@@ -123,4 +130,6 @@ class PromptEOLEncoder:
             progress.update(len(batch))
         if own_progress:
             progress.close()
+        if embeddings is None:
+            embeddings = np.zeros((0, self.output_size), dtype=np.float32)
         return EncoderOutput(embeddings, logprobs)

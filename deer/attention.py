@@ -1,0 +1,144 @@
+"""Custom attention masks that every attention back-end honours.
+
+The likelihood scorers lay several sequences into one row (packed continuations, a prefix
+trie) and say who may attend to whom with a 4-D mask and explicit position ids.  transformers
+hands a 4-D mask to the attention function unchanged, and the back-ends read it differently:
+
+* eager *adds* the mask to the attention scores, so a boolean mask (+1/+0) masks nothing;
+  an additive float mask (0 = may attend, dtype minimum = may not) works for eager and SDPA;
+* FlashAttention (and other kernels without arbitrary masks) ignores a custom mask: for
+  those calls the model is switched to SDPA (eager where SDPA is unsupported) and back, and
+  the scorers record which back-end they used;
+* sliding-window layers (Mistral; Gemma-2/3 and Qwen2 with ``layer_types``) get their window
+  from transformers' own mask, which a custom mask replaces: the window is applied here, by
+  position id (a key at position k is visible from position q only if q - k < window, as
+  transformers' ``sliding_window_overlay``), per layer kind.  Models with per-layer kinds
+  accept a dict {layer kind: mask}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional, Union
+
+import numpy as np
+import torch
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+# Back-ends whose attention functions add a float 4-D mask to the scores as given.
+MASK_HONOURING_BACKENDS = ("eager", "sdpa")
+
+
+def _text_config(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def attention_windows(model) -> Union[Optional[int], dict[str, Optional[int]]]:
+    """The sliding window the model's layers use: one window (None = full attention) shared by
+    every layer, or a dict {layer kind: window} when layers differ (``config.layer_types``).
+
+    Raises NotImplementedError for layer kinds whose masks are not causal or sliding
+    (chunked or linear attention), rather than scoring them wrongly.
+    """
+    config = _text_config(model)
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        kinds = set(layer_types)
+        unknown = kinds - {FULL, SLIDING}
+        if unknown:
+            raise NotImplementedError(
+                f"{type(model).__name__} has attention layers of kind {sorted(unknown)}; custom masks for them are not implemented"
+            )
+        if kinds == {FULL}:
+            return None
+        return {kind: (window if kind == SLIDING else None) for kind in sorted(kinds)}
+    # No per-layer kinds: a configured window applies to every layer (Mistral), unless the
+    # config says sliding attention is switched off (Qwen2-style ``use_sliding_window``).
+    if window is None or not getattr(config, "use_sliding_window", True):
+        return None
+    return int(window)
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, q, k) float mask in ``dtype``: 0 where ``allowed`` (bool (q, k)), the dtype's minimum elsewhere."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def custom_attention_mask(
+    model,
+    allowed: np.ndarray,
+    query_positions: np.ndarray,
+    key_positions: np.ndarray,
+    device: Union[str, torch.device],
+) -> Union[torch.Tensor, dict[str, torch.Tensor]]:
+    """The ``attention_mask`` argument for a forward pass with a custom attention pattern.
+
+    ``allowed``: bool (q, k), True where query token i may attend to key j (keys include any
+    cached ones first).  ``query_positions`` (q,) and ``key_positions`` (k,): position ids,
+    used for sliding windows.  Returns a (1, 1, q, k) additive mask in the model's dtype, or a
+    dict of them per layer kind for models with mixed layers.
+    """
+    dtype = next(model.parameters()).dtype
+    if not dtype.is_floating_point:
+        dtype = torch.float32
+    allowed_t = torch.as_tensor(np.asarray(allowed, dtype=bool), device=device)
+    distance = torch.as_tensor(
+        np.asarray(query_positions, dtype=np.int64)[:, None] - np.asarray(key_positions, dtype=np.int64)[None, :], device=device
+    )
+
+    def mask_for(window: Optional[int]) -> torch.Tensor:
+        return additive_mask(allowed_t if window is None else allowed_t & (distance < window), dtype)
+
+    windows = attention_windows(model)
+    if isinstance(windows, dict):
+        return {kind: mask_for(window) for kind, window in windows.items()}
+    return mask_for(windows)
+
+
+def _configs(model) -> list:
+    """Every distinct config object the model's modules read their attention back-end from."""
+    seen: dict[int, object] = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_attn_implementation_internal"):
+            seen.setdefault(id(config), config)
+    return list(seen.values())
+
+
+def configured_backend(model) -> str:
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def mask_backend(model) -> str:
+    """The back-end custom-mask forward passes run with: the configured one if it honours masks."""
+    backend = configured_backend(model)
+    if backend in MASK_HONOURING_BACKENDS:
+        return backend
+    return "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"
+
+
+@contextlib.contextmanager
+def backend_for_custom_masks(model) -> Iterator[str]:
+    """Within the block the model attends with ``mask_backend(model)``; yields its name.
+
+    Switching writes the configs' back-end field directly (what ``set_attn_implementation``
+    does after its checks) and restores it afterwards, even on error.
+    """
+    wanted = mask_backend(model)
+    configs = _configs(model)
+    saved = [config._attn_implementation_internal for config in configs]
+    if wanted == configured_backend(model):
+        yield wanted
+        return
+    try:
+        for config in configs:
+            config._attn_implementation_internal = wanted
+        yield wanted
+    finally:
+        for config, backend in zip(configs, saved):
+            config._attn_implementation_internal = backend

@@ -1,0 +1,236 @@
+"""Every optimised path equals the plain path, on many architectures and attention back-ends.
+
+Plain path = one whole forward pass per prompt or statement, no padding, no custom mask,
+logits from the model's own forward.  Optimised paths:
+
+* batched PromptEOL encoder (length-sorted, right-padded batches): last-token states;
+* LAMA next-token log-probs (encoder's LM head on the selected rows only);
+* shared-prefix scorer (context cache + packed continuations, custom 4-D mask);
+* prefix-trie scorer (tree mask, position id = depth).
+
+Tiny random models of each family, all with the bundled SmolLM2 tokenizer, under eager and
+SDPA attention.  The families cover what breaks custom masks: learned positions (GPT-2, OPT),
+OPT's projection (``word_embed_proj_dim`` != ``hidden_size``, as OPT-350M), rotary (Llama,
+Qwen2, GPT-NeoX), logit and attention soft-capping (Gemma-2, eager by default), and sliding
+windows shorter than the statements (Gemma-2/3 per layer kind, Mistral on every layer).
+Tolerances: 1e-5 relative (L2) for vectors, 1e-4 nats for scores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bear_ref.clm_scorer import SharedPrefixScorer
+from bear_ref.plain_scorer import plain_conditional_scores
+from bear_ref.trie_scorer import PrefixTrieScorer
+from deer.attention import attention_windows, configured_backend
+from deer.encoder import PromptEOLEncoder
+from deer.tokenization import batch_token_ids
+
+VECTOR_RTOL = 1e-5
+SCORE_ATOL = 1e-4
+WINDOW = 5  # sliding window, in tokens: shorter than every statement below
+
+# name -> (config class path, config kwargs); vocabulary, BOS/EOS ids are added per tokenizer.
+ARCHITECTURES = {
+    "gpt2": ("GPT2Config", dict(n_embd=32, n_layer=2, n_head=4, n_positions=256)),
+    # OPT-350M's shape: layers 1024 wide projected to 512 (here 32 -> 16), post-layer-norm.
+    "opt-proj": ("OPTConfig", dict(hidden_size=32, word_embed_proj_dim=16, ffn_dim=64, num_hidden_layers=2,
+                                   num_attention_heads=4, max_position_embeddings=256, do_layer_norm_before=False)),
+    "llama": ("LlamaConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=256)),
+    "qwen2": ("Qwen2Config", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=256)),
+    "gemma2": ("Gemma2Config", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=8, max_position_embeddings=256, sliding_window=WINDOW,
+                                    final_logit_softcapping=2.0, attn_logit_softcapping=5.0)),
+    "gemma3": ("Gemma3TextConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                        num_key_value_heads=2, head_dim=8, max_position_embeddings=256, sliding_window=WINDOW,
+                                        layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+    "mistral": ("MistralConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256, sliding_window=WINDOW)),
+    "gpt-neox": ("GPTNeoXConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       max_position_embeddings=256, rotary_pct=0.5)),
+}
+BACKENDS = ["eager", "sdpa"]
+
+CONTEXT = "(dog, hypernym, mammal)\n(paris, capital of, france)\n(oak, hypernym,"
+CONTINUATIONS = [" tree)", " woody perennial plant)", " x)", " the capital of Germany)", " tree)", " plant) and more"]
+STATEMENTS = [f"{a} is the capital of {c}." for a in ("Paris", "Berlin") for c in ("France", "Germany", "the Holy Roman Empire")] + [
+    f"The capital of {c} is {a}." for a in ("Paris", "Rome") for c in ("France", "Italy")
+] + ["The capital of France is Paris.", "The capital of France is Paris", "x"]
+PROMPTS = [CONTEXT, CONTEXT + " tree)", "short", 'oak - a deciduous tree\nThis sentence: "oak" means in one word: "'] + STATEMENTS[:4]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+class BackendUnavailable(Exception):
+    """transformers has no such attention back-end for this family."""
+
+
+_MODELS: dict = {}
+
+
+def tiny_model(name: str, backend: str, tokenizer):
+    """A random 2-3 layer model of the family ``name`` with ``backend`` attention (cached per module run);
+    skips the test when transformers has no such back-end for the family."""
+    try:
+        return build_tiny_model(name, backend, tokenizer)
+    except BackendUnavailable as reason:
+        pytest.skip(str(reason))
+
+
+def build_tiny_model(name: str, backend: str, tokenizer):
+    import transformers
+
+    if (name, backend) not in _MODELS:
+        class_name, kwargs = ARCHITECTURES[name]
+        config = getattr(transformers, class_name)(
+            vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, **kwargs,
+        )
+        model_class = transformers.AutoModelForCausalLM._model_mapping[type(config)]
+        if backend == "sdpa" and not model_class._supports_sdpa:
+            raise BackendUnavailable(f"transformers {transformers.__version__} has no SDPA attention for {model_class.__name__}")
+        torch.manual_seed(0)
+        model = model_class._from_config(config, attn_implementation=backend).eval()
+        # Default inits give near-uniform next-token distributions (OPT: log-prob spread 0.01),
+        # under which a wrong mask moves scores by less than the tolerance.  Unit-scale weights
+        # make every token and position matter.
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() >= 2:
+                    parameter.normal_(0.0, parameter.shape[-1] ** -0.5)
+        assert configured_backend(model) == backend
+        _MODELS[name, backend] = model
+    return _MODELS[name, backend]
+
+
+@torch.inference_mode()
+def plain_logprobs(model, ids) -> torch.Tensor:
+    """(len(ids), vocab) log p(next token) from one whole forward pass (the model's own logits)."""
+    return torch.log_softmax(model(input_ids=torch.as_tensor([ids])).logits[0].float(), dim=-1)
+
+
+def plain_statement_score(model, ids) -> float:
+    logprobs = plain_logprobs(model, ids)
+    return float(logprobs[torch.arange(len(ids) - 1), torch.as_tensor(ids[1:])].double().sum())
+
+
+@torch.inference_mode()
+def plain_last_state(model, ids) -> np.ndarray:
+    return model.base_model(input_ids=torch.as_tensor([ids])).last_hidden_state[0, -1].float().numpy()
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+# -- the four optimised paths, each as its largest deviation from the plain path -----------------
+# (also read by benchmarks/fidelity_table.py, which prints the closing table of issue 9)
+
+
+def encoder_error(model, tokenizer) -> float:
+    """Largest relative L2 error of batched PromptEOL vectors against one pass per prompt."""
+    encoder = PromptEOLEncoder(model, tokenizer, token_budget=64, max_batch_size=4, show_progress=False)
+    batched = encoder.encode(PROMPTS).embeddings
+    plain = np.stack([plain_last_state(model, ids) for ids in batch_token_ids(tokenizer, PROMPTS)])
+    assert batched.shape == plain.shape  # OPT: the projected width, not config.hidden_size
+    return max(relative_error(batched[row], plain[row]) for row in range(len(PROMPTS)))
+
+
+def lama_error(model, tokenizer) -> float:
+    """Largest |difference| (nats) of the encoder's next-token log-probs against a full forward pass."""
+    token_ids = np.asarray(sorted({ids[0] for ids in batch_token_ids(tokenizer, CONTINUATIONS)} | {0, 5, 100}))
+    encoder = PromptEOLEncoder(model, tokenizer, token_budget=64, max_batch_size=4, show_progress=False)
+    logprobs = encoder.encode(PROMPTS, next_token_ids=token_ids).next_token_logprobs
+    plain = np.stack([plain_logprobs(model, ids)[-1, torch.as_tensor(token_ids)].numpy() for ids in batch_token_ids(tokenizer, PROMPTS)])
+    return float(np.abs(logprobs - plain).max())
+
+
+def shared_prefix_error(model, tokenizer, budget: int) -> tuple[float, str]:
+    """Largest |difference| (nats) of packed conditional scores against whole statements; back-end used."""
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget)
+    packed = scorer.score_texts(CONTEXT, CONTINUATIONS)
+    plain = plain_conditional_scores(model, tokenizer, CONTEXT, CONTINUATIONS, batch_size=1)
+    return float(np.abs(packed - plain).max()), scorer.stats.attention
+
+
+def trie_error(model, tokenizer, budget: int) -> tuple[float, str]:
+    """Largest |difference| (nats) of prefix-trie statement scores against whole statements; back-end used."""
+    scorer = PrefixTrieScorer(model, tokenizer, token_budget=budget)
+    trie = scorer.score_texts(STATEMENTS)
+    plain = np.asarray([plain_statement_score(model, ids) for ids in batch_token_ids(tokenizer, STATEMENTS)])
+    return float(np.abs(trie - plain).max()), scorer.stats.attention
+
+
+cases = pytest.mark.parametrize("backend", BACKENDS)
+families = pytest.mark.parametrize("name", list(ARCHITECTURES))
+
+
+def test_sliding_windows_are_shorter_than_the_statements(tokenizer):
+    """The windowed families really exercise the window (else the tests below prove nothing about it)."""
+    shortest = min(len(ids) for ids in batch_token_ids(tokenizer, STATEMENTS[:-1]))
+    assert shortest > WINDOW
+    assert attention_windows(tiny_model("mistral", "sdpa", tokenizer)) == WINDOW
+    assert attention_windows(tiny_model("gemma3", "sdpa", tokenizer)) == {"full_attention": None, "sliding_attention": WINDOW}
+    assert attention_windows(tiny_model("llama", "sdpa", tokenizer)) is None
+
+
+@families
+@cases
+def test_batched_encoder_equals_one_pass_per_prompt(name, backend, tokenizer):
+    assert encoder_error(tiny_model(name, backend, tokenizer), tokenizer) < VECTOR_RTOL
+
+
+@families
+@cases
+def test_lama_next_token_equals_full_forward(name, backend, tokenizer):
+    assert lama_error(tiny_model(name, backend, tokenizer), tokenizer) < SCORE_ATOL
+
+
+@families
+@cases
+@pytest.mark.parametrize("budget", [512, 3])
+def test_shared_prefix_scorer_equals_plain(name, backend, budget, tokenizer):
+    error, used = shared_prefix_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
+    assert error < SCORE_ATOL
+    assert used == backend
+
+
+@families
+@cases
+@pytest.mark.parametrize("budget", [512, 20])
+def test_prefix_trie_scorer_equals_plain(name, backend, budget, tokenizer):
+    error, used = trie_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
+    assert error < SCORE_ATOL
+    assert used == backend
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_backend_without_custom_masks_is_switched_for_the_call(name, tokenizer):
+    """A model configured for FlashAttention-2 (which ignores custom masks) is scored with SDPA,
+    says so in the stats, and gets its configured back-end back afterwards."""
+    model = tiny_model(name, "sdpa", tokenizer)
+    plain = [plain_statement_score(model, ids) for ids in batch_token_ids(tokenizer, STATEMENTS)]
+    plain_packed = plain_conditional_scores(model, tokenizer, CONTEXT, CONTINUATIONS, batch_size=1)
+    model.config._attn_implementation_internal = "flash_attention_2"
+    try:
+        trie = PrefixTrieScorer(model, tokenizer, token_budget=20)
+        scores = trie.score_texts(STATEMENTS)
+        assert configured_backend(model) == "flash_attention_2"
+        shared = SharedPrefixScorer(model, tokenizer, token_budget=3)
+        packed = shared.score_texts(CONTEXT, CONTINUATIONS)
+        assert configured_backend(model) == "flash_attention_2"
+    finally:
+        model.config._attn_implementation_internal = "sdpa"
+    assert trie.stats.attention == shared.stats.attention == "sdpa"
+    np.testing.assert_allclose(scores, plain, atol=SCORE_ATOL, rtol=0)
+    np.testing.assert_allclose(packed, plain_packed, atol=SCORE_ATOL, rtol=0)
