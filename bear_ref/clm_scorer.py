@@ -102,16 +102,26 @@ class SharedPrefixScorer:
         self.pad_id = padding_id(tokenizer)
         self.stats = ScorerStats()
 
-    def score_texts(self, context: str, continuations: Sequence[str]) -> np.ndarray:
-        """Summed log p(continuation tokens | context) per continuation: float64 (n,), nats."""
-        return self.score_split(split_statements(self.tokenizer, context, continuations))
+    def score_texts(self, context: str, continuations: Sequence[str], whole: bool = False) -> np.ndarray:
+        """Summed log p(continuation tokens | context) per continuation: float64 (n,), nats.
 
-    def score_split(self, split: SplitStatements) -> np.ndarray:
-        return self.score_ids(split.context_ids, split.continuation_ids, split.shared_lengths)
+        ``whole=True``: the whole statement's summed log-likelihood (every token after the
+        first) instead.  The two rank alike only when every statement splits exactly after the
+        context; where a token straddles the boundary (SentencePiece vocabularies merge across
+        it), statements condition on different prefixes and only the whole score is comparable.
+        """
+        return self.score_split(split_statements(self.tokenizer, context, continuations), whole)
+
+    def score_split(self, split: SplitStatements, whole: bool = False) -> np.ndarray:
+        return self.score_ids(split.context_ids, split.continuation_ids, split.shared_lengths, whole)
 
     @torch.inference_mode()
     def score_ids(
-        self, context_ids: Sequence[int], continuation_ids: Sequence[Sequence[int]], shared_lengths: Sequence[int] | None = None
+        self,
+        context_ids: Sequence[int],
+        continuation_ids: Sequence[Sequence[int]],
+        shared_lengths: Sequence[int] | None = None,
+        whole: bool = False,
     ) -> np.ndarray:
         """As ``score_texts`` for token ids; statement i is ``context_ids[:shared_lengths[i]] + continuation_ids[i]``."""
         n = len(continuation_ids)
@@ -123,13 +133,13 @@ class SharedPrefixScorer:
         # One back-end for the whole call: the context's cache and the packs read it alike.
         with backend_for_custom_masks(self.model) as backend:
             self.stats.attention = backend
-            scores = self._score_after_context(context_ids, continuation_ids, shared_lengths)
+            scores = self._score_after_context(context_ids, continuation_ids, shared_lengths, whole)
         self.stats.statements += n
         self.stats.scored_tokens += int(sum(len(ids) for ids in continuation_ids))
         self.stats.forward_seconds += time.perf_counter() - started
         return scores
 
-    def _score_after_context(self, context_ids, continuation_ids, shared_lengths) -> np.ndarray:
+    def _score_after_context(self, context_ids, continuation_ids, shared_lengths, whole: bool) -> np.ndarray:
         scores = np.zeros(len(continuation_ids), dtype=np.float64)
         base = self.model.base_model
         output = base(
@@ -141,6 +151,11 @@ class SharedPrefixScorer:
         cache = output.past_key_values
         self.stats.contexts += 1
         self.stats.context_tokens += len(context_ids)
+        if whole:
+            # Statement i's own prefix, context_ids[:shared_lengths[i]], scored once for all.
+            targets = torch.as_tensor(list(context_ids[1:]), device=self.device)
+            prefix_logprob = np.concatenate([[0.0], np.cumsum(self._token_logprobs(context_hidden[:-1], targets))])
+            scores += prefix_logprob[np.asarray(shared_lengths) - 1]
 
         # Each statement's first token comes from the context state just before it; the LM head
         # runs once per distinct such state (normally one: the context's last), not per statement.

@@ -1,10 +1,13 @@
 """BEAR on a KG: score every candidate tail of every query, rank the gold tail.
 
 Statement for query (h, r, ?) and candidate t: the DEER query text closed with the candidate,
-``...(h_name, r_name, t_name)``.  Causal LMs: the query text is read once per query and each
-candidate's " t_name)" is scored after it (``SharedPrefixScorer``); ranking by that
-conditional log-likelihood is ranking by the whole statement's summed log-likelihood.
-Masked LMs: PLL of each whole statement (nothing can be shared).
+``...(h_name, r_name, t_name)``; its score is the whole statement's summed log-likelihood.
+Causal LMs: the query text is read once per query, each candidate's " t_name)" is scored
+after it (``SharedPrefixScorer``) and the query's own log-likelihood is added.  That addition
+is the same for every candidate only when every statement splits exactly after the query
+text; where a token straddles the boundary (SentencePiece vocabularies can merge across it)
+the statement's shared prefix is shorter, so the conditional score alone would not rank like
+the whole statement.  Masked LMs: PLL of each whole statement (nothing can be shared).
 
 Work is quadratic (queries x candidates), so score rows are stored per chunk of queries in
 an append-only store keyed by model, KG, templates and candidates: an interrupted run
@@ -31,7 +34,7 @@ from deer.templates import PromptTemplates
 from deer.tokenization import bos_policy
 from kg_data.queries import QuerySet
 
-SCORER_VERSION = "bear-kg-v1"
+SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
 
 
 def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Optional[Path] = None) -> EmbeddingStore:
@@ -106,7 +109,7 @@ def run_bear_probe(
     metadata = {
         **run_metadata("bear", queries, loaded, templates),
         "scoring": scorer.method,
-        "statement": "query text + ' t_name)'; score = summed log-likelihood of the candidate's tokens after the query",
+        "statement": "query text + ' t_name)'; score = summed log-likelihood of the whole statement (every token after the first)",
         "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now, "store": str(store.folder) if store else None},
         "work": {**work, "statements_scored_now": statements, "statements_per_second": statements / elapsed if elapsed and statements else None},
         "timings": {"seconds": round(elapsed, 3)},

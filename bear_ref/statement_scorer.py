@@ -1,10 +1,10 @@
 """One interface over the likelihood scorers: causal LMs (shared prefix, prefix trie) and masked LMs (PLL).
 
-``score(context, continuations)`` (BEAR on a KG: one query, many candidates) returns one float64
-per continuation such that ranking by it is ranking by the whole statement's (pseudo)
-log-likelihood: the conditional log-likelihood of the continuation for a causal LM (the
-context's part is the same for every candidate), the full PLL of ``context + continuation``
-for a masked LM (bidirectional: nothing is shared).
+``score(context, continuations)`` (BEAR on a KG: one query, many candidates) returns the whole
+statement's summed log-likelihood per continuation (every token after the first): for a causal
+LM the context is read once and its own log-likelihood added to each continuation's (per
+statement, since a token straddling the boundary gives a statement a shorter shared prefix);
+the full PLL of ``context + continuation`` for a masked LM (bidirectional: nothing is shared).
 
 ``score_statements(statements)`` (the BEAR data set: a template filled with every subject and
 answer) returns each whole statement's summed log-likelihood (causal LM, prefix trie) or PLL.
@@ -37,7 +37,7 @@ class StatementScorer:
     def score(self, context: str, continuations: Sequence[str]) -> np.ndarray:
         if self.masked:
             return self.pll.score([context + c for c in continuations])
-        return self.clm.score_texts(context, continuations)
+        return self.clm.score_texts(context, continuations, whole=True)
 
     def score_statements(self, statements: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
         """Whole-statement scores; ``progress(k)`` is told as statements finish."""

@@ -10,14 +10,15 @@ import pytest
 from click.testing import CliRunner
 
 from bear_ref.kg_probe import bear_kg_scores, run_bear_probe
-from bear_ref.plain_scorer import plain_conditional_scores
 from bear_ref.statement_scorer import StatementScorer
 from deer.cli import main
 from deer.probe import open_model
 from deer.ranking import rank_of
 from deer.results import find_ranks_table
 from deer.templates import PromptTemplates
+from deer.tokenization import batch_token_ids
 from kg_data import build_queries, load_kg
+from tests.test_trie_scorer import whole_sequence_logprob
 
 
 @pytest.fixture()
@@ -33,7 +34,9 @@ def test_kg_scores_equal_plain_statements(tiny_setup):
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
     for q, triple in enumerate(queries.triples.tolist()):
-        plain = plain_conditional_scores(loaded.model, loaded.tokenizer, templates.query_context(kg, tuple(triple)), continuations)
+        # BEAR's score is the whole statement's summed log-likelihood (one plain pass per statement).
+        context = templates.query_context(kg, tuple(triple))
+        plain = [whole_sequence_logprob(loaded.model, ids) for ids in batch_token_ids(loaded.tokenizer, [context + c for c in continuations])]
         np.testing.assert_allclose(scores[q], plain, atol=1e-4)
 
 

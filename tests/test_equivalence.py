@@ -58,6 +58,9 @@ BACKENDS = ["eager", "sdpa"]
 
 CONTEXT = "(dog, hypernym, mammal)\n(paris, capital of, france)\n(oak, hypernym,"
 CONTINUATIONS = [" tree)", " woody perennial plant)", " x)", " the capital of Germany)", " tree)", " plant) and more"]
+# " Fran" + "ce" merge into " France": such statements share a shorter prefix of the context.
+STRADDLING_CONTEXT = "(paris, capital of, Fran"
+STRADDLING_CONTINUATIONS = ["ce)", "kfurt)", "cis)", " x)"]
 STATEMENTS = [f"{a} is the capital of {c}." for a in ("Paris", "Berlin") for c in ("France", "Germany", "the Holy Roman Empire")] + [
     f"The capital of {c} is {a}." for a in ("Paris", "Rome") for c in ("France", "Italy")
 ] + ["The capital of France is Paris.", "The capital of France is Paris", "x"]
@@ -156,11 +159,18 @@ def lama_error(model, tokenizer) -> float:
 
 
 def shared_prefix_error(model, tokenizer, budget: int) -> tuple[float, str]:
-    """Largest |difference| (nats) of packed conditional scores against whole statements; back-end used."""
+    """Largest |difference| (nats) of packed scores against whole statements, both the conditional
+    score and the whole-statement score (also where a token straddles the context's end); back-end used."""
     scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget)
-    packed = scorer.score_texts(CONTEXT, CONTINUATIONS)
-    plain = plain_conditional_scores(model, tokenizer, CONTEXT, CONTINUATIONS, batch_size=1)
-    return float(np.abs(packed - plain).max()), scorer.stats.attention
+    errors = []
+    for context, continuations in ((CONTEXT, CONTINUATIONS), (STRADDLING_CONTEXT, STRADDLING_CONTINUATIONS)):
+        conditional = scorer.score_texts(context, continuations)
+        plain = plain_conditional_scores(model, tokenizer, context, continuations, batch_size=1)
+        errors.append(np.abs(conditional - plain).max())
+        whole = scorer.score_texts(context, continuations, whole=True)
+        statements = batch_token_ids(tokenizer, [context + c for c in continuations])
+        errors.append(np.abs(whole - [plain_statement_score(model, ids) for ids in statements]).max())
+    return float(max(errors)), scorer.stats.attention
 
 
 def trie_error(model, tokenizer, budget: int) -> tuple[float, str]:
@@ -173,6 +183,13 @@ def trie_error(model, tokenizer, budget: int) -> tuple[float, str]:
 
 cases = pytest.mark.parametrize("backend", BACKENDS)
 families = pytest.mark.parametrize("name", list(ARCHITECTURES))
+
+
+def test_straddling_case_straddles(tokenizer):
+    from bear_ref.boundary import split_statements
+
+    split = split_statements(tokenizer, STRADDLING_CONTEXT, STRADDLING_CONTINUATIONS)
+    assert len(set(split.shared_lengths)) > 1
 
 
 def test_sliding_windows_are_shorter_than_the_statements(tokenizer):
