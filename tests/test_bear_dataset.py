@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bear_ref.dataset import bear_metrics, score_relation
+from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, score_relation, summary_markdown
 from kg_data.bear import fill_statement, load_bear_dataset
 from kg_data.errors import KGFormatError
 
@@ -124,9 +124,79 @@ def test_score_and_metrics_with_known_answers(tmp_path):
     assert metrics["overall"]["accuracy_mean"] == pytest.approx((2 + 4) / 7)
     assert metrics["per_cardinality"]["1:1"]["accuracy_mean"] == pytest.approx(2 / 3)
     assert metrics["per_domain"]["Cultural"]["accuracy_mean"] == 1.0
-    assert metrics["per_domain"]["Geographic"]["accuracy_mean"] == pytest.approx(6 / 7)
+    # lm-pub-quiz's divide_support: P37 has 2 domains, so its 4 instances weigh 2 in Geographic
+    # (2 of P36's 3 right, all 4 of P37's): (2 + 4/2) / (3 + 4/2), not (2 + 4) / 7.
+    assert metrics["convention"]["name"] == "lm-pub-quiz-0.3.3"
+    assert metrics["per_domain"]["Geographic"]["accuracy_mean"] == pytest.approx(4 / 5)
+    assert metrics["per_domain"]["Geographic"]["support"] == pytest.approx(3 * (3 + 4 / 2))
+    assert metrics["per_domain"]["Geographic"]["instances"] == 7
+    # Support-weighted mean of the domains = the overall score (what divide_support is for).
+    domains = metrics["per_domain"].values()
+    assert sum(d["accuracy"] * d["support"] for d in domains) / sum(d["support"] for d in domains) == pytest.approx(
+        metrics["overall"]["accuracy"])
+    full = bear_metrics(table, data, domain_support="full")
+    assert full["per_domain"]["Geographic"]["accuracy_mean"] == pytest.approx(6 / 7)  # the old convention, on request
     wrong = table[~table["correct"]]
     assert set(wrong["sub_label"]) == {"Germany"} and set(wrong["predicted_label"]) == {"Rome"}
+
+
+class ConstantScorer:
+    """Every statement scores the same: every instance is a tie of all answers."""
+
+    def score_statements(self, statements, progress=None):
+        return np.zeros(len(statements))
+
+
+def test_ties_go_to_the_first_answer_unless_asked(tmp_path):
+    data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), relations=["P37"])
+    table = score_relation(ConstantScorer(), data.relations["P37"])
+    # Answer space French, German, Italian; gold French for Paris and Lyon: argmax (first) is French.
+    assert set(table["predicted_label"]) == {"French"} and table["rank"].tolist() == [2.0, 2.0, 2.0, 2.0] * 3
+    assert table["correct"].tolist() == [True, False, False, True] * 3
+    first, strict = bear_metrics(table, data), bear_metrics(table, data, ties="wrong")
+    assert first["overall"]["accuracy_mean"] == pytest.approx(2 / 4)  # lm-pub-quiz: list.index(max(scores))
+    assert strict["overall"]["accuracy_mean"] == 0.0  # a tie with the gold counts as wrong
+    assert strict["convention"]["ties"] == "wrong" and "ties=wrong" in strict["convention"]["name"]
+    assert bear_metrics(table, data, domain_support="full", ties="wrong")["convention"]["name"].startswith("full-domain-support+strict")
+    with pytest.raises(ValueError, match="ties must be one of"):
+        bear_metrics(table, data, ties="random")
+
+
+def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
+    from deer.outputs import write_json, write_table
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    data = load_bear_dataset(str(folder))
+    pairs = {"P36": [(s, o) for _, s, _, o in CAPITALS], "P37": [(s, o) for _, s, _, o in LANGUAGES]}
+    table = pd.concat([score_relation(OracleScorer(pairs[c], wrong_for={"Germany"}), r) for c, r in data.relations.items()],
+                      ignore_index=True)
+    out = tmp_path / "run"
+    out.mkdir()
+    write_table(out / "instances.parquet", table)
+    old = bear_metrics(table, data, domain_support="full", ties="wrong")
+    write_json(out / "metrics.json", {"bear": old})
+    write_json(out / "metadata.json", {"bear": {"probe": "bear-dataset", "dataset": data.summary(),
+                                                "selection": {"relations": None, "max_instances": None, "seed": 0}}})
+    metrics, metadata = resummarise_bear_dataset(out)  # data set from metadata.json
+    assert metrics["per_domain"]["Geographic"]["accuracy_mean"] == pytest.approx(4 / 5)
+    assert metadata["metric_convention"]["name"] == "lm-pub-quiz-0.3.3"
+    assert metadata["resummarised"]["previous_metric_convention"].startswith("full-domain-support+strict")
+    assert json.loads((out / "metrics.json").read_text())["bear"]["convention"]["domain_support"] == "divided"
+    assert "lm-pub-quiz-0.3.3" in (out / "summary.md").read_text() == summary_markdown(metrics)
+    back, _ = resummarise_bear_dataset(out, data, domain_support="full", ties="wrong")
+    assert back["per_domain"] == old["per_domain"]
+    with pytest.raises(ValueError, match="does not match the data set"):
+        resummarise_bear_dataset(out, load_bear_dataset(str(folder), relations=["P36"]))
+    # A KG probe's folder: its ranks table or its metadata.json of other probes is never overwritten.
+    kg_run = tmp_path / "kg_run"
+    kg_run.mkdir()
+    write_json(kg_run / "metadata.json", {"deer": {"probe": "deer"}, "bear": {"probe": "bear"}})
+    with pytest.raises(ValueError, match=r"kg_run already holds a metadata.json of other probe runs: deer \(probe deer\), bear \(probe bear\)"):
+        check_out_dir(kg_run)
+    (kg_run / "ranks.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"kg_run already holds a KG probe run \(ranks.parquet\).*another --out folder"):
+        check_out_dir(kg_run)
+    check_out_dir(out)  # a BEAR data-set run's own folder is fine
 
 
 def test_bear_dataset_on_smollm2(smollm2, tmp_path):
@@ -143,5 +213,50 @@ def test_bear_dataset_on_smollm2(smollm2, tmp_path):
         plain = plain_conditional_scores(model, tokenizer, "", statements)  # one pass per whole statement
         row = table[(table["template"] == template_index) & (table["sub_label"] == "France")].iloc[0]
         assert row["gold_score"] == pytest.approx(plain[0], abs=1e-4)
-        assert row["correct"] == (int(np.argmax(plain)) == 0)
+        assert row["correct"] == (int(np.argmax(plain)) == 0)  # argmax == gold, as lm-pub-quiz
     assert table["correct"].mean() >= 2 / 3  # SmolLM2 knows most European capitals
+
+
+def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_dir, tmp_path):
+    """The resume key holds what the scores depend on; a KG probe's folder is never overwritten."""
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from bear_ref.dataset import resume_key, run_bear_dataset
+    from bear_ref.statement_scorer import StatementScorer
+    from deer.cli import main
+    from deer.probe import open_model
+    from deer.tokenization import bos_policy
+
+    loaded = open_model(str(tiny_clm_dir))
+    folder = write_dataset(tmp_path / "BEARmini")
+    data = load_bear_dataset(str(folder))
+    selection = {"relations": None, "max_instances": None, "seed": 0}
+    out = tmp_path / "run"
+    _, metadata = run_bear_dataset(data, loaded, out, selection, show_progress=False)
+    (key_file,) = (out / "parts").glob("*/key.json")
+    key = json.loads(key_file.read_text())
+    assert key["dtype"] == "float32" and key["tokenizer"] == loaded.tokenizer_fingerprint
+    assert key["bos"] == bos_policy(loaded.tokenizer) and key["method"] == metadata["scoring"] == "clm-prefix-trie-sum-logprob"
+    assert key_file.parent.name == metadata["resume_key"] and metadata["metric_convention"]["name"] == "lm-pub-quiz-0.3.3"
+    scorer = StatementScorer(loaded.model, loaded.tokenizer)
+    assert resume_key(data, dataclasses.replace(loaded, dtype="bfloat16"), selection, scorer)["dtype"] == "bfloat16"
+    assert resume_key(data, dataclasses.replace(loaded, tokenizer_fingerprint="other"), selection, scorer) != key
+
+    # Resumed from the parts under another convention: nothing re-scored, the convention named.
+    metrics, again = run_bear_dataset(data, loaded, out, selection, show_progress=False, domain_support="full", ties="wrong")
+    assert again["relations_resumed"] == ["P36", "P37"] and again["work"]["statements_scored_now"] == 0
+    assert metrics["convention"]["name"].startswith("full-domain-support+strict")
+    result = CliRunner().invoke(main, ["bear", "--dataset", str(folder), "--out", str(out), "--resummarise"])
+    assert result.exit_code == 0, result.output
+    assert "metric convention: lm-pub-quiz-0.3.3" in result.output
+    assert json.loads((out / "metrics.json").read_text())["bear"]["convention"]["domain_support"] == "divided"
+
+    kg_run = tmp_path / "kg_run"
+    kg_run.mkdir()
+    stored = {"deer": {"probe": "deer"}, "bear": {"probe": "bear"}}
+    (kg_run / "metadata.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="kg_run already holds a metadata.json of other probe runs"):
+        run_bear_dataset(data, loaded, kg_run, selection, show_progress=False)
+    assert json.loads((kg_run / "metadata.json").read_text()) == stored and not (kg_run / "parts").exists()

@@ -1,0 +1,342 @@
+"""The BEAR data-set score against lm-pub-quiz 0.3.3, the reference implementation.
+
+lm-pub-quiz is a test extra (scripts/install.sh installs it with --no-deps plus the few
+packages it imports); the tests that run it skip when it is not importable.  The convention
+tests at the end need only this toolkit: they pin the two points where this toolkit once
+differed (a tie with the gold answer, and a relation with several domains).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bear_ref.dataset import bear_metrics, run_bear_dataset, score_relation
+from kg_data.bear import BearDataset, BearRelation, fill_statement, load_bear_dataset
+
+LMPQ_CARDINALITY = {"multiple instances per answer": "N:1", "single instance per answer": "1:1"}
+
+
+@pytest.fixture(scope="module")
+def lmpq():
+    return pytest.importorskip(
+        "lm_pub_quiz", reason="lm-pub-quiz is not importable (scripts/install.sh installs lm-pub-quiz==0.3.3 with --no-deps "
+        "and the packages it imports: scikit-learn, requests)")
+
+
+# ---------------------------------------------------------------------------------------------
+# A small data set in the lm-pub-quiz format.
+
+
+def _bear_spec() -> dict | None:
+    """Three BEAR relations cut to a few instances and answers, or None without the BEAR data.
+
+    P30 (N:1, 6 continents, Geographic), P36 (1:1, Geographic, [Y] first in one template) and P27
+    (N:1, Biographical + Political); answer spaces cut to the kept golds plus distractors.
+    """
+    from kg_data.locate import find_dataset
+
+    try:
+        folder = find_dataset("bear")
+    except Exception:  # noqa: BLE001 - the synthetic set stands in
+        return None
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    info_path = next((p for p in (folder / "relation_info.json", folder.parent / "relation_info.json") if p.is_file()), None)
+    info = json.loads(info_path.read_text()) if info_path else {}
+    spec = {}
+    for code, n_instances, n_answers, shared_gold in (("P30", 4, 6, True), ("P36", 3, 5, False), ("P27", 4, 5, True)):
+        records = [json.loads(line) for line in (folder / f"{code}.jsonl").read_text().splitlines() if line.strip()]
+        by_gold: dict[str, list[dict]] = {}
+        for record in records:
+            by_gold.setdefault(record["obj_id"], []).append(record)
+        # N:1: two subjects sharing an answer, then one subject per further answer; 1:1: one per answer.
+        kept = next(group for group in by_gold.values() if len(group) >= 2)[:2] if shared_gold else []
+        for group in by_gold.values():
+            if len(kept) < n_instances and group[0]["obj_id"] not in {r["obj_id"] for r in kept}:
+                kept.append(group[0])
+        labels = dict(zip(metadata[code]["answer_space_ids"], metadata[code]["answer_space_labels"]))
+        answers = list(dict.fromkeys(r["obj_id"] for r in kept))
+        answers += [a for a in labels if a not in answers][: n_answers - len(answers)]
+        spec[code] = {
+            "templates": metadata[code]["templates"],
+            "answers": [(a, labels[a]) for a in answers],
+            "instances": [(r["sub_id"], r["sub_label"], r["obj_id"]) for r in kept],
+            "domains": info.get(code, {}).get("domains", []),
+        }
+    return spec
+
+
+def _synthetic_spec() -> dict:
+    return {
+        "P30": {"templates": ["[X] is located in [Y].", "[X] is a part of [Y].", "[X] is situated in [Y]."],
+                "answers": [("Q15", "Africa"), ("Q46", "Europe"), ("Q48", "Asia"), ("Q49", "North America")],
+                "instances": [("Q142", "France", "Q46"), ("Q183", "Germany", "Q46"), ("Q17", "Japan", "Q48"), ("Q30", "Mexico", "Q49")],
+                "domains": ["Geographic"]},
+        "P36": {"templates": ["The capital of [X] is [Y].", "[X] has its governmental seat in [Y].", "[Y] serves as the capital of [X]."],
+                "answers": [("Q90", "Paris"), ("Q64", "Berlin"), ("Q1490", "Tokyo"), ("Q220", "Rome")],
+                "instances": [("Q142", "France", "Q90"), ("Q183", "Germany", "Q64"), ("Q17", "Japan", "Q1490")],
+                "domains": ["Geographic"]},
+        "P27": {"templates": ["[X] is a citizen of [Y].", "[X] holds a passport from [Y].", "[Y] is the country of citizenship of [X]."],
+                "answers": [("Q142", "France"), ("Q183", "Germany"), ("Q17", "Japan"), ("Q38", "Italy")],
+                "instances": [("Q7732", "Victor Hugo", "Q142"), ("Q7226", "Albert Camus", "Q142"), ("Q5879", "Goethe", "Q183"),
+                              ("Q5592", "Michelangelo", "Q38")],
+                "domains": ["Biographical", "Political"]},
+    }
+
+
+def tie_relation(spec: dict) -> dict:
+    """Two answers with one label: every statement pair ties, so the first answer always wins.
+
+    Golds alternate between the two, so lm-pub-quiz's accuracy is exactly 1/2 (strict: 0); two
+    domains, one shared with P30 and P36, so dividing its support matters.
+    """
+    capital = spec["P36"]
+    (answer_id, label), subjects = capital["answers"][0], capital["instances"]
+    subjects = (subjects * 2)[:4]
+    return {
+        "templates": capital["templates"],
+        "answers": [(answer_id, label), (answer_id + "-same-label", label)],
+        "instances": [(f"{s}-{i}", name, answer_id if i % 2 == 0 else answer_id + "-same-label")
+                      for i, (s, name, _) in enumerate(subjects)],
+        "domains": ["Geographic", "Political"],
+    }
+
+
+def write_lmpq_dataset(root: Path, spec: dict) -> Path:
+    """metadata_relations.json, one <code>.jsonl per relation, relation_info.json beside the folder."""
+    folder = root / "BEARparity"
+    folder.mkdir(parents=True)
+    metadata = {code: {"templates": r["templates"], "answer_space_ids": [a for a, _ in r["answers"]],
+                       "answer_space_labels": [label for _, label in r["answers"]]} for code, r in spec.items()}
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    for code, r in spec.items():
+        position = {a: i for i, (a, _) in enumerate(r["answers"])}
+        labels = dict(r["answers"])
+        (folder / f"{code}.jsonl").write_text("".join(
+            json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": labels[o], "answer_idx": position[o]}) + "\n"
+            for s, sl, o in r["instances"]))
+    (root / "relation_info.json").write_text(json.dumps({code: {"domains": r["domains"]} for code, r in spec.items()}))
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# lm-pub-quiz's metrics, through its own accumulation code.
+
+
+def lmpq_views(results, templates):
+    """{None: all templates (lm-pub-quiz's default evaluation), t: template t alone} as DatasetResults."""
+    from lm_pub_quiz import DatasetResults
+
+    views = {None: results}
+    for t in templates:
+        views[t] = DatasetResults([
+            rel.copy(instance_table=rel.instance_table[rel.instance_table["template_index"] == t].reset_index(drop=True))
+            for rel in results])
+    return views
+
+
+def lmpq_metrics(results, templates) -> dict:
+    """Accuracy (and support) overall, per relation, per domain and per cardinality, per view."""
+    out = {}
+    for view, data in lmpq_views(results, templates).items():
+        per_domain = data.get_metrics(["accuracy", "support"], accumulate="domains")  # divide_support=True: the default
+        per_cardinality = data.get_metrics("accuracy", accumulate="cardinality")
+        out[view] = {
+            "overall": float(data.get_metrics("accuracy")),
+            "per_relation": {code: float(v) for code, v in data.get_metrics("accuracy", accumulate=False).items()},
+            "per_domain": {d: float(v) for d, v in per_domain["accuracy"].items()},
+            "domain_support": {d: float(v) for d, v in per_domain["support"].items()},
+            "per_cardinality": {LMPQ_CARDINALITY[c]: float(v) for c, v in per_cardinality.items()},
+        }
+    return out
+
+
+def ours_by_view(metrics: dict, templates) -> dict:
+    """The same numbers from this toolkit's metrics.json layout."""
+    def pick(block, view):
+        return block["accuracy"] if view is None else block["accuracy_per_template"][view]
+
+    return {
+        view: {
+            "overall": pick(metrics["overall"], view),
+            "per_relation": {c: pick(b, view) for c, b in metrics["per_relation"].items()},
+            "per_domain": {d: pick(b, view) for d, b in metrics["per_domain"].items()},
+            "domain_support": {d: b["support"] / (1 if view is None else len(b["accuracy_per_template"]))
+                               for d, b in metrics["per_domain"].items()},
+            "per_cardinality": {c: pick(b, view) for c, b in metrics["per_cardinality"].items()},
+        }
+        for view in [None, *templates]
+    }
+
+
+def assert_same_metrics(theirs: dict, ours: dict) -> None:
+    for view, blocks in theirs.items():
+        for key, values in blocks.items():
+            if not isinstance(values, dict):
+                assert ours[view][key] == pytest.approx(values, abs=1e-12), (view, key)
+                continue
+            assert set(ours[view][key]) == set(values), (view, key)
+            for name, value in values.items():
+                assert ours[view][key][name] == pytest.approx(value, abs=1e-12), (view, key, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parity on a tiny random causal LM.
+
+
+@pytest.fixture(scope="module")
+def parity_dataset(tmp_path_factory) -> tuple[Path, dict]:
+    spec = _bear_spec() or _synthetic_spec()
+    spec["Ptie"] = tie_relation(spec)
+    return write_lmpq_dataset(tmp_path_factory.mktemp("lmpq"), spec), spec
+
+
+def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tmp_path, monkeypatch):
+    """Per-statement scores (1e-4 nats), predictions, and accuracy per template, relation, domain and
+    cardinality of ``run_bear_dataset`` equal lm-pub-quiz's ``Evaluator`` on the same model and data."""
+    from transformers import AutoTokenizer
+
+    from bear_ref.statement_scorer import StatementScorer
+    from deer.probe import open_model
+
+    folder, spec = parity_dataset
+    loaded = open_model(str(tiny_clm_dir))
+
+    # Theirs: Evaluator.from_model + evaluate_dataset with their defaults (all templates, sum).
+    dataset = lmpq.Dataset.from_path(folder, relation_info=folder.parent / "relation_info.json")
+    evaluator = lmpq.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=AutoTokenizer.from_pretrained(tiny_clm_dir),
+                                          device="cpu")
+    results = evaluator.evaluate_dataset(dataset, batch_size=8)
+
+    # Ours, recording every statement score the run uses.
+    recorded: dict[str, float] = {}
+    original = StatementScorer.score_statements
+
+    def recording(self, statements, progress=None):
+        scores = original(self, statements, progress)
+        recorded.update(zip(statements, np.asarray(scores, dtype=float)))
+        return scores
+
+    monkeypatch.setattr(StatementScorer, "score_statements", recording)
+    data = load_bear_dataset(str(folder))
+    metrics, metadata = run_bear_dataset(data, loaded, tmp_path / "run", {"relations": None, "max_instances": None, "seed": 0},
+                                         show_progress=False)
+    table = pd.read_parquet(tmp_path / "run" / "instances.parquet") if (tmp_path / "run" / "instances.parquet").exists() \
+        else pd.read_csv(tmp_path / "run" / "instances.csv")
+    assert metadata["metric_convention"]["name"] == "lm-pub-quiz-0.3.3"
+
+    compared = 0
+    for rel in results:
+        relation = data.relations[rel.relation_code]
+        answer_ids = rel.answer_space.index.tolist()
+        assert answer_ids == relation.answer_ids
+        for _, row in rel.instance_table.iterrows():
+            template = rel.get_metadata("templates")[row["template_index"]]
+            for answer, score in zip(rel.answer_space.tolist(), row["pll_scores"]):
+                text, _ = evaluator.replace_placeholders(template=template, subject=row["sub_label"], answer=answer)
+                assert text == fill_statement(template, row["sub_label"], answer)
+                assert recorded[text] == pytest.approx(score, abs=1e-4), text
+                compared += 1
+            ours = table[(table["relation"] == rel.relation_code) & (table["template"] == row["template_index"])
+                         & (table["row"] == row["instance_index"])].iloc[0]
+            scores = list(row["pll_scores"])
+            assert ours["predicted_id"] == answer_ids[scores.index(max(scores))], (rel.relation_code, row["sub_label"])
+            assert ours["gold_score"] == pytest.approx(scores[row["answer_idx"]], abs=1e-4)
+    assert compared == data.n_statements
+
+    templates = range(3)
+    theirs = lmpq_metrics(results, templates)
+    assert_same_metrics(theirs, ours_by_view(metrics, templates))
+    assert theirs[None]["per_relation"]["Ptie"] == 0.5  # ties went to the first answer
+
+    # The old conventions differ from lm-pub-quiz on exactly these points.
+    old = ours_by_view(bear_metrics(table, data, domain_support="full", ties="wrong"), templates)
+    assert old[None]["per_relation"]["Ptie"] == 0.0
+    assert all(old[t]["per_domain"]["Geographic"] != pytest.approx(theirs[t]["per_domain"]["Geographic"]) for t in templates)
+
+
+# ---------------------------------------------------------------------------------------------
+# The metric function on hand-made scores with ties, against lm-pub-quiz's accumulation code.
+
+# Integer scores (exact ties) per relation: [template][instance][answer]; golds per instance.
+HAND = {
+    "PA": {"domains": ["Geo", "Bio"], "cardinality": "N:1", "gold": [0, 1, 1, 2],
+           "scores": [[[2, 2, 0], [2, 2, 1], [0, 1, 1], [1, 0, 2]], [[0, 1, 2], [1, 1, 1], [2, 1, 2], [0, 0, 0]]]},
+    "PB": {"domains": ["Geo"], "cardinality": "1:1", "gold": [0, 1, 2],
+           "scores": [[[1, 0, 0], [1, 1, 0], [0, 0, 0]], [[0, 2, 1], [0, 3, 3], [1, 1, 2]]]},
+}
+
+
+class HandScorer:
+    """Returns the hand-made scores of one relation, template after template."""
+
+    def __init__(self, scores):
+        self.scores, self.calls = scores, 0
+
+    def score_statements(self, statements, progress=None):
+        scores = np.asarray(self.scores[self.calls], dtype=float).reshape(-1)
+        self.calls += 1
+        assert len(scores) == len(statements)
+        return scores
+
+
+def hand_dataset() -> BearDataset:
+    relations = {}
+    for code, r in HAND.items():
+        n = len(r["gold"])
+        relations[code] = BearRelation(
+            code=code, templates=["[X] t0 [Y].", "[X] t1 [Y]."], answer_ids=[f"{code}-a{i}" for i in range(3)],
+            answer_labels=[f"a{i}" for i in range(3)], subject_ids=[f"{code}-s{i}" for i in range(n)],
+            subject_labels=[f"s{i}" for i in range(n)], gold=np.asarray(r["gold"]), rows=np.arange(n),
+            domains=r["domains"], cardinality=r["cardinality"], total_instances=n)
+    return BearDataset("hand", "hand", relations, [])
+
+
+def hand_table(dataset: BearDataset) -> pd.DataFrame:
+    return pd.concat([score_relation(HandScorer(HAND[code]["scores"]), relation) for code, relation in dataset.relations.items()],
+                     ignore_index=True)
+
+
+def test_metrics_match_lm_pub_quiz_accumulation_on_hand_made_ties(lmpq):
+    from lm_pub_quiz import DatasetResults, RelationResult
+
+    dataset = hand_dataset()
+    metrics = bear_metrics(hand_table(dataset), dataset)
+    results = DatasetResults()
+    for code, r in HAND.items():
+        rows = [{"instance_index": i, "template_index": t, "answer_idx": gold, "pll_scores": [float(s) for s in r["scores"][t][i]]}
+                for t in range(2) for i, gold in enumerate(r["gold"])]
+        answer_space = pd.Series([f"a{i}" for i in range(3)], index=pd.Index([f"{code}-a{i}" for i in range(3)], name="obj_id"))
+        cardinality = {v: k for k, v in LMPQ_CARDINALITY.items()}[r["cardinality"]]
+        results.append(RelationResult(code, metadata={"reduction": "sum"}, instance_table=pd.DataFrame(rows),
+                                      answer_space=answer_space, relation_info={"domains": r["domains"], "cardinality": cardinality}))
+    assert_same_metrics(lmpq_metrics(results, range(2)), ours_by_view(metrics, range(2)))
+
+
+def test_old_conventions_fail_where_lm_pub_quiz_differs():
+    """Hand-computed lm-pub-quiz numbers on the hand-made scores; the old conventions miss them."""
+    dataset = hand_dataset()
+    table = hand_table(dataset)
+    # Correct with the first answer winning ties (argmax == gold):
+    #   PA t0: [2,2,0] gold 0 yes; [2,2,1] gold 1 no (a0 first); [0,1,1] gold 1 yes; [1,0,2] gold 2 yes -> 3/4
+    #   PA t1: [0,1,2] no; [1,1,1] gold 1 no; [2,1,2] gold 1 no; [0,0,0] gold 2 no -> 0/4
+    #   PB t0: [1,0,0] yes; [1,1,0] gold 1 no; [0,0,0] gold 2 no -> 1/3;  PB t1: no; [0,3,3] gold 1 yes; yes -> 2/3
+    # Strictly highest: PA t0: 1/4 ([1,0,2] only), PA t1: 0; PB t0: 1/3, PB t1: 1/3 ([0,3,3] ties).
+    new = bear_metrics(table, dataset)
+    assert new["per_relation"]["PA"]["accuracy_per_template"] == {0: 3 / 4, 1: 0.0}
+    assert new["per_relation"]["PB"]["accuracy_per_template"] == {0: pytest.approx(1 / 3), 1: pytest.approx(2 / 3)}
+    # Geo holds PA (2 domains: half its 4 instances) and PB: t0 (3/4 * 2 + 1/3 * 3) / (2 + 3) = 0.5, t1 (0 + 2) / 5 = 0.4.
+    geo = new["per_domain"]["Geo"]["accuracy_per_template"]
+    assert geo == {0: pytest.approx(0.5), 1: pytest.approx(0.4)}
+    assert new["per_domain"]["Geo"]["accuracy_mean"] == pytest.approx(0.45)
+
+    old_domains = bear_metrics(table, dataset, domain_support="full")["per_domain"]["Geo"]["accuracy_per_template"]
+    assert old_domains == {0: pytest.approx(4 / 7), 1: pytest.approx(2 / 7)}  # full support: (3 + 1) / 7, (0 + 2) / 7
+    assert old_domains[0] != pytest.approx(geo[0]) and old_domains[1] != pytest.approx(geo[1])
+    old_ties = bear_metrics(table, dataset, ties="wrong")["per_relation"]
+    assert old_ties["PA"]["accuracy_per_template"] == {0: 1 / 4, 1: 0.0}
+    assert old_ties["PB"]["accuracy_per_template"][1] == pytest.approx(1 / 3) != pytest.approx(2 / 3)
