@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from deer.cli import (
-    default_out_dir,
+    RUNS_DIR,
+    output_folder,
     friendly_errors,
     kg_options,
     model_options,
@@ -16,6 +17,7 @@ from deer.cli import (
     print_metrics_table,
     template_options,
 )
+from deer.run_spec import run_folder_name
 
 
 def _print_bear_dataset_summary(metrics: dict) -> None:
@@ -25,6 +27,8 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
         f"BEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
         f"random baseline {overall['random_baseline']:.4f}; {overall['instances']} instances"
     )
+    if metrics.get("convention"):
+        click.echo(f"metric convention: {metrics['convention']['name']}")
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality")):
         click.echo(f"\n{title:<16}{'acc':>8}{'std':>8}{'random':>8}{'n':>7}")
         for name, block in metrics[key].items():
@@ -43,9 +47,16 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Output folder.")
 @click.option("--token-budget", default=512, show_default=True, help="Tokens per forward pass: causal LMs pack this many candidate tokens after the shared query (KG) or trie nodes in one row (data set); masked LMs batch max(512, this) padded tokens.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows (KG runs).")
+@click.option("--domain-support", type=click.Choice(["divided", "full"]), default="divided", show_default=True,
+              help="Data set only: a relation with k domains adds 1/k of its support to each (lm-pub-quiz 0.3.3) or all of it.")
+@click.option("--ties", type=click.Choice(["first", "wrong"]), default="first", show_default=True,
+              help="Data set only: a tie goes to the first answer in answer-space order (argmax, lm-pub-quiz 0.3.3) or counts as wrong.")
+@click.option("--resummarise", is_flag=True,
+              help="Data set only: recompute metrics.json/summary.md/metadata.json of the run in --out from its instances table "
+                   "(no model, no scoring), e.g. under another --domain-support/--ties.")
 @friendly_errors
 def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space,
-         dataset, relations, max_instances, pll_variant, out_dir, token_budget, no_cache):
+         dataset, relations, max_instances, pll_variant, out_dir, token_budget, no_cache, domain_support, ties, resummarise):
     """BEAR: rank candidates by the summed log-likelihood of each candidate statement.
 
     \b
@@ -58,17 +69,27 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     from deer.probe import open_model
 
     started = time.perf_counter()
+    if resummarise and not dataset:
+        raise ValueError("--resummarise recomputes a data-set run: give --dataset (and its --out folder)")
     if dataset:
-        from bear_ref.dataset import run_bear_dataset
+        from bear_ref.dataset import resummarise_bear_dataset, run_bear_dataset
         from kg_data.bear import load_bear_dataset
 
         codes = [c.strip() for c in relations.split(",") if c.strip()] if relations else None
         data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
         click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")
+        out = Path(out_dir) if out_dir else RUNS_DIR / run_folder_name(
+            data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, split="dataset", subset=max_instances)
+        if resummarise:
+            metrics, _ = resummarise_bear_dataset(out, data, domain_support=domain_support, ties=ties)
+            click.echo("")
+            _print_bear_dataset_summary(metrics)
+            click.echo(f"\nrecomputed from the instances table: {out}")
+            return
         loaded = open_model(model_name, dtype=dtype, device=device)
-        out = Path(out_dir) if out_dir else default_out_dir("bear", data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, "dataset", max_instances)
         selection = {"relations": codes, "max_instances": max_instances, "seed": seed}
-        metrics, metadata = run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant)
+        metrics, metadata = run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant,
+                                             domain_support=domain_support, ties=ties)
         click.echo("")
         _print_bear_dataset_summary(metrics)
     else:
@@ -77,7 +98,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
         _, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
         click.echo(f"= {len(queries) * len(queries.candidates)} statements")
         loaded = open_model(model_name, dtype=dtype, device=device)
-        out = Path(out_dir) if out_dir else default_out_dir("bear", kg, model_name, split, subset)
+        out = output_folder(out_dir, queries, loaded, templates, model_name)
         metrics, metadata = run_bear_probe(queries, loaded, templates, out, token_budget=token_budget, pll_variant=pll_variant,
                                            use_cache=not no_cache)
         click.echo("")
@@ -109,8 +130,9 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     started = time.perf_counter()
     _, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
     loaded = open_model(model_name, dtype=dtype, device=device)
-    default = default_out_dir("lama", kg, model_name, split, subset)
-    out = Path(out_dir) if out_dir else (default.with_name(default.name + "-single-token") if single_token else default)
+    # --single-token ranks fewer queries, so its spec (checked when writing) is not the one built here.
+    out = output_folder(out_dir, queries, loaded, templates, model_name, suffix="-single-token" if single_token else "",
+                        check=not single_token)
     results = run_lama_probe(queries, loaded, templates, out, single_token=single_token, with_deer=with_deer,
                              token_budget=token_budget, use_cache=not no_cache)
     click.echo("")

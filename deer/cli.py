@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -71,35 +70,80 @@ def kg_options(command):
     return command
 
 
+TEMPLATE_STYLE_KEY = "deer.template_style"
+
+
+def _remember_template_style(ctx, param, value):
+    ctx.meta[TEMPLATE_STYLE_KEY] = value
+    return value
+
+
+def current_template_style(default: str = "paper") -> str:
+    """The --template-style of the running command (``default`` outside one)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(TEMPLATE_STYLE_KEY, default) if ctx is not None else default
+
+
 def template_options(command):
+    """--k-shot/--shots/--query-trailing-space/--template-style, shared by the KG probes.
+
+    --template-style is not passed to the command as an argument: ``prepare_queries`` (and
+    ``current_template_style()``) read it from the click context, so commands keep their signature.
+    """
     command = click.option(
-        "--query-trailing-space/--no-query-trailing-space", default=False, show_default=True,
-        help="End the DEER query with ', ' as the paper's text does (default ends at the comma; see README).",
+        "--template-style", type=click.Choice(["paper", "authors"]), default="paper", show_default=True,
+        expose_value=False, callback=_remember_template_style,
+        help="Query text. paper: the paper's '(h, r, t)' example lines, then '(h, r,' (examples per query, "
+             "seeded by seed, head and relation). authors: byte for byte the DEER authors' package deer-probe 0.1.1: "
+             "one example set shared by all queries, then 'h - h_description' and '(h, r, ' (implies --shots shared "
+             "and the trailing space; deer lama then refuses, its next token being read at the comma). "
+             "The tail prompt is the same in both; BEAR scores ' t)' after the query text up to the comma.",
     )(command)
     command = click.option(
-        "--shots", type=click.Choice(["per-query", "shared"]), default="per-query", show_default=True,
-        help="Resample the few-shot examples for every query (paper) or use one set for all.",
+        "--query-trailing-space/--no-query-trailing-space", default=None,
+        help="Paper style: end the DEER query with ', ' as the paper's text does (default: end at the comma, "
+             "where BEAR/LAMA split the statement, so DEER and LAMA share one pass; see README). "
+             "The authors' style always ends with ', '.",
+    )(command)
+    command = click.option(
+        "--shots", type=click.Choice(["per-query", "shared"]), default=None,
+        help="Resample the few-shot examples for every query (paper style's default) or use one set for all "
+             "(the authors' style, which allows only this).",
     )(command)
     command = click.option("--k-shot", default=8, show_default=True, help="Few-shot examples per query.")(command)
     return command
 
 
-def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space):
-    """Load the KG and build (knowledge graph, queries, templates) from the shared options; say what will run."""
+def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style=None):
+    """Load the KG and build (knowledge graph, queries, templates) from the shared options; say what will run.
+
+    ``template_style`` None: the running command's --template-style (paper outside a command).
+    """
     from deer.templates import PromptTemplates
     from kg_data import build_queries, load_kg
 
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
+                                style=template_style or current_template_style())
     knowledge_graph = load_kg(kg, data_dir)
     queries = build_queries(knowledge_graph, split, subset, seed)
-    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
     click.echo(f"KG {knowledge_graph.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
     return knowledge_graph, queries, templates
 
 
-def default_out_dir(probe: str, kg: str, model: str, split: str, subset) -> Path:
-    kg_name = Path(kg).name if os.path.sep in kg else kg
-    model_name = Path(model).name if os.path.sep in model else model.replace("/", "--")
-    return Path("runs") / f"{kg_name}-{split}-{subset or 'all'}-{model_name}"
+RUNS_DIR = Path("runs")
+
+
+def output_folder(out_dir, queries, loaded, templates, model_name: str, suffix: str = "", check: bool = True) -> Path:
+    """``--out``, or by default runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec
+    (``deer.run_spec.run_folder_name``).  With ``check``, a folder holding another spec is refused
+    now, before any work (the final write would refuse it anyway)."""
+    from deer.run_spec import RunSpec, check_folder_spec, run_folder_name
+
+    spec = RunSpec.build(queries, loaded, templates)
+    out = Path(out_dir) if out_dir else RUNS_DIR / (run_folder_name(queries.kg.name, model_name, spec) + suffix)
+    if check:
+        check_folder_spec(out, spec)
+    return out
 
 
 def print_metrics_table(metrics_by_probe: dict) -> None:
@@ -136,7 +180,7 @@ def main():
 @model_options
 @template_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output folder (default runs/KG-SPLIT-SUBSET-MODEL).")
+              help="Output folder (default runs/KG-SPLIT-SUBSET-MODEL-DIGEST, DIGEST naming the other settings).")
 @click.option("--token-budget", default=8192, show_default=True, help="Max padded tokens per forward batch.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache.")
 @friendly_errors
@@ -154,7 +198,7 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     started = time.perf_counter()
     _, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
     loaded = open_model(model_name, dtype=dtype, device=device)
-    out = Path(out_dir) if out_dir else default_out_dir("deer", kg, model_name, split, subset)
+    out = output_folder(out_dir, queries, loaded, templates, model_name)
     run = run_deer_probe(queries, loaded, templates, out, token_budget=token_budget, use_cache=not no_cache)
     click.echo("")
     print_metrics_table({"deer": run.metrics})

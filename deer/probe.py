@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from deer.attention import configured_backend
 from deer.cache import EmbeddingStore
 from deer.encoder import PromptEOLEncoder
 from deer.models import cache_root, load_model, model_fingerprint, tokenizer_fingerprint
@@ -51,6 +52,8 @@ class LoadedModel:
             "device": self.device,
             "parameters": int(sum(p.numel() for p in self.model.parameters())),
             "bos": bos_policy(self.tokenizer),
+            # Configured back-end; custom-mask passes may run another (scorers record it under "work").
+            "attention": configured_backend(self.model),
             "load_seconds": round(self.load_seconds, 2),
         }
 
@@ -124,7 +127,8 @@ def encode_queries_with_next_token(
     Returns (embeddings (n, d), log-probabilities (n, len(next_token_ids))).
     """
     if templates.query_trailing_space:
-        raise ValueError("LAMA needs the query to end at the comma; use query_trailing_space=False")
+        raise ValueError("LAMA needs the query to end at the comma, but this DEER query prompt ends with ', ' "
+                         "(--query-trailing-space or --template-style authors): use the paper style without it")
     output = encoder.encode(query_prompts(queries, templates), next_token_ids=next_token_ids, description="queries")
     return output.embeddings, output.next_token_logprobs
 
@@ -198,7 +202,7 @@ def run_deer_probe(
             "query_tokens": stats["tokens"] - entity_stats["tokens"],
             "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
         },
-        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "timings": dict(timings),  # perf_counter seconds, unrounded (compute-time scales them up)
     }
     metrics = save_probe_results(out_dir, "deer", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)
     return DeerRun(metrics, metadata, query_vectors, entity_vectors)

@@ -5,7 +5,13 @@ A rank is computed exactly from scores (higher = better):
   pessimistic = #candidates scoring at least as high (the gold tail included)
   realistic   = their mean (the expected rank under random tie-breaking; reported)
 Filtered ranks drop the other known-true tails of (h, r) from the competitors (PyKEEN's
-"filtered" setting).  NaN scores count as -inf.
+"filtered" setting).
+
+Non-finite scores (NaN, +inf, -inf) are invalid, not extreme: a candidate with one never
+counts as beating or tying the gold tail (as PyKEEN, whose comparisons are false for NaN), and
+a gold tail with one gets the worst rank, behind every competitor (rank = number of
+competitors, itself included: n_candidates raw, n_candidates - filtered tails filtered), so a
+failed score can never look like knowledge.  In top-k lists invalid scores come last.
 """
 
 from __future__ import annotations
@@ -41,19 +47,29 @@ class GoldRanks:
 
 
 def _clean(scores: np.ndarray) -> np.ndarray:
-    return np.where(np.isnan(scores), -np.inf, scores)
+    """Invalid (non-finite) scores as -inf, so they sort last (top-k lists only)."""
+    return np.where(np.isfinite(scores), scores, -np.inf)
 
 
 def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray]) -> GoldRanks:
     """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates).
 
     ``filter_tails[i]``: candidate positions of the other true tails of query i (never gold).
+    Non-finite candidate scores never beat or tie the gold; a non-finite gold score ranks last
+    (see the module docstring).
     """
-    scores = _clean(np.asarray(scores, dtype=np.float64))
+    scores = np.asarray(scores, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.int64)
     rows = np.arange(len(scores))
+    valid = np.isfinite(scores)
     gold_scores = scores[rows, gold][:, None]
-    higher = scores > gold_scores
-    at_least = scores >= gold_scores
+    higher = valid & (scores > gold_scores)
+    at_least = valid & (scores >= gold_scores)
+    invalid_gold = ~valid[rows, gold]
+    if invalid_gold.any():  # every competitor beats an invalid gold: the worst rank
+        higher[invalid_gold] = True
+        higher[rows[invalid_gold], gold[invalid_gold]] = False
+        at_least[invalid_gold] = True
     raw_opt = 1 + higher.sum(axis=1)
     raw_pes = at_least.sum(axis=1)
     filtered_opt = raw_opt.astype(np.float64).copy()
@@ -121,12 +137,20 @@ def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filt
 
 
 def rank_of(scores_row: np.ndarray, gold: int, filter_positions: Optional[np.ndarray] = None) -> float:
-    """Plain realistic rank of one query, written for clarity; used by tests as the reference."""
-    scores_row = _clean(np.asarray(scores_row, dtype=np.float64))
+    """Plain realistic rank of one query, written for clarity; used by tests as the reference.
+
+    Competitors with a non-finite score are never ahead of the gold; a non-finite gold score
+    is behind every competitor.
+    """
+    scores_row = np.asarray(scores_row, dtype=np.float64)
     keep = np.ones(len(scores_row), dtype=bool)
     if filter_positions is not None and len(filter_positions):
         keep[filter_positions] = False
-    keep[gold] = True
+    keep[gold] = False
     competitors = scores_row[keep]
     gold_score = scores_row[gold]
-    return (1 + np.sum(competitors > gold_score) + np.sum(competitors >= gold_score)) / 2
+    if not np.isfinite(gold_score):
+        return float(len(competitors) + 1)
+    competitors = competitors[np.isfinite(competitors)]
+    ahead, tied = np.sum(competitors > gold_score), np.sum(competitors == gold_score)
+    return float(1 + ahead + tied / 2)

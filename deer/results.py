@@ -3,6 +3,10 @@
 All probes of one output folder share one table: a row per query (head, relation, gold tail)
 and, per probe, its raw and filtered gold ranks and its top-10 predictions.  A probe run into
 a folder that already holds a table for the same queries adds its columns beside the others.
+
+A folder holds runs of one :class:`deer.run_spec.RunSpec` (weights, tokenizer, dtype, KG,
+queries, templates, BOS policy), stored in ``run_spec.json`` and in each probe's metadata; a
+probe with another spec is refused, so ranks of different settings are never mixed or reused.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pandas as pd
 from deer.metrics import grouped_metrics, random_baseline, rank_metrics
 from deer.outputs import default_table_suffix, read_table, write_json, write_table
 from deer.ranking import GoldRanks, candidate_counts
+from deer.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
 from kg_data.queries import QuerySet
 
 KEY_COLUMNS = ["head_id", "relation_id", "tail_id"]
@@ -62,6 +67,7 @@ def run_metadata(probe: str, queries: QuerySet, loaded, templates) -> dict:
         "candidates": int(len(queries.candidates)),
         "subset_seed": queries.subset_seed,
         "templates": templates.to_metadata(),
+        "run_spec": RunSpec.build(queries, loaded, templates).to_dict(),
         "versions": package_versions(),
     }
 
@@ -99,14 +105,23 @@ def save_probe_results(
     metadata: dict,
     tokenizer=None,
     extra_columns: Optional[dict] = None,
+    spec: Optional[RunSpec] = None,
 ) -> dict:
     """Write/merge the ranks table, metrics.json and metadata.json; return this probe's metrics.
 
     ``top_candidates``: (n_queries, k) positions into ``queries.candidates``, best first.
+    ``spec``: the run's spec; default ``metadata["run_spec"]`` (which :func:`run_metadata` puts
+    there).  A folder whose ``run_spec.json`` holds another spec is refused with a ValueError
+    naming the fields that differ; a new folder gets this spec.
     """
+    spec = _spec_of(spec, metadata, queries)
+    metadata = {**metadata, "run_spec": spec.to_dict()}
     out_dir = Path(out_dir)
+    check_folder_spec(out_dir, spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = _existing_table(out_dir, queries)
+    if not (out_dir / RUN_SPEC_FILE).exists():
+        spec.write(out_dir)
     if table is None:
         table = query_frame(queries, tokenizer)
     table[f"{probe}_rank_raw"] = ranks.raw
@@ -126,6 +141,18 @@ def save_probe_results(
     _merge_json(out_dir / "metrics.json", probe, metrics)
     _merge_json(out_dir / "metadata.json", probe, metadata)
     return metrics
+
+
+def _spec_of(spec, metadata: dict, queries: QuerySet) -> RunSpec:
+    if spec is None:
+        spec = metadata.get("run_spec")
+    if spec is None:
+        raise ValueError("save_probe_results needs the run's spec: pass spec=RunSpec.build(queries, loaded, templates) "
+                         "or metadata from run_metadata()")
+    spec = spec if isinstance(spec, RunSpec) else RunSpec.from_dict(spec)
+    if spec.queries != queries_fingerprint(queries):
+        raise ValueError("the run spec describes other queries than the ones ranked; build it from these queries")
+    return spec
 
 
 def find_ranks_table(out_dir: Path) -> Optional[Path]:

@@ -5,7 +5,12 @@ Spearman rho, a bootstrap interval for the log-rank r, and how often the two pro
 Hit@k; Hit@1/10/100 of every probe side by side with standard errors; scatter plots of log
 rank vs log rank with the Hit@k quadrants marked, faceted by model.
 
-Paper (DEER): Pearson r of log ranks, DEER vs LAMA, from 0.50 (OPT-350M) to 0.80 (OPT-6.7B).
+Paper (DEER): Pearson r of log ranks, DEER vs LAMA, from 0.50 (OPT-350M) to 0.80 (OPT-6.7B),
+with LAMA's own protocol: single-token names only (596 WN18RR test queries x 4,948 entities).
+LAMA is defined for single-token names; a run can also rank every name by its first token.
+Which protocol a run's LAMA used (its metadata's ``single_token``) is written beside every
+number that involves LAMA and beside the paper's, since the two are comparable only when they
+match.  With the single-token protocol every probe of the run ranks the same restricted set.
 """
 
 from __future__ import annotations
@@ -24,10 +29,35 @@ from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
 
 PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))
 HIT_KS = (1, 10, 100)
+LAMA_PROTOCOLS = {
+    "single-token": "single-token names only (candidates and gold tails whose name is one token)",
+    "first-token": "every name, multi-token names ranked by their first token (not LAMA's own protocol)",
+}
 PAPER = {
     "setting": "WN18RR; Pearson r of log ranks, DEER vs LAMA",
     "deer_vs_lama_log_pearson_r": {"opt-350m": 0.50, "opt-6.7b": 0.80},
+    "lama_protocol": "single-token",
+    "lama_protocol_detail": "single-token names only: 596 WN18RR test queries x 4,948 entities",
 }
+PAPER_PAIRS = {"deer vs lama": "0.50 (OPT-350M) .. 0.80 (OPT-6.7B)"}
+PAPER_PAIR_PROTOCOL = "LAMA single-token (596 queries x 4,948 entities)"
+
+
+def lama_protocol(run: ProbeRun) -> Optional[str]:
+    """'single-token' or 'first-token' for the run's LAMA ranks (None: no LAMA in the run)."""
+    if "lama" not in run.probes():
+        return None
+    lama = run.metadata.get("lama", {})
+    return "single-token" if isinstance(lama, dict) and lama.get("single_token") else "first-token"
+
+
+def run_candidates(run: ProbeRun) -> Optional[int]:
+    """Candidates ranked per query in the run (from any probe's metadata)."""
+    for probe in run.probes():
+        value = run.metadata.get(probe, {}).get("candidates") if isinstance(run.metadata.get(probe), dict) else None
+        if value is not None:
+            return int(value)
+    return None
 
 
 def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int, bootstrap: int, seed: int) -> dict:
@@ -37,10 +67,14 @@ def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int,
     correlation = rank_correlations(x, y)
     interval = bootstrap_interval(pearson_r, np.log10(x), np.log10(y), n_resamples=bootstrap, seed=seed) if bootstrap else {}
     x_hit, y_hit = x <= hit_k, y <= hit_k
+    pair = f"{first} vs {second}"
+    protocol = lama_protocol(run) if "lama" in (first, second) else None
     return {
         "model": run.label,
-        "pair": f"{first} vs {second}",
+        "pair": pair,
+        "lama_protocol": protocol,
         "n": correlation["log"]["n"],
+        "candidates": run_candidates(run),
         "pearson_r": correlation["linear"]["pearson_r"],
         "pearson_p": correlation["linear"]["pearson_p"],
         "pearson_r_log": correlation["log"]["pearson_r"],
@@ -53,6 +87,9 @@ def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int,
         f"only_{first}_hit@{hit_k}": float(np.mean(x_hit & ~y_hit)) if len(x) else float("nan"),
         f"only_{second}_hit@{hit_k}": float(np.mean(~x_hit & y_hit)) if len(x) else float("nan"),
         f"neither_hit@{hit_k}": float(np.mean(~x_hit & ~y_hit)) if len(x) else float("nan"),
+        "paper_pearson_r_log": PAPER_PAIRS.get(pair),
+        "paper_protocol": PAPER_PAIR_PROTOCOL if pair in PAPER_PAIRS else None,
+        "same_protocol_as_paper": (protocol == PAPER["lama_protocol"]) if pair in PAPER_PAIRS else None,
     }
 
 
@@ -65,6 +102,8 @@ def hits_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
         row[f"hit@{k}_se"] = metrics.get(f"hit@{k}_se", float("nan"))
     row["mrr"] = metrics.get("mrr", float("nan"))
     row["mrr_se"] = metrics.get("mrr_se", float("nan"))
+    row["candidates"] = run_candidates(run)
+    row["lama_protocol"] = lama_protocol(run) if probe == "lama" else None
     return row
 
 
@@ -90,16 +129,27 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
                            "x_label": plots.probe_label(first), "y_label": plots.probe_label(second), "r": row["pearson_r_log"]})
         hit_rows += [hits_row(run, probe, rank_type) for probe in present]
     output.figure("agreement_scatter", plots.log_rank_scatter(panels, hit_k=hit_k))
-    output.table("agreement", pd.DataFrame(pair_rows),
+    protocols = sorted({p for p in (lama_protocol(run) for run in runs) if p})
+    protocol_note = "; ".join(f"{p} = {LAMA_PROTOCOLS[p]}" for p in protocols)
+    pairs_frame = pd.DataFrame(pair_rows)
+    paper_columns = ["paper_pearson_r_log", "paper_protocol", "same_protocol_as_paper"]
+    pairs_frame = pairs_frame[[c for c in pairs_frame.columns if c not in paper_columns] + paper_columns]
+    output.table("agreement", pairs_frame,
                  note=f"Pearson r of {rank_type} gold ranks (linear and log10); CI: 95% bootstrap over queries. "
-                      "Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B).")
-    output.table("hits", pd.DataFrame(hit_rows), note=f"{rank_type} ranks; *_se = standard error of the mean.")
+                      f"Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B) with "
+                      f"{PAPER['lama_protocol_detail']}. lama_protocol: the protocol of this row's LAMA ranks"
+                      f"{' (' + protocol_note + ')' if protocol_note else ''}; same_protocol_as_paper says whether "
+                      f"the row can be set beside the paper's number.")
+    output.table("hits", pd.DataFrame(hit_rows),
+                 note=f"{rank_type} ranks; *_se = standard error of the mean; lama_protocol as in agreement.md.")
     result = {
         "experiment": "agreement",
         "rank_type": rank_type,
         "hit_k": hit_k,
         "settings": settings or {},
         "runs": {run.label: str(run.folder) for run in runs},
+        "lama_protocols": {run.label: lama_protocol(run) for run in runs},
+        "lama_protocol_descriptions": LAMA_PROTOCOLS,
         "pairs": pair_rows,
         "hits": hit_rows,
         "paper": PAPER,

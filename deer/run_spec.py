@@ -1,0 +1,195 @@
+"""What a run folder holds ranks *for*: one run spec per folder, and the folder names it gives.
+
+A run folder (``deer probe``, ``deer bear``, ``deer lama`` and the experiments write them) keeps
+one ranks table shared by every probe run into it.  Ranks are only comparable, or reusable, when
+they were made with the same weights, tokenizer, dtype, KG, queries, prompts and BOS policy, so
+the folder stores that :class:`RunSpec` in ``run_spec.json`` and every later write must carry the
+same spec (``deer.results.save_probe_results`` refuses others).
+
+Default folder names come from :func:`run_folder_name` only: readable parts
+(KG-SPLIT-SUBSET|all-MODEL) and a short digest of the spec's other fields, so two different
+specs never share a default folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+RUN_SPEC_FILE = "run_spec.json"
+DIGEST_CHARS = 10
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def queries_fingerprint(queries) -> str:
+    """Hash of the query triples and the candidate set (which entities are ranked, in what order)."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(queries.triples, dtype=np.int64).tobytes())
+    digest.update(b"\x1e")
+    digest.update(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything that determines a probe's ranks on a set of queries (device and batch sizes aside).
+
+    ``subset_seed`` is the seed that sampled ``--subset`` (None without one); the seed of the
+    few-shot examples is ``templates["seed"]``.  ``templates`` is ``PromptTemplates.to_metadata()``
+    as a whole, ``bos`` is ``deer.tokenization.bos_policy``.  ``queries`` hashes the query triples
+    and candidates (a LAMA single-token run ranks fewer of them than the plain one).
+    """
+
+    model_fingerprint: str
+    tokenizer_fingerprint: str
+    dtype: str
+    kg_fingerprint: str
+    split: str
+    subset: Optional[int]
+    subset_seed: Optional[int]
+    queries: str
+    templates: dict
+    bos: dict
+
+    def __hash__(self) -> int:  # dict fields: hash the canonical JSON instead
+        return hash(self.to_json())
+
+    @classmethod
+    def build(cls, queries, loaded, templates) -> "RunSpec":
+        """The spec of probing ``queries`` with ``loaded`` (a ``deer.probe.LoadedModel``) and ``templates``."""
+        from deer.tokenization import bos_policy
+
+        subset_seed = queries.subset_seed
+        return cls(
+            model_fingerprint=str(loaded.fingerprint),
+            tokenizer_fingerprint=str(loaded.tokenizer_fingerprint),
+            dtype=str(loaded.dtype),
+            kg_fingerprint=queries.kg.fingerprint(),
+            split=str(queries.split),
+            subset=len(queries) if subset_seed is not None else None,
+            subset_seed=None if subset_seed is None else int(subset_seed),
+            queries=queries_fingerprint(queries),
+            templates=json.loads(_canonical(templates.to_metadata())),
+            bos=json.loads(_canonical(bos_policy(loaded.tokenizer))),
+        )
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def to_json(self) -> str:
+        return _canonical(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSpec":
+        """Read a stored spec; fields it lacks (an older format) become None and so differ."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a run spec is a JSON object, got {type(data).__name__}")
+        return cls(**{field.name: data.get(field.name) for field in dataclasses.fields(cls)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSpec":
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def read(cls, folder: Path) -> Optional["RunSpec"]:
+        """The spec stored in ``folder`` (None if it has none)."""
+        path = Path(folder) / RUN_SPEC_FILE
+        return cls.from_json(path.read_text()) if path.exists() else None
+
+    def write(self, folder: Path) -> None:
+        from deer.outputs import write_json
+
+        write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
+
+    # -- comparing and naming ------------------------------------------------------------------
+
+    def differences(self, other: "RunSpec") -> dict[str, tuple[Any, Any]]:
+        """``{field: (self's value, other's value)}`` for every field that differs; nested dicts
+        (templates, bos) are named down to the key, e.g. ``templates.k_shot``."""
+        found: dict[str, tuple[Any, Any]] = {}
+        for field in dataclasses.fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            if _canonical(mine) == _canonical(theirs):
+                continue
+            if isinstance(mine, dict) and isinstance(theirs, dict):
+                for key in sorted(set(mine) | set(theirs)):
+                    if _canonical(mine.get(key)) != _canonical(theirs.get(key)):
+                        found[f"{field.name}.{key}"] = (mine.get(key), theirs.get(key))
+            else:
+                found[field.name] = (mine, theirs)
+        return found
+
+    def describe_differences(self, other: "RunSpec", names: tuple[str, str] = ("this run", "the folder")) -> str:
+        """One line per differing field: ``k_shot: this run 3, the folder 2``."""
+        return "; ".join(
+            f"{field}: {names[0]} {_short(mine)}, {names[1]} {_short(theirs)}"
+            for field, (mine, theirs) in self.differences(other).items()
+        )
+
+    def digest(self, exclude: tuple[str, ...] = ()) -> str:
+        """Short hash of the spec (less the ``exclude`` fields)."""
+        payload = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        return hashlib.sha256(_canonical(payload).encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def _short(value, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else _canonical(value)
+    text = repr(text) if isinstance(value, str) else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _label(name: str) -> str:
+    """A path's last part, or a hub id with '/' spelled '--'."""
+    return Path(name).name if os.path.sep in name else name.replace("/", "--")
+
+
+# Spelled out in the readable part of a folder name, so left out of its digest.
+NAMED_FIELDS = ("split", "subset")
+
+
+def run_folder_name(kg: str, model: str, spec: Optional[RunSpec] = None, *, split: Optional[str] = None,
+                    subset: Optional[int] = None) -> str:
+    """The default name of a run folder: ``KG-SPLIT-SUBSET|all-MODEL-DIGEST``.
+
+    ``kg`` and ``model`` are what the user called them (a folder's last part, a hub id with '/'
+    as '--'); split and subset come from ``spec``; DIGEST hashes the spec's other fields (weights,
+    tokenizer, dtype, KG content, seed, queries, templates, BOS), so two different specs never
+    share a default folder and the same spec always finds its folder again.
+
+    Runs that are not KG query runs (the BEAR data set) pass ``spec=None`` with their own
+    ``split``/``subset`` labels and get the readable part only.
+    """
+    if spec is not None:
+        split, subset = spec.split, spec.subset
+    name = f"{_label(kg)}-{split}-{subset if subset is not None else 'all'}-{_label(model)}"
+    return name if spec is None else f"{name}-{spec.digest(exclude=NAMED_FIELDS)}"
+
+
+def check_folder_spec(folder: Path, spec: RunSpec, what: str = "ranks") -> None:
+    """Raise ValueError unless ``folder`` is new or holds runs of exactly ``spec``."""
+    folder = Path(folder)
+    stored = RunSpec.read(folder)
+    if stored is None:
+        if any(folder.glob("ranks.*")):
+            raise ValueError(
+                f"{folder} holds {what} written without a run spec ({RUN_SPEC_FILE}), so they cannot be checked "
+                "against this run; use another --out folder (or leave --out out for a fresh default one)"
+            )
+        return
+    if stored.differences(spec):
+        raise ValueError(
+            f"{folder} holds {what} made with another run spec ({spec.describe_differences(stored)}); "
+            "ranks of different settings never share a folder: use another --out folder "
+            "(or leave --out out: the default folder name is made from the spec)"
+        )
