@@ -56,8 +56,13 @@ def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
 class PromptEOLEncoder:
     """Batched PromptEOL embeddings for a causal LM (model in eval mode)."""
 
-    def __init__(self, model, tokenizer, token_budget: int = 8192, max_batch_size: int = 128, show_progress: bool = True):
+    def __init__(
+        self, model, tokenizer, token_budget: int = 8192, max_batch_size: int = 128, show_progress: bool = True,
+        special_tokens: str = "bos",
+    ):
+        """``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.tokenization)."""
         self.model = model
+        self.special_tokens = special_tokens
         self.tokenizer = tokenizer
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
@@ -73,7 +78,7 @@ class PromptEOLEncoder:
         return int(self.model.get_output_embeddings().weight.shape[-1])
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return batch_token_ids(self.tokenizer, texts)
+        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
 
     def encode(
         self,

@@ -79,8 +79,8 @@ def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
     }
 
 
-def entity_store(loaded: LoadedModel, kg: TextualKG, root: Optional[Path] = None) -> EmbeddingStore:
-    key = {**_store_key(loaded, kg), "tail_template": PromptTemplates.tail_template_key()}
+def entity_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Optional[Path] = None) -> EmbeddingStore:
+    key = {**_store_key(loaded, kg), "tail_template": templates.tail_template_key()}
     return EmbeddingStore(root or cache_root() / "embeddings", "entities", key)
 
 
@@ -160,11 +160,12 @@ def run_deer_probe(
 ) -> DeerRun:
     """Run DEER on ``queries``; write ranks table, metrics.json, metadata.json to ``out_dir``."""
     kg = queries.kg
-    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
+    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
+                               special_tokens=templates.prompt_special_tokens)
     timings: dict = {}
 
     started = time.perf_counter()
-    entities = entity_store(loaded, kg, cache_dir) if use_cache else None
+    entities = entity_store(loaded, kg, templates, cache_dir) if use_cache else None
     entity_ids = [kg.entity_ids[e] for e in queries.candidates]
     entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
     entity_vectors, entities_encoded = encode_through_store(encoder, entities, entity_ids, entity_texts, "entities")

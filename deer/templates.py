@@ -184,6 +184,13 @@ class PromptTemplates:
         return prompt[:-1] if self.query_trailing_space else prompt
 
     @property
+    def prompt_special_tokens(self) -> str:
+        """How DEER's prompts are tokenised (``deer.tokenization``): the authors' package calls
+        ``tokenizer(text)`` (its own special tokens; no BOS for GPT-2-style tokenizers), the
+        paper style follows the project's BOS policy."""
+        return "tokenizer" if self.style == "authors" else "bos"
+
+    @property
     def query_prompt_is_context(self) -> bool:
         """True when the DEER query prompt is the likelihood probes' context (one shared pass)."""
         return not self.query_trailing_space
@@ -213,16 +220,16 @@ class PromptTemplates:
             "shot_sampling": SHOT_SAMPLING,
             "continuation": CONTINUATION,
             "tail_template": TAIL_TEMPLATE,
+            "prompt_special_tokens": self.prompt_special_tokens,
         }
 
-    @staticmethod
-    def tail_template_key() -> str:
-        """Identifies the tail template, for the entity-embedding cache key.
+    def tail_template_key(self) -> str:
+        """Identifies the tail prompts' text and tokenisation, for the entity-embedding cache key.
 
-        Both styles share one tail text, so entity embeddings are shared between them; a style
-        with another tail text would have to enter this key.
+        Both styles share one tail text; they share entity embeddings where they also tokenise
+        alike (a tokenizer that adds BOS by itself), never otherwise.
         """
-        return hashlib.sha256(TAIL_TEMPLATE.encode()).hexdigest()[:12]
+        return hashlib.sha256(f"{TAIL_TEMPLATE}|{self.prompt_special_tokens}".encode()).hexdigest()[:12]
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_metadata(), sort_keys=True).encode()).hexdigest()[:12]

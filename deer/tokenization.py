@@ -3,6 +3,10 @@
 Policy (the one lm-pub-quiz uses for causal LMs): every prompt starts with the tokenizer's BOS
 token when it defines one, whether or not the tokenizer adds it by itself, and never twice.
 Without a BOS token (some vocabularies have none) the text's tokens stand alone.
+
+One exception, for reproducing the DEER authors' package (template style ``authors``): its
+prompts are tokenised as ``tokenizer(text)`` does by itself (``special_tokens="tokenizer"``),
+so GPT-2-style tokenizers, which add no BOS, give prompts without one.
 """
 
 from __future__ import annotations
@@ -27,10 +31,20 @@ def token_ids(tokenizer, text: str) -> list[int]:
     return [bos, *ids] if bos is not None else list(ids)
 
 
-def batch_token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """``token_ids`` for many texts at once (the fast tokenizer batches internally)."""
+SPECIAL_TOKEN_MODES = ("bos", "tokenizer")
+
+
+def batch_token_ids(tokenizer, texts: Sequence[str], special_tokens: str = "bos") -> list[list[int]]:
+    """``token_ids`` for many texts at once (the fast tokenizer batches internally).
+
+    ``special_tokens="tokenizer"``: whatever special tokens the tokenizer adds by itself instead.
+    """
+    if special_tokens not in SPECIAL_TOKEN_MODES:
+        raise ValueError(f"special_tokens must be one of {SPECIAL_TOKEN_MODES}, got '{special_tokens}'")
     if not texts:
         return []
+    if special_tokens == "tokenizer":
+        return [list(ids) for ids in tokenizer(list(texts))["input_ids"]]
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     bos = bos_id(tokenizer)
     return [[bos, *ids] if bos is not None else list(ids) for ids in encoded]

@@ -164,18 +164,17 @@ def test_embeddings_match_the_packages_encoder(tmp_path, tokenizer_adds_bos):
                                tmp_path / "peer")["embeddings"])
 
     model, tokenizer, _ = load_model(str(folder))
-    # A small token budget: several right-padded batches, as in a real run.
-    encoder = PromptEOLEncoder(model, tokenizer, token_budget=2048, show_progress=False)
+    # A small token budget: several right-padded batches, as in a real run; prompts tokenised as
+    # the authors' style says (the tokenizer's own special tokens, as the package's tokenizer(text)).
+    encoder = PromptEOLEncoder(model, tokenizer, token_budget=2048, show_progress=False,
+                               special_tokens=templates.prompt_special_tokens)
     package_ids = [tokenizer(p)["input_ids"] for p in prompts]  # what the package feeds, one prompt at a time
     ours = encoder.encode(prompts).embeddings
     assert peer.shape == ours.shape == (len(prompts), 32)
-    if tokenizer_adds_bos:
-        # The project's BOS policy (prepend BOS when the tokenizer has one) gives the same tokens.
-        assert [token_ids(tokenizer, p) for p in prompts] == package_ids
-        assert relative_errors(ours, peer).max() <= 1e-5
-    else:
-        # The package relies on the tokenizer's own special tokens: no BOS here, while this project
-        # always prepends it.  Same tokens otherwise, and the same vectors for the same tokens.
+    assert encoder.tokenize(prompts) == package_ids
+    assert relative_errors(ours, peer).max() <= 1e-5
+    if not tokenizer_adds_bos:
+        # The paper style's BOS policy prepends BOS where this tokenizer adds none: other vectors.
         assert [token_ids(tokenizer, p) for p in prompts] == [[tokenizer.bos_token_id, *ids] for ids in package_ids]
-        assert relative_errors(ours, peer).min() > 1e-3
-        assert relative_errors(encoder.encode_ids(package_ids).embeddings, peer).max() <= 1e-5
+        bos_policy_vectors = PromptEOLEncoder(model, tokenizer, token_budget=2048, show_progress=False).encode(prompts).embeddings
+        assert relative_errors(bos_policy_vectors, peer).min() > 1e-3

@@ -86,9 +86,13 @@ def test_different_template_or_model_gets_another_store(tmp_path, tiny_setup):
     link.symlink_to(loaded.source, target_is_directory=True)
     other = open_model(str(link))
     assert other.source != loaded.source
-    assert entity_store(other, kg, tmp_path).folder == entity_store(loaded, kg, tmp_path).folder
+    templates = PromptTemplates()
+    assert entity_store(other, kg, templates, tmp_path).folder == entity_store(loaded, kg, templates, tmp_path).folder
     other.fingerprint = "changed-weights"
-    assert entity_store(other, kg, tmp_path).folder != entity_store(loaded, kg, tmp_path).folder
+    assert entity_store(other, kg, templates, tmp_path).folder != entity_store(loaded, kg, templates, tmp_path).folder
+    # Tail prompts tokenised the authors' package's way are other vectors: never the same store.
+    authors = PromptTemplates(style="authors")
+    assert entity_store(loaded, kg, authors, tmp_path).folder != entity_store(loaded, kg, templates, tmp_path).folder
 
 
 def test_atomic_writes_are_readable_files(tmp_path):

@@ -114,7 +114,9 @@ def test_style_is_in_metadata_and_fingerprint():
     assert same_settings.fingerprint() != authors.fingerprint()
     assert len({paper.fingerprint(), authors.fingerprint(), same_settings.fingerprint()}) == 3
     assert PromptTemplates(seed=0).fingerprint() == PromptTemplates(seed=0, shots="per-query", query_trailing_space=False).fingerprint()
-    assert PromptTemplates.tail_template_key() == authors.tail_template_key()
+    # One tail text, tokenised as the style says: the entity cache keys differ with the tokenisation.
+    assert paper.tail_template_key() == same_settings.tail_template_key() != authors.tail_template_key()
+    assert (paper.prompt_special_tokens, authors.prompt_special_tokens) == ("bos", "tokenizer")
 
 
 def test_style_settings_are_checked():
