@@ -36,8 +36,8 @@ def main(out):
             except cases.BackendUnavailable as reason:
                 rows.append({"family": name, "backend": backend, "skipped": str(reason)})
                 continue
-            shared = [cases.shared_prefix_error(model, tokenizer, budget) for budget in (512, 3)]
-            trie = [cases.trie_error(model, tokenizer, budget) for budget in (512, 20)]
+            shared = [cases.shared_prefix_error(model, tokenizer, budget) for budget in cases.SHARED_PREFIX_BUDGETS]
+            trie = [cases.trie_error(model, tokenizer, budget) for budget in cases.TRIE_BUDGETS]
             rows.append({
                 "family": name,
                 "backend": backend,

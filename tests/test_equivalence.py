@@ -32,6 +32,9 @@ from deer.tokenization import batch_token_ids
 VECTOR_RTOL = 1e-5
 SCORE_ATOL = 1e-4
 WINDOW = 5  # sliding window, in tokens: shorter than every statement below
+# Token budgets: one pack / trie row for everything, and many small ones.
+SHARED_PREFIX_BUDGETS = (512, 3)
+TRIE_BUDGETS = (512, 20)
 
 # name -> (config class path, config kwargs); vocabulary, BOS/EOS ids are added per tokenizer.
 ARCHITECTURES = {
@@ -215,7 +218,7 @@ def test_lama_next_token_equals_full_forward(name, backend, tokenizer):
 
 @families
 @cases
-@pytest.mark.parametrize("budget", [512, 3])
+@pytest.mark.parametrize("budget", SHARED_PREFIX_BUDGETS)
 def test_shared_prefix_scorer_equals_plain(name, backend, budget, tokenizer):
     error, used = shared_prefix_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
     assert error < SCORE_ATOL
@@ -224,7 +227,7 @@ def test_shared_prefix_scorer_equals_plain(name, backend, budget, tokenizer):
 
 @families
 @cases
-@pytest.mark.parametrize("budget", [512, 20])
+@pytest.mark.parametrize("budget", TRIE_BUDGETS)
 def test_prefix_trie_scorer_equals_plain(name, backend, budget, tokenizer):
     error, used = trie_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
     assert error < SCORE_ATOL
