@@ -181,10 +181,13 @@ def check_folder_spec(folder: Path, spec: RunSpec, what: str = "ranks") -> None:
     folder = Path(folder)
     stored = RunSpec.read(folder)
     if stored is None:
-        if any(folder.glob("ranks.*")):
+        # Ranks, or the metrics/metadata of another kind of run (a BEAR data-set folder), that
+        # this write would merge into without any way to check them.
+        held = sorted(p.name for p in folder.glob("*") if p.name.startswith("ranks.") or p.name in ("metrics.json", "metadata.json"))
+        if held:
             raise ValueError(
-                f"{folder} holds {what} written without a run spec ({RUN_SPEC_FILE}), so they cannot be checked "
-                "against this run; use another --out folder (or leave --out out for a fresh default one)"
+                f"{folder} holds {', '.join(held)} written without a run spec ({RUN_SPEC_FILE}), so they cannot be "
+                "checked against this run; use another --out folder (or leave --out out for a fresh default one)"
             )
         return
     if stored.differences(spec):

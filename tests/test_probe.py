@@ -191,6 +191,14 @@ def test_a_folder_without_a_spec_is_not_written_into(tmp_path, tiny_setup):
     (out / "run_spec.json").unlink()  # as written before run specs existed
     with pytest.raises(ValueError, match="without a run spec"):
         run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)
+    # A BEAR data-set folder (metrics and metadata of its own, no ranks table) is not merged into either.
+    dataset_run = tmp_path / "bear-dataset"
+    dataset_run.mkdir()
+    (dataset_run / "metrics.json").write_text('{"bear": {"overall": {}}}')
+    (dataset_run / "metadata.json").write_text('{"bear": {"probe": "bear-dataset"}}')
+    with pytest.raises(ValueError, match="metadata.json, metrics.json written without a run spec"):
+        run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), dataset_run, use_cache=False, show_progress=False)
+    assert json.loads((dataset_run / "metadata.json").read_text()) == {"bear": {"probe": "bear-dataset"}}
 
 
 def test_cli_probe_subset_with_another_seed_gets_its_own_folder(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
