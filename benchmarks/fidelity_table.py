@@ -33,7 +33,7 @@ def main(out):
         for backend in cases.BACKENDS:
             try:
                 model = cases.build_tiny_model(name, backend, tokenizer)
-            except cases.BackendUnavailable as reason:
+            except cases.Unavailable as reason:
                 rows.append({"family": name, "backend": backend, "skipped": str(reason)})
                 continue
             shared = [cases.shared_prefix_error(model, tokenizer, budget) for budget in cases.SHARED_PREFIX_BUDGETS]

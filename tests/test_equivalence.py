@@ -77,8 +77,8 @@ def tokenizer(smollm2_dir):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
-class BackendUnavailable(Exception):
-    """transformers has no such attention back-end for this family."""
+class Unavailable(Exception):
+    """This transformers has no such family, or no such attention back-end for it."""
 
 
 _MODELS: dict = {}
@@ -86,10 +86,10 @@ _MODELS: dict = {}
 
 def tiny_model(name: str, backend: str, tokenizer):
     """A random 2-3 layer model of the family ``name`` with ``backend`` attention (cached per module run);
-    skips the test when transformers has no such back-end for the family."""
+    skips the test when this transformers has no such family or back-end."""
     try:
         return build_tiny_model(name, backend, tokenizer)
-    except BackendUnavailable as reason:
+    except Unavailable as reason:
         pytest.skip(str(reason))
 
 
@@ -98,13 +98,15 @@ def build_tiny_model(name: str, backend: str, tokenizer):
 
     if (name, backend) not in _MODELS:
         class_name, kwargs = ARCHITECTURES[name]
+        if not hasattr(transformers, class_name):
+            raise Unavailable(f"transformers {transformers.__version__} has no {class_name}")
         config = getattr(transformers, class_name)(
             vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id, **kwargs,
         )
         model_class = transformers.AutoModelForCausalLM._model_mapping[type(config)]
         if backend == "sdpa" and not model_class._supports_sdpa:
-            raise BackendUnavailable(f"transformers {transformers.__version__} has no SDPA attention for {model_class.__name__}")
+            raise Unavailable(f"transformers {transformers.__version__} has no SDPA attention for {model_class.__name__}")
         torch.manual_seed(0)
         model = model_class._from_config(config, attn_implementation=backend).eval()
         # Default inits give near-uniform next-token distributions (OPT: log-prob spread 0.01),
