@@ -218,20 +218,17 @@ def test_lama_next_token_equals_full_forward(name, backend, tokenizer):
     assert lama_error(tiny_model(name, backend, tokenizer), tokenizer) < SCORE_ATOL
 
 
-@families
-@cases
-@pytest.mark.parametrize("budget", SHARED_PREFIX_BUDGETS)
-def test_shared_prefix_scorer_equals_plain(name, backend, budget, tokenizer):
-    error, used = shared_prefix_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
-    assert error < SCORE_ATOL
-    assert used == backend
+SCORER_CASES = [("shared-prefix", shared_prefix_error, budget) for budget in SHARED_PREFIX_BUDGETS] + [
+    ("prefix-trie", trie_error, budget) for budget in TRIE_BUDGETS
+]
 
 
 @families
 @cases
-@pytest.mark.parametrize("budget", TRIE_BUDGETS)
-def test_prefix_trie_scorer_equals_plain(name, backend, budget, tokenizer):
-    error, used = trie_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
+@pytest.mark.parametrize("scorer_error, budget", [case[1:] for case in SCORER_CASES],
+                         ids=[f"{path}-{budget}" for path, _, budget in SCORER_CASES])
+def test_likelihood_scorer_equals_plain(name, backend, scorer_error, budget, tokenizer):
+    error, used = scorer_error(tiny_model(name, backend, tokenizer), tokenizer, budget)
     assert error < SCORE_ATOL
     assert used == backend
 
