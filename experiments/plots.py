@@ -1,20 +1,25 @@
-"""Figures of the experiments (matplotlib, Agg backend: no display needed).
+"""Figures of the experiments (matplotlib, no display needed).
 
-Each function returns a matplotlib Figure; ``ExperimentOutput.figure`` saves and closes it.
+Each function returns a matplotlib Figure built without pyplot, so importing this module never
+switches the caller's backend (a notebook keeps its inline figures) and nothing needs closing;
+``ExperimentOutput.figure`` saves it (``Figure.savefig`` renders with Agg by itself).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-import matplotlib
 import matplotlib.ticker
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
 PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
+
+
+def _subplots(nrows: int = 1, ncols: int = 1, **kwargs):
+    """(Figure, axes) as ``pyplot.subplots`` gives them, without pyplot's global state."""
+    figure = Figure(figsize=kwargs.pop("figsize", None))
+    return figure, figure.subplots(nrows, ncols, **kwargs)
 
 
 def probe_label(probe: str) -> str:
@@ -35,7 +40,7 @@ def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np
     Ranks are drawn on a log axis; each box is labelled with its number of queries.
     """
     probes = list(ranks_by_probe)
-    figure, axes = plt.subplots(1, len(probes), figsize=(4.2 * len(probes), 3.6), squeeze=False, sharey=True)
+    figure, axes = _subplots(1, len(probes), figsize=(4.2 * len(probes), 3.6), squeeze=False, sharey=True)
     lengths = np.asarray(token_lengths)
     for axis, probe in zip(axes[0], probes):
         ranks = np.asarray(ranks_by_probe[probe], dtype=np.float64)
@@ -66,7 +71,7 @@ def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
     """
     rows = list(dict.fromkeys(p["row"] for p in panels))
     columns = list(dict.fromkeys(p["column"] for p in panels))
-    figure, axes = plt.subplots(len(rows), len(columns), figsize=(3.8 * len(columns), 3.6 * len(rows)), squeeze=False)
+    figure, axes = _subplots(len(rows), len(columns), figsize=(3.8 * len(columns), 3.6 * len(rows)), squeeze=False)
     for axis in axes.flat:
         axis.set_visible(False)
     for panel in panels:
@@ -104,7 +109,7 @@ def compute_time_fits(curves: Sequence[dict]):
 
     ``curves``: dicts with scorer, sizes, times_by_repeat (list of lists), slope, intercept.
     """
-    figure, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
+    figure, axes = _subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
     for axis, curve in zip(axes[0], curves):
         sizes = np.asarray(curve["sizes"], dtype=np.float64)
         for repeat, times in enumerate(curve["times_by_repeat"]):
@@ -122,7 +127,7 @@ def compute_time_fits(curves: Sequence[dict]):
 def leaderboard_bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float], metric: str):
     """Horizontal bars of one metric per model, best on top, with standard-error whiskers."""
     order = np.argsort(np.asarray(values, dtype=np.float64), kind="stable")
-    figure, axis = plt.subplots(figsize=(6, 0.4 * len(labels) + 1.2))
+    figure, axis = _subplots(figsize=(6, 0.4 * len(labels) + 1.2))
     axis.barh([labels[i] for i in order], [values[i] for i in order], xerr=[errors[i] for i in order], color="tab:blue")
     axis.set_xlabel(metric)
     figure.tight_layout()

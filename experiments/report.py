@@ -63,12 +63,9 @@ class ExperimentOutput:
         return table
 
     def figure(self, name: str, figure) -> Path:
-        """Save a matplotlib figure as ``name``.png and close it."""
-        import matplotlib.pyplot as plt
-
+        """Save a matplotlib figure as ``name``.png."""
         path = self.folder / f"{name}.png"
         figure.savefig(path, dpi=120, bbox_inches="tight")
-        plt.close(figure)
         self.files.append(path)
         return path
 

@@ -188,7 +188,7 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
 
 
 def load_bear_dataset(
-    name_or_path: str,
+    name_or_path: str | Path,
     data_dir: Optional[str | Path] = None,
     relations: Optional[Sequence[str]] = None,
     max_instances: Optional[int] = None,
@@ -201,7 +201,7 @@ def load_bear_dataset(
     """
     from kg_data.locate import find_dataset
 
-    if name_or_path.lower() in ("bear", "bear-big"):
+    if isinstance(name_or_path, str) and name_or_path.lower() in ("bear", "bear-big"):
         folder = find_dataset(name_or_path.lower(), data_dir)
         name = name_or_path.lower()
     else:

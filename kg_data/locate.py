@@ -68,12 +68,12 @@ def _looks_like(name: str, folder: Path) -> bool:
     return (folder / markers[name]).is_file()
 
 
-def load_kg(kg: str, data_dir: Optional[str | Path] = None) -> TextualKG:
-    """Load a KG by name ('wn18rr') or from a folder in the generic TSV/JSONL format."""
+def load_kg(kg: str | Path, data_dir: Optional[str | Path] = None) -> TextualKG:
+    """Load a KG by name ('wn18rr') or from a folder (str or Path) in the generic TSV/JSONL format."""
     from kg_data.textual import load_textual_kg
     from kg_data.wn18rr import load_wn18rr
 
-    if kg.lower() == "wn18rr":
+    if isinstance(kg, str) and kg.lower() == "wn18rr":
         return load_wn18rr(find_dataset("wn18rr", data_dir))
     folder = Path(kg).expanduser()
     if folder.is_dir():

@@ -464,3 +464,18 @@ def test_reference_ranks_are_reused_only_for_the_same_run_spec(first, second, di
     for out in ("a", "c"):
         run_folders = json.loads((tmp_path / out / "agreement.json").read_text())["runs"].values()
         assert len(set(run_folders)) == 1
+
+
+def test_importing_the_plots_keeps_the_callers_matplotlib_backend(tmp_path):
+    """A notebook's backend survives `import experiments.plots`; figures still save without a display."""
+    import subprocess
+    import sys
+
+    code = (
+        "import matplotlib; matplotlib.use('svg'); import experiments.plots as plots, numpy as np; "
+        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
+        "figure, axis = plots._subplots(figsize=(2, 2)); axis.plot(np.arange(3)); "
+        f"figure.savefig({str(tmp_path / 'f.png')!r})"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    assert (tmp_path / "f.png").stat().st_size > 0

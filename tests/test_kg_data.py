@@ -157,3 +157,14 @@ def test_filter_matches_brute_force(wn18rr):
         )
         assert filtered.tolist() == expected
     assert sum(len(tails) for tails in known_tails(wn18rr).values()) == 93003
+
+
+def test_readers_take_a_path_as_well_as_a_string(tiny_kg_dir, tmp_path):
+    from pathlib import Path
+
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    assert load_kg(Path(tiny_kg_dir)).fingerprint() == load_kg(str(tiny_kg_dir)).fingerprint()
+    folder = write_dataset(tmp_path / "BEARmini")
+    assert list(load_bear_dataset(Path(folder)).relations) == list(load_bear_dataset(str(folder)).relations)
