@@ -162,6 +162,7 @@ def print_metrics_table(metrics_by_probe: dict) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="deer-probe-toolkit", prog_name="deer")
 def main():
     """Probe what a language model knows about a knowledge graph.
 

@@ -49,3 +49,15 @@ def test_models_lists_default_as_installed():
     rows = {row["alias"]: row for row in json.loads(result.output)}
     assert rows["smollm2-135m"]["installed"] is True
     assert rows["opt-1.3b"]["model"] == "facebook/opt-1.3b"
+
+
+def test_version_from_python_and_the_cli():
+    from importlib import metadata
+
+    import bear_ref
+    import deer
+
+    installed = metadata.version("deer-probe-toolkit")
+    assert deer.__version__ == bear_ref.__version__ == installed
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"deer, version {installed}"
