@@ -21,6 +21,15 @@ class UserFacingError(click.ClickException):
     """Printed as 'Error: ...' with exit code 1, never as a traceback."""
 
 
+def debug_requested() -> bool:
+    """`deer --debug ...` or DEER_DEBUG=1: show tracebacks instead of one-line messages."""
+    import os
+
+    ctx = click.get_current_context(silent=True)
+    from_cli = bool(ctx is not None and ctx.find_root().meta.get("deer.debug"))
+    return from_cli or os.environ.get("DEER_DEBUG", "") not in ("", "0")
+
+
 def friendly_errors(command):
     """Turn the errors a user can cause (missing model/data, bad files) into clear messages."""
 
@@ -33,7 +42,9 @@ def friendly_errors(command):
         try:
             return command(*args, **kwargs)
         except (ModelUnavailableError, KGFormatError, KGNotFoundError, CacheKeyMismatch, ValueError) as error:
-            raise UserFacingError(str(error)) from None
+            if debug_requested():
+                raise  # the whole traceback: an internal ValueError is a bug, not bad input
+            raise UserFacingError(f"{error}\n(run with `deer --debug ...` or DEER_DEBUG=1 for the traceback)") from None
 
     return wrapper
 
@@ -163,7 +174,9 @@ def print_metrics_table(metrics_by_probe: dict) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="deer-probe-toolkit", prog_name="deer")
-def main():
+@click.option("--debug", is_flag=True, help="Show the traceback of an error instead of a one-line message (or DEER_DEBUG=1).")
+@click.pass_context
+def main(ctx, debug):
     """Probe what a language model knows about a knowledge graph.
 
     \b
@@ -174,6 +187,7 @@ def main():
     deer models  which models are known and installed
     deer data    which data sets were found, and where
     """
+    ctx.meta["deer.debug"] = debug
 
 
 @main.command()
@@ -239,8 +253,10 @@ def data(data_dir):
     from kg_data.locate import candidate_data_dirs
 
     for row in describe_datasets(data_dir):
-        if row["found"]:
+        if row["usable"]:
             click.echo(f"{row['name']:<10}found    {row['path']}")
+        elif row["found"]:
+            click.echo(f"{row['name']:<10}unusable {row['path']} ({row['note']})")
         else:
             click.echo(f"{row['name']:<10}missing")
     wn18rr = [r for r in describe_datasets(data_dir) if r["name"] == "wn18rr" and r["found"]]

@@ -61,3 +61,26 @@ def test_version_from_python_and_the_cli():
     assert deer.__version__ == bear_ref.__version__ == installed
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"deer, version {installed}"
+
+
+def test_debug_shows_the_traceback(tiny_kg_dir, monkeypatch):
+    from kg_data.errors import KGFormatError
+
+    (tiny_kg_dir / "test.tsv").write_text("e6\tcapital_of\n")
+    monkeypatch.delenv("DEER_DEBUG", raising=False)
+    quiet = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir)])
+    assert quiet.exit_code == 1 and "DEER_DEBUG=1" in quiet.output and quiet.exception.__class__.__name__ == "SystemExit"
+    for args, env in ((["--debug", "probe", "--kg", str(tiny_kg_dir)], {}), (["probe", "--kg", str(tiny_kg_dir)], {"DEER_DEBUG": "1"})):
+        loud = CliRunner().invoke(main, args, env=env)
+        assert loud.exit_code == 1 and isinstance(loud.exception, KGFormatError), loud.output
+
+
+def test_data_does_not_call_lama_usable(monkeypatch, tmp_path):
+    from kg_data import describe_datasets
+
+    (tmp_path / "lama").mkdir()
+    (tmp_path / "lama" / "relations.jsonl").write_text("{}\n")
+    rows = {row["name"]: row for row in describe_datasets(tmp_path)}
+    assert rows["lama"]["found"] and not rows["lama"]["usable"] and "no LAMA reader" in rows["lama"]["note"]
+    output = CliRunner().invoke(main, ["data", "--data-dir", str(tmp_path)]).output
+    assert "lama      unusable" in output
