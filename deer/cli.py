@@ -51,7 +51,8 @@ def friendly_errors(command):
 
 def model_options(command):
     """--model/--dtype/--device, shared by every command that loads a model."""
-    command = click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0.")(command)
+    command = click.option("--device", default="auto", show_default=True,
+                           help="torch device: auto (cuda:0 when torch sees a GPU, else cpu), cpu, cuda:0, ...")(command)
     command = click.option(
         "--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True,
         help="Weights and activations dtype.",

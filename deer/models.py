@@ -214,8 +214,17 @@ def _hub_unavailable(resolved: ResolvedModel, error: Exception) -> ModelUnavaila
     )
 
 
-def load_model(name: str, dtype: str = "float32", device: str = "cpu"):
-    """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device``.
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: the first CUDA device when torch sees one, else the CPU; any other name as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(name: str, dtype: str = "float32", device: str = "auto"):
+    """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device`` (see ``resolve_device``).
 
     Raises ModelUnavailableError with an install hint when the model cannot be had.
     """
@@ -235,7 +244,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "cpu"):
         if resolved.kind == "hub":
             raise _hub_unavailable(resolved, error) from error
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
-    model.to(device)
+    model.to(resolve_device(device))
     model.eval()
     return model, tokenizer, resolved
 

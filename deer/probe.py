@@ -58,12 +58,12 @@ class LoadedModel:
         }
 
 
-def open_model(name: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+def open_model(name: str, dtype: str = "float32", device: str = "auto") -> LoadedModel:
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     return LoadedModel(
         name, model, tokenizer, resolved.source, model_fingerprint(model), tokenizer_fingerprint(tokenizer),
-        dtype, device, time.perf_counter() - started,
+        dtype, str(next(model.parameters()).device), time.perf_counter() - started,
     )
 
 

@@ -95,7 +95,7 @@ def run_probes(
     folder: Optional[Path],
     templates,
     dtype: str = "float32",
-    device: str = "cpu",
+    device: str = "auto",
     token_budget: int = 8192,
     use_cache: bool = True,
     show_progress: bool = False,

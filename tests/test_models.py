@@ -103,3 +103,15 @@ def test_fingerprint_of_a_loaded_model_in_two_copies(tiny_clm_dir):
     second, _, _ = load_model(str(tiny_clm_dir))
     assert model_fingerprint(first) == model_fingerprint(second)
     assert model_fingerprint(first) != model_fingerprint(load_model(str(tiny_clm_dir), dtype="bfloat16")[0])
+
+
+def test_device_auto_takes_the_gpu_when_there_is_one(monkeypatch):
+    import torch
+
+    from deer.models import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda:0"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    assert resolve_device("cuda:1") == "cuda:1" and resolve_device("cpu") == "cpu"
