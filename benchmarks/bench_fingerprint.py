@@ -114,7 +114,7 @@ def main(layers, repeats, threads, chunk_mib, algorithms, out_path):
             (f"{algorithm}, per tensor, {threads} threads", algorithm, "per-tensor",
              lambda a=algorithm: tensors_fingerprint(tensors, a, threads=threads, chunk_bytes=NO_CHUNKS)),
             (f"{algorithm}, {chunk_mib} MiB pieces, 1 thread", algorithm, "chunked-1",
-             lambda a=algorithm: tensors_fingerprint(tensors, a, threads=0, chunk_bytes=chunk)),
+             lambda a=algorithm: tensors_fingerprint(tensors, a, threads=1, chunk_bytes=chunk)),
             (f"{algorithm}, {chunk_mib} MiB pieces, {threads} threads", algorithm, "chunked",
              lambda a=algorithm: tensors_fingerprint(tensors, a, threads=threads, chunk_bytes=chunk)),
         ]

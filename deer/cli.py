@@ -149,13 +149,10 @@ def output_folder(out_dir, queries, loaded, templates, model_name: str, suffix: 
     """``--out``, or by default runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec
     (``deer.run_spec.run_folder_name``).  With ``check``, a folder holding another spec is refused
     now, before any work (the final write would refuse it anyway)."""
-    from deer.run_spec import RunSpec, check_folder_spec, run_folder_name
+    from deer.run_spec import RunSpec, spec_folder
 
     spec = RunSpec.build(queries, loaded, templates)
-    out = Path(out_dir) if out_dir else RUNS_DIR / (run_folder_name(queries.kg.name, model_name, spec) + suffix)
-    if check:
-        check_folder_spec(out, spec)
-    return out
+    return spec_folder(out_dir, RUNS_DIR, queries.kg.name, model_name, spec, suffix, check)
 
 
 def print_metrics_table(metrics_by_probe: dict) -> None:

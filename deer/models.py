@@ -330,34 +330,14 @@ def _piece_digest(algorithm: str, buffer) -> bytes:
     return hashlib.new(algorithm, buffer).digest()  # hashlib releases the GIL on large buffers
 
 
-class _InThread:
-    """Stands in for a thread pool when hashing in the calling thread."""
-
-    class _Done:
-        def __init__(self, value):
-            self._value = value
-
-        def result(self):
-            return self._value
-
-    def submit(self, function, *args):
-        return self._Done(function(*args))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: Optional[int] = None,
                         chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
     """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters).
 
     Each tensor is cut into ``chunk_bytes`` pieces; the pieces are hashed in ``threads`` threads
-    (default: one per CPU, at most 8) and a tensor's digest is the hash of its pieces' digests, so
-    the result does not depend on the thread count.  A tensor shared under two names (tied
-    embeddings) is read once.  ``threads=0`` hashes in the calling thread only.  Tensors that must
+    (default: one per CPU, at most 8; 0 or 1: one) and a tensor's digest is the hash of its pieces'
+    digests, so the result does not depend on the thread count.  A tensor shared under two names
+    (tied embeddings) is read once.  Tensors that must
     be copied to be read (on a GPU, strided) are copied one at a time, so memory stays bounded.
     """
     import hashlib
@@ -368,7 +348,7 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
     step = max(1, int(chunk_bytes))
     digests: dict[tuple, list] = {}  # one entry per distinct memory region: its pieces' digests (or futures)
     keys = []
-    with (ThreadPoolExecutor(max_workers=workers) if workers > 1 else _InThread()) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for _, tensor in named_tensors:
             key = (tensor.device.type, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
             keys.append(key)
@@ -384,7 +364,7 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
     for (name, tensor), key in zip(named_tensors, keys):
         tensor_digest = hashlib.new(algorithm)
         for piece in digests[key]:
-            tensor_digest.update(piece if isinstance(piece, bytes) else piece.result())
+            tensor_digest.update(piece if isinstance(piece, bytes) else piece.result())  # copied tensors hold bytes
         outer.update(f"\x1e{name}\x1f{tuple(tensor.shape)}\x1f{tensor.dtype}\x1f".encode())
         outer.update(tensor_digest.digest())
     return outer.hexdigest()[:16]

@@ -176,6 +176,16 @@ def run_folder_name(kg: str, model: str, spec: Optional[RunSpec] = None, *, spli
     return name if spec is None else f"{name}-{spec.digest(exclude=NAMED_FIELDS)}"
 
 
+def spec_folder(folder: Optional[Path], runs_dir: Path, kg: str, model: str, spec: RunSpec, suffix: str = "",
+                check: bool = True) -> Path:
+    """``folder``, or the default one for ``spec`` under ``runs_dir`` (``run_folder_name`` + ``suffix``);
+    with ``check``, a folder holding another spec is refused now, before any work is done."""
+    out = Path(folder) if folder else Path(runs_dir) / (run_folder_name(kg, model, spec) + suffix)
+    if check:
+        check_folder_spec(out, spec)
+    return out
+
+
 def check_folder_spec(folder: Path, spec: RunSpec, what: str = "ranks") -> None:
     """Raise ValueError unless ``folder`` is new or holds runs of exactly ``spec``."""
     folder = Path(folder)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from deer.outputs import read_table
 from deer.results import find_ranks_table
-from deer.run_spec import RunSpec, check_folder_spec, run_folder_name
+from deer.run_spec import RunSpec, spec_folder
 from kg_data.queries import QuerySet, queries_for
 
 PROBES = ("deer", "bear", "lama")
@@ -116,8 +116,7 @@ def run_probes(
 
     loaded = open_model(model_name, dtype=dtype, device=device)
     spec = RunSpec.build(queries, loaded, templates)
-    folder = Path(folder) if folder is not None else Path(runs_dir) / run_folder_name(queries.kg.name, model_name, spec)
-    check_folder_spec(folder, spec)  # a folder of other settings is refused before any work
+    folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     seconds: dict[str, float] = {}
     for probe in probes:
         started = time.perf_counter()
