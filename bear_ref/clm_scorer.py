@@ -16,8 +16,6 @@ and the LM head is applied only to rows whose next token is scored.  Packs are k
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from typing import Sequence
 
 import numpy as np
@@ -25,30 +23,10 @@ import torch
 from transformers import DynamicCache
 
 from bear_ref.boundary import SplitStatements, split_statements
-from deer.attention import backend_for_custom_masks, custom_attention_mask
-from deer.encoder import next_token_log_softmax
-from deer.tokenization import padding_id
-
-
-@dataclasses.dataclass
-class ScorerStats:
-    """Work done: contexts and statements scored, tokens through the model, forward seconds."""
-
-    contexts: int = 0
-    statements: int = 0
-    context_tokens: int = 0
-    continuation_tokens: int = 0
-    padded_tokens: int = 0
-    scored_tokens: int = 0
-    forward_seconds: float = 0.0
-    attention: str = ""  # back-end of the custom-mask passes (see deer.attention)
-
-    @property
-    def tokens(self) -> int:
-        return self.context_tokens + self.continuation_tokens
-
-    def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "tokens": self.tokens}
+from deer.core.attention import backend_for_custom_masks, custom_attention_mask
+from deer.core.encoder import next_token_log_softmax
+from deer.core.tokenization import padding_id
+from deer.core.work import WorkCounter
 
 
 def _packs(widths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -72,7 +50,7 @@ def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], wi
 
     Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
     tokens 0..j of its own continuation, nothing of the others (True = may attend).
-    ``deer.attention.custom_attention_mask`` turns it into what the model's back-end needs.
+    ``deer.core.attention.custom_attention_mask`` turns it into what the model's back-end needs.
     """
     total = int(sum(widths))
     owner = np.repeat(np.arange(len(widths)), widths)
@@ -100,7 +78,7 @@ class SharedPrefixScorer:
         self.max_batch_size = max_batch_size
         self.device = next(model.parameters()).device
         self.pad_id = padding_id(tokenizer)
-        self.stats = ScorerStats()
+        self.stats = WorkCounter("contexts", "statements", "context_tokens", "continuation_tokens", "tokens", "padded_tokens", "scored_tokens")
 
     def score_texts(self, context: str, continuations: Sequence[str], whole: bool = False) -> np.ndarray:
         """Summed log p(continuation tokens | context) per continuation: float64 (n,), nats.
@@ -129,14 +107,11 @@ class SharedPrefixScorer:
         if n == 0:
             return scores
         shared_lengths = [len(context_ids)] * n if shared_lengths is None else list(shared_lengths)
-        started = time.perf_counter()
         # One back-end for the whole call: the context's cache and the packs read it alike.
-        with backend_for_custom_masks(self.model) as backend:
+        with self.stats.forward(), backend_for_custom_masks(self.model) as backend:
             self.stats.attention = backend
             scores = self._score_after_context(context_ids, continuation_ids, shared_lengths, whole)
-        self.stats.statements += n
-        self.stats.scored_tokens += int(sum(len(ids) for ids in continuation_ids))
-        self.stats.forward_seconds += time.perf_counter() - started
+        self.stats.add(statements=n, scored_tokens=sum(len(ids) for ids in continuation_ids))
         return scores
 
     def _score_after_context(self, context_ids, continuation_ids, shared_lengths, whole: bool) -> np.ndarray:
@@ -149,8 +124,7 @@ class SharedPrefixScorer:
         )
         context_hidden = output.last_hidden_state[0]  # (P, d)
         cache = output.past_key_values
-        self.stats.contexts += 1
-        self.stats.context_tokens += len(context_ids)
+        self.stats.add(contexts=1, context_tokens=len(context_ids), tokens=len(context_ids))
         if whole:
             # Statement i's own prefix, context_ids[:shared_lengths[i]], scored once for all.
             targets = torch.as_tensor(list(context_ids[1:]), device=self.device)
@@ -192,8 +166,7 @@ class SharedPrefixScorer:
         cache.crop(context_length - cache.get_seq_length())
         token_logprobs = self._token_logprobs(hidden, torch.as_tensor(sum(targets, []), device=self.device))
         owner = np.repeat(np.arange(len(rows)), widths)
-        self.stats.continuation_tokens += int(sum(widths))
-        self.stats.padded_tokens += int(sum(widths))
+        self.stats.add(continuation_tokens=sum(widths), tokens=sum(widths), padded_tokens=sum(widths))
         return np.bincount(owner, weights=token_logprobs, minlength=len(rows))
 
     def _token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> np.ndarray:

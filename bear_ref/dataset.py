@@ -36,8 +36,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
-from deer.cache import atomic_write_bytes, key_digest
-from deer.outputs import default_table_suffix, package_versions, read_table, write_json, write_table
+from deer.core.result import Metrics, ProbeResult
+from deer.core.stores import key_digest
+from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from kg_data.bear import BearDataset, BearRelation
 
 PROBE = "bear-dataset"
@@ -265,7 +266,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementScorer) -> dict:
     """What a stored part depends on: weights, tokenizer, dtype, BOS policy, data set, subset and scoring."""
-    from deer.tokenization import bos_policy
+    from deer.core.tokenization import bos_policy
 
     return {
         "model": loaded.fingerprint,
@@ -280,47 +281,48 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementS
     }
 
 
-def _write_summary(out_dir: Path, table: Optional[pd.DataFrame], metrics: dict, metadata: dict) -> None:
-    if table is not None:
-        write_table(out_dir / f"instances{default_table_suffix()}", table)
-    write_json(out_dir / "metrics.json", {"bear": metrics})
-    atomic_write_bytes(out_dir / "summary.md", summary_markdown(metrics).encode())
-    write_json(out_dir / "metadata.json", {"bear": metadata})
+def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict) -> ProbeResult:
+    """The data-set score as a :class:`ProbeResult` (saved as instances table, metrics, summary.md, metadata)."""
+    return ProbeResult("bear", table, Metrics(metrics, "overall"), metadata, summary=summary_markdown(metrics))
 
 
 def run_bear_dataset(
     dataset: BearDataset,
     loaded,
-    out_dir: Path,
+    out_dir: Optional[Path],
     selection: dict,
     token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
     show_progress: bool = True,
     domain_support: str = DEFAULT_DOMAIN_SUPPORT,
     ties: str = DEFAULT_TIES,
-) -> tuple[dict, dict]:
-    """Score ``dataset``; write instances table, metrics.json, summary.md, metadata.json; return (metrics, metadata).
+) -> ProbeResult:
+    """Score ``dataset`` and return its result.
 
+    ``out_dir``: finished relations are stored there as parts (an interrupted run resumes), and
+    the result is saved there at the end; None: nothing is written.
     ``selection``: how the subset was chosen (relations, max_instances, seed), part of the resume key.
     ``domain_support``/``ties``: the metric convention (default lm-pub-quiz 0.3.3's; see
     ``metric_convention``); it does not enter the stored parts, so it can change on resume.
     A folder holding another kind of run (a KG probe's) is refused with a ValueError.
     """
-    out_dir = Path(out_dir)
     convention = metric_convention(domain_support, ties)
-    check_out_dir(out_dir)
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
     key = resume_key(dataset, loaded, selection, scorer)
-    parts_dir = out_dir / "parts" / key_digest(key)
-    parts_dir.mkdir(parents=True, exist_ok=True)
-    (parts_dir / "key.json").write_text(json.dumps(key, indent=2, sort_keys=True))
+    parts_dir = None
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        check_out_dir(out_dir)
+        parts_dir = out_dir / "parts" / key_digest(key)
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        write_json(parts_dir / "key.json", key)
     suffix = default_table_suffix()
     started = time.perf_counter()
     frames, resumed = [], []
     todo = []
     for code, relation in dataset.relations.items():
-        part = parts_dir / f"{code}{suffix}"
-        if part.exists():
+        part = parts_dir / f"{code}{suffix}" if parts_dir is not None else None
+        if part is not None and part.exists():
             frames.append(read_table(part))
             resumed.append(code)
         else:
@@ -330,7 +332,8 @@ def run_bear_dataset(
         for relation in todo:
             bar.set_postfix_str(relation.code)
             frame = score_relation(scorer, relation, bar)
-            write_table(parts_dir / f"{relation.code}{suffix}", frame)  # atomic: a resumed run trusts it
+            if parts_dir is not None:
+                write_table(parts_dir / f"{relation.code}{suffix}", frame)  # atomic: a resumed run trusts it
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
@@ -349,8 +352,10 @@ def run_bear_dataset(
         "timings": {"seconds": round(elapsed, 3), "statements_per_second": total / elapsed if elapsed and total else None},
         "versions": package_versions(),
     }
-    _write_summary(out_dir, table, metrics, metadata)
-    return metrics, metadata
+    result = dataset_result(table, metrics, metadata)
+    if out_dir is not None:
+        result.save(out_dir)
+    return result
 
 
 def find_instances_table(out_dir: Path) -> Path:
@@ -365,7 +370,7 @@ def resummarise_bear_dataset(
     dataset: Optional[BearDataset] = None,
     domain_support: str = DEFAULT_DOMAIN_SUPPORT,
     ties: str = DEFAULT_TIES,
-) -> tuple[dict, dict]:
+) -> ProbeResult:
     """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table.
 
     No model is loaded and nothing is re-scored.  ``dataset`` (for domains and cardinalities)
@@ -404,5 +409,6 @@ def resummarise_bear_dataset(
             "versions": package_versions(),
         },
     }
-    _write_summary(out_dir, None, metrics, metadata)
-    return metrics, metadata
+    result = dataset_result(table, metrics, metadata)
+    result.save(out_dir)
+    return result

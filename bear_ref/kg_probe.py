@@ -9,9 +9,9 @@ text; where a token straddles the boundary (SentencePiece vocabularies can merge
 the statement's shared prefix is shorter, so the conditional score alone would not rank like
 the whole statement.  Masked LMs: PLL of each whole statement (nothing can be shared).
 
-Work is quadratic (queries x candidates), so score rows are stored per chunk of queries in
-an append-only store keyed by model, KG, templates and candidates: an interrupted run
-resumes, and a rerun into another folder reuses them.
+Work is quadratic (queries x candidates), so with a store root score rows are stored per chunk
+of queries in an append-only store keyed by model, KG, templates and candidates: an
+interrupted run resumes, and a rerun into another folder reuses them.
 """
 
 from __future__ import annotations
@@ -25,19 +25,18 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
-from deer.cache import EmbeddingStore
-from deer.models import cache_root
-from deer.probe import LoadedModel, query_item_ids
-from deer.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.results import run_metadata, save_probe_results
-from deer.templates import PromptTemplates
-from deer.tokenization import bos_policy
+from deer.core.models import LoadedModel
+from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
+from deer.core.result import ProbeResult, kg_result, run_metadata
+from deer.core.stores import EmbeddingStore
+from deer.core.templates import PromptTemplates
+from deer.core.tokenization import bos_policy
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
 
 
-def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Optional[Path] = None) -> EmbeddingStore:
+def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path) -> EmbeddingStore:
     """Store of score rows (one float32 per candidate) keyed by everything that determines them."""
     candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
     key = {
@@ -51,7 +50,7 @@ def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplat
         "templates": templates.to_metadata(),
         "candidates": candidates,
     }
-    return EmbeddingStore(root or cache_root() / "scores", "bear", key)
+    return EmbeddingStore(Path(root) / "scores", "bear", key)
 
 
 def bear_kg_scores(
@@ -65,7 +64,7 @@ def bear_kg_scores(
     """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now."""
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    ids = query_item_ids(queries)
+    ids = queries.item_ids()
     missing = store.missing(ids) if store is not None else list(range(len(queries)))
     scores = np.zeros((len(queries), len(continuations)), dtype=np.float32)
     with tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
@@ -85,21 +84,20 @@ def bear_kg_scores(
     return scores, len(missing)
 
 
-def run_bear_probe(
+def run_bear(
     queries: QuerySet,
     loaded: LoadedModel,
     templates: PromptTemplates,
-    out_dir: Path,
     token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
-    use_cache: bool = True,
-    cache_dir: Optional[Path] = None,
+    store_root: Optional[Path] = None,
     show_progress: bool = True,
-) -> tuple[dict, dict]:
-    """Run BEAR on ``queries``; write/merge ranks table, metrics.json, metadata.json; return (metrics, metadata)."""
+) -> ProbeResult:
+    """Score every (query, candidate) statement and rank; nothing is written except score rows
+    under ``store_root`` (None: no store, nothing resumes)."""
     started = time.perf_counter()
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
-    store = score_store(loaded, queries, templates, scorer.method, cache_dir) if use_cache else None
+    store = score_store(loaded, queries, templates, scorer.method, store_root) if store_root is not None else None
     scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=show_progress)
     ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
     top = top_k_from_scores(scores, 10)
@@ -114,5 +112,4 @@ def run_bear_probe(
         "work": {**work, "statements_scored_now": statements, "statements_per_second": statements / elapsed if elapsed and statements else None},
         "timings": {"seconds": round(elapsed, 3)},
     }
-    metrics = save_probe_results(out_dir, "bear", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)
-    return metrics, metadata
+    return kg_result("bear", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)

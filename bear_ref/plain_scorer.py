@@ -8,27 +8,15 @@ one that touches the continuation's text to the end (lm-pub-quiz's conditional s
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from bear_ref.boundary import move_trailing_whitespace
-from deer.batching import pad_right
-from deer.tokenization import bos_id, padding_id
-
-
-@dataclasses.dataclass
-class PlainStats:
-    statements: int = 0
-    tokens: int = 0
-    padded_tokens: int = 0
-    forward_seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+from deer.core.batching import pad_right
+from deer.core.tokenization import bos_id, padding_id
+from deer.core.work import WorkCounter
 
 
 def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
@@ -48,7 +36,7 @@ def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple
 
 @torch.inference_mode()
 def plain_conditional_scores(
-    model, tokenizer, context: str, continuations: Sequence[str], batch_size: int = 8, stats: PlainStats | None = None
+    model, tokenizer, context: str, continuations: Sequence[str], batch_size: int = 8, stats: WorkCounter | None = None
 ) -> np.ndarray:
     """Summed log p of each statement's continuation tokens from a full pass: float64 (n,)."""
     device = next(model.parameters()).device
@@ -58,17 +46,14 @@ def plain_conditional_scores(
     for first in range(0, len(statements), batch_size):
         chunk = statements[first : first + batch_size]
         inputs, mask = pad_right([ids for ids, _ in chunk], pad)
-        started = time.perf_counter()
-        # The model's forward already soft-caps its logits (Gemma): nothing to add here.
-        logits = model(input_ids=torch.as_tensor(inputs, device=device), attention_mask=torch.as_tensor(mask, device=device)).logits
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        for row, (ids, start) in enumerate(chunk):
-            positions = torch.arange(start, len(ids))
-            targets = torch.as_tensor(ids[start:], device=device)
-            scores[first + row] = float(logprobs[row, positions - 1, targets].double().sum())
-        if stats is not None:
-            stats.forward_seconds += time.perf_counter() - started
-            stats.statements += len(chunk)
-            stats.tokens += int(mask.sum())
-            stats.padded_tokens += int(mask.size)
+        stats = stats if stats is not None else WorkCounter()
+        with stats.forward():
+            # The model's forward already soft-caps its logits (Gemma): nothing to add here.
+            logits = model(input_ids=torch.as_tensor(inputs, device=device), attention_mask=torch.as_tensor(mask, device=device)).logits
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            for row, (ids, start) in enumerate(chunk):
+                positions = torch.arange(start, len(ids))
+                targets = torch.as_tensor(ids[start:], device=device)
+                scores[first + row] = float(logprobs[row, positions - 1, targets].double().sum())
+        stats.add(statements=len(chunk), tokens=int(mask.sum()), padded_tokens=int(mask.size))
     return scores

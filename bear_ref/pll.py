@@ -12,13 +12,13 @@ under a token budget, and the MLM head is applied only to each copy's masked row
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from deer.batching import length_sorted_batches, pad_right
+from deer.core.batching import length_sorted_batches, pad_right
+from deer.core.work import WorkCounter
 
 PLL_VARIANTS = ("original", "within_word_l2r")
 
@@ -83,8 +83,7 @@ class PLLScorer:
         self.token_budget, self.max_batch_size = token_budget, max_batch_size
         self.device = next(model.parameters()).device
         self.pad_id = int(tokenizer.pad_token_id or 0)
-        self.tokens = 0
-        self.forward_seconds = 0.0
+        self.stats = WorkCounter("statements", "masked_copies", "tokens", "padded_tokens")
 
     @torch.inference_mode()
     def score(self, statements: Sequence[str]) -> np.ndarray:
@@ -101,18 +100,18 @@ class PLLScorer:
             mask_t = torch.as_tensor(mask, device=self.device)
             rows = torch.arange(len(chosen), device=self.device)
             positions = torch.as_tensor([c.position for c in chosen], device=self.device)
-            started = time.perf_counter()
-            if head is not None:  # head on the masked rows only
-                hidden = self.model.base_model(input_ids=inputs_t, attention_mask=mask_t).last_hidden_state
-                logits = head(hidden[rows, positions])
-            else:
-                logits = self.model(input_ids=inputs_t, attention_mask=mask_t).logits[rows, positions]
-            logprobs = torch.log_softmax(logits.float(), dim=-1)
-            targets = torch.as_tensor([c.target for c in chosen], device=self.device)
-            values = logprobs[rows, targets].double().cpu().numpy()
+            with self.stats.forward():
+                if head is not None:  # head on the masked rows only
+                    hidden = self.model.base_model(input_ids=inputs_t, attention_mask=mask_t).last_hidden_state
+                    logits = head(hidden[rows, positions])
+                else:
+                    logits = self.model(input_ids=inputs_t, attention_mask=mask_t).logits[rows, positions]
+                logprobs = torch.log_softmax(logits.float(), dim=-1)
+                targets = torch.as_tensor([c.target for c in chosen], device=self.device)
+                values = logprobs[rows, targets].double().cpu().numpy()
             np.add.at(scores, [c.statement for c in chosen], values)
-            self.forward_seconds += time.perf_counter() - started
-            self.tokens += int(mask.sum())
+            self.stats.add(masked_copies=len(chosen), tokens=int(mask.sum()), padded_tokens=int(mask.size))
+        self.stats.add(statements=len(statements))
         return scores
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from bear_ref.clm_scorer import SharedPrefixScorer
 from bear_ref.pll import PLLScorer
 from bear_ref.trie_scorer import PrefixTrieScorer
-from deer.models import is_masked_lm
+from deer.core.models import is_masked_lm
 
 
 class StatementScorer:
@@ -51,7 +51,7 @@ class StatementScorer:
     def work(self) -> dict:
         """Tokens through the model and forward seconds, for the scorer(s) used so far."""
         if self.masked:
-            return {"tokens": self.pll.tokens, "forward_seconds": self.pll.forward_seconds}
+            return self.pll.stats.as_dict()
         if self.trie.stats.statements and not self.clm.stats.statements:
             return self.trie.stats.as_dict()
         work = self.clm.stats.as_dict()

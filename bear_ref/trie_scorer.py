@@ -3,7 +3,7 @@
 BEAR's statements come in large families: one template filled with every (subject, answer)
 pair of a relation.  Scoring each whole statement on its own (lm-pub-quiz) reads every token
 of every statement.  Here the statements are tokenised whole (BOS policy of
-``deer.tokenization``), merged into a prefix trie, and the trie is fed to the model: every
+``deer.core.tokenization``), merged into a prefix trie, and the trie is fed to the model: every
 distinct prefix is read once, whichever slot comes first in the template ("[X] is the capital
 of [Y]" shares the text up to [Y]; "[Y] is the capital of [X]" shares it up to [X], per answer).
 
@@ -22,35 +22,16 @@ the first text token for a vocabulary without BOS) is given, not scored.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
 from bear_ref.boundary import common_prefix_length
-from deer.attention import backend_for_custom_masks, custom_attention_mask
-from deer.encoder import next_token_log_softmax
-from deer.tokenization import batch_token_ids
-
-
-@dataclasses.dataclass
-class TrieStats:
-    """Work done: statements, their tokens, trie nodes fed through the model, forward passes."""
-
-    statements: int = 0
-    statement_tokens: int = 0
-    fed_tokens: int = 0
-    rows: int = 0
-    forward_seconds: float = 0.0
-    attention: str = ""  # back-end of the tree-mask passes (see deer.attention)
-
-    @property
-    def tokens(self) -> int:
-        return self.fed_tokens
-
-    def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "tokens": self.tokens}
+from deer.core.attention import backend_for_custom_masks, custom_attention_mask
+from deer.core.encoder import next_token_log_softmax
+from deer.core.tokenization import batch_token_ids
+from deer.core.work import WorkCounter
 
 
 @dataclasses.dataclass
@@ -125,7 +106,7 @@ class PrefixTrieScorer:
         self.tokenizer = tokenizer
         self.token_budget = token_budget
         self.device = next(model.parameters()).device
-        self.stats = TrieStats()
+        self.stats = WorkCounter("statements", "statement_tokens", "fed_tokens", "tokens", "rows")
 
     def score_texts(self, statements: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
         """float64 (n,): summed log p of every token after the first, in nats.
@@ -137,8 +118,7 @@ class PrefixTrieScorer:
     @torch.inference_mode()
     def score_ids(self, sequences: Sequence[Sequence[int]], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
         scores = np.zeros(len(sequences), dtype=np.float64)
-        started = time.perf_counter()
-        with backend_for_custom_masks(self.model) as backend:
+        with self.stats.forward(), backend_for_custom_masks(self.model) as backend:
             self.stats.attention = backend
             for row in build_rows(sequences, self.token_budget):
                 node_logprobs = self._node_logprobs(row)
@@ -146,9 +126,7 @@ class PrefixTrieScorer:
                     scores[index] = node_logprobs[path].sum()
                 if progress is not None:
                     progress(len(row.statements))
-        self.stats.statements += len(sequences)
-        self.stats.statement_tokens += int(sum(len(ids) for ids in sequences))
-        self.stats.forward_seconds += time.perf_counter() - started
+        self.stats.add(statements=len(sequences), statement_tokens=sum(len(ids) for ids in sequences))
         return scores
 
     def _node_logprobs(self, row: TrieRow) -> np.ndarray:
@@ -170,8 +148,7 @@ class PrefixTrieScorer:
             attention_mask=mask,
             use_cache=False,
         ).last_hidden_state[0]
-        self.stats.rows += 1
-        self.stats.fed_tokens += len(fed_nodes)
+        self.stats.add(rows=1, fed_tokens=len(fed_nodes), tokens=len(fed_nodes))
         # LM head once per fed node; every child reads its token's log-prob from its parent's row.
         targets = np.flatnonzero(parents >= 0)
         source_rows = fed_index[parents[targets]]

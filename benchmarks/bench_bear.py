@@ -12,7 +12,6 @@ statements double as an agreement check between the two.  Prints a table, writes
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from pathlib import Path
@@ -23,10 +22,11 @@ import torch
 
 from bear_ref.boundary import split_statements
 from bear_ref.clm_scorer import SharedPrefixScorer
-from bear_ref.plain_scorer import PlainStats, plain_conditional_scores
-from deer.outputs import package_versions, write_json
-from deer.probe import open_model
-from deer.templates import PromptTemplates
+from bear_ref.plain_scorer import plain_conditional_scores
+from deer.core.work import WorkCounter
+from deer.core.files import package_versions, write_json
+from deer.core.models import open_model
+from deer.core.templates import PromptTemplates
 from kg_data import build_queries, load_kg
 
 FULL_QUERIES, FULL_ENTITIES = 93_003, 40_943  # all WN18RR triples x all entities (the paper's extrapolation)
@@ -74,7 +74,7 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
     by_query: dict[int, list[int]] = {}
     for flat in sorted(sample.tolist()):
         by_query.setdefault(flat // n_candidates, []).append(flat % n_candidates)
-    plain_stats = PlainStats()
+    plain_stats = WorkCounter()
     plain_scores, fast_sampled = [], []
     started = time.perf_counter()
     for q, cands in by_query.items():

@@ -25,11 +25,12 @@ import click
 import numpy as np
 import torch
 
-from bear_ref.plain_scorer import PlainStats, plain_conditional_scores
+from bear_ref.plain_scorer import plain_conditional_scores
+from deer.core.work import WorkCounter
 from bear_ref.trie_scorer import PrefixTrieScorer, build_rows
-from deer.outputs import package_versions, write_json
-from deer.probe import open_model
-from deer.tokenization import batch_token_ids
+from deer.core.files import package_versions, write_json
+from deer.core.models import open_model
+from deer.core.tokenization import batch_token_ids
 from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset
 
 
@@ -103,7 +104,7 @@ def main(model_name, dataset_name, relations, max_instances, count_relations, pl
     trie_seconds = time.perf_counter() - started
 
     sample = np.sort(np.random.default_rng(seed).choice(len(statements), size=min(plain_sample, len(statements)), replace=False))
-    plain_stats = PlainStats()
+    plain_stats = WorkCounter()
     started = time.perf_counter()
     plain_scores = plain_conditional_scores(model, tokenizer, "", [statements[i] for i in sample],
                                             batch_size=plain_batch_size, stats=plain_stats)

@@ -10,7 +10,6 @@ batches under a token budget and runs the base transformer only.  Both give the 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -18,11 +17,11 @@ import click
 import numpy as np
 import torch
 
-from deer.encoder import PromptEOLEncoder
-from deer.outputs import package_versions, write_json
-from deer.probe import open_model
-from deer.templates import PromptTemplates
-from deer.tokenization import token_ids
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.files import package_versions, write_json
+from deer.core.models import open_model
+from deer.core.templates import PromptTemplates
+from deer.core.tokenization import token_ids
 from kg_data import build_queries, load_kg
 
 

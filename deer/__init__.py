@@ -1,9 +1,49 @@
 """DEER: probing what language models know about a knowledge graph (PromptEOL embeddings), and
-the reference likelihood probes (``bear_ref``) it is judged against."""
+the reference likelihood probes (``bear_ref``) it is judged against.
 
+    import deer
+    result = deer.probe("wn18rr", "smollm2-135m", subset=500)   # nothing written
+    result.metrics["hit@10"], result.table, result.save("runs/mine")
+
+The README's "Python API" section shows DEER, BEAR and LAMA on one model object.
+
+The public names below are imported on first use, so ``import deer`` (and the CLI) stays fast.
+"""
+
+from importlib import import_module as _import_module
 from importlib import metadata as _metadata
 
 try:
     __version__ = _metadata.version("deer-probe-toolkit")
 except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
+
+# public name -> module that defines it
+_PUBLIC = {
+    "probe": "deer.api",
+    "load_result": "deer.api",
+    "load_queries": "deer.api",
+    "ProbeResult": "deer.core.result",
+    "Metrics": "deer.core.result",
+    "join_results": "deer.core.result",
+    "load_results": "deer.core.result",
+    "LoadedModel": "deer.core.models",
+    "open_model": "deer.core.models",
+    "PromptEOLEncoder": "deer.core.encoder",
+    "PromptTemplates": "deer.core.templates",
+    "RunSpec": "deer.core.run_spec",
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(_import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'deer' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_PUBLIC))

@@ -30,7 +30,6 @@ an RTX 3090; BEAR (lm-pub-quiz) extrapolated to 330 days by a linear fit over |Q
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -38,6 +37,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from deer.api import probe as deer_probe
 from experiments import plots, reference
 from experiments.report import ExperimentOutput
 from experiments.runs import restrict_queries
@@ -68,13 +68,9 @@ def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queri
     Full-size estimate = entities_seconds/entity x all entities + queries_seconds/query x target
     queries + ranking_seconds/(query x entity) x target queries x all entities.
     """
-    from deer.probe import run_deer_probe
-
     queries = restrict_queries(all_queries, rows, n_candidates, seed)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        run = run_deer_probe(queries, loaded, templates, Path(folder), token_budget=token_budget, use_cache=False,
-                             show_progress=False)
+    run = deer_probe(queries, loaded, templates=templates, token_budget=token_budget, show_progress=False)
     wall = time.perf_counter() - started
     # The probe's perf_counter stage times, unrounded: the ranking stage is scaled by ~1e5x.
     timings = {k: float(v) for k, v in run.metadata["timings"].items()}
@@ -234,10 +230,7 @@ def run_compute_time(
         raise ValueError("--candidates must be at least 2: bear_ref's time is split using 1 and C statements per query")
     if warmup:  # first forward passes pay for thread pools and allocations
         restrict_for_warmup = restrict_queries(all_queries, [0], min(8, n_entities), seed)
-        with tempfile.TemporaryDirectory() as folder:
-            from deer.probe import run_deer_probe
-
-            run_deer_probe(restrict_for_warmup, loaded, templates, Path(folder), use_cache=False, show_progress=False)
+        deer_probe(restrict_for_warmup, loaded, templates=templates, show_progress=False)
 
     deer_rows = np.arange(len(all_queries)) if deer_queries is None else \
         np.random.default_rng(seed).choice(len(all_queries), size=min(deer_queries, len(all_queries)), replace=False)
@@ -248,14 +241,9 @@ def run_compute_time(
         "total": _duration(deer["total_seconds"]), "total_se_fit": float("nan"), "total_std_over_runs": float("nan"),
         "speed_up_vs_deer": 1.0, "basis": deer["basis"],
     }]
-    scorer_results, fit_rows, curves, unavailable = {}, [], [], {}
+    scorer_results, fit_rows, curves = {}, [], []
     for scorer in scorers:
-        try:
-            score = reference.timing_scorer(scorer)
-        except reference.ReferenceUnavailable as error:
-            unavailable[scorer] = str(error)
-            log(f"skipping {scorer}: {error}")
-            continue
+        score = reference.timing_scorer(scorer)
         per_query = plain_statements if scorer == "plain" else None
         scorer_candidates = None if scorer == "plain" else candidates
         log(f"timing {scorer} on |Q| = {', '.join(map(str, sizes))} x {repeats} runs")
@@ -317,7 +305,6 @@ def run_compute_time(
         "table": table_rows,
         "deer": deer,
         "scorers": scorer_results,
-        "unavailable": unavailable,
         "paper": PAPER,
     }
     return output.finish(result)

@@ -16,7 +16,7 @@ from typing import Optional
 
 import pandas as pd
 
-from deer.outputs import write_json
+from deer.core.files import write_json
 
 
 def format_cell(value, digits: int = 4) -> str:

@@ -1,8 +1,8 @@
 """Probe runs the experiments build on: read existing run folders, or run the probes into one.
 
-A run folder is what ``deer probe`` (and the bear_ref probes) write: ``ranks.parquet|csv`` with
+A run folder is what ``ProbeResult.save`` writes (``deer probe`` and the bear_ref probes): ``ranks.parquet|csv`` with
 a row per query and ``{probe}_rank_raw|filtered`` columns, plus ``metrics.json`` and
-``metadata.json`` keyed by probe, and ``run_spec.json``: the one run spec (``deer.run_spec``)
+``metadata.json`` keyed by probe, and ``run_spec.json``: the one run spec (``deer.core.run_spec``)
 every probe in the folder was run with.  Experiments only read those; they never rank anything.
 """
 
@@ -17,9 +17,10 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from deer.outputs import read_table
-from deer.results import find_ranks_table
-from deer.run_spec import RunSpec, spec_folder
+from deer.core.files import read_table
+from deer.core.models import open_model
+from deer.core.result import ProbeResult, find_ranks_table, join_results
+from deer.core.run_spec import RunSpec, spec_folder
 from kg_data.queries import QuerySet, queries_for
 
 PROBES = ("deer", "bear", "lama")
@@ -103,36 +104,41 @@ def run_probes(
     runs_dir: Path = Path("runs"),
     probe_options: Optional[dict] = None,
 ) -> ProbeRun:
-    """Run ``probes`` for one model into ``folder`` (one shared ranks table) and load the result.
+    """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
 
     ``folder=None``: the default folder for this run's spec under ``runs_dir`` (the name
     ``deer probe`` gives it, so the two share and reuse run folders).  DEER goes through its
     embedding cache (a repeat encodes nothing new); a reference probe whose ranks for this very
-    run spec are already in the folder is not run again.  ``probe_options``: {probe: keyword
-    options for its reference runner}, e.g. ``{"lama": {"single_token": True}}``.
+    run spec are already in the folder is loaded, not run again.  ``probe_options``: {probe:
+    keyword options for its reference runner}, e.g. ``{"lama": {"single_token": True}}``.
     """
-    from deer.probe import open_model, run_deer_probe
+    import deer
     from experiments import reference
 
     loaded = open_model(model_name, dtype=dtype, device=device)
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     seconds: dict[str, float] = {}
+    results: list[ProbeResult] = []
     for probe in probes:
         started = time.perf_counter()
         if probe == "deer":
-            run = run_deer_probe(queries, loaded, templates, folder, token_budget=token_budget, use_cache=use_cache,
-                                 show_progress=show_progress)
-            cache = run.metadata["cache"]
+            result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=use_cache,
+                                out=folder, show_progress=show_progress)
+            cache = result.metadata["cache"]
             log(f"  {model_name}: deer ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)")
         elif use_cache and _reference_is_current(folder, probe, spec):
+            result = ProbeResult.load(folder, probe)
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
         else:
-            reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress,
-                                              **(probe_options or {}).get(probe, {}))
+            result = reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress,
+                                                       cache=use_cache, **(probe_options or {}).get(probe, {}))
             log(f"  {model_name}: {probe}")
+        results.append(result)
         seconds[probe] = time.perf_counter() - started
-    run = load_run(folder, label=Path(model_name).name if Path(model_name).exists() else model_name)
+    label = Path(model_name).name if Path(model_name).exists() else model_name
+    run = ProbeRun(label, folder, join_results(results), {r.probe: r.metrics.to_dict() for r in results},
+                   {r.probe: r.metadata for r in results})
     run.metadata.setdefault("experiment", {})["probe_seconds"] = seconds
     return run
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from deer.metrics import rank_metrics
+from deer.core.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun

@@ -2,7 +2,8 @@
 
 from kg_data.errors import KGFormatError, KGNotFoundError
 from kg_data.kg import TextualKG
-from kg_data.locate import describe_datasets, find_dataset, load_kg
+from kg_data.load import load_kg
+from kg_data.locate import describe_datasets, find_dataset
 from kg_data.queries import QuerySet, build_queries, known_tails
 
 __all__ = [

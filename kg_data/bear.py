@@ -199,10 +199,10 @@ def load_bear_dataset(
     ``relations``: codes to keep (default: every relation with a file); ``max_instances``:
     at most this many instances per relation, sampled with ``seed``.
     """
-    from kg_data.locate import find_dataset
+    from kg_data.fetch import ensure_dataset
 
     if isinstance(name_or_path, str) and name_or_path.lower() in ("bear", "bear-big"):
-        folder = find_dataset(name_or_path.lower(), data_dir)
+        folder = ensure_dataset(name_or_path.lower(), data_dir)
         name = name_or_path.lower()
     else:
         folder = Path(name_or_path).expanduser()

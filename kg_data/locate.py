@@ -1,4 +1,4 @@
-"""Find and load knowledge graphs by name (`wn18rr`) or folder path."""
+"""Find named data sets (`wn18rr`, `bear`, ...) on disk: the folders searched and what marks each set."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 from kg_data.errors import KGNotFoundError
-from kg_data.kg import TextualKG
 
 DATA_DIR_ENV = "DEER_DATA_DIR"
 # Sub-folder of the data dir for each named data set.
@@ -66,24 +65,6 @@ def _looks_like(name: str, folder: Path) -> bool:
         "lama": "relations.jsonl",
     }
     return (folder / markers[name]).is_file()
-
-
-def load_kg(kg: str | Path, data_dir: Optional[str | Path] = None) -> TextualKG:
-    """Load a KG by name ('wn18rr') or from a folder (str or Path) in the generic TSV/JSONL format."""
-    from kg_data.textual import load_textual_kg
-    from kg_data.wn18rr import load_wn18rr
-
-    if isinstance(kg, str) and kg.lower() == "wn18rr":
-        return load_wn18rr(find_dataset("wn18rr", data_dir))
-    folder = Path(kg).expanduser()
-    if folder.is_dir():
-        if (folder / "entity2text.txt").exists():
-            return load_wn18rr(folder)
-        return load_textual_kg(folder)
-    raise KGNotFoundError(
-        f"Unknown KG '{kg}': not a named KG (wn18rr) and not a folder. "
-        "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README)."
-    )
 
 
 # Named data sets found on disk that no probe reads yet, and why (``deer data`` says so).

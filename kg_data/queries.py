@@ -33,6 +33,11 @@ class QuerySet:
     def __len__(self) -> int:
         return len(self.triples)
 
+    def item_ids(self) -> list[str]:
+        """'head_id<TAB>relation_id<TAB>tail_id' per query: the key stores and tables use."""
+        ids, relations = self.kg.entity_ids, self.kg.relation_ids
+        return [f"{ids[h]}\t{relations[r]}\t{ids[t]}" for h, r, t in self.triples.tolist()]
+
 
 def known_tails(kg: TextualKG) -> dict[tuple[int, int], set[int]]:
     """All tails t with (h, r, t) in any split, keyed by (h, r)."""

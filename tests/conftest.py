@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# tests never touch the network; fetch tests use a local server
+os.environ.setdefault("DEER_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 TINY_ENTITIES = [
@@ -58,7 +60,7 @@ def tiny_kg_dir(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """Folder of the converted real SmolLM2-135M (converted on first use)."""
-    from deer.models import resolve_model
+    from deer.core.models import resolve_model
 
     return Path(resolve_model("smollm2-135m").source)
 
@@ -66,7 +68,7 @@ def smollm2_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
     """(model, tokenizer) of the real SmolLM2-135M, fp32, eval mode."""
-    from deer.models import load_model
+    from deer.core.models import load_model
 
     model, tokenizer, _ = load_model(str(smollm2_dir))
     return model, tokenizer
@@ -94,7 +96,7 @@ def tiny_clm_dir(tmp_path_factory, smollm2_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_clm(tiny_clm_dir):
-    from deer.models import load_model
+    from deer.core.models import load_model
 
     model, tokenizer, _ = load_model(str(tiny_clm_dir))
     return model, tokenizer

@@ -163,7 +163,7 @@ def test_ties_go_to_the_first_answer_unless_asked(tmp_path):
 
 
 def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
-    from deer.outputs import write_json, write_table
+    from deer.core.files import write_json, write_table
 
     folder = write_dataset(tmp_path / "BEARmini")
     data = load_bear_dataset(str(folder))
@@ -177,13 +177,14 @@ def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
     write_json(out / "metrics.json", {"bear": old})
     write_json(out / "metadata.json", {"bear": {"probe": "bear-dataset", "dataset": data.summary(),
                                                 "selection": {"relations": None, "max_instances": None, "seed": 0}}})
-    metrics, metadata = resummarise_bear_dataset(out)  # data set from metadata.json
+    resummarised = resummarise_bear_dataset(out)  # data set from metadata.json
+    metrics, metadata = resummarised.metrics.to_dict(), resummarised.metadata
     assert metrics["per_domain"]["Geographic"]["accuracy_mean"] == pytest.approx(4 / 5)
     assert metadata["metric_convention"]["name"] == "lm-pub-quiz-0.3.3"
     assert metadata["resummarised"]["previous_metric_convention"].startswith("full-domain-support+strict")
     assert json.loads((out / "metrics.json").read_text())["bear"]["convention"]["domain_support"] == "divided"
     assert "lm-pub-quiz-0.3.3" in (out / "summary.md").read_text() == summary_markdown(metrics)
-    back, _ = resummarise_bear_dataset(out, data, domain_support="full", ties="wrong")
+    back = resummarise_bear_dataset(out, data, domain_support="full", ties="wrong").metrics.to_dict()
     assert back["per_domain"] == old["per_domain"]
     with pytest.raises(ValueError, match="does not match the data set"):
         resummarise_bear_dataset(out, load_bear_dataset(str(folder), relations=["P36"]))
@@ -226,15 +227,15 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     from bear_ref.dataset import resume_key, run_bear_dataset
     from bear_ref.statement_scorer import StatementScorer
     from deer.cli import main
-    from deer.probe import open_model
-    from deer.tokenization import bos_policy
+    from deer.core.models import open_model
+    from deer.core.tokenization import bos_policy
 
     loaded = open_model(str(tiny_clm_dir))
     folder = write_dataset(tmp_path / "BEARmini")
     data = load_bear_dataset(str(folder))
     selection = {"relations": None, "max_instances": None, "seed": 0}
     out = tmp_path / "run"
-    _, metadata = run_bear_dataset(data, loaded, out, selection, show_progress=False)
+    metadata = run_bear_dataset(data, loaded, out, selection, show_progress=False).metadata
     (key_file,) = (out / "parts").glob("*/key.json")
     key = json.loads(key_file.read_text())
     assert key["dtype"] == "float32" and key["tokenizer"] == loaded.tokenizer_fingerprint
@@ -245,10 +246,11 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     assert resume_key(data, dataclasses.replace(loaded, tokenizer_fingerprint="other"), selection, scorer) != key
 
     # Resumed from the parts under another convention: nothing re-scored, the convention named.
-    metrics, again = run_bear_dataset(data, loaded, out, selection, show_progress=False, domain_support="full", ties="wrong")
+    rerun = run_bear_dataset(data, loaded, out, selection, show_progress=False, domain_support="full", ties="wrong")
+    metrics, again = rerun.metrics.to_dict(), rerun.metadata
     assert again["relations_resumed"] == ["P36", "P37"] and again["work"]["statements_scored_now"] == 0
     assert metrics["convention"]["name"].startswith("full-domain-support+strict")
-    result = CliRunner().invoke(main, ["bear", "--dataset", str(folder), "--out", str(out), "--resummarise"])
+    result = CliRunner().invoke(main, ["bear-dataset", "--dataset", str(folder), "--out", str(out), "--resummarise"])
     assert result.exit_code == 0, result.output
     assert "metric convention: lm-pub-quiz-0.3.3" in result.output
     assert json.loads((out / "metrics.json").read_text())["bear"]["convention"]["domain_support"] == "divided"

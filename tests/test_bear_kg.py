@@ -9,14 +9,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from bear_ref.kg_probe import bear_kg_scores, run_bear_probe
+import bear_ref
+from bear_ref.kg_probe import bear_kg_scores
 from bear_ref.statement_scorer import StatementScorer
 from deer.cli import main
-from deer.probe import open_model
-from deer.ranking import rank_of
-from deer.results import find_ranks_table
-from deer.templates import PromptTemplates
-from deer.tokenization import batch_token_ids
+from deer.core.models import open_model
+from deer.core.ranking import rank_of
+from deer.core.result import find_ranks_table
+from deer.core.templates import PromptTemplates
+from deer.core.tokenization import batch_token_ids
 from kg_data import build_queries, load_kg
 from tests.test_trie_scorer import whole_sequence_logprob
 
@@ -43,7 +44,8 @@ def test_kg_scores_equal_plain_statements(tiny_setup):
 def test_run_writes_ranks_and_resumes(tiny_setup, tmp_path):
     queries, loaded, templates = tiny_setup
     out = tmp_path / "run"
-    metrics, metadata = run_bear_probe(queries, loaded, templates, out, cache_dir=tmp_path / "cache", show_progress=False)
+    result = bear_ref.bear(queries, loaded, templates=templates, out=out, cache=True, cache_dir=tmp_path / "cache", show_progress=False)
+    metadata = result.metadata
     table = pd.read_parquet(find_ranks_table(out)) if find_ranks_table(out).suffix == ".parquet" else pd.read_csv(find_ranks_table(out))
     assert {"bear_rank_raw", "bear_rank_filtered", "bear_top10"} <= set(table.columns)
     assert metadata["cache"]["queries_scored_now"] == len(queries)
@@ -52,7 +54,8 @@ def test_run_writes_ranks_and_resumes(tiny_setup, tmp_path):
     scores, _ = bear_kg_scores(queries, StatementScorer(loaded.model, loaded.tokenizer), templates, show_progress=False)
     expected = [rank_of(scores[q], queries.gold[q], queries.filter_tails[q]) for q in range(len(queries))]
     np.testing.assert_allclose(table["bear_rank_filtered"], expected)
-    _, again = run_bear_probe(queries, loaded, templates, out, cache_dir=tmp_path / "cache", show_progress=False)
+    again = bear_ref.bear(queries, loaded, templates=templates, out=out, cache=True, cache_dir=tmp_path / "cache",
+                          show_progress=False).metadata
     assert again["cache"]["queries_scored_now"] == 0 and again["cache"]["queries_from_cache"] == len(queries)
 
 
@@ -65,7 +68,7 @@ def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatc
     assert result.exit_code == 0, result.output
     assert "bear" in result.output and (tmp_path / "kg" / "metadata.json").exists()
     folder = write_dataset(tmp_path / "data" / "BEARmini")
-    result = runner.invoke(main, ["bear", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P36,P37",
+    result = runner.invoke(main, ["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P36,P37",
                                   "--max-instances", "2", "--out", str(tmp_path / "ds")])
     assert result.exit_code == 0, result.output
     assert "BEAR score" in result.output
@@ -75,8 +78,8 @@ def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatc
     summary = (tmp_path / "ds" / "summary.md").read_text()
     assert f"**{metrics['overall']['accuracy_mean']:.4f}**" in summary and "| P37 |" in summary and "| N:1 |" in summary
     monkeypatch.chdir(tmp_path)  # default folder: runs/DATASET[-RELATIONS]-dataset-MAX_INSTANCES|all-MODEL
-    result = runner.invoke(main, ["bear", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P36", "--max-instances", "1"])
+    result = runner.invoke(main, ["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P36", "--max-instances", "1"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "runs" / f"BEARmini-P36-dataset-1-{tiny_clm_dir.name}" / "metrics.json").exists()
-    result = runner.invoke(main, ["bear", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P5"])
+    result = runner.invoke(main, ["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P5"])
     assert result.exit_code != 0 and "P5" in result.output and "Traceback" not in result.output

@@ -8,8 +8,8 @@ import pytest
 from bear_ref.boundary import move_trailing_whitespace, split_statements
 from bear_ref.clm_scorer import SharedPrefixScorer
 from bear_ref.plain_scorer import plain_conditional_scores, statement_ids_and_start
-from deer.templates import PromptTemplates
-from deer.tokenization import token_ids
+from deer.core.templates import PromptTemplates
+from deer.core.tokenization import token_ids
 from kg_data import build_queries, load_kg
 
 CONTEXT = "(dog, hypernym, mammal)\n(cat, hypernym, animal)\n(oak, hypernym,"

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from deer.cli import kg_options, prepare_queries, template_options
-from deer.templates import PromptTemplates
+from deer.cli.options import kg_options, template_options
+from deer.cli.probes import prepare_queries
+from deer.core.templates import PromptTemplates
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_DIR = ROOT / ".peers" / "deer-probe"
@@ -57,11 +58,12 @@ def cli_setup(*args: str):
     built = {}
 
     @click.command()
-    @kg_options
+    @kg_options()
     @template_options
-    def build(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space):
-        built["kg"], built["queries"], built["templates"] = prepare_queries(
-            kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
+    def build(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style):
+        built["queries"], built["templates"] = prepare_queries(
+            kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+        built["kg"] = built["queries"].kg
 
     result = CliRunner().invoke(build, ["--kg", "wn18rr", "--split", "test", "--subset", str(N_QUERIES), *args])
     if result.exception is not None:
@@ -152,9 +154,9 @@ def relative_errors(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("tokenizer_adds_bos", [True, False], ids=["tokenizer-adds-bos", "tokenizer-adds-no-bos"])
 def test_embeddings_match_the_packages_encoder(tmp_path, tokenizer_adds_bos):
-    from deer.encoder import PromptEOLEncoder
-    from deer.models import load_model
-    from deer.tokenization import token_ids
+    from deer.core.encoder import PromptEOLEncoder
+    from deer.core.models import load_model
+    from deer.core.tokenization import token_ids
 
     kg, queries, templates = cli_setup("--template-style", "authors")
     prompts = [templates.query_prompt(kg, tuple(t)) for t in queries.triples.tolist()]

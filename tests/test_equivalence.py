@@ -25,9 +25,9 @@ import torch
 from bear_ref.clm_scorer import SharedPrefixScorer
 from bear_ref.plain_scorer import plain_conditional_scores
 from bear_ref.trie_scorer import PrefixTrieScorer
-from deer.attention import attention_windows, configured_backend
-from deer.encoder import PromptEOLEncoder
-from deer.tokenization import batch_token_ids
+from deer.core.attention import attention_windows, configured_backend
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.tokenization import batch_token_ids
 
 VECTOR_RTOL = 1e-5
 SCORE_ATOL = 1e-4

@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
 from deer.cli import main
-from deer.metrics import rank_metrics
-from deer.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.results import find_ranks_table, run_metadata, save_probe_results, tail_token_lengths
-from deer.run_spec import RunSpec
-from deer.outputs import read_table
+from deer.core.metrics import rank_metrics
+from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
+from deer.core.result import find_ranks_table, run_metadata, kg_result, tail_token_lengths
+from deer.core.run_spec import RunSpec
+from deer.core.files import read_table
 from experiments import reference
 from experiments.report import markdown_table
 from experiments.runs import load_run, restrict_queries
@@ -100,7 +100,7 @@ def stand_in_runner(probe: str):
     lama: score = -(candidate's index) -> a fixed ordering unrelated to length.
     """
 
-    def run(queries, loaded, templates, out_dir, show_progress=False, **options):
+    def run(queries, loaded, templates, out_dir, show_progress=False, cache=True, **options):
         kg = queries.kg
         names = [kg.entity_names[e] for e in queries.candidates]
         lengths = tail_token_lengths(loaded.tokenizer, names).astype(np.float64)
@@ -112,8 +112,8 @@ def stand_in_runner(probe: str):
             scores = -np.arange(len(names), dtype=np.float64)[None, :] + jitter
         ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
         metadata = {**run_metadata(probe, queries, loaded, templates), "stand_in": True}
-        return save_probe_results(out_dir, probe, queries, ranks, top_k_from_scores(scores, 10), metadata,
-                                  tokenizer=loaded.tokenizer)
+        result = kg_result(probe, queries, ranks, top_k_from_scores(scores, 10), metadata, tokenizer=loaded.tokenizer)
+        return result.save(out_dir) and result
 
     return run
 
@@ -152,17 +152,6 @@ def test_restrict_queries_keeps_gold_and_rebuilds_filter(tiny_kg_dir):
         got = set(restricted.candidates[restricted.filter_tails[i]].tolist())
         assert got == expected & set(restricted.candidates.tolist())
     assert len(restrict_queries(queries, [0], None, 0).candidates) == kg.n_entities
-
-
-def test_missing_reference_probe_is_a_clear_error(experiment_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
-    def unavailable(probe):
-        raise reference.ReferenceUnavailable(f"no {probe} runner here")
-
-    monkeypatch.setattr(reference, "reference_runner", unavailable)
-    result = CliRunner().invoke(main, ["experiment", "token-bias", "--kg", str(experiment_kg_dir), "--model",
-                                       str(tiny_clm_dir), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1
-    assert "no bear runner here" in result.output and "Traceback" not in result.output
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -237,7 +226,7 @@ def test_agreement_from_run_folders_faceted_by_model(experiment_kg_dir, tiny_clm
 
 def test_agreement_single_token_protocol_is_run_and_labelled(experiment_kg_dir, tiny_clm_dir, tmp_path):
     """--single-token: every probe ranks only single-token names (LAMA told so), labelled as the paper's protocol."""
-    pytest.importorskip("bear_ref.lama")
+    pytest.importorskip("bear_ref.lama_probe")
     from transformers import AutoTokenizer
 
     runs_dir, out = tmp_path / "runs", tmp_path / "agreement-single-token"
@@ -309,7 +298,7 @@ def test_compute_time_table_and_fit(tiny_kg_dir, tiny_clm_dir, tmp_path):
     numbers = json.loads((out / "compute_time.json").read_text())
     assert numbers["target_queries"] == 14 and numbers["entities"] == 12  # all triples x all entities
     methods = [row["method"] for row in numbers["table"]]
-    assert methods[0] == "DEER" and len(methods) == 3, numbers["unavailable"]
+    assert methods[0] == "DEER" and len(methods) == 3
     deer = numbers["deer"]
     assert deer["queries"] == 3 and deer["candidates"] == 12 and not deer["measured_at_full_size"]
     assert numbers["table"][0]["speed_up_vs_deer"] == 1.0
@@ -399,7 +388,7 @@ def test_compute_time_fit_on_independent_subsets_recovers_a_known_cost(experimen
 def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_dir, tmp_path):
     """bear_ref's own BEAR and LAMA runners, reached through experiments.reference."""
     pytest.importorskip("bear_ref.kg_probe")
-    pytest.importorskip("bear_ref.lama")
+    pytest.importorskip("bear_ref.lama_probe")
     out = tmp_path / "token-bias"
     invoke(["token-bias", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,bear,lama",
             "--subset", "10", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])

@@ -10,14 +10,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from bear_ref.lama import first_token_ids, restrict_to_single_token, run_lama_probe
+import bear_ref
+import deer
+from bear_ref.lama_probe import first_token_ids, restrict_to_single_token
 from bear_ref.plain_scorer import statement_ids_and_start
 from deer.cli import main
-from deer.probe import open_model
-from deer.ranking import rank_of
-from deer.results import find_ranks_table
-from deer.templates import PromptTemplates
-from deer.tokenization import token_ids
+from deer.core.models import open_model
+from deer.core.ranking import rank_of
+from deer.core.result import find_ranks_table
+from deer.core.templates import PromptTemplates
+from deer.core.tokenization import token_ids
 from kg_data import build_queries, load_kg
 
 
@@ -51,10 +53,11 @@ def tiny_setup(tiny_kg_dir, tiny_clm_dir):
 
 def test_lama_ranks_equal_plain(tiny_setup, tmp_path):
     queries, loaded, templates = tiny_setup
-    metrics = run_lama_probe(queries, loaded, templates, tmp_path / "out", show_progress=False)
+    result = bear_ref.lama(queries, loaded, templates=templates, out=tmp_path / "out", show_progress=False)
     table = _table(tmp_path / "out")
     np.testing.assert_allclose(table["lama_rank_filtered"], plain_lama_ranks(loaded.model, loaded.tokenizer, queries, templates))
-    assert metrics["lama"]["filtered"]["n"] == len(queries)
+    np.testing.assert_array_equal(result.ranks("filtered"), table["lama_rank_filtered"])
+    assert result.metrics["n"] == result.metrics["filtered/n"] == len(queries)
 
 
 def test_first_token_is_the_whole_statement_token(tiny_setup):
@@ -77,8 +80,14 @@ def test_single_token_restriction(tiny_setup):
 
 def test_lama_with_deer_shares_the_query_pass(tiny_setup, tmp_path):
     queries, loaded, templates = tiny_setup
-    results = run_lama_probe(queries, loaded, templates, tmp_path / "out", with_deer=True, cache_dir=tmp_path / "cache", show_progress=False)
-    assert set(results) == {"lama", "deer"}
+    out = tmp_path / "out"
+    lama = bear_ref.lama(queries, loaded, templates=templates, out=out, show_progress=False)
+    shared = deer.probe(lama.queries, loaded, templates=templates, out=out, show_progress=False,
+                        query_embeddings=lama.arrays["query_embeddings"])
+    # The vectors LAMA's pass hands over are DEER's own query embeddings.
+    own = deer.probe(queries, loaded, templates=templates, show_progress=False)
+    np.testing.assert_allclose(shared.arrays["query_embeddings"], own.arrays["query_embeddings"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(shared.ranks(), own.ranks())
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert metadata["deer"]["cache"]["queries_encoded_now"] == 0  # taken from LAMA's pass
     assert metadata["lama"]["work"]["prompts"] == len(queries)

@@ -201,7 +201,7 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
     from transformers import AutoTokenizer
 
     from bear_ref.statement_scorer import StatementScorer
-    from deer.probe import open_model
+    from deer.core.models import open_model
 
     folder, spec = parity_dataset
     loaded = open_model(str(tiny_clm_dir))
@@ -224,8 +224,9 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
 
     monkeypatch.setattr(StatementScorer, "score_statements", recording)
     data = load_bear_dataset(str(folder))
-    metrics, metadata = run_bear_dataset(data, loaded, tmp_path / "run", {"relations": None, "max_instances": None, "seed": 0},
-                                         show_progress=False)
+    result = run_bear_dataset(data, loaded, tmp_path / "run", {"relations": None, "max_instances": None, "seed": 0},
+                              show_progress=False)
+    metrics, metadata = result.metrics.to_dict(), result.metadata
     table = pd.read_parquet(tmp_path / "run" / "instances.parquet") if (tmp_path / "run" / "instances.parquet").exists() \
         else pd.read_csv(tmp_path / "run" / "instances.csv")
     assert metadata["metric_convention"]["name"] == "lm-pub-quiz-0.3.3"

@@ -8,14 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deer.cache import CacheKeyMismatch, EmbeddingStore
-from deer.outputs import read_table
-from deer.probe import open_model, run_deer_probe
-from deer.ranking import cosine_gold_ranks
-from deer.results import find_ranks_table
-from deer.templates import PromptTemplates
+from deer.core.stores import CacheKeyMismatch, EmbeddingStore
+from deer.core.files import read_table
+import deer
+from deer.core.models import open_model
+from deer.core.ranking import cosine_gold_ranks
+from deer.core.result import find_ranks_table
+from deer.core.templates import PromptTemplates
 from kg_data import build_queries
 from kg_data.textual import load_textual_kg
+
+
+def run_deer_probe(queries, loaded, templates, out, cache_dir=None, use_cache=True, show_progress=False):
+    """DEER through the public API, saved into ``out``."""
+    return deer.probe(queries, loaded, templates=templates, cache=use_cache, cache_dir=cache_dir, out=out,
+                      show_progress=show_progress)
 
 
 @pytest.fixture()
@@ -41,17 +48,17 @@ def test_probe_writes_outputs_and_reuses_cache(tmp_path, tiny_setup):
     second = run_deer_probe(queries, loaded, templates, tmp_path / "run2", cache_dir=tmp_path / "cache", show_progress=False)
     assert second.metadata["cache"]["entities_encoded_now"] == 0
     assert second.metadata["cache"]["queries_encoded_now"] == 0
-    assert np.array_equal(first.entity_embeddings, second.entity_embeddings)
+    assert np.array_equal(first.arrays['entity_embeddings'], second.arrays['entity_embeddings'])
     assert second.metrics["filtered"] == first.metrics["filtered"]
 
     uncached = run_deer_probe(queries, loaded, templates, tmp_path / "run3", use_cache=False, show_progress=False)
-    assert np.allclose(uncached.entity_embeddings, first.entity_embeddings, rtol=1e-5, atol=1e-6)
+    assert np.allclose(uncached.arrays['entity_embeddings'], first.arrays['entity_embeddings'], rtol=1e-5, atol=1e-6)
 
 
 def test_ranks_follow_from_embeddings(tmp_path, tiny_setup):
     _, queries, loaded = tiny_setup
     run = run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), tmp_path / "run", use_cache=False, show_progress=False)
-    expected = cosine_gold_ranks(run.query_embeddings, run.entity_embeddings, queries.gold, queries.filter_tails)
+    expected = cosine_gold_ranks(run.arrays['query_embeddings'], run.arrays['entity_embeddings'], queries.gold, queries.filter_tails)
     table = read_table(find_ranks_table(tmp_path / "run"))
     assert table["deer_rank_filtered"].tolist() == expected.filtered.tolist()
 
@@ -77,7 +84,7 @@ def test_store_never_uses_a_mismatching_key(tmp_path):
 
 
 def test_different_template_or_model_gets_another_store(tmp_path, tiny_setup):
-    from deer.probe import entity_store, query_store
+    from deer.embedding_probe import entity_store, query_store
 
     kg, _, loaded = tiny_setup
     assert query_store(loaded, kg, PromptTemplates(seed=0), tmp_path).folder != query_store(loaded, kg, PromptTemplates(seed=1), tmp_path).folder
@@ -99,7 +106,7 @@ def test_atomic_writes_are_readable_files(tmp_path):
     import os
     import stat
 
-    from deer.cache import atomic_write_bytes
+    from deer.core.files import atomic_write_bytes
 
     target = tmp_path / "out.json"
     atomic_write_bytes(target, b"{}")
@@ -115,7 +122,7 @@ def test_atomic_writes_are_readable_files(tmp_path):
 def test_run_spec_round_trips_and_names_its_differences(tiny_setup):
     import dataclasses
 
-    from deer.run_spec import RunSpec
+    from deer.core.run_spec import RunSpec
 
     kg, queries, loaded = tiny_setup
     spec = RunSpec.build(queries, loaded, PromptTemplates(k_shot=2))
@@ -134,7 +141,7 @@ def test_run_spec_round_trips_and_names_its_differences(tiny_setup):
 def test_default_folder_names_are_readable_and_differ_per_spec(tiny_setup):
     import dataclasses
 
-    from deer.run_spec import RunSpec, run_folder_name
+    from deer.core.run_spec import RunSpec, run_folder_name
 
     kg, queries, loaded = tiny_setup
 
@@ -159,7 +166,7 @@ def test_default_folder_names_are_readable_and_differ_per_spec(tiny_setup):
 def test_a_folder_refuses_probes_of_another_spec(tmp_path, tiny_setup):
     import dataclasses
 
-    from deer.results import save_probe_results
+    from deer.core.result import Metrics, ProbeResult
 
     kg, queries, loaded = tiny_setup
     out = tmp_path / "run"
@@ -175,10 +182,9 @@ def test_a_folder_refuses_probes_of_another_spec(tmp_path, tiny_setup):
         with pytest.raises(ValueError, match=rf"{field}: this run .*another --out") as error:
             run_deer_probe(queries, other, templates, out, use_cache=False, show_progress=False)
         assert str(out) in str(error.value)
-    # A probe writing without a spec is refused too; nothing in the folder changed.
-    with pytest.raises(ValueError, match="spec"):
-        save_probe_results(out, "bear", queries, cosine_gold_ranks(first.query_embeddings, first.entity_embeddings,
-                                                                   queries.gold, queries.filter_tails), None, {"probe": "bear"})
+    # A result without a spec (a data-set result) is refused too; nothing in the folder changed.
+    with pytest.raises(ValueError, match="already holds a KG probe run"):
+        ProbeResult("bear", first.table, Metrics({}), {"probe": "bear"}).save(out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # The same spec adds to the folder as before.
     run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deer.metrics import grouped_metrics, random_baseline, rank_metrics
-from deer.ranking import (
+from deer.core.metrics import grouped_metrics, random_baseline, rank_metrics
+from deer.core.ranking import (
     candidate_counts,
     cosine_gold_ranks,
     faiss_top_k,

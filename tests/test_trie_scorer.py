@@ -8,7 +8,7 @@ import torch
 
 from bear_ref.plain_scorer import plain_conditional_scores
 from bear_ref.trie_scorer import PrefixTrieScorer, ancestor_mask, build_rows
-from deer.tokenization import batch_token_ids
+from deer.core.tokenization import batch_token_ids
 
 # [Y]-first and [Y]-last families, a duplicate, and a statement that is a prefix of another.
 STATEMENTS = [

@@ -1,22 +1,59 @@
-"""Run outputs: tables, JSON and metadata, each written atomically (temp file + rename)."""
+"""The one atomic writer: bytes, text (markdown), JSON, tables (parquet/CSV) and figures, each
+written to a temp file in the target folder and renamed into place, so no reader ever sees a
+half-written file."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import io
 import json
+import os
 import platform
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from deer.cache import atomic_write_bytes
+
+def _umask_mode() -> int:
+    """Mode a plain new file gets (mkstemp would give 0o600, unreadable to others)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, then rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, _umask_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+
+def write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(Path(path), text.encode())
+
+
+def save_figure(path: Path, figure, **options) -> None:
+    """``figure.savefig`` through the atomic writer (format from the suffix)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **options)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+
 
 VERSIONED_PACKAGES = ("deer-probe-toolkit", "torch", "transformers", "faiss-cpu", "numpy", "scipy", "pandas", "click")
 
 
-def _json_default(value):
+def json_default(value):
+    """JSON for numpy scalars and arrays and paths (``json.dumps(..., default=json_default)``)."""
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating,)):
@@ -29,7 +66,7 @@ def _json_default(value):
 
 
 def write_json(path: Path, payload) -> None:
-    atomic_write_bytes(Path(path), json.dumps(payload, indent=2, default=_json_default, sort_keys=False).encode())
+    atomic_write_bytes(Path(path), json.dumps(payload, indent=2, default=json_default, sort_keys=False).encode())
 
 
 def write_table(path: Path, table: pd.DataFrame) -> Path:

@@ -10,13 +10,15 @@ part and resumes with the rest.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from deer.core.files import atomic_write_bytes
 
 
 class CacheKeyMismatch(RuntimeError):
@@ -25,27 +27,6 @@ class CacheKeyMismatch(RuntimeError):
 
 def key_digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _umask_mode() -> int:
-    """Mode a plain new file gets (mkstemp would give 0o600, unreadable to others)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class EmbeddingStore:
@@ -87,15 +68,9 @@ class EmbeddingStore:
             return
         vectors = np.asarray(vectors, dtype=np.float32)
         part_number = len(list(self.folder.glob("part-*.npz")))
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".part-", suffix=".npz")
-        os.close(fd)
-        try:
-            np.savez(tmp, ids=np.asarray(list(ids), dtype=str), vectors=vectors)
-            os.chmod(tmp, _umask_mode())
-            os.replace(tmp, self.folder / f"part-{part_number:06d}-{os.getpid()}.npz")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buffer = io.BytesIO()
+        np.savez(buffer, ids=np.asarray(list(ids), dtype=str), vectors=vectors)
+        atomic_write_bytes(self.folder / f"part-{part_number:06d}-{os.getpid()}.npz", buffer.getvalue())
         for item_id, vector in zip(ids, vectors):
             self._vectors[item_id] = vector
 

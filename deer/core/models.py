@@ -12,6 +12,7 @@ CLI prints that message instead of a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -385,3 +386,90 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     return hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A model ready for probing, with what identifies it in caches and metadata.
+
+    Build one with :func:`open_model` (a name) or :meth:`from_objects` (a model and tokenizer
+    already in memory, e.g. in a notebook or a training loop).
+    """
+
+    name: str
+    model: object
+    tokenizer: object
+    source: str
+    fingerprint: str
+    tokenizer_fingerprint: str
+    dtype: str
+    device: str
+    load_seconds: float = 0.0
+
+    @classmethod
+    def from_objects(cls, model, tokenizer, name: Optional[str] = None) -> "LoadedModel":
+        """Wrap an in-memory model: dtype and device are read from its parameters, the weights
+        are fingerprinted now (a weight change gives another fingerprint, so caches never mix)."""
+        if tokenizer is None:
+            raise ValueError("a model object needs its tokenizer: pass tokenizer=... (or model=(model, tokenizer))")
+        parameter = next(model.parameters())
+        name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        return cls(name, model, tokenizer, "in-memory", model_fingerprint(model), tokenizer_fingerprint(tokenizer),
+                   str(parameter.dtype).replace("torch.", ""), str(parameter.device))
+
+    def metadata(self) -> dict:
+        from deer.core.attention import configured_backend
+        from deer.core.tokenization import bos_policy
+
+        return {
+            "name": self.name,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "class": type(self.model).__name__,
+            "dtype": self.dtype,
+            "device": self.device,
+            "parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "bos": bos_policy(self.tokenizer),
+            # Configured back-end; custom-mask passes may run another (scorers record it under "work").
+            "attention": configured_backend(self.model),
+            "load_seconds": round(self.load_seconds, 2),
+        }
+
+
+def open_model(name: str, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+    """Load ``name`` (alias, hub id or folder) in eval mode; see :func:`load_model`."""
+    import time
+
+    started = time.perf_counter()
+    model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
+    return LoadedModel(
+        name, model, tokenizer, resolved.source, model_fingerprint(model), tokenizer_fingerprint(tokenizer),
+        dtype, str(next(model.parameters()).device), time.perf_counter() - started,
+    )
+
+
+def as_loaded_model(model, tokenizer=None, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+    """What the Python API accepts as a model: a :class:`LoadedModel`; an alias, hub id or folder
+    (str or Path; loaded with ``dtype`` and ``device``); a ``(model, tokenizer)`` pair; or a model
+    object with ``tokenizer=``.  An in-memory model keeps its own dtype and device."""
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return open_model(str(model), dtype=dtype, device=device)
+    if isinstance(model, tuple) and len(model) == 2:
+        model, tokenizer = model
+    if not hasattr(model, "parameters") or not hasattr(model, "config"):
+        raise TypeError(f"model must be a name, a folder, a LoadedModel or a transformers model, not {type(model).__name__}")
+    return LoadedModel.from_objects(model, tokenizer)
+
+
+@contextlib.contextmanager
+def evaluation_mode(model):
+    """Eval mode (no dropout) for the enclosed probe; a model that was training goes back to training."""
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        yield model
+    finally:
+        if was_training:
+            model.train()

@@ -1,52 +1,27 @@
 """`deer experiment ...`: compute-time, token-bias, agreement, screen.
 
 Each subcommand either reads existing run folders (``--run DIR``, as written by ``deer probe``
-and the bear_ref probes) or runs the probes itself (``--kg --model --subset``) into
+and the bear_ref probes) or runs the probes itself through the API (``--kg --model --subset``) into
 ``--runs-dir`` (default ``runs/``, the folders ``deer probe`` uses), so expensive runs are shared.
 Results (CSV + markdown tables, PNG figures, one JSON) go to ``--out``.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
 import click
 
-from deer.cli import UserFacingError, current_template_style, friendly_errors, kg_options, prepare_queries, template_options
-from deer.models import DEFAULT_MODEL
-
-
-def reference_errors(command):
-    """Missing bear_ref parts become a clear message, like the other user-caused errors."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        from experiments.reference import ReferenceUnavailable
-
-        try:
-            return command(*args, **kwargs)
-        except ReferenceUnavailable as error:
-            raise UserFacingError(str(error)) from None
-
-    return wrapper
-
-
-def models_options(command):
-    """--model (repeatable) / --dtype / --device."""
-    command = click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0.")(command)
-    command = click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
-                           show_default=True)(command)
-    command = click.option("--model", "model_names", multiple=True,
-                           help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")(command)
-    return command
+from deer.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option
+from deer.cli.probes import prepare_queries
+from deer.core.models import DEFAULT_MODEL
 
 
 def run_source_options(command):
     """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
     command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
-    command = click.option("--token-budget", default=8192, show_default=True, help="DEER: max padded tokens per batch.")(command)
+    command = token_budget_option(8192, "DEER: max padded tokens per batch.")(command)
     command = click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True)(command)
     command = click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
                            help="Where probe runs made by this command go (one folder per model).")(command)
@@ -55,13 +30,12 @@ def run_source_options(command):
     return command
 
 
-def out_option(default: str):
-    return click.option("--out", "out_dir", type=click.Path(file_okay=False), default=default, show_default=True,
-                        help="Folder for the tables, figures and JSON.")
+def results_out(default: str):
+    return out_option("Folder for the tables, figures and JSON.", default=default)
 
 
 def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
-                  k_shot, shots, query_trailing_space, token_budget, no_cache):
+                  k_shot, shots, query_trailing_space, template_style, token_budget, no_cache):
     """Runs read from --run folders, or made now for each --model; returns (runs, settings)."""
     from experiments.runs import load_run, run_probes
 
@@ -74,13 +48,13 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
             if labels.count(run.label) > 1:
                 run.label = f"{run.label} ({run.folder.name})"
         return runs, {"source": "run folders", "runs": list(run_dirs)}
-    knowledge_graph, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
     click.echo(f"probes {', '.join(probes)}")
     runs = []
     for model_name in model_names or (DEFAULT_MODEL,):
         runs.append(run_probes(queries, model_name, probes, None, templates, dtype=dtype, device=device,
                                token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir)))
-    settings = {"source": "probes run now", "kg": knowledge_graph.name, "split": split, "subset": subset, "seed": seed,
+    settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
     return runs, settings
@@ -118,15 +92,14 @@ def experiment():
 
 
 @experiment.command("token-bias")
-@kg_options
-@models_options
+@kg_options()
+@model_options(multiple=True)
 @template_options
 @run_source_options
 @click.option("--probes", default="deer,bear", show_default=True, help="Probes to run/compare (deer, bear, lama).")
-@out_option("results/token-bias")
+@results_out("results/token-bias")
 @friendly_errors
-@reference_errors
-def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
+def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
                        run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, out_dir):
     """Pearson r / Spearman rho between gold tail token length and rank, per probe; box plot.
 
@@ -136,7 +109,7 @@ def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, de
 
     probe_list = _parse_probes(probes)
     runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                   device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+                                   device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
     result = run_token_bias(runs, Path(out_dir), rank_type=rank_type, probes=probe_list, settings=settings)
     click.echo(f"\ntoken length vs {rank_type} rank (paper: BEAR r=0.48, DEER r=0.005)")
     click.echo(f"{'model':<24}{'probe':<7}{'n':>6}{'pearson r':>11}{'p':>11}{'spearman':>10}")
@@ -147,14 +120,14 @@ def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, de
 
 
 def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
-                       k_shot, shots, query_trailing_space, token_budget, no_cache):
+                       k_shot, shots, query_trailing_space, template_style, token_budget, no_cache):
     """As ``_collect_runs`` with models, on LAMA's single-token protocol: per model (its tokenizer
     decides), only single-token candidates and the queries whose gold tail is one; LAMA is told."""
-    from deer.probe import open_model
+    from deer.core.models import open_model
     from experiments.reference import single_token_queries
     from experiments.runs import run_probes
 
-    knowledge_graph, queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
     click.echo(f"probes {', '.join(probes)}, single-token names only")
     runs, sizes = [], {}
     for model_name in model_names or (DEFAULT_MODEL,):
@@ -164,7 +137,7 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
         runs.append(run_probes(restricted, model_name, probes, None, templates, dtype=dtype, device=device,
                                token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir),
                                probe_options={"lama": {"single_token": True}}))
-    settings = {"source": "probes run now", "kg": knowledge_graph.name, "split": split, "subset": subset, "seed": seed,
+    settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs],
                 "single_token_sizes": sizes, "queries_before_restriction": len(queries),
@@ -173,8 +146,8 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
 
 
 @experiment.command("agreement")
-@kg_options
-@models_options
+@kg_options()
+@model_options(multiple=True)
 @template_options
 @run_source_options
 @click.option("--probes", default="deer,bear,lama", show_default=True, help="Probes to run/compare.")
@@ -184,10 +157,9 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
               help="LAMA's own protocol, as the paper's agreement: every probe ranks only the candidates whose name "
                    "is one token, on the queries whose gold tail is one (its own run folder). With --run: the "
                    "folders' LAMA must have been run so (e.g. `deer lama --single-token --with-deer`).")
-@out_option("results/agreement")
+@results_out("results/agreement")
 @friendly_errors
-@reference_errors
-def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
+def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
                       run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, hit_k, bootstrap, single_token, out_dir):
     """Pearson r of gold ranks between probes (linear and log), Hit@1/10/100 side by side, scatter plots.
 
@@ -200,10 +172,10 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
     probe_list = _parse_probes(probes)
     if single_token and not run_dirs:
         runs, settings = _single_token_runs(kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                            device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+                                            device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
     else:
         runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir,
-                                       dtype, device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+                                       dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
     if single_token:
         other = [str(run.folder) for run in runs if lama_protocol(run) != "single-token"]
         if other:
@@ -228,18 +200,17 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
 
 
 @experiment.command("screen")
-@kg_options
-@models_options
+@kg_options()
+@model_options(multiple=True)
 @template_options
 @run_source_options
 @click.option("--reference", type=click.Choice(["none", "bear", "lama"]), default="none", show_default=True,
               help="Also run a reference probe and compare the model orderings.")
 @click.option("--metric", type=click.Choice(["hit@1", "hit@3", "hit@10", "hit@100", "mrr"]), default="hit@10",
               show_default=True, help="Leaderboard order.")
-@out_option("results/screen")
+@results_out("results/screen")
 @friendly_errors
-@reference_errors
-def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space,
+def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
                    run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, out_dir):
     """Leaderboard of many checkpoints (repeat --model, or --run) by DEER, reusing cached work.
 
@@ -251,7 +222,7 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
     runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                   device, k_shot, shots, query_trailing_space, token_budget, no_cache)
+                                   device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
     result = run_screen(runs, Path(out_dir), reference=reference, metric=metric, rank_type=rank_type, settings=settings)
     click.echo(f"\nDEER leaderboard by {metric} ({rank_type})")
     click.echo(f"{'#':>3} {'model':<28}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'±se':>7}{'MRR':>8}{'cached':>8}")
@@ -267,15 +238,9 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
 
 
 @experiment.command("compute-time")
-@click.option("--kg", default="wn18rr", show_default=True, help="'wn18rr' or a folder with a KG in the TSV/JSONL format.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the data sets.")
-@click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True,
-              help="Split the timed queries are sampled from.")
-@click.option("--seed", default=0, show_default=True, help="Seed for the query/candidate samples and few-shot examples.")
+@kg_options(subset=False)
 @template_options
-@click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, help="Model alias, hub id or folder.")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--device", default="cpu", show_default=True)
+@model_options()
 @click.option("--query-sizes", default=",".join(map(str, range(16, 152, 15))), show_default=True,
               help="|Q| values timed for the BEAR linear fit (paper: 16,31,...,151).")
 @click.option("--candidates", type=int, default=None,
@@ -292,10 +257,10 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
               help="Queries to extrapolate to: 'all' triples of every split (paper) or a split name.")
 @click.option("--scorers", default="bear_ref,plain", show_default=True, help="BEAR scorers to time (bear_ref, plain).")
 @click.option("--no-warmup", is_flag=True, help="Do not run a small untimed warm-up first.")
-@out_option("results/compute-time")
+@results_out("results/compute-time")
 @friendly_errors
-@reference_errors
-def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailing_space, model_name, dtype, device,
+def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailing_space, template_style, model_name, dtype,
+                         device,
                          query_sizes, candidates, repeats, plain_statements, deer_queries, deer_candidates, target, scorers,
                          no_warmup, out_dir):
     """DEER timed directly vs BEAR timed on query subsets and extrapolated by a linear fit (Table 1).
@@ -306,8 +271,8 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     Each row's basis says exactly how it was extrapolated.
     Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
     """
-    from deer.probe import open_model
-    from deer.templates import PromptTemplates
+    from deer.core.models import open_model
+    from deer.core.templates import PromptTemplates
     from experiments.compute_time import run_compute_time
     from experiments.reference import TIMED_SCORERS
     from kg_data import load_kg
@@ -318,7 +283,7 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
         raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown)}; choose from {', '.join(TIMED_SCORERS)}")
     knowledge_graph = load_kg(kg, data_dir)
     templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
-                                style=current_template_style())
+                                style=template_style)
     loaded = open_model(model_name, dtype=dtype, device=device)
     result = run_compute_time(
         knowledge_graph, loaded, templates, Path(out_dir), split=split, query_sizes=_parse_ints(query_sizes),
@@ -335,6 +300,4 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
         click.echo(f"{row['method']:<40}{row['time_per_query_s']:>11.3g}{row['total']:>14}{se_text:>12}"
                    f"{spread_text:>12}{row['speed_up_vs_deer']:>9.3g}x")
         click.echo(f"{'':<4}{row['basis']}")
-    for scorer, message in result["unavailable"].items():
-        click.echo(f"not timed: {scorer} ({message})")
     click.echo(f"results: {result['out_dir']}")

@@ -1,6 +1,6 @@
 """PromptEOL encoder: last-layer hidden state at the last real token of each prompt.
 
-Prompts are tokenised (BOS policy in ``deer.tokenization``), sorted by length, right-padded in
+Prompts are tokenised (BOS policy in ``deer.core.tokenization``), sorted by length, right-padded in
 batches under a token budget and run through the model's base transformer only: the LM head
 is applied to nothing, or -- when next-token log-probabilities are asked for (LAMA) -- to the
 one selected position per prompt.  Results come back in input order.
@@ -9,15 +9,15 @@ one selected position per prompt.  Results come back in input order.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from deer.batching import length_sorted_batches, pad_right
-from deer.tokenization import batch_token_ids, padding_id
+from deer.core.batching import length_sorted_batches, pad_right
+from deer.core.tokenization import batch_token_ids, padding_id
+from deer.core.work import WorkCounter
 
 
 @dataclasses.dataclass
@@ -26,19 +26,6 @@ class EncoderOutput:
 
     embeddings: np.ndarray
     next_token_logprobs: Optional[np.ndarray] = None
-
-
-@dataclasses.dataclass
-class EncoderStats:
-    """Work done so far: prompts, real tokens, padded token slots and seconds in forward passes."""
-
-    prompts: int = 0
-    tokens: int = 0
-    padded_tokens: int = 0
-    forward_seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -60,16 +47,37 @@ class PromptEOLEncoder:
         self, model, tokenizer, token_budget: int = 8192, max_batch_size: int = 128, show_progress: bool = True,
         special_tokens: str = "bos",
     ):
-        """``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.tokenization)."""
+        """``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.core.tokenization)."""
         self.model = model
         self.special_tokens = special_tokens
         self.tokenizer = tokenizer
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
         self.show_progress = show_progress
-        self.stats = EncoderStats()
+        self.stats = WorkCounter("prompts", "tokens", "padded_tokens")
         self.device = next(model.parameters()).device
         self.pad_id = padding_id(tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, name: str, dtype: str = "float32", device: str = "auto", **options) -> "PromptEOLEncoder":
+        """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode.
+
+        ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``.
+        """
+        from deer.core.models import load_model
+
+        model, tokenizer, _ = load_model(name, dtype=dtype, device=device)
+        return cls(model, tokenizer, **options)
+
+    def embed(self, texts: Sequence[str], normalize: bool = False) -> np.ndarray:
+        """float32 (len(texts), d): the last-layer state at each text's last token, in input order
+        (texts are length-sorted into batches and put back).  The text is the whole prompt: wrap
+        it in a PromptEOL template yourself (``PromptTemplates`` builds DEER's).  ``normalize``:
+        unit length, so dot products are cosines."""
+        vectors = self.encode(texts, description="embedding").embeddings
+        if normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors
 
     @property
     def output_size(self) -> int:
@@ -115,23 +123,20 @@ class PromptEOLEncoder:
             progress = tqdm(total=n, desc=description, unit="prompt", disable=not self.show_progress, leave=False)
         for batch in length_sorted_batches(lengths, self.token_budget, self.max_batch_size):
             input_ids, attention_mask = pad_right([id_lists[i] for i in batch], self.pad_id)
-            started = time.perf_counter()
-            output = base(
-                input_ids=torch.as_tensor(input_ids, device=self.device),
-                attention_mask=torch.as_tensor(attention_mask, device=self.device),
-                use_cache=False,
-            )
-            last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
-            hidden = output.last_hidden_state[torch.arange(len(batch), device=self.device), last]
-            if embeddings is None:
-                embeddings = np.zeros((n, hidden.shape[-1]), dtype=np.float32)
-            embeddings[batch] = hidden.float().cpu().numpy()
-            if logprobs is not None:
-                logprobs[batch] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
-            self.stats.forward_seconds += time.perf_counter() - started
-            self.stats.prompts += len(batch)
-            self.stats.tokens += int(attention_mask.sum())
-            self.stats.padded_tokens += int(attention_mask.size)
+            with self.stats.forward():
+                output = base(
+                    input_ids=torch.as_tensor(input_ids, device=self.device),
+                    attention_mask=torch.as_tensor(attention_mask, device=self.device),
+                    use_cache=False,
+                )
+                last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
+                hidden = output.last_hidden_state[torch.arange(len(batch), device=self.device), last]
+                if embeddings is None:
+                    embeddings = np.zeros((n, hidden.shape[-1]), dtype=np.float32)
+                embeddings[batch] = hidden.float().cpu().numpy()
+                if logprobs is not None:
+                    logprobs[batch] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
+            self.stats.add(prompts=len(batch), tokens=int(attention_mask.sum()), padded_tokens=int(attention_mask.size))
             progress.update(len(batch))
         if own_progress:
             progress.close()

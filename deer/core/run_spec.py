@@ -4,7 +4,7 @@ A run folder (``deer probe``, ``deer bear``, ``deer lama`` and the experiments w
 one ranks table shared by every probe run into it.  Ranks are only comparable, or reusable, when
 they were made with the same weights, tokenizer, dtype, KG, queries, prompts and BOS policy, so
 the folder stores that :class:`RunSpec` in ``run_spec.json`` and every later write must carry the
-same spec (``deer.results.save_probe_results`` refuses others).
+same spec (``ProbeResult.save`` refuses others).
 
 Default folder names come from :func:`run_folder_name` only: readable parts
 (KG-SPLIT-SUBSET|all-MODEL) and a short digest of the spec's other fields, so two different
@@ -45,7 +45,7 @@ class RunSpec:
 
     ``subset_seed`` is the seed that sampled ``--subset`` (None without one); the seed of the
     few-shot examples is ``templates["seed"]``.  ``templates`` is ``PromptTemplates.to_metadata()``
-    as a whole, ``bos`` is ``deer.tokenization.bos_policy``.  ``queries`` hashes the query triples
+    as a whole, ``bos`` is ``deer.core.tokenization.bos_policy``.  ``queries`` hashes the query triples
     and candidates (a LAMA single-token run ranks fewer of them than the plain one).
     """
 
@@ -65,8 +65,8 @@ class RunSpec:
 
     @classmethod
     def build(cls, queries, loaded, templates) -> "RunSpec":
-        """The spec of probing ``queries`` with ``loaded`` (a ``deer.probe.LoadedModel``) and ``templates``."""
-        from deer.tokenization import bos_policy
+        """The spec of probing ``queries`` with ``loaded`` (a ``deer.embedding_probe.LoadedModel``) and ``templates``."""
+        from deer.core.tokenization import bos_policy
 
         subset_seed = queries.subset_seed
         return cls(
@@ -108,7 +108,7 @@ class RunSpec:
         return cls.from_json(path.read_text()) if path.exists() else None
 
     def write(self, folder: Path) -> None:
-        from deer.outputs import write_json
+        from deer.core.files import write_json
 
         write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
 

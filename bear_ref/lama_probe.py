@@ -1,27 +1,25 @@
 """LAMA on a KG: rank candidates by log p(first token of " t_name)") after the query text.
 
 The log-probabilities come from the forward pass that DEER's query encoder makes
-(``deer.probe.encode_queries_with_next_token``); with ``with_deer`` its query embeddings are
-handed to DEER through the query store, so the pass is not run twice.  ``single_token`` keeps,
+(``encode_queries_with_next_token``); the result keeps that pass's query embeddings
+(``arrays["query_embeddings"]``), which DEER takes as they are (``deer.probe(...,
+query_embeddings=...)``), so a LAMA + DEER run reads every query once.  ``single_token`` keeps,
 as LAMA does, only candidates whose name is one token (and the queries whose gold tail is one).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
-from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
 from bear_ref.boundary import split_statements
-from deer.encoder import PromptEOLEncoder
-from deer.probe import LoadedModel, encode_queries_with_next_token, query_item_ids, query_store, run_deer_probe
-from deer.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.results import run_metadata, save_probe_results, tail_token_lengths
-from deer.templates import PromptTemplates
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.models import LoadedModel
+from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
+from deer.core.result import ProbeResult, kg_result, run_metadata, tail_token_lengths
+from deer.core.templates import PromptTemplates, query_prompts
 from kg_data.queries import QuerySet
 
 
@@ -51,24 +49,41 @@ def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
     )
 
 
+def encode_queries_with_next_token(
+    encoder: PromptEOLEncoder, queries: QuerySet, templates: PromptTemplates, next_token_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One forward pass per query giving both the DEER embedding and log p(next token).
+
+    ``next_token_ids``: token ids whose log-probabilities are wanted at the position after the
+    query text (LAMA).  Requires ``query_trailing_space=False`` so both read the same position.
+    Returns (embeddings (n, d), log-probabilities (n, len(next_token_ids))).
+    """
+    if templates.query_trailing_space:
+        raise ValueError("LAMA needs the query to end at the comma, but this DEER query prompt ends with ', ' "
+                         "(--query-trailing-space or --template-style authors): use the paper style without it")
+    output = encoder.encode(query_prompts(queries, templates), next_token_ids=next_token_ids, description="queries")
+    return output.embeddings, output.next_token_logprobs
+
+
+
 def lama_scores_from_logprobs(logprobs: np.ndarray, first_ids: np.ndarray, unique_ids: np.ndarray) -> np.ndarray:
     """(n_queries, n_candidates) scores from log-probs over ``unique_ids`` columns."""
     return logprobs[:, np.searchsorted(unique_ids, first_ids)]
 
 
-def run_lama_probe(
+def run_lama(
     queries: QuerySet,
     loaded: LoadedModel,
     templates: PromptTemplates,
-    out_dir: Path,
     single_token: bool = False,
-    with_deer: bool = False,
     token_budget: int = 8192,
-    use_cache: bool = True,
-    cache_dir: Optional[Path] = None,
     show_progress: bool = True,
-) -> dict:
-    """Run LAMA (and DEER from the same query pass); return {probe: metrics}."""
+) -> ProbeResult:
+    """Rank by log p(first token of " t_name)") after each query text; nothing is written.
+
+    ``single_token``: LAMA's protocol (see :func:`restrict_to_single_token`); the result's
+    ``queries`` are then the restricted ones.
+    """
     started = time.perf_counter()
     if single_token:
         queries = restrict_to_single_token(queries, loaded.tokenizer)
@@ -85,15 +100,5 @@ def run_lama_probe(
         "work": encoder.stats.as_dict(),
         "timings": {"seconds": round(time.perf_counter() - started, 3)},
     }
-    results = {"lama": save_probe_results(out_dir, "lama", queries, ranks, top_k_from_scores(scores, 10), metadata, tokenizer=loaded.tokenizer)}
-    if with_deer:
-        with tempfile.TemporaryDirectory() as scratch:
-            root = cache_dir if use_cache else Path(scratch)
-            # DEER finds these query embeddings in its store and encodes only the entities.
-            store = query_store(loaded, queries.kg, templates, root)
-            ids = query_item_ids(queries)
-            missing = store.missing(ids)
-            store.add([ids[i] for i in missing], embeddings[missing])
-            run = run_deer_probe(queries, loaded, templates, out_dir, token_budget=token_budget, use_cache=True, cache_dir=root, show_progress=show_progress)
-        results["deer"] = run.metrics
-    return results
+    return kg_result("lama", queries, ranks, top_k_from_scores(scores, 10), metadata, tokenizer=loaded.tokenizer,
+                     arrays={"query_embeddings": embeddings})

@@ -185,7 +185,7 @@ class PromptTemplates:
 
     @property
     def prompt_special_tokens(self) -> str:
-        """How DEER's prompts are tokenised (``deer.tokenization``): the authors' package calls
+        """How DEER's prompts are tokenised (``deer.core.tokenization``): the authors' package calls
         ``tokenizer(text)`` (its own special tokens; no BOS for GPT-2-style tokenizers), the
         paper style follows the project's BOS policy."""
         return "tokenizer" if self.style == "authors" else "bos"
@@ -233,3 +233,8 @@ class PromptTemplates:
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_metadata(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def query_prompts(queries, templates: PromptTemplates) -> list[str]:
+    """DEER query texts, one per query of a QuerySet (few-shot examples + open query line)."""
+    return [templates.query_prompt(queries.kg, tuple(triple)) for triple in queries.triples.tolist()]

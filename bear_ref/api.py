@@ -1,0 +1,136 @@
+"""``bear_ref.bear``, ``bear_ref.lama`` and ``bear_ref.bear_dataset``: the reference probes from Python.
+
+Same inputs and result type as ``deer.probe``, so results of one run spec join into one table.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
+from bear_ref.kg_probe import run_bear
+from bear_ref.lama_probe import run_lama
+from deer.core.inputs import checked_out_folder, prepare, store_root
+from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
+from deer.core.result import ProbeResult
+from deer.core.templates import PromptTemplates
+from kg_data.bear import BearDataset, load_bear_dataset
+
+
+def bear(
+    kg="wn18rr",
+    model=DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    split: str = "test",
+    subset: Optional[int] = None,
+    seed: int = 0,
+    data_dir=None,
+    templates: Optional[PromptTemplates] = None,
+    k_shot: int = 8,
+    shots: Optional[str] = None,
+    query_trailing_space: Optional[bool] = None,
+    template_style: str = "paper",
+    dtype: str = "float32",
+    device: str = "auto",
+    token_budget: int = 512,
+    pll_variant: str = "within_word_l2r",
+    cache: bool = False,
+    cache_dir=None,
+    out=None,
+    show_progress: bool = True,
+) -> ProbeResult:
+    """BEAR on a KG: rank candidates by the summed log-likelihood of each whole statement
+    (DEER's query text closed with ' t_name)'; pseudo log-likelihood for masked LMs).
+
+    Arguments as ``deer.probe``; ``cache`` stores score rows so an interrupted run resumes.
+    Work is queries x candidates statements.
+    """
+    queries, loaded, templates = prepare(
+        kg, model, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir, templates=templates,
+        k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space, template_style=template_style,
+        dtype=dtype, device=device)
+    folder = checked_out_folder(out, queries, loaded, templates)
+    with evaluation_mode(loaded.model):
+        result = run_bear(queries, loaded, templates, token_budget=token_budget, pll_variant=pll_variant,
+                          store_root=store_root(cache, cache_dir), show_progress=show_progress)
+    if folder is not None:
+        result.save(folder)
+    return result
+
+
+def lama(
+    kg="wn18rr",
+    model=DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    split: str = "test",
+    subset: Optional[int] = None,
+    seed: int = 0,
+    data_dir=None,
+    templates: Optional[PromptTemplates] = None,
+    k_shot: int = 8,
+    shots: Optional[str] = None,
+    query_trailing_space: Optional[bool] = None,
+    template_style: str = "paper",
+    dtype: str = "float32",
+    device: str = "auto",
+    token_budget: int = 8192,
+    single_token: bool = False,
+    out=None,
+    show_progress: bool = True,
+) -> ProbeResult:
+    """LAMA on a KG: rank candidates by log p(first token of ' t_name)') right after the query text.
+
+    Arguments as ``deer.probe``.  ``single_token``: LAMA's own protocol, only candidates (and
+    gold tails) whose name is one token; ``result.queries`` are then those.  The pass also
+    yields DEER's query vectors, kept as ``result.arrays["query_embeddings"]`` for
+    ``deer.probe(result.queries, model, query_embeddings=...)``.
+    """
+    queries, loaded, templates = prepare(
+        kg, model, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir, templates=templates,
+        k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space, template_style=template_style,
+        dtype=dtype, device=device)
+    with evaluation_mode(loaded.model):
+        result = run_lama(queries, loaded, templates, single_token=single_token, token_budget=token_budget,
+                          show_progress=show_progress)
+    if out is not None:  # checked after the run: --single-token ranks fewer queries than it was given
+        result.save(checked_out_folder(out, result.queries, loaded, templates))
+    return result
+
+
+def bear_dataset(
+    dataset="bear",
+    model=DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    data_dir=None,
+    relations: Optional[Sequence[str]] = None,
+    max_instances: Optional[int] = None,
+    seed: int = 0,
+    dtype: str = "float32",
+    device: str = "auto",
+    token_budget: int = 512,
+    pll_variant: str = "within_word_l2r",
+    domain_support: str = DEFAULT_DOMAIN_SUPPORT,
+    ties: str = DEFAULT_TIES,
+    out=None,
+    show_progress: bool = True,
+) -> ProbeResult:
+    """The BEAR score of a data set in the lm-pub-quiz format ('bear', 'bear-big', a folder or a
+    ``BearDataset``): accuracy per template, its mean and spread, per relation, domain and cardinality.
+
+    relations/max_instances/seed: a subset (relation codes; at most N instances per relation).
+    domain_support/ties: the metric convention (lm-pub-quiz 0.3.3's by default).
+    out: finished relations are stored there (an interrupted run resumes) and the result saved.
+    """
+    if isinstance(dataset, BearDataset):
+        data = dataset
+    else:
+        data = load_bear_dataset(dataset, data_dir, relations=list(relations) if relations else None,
+                                 max_instances=max_instances, seed=seed)
+    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
+    selection = {"relations": list(relations) if relations else None, "max_instances": max_instances, "seed": seed}
+    with evaluation_mode(loaded.model):
+        return run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant,
+                                show_progress=show_progress, domain_support=domain_support, ties=ties)

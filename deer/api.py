@@ -1,0 +1,79 @@
+"""``deer.probe``: the DEER probe from Python; the CLI, the experiments and training loops call it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from deer.core.inputs import as_query_set, checked_out_folder, prepare, store_root
+from deer.core.models import DEFAULT_MODEL, evaluation_mode
+from deer.core.result import ProbeResult
+from deer.core.templates import PromptTemplates
+from deer.embedding_probe import run_deer
+from kg_data.queries import QuerySet
+
+
+def probe(
+    kg="wn18rr",
+    model=DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    split: str = "test",
+    subset: Optional[int] = None,
+    seed: int = 0,
+    data_dir=None,
+    templates: Optional[PromptTemplates] = None,
+    k_shot: int = 8,
+    shots: Optional[str] = None,
+    query_trailing_space: Optional[bool] = None,
+    template_style: str = "paper",
+    dtype: str = "float32",
+    device: str = "auto",
+    token_budget: int = 8192,
+    cache: bool = False,
+    cache_dir=None,
+    out=None,
+    show_progress: bool = True,
+    query_embeddings: Optional[np.ndarray] = None,
+) -> ProbeResult:
+    """Run DEER: rank every candidate tail for each (h, r, ?) query by cosine of PromptEOL embeddings.
+
+    kg: 'wn18rr', a KG folder (str or Path), a ``TextualKG`` or a ``QuerySet`` (then split,
+        subset and data_dir are not used).  split/subset/seed: which queries (``subset`` samples
+        N triples with ``seed``; candidates are then the entities of those triples).
+    model: an alias (``deer models``), hub id or folder, loaded with ``dtype`` on ``device``
+        ('auto': CUDA when present); or a model object (with ``tokenizer=``), a ``(model,
+        tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
+        for the probe and put back in train mode after if it was training.
+    templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
+    cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
+    out: a folder to save the result in (beside other probes' results of the same run spec);
+        refused before any work if it holds another spec's results.  None: nothing is written.
+    query_embeddings: the queries' vectors when already computed (``bear_ref.lama`` returns them).
+
+    Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
+    """
+    queries, loaded, templates = prepare(
+        kg, model, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir, templates=templates,
+        k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space, template_style=template_style,
+        dtype=dtype, device=device)
+    folder = checked_out_folder(out, queries, loaded, templates)
+    with evaluation_mode(loaded.model):
+        result = run_deer(queries, loaded, templates, token_budget=token_budget, store_root=store_root(cache, cache_dir),
+                          show_progress=show_progress, query_embeddings=query_embeddings)
+    if folder is not None:
+        result.save(folder)
+    return result
+
+
+def load_result(folder: str | Path, probe: Optional[str] = None) -> ProbeResult:
+    """A saved result (see :meth:`ProbeResult.load`)."""
+    return ProbeResult.load(folder, probe)
+
+
+def load_queries(kg="wn18rr", split: str = "test", subset: Optional[int] = None, seed: int = 0, data_dir=None) -> QuerySet:
+    """The queries of a KG (name, folder or ``TextualKG``) to hand to several probes: every triple
+    of ``split``, or ``subset`` of them sampled with ``seed`` (candidates: their entities)."""
+    return as_query_set(kg, split, subset, seed, data_dir)

@@ -1,0 +1,39 @@
+"""The `deer` command: the only click code of the toolkit.  One root group registers every
+subcommand; each is a thin shell over the Python API (``deer.probe``, ``bear_ref.*``,
+``experiments.*``), with the options written once in ``deer.cli.options``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from deer.cli.experiments import experiment
+from deer.cli.info import data, models
+from deer.cli.probes import bear, bear_dataset, lama, probe
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="deer-probe-toolkit", prog_name="deer")
+@click.option("--debug", is_flag=True, help="Show the traceback of an error instead of a one-line message (or DEER_DEBUG=1).")
+@click.pass_context
+def main(ctx, debug):
+    """Probe what a language model knows about a knowledge graph.
+
+    \b
+    deer probe         DEER: PromptEOL embeddings of queries and described tails, cosine ranking
+    deer bear          BEAR reference probe on a KG (summed log-likelihood of every candidate statement)
+    deer lama          LAMA reference probe (log-probability of the tail's first token)
+    deer bear-dataset  the BEAR score of the BEAR / BEAR-big data set
+    deer experiment NAME   compute-time, token-bias, agreement, screen
+    deer models        which models are known and installed
+    deer data          which data sets were found, and where; `deer data fetch NAME` downloads one
+    """
+    ctx.meta["deer.debug"] = debug
+
+
+for _command in (probe, bear, lama, bear_dataset, experiment, models, data):
+    main.add_command(_command)
+
+if __name__ == "__main__":
+    sys.exit(main())

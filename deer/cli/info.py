@@ -1,0 +1,73 @@
+"""`deer models` and `deer data` (with `deer data fetch`): what is installed and found, and getting data."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from deer.cli.options import friendly_errors
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def models(as_json):
+    """List model aliases, what they point to, and whether they are installed here."""
+    from deer.core.models import describe_models
+
+    rows = describe_models()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        mark = "yes" if row["installed"] else "no"
+        click.echo(f"{row['alias']:<22}{mark:<5}{row['source']:<15}{row['model']}")
+        if not row["installed"]:
+            click.echo(f"{'':<27}install: {row['install']}")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Extra folder to search first.")
+@click.pass_context
+def data(ctx, data_dir):
+    """Show which data sets were found and where; `deer data fetch NAME` downloads one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from kg_data import describe_datasets, load_kg
+    from kg_data.locate import candidate_data_dirs
+
+    rows = describe_datasets(data_dir)
+    for row in rows:
+        if row["usable"]:
+            click.echo(f"{row['name']:<10}found    {row['path']}")
+        elif row["found"]:
+            click.echo(f"{row['name']:<10}unusable {row['path']} ({row['note']})")
+        else:
+            click.echo(f"{row['name']:<10}missing  (deer data fetch {row['name']})")
+    if any(r["name"] == "wn18rr" and r["found"] for r in rows):
+        summary = load_kg("wn18rr", data_dir).summary()
+        click.echo(
+            f"\nwn18rr: {summary['entities']} entities, {summary['relations']} relations, "
+            f"train/valid/test {summary['train_triples']}/{summary['valid_triples']}/{summary['test_triples']}"
+        )
+    click.echo("\nsearched: " + ", ".join(str(p) for p in candidate_data_dirs(data_dir)))
+
+
+@data.command("fetch")
+@click.argument("names", nargs=-1, required=True, type=click.Choice(["wn18rr", "bear", "bear-big", "lama"]))
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Data root to fetch into (default $DEER_DATA_DIR, else ~/.cache/deer/data).")
+@click.option("--base-url", default=None, help="A mirror laid out like the data root (default: each data set's "
+                                               "upstream repository at its pinned commit; or $DEER_DATA_BASE_URL).")
+@click.option("--offline", is_flag=True, help="Never download: only check what is there and say what is missing.")
+@friendly_errors
+def fetch(names, data_dir, base_url, offline):
+    """Download data sets from their public originals (pinned commits), verify sha256, install atomically.
+
+    Python: kg_data.fetch.fetch_dataset(name).  Files already present and correct are kept.
+    """
+    from kg_data.fetch import fetch_dataset
+
+    for name in names:
+        folder = fetch_dataset(name, data_dir=data_dir, base_url=base_url, offline=offline or None)
+        click.echo(f"{name:<10}ready    {folder}")

@@ -1,0 +1,244 @@
+"""`deer probe`, `deer bear`, `deer lama`, `deer bear-dataset`: thin shells over the Python API
+(``deer.probe``, ``bear_ref.bear``, ``bear_ref.lama``, ``bear_ref.bear_dataset``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from deer.cli.options import (
+    data_dir_option,
+    friendly_errors,
+    kg_options,
+    model_options,
+    out_option,
+    seed_option,
+    template_options,
+    token_budget_option,
+)
+
+RUNS_DIR = Path("runs")
+KG_OUT_HELP = "Output folder (default runs/KG-SPLIT-SUBSET-MODEL-DIGEST, DIGEST naming the other settings)."
+
+
+def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style):
+    """(queries, templates) from the shared options; says what will run.  No model is loaded yet."""
+    from deer.core.inputs import as_query_set, as_templates
+
+    queries = as_query_set(kg, split, subset, seed, data_dir)
+    templates = as_templates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
+                             template_style=template_style)
+    click.echo(f"KG {queries.kg.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
+    return queries, templates
+
+
+def output_folder(out_dir, queries, loaded, templates, model_name: str, suffix: str = "", check: bool = True) -> Path:
+    """``--out``, or by default runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec
+    (``deer.core.run_spec.run_folder_name``).  With ``check``, a folder holding another spec is refused
+    now, before any work (saving would refuse it anyway)."""
+    from deer.core.run_spec import RunSpec, spec_folder
+
+    spec = RunSpec.build(queries, loaded, templates)
+    return spec_folder(out_dir, RUNS_DIR, queries.kg.name, model_name, spec, suffix, check)
+
+
+def print_metrics_table(results) -> None:
+    """Short summary per result: Hit@1/10/100, MRR, MR raw and filtered, with the random baseline."""
+    header = f"{'probe':<10}{'setting':<10}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'Hit@100':>9}{'MRR':>8}{'MR':>10}"
+    click.echo(header)
+    click.echo("-" * len(header))
+    for result in results:
+        metrics = result.metrics.to_dict()
+        rows = [(result.probe, "raw", metrics["raw"]), (result.probe, "filtered", metrics["filtered"]),
+                ("random", "filtered", metrics["random_baseline"]["filtered"])]
+        for name, setting, m in rows:
+            click.echo(
+                f"{name:<10}{setting:<10}{m['n']:>6}{m['hit@1']:>8.3f}{m['hit@10']:>8.3f}{m['hit@100']:>9.3f}"
+                f"{m['mrr']:>8.4f}{m['mr']:>10.1f}"
+            )
+
+
+@click.command()
+@kg_options()
+@model_options()
+@template_options
+@out_option(KG_OUT_HELP)
+@token_budget_option(8192)
+@click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache.")
+@friendly_errors
+def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
+          out_dir, token_budget, no_cache):
+    """Run the DEER probe: rank every candidate tail for each (h, r, ?) query.
+
+    Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10),
+    metrics.json (Hit@1/3/10/100, MRR, MR overall and per relation, random baseline) and
+    metadata.json (model, templates, seeds, versions, timings, tokens) to --out.
+    Entity embeddings are cached and reused by later runs.  Python: deer.probe(...).
+    """
+    import deer
+    from deer.core.models import open_model
+
+    started = time.perf_counter()
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    out = output_folder(out_dir, queries, loaded, templates, model_name)
+    result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=not no_cache, out=out)
+    click.echo("")
+    print_metrics_table([result])
+    work = result.metadata["work"]
+    cache = result.metadata["cache"]
+    click.echo(
+        f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
+        f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache); "
+        f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s; "
+        f"total {time.perf_counter() - started:.1f}s"
+    )
+    click.echo(f"results: {out}")
+
+
+PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
+                          show_default=True, help="Masked LMs: pseudo log-likelihood variant.")
+
+
+@click.command()
+@kg_options()
+@model_options()
+@template_options
+@PLL_OPTION
+@out_option(KG_OUT_HELP)
+@token_budget_option(512, "Candidate tokens packed after the shared query per forward pass (masked LMs: padded "
+                          "tokens per batch, at least 512).")
+@click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows.")
+@friendly_errors
+def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
+         pll_variant, out_dir, token_budget, no_cache):
+    """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
+
+    Statement = DEER query text + ' t_name)'; writes the ranks table (bear_rank_raw/filtered,
+    bear_top10 beside other probes' columns), metrics.json, metadata.json.  Work is queries x
+    candidates statements; score rows are stored, so an interrupted run resumes.  For the BEAR
+    data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
+    """
+    import bear_ref
+    from deer.core.models import open_model
+
+    started = time.perf_counter()
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    click.echo(f"= {len(queries) * len(queries.candidates)} statements")
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    out = output_folder(out_dir, queries, loaded, templates, model_name)
+    result = bear_ref.bear(queries, loaded, templates=templates, token_budget=token_budget, pll_variant=pll_variant,
+                           cache=not no_cache, out=out)
+    click.echo("")
+    print_metrics_table([result])
+    click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
+    click.echo(f"results: {out}")
+
+
+@click.command()
+@kg_options()
+@model_options()
+@template_options
+@click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
+@click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
+@out_option(KG_OUT_HELP)
+@token_budget_option(8192)
+@click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
+@friendly_errors
+def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
+         single_token, with_deer, out_dir, token_budget, no_cache):
+    """LAMA: rank candidates by log p(first token of the tail) right after the query text.
+
+    Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
+    metadata.json.  Python: bear_ref.lama(...), then deer.probe(result.queries, model,
+    query_embeddings=result.arrays["query_embeddings"]).
+    """
+    import bear_ref
+    import deer
+    from deer.core.models import open_model
+
+    started = time.perf_counter()
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    # --single-token ranks fewer queries, so its spec (checked when saving) is not the one built here.
+    out = output_folder(out_dir, queries, loaded, templates, model_name, suffix="-single-token" if single_token else "",
+                        check=not single_token)
+    results = [bear_ref.lama(queries, loaded, templates=templates, single_token=single_token, token_budget=token_budget, out=out)]
+    if with_deer:
+        lama_result = results[0]
+        results.append(deer.probe(lama_result.queries, loaded, templates=templates, token_budget=token_budget,
+                                  cache=not no_cache, out=out, query_embeddings=lama_result.arrays["query_embeddings"]))
+    click.echo("")
+    print_metrics_table(results)
+    click.echo(f"\ntotal {time.perf_counter() - started:.1f}s\nresults: {out}")
+
+
+def _print_bear_dataset_summary(metrics: dict) -> None:
+    overall = metrics["overall"]
+    per_template = ", ".join(f"t{t}={a:.3f}" for t, a in overall["accuracy_per_template"].items())
+    click.echo(
+        f"BEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
+        f"random baseline {overall['random_baseline']:.4f}; {overall['instances']} instances"
+    )
+    if metrics.get("convention"):
+        click.echo(f"metric convention: {metrics['convention']['name']}")
+    for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality")):
+        click.echo(f"\n{title:<16}{'acc':>8}{'std':>8}{'random':>8}{'n':>7}")
+        for name, block in metrics[key].items():
+            click.echo(f"{name:<16}{block['accuracy_mean']:>8.3f}{block['accuracy_std']:>8.3f}{block['random_baseline']:>8.3f}{block['instances']:>7}")
+
+
+@click.command("bear-dataset")
+@click.option("--dataset", default="bear", show_default=True, help="'bear', 'bear-big' or a folder in the lm-pub-quiz format.")
+@data_dir_option
+@click.option("--relations", default=None, help="Comma-separated relation codes, e.g. P19,P20 (default all).")
+@click.option("--max-instances", type=int, default=None, help="At most N instances per relation (sampled with --seed).")
+@seed_option
+@model_options()
+@PLL_OPTION
+@out_option("Output folder (default runs/DATASET[-RELATIONS]-dataset-N|all-MODEL).")
+@token_budget_option(512, "Trie nodes per forward pass (masked LMs: padded tokens per batch, at least 512).")
+@click.option("--domain-support", type=click.Choice(["divided", "full"]), default="divided", show_default=True,
+              help="A relation with k domains adds 1/k of its support to each (lm-pub-quiz 0.3.3) or all of it.")
+@click.option("--ties", type=click.Choice(["first", "wrong"]), default="first", show_default=True,
+              help="A tie goes to the first answer in answer-space order (argmax, lm-pub-quiz 0.3.3) or counts as wrong.")
+@click.option("--resummarise", is_flag=True,
+              help="Recompute metrics.json/summary.md/metadata.json of the run in --out from its instances table "
+                   "(no model, no scoring), e.g. under another --domain-support/--ties.")
+@friendly_errors
+def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, dtype, device, pll_variant, out_dir,
+                 token_budget, domain_support, ties, resummarise):
+    """The BEAR score of a data set (BEAR, BEAR-big or a folder in the lm-pub-quiz format).
+
+    Accuracy per template, mean and spread, per relation/domain/cardinality, random baseline;
+    writes the instances table, metrics.json, summary.md and metadata.json.  Finished relations
+    are stored, so an interrupted run resumes.  Python: bear_ref.bear_dataset(...).
+    """
+    import bear_ref
+    from bear_ref.dataset import resummarise_bear_dataset
+    from deer.core.models import open_model
+    from deer.core.run_spec import run_folder_name
+    from kg_data.bear import load_bear_dataset
+
+    started = time.perf_counter()
+    codes = [c.strip() for c in relations.split(",") if c.strip()] if relations else None
+    data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
+    click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")
+    out = Path(out_dir) if out_dir else RUNS_DIR / run_folder_name(
+        data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, split="dataset", subset=max_instances)
+    if resummarise:
+        result = resummarise_bear_dataset(out, data, domain_support=domain_support, ties=ties)
+        click.echo("")
+        _print_bear_dataset_summary(result.metrics.to_dict())
+        click.echo(f"\nrecomputed from the instances table: {out}")
+        return
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    result = bear_ref.bear_dataset(data, loaded, relations=codes, max_instances=max_instances, seed=seed,
+                                   token_budget=token_budget, pll_variant=pll_variant, domain_support=domain_support,
+                                   ties=ties, out=out)
+    click.echo("")
+    _print_bear_dataset_summary(result.metrics.to_dict())
+    click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
+    click.echo(f"results: {out}")

@@ -1,0 +1,144 @@
+"""The DEER probe: embed queries and described candidate tails once each, rank by cosine.
+
+Work is |queries| + |candidates| forward passes.  With a store root, embeddings go through
+resumable stores (``deer.core.stores``), so a second run -- or a resumed one -- encodes only
+what is missing; without one nothing is written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from deer.core.stores import EmbeddingStore
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.models import LoadedModel
+from deer.core.ranking import cosine_gold_ranks, faiss_top_k
+from deer.core.result import ProbeResult, kg_result, run_metadata
+from deer.core.templates import PromptTemplates, query_prompts
+from deer.core.tokenization import bos_policy
+from kg_data.kg import TextualKG
+from kg_data.queries import QuerySet
+
+ENCODER_VERSION = "prompteol-last-token-v1"
+
+
+def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
+    return {
+        "encoder": ENCODER_VERSION,
+        "model_fingerprint": loaded.fingerprint,
+        "tokenizer_fingerprint": loaded.tokenizer_fingerprint,
+        "dtype": loaded.dtype,
+        "bos": bos_policy(loaded.tokenizer),
+        "kg": kg.name,
+        "kg_fingerprint": kg.fingerprint(),
+    }
+
+
+def entity_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Path) -> EmbeddingStore:
+    key = {**_store_key(loaded, kg), "tail_template": templates.tail_template_key()}
+    return EmbeddingStore(Path(root) / "embeddings", "entities", key)
+
+
+def query_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Path) -> EmbeddingStore:
+    key = {**_store_key(loaded, kg), "query_templates": templates.to_metadata()}
+    return EmbeddingStore(Path(root) / "embeddings", "queries", key)
+
+
+def encode_through_store(
+    encoder: PromptEOLEncoder,
+    store: Optional[EmbeddingStore],
+    ids: Sequence[str],
+    texts: Sequence[str],
+    description: str,
+    chunk_size: int = 2048,
+) -> tuple[np.ndarray, int]:
+    """Vectors for ``ids``: stored ones reused, missing ones encoded chunk by chunk and stored.
+
+    Returns (vectors in ``ids`` order, number of prompts encoded now).
+    """
+    if store is None:
+        return encoder.encode(texts, description=description).embeddings, len(texts)
+    missing = store.missing(ids)
+    with tqdm(total=len(missing), desc=description, unit="prompt", disable=not encoder.show_progress or not missing) as bar:
+        for start in range(0, len(missing), chunk_size):
+            chunk = missing[start : start + chunk_size]
+            vectors = encoder.encode([texts[i] for i in chunk], progress=bar).embeddings
+            store.add([ids[i] for i in chunk], vectors)
+    return store.get(ids), len(missing)
+
+
+def run_deer(
+    queries: QuerySet,
+    loaded: LoadedModel,
+    templates: PromptTemplates,
+    token_budget: int = 8192,
+    store_root: Optional[Path] = None,
+    show_progress: bool = True,
+    query_embeddings: Optional[np.ndarray] = None,
+) -> ProbeResult:
+    """Rank every candidate for every query by cosine of PromptEOL embeddings; nothing is written
+    except embedding stores under ``store_root`` (None: no stores).
+
+    ``query_embeddings``: (n_queries, d) vectors already computed for these queries with these
+    templates (LAMA's pass makes them), so only the candidates are encoded.
+    The result keeps ``arrays["query_embeddings"]`` and ``arrays["entity_embeddings"]``.
+    """
+    kg = queries.kg
+    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
+                               special_tokens=templates.prompt_special_tokens)
+    timings: dict = {}
+
+    started = time.perf_counter()
+    entities = entity_store(loaded, kg, templates, store_root) if store_root is not None else None
+    entity_ids = [kg.entity_ids[e] for e in queries.candidates]
+    entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
+    entity_vectors, entities_encoded = encode_through_store(encoder, entities, entity_ids, entity_texts, "entities")
+    timings["entities_seconds"] = time.perf_counter() - started
+    entity_stats = encoder.stats.as_dict()
+
+    started = time.perf_counter()
+    query_texts = query_prompts(queries, templates)
+    if query_embeddings is not None:
+        if len(query_embeddings) != len(queries):
+            raise ValueError(f"query_embeddings has {len(query_embeddings)} rows for {len(queries)} queries")
+        query_vectors, queries_encoded, query_cache = np.asarray(query_embeddings, dtype=np.float32), 0, None
+    else:
+        query_cache = query_store(loaded, kg, templates, store_root) if store_root is not None else None
+        query_vectors, queries_encoded = encode_through_store(encoder, query_cache, queries.item_ids(), query_texts, "queries")
+    timings["queries_seconds"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    ranks = cosine_gold_ranks(query_vectors, entity_vectors, queries.gold, queries.filter_tails)
+    _, top = faiss_top_k(query_vectors, entity_vectors, 10)
+    timings["ranking_seconds"] = time.perf_counter() - started
+
+    stats = encoder.stats.as_dict()
+    encode_seconds = stats["forward_seconds"]
+    metadata = {
+        **run_metadata("deer", queries, loaded, templates),
+        "example_query_prompt": query_texts[0] if query_texts else None,
+        "example_tail_prompt": entity_texts[0] if entity_texts else None,
+        "token_budget": token_budget,
+        "cache": {
+            "entities_encoded_now": entities_encoded,
+            "entities_from_cache": len(entity_ids) - entities_encoded,
+            "queries_encoded_now": queries_encoded,
+            "queries_from_cache": len(query_texts) - queries_encoded,
+            "entity_store": str(entities.folder) if entities else None,
+            "query_embeddings_given": query_embeddings is not None,
+        },
+        "work": {
+            **stats,
+            "entity_tokens": entity_stats["tokens"],
+            "query_tokens": stats["tokens"] - entity_stats["tokens"],
+            "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
+        },
+        "timings": dict(timings),  # perf_counter seconds, unrounded (compute-time scales them up)
+    }
+    return kg_result("deer", queries, ranks, top, metadata, tokenizer=loaded.tokenizer,
+                     arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})

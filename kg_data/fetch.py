@@ -1,0 +1,232 @@
+"""Download the public data sets (wn18rr, bear, bear-big, lama) pinned in ``manifest.json``.
+
+Each file comes from its upstream repository at a pinned commit (or from a mirror given by
+``base_url`` / $DEER_DATA_BASE_URL), and is checked against the manifest's size and sha256.
+Files are written as ``.part`` files in a staging folder beside their destination and renamed
+into place only once verified; the marker file that ``find_dataset`` looks for comes last, so a
+half-fetched data set is never found.  Stdlib only (urllib), plus tqdm for the progress bar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from kg_data.errors import KGNotFoundError
+from kg_data.locate import DATA_DIR_ENV, NAMED_DATASETS, find_dataset
+
+MANIFEST_PATH = Path(__file__).with_name("manifest.json")
+BASE_URL_ENV = "DEER_DATA_BASE_URL"
+OFFLINE_ENV = "DEER_OFFLINE"
+STAGING_DIR = ".fetching"
+TIMEOUT_S = 60
+CHUNK = 1 << 16
+
+
+class DataFetchError(KGNotFoundError):
+    """A data set could not be fetched (offline, network failure, or a checksum mismatch)."""
+
+
+def load_manifest() -> dict:
+    """{name: {"repo", "commit", "license", "marker", "files": [{"path", "url", "bytes", "sha256"}]}}."""
+    return json.loads(MANIFEST_PATH.read_text(encoding="utf-8"))
+
+
+def default_data_root() -> Path:
+    return Path.home() / ".cache" / "deer" / "data"
+
+
+def data_root(data_dir: Optional[str | Path] = None) -> Path:
+    """Where data sets are fetched to: ``data_dir``, else $DEER_DATA_DIR, else ~/.cache/deer/data."""
+    if data_dir:
+        return Path(data_dir).expanduser()
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser()
+    return default_data_root()
+
+
+def is_offline() -> bool:
+    return os.environ.get(OFFLINE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_valid(path: Path, spec: dict) -> bool:
+    # The size check first: it is free and rules out most stale or partial files.
+    return path.is_file() and path.stat().st_size == spec["bytes"] and sha256_of(path) == spec["sha256"]
+
+
+def _entry(name: str, manifest: Optional[dict]) -> dict:
+    manifest = manifest if manifest is not None else load_manifest()
+    if name not in manifest or name not in NAMED_DATASETS:
+        known = ", ".join(n for n in manifest if n in NAMED_DATASETS)
+        raise ValueError(f"unknown data set '{name}'; known: {known}")
+    return manifest[name]
+
+
+def _how_to_get(name: str, entry: dict, root: Path) -> str:
+    folder = root / NAMED_DATASETS[name]
+    return (
+        f"'{name}' comes from https://github.com/{entry['repo']} at commit {entry['commit']}. "
+        f"Put its files in {folder} (or pass --data-dir DIR / set {DATA_DIR_ENV} to a folder holding "
+        f"'{NAMED_DATASETS[name]}/'), or run `deer data fetch {name}` on a machine with network access."
+    )
+
+
+def _download(url: str, part: Path, spec: dict, progress) -> None:
+    """Fill ``part`` from ``url``, resuming with a Range request when a partial file is there."""
+    start = part.stat().st_size if part.is_file() else 0
+    if start >= spec["bytes"]:
+        start = 0  # nothing left to resume (or a stale, too long file): start over
+    request = urllib.request.Request(url, headers={"User-Agent": "deer-data-fetch"})
+    if start:
+        request.add_header("Range", f"bytes={start}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as error:
+        if error.code != 416 or not start:
+            raise
+        part.unlink()  # the server refused our range: restart from zero
+        return _download(url, part, spec, progress)
+    with response:
+        if response.status != 206:
+            start = 0  # the server ignored the Range header and sends the whole file
+        progress.update(start)
+        with open(part, "ab" if start else "wb") as out:
+            written = start
+            # Never read much past the expected size: a wrong file is refused by its checksum anyway.
+            while written <= spec["bytes"]:
+                block = response.read(CHUNK)
+                if not block:
+                    break
+                out.write(block)
+                written += len(block)
+                progress.update(len(block))
+        # http.client's read(n) returns b"" on a dropped connection instead of raising, so a short
+        # body is only noticed here: bytes the server announced (Content-Length) never came.
+        if response.length:
+            raise ConnectionError(f"connection closed after {written} of {spec['bytes']} bytes")
+
+
+def _part_path(root: Path, spec: dict) -> Path:
+    """The staging file: beside its destination (same file system, so the final rename is atomic)."""
+    final = root / spec["path"]
+    return final.parent / STAGING_DIR / (final.name + ".part")
+
+
+def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: Optional[str], progress) -> Path:
+    final, part = root / spec["path"], _part_path(root, spec)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    url = f"{base_url.rstrip('/')}/{urllib.parse.quote(spec['path'])}" if base_url else spec["url"]
+    resumed = part.is_file() and 0 < part.stat().st_size < spec["bytes"]
+    try:
+        if _is_valid(part, spec):  # complete and verified, but not yet renamed (e.g. the held-back marker)
+            progress.update(spec["bytes"])
+        else:
+            _download(url, part, spec, progress)
+    except (OSError, http.client.HTTPException) as error:
+        # The .part file stays: the next fetch resumes it.
+        reason = getattr(error, "reason", None) or error
+        raise DataFetchError(
+            f"Could not download {spec['path']} from {url}: {reason}. Fetching again resumes it.\n"
+            f"{_how_to_get(name, entry, root)}"
+        ) from None
+    if not _is_valid(part, spec):
+        got = sha256_of(part)
+        part.unlink()
+        if resumed:
+            # The kept half may not belong to this file; one clean download before refusing.
+            return _fetch_file(name, entry, spec, root, base_url, progress)
+        raise DataFetchError(
+            f"Checksum mismatch for {spec['path']} from {url}: expected sha256 {spec['sha256']} "
+            f"({spec['bytes']} bytes), got {got}. The file was deleted; nothing was installed."
+        )
+    os.replace(part, final)
+    return final
+
+
+def _remove_empty_staging(root: Path, files: list[dict]) -> None:
+    for staging in {_part_path(root, spec).parent for spec in files}:
+        try:
+            staging.rmdir()
+        except OSError:
+            pass  # absent, or holds a .part of another data set's fetch
+
+
+def fetch_dataset(
+    name: str,
+    data_dir: Optional[str | Path] = None,
+    base_url: Optional[str] = None,
+    offline: Optional[bool] = None,
+    show_progress: bool = True,
+    manifest: Optional[dict] = None,
+) -> Path:
+    """Download data set ``name`` into the data root and return its folder (root/NAMED_DATASETS[name]).
+
+    Files already there with the right sha256 are kept.  ``base_url`` (or $DEER_DATA_BASE_URL)
+    replaces the upstream: URL = base_url + "/" + path relative to the data root.  ``manifest``
+    replaces ``manifest.json`` (same layout).  Raises DataFetchError when offline, on network
+    failure, or on a checksum mismatch.
+    """
+    entry = _entry(name, manifest)
+    root = data_root(data_dir)
+    base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+    offline = is_offline() if offline is None else offline
+    # The marker last: until it is in place, find_dataset does not see the data set.
+    files = sorted(entry["files"], key=lambda spec: spec["path"] == entry["marker"])
+    missing = [spec for spec in files if not _is_valid(root / spec["path"], spec)]
+    if missing and offline:
+        raise DataFetchError(
+            f"The '{name}' data set is missing ({len(missing)} of {len(files)} files) and fetching is off "
+            f"({OFFLINE_ENV}=1 or offline=True).\n{_how_to_get(name, entry, root)}"
+        )
+    marker = next(spec for spec in files if spec["path"] == entry["marker"])
+    if missing and marker not in missing:
+        # Repairing a data set: hide it (marker back to staging) until every file is in place.
+        _part_path(root, marker).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(root / marker["path"], _part_path(root, marker))
+        missing.append(marker)
+    from tqdm import tqdm
+
+    total = sum(spec["bytes"] for spec in missing)
+    with tqdm(total=total, unit="B", unit_scale=True, desc=f"fetching {name}", file=sys.stderr,
+              disable=not show_progress or not missing) as progress:
+        try:
+            for spec in missing:
+                _fetch_file(name, entry, spec, root, base_url, progress)
+        finally:
+            _remove_empty_staging(root, files)
+    return root / NAMED_DATASETS[name]
+
+
+def ensure_dataset(name: str, data_dir: Optional[str | Path] = None) -> Path:
+    """``find_dataset``, else fetch the data set into the data root (unless $DEER_OFFLINE is set)."""
+    try:
+        return find_dataset(name, data_dir)
+    except KGNotFoundError as not_found:
+        entry = _entry(name, None)
+        root = data_root(data_dir)
+        if is_offline():
+            raise DataFetchError(
+                f"{not_found}\nFetching is off ({OFFLINE_ENV}=1). {_how_to_get(name, entry, root)}"
+            ) from None
+        print(
+            f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "
+            f"{root / NAMED_DATASETS[name]} (set {OFFLINE_ENV}=1 to prevent)",
+            file=sys.stderr,
+        )
+        return fetch_dataset(name, data_dir)

@@ -1,0 +1,136 @@
+"""The house rules of the import graph, read from the source (every import statement, also the
+ones inside functions): no cycles; click only in the CLI layer; each layer imports only below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("deer", "bear_ref", "kg_data", "experiments")
+
+# Layer of a module (by longest matching prefix) and the layers it may import.  Top to bottom:
+# cli -> experiments -> api -> probes -> core -> kg_data.
+LAYERS = {
+    "deer.cli": "cli",
+    "experiments": "experiments",
+    "deer.api": "api",
+    "bear_ref.api": "api",
+    "deer.embedding_probe": "probes",
+    "bear_ref": "probes",
+    "deer.core": "core",
+    "deer": "package",  # deer/__init__.py: names only, imported lazily
+    "kg_data": "data",
+}
+ALLOWED = {
+    "cli": {"cli", "experiments", "api", "probes", "core", "data", "package"},
+    "experiments": {"experiments", "api", "probes", "core", "data", "package"},
+    "api": {"api", "probes", "core", "data", "package"},
+    "probes": {"probes", "core", "data", "package"},
+    "core": {"core", "data"},
+    "package": set(),
+    "data": {"data"},
+}
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    return modules
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import
+                base = module.split(".")[: -node.level] if path.name != "__init__.py" else module.split(".")[: len(module.split(".")) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names.add(prefix)
+            names.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in imported_names(path, module):
+            # The deepest project module the name refers to ("a.b.c" -> a.b.c, else a.b, ...).
+            parts = name.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                targets.add(".".join(parts))
+        graph[module] = targets
+    return graph
+
+
+def layer_of(module: str) -> str:
+    matches = [prefix for prefix in LAYERS if module == prefix or module.startswith(prefix + ".")]
+    return LAYERS[max(matches, key=len)]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_the_walk_sees_the_modules_and_their_imports():
+    graph = import_graph()
+    assert {"deer.cli", "deer.core.result", "bear_ref.api", "experiments.runs", "kg_data.fetch"} <= set(graph)
+    assert "deer.core.result" in graph["deer.embedding_probe"]
+    assert "deer.cli.options" in graph["deer.cli.probes"]
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_click_only_in_the_cli_layer():
+    offenders = [module for module, path in project_modules().items()
+                 if layer_of(module) != "cli" and any(n == "click" or n.startswith("click.") for n in imported_names(path, module))]
+    assert not offenders, f"click imported outside deer/cli: {offenders}"
+
+
+def test_each_layer_imports_only_layers_below_it():
+    wrong = [f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+             for module, targets in import_graph().items() for target in targets
+             if layer_of(target) not in ALLOWED[layer_of(module)]]
+    assert not wrong, "\n".join(wrong)
