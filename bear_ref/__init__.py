@@ -7,7 +7,7 @@
 
 from importlib import import_module as _import_module
 
-from deer import __version__  # noqa: F401  (one version for the whole distribution)
+from deer import __version__  # one version for the whole distribution (in __all__)
 
 _PUBLIC = {"bear": "bear_ref.api", "lama": "bear_ref.api", "bear_dataset": "bear_ref.api"}
 

@@ -5,7 +5,7 @@ Same inputs and result type as ``deer.probe``, so results of one run spec join i
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
 from bear_ref.kg_probe import run_bear
@@ -23,13 +23,13 @@ def bear(
     *,
     tokenizer=None,
     split: str = "test",
-    subset: Optional[int] = None,
+    subset: int | None = None,
     seed: int = 0,
     data_dir=None,
-    templates: Optional[PromptTemplates] = None,
+    templates: PromptTemplates | None = None,
     k_shot: int = 8,
-    shots: Optional[str] = None,
-    query_trailing_space: Optional[bool] = None,
+    shots: str | None = None,
+    query_trailing_space: bool | None = None,
     template_style: str = "paper",
     dtype: str = "float32",
     device: str = "auto",
@@ -65,13 +65,13 @@ def lama(
     *,
     tokenizer=None,
     split: str = "test",
-    subset: Optional[int] = None,
+    subset: int | None = None,
     seed: int = 0,
     data_dir=None,
-    templates: Optional[PromptTemplates] = None,
+    templates: PromptTemplates | None = None,
     k_shot: int = 8,
-    shots: Optional[str] = None,
-    query_trailing_space: Optional[bool] = None,
+    shots: str | None = None,
+    query_trailing_space: bool | None = None,
     template_style: str = "paper",
     dtype: str = "float32",
     device: str = "auto",
@@ -105,8 +105,8 @@ def bear_dataset(
     *,
     tokenizer=None,
     data_dir=None,
-    relations: Optional[Sequence[str]] = None,
-    max_instances: Optional[int] = None,
+    relations: Sequence[str] | None = None,
+    max_instances: int | None = None,
     seed: int = 0,
     dtype: str = "float32",
     device: str = "auto",

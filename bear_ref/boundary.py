@@ -18,7 +18,7 @@ must meet where the whole-statement tokenisation puts the boundary:
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from deer.core.tokenization import batch_token_ids, token_ids
 
@@ -68,7 +68,7 @@ def split_statements(tokenizer, context: str, continuations: Sequence[str]) -> S
     context_ids = token_ids(tokenizer, stripped)
     wholes = batch_token_ids(tokenizer, [stripped + continuation for _, continuation in pairs])
     continuation_ids, shared_lengths = [], []
-    for whole, (_, continuation) in zip(wholes, pairs):
+    for whole, (_, continuation) in zip(wholes, pairs, strict=True):
         shared = common_prefix_length(context_ids, whole)
         if shared == len(whole):  # continuation adds no token (e.g. empty): keep the last token scored
             shared = len(whole) - 1

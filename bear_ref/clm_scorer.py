@@ -16,7 +16,7 @@ and the LM head is applied only to rows whose next token is scored.  Packs are k
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -152,7 +152,7 @@ class SharedPrefixScorer:
         targets = [list(continuation_ids[i][1:]) for i in rows]
         widths = [len(ids) for ids in inputs]
         starts = [shared_lengths[i] for i in rows]
-        positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts)])
+        positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts, strict=True)])
         key_positions = np.concatenate([np.arange(context_length), positions])
         mask = custom_attention_mask(self.model, packed_attention_mask(context_length, starts, widths), positions, key_positions, self.device)
         hidden = base(

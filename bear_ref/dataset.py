@@ -29,16 +29,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
+from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from deer.core.result import Metrics, ProbeResult
 from deer.core.stores import key_digest
-from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from kg_data.bear import BearDataset, BearRelation
 
 PROBE = "bear-dataset"
@@ -79,7 +78,7 @@ def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = 
             "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}
 
 
-def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Optional[tqdm] = None) -> pd.DataFrame:
+def score_relation(scorer: StatementScorer, relation: BearRelation, progress: tqdm | None = None) -> pd.DataFrame:
     """One row per (template, instance): gold score, prediction, realistic rank, correctness.
 
     ``predicted_id`` is the argmax (first answer in answer-space order on a tie) and ``correct``
@@ -93,7 +92,7 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: Op
         statements = relation.statements(template)
         all_scores = scorer.score_statements(statements, progress.update if progress is not None else None)
         all_scores = np.asarray(all_scores).reshape(len(relation), n_answers)
-        for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels)):
+        for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
             scores = all_scores[i]
             gold = int(relation.gold[i])
             higher = int(np.sum(scores > scores[gold]))
@@ -228,7 +227,7 @@ def summary_markdown(metrics: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _describe_folder_conflict(out_dir: Path) -> Optional[str]:
+def _describe_folder_conflict(out_dir: Path) -> str | None:
     """Why ``out_dir`` holds another kind of run than a BEAR data-set run (None if it does not)."""
     for name in ("ranks.parquet", "ranks.csv", "run_spec.json"):
         if (out_dir / name).exists():
@@ -289,7 +288,7 @@ def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict) -> ProbeR
 def run_bear_dataset(
     dataset: BearDataset,
     loaded,
-    out_dir: Optional[Path],
+    out_dir: Path | None,
     selection: dict,
     token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
@@ -367,7 +366,7 @@ def find_instances_table(out_dir: Path) -> Path:
 
 def resummarise_bear_dataset(
     out_dir: Path,
-    dataset: Optional[BearDataset] = None,
+    dataset: BearDataset | None = None,
     domain_support: str = DEFAULT_DOMAIN_SUPPORT,
     ties: str = DEFAULT_TIES,
 ) -> ProbeResult:

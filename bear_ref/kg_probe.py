@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -57,7 +56,7 @@ def bear_kg_scores(
     queries: QuerySet,
     scorer: StatementScorer,
     templates: PromptTemplates,
-    store: Optional[EmbeddingStore] = None,
+    store: EmbeddingStore | None = None,
     chunk_size: int = 8,
     show_progress: bool = True,
 ) -> tuple[np.ndarray, int]:
@@ -90,7 +89,7 @@ def run_bear(
     templates: PromptTemplates,
     token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
-    store_root: Optional[Path] = None,
+    store_root: Path | None = None,
     show_progress: bool = True,
 ) -> ProbeResult:
     """Score every (query, candidate) statement and rank; nothing is written except score rows

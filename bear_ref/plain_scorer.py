@@ -8,7 +8,7 @@ one that touches the continuation's text to the end (lm-pub-quiz's conditional s
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

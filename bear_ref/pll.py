@@ -12,7 +12,7 @@ under a token budget, and the MLM head is applied only to each copy's masked row
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -12,7 +12,7 @@ answer) returns each whole statement's summed log-likelihood (causal LM, prefix 
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class StatementScorer:
             return self.pll.score([context + c for c in continuations])
         return self.clm.score_texts(context, continuations, whole=True)
 
-    def score_statements(self, statements: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
+    def score_statements(self, statements: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
         """Whole-statement scores; ``progress(k)`` is told as statements finish."""
         if self.masked:
             scores = self.pll.score(list(statements))

@@ -22,7 +22,7 @@ the first text token for a vocabulary without BOS) is given, not scored.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -108,7 +108,7 @@ class PrefixTrieScorer:
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("statements", "statement_tokens", "fed_tokens", "tokens", "rows")
 
-    def score_texts(self, statements: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
+    def score_texts(self, statements: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
         """float64 (n,): summed log p of every token after the first, in nats.
 
         ``progress(k)`` is called after each forward pass with the statements it finished.
@@ -116,13 +116,13 @@ class PrefixTrieScorer:
         return self.score_ids(batch_token_ids(self.tokenizer, list(statements)), progress)
 
     @torch.inference_mode()
-    def score_ids(self, sequences: Sequence[Sequence[int]], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
+    def score_ids(self, sequences: Sequence[Sequence[int]], progress: Callable[[int], object] | None = None) -> np.ndarray:
         scores = np.zeros(len(sequences), dtype=np.float64)
         with self.stats.forward(), backend_for_custom_masks(self.model) as backend:
             self.stats.attention = backend
             for row in build_rows(sequences, self.token_budget):
                 node_logprobs = self._node_logprobs(row)
-                for index, path in zip(row.statements, row.paths):
+                for index, path in zip(row.statements, row.paths, strict=True):
                     scores[index] = node_logprobs[path].sum()
                 if progress is not None:
                     progress(len(row.statements))

@@ -23,10 +23,10 @@ import torch
 from bear_ref.boundary import split_statements
 from bear_ref.clm_scorer import SharedPrefixScorer
 from bear_ref.plain_scorer import plain_conditional_scores
-from deer.core.work import WorkCounter
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
 from deer.core.templates import PromptTemplates
+from deer.core.work import WorkCounter
 from kg_data import build_queries, load_kg
 
 FULL_QUERIES, FULL_ENTITIES = 93_003, 40_943  # all WN18RR triples x all entities (the paper's extrapolation)
@@ -58,7 +58,7 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
 
     # Whole-statement tokens (what the plain way reads) for all statements, from the split.
     splits = [split_statements(tokenizer, c, continuations) for c in contexts]
-    statement_tokens = [[s + len(ids) for s, ids in zip(sp.shared_lengths, sp.continuation_ids)] for sp in splits]
+    statement_tokens = [[s + len(ids) for s, ids in zip(sp.shared_lengths, sp.continuation_ids, strict=True)] for sp in splits]
     clean = all(sp.clean for sp in splits)
 
     scorer = SharedPrefixScorer(model, tokenizer, token_budget=token_budget)

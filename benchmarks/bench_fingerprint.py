@@ -30,8 +30,8 @@ from pathlib import Path
 import click
 import torch
 
-from deer.core.models import FINGERPRINT_ALGORITHM, FINGERPRINT_CHUNK_BYTES, _raw_bytes, tensors_fingerprint
 from deer.core.files import package_versions, write_json
+from deer.core.models import FINGERPRINT_ALGORITHM, FINGERPRINT_CHUNK_BYTES, _raw_bytes, tensors_fingerprint
 
 NO_CHUNKS = 1 << 62  # one piece per tensor
 
@@ -128,7 +128,7 @@ def main(layers, repeats, threads, chunk_mib, algorithms, out_path):
     header = f"{'way':<46}{'best s':>8}{'GB/s':>7}{'fingerprint':>18}  all runs (s)"
     click.echo(header)
     click.echo("-" * len(header))
-    for label, algorithm, layout, function in ways:
+    for label, algorithm, layout, _function in ways:
         seconds, fingerprint = results[label]
         exact = layout != "sample"
         row = {"way": label, "algorithm": algorithm, "layout": layout, "exact": exact, "seconds": seconds,

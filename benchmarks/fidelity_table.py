@@ -19,9 +19,9 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests package, for its cases
 
-from deer.core.models import resolve_model  # noqa: E402
-from deer.core.files import package_versions, write_json  # noqa: E402
-from tests import test_equivalence as cases  # noqa: E402
+from deer.core.files import package_versions, write_json
+from deer.core.models import resolve_model
+from tests import test_equivalence as cases
 
 
 @click.command()

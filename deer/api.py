@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -21,13 +20,13 @@ def probe(
     *,
     tokenizer=None,
     split: str = "test",
-    subset: Optional[int] = None,
+    subset: int | None = None,
     seed: int = 0,
     data_dir=None,
-    templates: Optional[PromptTemplates] = None,
+    templates: PromptTemplates | None = None,
     k_shot: int = 8,
-    shots: Optional[str] = None,
-    query_trailing_space: Optional[bool] = None,
+    shots: str | None = None,
+    query_trailing_space: bool | None = None,
     template_style: str = "paper",
     dtype: str = "float32",
     device: str = "auto",
@@ -36,7 +35,7 @@ def probe(
     cache_dir=None,
     out=None,
     show_progress: bool = True,
-    query_embeddings: Optional[np.ndarray] = None,
+    query_embeddings: np.ndarray | None = None,
 ) -> ProbeResult:
     """Run DEER: rank every candidate tail for each (h, r, ?) query by cosine of PromptEOL embeddings.
 
@@ -68,12 +67,12 @@ def probe(
     return result
 
 
-def load_result(folder: str | Path, probe: Optional[str] = None) -> ProbeResult:
+def load_result(folder: str | Path, probe: str | None = None) -> ProbeResult:
     """A saved result (see :meth:`ProbeResult.load`)."""
     return ProbeResult.load(folder, probe)
 
 
-def load_queries(kg="wn18rr", split: str = "test", subset: Optional[int] = None, seed: int = 0, data_dir=None) -> QuerySet:
+def load_queries(kg="wn18rr", split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None) -> QuerySet:
     """The queries of a KG (name, folder or ``TextualKG``) to hand to several probes: every triple
     of ``split``, or ``subset`` of them sampled with ``seed`` (candidates: their entities)."""
     return as_query_set(kg, split, subset, seed, data_dir)

@@ -8,17 +8,17 @@ what is missing; without one nothing is written.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from deer.core.stores import EmbeddingStore
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
 from deer.core.ranking import cosine_gold_ranks, faiss_top_k
 from deer.core.result import ProbeResult, kg_result, run_metadata
+from deer.core.stores import EmbeddingStore
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.core.tokenization import bos_policy
 from kg_data.kg import TextualKG
@@ -51,7 +51,7 @@ def query_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, 
 
 def encode_through_store(
     encoder: PromptEOLEncoder,
-    store: Optional[EmbeddingStore],
+    store: EmbeddingStore | None,
     ids: Sequence[str],
     texts: Sequence[str],
     description: str,
@@ -77,9 +77,9 @@ def run_deer(
     loaded: LoadedModel,
     templates: PromptTemplates,
     token_budget: int = 8192,
-    store_root: Optional[Path] = None,
+    store_root: Path | None = None,
     show_progress: bool = True,
-    query_embeddings: Optional[np.ndarray] = None,
+    query_embeddings: np.ndarray | None = None,
 ) -> ProbeResult:
     """Rank every candidate for every query by cosine of PromptEOL embeddings; nothing is written
     except embedding stores under ``store_root`` (None: no stores).

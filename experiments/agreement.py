@@ -15,8 +15,8 @@ match.  With the single-token protocol every probe of the run ranks the same res
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,7 +43,7 @@ PAPER_PAIRS = {"deer vs lama": "0.50 (OPT-350M) .. 0.80 (OPT-6.7B)"}
 PAPER_PAIR_PROTOCOL = "LAMA single-token (596 queries x 4,948 entities)"
 
 
-def lama_protocol(run: ProbeRun) -> Optional[str]:
+def lama_protocol(run: ProbeRun) -> str | None:
     """'single-token' or 'first-token' for the run's LAMA ranks (None: no LAMA in the run)."""
     if "lama" not in run.probes():
         return None
@@ -51,7 +51,7 @@ def lama_protocol(run: ProbeRun) -> Optional[str]:
     return "single-token" if isinstance(lama, dict) and lama.get("single_token") else "first-token"
 
 
-def run_candidates(run: ProbeRun) -> Optional[int]:
+def run_candidates(run: ProbeRun) -> int | None:
     """Candidates ranked per query in the run (from any probe's metadata)."""
     for probe in run.probes():
         value = run.metadata.get(probe, {}).get("candidates") if isinstance(run.metadata.get(probe), dict) else None
@@ -108,7 +108,7 @@ def hits_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
 
 
 def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
-                  bootstrap: int = 1000, seed: int = 0, settings: Optional[dict] = None) -> dict:
+                  bootstrap: int = 1000, seed: int = 0, settings: dict | None = None) -> dict:
     """Compare the probes present in each run; write agreement tables, hits table, scatter plot.
 
     Writes agreement.csv/.md (model x probe pair), hits.csv/.md (model x probe),

@@ -31,8 +31,8 @@ an RTX 3090; BEAR (lm-pub-quiz) extrapolated to 330 days by a linear fit over |Q
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -96,14 +96,14 @@ def _sample_seed(seed: int, repeat: int, size_index: int) -> int:
     return int(np.random.default_rng([seed, repeat, size_index]).integers(2**31 - 1))
 
 
-def _timed(score: Callable, queries, loaded, templates, statements_per_query: Optional[int], seed: int) -> tuple[float, dict]:
+def _timed(score: Callable, queries, loaded, templates, statements_per_query: int | None, seed: int) -> tuple[float, dict]:
     started = time.perf_counter()
     done = score(queries, loaded, templates, statements_per_query=statements_per_query, seed=seed)
     return time.perf_counter() - started, {k: v for k, v in (done or {}).items() if isinstance(v, (int, float))}
 
 
 def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence[int], repeats: int,
-                n_candidates: Optional[int], statements_per_query: Optional[int], seed: int,
+                n_candidates: int | None, statements_per_query: int | None, seed: int,
                 split_context: bool = True) -> dict:
     """Seconds of ``score`` on independent query subsets, expressed against all entities.
 
@@ -153,7 +153,7 @@ def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence
             record.update({"scaling": scaling, "seconds_all_entities": context + statements,
                            "query_rows": rows.tolist()})
             work.append(record)
-            for key, value in zip(keys, (seconds, context + statements, context, statements)):
+            for key, value in zip(keys, (seconds, context + statements, context, statements), strict=True):
                 rows_of_repeat[key].append(value)
         for key in keys:
             series[key].append(rows_of_repeat[key])
@@ -195,16 +195,16 @@ def run_compute_time(
     kg, loaded, templates, out_dir: Path,
     split: str = "test",
     query_sizes: Sequence[int] = PAPER_QUERY_SIZES,
-    candidates: Optional[int] = None,
+    candidates: int | None = None,
     repeats: int = 3,
-    plain_statements: Optional[int] = 32,
-    deer_queries: Optional[int] = None,
-    deer_candidates: Optional[int] = None,
+    plain_statements: int | None = 32,
+    deer_queries: int | None = None,
+    deer_candidates: int | None = None,
     target: str = "all",
     scorers: Sequence[str] = reference.TIMED_SCORERS,
     seed: int = 0,
     warmup: bool = True,
-    settings: Optional[dict] = None,
+    settings: dict | None = None,
     log=print,
 ) -> dict:
     """Time DEER and the BEAR scorers on ``kg`` with ``loaded``; write Table 1, fits and plot.

@@ -3,22 +3,30 @@
 Each function returns a matplotlib Figure built without pyplot, so importing this module never
 switches the caller's backend (a notebook keeps its inline figures) and nothing needs closing;
 ``ExperimentOutput.figure`` saves it (``Figure.savefig`` renders with Agg by itself).
+
+matplotlib is the optional ``plots`` extra: it is imported when a figure is made, and without it
+that call raises :class:`deer.core.extras.MissingExtraError` naming the extra.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-import matplotlib.ticker
 import numpy as np
-from matplotlib.figure import Figure
+
+from deer.core.extras import import_extra
 
 PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
+FEATURE = "The experiments' figures"
+
+
+def _matplotlib(module: str):
+    return import_extra(f"matplotlib.{module}", "plots", FEATURE)
 
 
 def _subplots(nrows: int = 1, ncols: int = 1, **kwargs):
     """(Figure, axes) as ``pyplot.subplots`` gives them, without pyplot's global state."""
-    figure = Figure(figsize=kwargs.pop("figsize", None))
+    figure = _matplotlib("figure").Figure(figsize=kwargs.pop("figsize", None))
     return figure, figure.subplots(nrows, ncols, **kwargs)
 
 
@@ -28,9 +36,9 @@ def probe_label(probe: str) -> str:
 
 def _plain_log_ticks(axis) -> None:
     """Rank ticks as plain numbers (1, 10, 100) rather than 10^k or 2x10^1."""
-    formatter = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
-    axis.set_major_formatter(formatter)
-    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ticker = _matplotlib("ticker")
+    axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np.ndarray], title: str = ""):
@@ -42,13 +50,13 @@ def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np
     probes = list(ranks_by_probe)
     figure, axes = _subplots(1, len(probes), figsize=(4.2 * len(probes), 3.6), squeeze=False, sharey=True)
     lengths = np.asarray(token_lengths)
-    for axis, probe in zip(axes[0], probes):
+    for axis, probe in zip(axes[0], probes, strict=True):
         ranks = np.asarray(ranks_by_probe[probe], dtype=np.float64)
         keep = np.isfinite(ranks)
         levels = sorted(set(lengths[keep].tolist()))
         groups = [ranks[keep & (lengths == level)] for level in levels]
         if groups:
-            axis.boxplot(groups, tick_labels=[f"{level}\nn={len(group)}" for level, group in zip(levels, groups)],
+            axis.boxplot(groups, tick_labels=[f"{level}\nn={len(group)}" for level, group in zip(levels, groups, strict=True)],
                          showfliers=True)
         axis.set_yscale("log")
         _plain_log_ticks(axis.yaxis)
@@ -110,7 +118,7 @@ def compute_time_fits(curves: Sequence[dict]):
     ``curves``: dicts with scorer, sizes, times_by_repeat (list of lists), slope, intercept.
     """
     figure, axes = _subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
-    for axis, curve in zip(axes[0], curves):
+    for axis, curve in zip(axes[0], curves, strict=True):
         sizes = np.asarray(curve["sizes"], dtype=np.float64)
         for repeat, times in enumerate(curve["times_by_repeat"]):
             axis.plot(sizes, times, "o", ms=4, alpha=0.7, label=f"run {repeat + 1}")

@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import bear_ref
 from bear_ref.lama_probe import restrict_to_single_token

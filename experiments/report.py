@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
-from deer.core.files import write_json
+from deer.core.files import save_figure, write_json, write_table, write_text
 
 
 def format_cell(value, digits: int = 4) -> str:
@@ -50,22 +49,21 @@ class ExperimentOutput:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.files: list[Path] = []
 
-    def table(self, name: str, table: pd.DataFrame, note: Optional[str] = None) -> pd.DataFrame:
+    def table(self, name: str, table: pd.DataFrame, note: str | None = None) -> pd.DataFrame:
         """Write ``name``.csv and ``name``.md (with ``note`` under the markdown table)."""
-        csv_path = self.folder / f"{name}.csv"
-        table.to_csv(csv_path, index=False)
+        csv_path = write_table(self.folder / f"{name}.csv", table)
         markdown = markdown_table(table)
         if note:
             markdown += f"\n{note}\n"
         md_path = self.folder / f"{name}.md"
-        md_path.write_text(markdown)
+        write_text(md_path, markdown)
         self.files += [csv_path, md_path]
         return table
 
     def figure(self, name: str, figure) -> Path:
         """Save a matplotlib figure as ``name``.png."""
         path = self.folder / f"{name}.png"
-        figure.savefig(path, dpi=120, bbox_inches="tight")
+        save_figure(path, figure, dpi=120, bbox_inches="tight")
         self.files.append(path)
         return path
 

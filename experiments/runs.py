@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -65,7 +65,7 @@ def run_label(metadata: dict, folder: Path) -> str:
     return Path(folder).name
 
 
-def load_run(folder: Path, label: Optional[str] = None) -> ProbeRun:
+def load_run(folder: Path, label: str | None = None) -> ProbeRun:
     """Read a run folder; raises ValueError (shown to CLI users) if it holds no ranks table."""
     folder = Path(folder)
     path = find_ranks_table(folder)
@@ -93,7 +93,7 @@ def run_probes(
     queries: QuerySet,
     model_name: str,
     probes: Sequence[str],
-    folder: Optional[Path],
+    folder: Path | None,
     templates,
     dtype: str = "float32",
     device: str = "auto",
@@ -102,7 +102,7 @@ def run_probes(
     show_progress: bool = False,
     log=print,
     runs_dir: Path = Path("runs"),
-    probe_options: Optional[dict] = None,
+    probe_options: dict | None = None,
 ) -> ProbeRun:
     """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
 
@@ -143,7 +143,7 @@ def run_probes(
     return run
 
 
-def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: Optional[int], seed: int) -> QuerySet:
+def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: int | None, seed: int) -> QuerySet:
     """The queries at ``rows`` ranked among ``n_candidates`` entities (their gold tails included).
 
     ``n_candidates=None`` keeps the candidate set of ``queries``.  Other candidates are sampled

@@ -8,8 +8,8 @@ whether the cheap probe would have picked the same checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,8 +43,8 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
     return row
 
 
-def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: Optional[str] = None, metric: str = "hit@10",
-               rank_type: str = "filtered", settings: Optional[dict] = None) -> dict:
+def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
+               rank_type: str = "filtered", settings: dict | None = None) -> dict:
     """Leaderboard of ``runs`` by DEER ``metric``; ordering agreement with ``reference`` if given.
 
     Writes leaderboard.csv/.md (DEER, best first), leaderboard_<reference>.csv/.md,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -191,7 +191,7 @@ def pearson_r(x: Sequence[float], y: Sequence[float]) -> float:
     return correlations(x, y)["pearson_r"]
 
 
-def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Optional[Sequence[str]] = None) -> dict:
+def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Sequence[str] | None = None) -> dict:
     """How alike two probes order the same models: Spearman and Kendall between their scores.
 
     ``scores_*``: one number per model (higher = knows more).  Also reports each ordering.

@@ -10,8 +10,8 @@ Paper (DEER, 500 WN18RR test queries): BEAR r = 0.48, DEER r = 0.005.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,7 +52,7 @@ def token_bias_rows(run: ProbeRun, probes: Sequence[str], rank_type: str) -> tup
 
 
 def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered",
-                   probes: Optional[Sequence[str]] = None, settings: Optional[dict] = None) -> dict:
+                   probes: Sequence[str] | None = None, settings: dict | None = None) -> dict:
     """Correlate tail token length with rank for every probe of every run; write tables and plots.
 
     Writes token_bias.csv/.md (one row per model x probe), token_bias_by_length.csv/.md,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -130,7 +130,7 @@ def _relation_info(folder: Path) -> dict:
     return {}
 
 
-def sample_rows(code: str, n_rows: int, max_instances: Optional[int], seed: int) -> np.ndarray:
+def sample_rows(code: str, n_rows: int, max_instances: int | None, seed: int) -> np.ndarray:
     """Sorted rows kept for a relation: all, or ``max_instances`` drawn with (seed, relation)."""
     if max_instances is None or max_instances >= n_rows:
         return np.arange(n_rows, dtype=np.int64)
@@ -138,7 +138,7 @@ def sample_rows(code: str, n_rows: int, max_instances: Optional[int], seed: int)
     return np.sort(rng.choice(n_rows, size=max_instances, replace=False)).astype(np.int64)
 
 
-def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances: Optional[int] = None, seed: int = 0) -> BearRelation:
+def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances: int | None = None, seed: int = 0) -> BearRelation:
     metadata_path = folder / METADATA_FILE
     if not isinstance(meta, dict):
         raise KGFormatError(metadata_path, None, f"relation {code}: expected an object with 'templates'")
@@ -189,9 +189,9 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
 
 def load_bear_dataset(
     name_or_path: str | Path,
-    data_dir: Optional[str | Path] = None,
-    relations: Optional[Sequence[str]] = None,
-    max_instances: Optional[int] = None,
+    data_dir: str | Path | None = None,
+    relations: Sequence[str] | None = None,
+    max_instances: int | None = None,
     seed: int = 0,
 ) -> BearDataset:
     """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
 
 
 class KGFormatError(ValueError):
     """A data file is malformed; the message names the file, the line and the problem."""
 
-    def __init__(self, path: Union[str, Path], line: Optional[int], problem: str):
+    def __init__(self, path: str | Path, line: int | None, problem: str):
         self.path = str(path)
         self.line = line
         self.problem = problem

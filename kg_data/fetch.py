@@ -18,7 +18,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 from kg_data.errors import KGNotFoundError
 from kg_data.locate import DATA_DIR_ENV, NAMED_DATASETS, find_dataset
@@ -44,7 +43,7 @@ def default_data_root() -> Path:
     return Path.home() / ".cache" / "deer" / "data"
 
 
-def data_root(data_dir: Optional[str | Path] = None) -> Path:
+def data_root(data_dir: str | Path | None = None) -> Path:
     """Where data sets are fetched to: ``data_dir``, else $DEER_DATA_DIR, else ~/.cache/deer/data."""
     if data_dir:
         return Path(data_dir).expanduser()
@@ -70,7 +69,7 @@ def _is_valid(path: Path, spec: dict) -> bool:
     return path.is_file() and path.stat().st_size == spec["bytes"] and sha256_of(path) == spec["sha256"]
 
 
-def _entry(name: str, manifest: Optional[dict]) -> dict:
+def _entry(name: str, manifest: dict | None) -> dict:
     manifest = manifest if manifest is not None else load_manifest()
     if name not in manifest or name not in NAMED_DATASETS:
         known = ", ".join(n for n in manifest if n in NAMED_DATASETS)
@@ -128,7 +127,7 @@ def _part_path(root: Path, spec: dict) -> Path:
     return final.parent / STAGING_DIR / (final.name + ".part")
 
 
-def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: Optional[str], progress) -> Path:
+def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | None, progress) -> Path:
     final, part = root / spec["path"], _part_path(root, spec)
     part.parent.mkdir(parents=True, exist_ok=True)
     url = f"{base_url.rstrip('/')}/{urllib.parse.quote(spec['path'])}" if base_url else spec["url"]
@@ -169,11 +168,11 @@ def _remove_empty_staging(root: Path, files: list[dict]) -> None:
 
 def fetch_dataset(
     name: str,
-    data_dir: Optional[str | Path] = None,
-    base_url: Optional[str] = None,
-    offline: Optional[bool] = None,
+    data_dir: str | Path | None = None,
+    base_url: str | None = None,
+    offline: bool | None = None,
     show_progress: bool = True,
-    manifest: Optional[dict] = None,
+    manifest: dict | None = None,
 ) -> Path:
     """Download data set ``name`` into the data root and return its folder (root/NAMED_DATASETS[name]).
 
@@ -213,7 +212,7 @@ def fetch_dataset(
     return root / NAMED_DATASETS[name]
 
 
-def ensure_dataset(name: str, data_dir: Optional[str | Path] = None) -> Path:
+def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     """``find_dataset``, else fetch the data set into the data root (unless $DEER_OFFLINE is set)."""
     try:
         return find_dataset(name, data_dir)

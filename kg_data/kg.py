@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Optional
 
 import numpy as np
 
 from kg_data.errors import KGFormatError
 
-SPLITS = ("train", "valid", "test")
 EMPTY_DESCRIPTION = "-"
 
 
@@ -137,8 +136,3 @@ def _validated_named_rows(rows, kind: str) -> list[tuple[str, str]]:
 def relation_display_name(relation_id: str) -> str:
     """'_derivationally_related_form' -> 'derivationally related form'."""
     return relation_id.strip().lstrip("_").replace("_", " ")
-
-
-def split_name(file_stem: str) -> Optional[str]:
-    """Map file stems to canonical split names ('dev' -> 'valid')."""
-    return {"train": "train", "valid": "valid", "dev": "valid", "test": "test"}.get(file_stem)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from kg_data.errors import KGNotFoundError
 from kg_data.fetch import ensure_dataset
@@ -12,7 +11,7 @@ from kg_data.textual import load_textual_kg
 from kg_data.wn18rr import load_wn18rr
 
 
-def load_kg(kg: str | Path, data_dir: Optional[str | Path] = None) -> TextualKG:
+def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
     """Load a KG by name ('wn18rr') or from a folder (str or Path) in the generic TSV/JSONL format."""
     if isinstance(kg, str) and kg.lower() == "wn18rr":
         return load_wn18rr(ensure_dataset("wn18rr", data_dir))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 from kg_data.errors import KGNotFoundError
 
@@ -21,7 +20,7 @@ def default_data_dirs() -> list[Path]:
     return roots + [Path.home() / ".cache" / "deer" / "data"]
 
 
-def candidate_data_dirs(data_dir: Optional[str | Path] = None) -> list[Path]:
+def candidate_data_dirs(data_dir: str | Path | None = None) -> list[Path]:
     """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then defaults.
 
     The defaults are `shared/data` next to (or above) the current folder and this checkout,
@@ -40,7 +39,7 @@ def candidate_data_dirs(data_dir: Optional[str | Path] = None) -> list[Path]:
     return unique
 
 
-def find_dataset(name: str, data_dir: Optional[str | Path] = None) -> Path:
+def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     """Folder of a named data set; KGNotFoundError lists every place that was tried."""
     sub = NAMED_DATASETS[name]
     tried = []
@@ -71,7 +70,7 @@ def _looks_like(name: str, folder: Path) -> bool:
 NOT_YET_USABLE = {"lama": "no LAMA reader yet: --kg lama is refused"}
 
 
-def describe_datasets(data_dir: Optional[str | Path] = None) -> list[dict]:
+def describe_datasets(data_dir: str | Path | None = None) -> list[dict]:
     """Rows for `deer data`: each named data set, where it was found (or not), and whether a probe can use it."""
     rows = []
     for name in NAMED_DATASETS:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Optional
 
 import numpy as np
 
@@ -28,7 +27,7 @@ class QuerySet:
     candidates: np.ndarray
     gold: np.ndarray
     filter_tails: list[np.ndarray]
-    subset_seed: Optional[int] = None
+    subset_seed: int | None = None
 
     def __len__(self) -> int:
         return len(self.triples)
@@ -56,7 +55,7 @@ def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
     return np.sort(rows)
 
 
-def build_queries(kg: TextualKG, split: str = "test", subset: Optional[int] = None, seed: int = 0) -> QuerySet:
+def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0) -> QuerySet:
     """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``).
 
     Without a subset the candidates are all entities; with one they are the entities that
@@ -71,7 +70,7 @@ def build_queries(kg: TextualKG, split: str = "test", subset: Optional[int] = No
     return queries_for(kg, split, triples, candidates, seed if subset is not None else None)
 
 
-def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.ndarray, subset_seed: Optional[int] = None) -> QuerySet:
+def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.ndarray, subset_seed: int | None = None) -> QuerySet:
     """A QuerySet ranking ``triples`` among ``candidates`` (entity indices; must hold every gold tail).
 
     The filter holds, per query, the candidate positions of the other true tails of (h, r)

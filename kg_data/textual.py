@@ -13,15 +13,15 @@ Lines are UTF-8; blank lines are skipped.  An empty description becomes "-".
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 from kg_data.errors import KGFormatError
 from kg_data.kg import TextualKG, build_kg
 from kg_data.lines import read_jsonl, read_tsv
 
 
-def _find(folder: Path, stem: str) -> Optional[Path]:
+def _find(folder: Path, stem: str) -> Path | None:
     for suffix in (".tsv", ".jsonl"):
         if (folder / f"{stem}{suffix}").exists():
             return folder / f"{stem}{suffix}"
@@ -55,7 +55,7 @@ def _triples(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
             yield path, line, head, relation, tail
 
 
-def load_textual_kg(folder: Path, name: Optional[str] = None) -> TextualKG:
+def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     """Read a KG folder in the format above; raises KGFormatError naming file and line."""
     folder = Path(folder)
     entities = _find(folder, "entities")

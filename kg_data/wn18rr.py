@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from kg_data.errors import KGFormatError
 from kg_data.kg import TextualKG, build_kg, relation_display_name

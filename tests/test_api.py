@@ -136,7 +136,7 @@ def test_encoder_alone(tiny_clm_dir):
     vectors = encoder.embed(texts)
     assert vectors.shape == (3, encoder.output_size) and vectors.dtype == np.float32
     # Order restored after length-sorted batching: each row equals that text embedded alone.
-    for text, row in zip(texts, vectors):
+    for text, row in zip(texts, vectors, strict=True):
         np.testing.assert_allclose(encoder.embed([text])[0], row, rtol=1e-5, atol=1e-5)
     unit = encoder.embed(texts, normalize=True)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)

@@ -24,7 +24,7 @@ def test_move_trailing_whitespace():
 def test_split_is_the_whole_statement_tokenisation(tiny_clm):
     _, tokenizer = tiny_clm
     split = split_statements(tokenizer, CONTEXT, CANDIDATES)
-    for continuation, ids, shared in zip(CANDIDATES, split.continuation_ids, split.shared_lengths):
+    for continuation, ids, shared in zip(CANDIDATES, split.continuation_ids, split.shared_lengths, strict=True):
         assert split.context_ids[:shared] + ids == token_ids(tokenizer, CONTEXT + continuation)
     assert split.context_ids[0] == tokenizer.bos_token_id  # BOS handled explicitly
 
@@ -35,7 +35,7 @@ def test_split_handles_a_token_straddling_the_boundary(tiny_clm):
     split = split_statements(tokenizer, "x hel", ["lo", " ghi"])
     assert split.shared_lengths[0] < len(split.context_ids)
     assert split.shared_lengths[1] == len(split.context_ids)
-    for continuation, ids, shared in zip(["lo", " ghi"], split.continuation_ids, split.shared_lengths):
+    for continuation, ids, shared in zip(["lo", " ghi"], split.continuation_ids, split.shared_lengths, strict=True):
         assert split.context_ids[:shared] + ids == token_ids(tokenizer, "x hel" + continuation)
 
 

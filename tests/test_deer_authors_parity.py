@@ -109,7 +109,7 @@ def test_authors_style_prompts_are_the_packages_byte_for_byte(tmp_path):
     candidates = queries.candidates.tolist()
     tail_job = {"entities": [kg.entity_names[e] for e in candidates], "definitions": [kg.entity_descriptions[e] for e in candidates]}
     peer = run_peer({"query_jobs": query_jobs, "tail_jobs": [tail_job], "encode": None}, tmp_path)
-    for name, peer_prompts in zip(settings, peer["query_prompts"]):
+    for name, peer_prompts in zip(settings, peer["query_prompts"], strict=True):
         assert ours[name] == peer_prompts, name
         assert all(p.endswith(", ") and "\n\n" not in p for p in peer_prompts)
     assert [PromptTemplates.tail_prompt(kg, e) for e in candidates] == peer["tail_prompts"][0]

@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
 from deer.cli import main
+from deer.core.files import read_table
 from deer.core.metrics import rank_metrics
 from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.core.result import find_ranks_table, run_metadata, kg_result, tail_token_lengths
+from deer.core.result import find_ranks_table, kg_result, run_metadata, tail_token_lengths
 from deer.core.run_spec import RunSpec
-from deer.core.files import read_table
 from experiments import reference
 from experiments.report import markdown_table
 from experiments.runs import load_run, restrict_queries

@@ -149,7 +149,7 @@ def test_filter_matches_brute_force(wn18rr):
     queries = build_queries(wn18rr, "test", subset=300, seed=3)
     all_triples = {tuple(t) for t in wn18rr.all_triples().tolist()}
     candidate_set = set(queries.candidates.tolist())
-    for (head, relation, tail), filtered in zip(queries.triples.tolist(), queries.filter_tails):
+    for (head, relation, tail), filtered in zip(queries.triples.tolist(), queries.filter_tails, strict=True):
         expected = sorted(
             int(np.searchsorted(queries.candidates, e))
             for e in candidate_set

@@ -63,7 +63,7 @@ def test_lama_ranks_equal_plain(tiny_setup, tmp_path):
 def test_first_token_is_the_whole_statement_token(tiny_setup):
     queries, loaded, templates = tiny_setup
     ids = first_token_ids(loaded.tokenizer, queries, templates)
-    for t, first in zip(queries.candidates, ids):
+    for t, first in zip(queries.candidates, ids, strict=True):
         assert first == loaded.tokenizer(" " + queries.kg.entity_names[t], add_special_tokens=False)["input_ids"][0]
 
 

@@ -58,7 +58,7 @@ def _bear_spec() -> dict | None:
         for group in by_gold.values():
             if len(kept) < n_instances and group[0]["obj_id"] not in {r["obj_id"] for r in kept}:
                 kept.append(group[0])
-        labels = dict(zip(metadata[code]["answer_space_ids"], metadata[code]["answer_space_labels"]))
+        labels = dict(zip(metadata[code]["answer_space_ids"], metadata[code]["answer_space_labels"], strict=True))
         answers = list(dict.fromkeys(r["obj_id"] for r in kept))
         answers += [a for a in labels if a not in answers][: n_answers - len(answers)]
         spec[code] = {
@@ -158,7 +158,10 @@ def lmpq_metrics(results, templates) -> dict:
 def ours_by_view(metrics: dict, templates) -> dict:
     """The same numbers from this toolkit's metrics.json layout."""
     def pick(block, view):
-        return block["accuracy"] if view is None else block["accuracy_per_template"][view]
+        if view is None:
+            return block["accuracy"]
+        # bear_metrics keys templates by int; a ProbeResult holds them as metrics.json does (str)
+        return {str(t): a for t, a in block["accuracy_per_template"].items()}[str(view)]
 
     return {
         view: {
@@ -219,7 +222,7 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
 
     def recording(self, statements, progress=None):
         scores = original(self, statements, progress)
-        recorded.update(zip(statements, np.asarray(scores, dtype=float)))
+        recorded.update(zip(statements, np.asarray(scores, dtype=float), strict=True))
         return scores
 
     monkeypatch.setattr(StatementScorer, "score_statements", recording)
@@ -238,7 +241,7 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
         assert answer_ids == relation.answer_ids
         for _, row in rel.instance_table.iterrows():
             template = rel.get_metadata("templates")[row["template_index"]]
-            for answer, score in zip(rel.answer_space.tolist(), row["pll_scores"]):
+            for answer, score in zip(rel.answer_space.tolist(), row["pll_scores"], strict=True):
                 text, _ = evaluator.replace_placeholders(template=template, subject=row["sub_label"], answer=answer)
                 assert text == fill_statement(template, row["sub_label"], answer)
                 assert recorded[text] == pytest.approx(score, abs=1e-4), text

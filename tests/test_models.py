@@ -78,7 +78,7 @@ def test_identical_weights_in_two_copies_share_the_fingerprint(tmp_path):
 
     model = _embedding_model()
     twin = copy.deepcopy(model)
-    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(model.parameters(), twin.parameters()))
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(model.parameters(), twin.parameters(), strict=True))
     assert model_fingerprint(twin) == model_fingerprint(model)
     # Saved and read back from disk (another folder, other memory): still the same.
     torch.save(model.state_dict(), tmp_path / "weights.pt")

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deer.core.stores import CacheKeyMismatch, EmbeddingStore
-from deer.core.files import read_table
 import deer
+from deer.core.files import read_table
 from deer.core.models import open_model
 from deer.core.ranking import cosine_gold_ranks
 from deer.core.result import find_ranks_table
+from deer.core.stores import CacheKeyMismatch, EmbeddingStore
 from deer.core.templates import PromptTemplates
 from kg_data import build_queries
 from kg_data.textual import load_textual_kg
@@ -222,7 +222,7 @@ def test_cli_probe_subset_with_another_seed_gets_its_own_folder(tmp_path, tiny_k
         folders.append(result.output.strip().splitlines()[-1].removeprefix("results: "))
     assert folders[0] == folders[2] != folders[1]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(Path(f).name for f in folders[:2])
-    for folder, seed in zip(folders[:2], (0, 1)):
+    for folder, seed in zip(folders[:2], (0, 1), strict=True):
         assert Path(folder).name.startswith(f"tiny_kg-test-2-{tiny_clm_dir.name}-")
         spec = json.loads((tmp_path / folder / "run_spec.json").read_text())
         assert spec["subset_seed"] == seed and spec["templates"]["seed"] == seed

@@ -47,7 +47,7 @@ def test_rows_share_prefixes_and_respect_the_budget():
     (row,) = build_rows(sequences, token_budget=100)
     assert row.tokens == [1, 2, 3, 4, 5, 6, 7, 8]  # each prefix once; the duplicate adds nothing
     assert sorted(row.statements) == [0, 1, 2, 3, 4]
-    for index, path in zip(row.statements, row.paths):
+    for index, path in zip(row.statements, row.paths, strict=True):
         assert [row.tokens[node] for node in path] == sequences[index]
     rows = build_rows(sequences, token_budget=4)
     assert all(len(r.tokens) <= 4 for r in rows)

@@ -28,13 +28,14 @@ def friendly_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        from deer.core.extras import MissingExtraError
         from deer.core.models import ModelUnavailableError
         from deer.core.stores import CacheKeyMismatch
         from kg_data.errors import KGFormatError, KGNotFoundError
 
         try:
             return command(*args, **kwargs)
-        except (ModelUnavailableError, KGFormatError, KGNotFoundError, CacheKeyMismatch, ValueError) as error:
+        except (ModelUnavailableError, MissingExtraError, KGFormatError, KGNotFoundError, CacheKeyMismatch, ValueError) as error:
             if debug_requested():
                 raise  # the whole traceback: an internal ValueError is a bug, not bad input
             raise UserFacingError(f"{error}\n(run with `deer --debug ...` or DEER_DEBUG=1 for the traceback)") from None

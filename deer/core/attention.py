@@ -19,7 +19,7 @@ hands a 4-D mask to the attention function unchanged, and the back-ends read it 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional, Union
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ def _text_config(model):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def attention_windows(model) -> Union[Optional[int], dict[str, Optional[int]]]:
+def attention_windows(model) -> int | None | dict[str, int | None]:
     """The sliding window the model's layers use: one window (None = full attention) shared by
     every layer, or a dict {layer kind: window} when layers differ (``config.layer_types``).
 
@@ -74,8 +74,8 @@ def custom_attention_mask(
     allowed: np.ndarray,
     query_positions: np.ndarray,
     key_positions: np.ndarray,
-    device: Union[str, torch.device],
-) -> Union[torch.Tensor, dict[str, torch.Tensor]]:
+    device: str | torch.device,
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """The ``attention_mask`` argument for a forward pass with a custom attention pattern.
 
     ``allowed``: bool (q, k), True where query token i may attend to key j (keys include any
@@ -91,7 +91,7 @@ def custom_attention_mask(
         np.asarray(query_positions, dtype=np.int64)[:, None] - np.asarray(key_positions, dtype=np.int64)[None, :], device=device
     )
 
-    def mask_for(window: Optional[int]) -> torch.Tensor:
+    def mask_for(window: int | None) -> torch.Tensor:
         return additive_mask(allowed_t if window is None else allowed_t & (distance < window), dtype)
 
     windows = attention_windows(model)
@@ -140,5 +140,5 @@ def backend_for_custom_masks(model) -> Iterator[str]:
             config._attn_implementation_internal = wanted
         yield wanted
     finally:
-        for config, backend in zip(configs, saved):
+        for config, backend in zip(configs, saved, strict=True):
             config._attn_implementation_internal = backend

@@ -6,7 +6,7 @@ Sorting by length keeps padding small; the caller scatters results back to input
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

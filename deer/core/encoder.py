@@ -9,7 +9,7 @@ one selected position per prompt.  Results come back in input order.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ class EncoderOutput:
     """``embeddings``: float32 (n, hidden); ``next_token_logprobs``: float32 (n, len(next_token_ids)) or None."""
 
     embeddings: np.ndarray
-    next_token_logprobs: Optional[np.ndarray] = None
+    next_token_logprobs: np.ndarray | None = None
 
 
 def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -59,7 +59,7 @@ class PromptEOLEncoder:
         self.pad_id = padding_id(tokenizer)
 
     @classmethod
-    def from_pretrained(cls, name: str, dtype: str = "float32", device: str = "auto", **options) -> "PromptEOLEncoder":
+    def from_pretrained(cls, name: str, dtype: str = "float32", device: str = "auto", **options) -> PromptEOLEncoder:
         """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode.
 
         ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``.
@@ -91,9 +91,9 @@ class PromptEOLEncoder:
     def encode(
         self,
         texts: Sequence[str],
-        next_token_ids: Optional[np.ndarray] = None,
+        next_token_ids: np.ndarray | None = None,
         description: str = "encoding",
-        progress: Optional[tqdm] = None,
+        progress: tqdm | None = None,
     ) -> EncoderOutput:
         """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``."""
         return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress)
@@ -102,9 +102,9 @@ class PromptEOLEncoder:
     def encode_ids(
         self,
         id_lists: Sequence[Sequence[int]],
-        next_token_ids: Optional[np.ndarray] = None,
+        next_token_ids: np.ndarray | None = None,
         description: str = "encoding",
-        progress: Optional[tqdm] = None,
+        progress: tqdm | None = None,
     ) -> EncoderOutput:
         """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given."""
         n = len(id_lists)

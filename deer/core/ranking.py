@@ -17,7 +17,7 @@ failed score can never look like knowledge.  In top-k lists invalid scores come 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class GoldRanks:
         return (self.filtered_optimistic + self.filtered_pessimistic) / 2
 
     @staticmethod
-    def concatenate(parts: Sequence["GoldRanks"]) -> "GoldRanks":
+    def concatenate(parts: Sequence[GoldRanks]) -> GoldRanks:
         return GoldRanks(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(GoldRanks)))
 
 
@@ -136,7 +136,7 @@ def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filt
     return counts
 
 
-def rank_of(scores_row: np.ndarray, gold: int, filter_positions: Optional[np.ndarray] = None) -> float:
+def rank_of(scores_row: np.ndarray, gold: int, filter_positions: np.ndarray | None = None) -> float:
     """Plain realistic rank of one query, written for clarity; used by tests as the reference.
 
     Competitors with a non-finite score are never ahead of the gold; a non-finite gold score

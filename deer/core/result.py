@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,7 +45,7 @@ class Metrics(Mapping):
     Iterating gives every value's path; :meth:`to_dict` the nested dict; :meth:`to_frame` a table.
     """
 
-    def __init__(self, tree: dict, default: Optional[str] = None):
+    def __init__(self, tree: dict, default: str | None = None):
         # Held as metrics.json holds it (string keys, plain numbers), so a saved and reloaded
         # result reads exactly like the one in memory.
         self._tree = json.loads(json.dumps(tree, default=json_default))
@@ -113,9 +113,9 @@ class ProbeResult:
     table: pd.DataFrame
     metrics: Metrics
     metadata: dict
-    spec: Optional[RunSpec] = None
-    summary: Optional[str] = None  # markdown, saved as summary.md
-    queries: Optional[QuerySet] = dataclasses.field(default=None, repr=False)
+    spec: RunSpec | None = None
+    summary: str | None = None  # markdown, saved as summary.md
+    queries: QuerySet | None = dataclasses.field(default=None, repr=False)
     arrays: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -143,7 +143,7 @@ class ProbeResult:
         return folder
 
     @classmethod
-    def load(cls, folder: str | Path, probe: Optional[str] = None) -> "ProbeResult":
+    def load(cls, folder: str | Path, probe: str | None = None) -> ProbeResult:
         """Read one probe's result from a run folder (``probe`` may be left out when it holds one)."""
         results = load_results(folder)
         if probe is None:
@@ -270,7 +270,7 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks) -> dict:
         "per_relation": {
             relation: {"raw": raw, "filtered": filtered}
             for (relation, raw), filtered in zip(
-                grouped_metrics(ranks.raw, relations).items(), grouped_metrics(ranks.filtered, relations).values()
+                grouped_metrics(ranks.raw, relations).items(), grouped_metrics(ranks.filtered, relations).values(), strict=True
             )
         },
     }
@@ -280,10 +280,10 @@ def kg_result(
     probe: str,
     queries: QuerySet,
     ranks: GoldRanks,
-    top_candidates: Optional[np.ndarray],
+    top_candidates: np.ndarray | None,
     metadata: dict,
     tokenizer=None,
-    arrays: Optional[dict] = None,
+    arrays: dict | None = None,
 ) -> ProbeResult:
     """A KG probe's result from its gold ranks.
 
@@ -308,14 +308,14 @@ def kg_result(
 # -- run folders ----------------------------------------------------------------------------------
 
 
-def find_table(folder: Path, name: str) -> Optional[Path]:
+def find_table(folder: Path, name: str) -> Path | None:
     for suffix in (".parquet", ".csv"):
         if (Path(folder) / f"{name}{suffix}").exists():
             return Path(folder) / f"{name}{suffix}"
     return None
 
 
-def find_ranks_table(folder: Path) -> Optional[Path]:
+def find_ranks_table(folder: Path) -> Path | None:
     return find_table(folder, RANKS_TABLE)
 
 
@@ -349,7 +349,7 @@ def _save_kg_result(result: ProbeResult, folder: Path) -> None:
     _merge_json(folder / "metadata.json", result.probe, metadata)
 
 
-def _existing_table(folder: Path, fresh: pd.DataFrame) -> Optional[pd.DataFrame]:
+def _existing_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame | None:
     """The folder's table if it holds exactly these queries (same order); else None."""
     path = find_ranks_table(folder)
     if path is None:

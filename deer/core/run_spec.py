@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 RUN_SPEC_FILE = "run_spec.json"
 DIGEST_CHARS = 10
@@ -54,8 +54,8 @@ class RunSpec:
     dtype: str
     kg_fingerprint: str
     split: str
-    subset: Optional[int]
-    subset_seed: Optional[int]
+    subset: int | None
+    subset_seed: int | None
     queries: str
     templates: dict
     bos: dict
@@ -64,7 +64,7 @@ class RunSpec:
         return hash(self.to_json())
 
     @classmethod
-    def build(cls, queries, loaded, templates) -> "RunSpec":
+    def build(cls, queries, loaded, templates) -> RunSpec:
         """The spec of probing ``queries`` with ``loaded`` (a ``deer.embedding_probe.LoadedModel``) and ``templates``."""
         from deer.core.tokenization import bos_policy
 
@@ -91,18 +91,18 @@ class RunSpec:
         return _canonical(self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunSpec":
+    def from_dict(cls, data: dict) -> RunSpec:
         """Read a stored spec; fields it lacks (an older format) become None and so differ."""
         if not isinstance(data, dict):
             raise ValueError(f"a run spec is a JSON object, got {type(data).__name__}")
         return cls(**{field.name: data.get(field.name) for field in dataclasses.fields(cls)})
 
     @classmethod
-    def from_json(cls, text: str) -> "RunSpec":
+    def from_json(cls, text: str) -> RunSpec:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def read(cls, folder: Path) -> Optional["RunSpec"]:
+    def read(cls, folder: Path) -> RunSpec | None:
         """The spec stored in ``folder`` (None if it has none)."""
         path = Path(folder) / RUN_SPEC_FILE
         return cls.from_json(path.read_text()) if path.exists() else None
@@ -114,7 +114,7 @@ class RunSpec:
 
     # -- comparing and naming ------------------------------------------------------------------
 
-    def differences(self, other: "RunSpec") -> dict[str, tuple[Any, Any]]:
+    def differences(self, other: RunSpec) -> dict[str, tuple[Any, Any]]:
         """``{field: (self's value, other's value)}`` for every field that differs; nested dicts
         (templates, bos) are named down to the key, e.g. ``templates.k_shot``."""
         found: dict[str, tuple[Any, Any]] = {}
@@ -130,7 +130,7 @@ class RunSpec:
                 found[field.name] = (mine, theirs)
         return found
 
-    def describe_differences(self, other: "RunSpec", names: tuple[str, str] = ("this run", "the folder")) -> str:
+    def describe_differences(self, other: RunSpec, names: tuple[str, str] = ("this run", "the folder")) -> str:
         """One line per differing field: ``k_shot: this run 3, the folder 2``."""
         return "; ".join(
             f"{field}: {names[0]} {_short(mine)}, {names[1]} {_short(theirs)}"
@@ -158,8 +158,8 @@ def _label(name: str) -> str:
 NAMED_FIELDS = ("split", "subset")
 
 
-def run_folder_name(kg: str, model: str, spec: Optional[RunSpec] = None, *, split: Optional[str] = None,
-                    subset: Optional[int] = None) -> str:
+def run_folder_name(kg: str, model: str, spec: RunSpec | None = None, *, split: str | None = None,
+                    subset: int | None = None) -> str:
     """The default name of a run folder: ``KG-SPLIT-SUBSET|all-MODEL-DIGEST``.
 
     ``kg`` and ``model`` are what the user called them (a folder's last part, a hub id with '/'
@@ -176,7 +176,7 @@ def run_folder_name(kg: str, model: str, spec: Optional[RunSpec] = None, *, spli
     return name if spec is None else f"{name}-{spec.digest(exclude=NAMED_FIELDS)}"
 
 
-def spec_folder(folder: Optional[Path], runs_dir: Path, kg: str, model: str, spec: RunSpec, suffix: str = "",
+def spec_folder(folder: Path | None, runs_dir: Path, kg: str, model: str, spec: RunSpec, suffix: str = "",
                 check: bool = True) -> Path:
     """``folder``, or the default one for ``spec`` under ``runs_dir`` (``run_folder_name`` + ``suffix``);
     with ``check``, a folder holding another spec is refused now, before any work is done."""

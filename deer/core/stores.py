@@ -13,8 +13,8 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class EmbeddingStore:
                 ids, vectors = data["ids"], data["vectors"]
             if len(ids) != len(vectors):
                 raise CacheKeyMismatch(f"{part} is inconsistent ({len(ids)} ids, {len(vectors)} vectors)")
-            for item_id, vector in zip(ids.tolist(), vectors):
+            for item_id, vector in zip(ids.tolist(), vectors, strict=True):
                 self._vectors[item_id] = vector
 
     def __len__(self) -> int:
@@ -71,7 +71,7 @@ class EmbeddingStore:
         buffer = io.BytesIO()
         np.savez(buffer, ids=np.asarray(list(ids), dtype=str), vectors=vectors)
         atomic_write_bytes(self.folder / f"part-{part_number:06d}-{os.getpid()}.npz", buffer.getvalue())
-        for item_id, vector in zip(ids, vectors):
+        for item_id, vector in zip(ids, vectors, strict=True):
             self._vectors[item_id] = vector
 
     def get(self, ids: Sequence[str]) -> np.ndarray:

@@ -51,7 +51,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import Optional
 
 import numpy as np
 
@@ -102,9 +101,9 @@ class PromptTemplates:
     """
 
     k_shot: int = 8
-    shots: Optional[str] = None
+    shots: str | None = None
     seed: int = 0
-    query_trailing_space: Optional[bool] = None
+    query_trailing_space: bool | None = None
     style: str = "paper"
 
     def __post_init__(self):

@@ -11,7 +11,7 @@ so GPT-2-style tokenizers, which add no BOS, give prompts without one.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def bos_id(tokenizer) -> int | None:
