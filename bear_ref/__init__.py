@@ -5,22 +5,13 @@
     result = bear_ref.bear("wn18rr", "smollm2-135m", subset=50)
 """
 
-from importlib import import_module as _import_module
 
 from deer import __version__  # one version for the whole distribution (in __all__)
+from deer.lazy_exports import lazy_exports
 
 _PUBLIC = {"bear": "bear_ref.api", "lama": "bear_ref.api", "bear_dataset": "bear_ref.api"}
 
 __all__ = ["__version__", *_PUBLIC]
 
 
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(_import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'bear_ref' has no attribute '{name}'")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_PUBLIC))
+__getattr__, __dir__ = lazy_exports(globals(), _PUBLIC)

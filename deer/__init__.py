@@ -10,8 +10,9 @@ The README's "Python API" section shows DEER, BEAR and LAMA on one model object.
 The public names below are imported on first use, so ``import deer`` (and the CLI) stays fast.
 """
 
-from importlib import import_module as _import_module
 from importlib import metadata as _metadata
+
+from deer.lazy_exports import lazy_exports
 
 try:
     __version__ = _metadata.version("deer-probe-toolkit")
@@ -37,13 +38,4 @@ _PUBLIC = {
 __all__ = ["__version__", *_PUBLIC]
 
 
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(_import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'deer' has no attribute '{name}'")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_PUBLIC))
+__getattr__, __dir__ = lazy_exports(globals(), _PUBLIC)
