@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
 from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
-from deer.core.result import Metrics, ProbeResult
+from deer.core.result import Metrics, ProbeResult, check_instances_folder
 from deer.core.stores import key_digest
 from kg_data.bear import BearDataset, BearRelation
 
@@ -227,40 +227,9 @@ def summary_markdown(metrics: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _describe_folder_conflict(out_dir: Path) -> str | None:
-    """Why ``out_dir`` holds another kind of run than a BEAR data-set run (None if it does not)."""
-    for name in ("ranks.parquet", "ranks.csv", "run_spec.json"):
-        if (out_dir / name).exists():
-            return f"a KG probe run ({name})"
-    for name in ("metadata.json", "metrics.json"):
-        path = out_dir / name
-        if not path.exists():
-            continue
-        try:
-            stored = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            return f"a {name} that is not readable JSON ({error})"
-        if not isinstance(stored, dict):
-            return f"a {name} that is not a JSON object"
-        if name == "metadata.json":
-            other = {k: v.get("probe") if isinstance(v, dict) else None for k, v in stored.items()}
-            other = {k: p for k, p in other.items() if p != PROBE}
-        else:
-            other = {k: None for k, v in stored.items() if k != "bear" or not isinstance(v, dict) or "overall" not in v}
-        if other:
-            what = ", ".join(f"{k} (probe {p})" if p else k for k, p in other.items())
-            return f"a {name} of other probe runs: {what}"
-    return None
-
-
 def check_out_dir(out_dir: Path) -> None:
     """Refuse a folder that holds another kind of run, whose metrics.json/metadata.json we would overwrite."""
-    conflict = _describe_folder_conflict(Path(out_dir))
-    if conflict:
-        raise ValueError(
-            f"{out_dir} already holds {conflict}; a BEAR data-set run writes its own metrics.json and metadata.json "
-            "there and would overwrite that run's. Use another --out folder."
-        )
+    check_instances_folder(Path(out_dir), "bear", PROBE, "overall", label="a BEAR data-set run")
 
 
 def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementScorer) -> dict:

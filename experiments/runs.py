@@ -19,7 +19,7 @@ import pandas as pd
 
 from deer.core.files import read_table
 from deer.core.models import open_model
-from deer.core.result import ProbeResult, find_ranks_table, join_results
+from deer.core.result import ProbeResult, find_ranks_table, join_results, load_results
 from deer.core.run_spec import RunSpec, spec_folder
 from kg_data.queries import QuerySet, queries_for
 
@@ -75,18 +75,20 @@ def load_run(folder: Path, label: str | None = None) -> ProbeRun:
     return ProbeRun(label or run_label(metadata, folder), folder, read_table(path), _read_json(folder / "metrics.json"), metadata)
 
 
-def _reference_is_current(folder: Path, probe: str, spec: RunSpec) -> bool:
-    """The folder already holds ``probe``'s ranks made with this very run spec (weights, tokenizer,
+def _stored_reference(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | None:
+    """``probe``'s result in the folder if it was made with this very run spec (weights, tokenizer,
     dtype, KG, queries, templates, BOS policy): the folder's ``run_spec.json`` and the probe's
     metadata must both match ``spec`` in every field, never the weight fingerprint alone."""
-    path = find_ranks_table(folder)
-    if path is None or rank_column(probe, "raw") not in read_table(path).columns:
-        return False
     stored = RunSpec.read(folder)
-    recorded = _read_json(folder / "metadata.json").get(probe, {}).get("run_spec")
-    if stored is None or not isinstance(recorded, dict):
-        return False
-    return not stored.differences(spec) and not RunSpec.from_dict(recorded).differences(spec)
+    if stored is None or find_ranks_table(folder) is None:
+        return None
+    result = load_results(folder).get(probe)
+    recorded = result.metadata.get("run_spec") if result is not None else None
+    if not isinstance(recorded, dict):
+        return None
+    if stored.differences(spec) or RunSpec.from_dict(recorded).differences(spec):
+        return None
+    return result
 
 
 def run_probes(
@@ -127,8 +129,8 @@ def run_probes(
                                 out=folder, show_progress=show_progress)
             cache = result.metadata["cache"]
             log(f"  {model_name}: deer ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)")
-        elif use_cache and _reference_is_current(folder, probe, spec):
-            result = ProbeResult.load(folder, probe)
+        elif use_cache and (stored := _stored_reference(folder, probe, spec)) is not None:
+            result = stored
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
         else:
             result = reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress,

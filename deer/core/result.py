@@ -167,13 +167,12 @@ def join_results(results: Sequence[ProbeResult]) -> pd.DataFrame:
     for result in results:
         if not result.is_kg:
             raise ValueError(f"the {result.probe} result is not a KG result (it has no per-query ranks)")
-        differences = first.spec.describe_differences(result.spec, (first.probe, result.probe)) if result.spec.differences(first.spec) else ""
-        if differences:
-            raise ValueError(f"cannot join results of different run specs: {differences}")
+        if result.spec.differences(first.spec):
+            raise ValueError("cannot join results of different run specs: "
+                             + first.spec.describe_differences(result.spec, (first.probe, result.probe)))
     table = first.table[_query_columns(first.table)].copy()
     for result in results:
-        for column in _probe_columns(result.table, result.probe):
-            table[column] = result.table[column].to_numpy()
+        table = _with_probe_columns(table, result)
     return table
 
 
@@ -186,12 +185,11 @@ def load_results(folder: str | Path) -> dict[str, ProbeResult]:
     if ranks is not None:
         table = read_table(ranks)
         spec = RunSpec.read(folder)
-        probes = [c[: -len("_rank_raw")] for c in table.columns if c.endswith("_rank_raw")]
         return {
             probe: ProbeResult(probe, table[_query_columns(table) + _probe_columns(table, probe)],
                                Metrics(metrics.get(probe, {}), "filtered"), metadata.get(probe, {}),
                                spec or RunSpec.from_dict(metadata[probe]["run_spec"]))
-            for probe in probes
+            for probe in _probes_in(table)
         }
     instances = find_table(folder, INSTANCES_TABLE)
     if instances is not None:
@@ -319,11 +317,22 @@ def find_ranks_table(folder: Path) -> Path | None:
     return find_table(folder, RANKS_TABLE)
 
 
+def _probes_in(table: pd.DataFrame) -> list[str]:
+    """Probes with rank columns in a ranks table, in column order."""
+    return [c[: -len("_rank_raw")] for c in table.columns if c.endswith("_rank_raw")]
+
+
 def _query_columns(table: pd.DataFrame) -> list[str]:
     """The columns every probe of a folder shares (everything that is not a probe's)."""
-    probes = [c[: -len("_rank_raw")] for c in table.columns if c.endswith("_rank_raw")]
-    owned = {c for p in probes for c in _probe_columns(table, p)}
+    owned = {c for p in _probes_in(table) for c in _probe_columns(table, p)}
     return [c for c in table.columns if c not in owned]
+
+
+def _with_probe_columns(table: pd.DataFrame, result: ProbeResult) -> pd.DataFrame:
+    """``table`` (the same queries, in order) with ``result``'s rank and top-10 columns set."""
+    for column in _probe_columns(result.table, result.probe):
+        table[column] = result.table[column].to_numpy()
+    return table
 
 
 def _probe_columns(table: pd.DataFrame, probe: str) -> list[str]:
@@ -339,8 +348,7 @@ def _save_kg_result(result: ProbeResult, folder: Path) -> None:
         result.spec.write(folder)
     if table is None:
         table = result.table[_query_columns(result.table)].copy()
-    for column in _probe_columns(result.table, result.probe):
-        table[column] = result.table[column].to_numpy()
+    table = _with_probe_columns(table, result)
     for old in folder.glob(f"{RANKS_TABLE}.*"):
         if old.suffix != default_table_suffix():
             old.unlink()
@@ -365,10 +373,50 @@ def _existing_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame | None:
     return table
 
 
-def _save_instances_result(result: ProbeResult, folder: Path) -> None:
+def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | None) -> str | None:
+    """Why ``folder`` holds another kind of run than an instances result (None if it does not).
+
+    Such a result owns the folder's metrics.json and metadata.json (one key, ``probe``), so the
+    folder may hold only that: metadata whose ``probe`` field is ``kind`` and metrics with
+    ``block`` (e.g. "overall").  A KG run's ranks table or run spec is another kind of run.
+    """
     for name in (f"{RANKS_TABLE}.parquet", f"{RANKS_TABLE}.csv", RUN_SPEC_FILE):
         if (folder / name).exists():
-            raise ValueError(f"{folder} already holds a KG probe run ({name}); save the {result.probe} data-set result elsewhere")
+            return f"a KG probe run ({name})"
+    for name in ("metadata.json", "metrics.json"):
+        path = folder / name
+        if not path.exists():
+            continue
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            return f"a {name} that is not readable JSON ({error})"
+        if not isinstance(stored, dict):
+            return f"a {name} that is not a JSON object"
+        if name == "metadata.json":
+            other = {k: v.get("probe") if isinstance(v, dict) else None for k, v in stored.items()}
+            other = {k: p for k, p in other.items() if p != kind}
+        else:
+            other = {k: None for k, v in stored.items() if k != probe or not isinstance(v, dict) or (block and block not in v)}
+        if other:
+            what = ", ".join(f"{k} (probe {p})" if p else k for k, p in other.items())
+            return f"a {name} of other probe runs: {what}"
+    return None
+
+
+def check_instances_folder(folder: Path, probe: str, kind: str, block: str | None, label: str | None = None) -> None:
+    """Refuse a folder holding another kind of run, whose metrics.json/metadata.json saving would
+    overwrite; ``label`` names this run in the message (default: 'a KIND run')."""
+    conflict = instances_folder_conflict(Path(folder), probe, kind, block)
+    if conflict:
+        raise ValueError(
+            f"{folder} already holds {conflict}; {label or f'a {kind} run'} writes its own metrics.json and metadata.json "
+            "there and would overwrite that run's. Use another --out folder."
+        )
+
+
+def _save_instances_result(result: ProbeResult, folder: Path) -> None:
+    check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
     folder.mkdir(parents=True, exist_ok=True)
     write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table)
     write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()})
