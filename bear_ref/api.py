@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
 from bear_ref.kg_probe import run_bear
 from bear_ref.lama_probe import run_lama
-from deer.core.inputs import checked_out_folder, prepare, store_root
+from deer.core.inputs import check_inputs, checked_out_folder, prepare, store_root
 from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
 from deer.core.result import ProbeResult
 from deer.core.templates import PromptTemplates
@@ -39,6 +39,7 @@ def bear(
     cache_dir=None,
     out=None,
     show_progress: bool = True,
+    exclude_head: bool = False,
 ) -> ProbeResult:
     """BEAR on a KG: rank candidates by the summed log-likelihood of each whole statement
     (DEER's query text closed with ' t_name)'; pseudo log-likelihood for masked LMs).
@@ -46,14 +47,15 @@ def bear(
     Arguments as ``deer.probe``; ``cache`` stores score rows so an interrupted run resumes.
     Work is queries x candidates statements.
     """
-    queries, loaded, templates = prepare(
-        kg, model, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir, templates=templates,
-        k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space, template_style=template_style,
-        dtype=dtype, device=device)
-    folder = checked_out_folder(out, queries, loaded, templates)
-    with evaluation_mode(loaded.model):
-        result = run_bear(queries, loaded, templates, token_budget=token_budget, pll_variant=pll_variant,
+    run = prepare(
+        kg, model, probe="bear", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
+        templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
+        template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget)
+    folder = checked_out_folder(out, run.queries, run.loaded, run.templates)
+    with evaluation_mode(run.loaded.model):
+        result = run_bear(run.queries, run.loaded, run.templates, token_budget=token_budget, pll_variant=pll_variant,
                           store_root=store_root(cache, cache_dir), show_progress=show_progress)
+    result = run.finish(result)
     if folder is not None:
         result.save(folder)
     return result
@@ -79,6 +81,7 @@ def lama(
     single_token: bool = False,
     out=None,
     show_progress: bool = True,
+    exclude_head: bool = False,
 ) -> ProbeResult:
     """LAMA on a KG: rank candidates by log p(first token of ' t_name)') right after the query text.
 
@@ -87,15 +90,16 @@ def lama(
     yields DEER's query vectors, kept as ``result.arrays["query_embeddings"]`` for
     ``deer.probe(result.queries, model, query_embeddings=...)``.
     """
-    queries, loaded, templates = prepare(
-        kg, model, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir, templates=templates,
-        k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space, template_style=template_style,
-        dtype=dtype, device=device)
-    with evaluation_mode(loaded.model):
-        result = run_lama(queries, loaded, templates, single_token=single_token, token_budget=token_budget,
+    run = prepare(
+        kg, model, probe="lama", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
+        templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
+        template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget)
+    with evaluation_mode(run.loaded.model):
+        result = run_lama(run.queries, run.loaded, run.templates, single_token=single_token, token_budget=token_budget,
                           show_progress=show_progress)
+    result = run.finish(result)
     if out is not None:  # checked after the run: --single-token ranks fewer queries than it was given
-        result.save(checked_out_folder(out, result.queries, loaded, templates))
+        result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
 
 
@@ -124,6 +128,8 @@ def bear_dataset(
     domain_support/ties: the metric convention (lm-pub-quiz 0.3.3's by default).
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
     """
+    check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device,
+                 max_instances=max_instances)
     if isinstance(dataset, BearDataset):
         data = dataset
     else:

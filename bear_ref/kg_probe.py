@@ -16,6 +16,7 @@ interrupted run resumes, and a rerun into another folder reuses them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from pathlib import Path
@@ -25,9 +26,9 @@ from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
 from deer.core.models import LoadedModel
-from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
+from deer.core.ranking import rank_scores
 from deer.core.result import ProbeResult, kg_result, run_metadata
-from deer.core.stores import EmbeddingStore
+from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates
 from deer.core.tokenization import bos_policy
 from kg_data.queries import QuerySet
@@ -60,21 +61,30 @@ def bear_kg_scores(
     chunk_size: int = 8,
     show_progress: bool = True,
 ) -> tuple[np.ndarray, int]:
-    """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now."""
+    """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now.
+
+    With a store, each query's finished row is pending until ``chunk_size`` are or the store's
+    flush interval has passed (``PendingParts``; also written on Ctrl-C), under the store's lock
+    so a parallel run on the same store waits and then scores only what is still missing.
+    """
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
     ids = queries.item_ids()
-    missing = store.missing(ids) if store is not None else list(range(len(queries)))
     scores = np.zeros((len(queries), len(continuations)), dtype=np.float32)
-    with tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
-        for start in range(0, len(missing), chunk_size):
-            chunk = missing[start : start + chunk_size]
-            for q in chunk:
-                context = templates.query_context(kg, tuple(queries.triples[q].tolist()))
-                scores[q] = scorer.score(context, continuations)
-                bar.update(len(continuations))
-            if store is not None:
-                store.add([ids[q] for q in chunk], scores[chunk])
+    with contextlib.ExitStack() as stack:
+        pending = None
+        if store is not None and store.missing(ids):
+            stack.enter_context(store.locked())
+            pending = stack.enter_context(PendingParts(store, count=chunk_size))
+        missing = store.missing(ids) if store is not None else list(range(len(queries)))
+        bar = stack.enter_context(tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt",
+                                       disable=not show_progress))
+        for q in missing:
+            context = templates.query_context(kg, tuple(queries.triples[q].tolist()))
+            scores[q] = scorer.score(context, continuations)
+            bar.update(len(continuations))
+            if pending is not None:
+                pending.add([ids[q]], scores[q : q + 1])
     if store is not None:
         scored_now = set(missing)
         done = [i for i in range(len(queries)) if i not in scored_now]
@@ -98,8 +108,7 @@ def run_bear(
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
     store = score_store(loaded, queries, templates, scorer.method, store_root) if store_root is not None else None
     scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=show_progress)
-    ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
-    top = top_k_from_scores(scores, 10)
+    ranking = rank_scores(scores, queries)
     elapsed = time.perf_counter() - started
     work = scorer.work()
     statements = scored_now * len(queries.candidates)
@@ -111,4 +120,5 @@ def run_bear(
         "work": {**work, "statements_scored_now": statements, "statements_per_second": statements / elapsed if elapsed and statements else None},
         "timings": {"seconds": round(elapsed, 3)},
     }
-    return kg_result("bear", queries, ranks, top, metadata, tokenizer=loaded.tokenizer)
+    return kg_result("bear", queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
+                     head_above_gold=ranking.head_above_gold)

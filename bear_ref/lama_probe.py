@@ -17,7 +17,7 @@ import numpy as np
 from bear_ref.boundary import split_statements
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
-from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
+from deer.core.ranking import rank_scores
 from deer.core.result import ProbeResult, kg_result, run_metadata, tail_token_lengths
 from deer.core.templates import PromptTemplates, query_prompts
 from kg_data.queries import QuerySet
@@ -92,7 +92,7 @@ def run_lama(
     encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
     embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
     scores = lama_scores_from_logprobs(logprobs, first_ids, unique_ids)
-    ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
+    ranking = rank_scores(scores, queries)
     metadata = {
         **run_metadata("lama", queries, loaded, templates),
         "single_token": single_token,
@@ -100,5 +100,5 @@ def run_lama(
         "work": encoder.stats.as_dict(),
         "timings": {"seconds": round(time.perf_counter() - started, 3)},
     }
-    return kg_result("lama", queries, ranks, top_k_from_scores(scores, 10), metadata, tokenizer=loaded.tokenizer,
-                     arrays={"query_embeddings": embeddings})
+    return kg_result("lama", queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
+                     arrays={"query_embeddings": embeddings}, head_above_gold=ranking.head_above_gold)

@@ -36,6 +36,8 @@ def probe(
     out=None,
     show_progress: bool = True,
     query_embeddings: np.ndarray | None = None,
+    long_prompts: str = "error",
+    exclude_head: bool = False,
 ) -> ProbeResult:
     """Run DEER: rank every candidate tail for each (h, r, ?) query by cosine of PromptEOL embeddings.
 
@@ -51,17 +53,28 @@ def probe(
     out: a folder to save the result in (beside other probes' results of the same run spec);
         refused before any work if it holds another spec's results.  None: nothing is written.
     query_embeddings: the queries' vectors when already computed (``bear_ref.lama`` returns them).
+    exclude_head: leave each query's own head entity out of its candidates (the paper keeps it;
+        ``metrics["head/head_above_gold"]`` counts how often it outranks the gold tail either way).
+    long_prompts: a prompt longer than the model's positions is an error naming the entity or query
+        ('error'), or descriptions are cut to fit ('truncate-descriptions'; the cuts are listed in
+        ``metadata["length_guard"]`` and, changing the KG, in every cache key).
+
+    Every input is checked before the model is loaded (``deer.core.inputs.prepare``): a bad option
+    raises ``OptionError`` naming it, a bad data file ``KGFormatError`` naming file and line.
 
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
-    queries, loaded, templates = prepare(
-        kg, model, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir, templates=templates,
-        k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space, template_style=template_style,
-        dtype=dtype, device=device)
-    folder = checked_out_folder(out, queries, loaded, templates)
-    with evaluation_mode(loaded.model):
-        result = run_deer(queries, loaded, templates, token_budget=token_budget, store_root=store_root(cache, cache_dir),
-                          show_progress=show_progress, query_embeddings=query_embeddings)
+    run = prepare(
+        kg, model, probe="deer", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
+        templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
+        template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget,
+        long_prompts=long_prompts)
+    folder = checked_out_folder(out, run.queries, run.loaded, run.templates)
+    with evaluation_mode(run.loaded.model):
+        result = run_deer(run.queries, run.loaded, run.templates, token_budget=token_budget,
+                          store_root=store_root(cache, cache_dir), show_progress=show_progress,
+                          query_embeddings=query_embeddings)
+    result = run.finish(result)
     if folder is not None:
         result.save(folder)
     return result
@@ -72,7 +85,8 @@ def load_result(folder: str | Path, probe: str | None = None) -> ProbeResult:
     return ProbeResult.load(folder, probe)
 
 
-def load_queries(kg="wn18rr", split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None) -> QuerySet:
+def load_queries(kg="wn18rr", split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,
+                 exclude_head: bool = False) -> QuerySet:
     """The queries of a KG (name, folder or ``TextualKG``) to hand to several probes: every triple
     of ``split``, or ``subset`` of them sampled with ``seed`` (candidates: their entities)."""
-    return as_query_set(kg, split, subset, seed, data_dir)
+    return as_query_set(kg, split, subset, seed, data_dir, exclude_head)

@@ -16,9 +16,9 @@ from tqdm.auto import tqdm
 
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
-from deer.core.ranking import cosine_gold_ranks, faiss_top_k
+from deer.core.ranking import rank_cosine
 from deer.core.result import ProbeResult, kg_result, run_metadata
-from deer.core.stores import EmbeddingStore
+from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.core.tokenization import bos_policy
 from kg_data.kg import TextualKG
@@ -55,20 +55,26 @@ def encode_through_store(
     ids: Sequence[str],
     texts: Sequence[str],
     description: str,
-    chunk_size: int = 2048,
 ) -> tuple[np.ndarray, int]:
-    """Vectors for ``ids``: stored ones reused, missing ones encoded chunk by chunk and stored.
+    """Vectors for ``ids``: stored ones reused, missing ones encoded and stored as they finish.
 
-    Returns (vectors in ``ids`` order, number of prompts encoded now).
+    All missing prompts go through one ``encode`` call (length-sorted batches across all of
+    them); finished batches are written in parts by ``PendingParts`` (by count and by time, and
+    on any exception), under the store's lock, so a parallel run on this store waits and then
+    encodes only what is still missing.  Returns (vectors in ``ids`` order, prompts encoded now).
     """
     if store is None:
         return encoder.encode(texts, description=description).embeddings, len(texts)
     missing = store.missing(ids)
-    with tqdm(total=len(missing), desc=description, unit="prompt", disable=not encoder.show_progress or not missing) as bar:
-        for start in range(0, len(missing), chunk_size):
-            chunk = missing[start : start + chunk_size]
-            vectors = encoder.encode([texts[i] for i in chunk], progress=bar).embeddings
-            store.add([ids[i] for i in chunk], vectors)
+    if missing:
+        with store.locked():
+            missing = store.missing(ids)  # less if another run stored some while this one waited
+            with (
+                tqdm(total=len(missing), desc=description, unit="prompt", disable=not encoder.show_progress or not missing) as bar,
+                PendingParts(store) as pending,
+            ):
+                encoder.encode([texts[i] for i in missing], progress=bar,
+                               on_batch=lambda rows, vectors: pending.add([ids[missing[r]] for r in rows], vectors))
     return store.get(ids), len(missing)
 
 
@@ -113,8 +119,7 @@ def run_deer(
     timings["queries_seconds"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    ranks = cosine_gold_ranks(query_vectors, entity_vectors, queries.gold, queries.filter_tails)
-    _, top = faiss_top_k(query_vectors, entity_vectors, 10)
+    ranking = rank_cosine(query_vectors, entity_vectors, queries)
     timings["ranking_seconds"] = time.perf_counter() - started
 
     stats = encoder.stats.as_dict()
@@ -140,5 +145,6 @@ def run_deer(
         },
         "timings": dict(timings),  # perf_counter seconds, unrounded (compute-time scales them up)
     }
-    return kg_result("deer", queries, ranks, top, metadata, tokenizer=loaded.tokenizer,
-                     arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
+    return kg_result("deer", queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
+                     arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors},
+                     head_above_gold=ranking.head_above_gold)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from kg_data.errors import KGFormatError, KGNotFoundError
-from kg_data.lines import read_jsonl
+from kg_data.lines import read_jsonl, read_text
 
 SUBJECT, ANSWER = "[X]", "[Y]"
 METADATA_FILE = "metadata_relations.json"
@@ -104,11 +104,9 @@ class BearDataset:
 
 def _read_json(path: Path):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise KGFormatError(path, error.lineno, f"invalid JSON ({error.msg})") from None
-    except UnicodeDecodeError as error:
-        raise KGFormatError(path, None, f"not valid UTF-8 ({error.reason})") from None
 
 
 def _check_templates(path: Path, code: str, templates) -> list[str]:

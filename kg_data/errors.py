@@ -1,4 +1,4 @@
-"""Errors raised for malformed knowledge-graph files."""
+"""Errors raised for malformed knowledge-graph files and for splits a KG cannot provide."""
 
 from __future__ import annotations
 
@@ -18,3 +18,7 @@ class KGFormatError(ValueError):
 
 class KGNotFoundError(FileNotFoundError):
     """A knowledge graph could not be found; the message lists where we looked."""
+
+
+class KGSplitError(ValueError):
+    """A requested split is missing from the KG, or has no triples to probe."""

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError
+from kg_data.errors import KGFormatError, KGSplitError
 
 EMPTY_DESCRIPTION = "-"
+# the file stems each split is read from (a KG folder holds one file per split, .tsv or .jsonl)
+SPLIT_STEMS = {"train": ("train",), "valid": ("valid", "dev"), "test": ("test",)}
 
 
 @dataclasses.dataclass
@@ -20,7 +22,7 @@ class TextualKG:
     """Entities, relations and (head, relation, tail) triples stored as integer indices.
 
     ``splits[name]`` is an int64 array of shape (n_triples, 3) holding (head, relation, tail)
-    indices into ``entity_ids`` / ``relation_ids``.
+    indices into ``entity_ids`` / ``relation_ids``; ``split_files[name]`` the file it was read from.
     """
 
     name: str
@@ -31,6 +33,7 @@ class TextualKG:
     relation_names: list[str]
     splits: dict[str, np.ndarray]
     source: str = ""
+    split_files: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def n_entities(self) -> int:
@@ -49,8 +52,12 @@ class TextualKG:
         return {relation_id: i for i, relation_id in enumerate(self.relation_ids)}
 
     def triples(self, split: str) -> np.ndarray:
+        """The (n, 3) triples of ``split``; KGSplitError if the KG has no such split."""
         if split not in self.splits:
-            raise KeyError(f"KG '{self.name}' has no split '{split}'; it has {', '.join(self.splits)}")
+            where = f" (folder {self.source})" if self.source else ""
+            stems = SPLIT_STEMS.get(split)
+            files = f" (no {'/'.join(f'{stem}.tsv' for stem in stems)} or .jsonl)" if stems and self.split_files else ""
+            raise KGSplitError(f"KG '{self.name}'{where} has no '{split}' split{files}; it has: {', '.join(self.splits)}")
         return self.splits[split]
 
     def all_triples(self) -> np.ndarray:
@@ -83,11 +90,13 @@ def build_kg(
     relations: Iterable[tuple[Path, int, str, str]],
     split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]],
     source: str,
+    split_files: dict[str, str] | None = None,
 ) -> TextualKG:
     """Assemble a TextualKG from parsed rows, validating ids.
 
     ``entities`` yields (path, line, id, name, description); ``relations`` (path, line, id, name);
-    each split yields (path, line, head id, relation id, tail id).  Errors name file and line.
+    each split yields (path, line, head id, relation id, tail id); ``split_files`` names each
+    split's file (kept on the KG for messages about a split).  Errors name file and line.
     """
     entity_list = list(entities)
     entity_rows = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
@@ -112,7 +121,8 @@ def build_kg(
                 raise KGFormatError(path, line, f"unknown relation id '{relation}'")
             indices.append((entity_index[head], relation_index[relation], entity_index[tail]))
         splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
-    return TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, splits, source)
+    return TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, splits, source,
+                     dict(split_files or {}))
 
 
 def _validated_named_rows(rows, kind: str) -> list[tuple[str, str]]:

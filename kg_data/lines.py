@@ -8,21 +8,43 @@ from pathlib import Path
 
 from kg_data.errors import KGFormatError
 
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
+JSON_TYPE_NAMES = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, text without the newline); skip blank lines.
 
-    Decoding happens per line so that a bad byte is reported with its line number.
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text with its newline) of a UTF-8 file, every line.
+
+    A UTF-8 byte-order mark is dropped; UTF-16 (a UTF-16 byte-order mark, or NUL bytes in a
+    line) is refused.  Decoding happens per line so that a bad byte is reported with its line.
     """
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
+            elif number == 1 and raw[:2] in UTF16_BOMS:
+                raise KGFormatError(path, 1, f"starts with a UTF-16 byte-order mark ({UTF16_BOMS[raw[:2]]}); save the file as UTF-8")
+            if b"\x00" in raw:
+                raise KGFormatError(path, number, "looks like UTF-16 (NUL bytes); save the file as UTF-8")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise KGFormatError(path, number, f"not valid UTF-8 ({error.reason} at byte {error.start})") from None
-            text = text.rstrip("\r\n")
-            if text.strip():
-                yield number, text
+            yield number, text
+
+
+def read_text(path: Path) -> str:
+    """The whole file as text, with the same encoding rules (and errors) as ``read_lines``."""
+    return "".join(text for _, text in _decoded_lines(path))
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text without the newline); skip blank lines."""
+    for number, text in _decoded_lines(path):
+        text = text.rstrip("\r\n")
+        if text.strip():
+            yield number, text
 
 
 def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iterator[tuple[int, list[str]]]:
@@ -49,3 +71,22 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
         if missing:
             raise KGFormatError(path, number, f"missing key(s): {', '.join(missing)}")
         yield number, record
+
+
+def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = False, optional: bool = False) -> str:
+    """``record[key]`` checked as text: a string, or with ``integer`` an integer (as its decimal
+    string; not a boolean), or with ``optional`` null or missing (as "").  Tabs and line breaks,
+    which a TSV file cannot hold, are refused too.
+    """
+    value = record.get(key)
+    if optional and value is None:
+        return ""
+    if integer and type(value) is int:
+        value = str(value)
+    if not isinstance(value, str):
+        allowed = "a string or an integer" if integer else "a string or null" if optional else "a string"
+        got = JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+        raise KGFormatError(path, line, f"key '{key}' must be {allowed}, got {got}")
+    if any(c in value for c in "\t\n\r"):
+        raise KGFormatError(path, line, f"key '{key}' must not contain a tab or line break")
+    return value

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from kg_data.errors import KGSplitError
 from kg_data.kg import TextualKG
 
 
@@ -19,6 +20,9 @@ class QuerySet:
     ``filter_tails``: for each query, candidate positions (into ``candidates``) of the *other*
     known-true tails of (h, r) over all splits, removed in the filtered setting.
     ``gold``: position of each query's gold tail within ``candidates``.
+    ``exclude_head``: the query's own head entity is no candidate for it (off by default, as in
+    the DEER paper, which keeps it; an embedding probe may rank the head high, its name being
+    in the query).
     """
 
     kg: TextualKG
@@ -28,9 +32,24 @@ class QuerySet:
     gold: np.ndarray
     filter_tails: list[np.ndarray]
     subset_seed: int | None = None
+    exclude_head: bool = False
 
     def __len__(self) -> int:
         return len(self.triples)
+
+    def head_positions(self) -> np.ndarray:
+        """int64 (n_queries,): each query's head entity's position among the candidates, -1 if it is none."""
+        position = np.full(self.kg.n_entities, -1, dtype=np.int64)
+        position[self.candidates] = np.arange(len(self.candidates))
+        return position[self.triples[:, 0]]
+
+    def excluded_positions(self) -> np.ndarray:
+        """int64 (n_queries,): the candidate each query does not rank (its head, with
+        ``exclude_head``; never its gold tail), -1 for none."""
+        if not self.exclude_head:
+            return np.full(len(self), -1, dtype=np.int64)
+        heads = self.head_positions()
+        return np.where(heads == self.gold, -1, heads)
 
     def item_ids(self) -> list[str]:
         """'head_id<TAB>relation_id<TAB>tail_id' per query: the key stores and tables use."""
@@ -46,28 +65,45 @@ def known_tails(kg: TextualKG) -> dict[tuple[int, int], set[int]]:
     return tails
 
 
+def _check_integer(name: str, value, minimum: int) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
 def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
     """Row indices of n triples of ``split`` sampled without replacement (the paper's protocol)."""
+    _check_integer("subset", n, 1)
+    _check_integer("seed", seed, 0)
     triples = kg.triples(split)
     if n > len(triples):
-        raise ValueError(f"--subset {n} is larger than the {split} split ({len(triples)} triples)")
+        raise ValueError(f"subset {n} is larger than the {split} split ({len(triples)} triples)")
     rows = np.random.default_rng(seed).choice(len(triples), size=n, replace=False)
     return np.sort(rows)
 
 
-def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0) -> QuerySet:
+def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0,
+                  exclude_head: bool = False) -> QuerySet:
     """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``).
 
     Without a subset the candidates are all entities; with one they are the entities that
-    appear (as head or tail) in the sampled triples, as in the DEER paper.
+    appear (as head or tail) in the sampled triples, as in the DEER paper.  A missing or empty
+    split raises KGSplitError; a bad ``subset`` or ``seed`` ValueError naming it.
     """
+    _check_integer("seed", seed, 0)
     triples = kg.triples(split)
+    if len(triples) == 0:
+        where = kg.split_files.get(split) or f"KG '{kg.name}'"
+        raise KGSplitError(f"{where}: the {split} split has no triples; nothing to probe")
     if subset is not None:
         triples = triples[sample_subset(kg, split, subset, seed)]
         candidates = np.unique(np.concatenate([triples[:, 0], triples[:, 2]]))
     else:
         candidates = np.arange(kg.n_entities, dtype=np.int64)
-    return queries_for(kg, split, triples, candidates, seed if subset is not None else None)
+    queries = queries_for(kg, split, triples, candidates, seed if subset is not None else None)
+    return dataclasses.replace(queries, exclude_head=bool(exclude_head))
 
 
 def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.ndarray, subset_seed: int | None = None) -> QuerySet:

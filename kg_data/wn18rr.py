@@ -62,4 +62,5 @@ def load_wn18rr(folder: Path) -> TextualKG:
         _relations(folder, relation_ids),
         {split: _triples(folder / file_name) for split, file_name in SPLIT_FILES.items()},
         source=str(folder),
+        split_files={split: str(folder / file_name) for split, file_name in SPLIT_FILES.items()},
     )

@@ -69,7 +69,8 @@ def test_debug_shows_the_traceback(tiny_kg_dir, monkeypatch):
     (tiny_kg_dir / "test.tsv").write_text("e6\tcapital_of\n")
     monkeypatch.delenv("DEER_DEBUG", raising=False)
     quiet = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir)])
-    assert quiet.exit_code == 1 and "DEER_DEBUG=1" in quiet.output and quiet.exception.__class__.__name__ == "SystemExit"
+    assert quiet.exit_code == 1 and quiet.exception.__class__.__name__ == "SystemExit"
+    assert quiet.output.count("\n") == 1 and "test.tsv:1" in quiet.output  # one line, no traceback
     for args, env in ((["--debug", "probe", "--kg", str(tiny_kg_dir)], {}), (["probe", "--kg", str(tiny_kg_dir)], {"DEER_DEBUG": "1"})):
         loud = CliRunner().invoke(main, args, env=env)
         assert loud.exit_code == 1 and isinstance(loud.exception, KGFormatError), loud.output

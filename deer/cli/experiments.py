@@ -48,7 +48,9 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
             if labels.count(run.label) > 1:
                 run.label = f"{run.label} ({run.folder.name})"
         return runs, {"source": "run folders", "runs": list(run_dirs)}
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
+                                         model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
+                                         out_dir=runs_dir, out_name="runs_dir", token_budget=token_budget)
     click.echo(f"probes {', '.join(probes)}")
     runs = []
     for model_name in model_names or (DEFAULT_MODEL,):
@@ -127,7 +129,9 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
     from experiments.reference import single_token_queries
     from experiments.runs import run_probes
 
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
+                                         model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
+                                         out_dir=runs_dir, out_name="runs_dir", token_budget=token_budget)
     click.echo(f"probes {', '.join(probes)}, single-token names only")
     runs, sizes = [], {}
     for model_name in model_names or (DEFAULT_MODEL,):
@@ -151,8 +155,8 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
 @template_options
 @run_source_options
 @click.option("--probes", default="deer,bear,lama", show_default=True, help="Probes to run/compare.")
-@click.option("--hit-k", default=10, show_default=True, help="k of the Hit@k quadrants in the scatter plots.")
-@click.option("--bootstrap", default=1000, show_default=True, help="Bootstrap resamples for the log-rank r interval (0: none).")
+@click.option("--hit-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the Hit@k quadrants in the scatter plots.")
+@click.option("--bootstrap", type=click.IntRange(min=0), default=1000, show_default=True, help="Bootstrap resamples for the log-rank r interval (0: none).")
 @click.option("--single-token", is_flag=True,
               help="LAMA's own protocol, as the paper's agreement: every probe ranks only the candidates whose name "
                    "is one token, on the queries whose gold tail is one (its own run folder). With --run: the "
@@ -243,16 +247,16 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
 @model_options()
 @click.option("--query-sizes", default=",".join(map(str, range(16, 152, 15))), show_default=True,
               help="|Q| values timed for the BEAR linear fit (paper: 16,31,...,151).")
-@click.option("--candidates", type=int, default=None,
+@click.option("--candidates", type=click.IntRange(min=2), default=None,
               help="Entities per query for bear_ref (default all; sampled, gold tails kept, at least 2). When "
                    "reduced, only the per-statement part of its time is scaled to all entities; the per-query "
                    "context pass is not.")
-@click.option("--repeats", default=3, show_default=True,
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed runs per size, each on a fresh independent query sample.")
-@click.option("--plain-statements", type=int, default=32, show_default=True,
+@click.option("--plain-statements", type=click.IntRange(min=1), default=32, show_default=True,
               help="Statements per query timed for the plain scorer (scaled to all entities).")
-@click.option("--deer-queries", type=int, default=None, help="DEER: queries timed (default all of --split).")
-@click.option("--deer-candidates", type=int, default=None, help="DEER: entities timed (default all); scaled to all.")
+@click.option("--deer-queries", type=click.IntRange(min=1), default=None, help="DEER: queries timed (default all of --split).")
+@click.option("--deer-candidates", type=click.IntRange(min=1), default=None, help="DEER: entities timed (default all); scaled to all.")
 @click.option("--target", default="all", show_default=True,
               help="Queries to extrapolate to: 'all' triples of every split (paper) or a split name.")
 @click.option("--scorers", default="bear_ref,plain", show_default=True, help="BEAR scorers to time (bear_ref, plain).")
@@ -271,6 +275,7 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     Each row's basis says exactly how it was extrapolated.
     Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
     """
+    from deer.core.inputs import check_inputs
     from deer.core.models import open_model
     from deer.core.templates import PromptTemplates
     from experiments.compute_time import run_compute_time
@@ -281,6 +286,7 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     unknown = [s for s in scorer_list if s not in TIMED_SCORERS]
     if unknown:
         raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown)}; choose from {', '.join(TIMED_SCORERS)}")
+    check_inputs(model_name, out=out_dir, seed=seed, k_shot=k_shot, dtype=dtype, device=device)
     knowledge_graph = load_kg(kg, data_dir)
     templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
                                 style=template_style)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
+import time
+from pathlib import Path
 
 import click
 
@@ -24,23 +28,92 @@ def debug_requested() -> bool:
 
 
 def friendly_errors(command):
-    """Turn the errors a user can cause (missing model/data, bad files) into clear messages."""
+    """Every error as one line on stderr and exit code 1, never a traceback (unless --debug):
+    the errors a user can cause (bad options, files, models, data) as their message; an
+    unexpected one as its type and message, with the traceback written to a file named in the
+    line.  Ctrl-C stops with exit code 130 and says how to resume."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         from deer.core.extras import MissingExtraError
         from deer.core.models import ModelUnavailableError
         from deer.core.stores import CacheKeyMismatch
+        from deer.core.validate import OptionError
         from kg_data.errors import KGFormatError, KGNotFoundError
 
         try:
-            return command(*args, **kwargs)
-        except (ModelUnavailableError, MissingExtraError, KGFormatError, KGNotFoundError, CacheKeyMismatch, ValueError) as error:
+            with deer_warnings_as_lines():
+                return command(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except KeyboardInterrupt:
+            if debug_requested():
+                raise
+            click.echo("\nInterrupted. Finished work is kept in the caches; run the same command again to resume.", err=True)
+            sys.exit(130)
+        except OptionError as error:
+            if debug_requested():
+                raise
+            raise UserFacingError(error.cli_message()) from None
+        except (ModelUnavailableError, MissingExtraError, KGFormatError, KGNotFoundError, CacheKeyMismatch, ValueError,
+                OSError) as error:
             if debug_requested():
                 raise  # the whole traceback: an internal ValueError is a bug, not bad input
-            raise UserFacingError(f"{error}\n(run with `deer --debug ...` or DEER_DEBUG=1 for the traceback)") from None
+            raise UserFacingError(str(error)) from None
+        except Exception as error:  # noqa: BLE001 - a bug: one line here, the traceback in a file
+            if debug_requested():
+                raise
+            where = write_traceback(error)
+            raise UserFacingError(
+                f"unexpected {type(error).__name__}: {_one_line(error)} (traceback in {where}; "
+                "rerun with `deer --debug ...` to see it, and please report it)") from None
 
     return wrapper
+
+
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def write_traceback(error: BaseException) -> Path:
+    """The full traceback in a file under the cache folder (logs/); its path."""
+    import tempfile
+    import traceback
+
+    from deer.core.files import write_text
+    from deer.core.models import cache_root
+
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    path = cache_root() / "logs" / f"error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    try:
+        write_text(path, text)
+    except OSError:
+        path = Path(tempfile.gettempdir()) / path.name
+        path.write_text(text)
+    return path
+
+
+@contextlib.contextmanager
+def deer_warnings_as_lines():
+    """Show the toolkit's warnings (``DeerWarning``) as 'Warning: ...' lines on stderr."""
+    import warnings
+
+    from deer.core.validate import DeerWarning
+
+    original = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DeerWarning):
+            click.echo(f"Warning: {message}", err=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
 
 
 def model_options(multiple: bool = False):
@@ -68,7 +141,8 @@ def data_dir_option(command):
 
 
 def seed_option(command):
-    return click.option("--seed", default=0, show_default=True, help="Seed for the subset and the few-shot examples.")(command)
+    return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                        help="Seed for the subset and the few-shot examples.")(command)
 
 
 def kg_options(subset: bool = True):
@@ -78,7 +152,7 @@ def kg_options(subset: bool = True):
         command = seed_option(command)
         if subset:
             command = click.option(
-                "--subset", type=int, default=None,
+                "--subset", type=click.IntRange(min=1), default=None,
                 help="Sample N triples of the split (paper protocol: candidates = entities of those triples).",
             )(command)
         command = click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True,
@@ -111,7 +185,16 @@ def template_options(command):
         help="Resample the few-shot examples for every query (paper style's default) or use one set for all "
              "(the authors' style, which allows only this).",
     )(command)
-    return click.option("--k-shot", default=8, show_default=True, help="Few-shot examples per query.")(command)
+    return click.option("--k-shot", type=click.IntRange(min=0), default=8, show_default=True,
+                        help="Few-shot examples per query (fewer where the train split has fewer; each query's count "
+                             "is recorded as k_shot_used).")(command)
+
+
+def exclude_head_option(command):
+    return click.option(
+        "--exclude-head", is_flag=True,
+        help="Leave each query's own head entity out of its candidates (the paper keeps it; metrics.json counts "
+             "under head/ how often it outranks the gold tail either way).")(command)
 
 
 def out_option(help_text: str, default=None):
@@ -120,4 +203,4 @@ def out_option(help_text: str, default=None):
 
 
 def token_budget_option(default: int, help_text: str = "Max padded tokens per forward batch."):
-    return click.option("--token-budget", default=default, show_default=True, help=help_text)
+    return click.option("--token-budget", type=click.IntRange(min=1), default=default, show_default=True, help=help_text)

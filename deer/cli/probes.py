@@ -10,6 +10,7 @@ import click
 
 from deer.cli.options import (
     data_dir_option,
+    exclude_head_option,
     friendly_errors,
     kg_options,
     model_options,
@@ -23,11 +24,19 @@ RUNS_DIR = Path("runs")
 KG_OUT_HELP = "Output folder (default runs/KG-SPLIT-SUBSET-MODEL-DIGEST, DIGEST naming the other settings)."
 
 
-def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style):
-    """(queries, templates) from the shared options; says what will run.  No model is loaded yet."""
-    from deer.core.inputs import as_query_set, as_templates
+def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style, *,
+                    model_names=(), dtype=None, device=None, out_dir=None, token_budget=None, long_prompts="error",
+                    out_name="out", exclude_head=False):
+    """(queries, templates) from the shared options, after checking the options, the output
+    folder and the model folders (``deer.core.inputs.check_inputs``); says what will run.
+    No model is loaded yet."""
+    from deer.core.inputs import as_query_set, as_templates, check_inputs
 
-    queries = as_query_set(kg, split, subset, seed, data_dir)
+    for model_name in model_names or (None,):
+        check_inputs(model_name, out=out_dir or RUNS_DIR, subset=subset, seed=seed, k_shot=k_shot,
+                     token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts,
+                     out_option=out_name)
+    queries = as_query_set(kg, split, subset, seed, data_dir, exclude_head)
     templates = as_templates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
                              template_style=template_style)
     click.echo(f"KG {queries.kg.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
@@ -64,12 +73,16 @@ def print_metrics_table(results) -> None:
 @kg_options()
 @model_options()
 @template_options
+@exclude_head_option
 @out_option(KG_OUT_HELP)
 @token_budget_option(8192)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache.")
+@click.option("--long-prompts", type=click.Choice(["error", "truncate-descriptions"]), default="error", show_default=True,
+              help="A prompt longer than the model's positions: stop with an error naming the entity or query, or cut "
+                   "entity descriptions to fit (each cut is listed in metadata.json under length_guard).")
 @friendly_errors
 def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-          out_dir, token_budget, no_cache):
+          exclude_head, out_dir, token_budget, no_cache, long_prompts):
     """Run the DEER probe: rank every candidate tail for each (h, r, ?) query.
 
     Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10),
@@ -81,10 +94,13 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     from deer.core.models import open_model
 
     started = time.perf_counter()
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
+                                         model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
+                                         token_budget=token_budget, long_prompts=long_prompts, exclude_head=exclude_head)
     loaded = open_model(model_name, dtype=dtype, device=device)
     out = output_folder(out_dir, queries, loaded, templates, model_name)
-    result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=not no_cache, out=out)
+    result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=not no_cache, out=out,
+                        long_prompts=long_prompts)
     click.echo("")
     print_metrics_table([result])
     work = result.metadata["work"]
@@ -106,6 +122,7 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
 @kg_options()
 @model_options()
 @template_options
+@exclude_head_option
 @PLL_OPTION
 @out_option(KG_OUT_HELP)
 @token_budget_option(512, "Candidate tokens packed after the shared query per forward pass (masked LMs: padded "
@@ -113,7 +130,7 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
 @click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows.")
 @friendly_errors
 def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-         pll_variant, out_dir, token_budget, no_cache):
+         exclude_head, pll_variant, out_dir, token_budget, no_cache):
     """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
 
     Statement = DEER query text + ' t_name)'; writes the ranks table (bear_rank_raw/filtered,
@@ -125,7 +142,9 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     from deer.core.models import open_model
 
     started = time.perf_counter()
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
+                                         model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
+                                         token_budget=token_budget, exclude_head=exclude_head)
     click.echo(f"= {len(queries) * len(queries.candidates)} statements")
     loaded = open_model(model_name, dtype=dtype, device=device)
     out = output_folder(out_dir, queries, loaded, templates, model_name)
@@ -141,6 +160,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
 @kg_options()
 @model_options()
 @template_options
+@exclude_head_option
 @click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
 @click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
 @out_option(KG_OUT_HELP)
@@ -148,7 +168,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
 @friendly_errors
 def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-         single_token, with_deer, out_dir, token_budget, no_cache):
+         exclude_head, single_token, with_deer, out_dir, token_budget, no_cache):
     """LAMA: rank candidates by log p(first token of the tail) right after the query text.
 
     Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
@@ -160,7 +180,9 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     from deer.core.models import open_model
 
     started = time.perf_counter()
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
+                                         model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
+                                         token_budget=token_budget, exclude_head=exclude_head)
     loaded = open_model(model_name, dtype=dtype, device=device)
     # --single-token ranks fewer queries, so its spec (checked when saving) is not the one built here.
     out = output_folder(out_dir, queries, loaded, templates, model_name, suffix="-single-token" if single_token else "",
@@ -194,7 +216,7 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
 @click.option("--dataset", default="bear", show_default=True, help="'bear', 'bear-big' or a folder in the lm-pub-quiz format.")
 @data_dir_option
 @click.option("--relations", default=None, help="Comma-separated relation codes, e.g. P19,P20 (default all).")
-@click.option("--max-instances", type=int, default=None, help="At most N instances per relation (sampled with --seed).")
+@click.option("--max-instances", type=click.IntRange(min=1), default=None, help="At most N instances per relation (sampled with --seed).")
 @seed_option
 @model_options()
 @PLL_OPTION
@@ -218,11 +240,14 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     """
     import bear_ref
     from bear_ref.dataset import resummarise_bear_dataset
+    from deer.core.inputs import check_inputs
     from deer.core.models import open_model
     from deer.core.run_spec import run_folder_name
     from kg_data.bear import load_bear_dataset
 
     started = time.perf_counter()
+    check_inputs(None if resummarise else model_name, out=out_dir or RUNS_DIR, seed=seed, token_budget=token_budget,
+                 dtype=dtype, device=device, max_instances=max_instances)
     codes = [c.strip() for c in relations.split(",") if c.strip()] if relations else None
     data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
     click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")

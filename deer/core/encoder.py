@@ -9,7 +9,7 @@ one selected position per prompt.  Results come back in input order.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -22,9 +22,10 @@ from deer.core.work import WorkCounter
 
 @dataclasses.dataclass
 class EncoderOutput:
-    """``embeddings``: float32 (n, hidden); ``next_token_logprobs``: float32 (n, len(next_token_ids)) or None."""
+    """``embeddings``: float32 (n, hidden), or None when an ``on_batch`` callback took them;
+    ``next_token_logprobs``: float32 (n, len(next_token_ids)) or None."""
 
-    embeddings: np.ndarray
+    embeddings: np.ndarray | None
     next_token_logprobs: np.ndarray | None = None
 
 
@@ -94,9 +95,11 @@ class PromptEOLEncoder:
         next_token_ids: np.ndarray | None = None,
         description: str = "encoding",
         progress: tqdm | None = None,
+        on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ) -> EncoderOutput:
-        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``."""
-        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress)
+        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``
+        (``on_batch``: see ``encode_ids``)."""
+        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
 
     @torch.inference_mode()
     def encode_ids(
@@ -105,8 +108,14 @@ class PromptEOLEncoder:
         next_token_ids: np.ndarray | None = None,
         description: str = "encoding",
         progress: tqdm | None = None,
+        on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ) -> EncoderOutput:
-        """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given."""
+        """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given.
+
+        ``on_batch(positions, vectors)``: called after each batch with its input positions and
+        float32 embeddings (a store saves them as they come); the embeddings are then not
+        gathered (``embeddings`` is None), so they are held once, by the caller.
+        """
         n = len(id_lists)
         embeddings = None  # sized by the first batch's hidden states
         logprobs = None
@@ -131,15 +140,21 @@ class PromptEOLEncoder:
                 )
                 last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
                 hidden = output.last_hidden_state[torch.arange(len(batch), device=self.device), last]
-                if embeddings is None:
-                    embeddings = np.zeros((n, hidden.shape[-1]), dtype=np.float32)
-                embeddings[batch] = hidden.float().cpu().numpy()
+                vectors = hidden.float().cpu().numpy()
+                if on_batch is None:
+                    if embeddings is None:
+                        embeddings = np.zeros((n, hidden.shape[-1]), dtype=np.float32)
+                    embeddings[batch] = vectors
                 if logprobs is not None:
                     logprobs[batch] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
             self.stats.add(prompts=len(batch), tokens=int(attention_mask.sum()), padded_tokens=int(attention_mask.size))
+            if on_batch is not None:
+                on_batch(batch, vectors)
             progress.update(len(batch))
         if own_progress:
             progress.close()
+        if on_batch is not None:
+            return EncoderOutput(None, logprobs)
         if embeddings is None:
             embeddings = np.zeros((0, self.output_size), dtype=np.float32)
         return EncoderOutput(embeddings, logprobs)

@@ -1,6 +1,8 @@
 """The one atomic writer: bytes, text (markdown), JSON, tables (parquet/CSV) and figures, each
 written to a temp file in the target folder and renamed into place, so no reader ever sees a
-half-written file."""
+half-written file; and the one folder lock (:func:`folder_lock`), under which a
+read-modify-write of a folder (a run folder's merged tables, a store's missing items) is done
+by one process at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ import io
 import json
 import os
 import platform
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +41,52 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
 
+
+@contextmanager
+def folder_lock(folder: Path, name: str = ".lock", wait_message: str | None = None) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``folder/name`` (created, kept) while the block runs.
+
+    POSIX ``flock``: released by the kernel when the holder exits, however it exits, so a killed
+    run never leaves a stale lock.  Where it is unavailable (Windows, a file system refusing it)
+    the block runs unlocked.  If another process holds the lock, ``wait_message`` (when given)
+    is printed to stderr once, with the holder's pid, and the call waits.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / name, "a+") as handle:
+        locked = _flock(handle, wait_message)
+        try:
+            if locked:  # the holder's pid, for the next one's wait message (shown, never trusted)
+                handle.seek(0)
+                handle.truncate()
+                handle.write(str(os.getpid()))
+                handle.flush()
+            yield
+        finally:
+            if locked:
+                import fcntl
+
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _flock(handle, wait_message: str | None) -> bool:
+    """Take the exclusive lock on an open file, waiting if need be; False where there is none."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    except OSError:  # e.g. ENOLCK on a network file system: run unlocked
+        return False
+    if wait_message:
+        handle.seek(0)
+        print(f"{wait_message} (pid {handle.read().strip() or '?'})", file=sys.stderr, flush=True)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return True
 
 
 def write_text(path: Path, text: str) -> None:

@@ -9,23 +9,32 @@ reported before a model is loaded.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
 
+import numpy as np
+
+from deer.core.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
 from deer.core.models import LoadedModel, as_loaded_model, cache_root
+from deer.core.result import ProbeResult
 from deer.core.run_spec import RunSpec, check_folder_spec
 from deer.core.templates import PromptTemplates
+from deer.core.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
 from kg_data.kg import TextualKG
 from kg_data.load import load_kg
 from kg_data.queries import QuerySet, build_queries
 
 
-def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None) -> QuerySet:
+def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,
+                 exclude_head: bool = False) -> QuerySet:
     """A QuerySet as given, or the queries of ``split`` (``subset`` sampled with ``seed``) of a KG
-    given as a ``TextualKG``, a name ('wn18rr') or a folder (str or Path)."""
+    given as a ``TextualKG``, a name ('wn18rr') or a folder (str or Path).  ``exclude_head``
+    (also applied to a given QuerySet): no query ranks its own head entity."""
     if isinstance(kg, QuerySet):
-        return kg
+        return dataclasses.replace(kg, exclude_head=True) if exclude_head else kg
     knowledge_graph = kg if isinstance(kg, TextualKG) else load_kg(kg, data_dir)
-    return build_queries(knowledge_graph, split, subset, seed)
+    return build_queries(knowledge_graph, split, subset, seed, exclude_head=exclude_head)
 
 
 def as_templates(templates: PromptTemplates | None = None, *, k_shot: int = 8, shots: str | None = None, seed: int = 0,
@@ -36,15 +45,81 @@ def as_templates(templates: PromptTemplates | None = None, *, k_shot: int = 8, s
     return PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space, style=template_style)
 
 
-def prepare(kg, model, *, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,
-            templates: PromptTemplates | None = None, k_shot: int = 8, shots: str | None = None,
+@dataclasses.dataclass
+class PreparedRun:
+    """What a probe runs on, checked: the queries (their KG's descriptions cut to fit where
+    ``long_prompts`` allows it), the model, the templates, and what the checks found."""
+
+    queries: QuerySet
+    loaded: LoadedModel
+    templates: PromptTemplates
+    length_report: LengthReport
+
+    def finish(self, result: ProbeResult) -> ProbeResult:
+        """Add what the run was given besides its spec: the few-shot examples each query got
+        (``k_shot_used`` column; asked vs used in the metadata) and the length guard's report."""
+        used = self.templates.examples_used(result.queries.kg, result.queries.triples)
+        result.table.insert(result.table.columns.get_loc("n_filtered") + 1, "k_shot_used", used)
+        result.metadata["k_shot"] = few_shot_summary(self.templates.k_shot, used)
+        result.metadata["length_guard"] = self.length_report.to_metadata()
+        return result
+
+
+def few_shot_summary(asked: int, used: np.ndarray) -> dict:
+    return {"asked": int(asked), "used_min": int(used.min()) if len(used) else None,
+            "used_max": int(used.max()) if len(used) else None,
+            "queries_with_fewer": int(np.sum(used < asked))}
+
+
+def warn_about_few_shot(queries: QuerySet, templates: PromptTemplates) -> None:
+    """Say so when queries get fewer few-shot examples than asked (no train split, a small one)."""
+    if templates.k_shot == 0 or not len(queries):
+        return
+    train = queries.kg.splits.get("train")
+    if train is None or len(train) == 0:
+        warn(f"KG '{queries.kg.name}' has no train triples to draw few-shot examples from: every query runs "
+             f"zero-shot (k_shot {templates.k_shot} asked, 0 used; recorded in the metadata)")
+        return
+    used = templates.examples_used(queries.kg, queries.triples)
+    fewer = int(np.sum(used < templates.k_shot))
+    if fewer:
+        warn(f"{fewer} of {len(queries)} queries get fewer than k_shot={templates.k_shot} few-shot examples "
+             f"(as few as {int(used.min())}): the train split has only {len(train)} triples; "
+             "the column k_shot_used records each query's count")
+
+
+def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | None = None, token_budget: int | None = None,
+                 dtype: str | None = None, device: str | None = None, long_prompts: str = "error",
+                 max_instances: int | None = None, out_option: str = "out") -> None:
+    """Everything that can be checked without reading the data or loading the model: the options,
+    the output folder's writability and (for a model given by name) the model folder's files."""
+    named_model = isinstance(model, (str, os.PathLike))
+    check_run_options(subset=subset, seed=seed, k_shot=k_shot, token_budget=token_budget, max_instances=max_instances,
+                      dtype=dtype if named_model else None, device=device if named_model else None)
+    if long_prompts not in LONG_PROMPT_MODES:
+        raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(LONG_PROMPT_MODES)}")
+    check_out_folder(out, out_option)
+    check_model_source(model)
+
+
+def prepare(kg, model, *, probe: str, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,
+            data_dir=None, templates: PromptTemplates | None = None, k_shot: int = 8, shots: str | None = None,
             query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "float32",
-            device: str = "auto") -> tuple[QuerySet, LoadedModel, PromptTemplates]:
-    """(queries, model, templates) for a probe run: data and templates first, the model last."""
-    queries = as_query_set(kg, split, subset, seed, data_dir)
+            device: str = "auto", out=None, token_budget: int | None = None, long_prompts: str = "error",
+            exclude_head: bool = False) -> PreparedRun:
+    """Check everything, then load: options, the output folder and the model folder
+    (:func:`check_inputs`), the data and templates, and last the model; then every prompt
+    ``probe`` will feed is checked against the model's positions.  A bad input fails here,
+    before any forward pass."""
+    check_inputs(model, out=out, subset=subset, seed=seed, k_shot=None if templates is not None else k_shot,
+                 token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts)
+    queries = as_query_set(kg, split, subset, seed, data_dir, exclude_head)
     templates = as_templates(templates, k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
                              template_style=template_style)
-    return queries, as_loaded_model(model, tokenizer, dtype=dtype, device=device), templates
+    warn_about_few_shot(queries, templates)
+    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
+    queries, report = guard_prompt_lengths(queries, loaded, templates, probe, long_prompts)
+    return PreparedRun(queries, loaded, templates, report)
 
 
 def store_root(cache: bool, cache_dir=None) -> Path | None:

@@ -51,10 +51,13 @@ def _clean(scores: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(scores), scores, -np.inf)
 
 
-def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray]) -> GoldRanks:
+def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray],
+                           excluded: np.ndarray | None = None) -> GoldRanks:
     """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates).
 
     ``filter_tails[i]``: candidate positions of the other true tails of query i (never gold).
+    ``excluded[i]``: a candidate position that is not a competitor of query i at all, raw or
+    filtered (the query's own head with ``exclude_head``), or -1.
     Non-finite candidate scores never beat or tie the gold; a non-finite gold score ranks last
     (see the module docstring).
     """
@@ -70,6 +73,10 @@ def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: S
         higher[invalid_gold] = True
         higher[rows[invalid_gold], gold[invalid_gold]] = False
         at_least[invalid_gold] = True
+    if excluded is not None:
+        rows_out = np.flatnonzero(np.asarray(excluded) >= 0)
+        higher[rows_out, excluded[rows_out]] = False
+        at_least[rows_out, excluded[rows_out]] = False
     raw_opt = 1 + higher.sum(axis=1)
     raw_pes = at_least.sum(axis=1)
     filtered_opt = raw_opt.astype(np.float64).copy()
@@ -108,6 +115,60 @@ def cosine_gold_ranks(
     return GoldRanks.concatenate(parts)
 
 
+@dataclasses.dataclass
+class Ranking:
+    """A probe's ranking of its queries' candidates.
+
+    ``ranks``: the gold ranks; ``top``: (n_queries, k) candidate positions, best first;
+    ``head_above_gold``: per query, True when the query's own head entity (a candidate other
+    than the gold tail) scores strictly above the gold tail -- its name is in the query text, so
+    an embedding probe may find it "similar".  With ``queries.exclude_head`` the head is no
+    competitor (not counted in any rank, never in ``top``); ``head_above_gold`` still says how
+    often it would have outranked the gold.
+    """
+
+    ranks: GoldRanks
+    top: np.ndarray
+    head_above_gold: np.ndarray
+
+
+def _head_above_gold(scores: np.ndarray, gold: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    rows = np.arange(len(scores))
+    has_head = (heads >= 0) & (heads != gold)
+    head_scores = np.where(has_head, scores[rows, np.maximum(heads, 0)], -np.inf)
+    return has_head & np.isfinite(head_scores) & (head_scores > scores[rows, gold])
+
+
+def rank_scores(scores: np.ndarray, queries, k: int = 10) -> Ranking:
+    """Rank a (n_queries, n_candidates) score matrix (higher = better) for ``queries`` (a QuerySet)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    excluded = queries.excluded_positions()
+    ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails, excluded)
+    heads = queries.head_positions()
+    above = _head_above_gold(scores, queries.gold, heads)
+    rows = np.flatnonzero(excluded >= 0)
+    if len(rows):  # an excluded candidate never appears in a top-k list
+        scores = scores.copy()
+        scores[rows, excluded[rows]] = -np.inf
+    return Ranking(ranks, top_k_from_scores(scores, k), above)
+
+
+def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, k: int = 10, chunk_size: int = 512) -> Ranking:
+    """As :func:`rank_scores` for cosine similarity, chunked over queries (exact ranks; top-k by FAISS)."""
+    excluded, heads = queries.excluded_positions(), queries.head_positions()
+    ranks, above = [], []
+    for part, scores in cosine_score_chunks(query_vectors, entity_vectors, chunk_size):
+        ranks.append(gold_ranks_from_scores(scores, queries.gold[part], queries.filter_tails[part], excluded[part]))
+        above.append(_head_above_gold(scores, queries.gold[part], heads[part]))
+    n_queries = len(queries.gold)
+    _, top = faiss_top_k(query_vectors, entity_vectors, k + int(bool((excluded >= 0).any())))
+    if (excluded >= 0).any():
+        top = np.stack([row[row != out][:k] for row, out in zip(top, excluded, strict=True)])
+    return Ranking(GoldRanks.concatenate(ranks) if ranks else gold_ranks_from_scores(np.zeros((0, 1)), np.zeros(0, np.int64), []),
+                   np.asarray(top).reshape(n_queries, -1),
+                   np.concatenate(above) if above else np.zeros(0, dtype=bool))
+
+
 def faiss_top_k(query_vectors: np.ndarray, entity_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine top-k with FAISS IndexFlatIP on L2-normalised float32: (scores, indices)."""
     import faiss
@@ -128,11 +189,17 @@ def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(part, order, axis=1)
 
 
-def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool) -> np.ndarray:
-    """Competitors each query's gold tail is ranked among (for the random baseline)."""
+def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
+                     excluded: np.ndarray | None = None) -> np.ndarray:
+    """Competitors each query's gold tail is ranked among (for the random baseline); an
+    ``excluded`` candidate (-1: none) is no competitor, filtered or not."""
     counts = np.full(len(filter_tails), n_candidates, dtype=np.float64)
     if filtered:
         counts -= np.asarray([len(f) for f in filter_tails], dtype=np.float64)
+    if excluded is not None:
+        for i, (out, others) in enumerate(zip(excluded, filter_tails, strict=True)):
+            if out >= 0 and not (filtered and out in others):
+                counts[i] -= 1
     return counts
 
 

@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deer.core.files import default_table_suffix, json_default, package_versions, read_table, write_json, write_table, write_text
+from deer.core.files import (
+    default_table_suffix,
+    folder_lock,
+    json_default,
+    package_versions,
+    read_table,
+    write_json,
+    write_table,
+    write_text,
+)
 from deer.core.metrics import grouped_metrics, random_baseline, rank_metrics
 from deer.core.ranking import GoldRanks, candidate_counts
 from deer.core.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
@@ -244,22 +253,38 @@ def run_metadata(probe: str, queries: QuerySet, loaded, templates) -> dict:
         "queries": len(queries),
         "candidates": int(len(queries.candidates)),
         "subset_seed": queries.subset_seed,
+        "exclude_head": bool(queries.exclude_head),
         "templates": templates.to_metadata(),
         "run_spec": RunSpec.build(queries, loaded, templates).to_dict(),
         "versions": package_versions(),
     }
 
 
-def probe_metrics(queries: QuerySet, ranks: GoldRanks) -> dict:
+def head_metrics(queries: QuerySet, head_above_gold: np.ndarray | None) -> dict:
+    """How often the query's own head entity outranks the gold tail (its name is in the query)."""
+    heads = queries.head_positions()
+    with_head = int(np.sum((heads >= 0) & (heads != queries.gold)))
+    above = None if head_above_gold is None else int(np.sum(head_above_gold))
+    return {
+        "excluded": bool(queries.exclude_head),
+        "queries_with_head_candidate": with_head,
+        "head_above_gold": above,
+        "head_above_gold_fraction": above / len(queries) if above is not None and len(queries) else None,
+    }
+
+
+def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarray | None = None) -> dict:
     relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
     n = len(queries.candidates)
+    excluded = queries.excluded_positions()
     return {
         "raw": rank_metrics(ranks.raw),
         "filtered": rank_metrics(ranks.filtered),
         "random_baseline": {
-            "raw": random_baseline(candidate_counts(n, queries.filter_tails, filtered=False)),
-            "filtered": random_baseline(candidate_counts(n, queries.filter_tails, filtered=True)),
+            "raw": random_baseline(candidate_counts(n, queries.filter_tails, filtered=False, excluded=excluded)),
+            "filtered": random_baseline(candidate_counts(n, queries.filter_tails, filtered=True, excluded=excluded)),
         },
+        "head": head_metrics(queries, head_above_gold),
         "ties": {
             "queries_with_ties": int(np.sum(ranks.raw_pessimistic > ranks.raw_optimistic)),
             "mean_raw_optimistic": float(np.mean(ranks.raw_optimistic)) if len(ranks.raw) else None,
@@ -282,10 +307,13 @@ def kg_result(
     metadata: dict,
     tokenizer=None,
     arrays: dict | None = None,
+    head_above_gold: np.ndarray | None = None,
 ) -> ProbeResult:
     """A KG probe's result from its gold ranks.
 
     ``top_candidates``: (n_queries, k) positions into ``queries.candidates``, best first.
+    ``head_above_gold``: per query, whether its own head outranked the gold tail (see
+    ``deer.core.ranking.Ranking``); counted in ``metrics["head/head_above_gold"]``.
     ``metadata`` must hold ``run_spec`` (as :func:`run_metadata` gives it), built from these queries.
     """
     spec = RunSpec.from_dict(metadata["run_spec"])
@@ -299,7 +327,7 @@ def kg_result(
         table[f"{probe}_top10"] = [
             " | ".join(names[queries.candidates[c]] for c in row[:TOP_K]) for row in np.asarray(top_candidates)
         ]
-    return ProbeResult(probe, table, Metrics(probe_metrics(queries, ranks), "filtered"), metadata, spec,
+    return ProbeResult(probe, table, Metrics(probe_metrics(queries, ranks, head_above_gold), "filtered"), metadata, spec,
                        queries=queries, arrays=dict(arrays or {}))
 
 
@@ -341,20 +369,22 @@ def _probe_columns(table: pd.DataFrame, probe: str) -> list[str]:
 
 def _save_kg_result(result: ProbeResult, folder: Path) -> None:
     metadata = {**result.metadata, "run_spec": result.spec.to_dict()}
-    check_folder_spec(folder, result.spec)
-    folder.mkdir(parents=True, exist_ok=True)
-    table = _existing_table(folder, result.table)
-    if not (folder / RUN_SPEC_FILE).exists():
-        result.spec.write(folder)
-    if table is None:
-        table = result.table[_query_columns(result.table)].copy()
-    table = _with_probe_columns(table, result)
-    for old in folder.glob(f"{RANKS_TABLE}.*"):
-        if old.suffix != default_table_suffix():
-            old.unlink()
-    write_table(folder / f"{RANKS_TABLE}{default_table_suffix()}", table)
-    _merge_json(folder / "metrics.json", result.probe, result.metrics.to_dict())
-    _merge_json(folder / "metadata.json", result.probe, metadata)
+    # Read-modify-write of the folder's shared files under its lock, everything (spec check
+    # included) read inside it, so two probes saving here at once both end up in them.
+    with folder_lock(folder):
+        check_folder_spec(folder, result.spec)
+        table = _existing_table(folder, result.table)
+        if not (folder / RUN_SPEC_FILE).exists():
+            result.spec.write(folder)
+        if table is None:
+            table = result.table[_query_columns(result.table)].copy()
+        table = _with_probe_columns(table, result)
+        for old in folder.glob(f"{RANKS_TABLE}.*"):
+            if old.suffix != default_table_suffix():
+                old.unlink()
+        write_table(folder / f"{RANKS_TABLE}{default_table_suffix()}", table)
+        _merge_json(folder / "metrics.json", result.probe, result.metrics.to_dict())
+        _merge_json(folder / "metadata.json", result.probe, metadata)
 
 
 def _existing_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame | None:
@@ -416,13 +446,13 @@ def check_instances_folder(folder: Path, probe: str, kind: str, block: str | Non
 
 
 def _save_instances_result(result: ProbeResult, folder: Path) -> None:
-    check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table)
-    write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()})
-    if result.summary is not None:
-        write_text(folder / "summary.md", result.summary)
-    write_json(folder / "metadata.json", {result.probe: result.metadata})
+    with folder_lock(folder):  # the folder's check and writes, one saving process at a time
+        check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
+        write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table)
+        write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()})
+        if result.summary is not None:
+            write_text(folder / "summary.md", result.summary)
+        write_json(folder / "metadata.json", {result.probe: result.metadata})
 
 
 def _read_json(path: Path) -> dict:

@@ -29,13 +29,16 @@ def _canonical(value) -> str:
 
 
 def queries_fingerprint(queries) -> str:
-    """Hash of the query triples and the candidate set (which entities are ranked, in what order)."""
+    """Hash of the query triples, the candidate set (which entities are ranked, in what order) and
+    whether each query's own head is left out of its candidates."""
     import numpy as np
 
     digest = hashlib.sha256()
     digest.update(np.ascontiguousarray(queries.triples, dtype=np.int64).tobytes())
     digest.update(b"\x1e")
     digest.update(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes())
+    if getattr(queries, "exclude_head", False):  # ranks among other competitors (absent: the digest as before)
+        digest.update(b"\x1eexclude_head")
     return digest.hexdigest()[:16]
 
 

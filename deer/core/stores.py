@@ -3,8 +3,18 @@
 A store is a folder named by the hash of its key (model fingerprint, template, KG
 fingerprint, dtype, ...); ``key.json`` inside repeats the key and is checked on open, so a
 store is never used for a different configuration.  Vectors arrive in parts (one ``.npz`` per
-encoded chunk, written to a temp file and renamed), so an interrupted run keeps every finished
-part and resumes with the rest.
+encoded chunk, written to a temp file and renamed, the writer's pid in its name), so an
+interrupted run keeps every finished part and resumes with the rest, and two processes writing
+into one store never corrupt it.
+
+Writers hold finished vectors in :class:`PendingParts`, which writes a part when 2,048 items are
+pending or ``DEER_STORE_FLUSH_SECONDS`` seconds (default 60) have passed since its last write, and
+writes whatever is pending when the work stops with any exception (Ctrl-C included).  So an
+interrupt loses nothing and a killed run at most that interval of work.
+
+A process encoding a store's missing items holds its lock (:meth:`EmbeddingStore.locked`); a
+second run on the same store waits (saying so on stderr), then reads the parts written
+meanwhile and encodes only what is still missing.
 """
 
 from __future__ import annotations
@@ -13,12 +23,17 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from deer.core.files import atomic_write_bytes
+from deer.core.files import atomic_write_bytes, folder_lock
+
+FLUSH_COUNT = 2048
+FLUSH_SECONDS_ENV = "DEER_STORE_FLUSH_SECONDS"
 
 
 class CacheKeyMismatch(RuntimeError):
@@ -44,10 +59,15 @@ class EmbeddingStore:
         else:
             atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
         self._vectors: dict[str, np.ndarray] = {}
-        self._load_parts()
+        self._parts_seen: set[str] = set()
+        self.refresh()
 
-    def _load_parts(self) -> None:
+    def refresh(self) -> None:
+        """Load the parts not seen yet (written by another process since this one looked)."""
         for part in sorted(self.folder.glob("part-*.npz")):
+            if part.name in self._parts_seen:
+                continue
+            self._parts_seen.add(part.name)
             with np.load(part, allow_pickle=False) as data:
                 ids, vectors = data["ids"], data["vectors"]
             if len(ids) != len(vectors):
@@ -70,10 +90,68 @@ class EmbeddingStore:
         part_number = len(list(self.folder.glob("part-*.npz")))
         buffer = io.BytesIO()
         np.savez(buffer, ids=np.asarray(list(ids), dtype=str), vectors=vectors)
-        atomic_write_bytes(self.folder / f"part-{part_number:06d}-{os.getpid()}.npz", buffer.getvalue())
+        name = f"part-{part_number:06d}-{os.getpid()}.npz"
+        atomic_write_bytes(self.folder / name, buffer.getvalue())
+        self._parts_seen.add(name)
         for item_id, vector in zip(ids, vectors, strict=True):
             self._vectors[item_id] = vector
 
     def get(self, ids: Sequence[str]) -> np.ndarray:
         """Stacked vectors for ``ids`` (all must be present)."""
         return np.stack([self._vectors[item_id] for item_id in ids]) if len(ids) else np.zeros((0, 0), np.float32)
+
+    @contextmanager
+    def locked(self) -> Iterator[EmbeddingStore]:
+        """Hold the store's lock (waiting for another process's encoding to finish), then
+        refresh, so ``missing`` names only what nobody has stored yet."""
+        with folder_lock(self.folder, wait_message=f"waiting for another run encoding into {self.folder}"):
+            self.refresh()
+            yield self
+
+
+def flush_seconds() -> float:
+    """Seconds between part writes while items are pending: ``$DEER_STORE_FLUSH_SECONDS`` or 60."""
+    value = os.environ.get(FLUSH_SECONDS_ENV, "").strip()
+    try:
+        return float(value) if value else 60.0
+    except ValueError:
+        raise ValueError(f"{FLUSH_SECONDS_ENV}={value!r} is not a number of seconds") from None
+
+
+class PendingParts:
+    """Finished items on their way into a store: a part is written when ``count`` are pending or
+    ``seconds`` (default :func:`flush_seconds`) have passed since the last write, checked as items
+    arrive.  As a context manager it writes what is pending on exit, also when the block raises
+    (Ctrl-C included), so the work done before an interrupt is kept.
+    """
+
+    def __init__(self, store: EmbeddingStore, count: int = FLUSH_COUNT, seconds: float | None = None, clock=time.monotonic):
+        self.store = store
+        self.count = count
+        self.seconds = flush_seconds() if seconds is None else seconds
+        self.clock = clock
+        self._ids: list[str] = []
+        self._vectors: list[np.ndarray] = []
+        self._last_write = clock()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        self._ids.extend(ids)
+        self._vectors.append(np.asarray(vectors, dtype=np.float32))
+        if len(self._ids) >= self.count or self.clock() - self._last_write >= self.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending as one part (nothing if nothing is)."""
+        if self._ids:
+            self.store.add(self._ids, np.concatenate(self._vectors))
+        self._ids, self._vectors = [], []
+        self._last_write = self.clock()
+
+    def __enter__(self) -> PendingParts:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.flush()

@@ -51,6 +51,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+from collections import Counter
 
 import numpy as np
 
@@ -155,6 +156,17 @@ class PromptTemplates:
             positions = rng.choice(len(train) - n_excluded, size=k, replace=False)
             rows = np.flatnonzero(eligible)[positions]
         return np.asarray(rows, dtype=np.int64)
+
+    def examples_used(self, kg: TextualKG, triples: np.ndarray) -> np.ndarray:
+        """int64 (n,): how many examples each query's prompt holds (``example_rows``' count, without
+        drawing them): k, unless the train split has fewer triples outside the query's (head, relation)."""
+        triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
+        train = kg.splits.get("train")
+        if train is None or len(train) == 0 or self.k_shot == 0:
+            return np.zeros(len(triples), dtype=np.int64)
+        same_pair = Counter(zip(train[:, 0].tolist(), train[:, 1].tolist(), strict=True))
+        return np.asarray([min(self.k_shot, len(train) - same_pair.get((h, r), 0)) for h, r, _ in triples.tolist()],
+                          dtype=np.int64)
 
     def examples_text(self, kg: TextualKG, triple: tuple[int, int, int]) -> str:
         """The few-shot block: one example line per row, joined by newlines ("" for none)."""

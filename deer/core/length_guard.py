@@ -1,0 +1,167 @@
+"""Every prompt and statement fits the model, checked before the first forward pass.
+
+A text longer than the model's positions is refused with the entity or query it belongs to (an
+entity name of 1 MB would otherwise become a 300k-token forward pass that takes minutes and
+gigabytes before anything fails).  Optionally (``long_prompts="truncate-descriptions"``) an
+entity description that makes a prompt too long is cut, at a token boundary, to fit; the KG then
+holds the cut text, so its fingerprint -- and every cache key and run spec -- says so, and the
+result's metadata lists each cut.
+
+Only texts that could be too long are tokenised: a token covers at least one byte of UTF-8 in
+every tokenizer family here (byte-level BPE, SentencePiece, WordPiece), so a text of B bytes has
+at most B + ``SLACK`` tokens with its special tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from deer.core.tokenization import batch_token_ids
+from kg_data.kg import TextualKG
+from kg_data.queries import QuerySet
+
+SLACK = 8  # special tokens and a SentencePiece word-start piece, beyond one token per byte
+LONG_PROMPT_MODES = ("error", "truncate-descriptions")
+POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+class PromptTooLongError(ValueError):
+    """A prompt or statement is longer than the model's maximum positions."""
+
+
+def max_positions(model) -> int | None:
+    """The model's position limit from its config (None if it states none)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for attribute in POSITION_ATTRIBUTES:
+        value = getattr(config, attribute, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def token_counts(tokenizer, texts: Sequence[str], limit: int, special_tokens: str = "bos", extra: int = 0) -> dict[int, int]:
+    """{index: token count} of the texts that exceed ``limit`` tokens (``extra`` added to each)."""
+    suspects = [i for i, text in enumerate(texts) if len(text.encode("utf-8")) + SLACK + extra > limit]
+    if not suspects:
+        return {}
+    counts = [len(ids) + extra for ids in batch_token_ids(tokenizer, [texts[i] for i in suspects], special_tokens)]
+    return {i: n for i, n in zip(suspects, counts, strict=True) if n > limit}
+
+
+@dataclasses.dataclass
+class LengthReport:
+    """What the guard checked and changed (``metadata["length_guard"]``)."""
+
+    max_positions: int | None
+    mode: str
+    longest_checked_bound: int = 0
+    truncated_descriptions: dict = dataclasses.field(default_factory=dict)
+
+    def to_metadata(self) -> dict:
+        return {"max_positions": self.max_positions, "long_prompts": self.mode,
+                "truncated_descriptions": dict(self.truncated_descriptions)}
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _entity_label(kg: TextualKG, entity: int) -> str:
+    return f"entity '{kg.entity_ids[entity]}' ({_shorten(kg.entity_names[entity])!r})"
+
+
+def _query_label(kg: TextualKG, triple) -> str:
+    head, relation, tail = (int(x) for x in triple)
+    return (f"query ({kg.entity_ids[head]}, {kg.relation_ids[relation]}, {kg.entity_ids[tail]}) "
+            f"with head {_shorten(kg.entity_names[head])!r}")
+
+
+def _refuse(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
+    others = f" ({more} more prompt(s) too long)" if more else ""
+    return PromptTooLongError(f"{what}: its {kind} is {n_tokens} tokens, more than the model's {limit} positions{others}; {hint}")
+
+
+NAME_HINT = "shorten the names in the KG (few-shot examples repeat train triples' names)"
+DESCRIPTION_HINT = "shorten its description, or cut descriptions to fit with --long-prompts truncate-descriptions"
+
+
+def guard_prompt_lengths(queries: QuerySet, loaded, templates, probe: str, mode: str = "error") -> tuple[QuerySet, LengthReport]:
+    """Check the texts ``probe`` ('deer', 'lama', 'bear') will feed; return the queries (with a KG
+    whose too-long descriptions are cut in ``truncate-descriptions`` mode) and a report.
+
+    Raises PromptTooLongError naming the first entity or query that does not fit.
+    """
+    if mode not in LONG_PROMPT_MODES:
+        raise ValueError(f"long_prompts must be one of {LONG_PROMPT_MODES}, got '{mode}'")
+    limit = max_positions(loaded.model)
+    report = LengthReport(limit, mode)
+    if limit is None:
+        return queries, report
+    if mode == "truncate-descriptions" and probe == "deer":
+        queries = _truncate_tail_descriptions(queries, loaded.tokenizer, templates, limit, report)
+    _check(queries, loaded.tokenizer, templates, probe, limit)
+    return queries, report
+
+
+def _check(queries: QuerySet, tokenizer, templates, probe: str, limit: int) -> None:
+    kg = queries.kg
+    special = templates.prompt_special_tokens
+    if probe == "deer":
+        tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
+        too_long = token_counts(tokenizer, tails, limit, special)
+        if too_long:
+            first = min(too_long)
+            raise _refuse(_entity_label(kg, queries.candidates[first]), "tail prompt", too_long[first], limit,
+                          len(too_long) - 1, DESCRIPTION_HINT)
+    texts = [
+        templates.query_prompt(kg, tuple(t)) if probe == "deer" else templates.query_context(kg, tuple(t))
+        for t in queries.triples.tolist()
+    ]
+    extra = 0
+    if probe == "bear":  # the statement: the query context, then the longest candidate continuation
+        continuations = [templates.continuation(kg, e) for e in queries.candidates]
+        longest = int(np.argmax([len(c.encode("utf-8")) for c in continuations])) if continuations else 0
+        extra = len(tokenizer(continuations[longest], add_special_tokens=False)["input_ids"]) if continuations else 0
+        extra += 2 if tokenizer.bos_token_id is None else 0  # a masked LM's [CLS] and [SEP]
+        long_names = token_counts(tokenizer, continuations, limit, "tokenizer")
+        if long_names:
+            first = min(long_names)
+            raise _refuse(_entity_label(kg, queries.candidates[first]), "statement continuation", long_names[first], limit,
+                          len(long_names) - 1, NAME_HINT)
+    too_long = token_counts(tokenizer, texts, limit, "bos" if probe == "bear" else special, extra)
+    if too_long:
+        first = min(too_long)
+        kind = {"deer": "query prompt", "lama": "query text", "bear": "longest statement"}[probe]
+        hint = DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
+        raise _refuse(_query_label(kg, queries.triples[first]), kind, too_long[first], limit, len(too_long) - 1, hint)
+
+
+def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: int, report: LengthReport) -> QuerySet:
+    """Cut the descriptions whose tail prompts exceed ``limit``, at a token boundary, to fit."""
+    kg = queries.kg
+    special = templates.prompt_special_tokens
+    tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
+    too_long = token_counts(tokenizer, tails, limit, special)
+    if not too_long:
+        return queries
+    descriptions = list(kg.entity_descriptions)
+    for position, n_tokens in too_long.items():
+        entity = int(queries.candidates[position])
+        description_ids = tokenizer(descriptions[entity], add_special_tokens=False)["input_ids"]
+        keep = len(description_ids) - (n_tokens - limit) - SLACK
+        while keep > 0:
+            cut = tokenizer.decode(description_ids[:keep]).strip()
+            trial = dataclasses.replace(kg, entity_descriptions=[*descriptions[:entity], cut, *descriptions[entity + 1:]])
+            if not token_counts(tokenizer, [templates.tail_prompt(trial, entity)], limit, special):
+                break
+            keep -= SLACK
+        if keep <= 0:
+            raise _refuse(_entity_label(kg, entity), "tail prompt without its description", n_tokens - len(description_ids),
+                          limit, len(too_long) - 1, NAME_HINT)
+        descriptions[entity] = cut
+        report.truncated_descriptions[kg.entity_ids[entity]] = {"tokens_before": n_tokens, "description_tokens_kept": keep}
+    return dataclasses.replace(queries, kg=dataclasses.replace(kg, entity_descriptions=descriptions))

@@ -1,0 +1,195 @@
+"""Checks made before any model is loaded or any prompt is encoded.
+
+Every probe entry point (the Python API and so the CLI) runs them first, so a bad option, an
+unusable device, a broken model folder or an output folder that cannot be written is refused in
+a second with one line naming the option and its value (or the file), never after an hour of work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class OptionError(ValueError):
+    """An argument (CLI option) has a value that cannot work; ``option`` is its Python name."""
+
+    def __init__(self, option: str, value, problem: str):
+        self.option, self.value, self.problem = option, value, problem
+        super().__init__(f"{option}={value!r}: {problem}")
+
+    def cli_message(self) -> str:
+        """The same, naming the command-line option: ``--k-shot -1: must be >= 0``."""
+        return f"--{self.option.replace('_', '-')} {self.value}: {self.problem}"
+
+
+class DeerWarning(UserWarning):
+    """Something ran differently from what was asked (fewer few-shot examples, ...)."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, DeerWarning, stacklevel=3)
+
+
+def check_count(option: str, value, minimum: int, allow_none: bool = False) -> None:
+    """``value`` is an int (not a bool) >= ``minimum`` (or None where ``allow_none``)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(option, value, f"must be an integer >= {minimum}")
+    if value < minimum:
+        raise OptionError(option, value, f"must be >= {minimum}")
+
+
+def check_run_options(*, subset=None, seed=0, k_shot=None, token_budget=None, dtype=None, device=None,
+                      max_instances=None) -> None:
+    """The numeric and named options shared by the probes (those given; None is not checked)."""
+    check_count("subset", subset, 1, allow_none=True)
+    check_count("seed", seed, 0)
+    check_count("k_shot", k_shot, 0, allow_none=True)
+    check_count("token_budget", token_budget, 1, allow_none=True)
+    check_count("max_instances", max_instances, 1, allow_none=True)
+    if dtype is not None and dtype not in DTYPES:
+        raise OptionError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    if device is not None:
+        check_device(device)
+
+
+def check_device(device: str) -> None:
+    """``auto``, or a torch device that exists here (``cuda:1`` on a one-GPU machine does not)."""
+    if device == "auto":
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise OptionError("device", device, "not a torch device; use auto, cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU-only torch build" if torch.version.cuda is None else "no CUDA device visible"
+            raise OptionError("device", device, f"CUDA is not available here ({build}); use --device auto or cpu")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise OptionError("device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise OptionError("device", device, "MPS is not available here; use --device auto or cpu")
+    elif parsed.type != "cpu":
+        raise OptionError("device", device, "only cpu, cuda and mps devices are supported")
+
+
+def check_out_folder(out, option: str = "out") -> None:
+    """The folder can be created (or exists) and written, checked without leaving anything behind."""
+    if out is None:
+        return
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise OptionError(option, str(out), "exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OptionError(option, str(out), f"{existing} is a file, so the folder cannot be created there")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise OptionError(option, str(out), f"cannot write in {existing} ({error.strerror or error})") from None
+
+
+# -- model folders -------------------------------------------------------------------------------
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
+
+
+def check_model_folder(folder: str | Path) -> None:
+    """A local Hugging Face folder holds a readable config, weights that are whole, and a tokenizer.
+
+    Raises ``ModelUnavailableError`` naming the file.  Safetensors files are checked against their
+    own header (a truncated download is refused here, not half-way through loading).
+    """
+    from deer.core.models import ModelUnavailableError
+
+    folder = Path(folder)
+    config = folder / "config.json"
+    if not config.exists():
+        raise ModelUnavailableError(f"{folder}: no config.json, so it is not a Hugging Face model folder")
+    try:
+        if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+            raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ModelUnavailableError(f"{config}: not a readable JSON config ({error})") from None
+    present = [name for name in WEIGHT_FILES if (folder / name).exists()]
+    if not present:
+        raise ModelUnavailableError(f"{folder}: no weights ({' or '.join(WEIGHT_FILES[::2])})")
+    for name in present:
+        if name == "model.safetensors":
+            check_safetensors(folder / name)
+        elif name == "model.safetensors.index.json":
+            for shard in sorted(set(_index_shards(folder / name))):
+                if not (folder / shard).exists():
+                    raise ModelUnavailableError(f"{folder / name}: names the shard {shard}, which is missing")
+                check_safetensors(folder / shard)
+    if not any((folder / name).exists() for name in TOKENIZER_FILES):
+        raise ModelUnavailableError(f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...)")
+
+
+def _index_shards(index: Path) -> list[str]:
+    from deer.core.models import ModelUnavailableError
+
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return [str(shard) for shard in weight_map.values()]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ModelUnavailableError(f"{index}: not a readable shard index ({error})") from None
+
+
+def check_safetensors(path: Path) -> None:
+    """The file is as long as its header says (8-byte length, JSON header, then the tensors)."""
+    from deer.core.models import ModelUnavailableError
+
+    size = path.stat().st_size
+    broken = f"{path}: truncated or corrupt safetensors file ({size} bytes"
+    advice = "download or save the model again"
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ModelUnavailableError(f"{broken}); {advice}")
+        header_length = int.from_bytes(head, "little")
+        if 8 + header_length > size:
+            raise ModelUnavailableError(f"{broken}, its header alone needs {8 + header_length}); {advice}")
+        try:
+            header = json.loads(handle.read(header_length))
+            end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise ModelUnavailableError(f"{broken}, unreadable header); {advice}") from None
+    if 8 + header_length + end > size:
+        raise ModelUnavailableError(f"{broken}, its tensors need {8 + header_length + end}); {advice}")
+
+
+def check_model_source(model) -> None:
+    """For a model given by name: a local folder (or an existing converted bundled model) is checked
+    now; a path that does not exist is refused; hub ids are checked when loaded."""
+    if not isinstance(model, (str, os.PathLike)):
+        return
+    from deer.core.models import BUNDLED_MODELS, ModelUnavailableError, cache_root
+
+    name = str(model)
+    if name in BUNDLED_MODELS:
+        converted = cache_root() / "models" / name
+        if (converted / "config.json").exists():
+            check_model_folder(converted)
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        check_model_folder(path)
+    elif path.exists():
+        raise ModelUnavailableError(f"{name}: a file, not a model folder (GGUF files: see `deer models`)")
+    elif name.startswith((".", "/", "~")):
+        raise ModelUnavailableError(f"{name}: no such model folder")

@@ -1,0 +1,90 @@
+"""The query's own head as a candidate: counted (head above gold), and optionally left out.
+
+The plain path is ``rank_of`` on the score row with the excluded candidate deleted: leaving the
+head out must equal ranking without it, raw and filtered, for score matrices and for cosine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from deer.core.ranking import candidate_counts, normalize_rows, rank_cosine, rank_of, rank_scores
+from deer.core.run_spec import queries_fingerprint
+from kg_data.load import load_kg
+from kg_data.queries import build_queries
+
+
+def _plain_ranks(scores, queries, drop_head: bool):
+    raw, filtered = [], []
+    for i, row in enumerate(np.asarray(scores, dtype=np.float64)):
+        keep = np.ones(len(row), dtype=bool)
+        head = queries.head_positions()[i]
+        if drop_head and head >= 0 and head != queries.gold[i]:
+            keep[head] = False
+        new_index = np.cumsum(keep) - 1
+        others = [new_index[f] for f in queries.filter_tails[i] if keep[f]]
+        raw.append(rank_of(row[keep], new_index[queries.gold[i]]))
+        filtered.append(rank_of(row[keep], new_index[queries.gold[i]], np.asarray(others, dtype=np.int64)))
+    return np.asarray(raw), np.asarray(filtered)
+
+
+def _queries(tiny_kg_dir, exclude_head):
+    # the train split: 9 queries, several sharing a head, so filtered tails and heads interact
+    kg = load_kg(tiny_kg_dir)
+    queries = build_queries(kg, "train", exclude_head=exclude_head)
+    return queries
+
+
+def test_excluding_the_head_equals_ranking_without_it(tiny_kg_dir):
+    rng = np.random.default_rng(0)
+    for exclude in (False, True):
+        queries = _queries(tiny_kg_dir, exclude)
+        scores = rng.normal(size=(len(queries), len(queries.candidates))).round(1)  # ties included
+        ranking = rank_scores(scores, queries)
+        raw, filtered = _plain_ranks(scores, queries, exclude)
+        np.testing.assert_array_equal(ranking.ranks.raw, raw)
+        np.testing.assert_array_equal(ranking.ranks.filtered, filtered)
+        excluded = queries.excluded_positions()
+        assert (excluded >= 0).sum() == (len(queries) if exclude else 0)
+        for row, out in zip(ranking.top, excluded, strict=True):
+            assert out < 0 or out not in row
+        heads = queries.head_positions()
+        expected_above = [scores[i, h] > scores[i, g] for i, (h, g) in enumerate(zip(heads, queries.gold, strict=True))]
+        np.testing.assert_array_equal(ranking.head_above_gold, expected_above)
+        counts = candidate_counts(len(queries.candidates), queries.filter_tails, False, excluded)
+        assert (counts == len(queries.candidates) - (1 if exclude else 0)).all()
+
+
+def test_cosine_ranking_honours_the_exclusion(tiny_kg_dir):
+    rng = np.random.default_rng(1)
+    queries = _queries(tiny_kg_dir, True)
+    query_vectors = rng.normal(size=(len(queries), 8)).astype(np.float32)
+    entity_vectors = rng.normal(size=(len(queries.candidates), 8)).astype(np.float32)
+    cosine = rank_cosine(query_vectors, entity_vectors, queries, chunk_size=3)
+    scores = normalize_rows(query_vectors) @ normalize_rows(entity_vectors).T
+    plain = rank_scores(scores, queries)
+    np.testing.assert_array_equal(cosine.ranks.raw, plain.ranks.raw)
+    np.testing.assert_array_equal(cosine.ranks.filtered, plain.ranks.filtered)
+    np.testing.assert_array_equal(cosine.head_above_gold, plain.head_above_gold)
+    np.testing.assert_array_equal(cosine.top, plain.top)
+
+
+def test_exclusion_is_part_of_the_run_spec(tiny_kg_dir):
+    kept = _queries(tiny_kg_dir, False)
+    assert queries_fingerprint(kept) != queries_fingerprint(dataclasses.replace(kept, exclude_head=True))
+
+
+def test_probe_reports_and_drops_the_head(tiny_kg_dir, tiny_clm):
+    import deer
+
+    kept = deer.probe(str(tiny_kg_dir), tiny_clm, k_shot=2, show_progress=False)
+    dropped = deer.probe(str(tiny_kg_dir), tiny_clm, k_shot=2, show_progress=False, exclude_head=True)
+    assert kept.metrics["head/excluded"] is False and dropped.metrics["head/excluded"] is True
+    assert kept.metrics["head/head_above_gold"] == dropped.metrics["head/head_above_gold"]
+    assert dropped.metadata["exclude_head"] is True and dropped.spec != kept.spec
+    scores = normalize_rows(kept.arrays["query_embeddings"]) @ normalize_rows(kept.arrays["entity_embeddings"]).T
+    raw, filtered = _plain_ranks(scores, dropped.queries, True)
+    np.testing.assert_allclose(dropped.ranks("raw"), raw)
+    np.testing.assert_allclose(dropped.ranks("filtered"), filtered)
