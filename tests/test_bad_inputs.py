@@ -230,3 +230,47 @@ def test_long_descriptions_can_be_cut_to_fit(tmp_path, tiny_kg_dir, tiny_clm_dir
 
     tokens = batch_token_ids(AutoTokenizer.from_pretrained(tiny_clm_dir), [PromptTemplates.tail_prompt(kg, 2)])[0]
     assert 2048 - 64 <= len(tokens) <= 2048
+
+
+def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_file(tmp_path, tiny_kg_dir, monkeypatch):
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DEER_DEBUG", raising=False)
+    import deer.core.inputs as inputs
+
+    def broken(*args, **kwargs):
+        raise TypeError("an internal bug")
+
+    monkeypatch.setattr(inputs, "as_query_set", broken)
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("Error")]
+    assert "unexpected TypeError: an internal bug" in line and "--debug" in line
+    log = Path(line.split("traceback in ", 1)[1].split(";", 1)[0])
+    assert log.parent == tmp_path / "cache" / "logs"
+    assert "Traceback" in log.read_text() and "an internal bug" in log.read_text()
+    loud = CliRunner().invoke(main, ["--debug", "probe", "--kg", str(tiny_kg_dir)])
+    assert isinstance(loud.exception, TypeError)
+
+
+def test_few_shot_shortfall_is_a_warning_and_recorded(tmp_path, tiny_kg_dir, tiny_clm):
+    import deer
+    from deer.core.validate import DeerWarning
+
+    with pytest.warns(DeerWarning, match="4 of 4 queries get fewer than k_shot=20"):
+        result = deer.probe(str(tiny_kg_dir), tiny_clm, k_shot=20, show_progress=False)
+    used = result.table["k_shot_used"].tolist()
+    assert result.metadata["k_shot"] == {"asked": 20, "used_min": min(used), "used_max": max(used), "queries_with_fewer": 4}
+    assert max(used) <= 9  # the tiny KG has 9 train triples
+    (tiny_kg_dir / "train.tsv").unlink()
+    with pytest.warns(DeerWarning, match="no train triples .* zero-shot"):
+        result = deer.probe(str(tiny_kg_dir), tiny_clm, k_shot=8, show_progress=False)
+    assert result.metadata["k_shot"]["used_max"] == 0 and set(result.table["k_shot_used"]) == {0}
+
+
+def test_the_cli_prints_warnings_as_one_line(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    (tiny_kg_dir / "train.tsv").unlink()
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "Warning: KG 'tiny_kg' has no train triples" in result.output and "DeerWarning" not in result.output
