@@ -115,8 +115,10 @@ def _check(queries: QuerySet, tokenizer, templates, probe: str, limit: int) -> N
         too_long = token_counts(tokenizer, tails, limit, special)
         if too_long:
             first = min(too_long)
-            raise _refuse(_entity_label(kg, queries.candidates[first]), "tail prompt", too_long[first], limit,
-                          len(too_long) - 1, DESCRIPTION_HINT)
+            entity = int(queries.candidates[first])
+            long_name = len(kg.entity_names[entity]) > len(kg.entity_descriptions[entity])
+            raise _refuse(_entity_label(kg, entity), "tail prompt", too_long[first], limit, len(too_long) - 1,
+                          "shorten its name" if long_name else DESCRIPTION_HINT)
     texts = [
         templates.query_prompt(kg, tuple(t)) if probe == "deer" else templates.query_context(kg, tuple(t))
         for t in queries.triples.tolist()
