@@ -25,42 +25,9 @@ from transformers import DynamicCache
 from bear_ref.boundary import SplitStatements, split_statements
 from deer.core.attention import backend_for_custom_masks, custom_attention_mask
 from deer.core.encoder import next_token_log_softmax
+from deer.core.packing import consecutive_packs, packed_attention_mask
 from deer.core.tokenization import padding_id
 from deer.core.work import WorkCounter
-
-
-def _packs(widths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Consecutive groups of items whose widths sum to at most ``token_budget`` (at least one item)."""
-    packs: list[list[int]] = []
-    current: list[int] = []
-    used = 0
-    for k, width in enumerate(widths):
-        if current and used + width > token_budget:
-            packs.append(current)
-            current, used = [], 0
-        current.append(k)
-        used += width
-    if current:
-        packs.append(current)
-    return packs
-
-
-def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], widths: Sequence[int]) -> np.ndarray:
-    """Boolean (L, P + L) pattern for continuations packed in one row after a P-token context.
-
-    Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
-    tokens 0..j of its own continuation, nothing of the others (True = may attend).
-    ``deer.core.attention.custom_attention_mask`` turns it into what the model's back-end needs.
-    """
-    total = int(sum(widths))
-    owner = np.repeat(np.arange(len(widths)), widths)
-    offset = np.concatenate([np.arange(w) for w in widths]) if total else np.zeros(0, dtype=np.int64)
-    mask = np.zeros((total, context_length + total), dtype=bool)
-    mask[:, :context_length] = np.arange(context_length)[None, :] < np.asarray(shared_lengths)[owner][:, None]
-    same = owner[:, None] == owner[None, :]
-    causal = offset[None, :] <= offset[:, None]
-    mask[:, context_length:] = same & causal
-    return mask
 
 
 class SharedPrefixScorer:
@@ -141,7 +108,7 @@ class SharedPrefixScorer:
         # The rest: continuations packed side by side into one row on top of the 1-row context
         # cache; a block mask keeps them apart, so the context cache is never copied.
         inputs = [i for i, ids in enumerate(continuation_ids) if len(ids) > 1]
-        for pack in _packs([len(continuation_ids[i]) - 1 for i in inputs], self.token_budget):
+        for pack in consecutive_packs([len(continuation_ids[i]) - 1 for i in inputs], self.token_budget):
             rows = [inputs[k] for k in pack]
             scores[rows] += self._score_pack(base, cache, len(context_ids), rows, continuation_ids, shared_lengths)
         return scores
