@@ -76,7 +76,7 @@ def run_lama(
     loaded: LoadedModel,
     templates: PromptTemplates,
     single_token: bool = False,
-    token_budget: int = 8192,
+    token_budget: int | None = None,
     show_progress: bool = True,
 ) -> ProbeResult:
     """Rank by log p(first token of " t_name)") after each query text; nothing is written.

@@ -28,9 +28,9 @@ def probe(
     shots: str | None = None,
     query_trailing_space: bool | None = None,
     template_style: str = "paper",
-    dtype: str = "float32",
+    dtype: str = "auto",
     device: str = "auto",
-    token_budget: int = 8192,
+    token_budget: int | None = None,
     cache: bool = False,
     cache_dir=None,
     out=None,
@@ -49,6 +49,7 @@ def probe(
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
         for the probe and put back in train mode after if it was training.
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
+    token_budget: padded tokens per forward batch (None: 8192 on the CPU, from the free memory on a GPU).
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
     out: a folder to save the result in (beside other probes' results of the same run spec);
         refused before any work if it holds another spec's results.  None: nothing is written.

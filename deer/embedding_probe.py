@@ -82,7 +82,7 @@ def run_deer(
     queries: QuerySet,
     loaded: LoadedModel,
     templates: PromptTemplates,
-    token_budget: int = 8192,
+    token_budget: int | None = None,
     store_root: Path | None = None,
     show_progress: bool = True,
     query_embeddings: np.ndarray | None = None,
@@ -128,7 +128,8 @@ def run_deer(
         **run_metadata("deer", queries, loaded, templates),
         "example_query_prompt": query_texts[0] if query_texts else None,
         "example_tail_prompt": entity_texts[0] if entity_texts else None,
-        "token_budget": token_budget,
+        "token_budget": encoder.token_budget,
+        "max_batch_size": encoder.max_batch_size,
         "cache": {
             "entities_encoded_now": entities_encoded,
             "entities_from_cache": len(entity_ids) - entities_encoded,

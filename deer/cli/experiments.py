@@ -21,7 +21,7 @@ from deer.core.models import DEFAULT_MODEL
 def run_source_options(command):
     """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
     command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
-    command = token_budget_option(8192, "DEER: max padded tokens per batch.")(command)
+    command = token_budget_option(None, "DEER: max padded tokens per batch (default: 8192 on the CPU, from the free memory on a GPU).")(command)
     command = click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True)(command)
     command = click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
                            help="Where probe runs made by this command go (one folder per model).")(command)

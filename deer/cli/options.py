@@ -12,8 +12,7 @@ from pathlib import Path
 import click
 
 from deer.core.models import DEFAULT_MODEL
-
-DTYPES = ["float32", "bfloat16", "float16"]
+from deer.core.validate import DTYPES
 
 
 class UserFacingError(click.ClickException):
@@ -122,8 +121,9 @@ def model_options(multiple: bool = False):
     def decorate(command):
         command = click.option("--device", default="auto", show_default=True,
                                help="torch device: auto (cuda:0 when torch sees a GPU, else cpu), cpu, cuda:0, ...")(command)
-        command = click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
-                               help="Weights and activations dtype.")(command)
+        command = click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
+                               help="Weights and activations dtype; auto: float32 on the CPU, bfloat16 on a GPU "
+                                    "that supports it, else float16.")(command)
         if multiple:
             return click.option("--model", "model_names", multiple=True,
                                 help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")(command)
@@ -202,5 +202,7 @@ def out_option(help_text: str, default=None):
                         show_default=default is not None, help=help_text)
 
 
-def token_budget_option(default: int, help_text: str = "Max padded tokens per forward batch."):
-    return click.option("--token-budget", type=click.IntRange(min=1), default=default, show_default=True, help=help_text)
+def token_budget_option(default: int | None, help_text: str = "Max padded tokens per forward batch (default: 8192 on the "
+                                                               "CPU, from the free memory on a GPU)."):
+    return click.option("--token-budget", type=click.IntRange(min=1), default=default, show_default=default is not None,
+                        help=help_text)

@@ -75,7 +75,7 @@ def print_metrics_table(results) -> None:
 @template_options
 @exclude_head_option
 @out_option(KG_OUT_HELP)
-@token_budget_option(8192)
+@token_budget_option(None)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache.")
 @click.option("--long-prompts", type=click.Choice(["error", "truncate-descriptions"]), default="error", show_default=True,
               help="A prompt longer than the model's positions: stop with an error naming the entity or query, or cut "
@@ -164,7 +164,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
 @click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
 @click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
 @out_option(KG_OUT_HELP)
-@token_budget_option(8192)
+@token_budget_option(None)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
 @friendly_errors
 def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,

@@ -51,3 +51,25 @@ def pad_right(id_lists: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarra
         input_ids[row, : len(ids)] = ids
         attention_mask[row, : len(ids)] = 1
     return input_ids, attention_mask
+
+
+CPU_TOKEN_BUDGET = 8192  # padded tokens per batch on the CPU (bench_deer_encoder: larger gains nothing)
+GPU_MEMORY_SHARE = 0.25  # of the free device memory, for one batch's activations
+
+
+def auto_batch_limits(model) -> tuple[int, int]:
+    """(token budget, max rows) for a batch on the model's device: the CPU defaults, or on a GPU
+    what a quarter of its free memory holds, at a conservative ``dtype bytes x (8 x hidden + 3 x
+    intermediate)`` per token (residual stream, attention and MLP activations of one layer at a time)."""
+    import torch
+
+    parameter = next(model.parameters())
+    if parameter.device.type != "cuda":
+        return CPU_TOKEN_BUDGET, 128
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 1024))
+    intermediate = int(getattr(config, "intermediate_size", 0) or getattr(config, "ffn_dim", 0) or 4 * hidden)
+    free, _ = torch.cuda.mem_get_info(parameter.device)
+    per_token = parameter.element_size() * (8 * hidden + 3 * intermediate)
+    budget = int(GPU_MEMORY_SHARE * free // per_token)
+    return max(CPU_TOKEN_BUDGET, min(budget, 1 << 20)), 4096

@@ -3,19 +3,22 @@
 Prompts are tokenised (BOS policy in ``deer.core.tokenization``), sorted by length, right-padded in
 batches under a token budget and run through the model's base transformer only: the LM head
 is applied to nothing, or -- when next-token log-probabilities are asked for (LAMA) -- to the
-one selected position per prompt.  Results come back in input order.
+one selected position per prompt.  Results come back in input order.  Identical prompts are
+encoded once; prompts that share a long token prefix (one few-shot block for all queries) run
+it once (``deer.core.shared_prefix``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from deer.core.batching import length_sorted_batches, pad_right
+from deer.core.batching import auto_batch_limits, length_sorted_batches, pad_right
+from deer.core.shared_prefix import MIN_SHARED_TOKENS, common_prefix_length, hidden_after_prefix
 from deer.core.tokenization import batch_token_ids, padding_id
 from deer.core.work import WorkCounter
 
@@ -45,22 +48,28 @@ class PromptEOLEncoder:
     """Batched PromptEOL embeddings for a causal LM (model in eval mode)."""
 
     def __init__(
-        self, model, tokenizer, token_budget: int = 8192, max_batch_size: int = 128, show_progress: bool = True,
-        special_tokens: str = "bos",
+        self, model, tokenizer, token_budget: int | None = None, max_batch_size: int | None = None, show_progress: bool = True,
+        special_tokens: str = "bos", reuse_prefix: bool = True,
     ):
-        """``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.core.tokenization)."""
+        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: 8192 and 128 on
+        the CPU, from the free memory on a GPU; see ``deer.core.batching.auto_batch_limits``).
+        ``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.core.tokenization).
+        ``reuse_prefix``: when all prompts of a call share a long token prefix (one few-shot block
+        for every query), run it once and only each prompt's tail after it (``deer.core.shared_prefix``)."""
         self.model = model
         self.special_tokens = special_tokens
         self.tokenizer = tokenizer
-        self.token_budget = token_budget
-        self.max_batch_size = max_batch_size
+        budget, rows = auto_batch_limits(model)  # None: what the model's device holds
+        self.token_budget = budget if token_budget is None else token_budget
+        self.max_batch_size = rows if max_batch_size is None else max_batch_size
         self.show_progress = show_progress
+        self.reuse_prefix = reuse_prefix
         self.stats = WorkCounter("prompts", "tokens", "padded_tokens")
         self.device = next(model.parameters()).device
         self.pad_id = padding_id(tokenizer)
 
     @classmethod
-    def from_pretrained(cls, name: str, dtype: str = "float32", device: str = "auto", **options) -> PromptEOLEncoder:
+    def from_pretrained(cls, name: str, dtype: str = "auto", device: str = "auto", **options) -> PromptEOLEncoder:
         """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode.
 
         ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``.
@@ -117,40 +126,46 @@ class PromptEOLEncoder:
         gathered (``embeddings`` is None), so they are held once, by the caller.
         """
         n = len(id_lists)
+        if n and min(len(ids) for ids in id_lists) == 0:
+            raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
+        # Identical prompts are encoded once; each batch's results go to every copy.
+        distinct: dict[tuple[int, ...], list[int]] = {}
+        for position, ids in enumerate(id_lists):
+            distinct.setdefault(tuple(ids), []).append(position)
+        unique = list(distinct)
+        copies = list(distinct.values())
+        self.stats.add(duplicate_prompts=n - len(unique))
+
         embeddings = None  # sized by the first batch's hidden states
         logprobs = None
         if next_token_ids is not None:
             next_token_ids = np.asarray(next_token_ids, dtype=np.int64)
             logprobs = np.zeros((n, len(next_token_ids)), dtype=np.float32)
             gather_ids = torch.as_tensor(next_token_ids, device=self.device)
-        lengths = [len(ids) for ids in id_lists]
-        if n and min(lengths) == 0:
-            raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
-        base = self.model.base_model
         own_progress = progress is None
         if own_progress:
             progress = tqdm(total=n, desc=description, unit="prompt", disable=not self.show_progress, leave=False)
-        for batch in length_sorted_batches(lengths, self.token_budget, self.max_batch_size):
-            input_ids, attention_mask = pad_right([id_lists[i] for i in batch], self.pad_id)
+        batches = self._hidden_batches(unique)
+        while True:
             with self.stats.forward():
-                output = base(
-                    input_ids=torch.as_tensor(input_ids, device=self.device),
-                    attention_mask=torch.as_tensor(attention_mask, device=self.device),
-                    use_cache=False,
-                )
-                last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
-                hidden = output.last_hidden_state[torch.arange(len(batch), device=self.device), last]
+                step = next(batches, None)
+                if step is None:
+                    break
+                batch, hidden = step
+                positions = np.asarray([p for u in batch for p in copies[u]], dtype=np.int64)
+                repeats = torch.as_tensor([len(copies[u]) for u in batch], device=hidden.device)
+                hidden = torch.repeat_interleave(hidden, repeats, dim=0)
                 vectors = hidden.float().cpu().numpy()
                 if on_batch is None:
                     if embeddings is None:
                         embeddings = np.zeros((n, hidden.shape[-1]), dtype=np.float32)
-                    embeddings[batch] = vectors
+                    embeddings[positions] = vectors
                 if logprobs is not None:
-                    logprobs[batch] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
-            self.stats.add(prompts=len(batch), tokens=int(attention_mask.sum()), padded_tokens=int(attention_mask.size))
+                    logprobs[positions] = next_token_log_softmax(self.model, hidden)[:, gather_ids].cpu().numpy()
+            self.stats.add(prompts=len(positions))
             if on_batch is not None:
-                on_batch(batch, vectors)
-            progress.update(len(batch))
+                on_batch(positions, vectors)
+            progress.update(len(positions))
         if own_progress:
             progress.close()
         if on_batch is not None:
@@ -158,3 +173,26 @@ class PromptEOLEncoder:
         if embeddings is None:
             embeddings = np.zeros((0, self.output_size), dtype=np.float32)
         return EncoderOutput(embeddings, logprobs)
+
+    def _hidden_batches(self, id_lists: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+        """(indices, last-token states) per forward pass: after a shared prefix run once when the
+        prompts have one (``reuse_prefix``), else in length-sorted, right-padded batches."""
+        shared = common_prefix_length(id_lists) if self.reuse_prefix and len(id_lists) > 1 else 0
+        if shared >= MIN_SHARED_TOKENS:
+            tails = [ids[shared:] for ids in id_lists]
+            for batch, hidden, fed in hidden_after_prefix(self.model, id_lists[0][:shared], tails):
+                tokens = sum(len(tails[i]) for i in batch)
+                self.stats.add(tokens=fed, padded_tokens=fed, prefix_tokens=fed - tokens, tail_tokens=tokens)
+                yield batch, hidden
+            return
+        base = self.model.base_model
+        for batch in length_sorted_batches([len(ids) for ids in id_lists], self.token_budget, self.max_batch_size):
+            input_ids, attention_mask = pad_right([id_lists[i] for i in batch], self.pad_id)
+            output = base(
+                input_ids=torch.as_tensor(input_ids, device=self.device),
+                attention_mask=torch.as_tensor(attention_mask, device=self.device),
+                use_cache=False,
+            )
+            last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
+            self.stats.add(tokens=int(attention_mask.sum()), padded_tokens=int(attention_mask.size))
+            yield batch, output.last_hidden_state[torch.arange(len(batch), device=self.device), last]

@@ -104,7 +104,7 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
 
 def prepare(kg, model, *, probe: str, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,
             data_dir=None, templates: PromptTemplates | None = None, k_shot: int = 8, shots: str | None = None,
-            query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "float32",
+            query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "auto",
             device: str = "auto", out=None, token_budget: int | None = None, long_prompts: str = "error",
             exclude_head: bool = False) -> PreparedRun:
     """Check everything, then load: options, the output folder and the model folder

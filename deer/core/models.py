@@ -230,8 +230,21 @@ def resolve_device(device: str = "auto") -> str:
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
-def load_model(name: str, dtype: str = "float32", device: str = "auto"):
-    """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device`` (see ``resolve_device``).
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto``: float32 on the CPU (and other non-CUDA devices), bfloat16 on a CUDA device that
+    supports it, else float16; any other name as given."""
+    if dtype != "auto":
+        return dtype
+    if not str(device).startswith("cuda"):
+        return "float32"
+    import torch
+
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "auto"):
+    """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device`` (see
+    ``resolve_device``) in ``dtype`` (see ``resolve_dtype``).
 
     Raises ModelUnavailableError with an install hint when the model cannot be had.
     """
@@ -239,7 +252,8 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto"):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     resolved = resolve_model(name)
-    torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    device = resolve_device(device)
+    torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[resolve_dtype(dtype, device)]
     try:
         config = AutoConfig.from_pretrained(resolved.source)
         tokenizer = AutoTokenizer.from_pretrained(resolved.source)
@@ -251,7 +265,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto"):
         if resolved.kind == "hub":
             raise _hub_unavailable(resolved, error) from error
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
-    model.to(resolve_device(device))
+    model.to(device)
     model.eval()
     return model, tokenizer, resolved
 
@@ -442,7 +456,7 @@ class LoadedModel:
         }
 
 
-def open_model(name: str, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+def open_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     """Load ``name`` (alias, hub id or folder) in eval mode; see :func:`load_model`."""
     import time
 
@@ -450,11 +464,12 @@ def open_model(name: str, dtype: str = "float32", device: str = "auto") -> Loade
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     return LoadedModel(
         name, model, tokenizer, resolved.source, model_fingerprint(model), tokenizer_fingerprint(tokenizer),
-        dtype, str(next(model.parameters()).device), time.perf_counter() - started,
+        str(next(model.parameters()).dtype).replace("torch.", ""), str(next(model.parameters()).device),
+        time.perf_counter() - started,
     )
 
 
-def as_loaded_model(model, tokenizer=None, dtype: str = "float32", device: str = "auto") -> LoadedModel:
+def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     """What the Python API accepts as a model: a :class:`LoadedModel`; an alias, hub id or folder
     (str or Path; loaded with ``dtype`` and ``device``); a ``(model, tokenizer)`` pair; or a model
     object with ``tokenizer=``.  An in-memory model keeps its own dtype and device."""

@@ -13,7 +13,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class OptionError(ValueError):

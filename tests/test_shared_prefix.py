@@ -1,0 +1,62 @@
+"""The encoder's shared-prefix path equals one whole forward pass per prompt.
+
+Query prompts with one few-shot block for all (the authors' template style) share a long token
+prefix; the encoder runs it once and packs the prompts' tails after it.  Checked on every
+architecture and attention back-end of the equivalence suite (sliding windows shorter than the
+prefix included), for the last-token states (1e-5 relative) and LAMA's next-token log-probs
+(1e-4 nats), with duplicate prompts, a tail of one token, and packs split by a small budget.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from deer.core import shared_prefix
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.shared_prefix import MIN_SHARED_TOKENS, common_prefix_length
+from deer.core.tokenization import batch_token_ids
+from tests.test_equivalence import (
+    ARCHITECTURES,
+    BACKENDS,
+    SCORE_ATOL,
+    VECTOR_RTOL,
+    plain_last_state,
+    plain_logprobs,
+    relative_error,
+    tiny_model,
+    tokenizer,  # noqa: F401 - the module-scoped fixture
+)
+
+FEW_SHOT = "(dog, hypernym, mammal)\n(paris, capital of, france)\n(oak, has part, leaf)\n(cat, hypernym, feline)\n"
+TAILS = ["berlin - the capital of Germany\n(berlin, capital of, ", "oak - a tree\n(oak, hypernym, ", "x",
+         "tree - a tall perennial woody plant with a trunk\n(tree, has part, ", "oak - a tree\n(oak, hypernym, "]
+PROMPTS = [FEW_SHOT + tail for tail in TAILS]
+
+
+def test_prompts_share_a_long_prefix_and_repeat(tokenizer):  # noqa: F811
+    ids = batch_token_ids(tokenizer, PROMPTS)
+    assert common_prefix_length(ids) >= MIN_SHARED_TOKENS
+    assert len({tuple(i) for i in ids}) == len(PROMPTS) - 1  # one duplicate
+    assert common_prefix_length([[1, 2, 3], [1, 2]]) == 1  # a tail of at least one token each
+    assert common_prefix_length([[1, 2], [3, 4]]) == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_shared_prefix_equals_one_pass_per_prompt(name, backend, tokenizer, monkeypatch):  # noqa: F811
+    model = tiny_model(name, backend, tokenizer)
+    ids = batch_token_ids(tokenizer, PROMPTS)
+    next_ids = np.asarray([0, 5, 100, 2000])
+    plain = np.stack([plain_last_state(model, i) for i in ids])
+    plain_next = np.stack([plain_logprobs(model, i)[-1, torch.as_tensor(next_ids)].numpy() for i in ids])
+    monkeypatch.setattr(shared_prefix, "PACK_TOKENS", 12)  # several packs
+    encoder = PromptEOLEncoder(model, tokenizer, show_progress=False)
+    output = encoder.encode(PROMPTS, next_token_ids=next_ids)
+    assert encoder.stats.prefix_tokens == common_prefix_length(ids)  # the prefix ran, once
+    assert encoder.stats.duplicate_prompts == 1
+    assert max(relative_error(output.embeddings[r], plain[r]) for r in range(len(PROMPTS))) < VECTOR_RTOL
+    assert np.abs(output.next_token_logprobs - plain_next).max() < SCORE_ATOL
+    whole = PromptEOLEncoder(model, tokenizer, show_progress=False, reuse_prefix=False)
+    assert whole.encode(PROMPTS).embeddings.shape == output.embeddings.shape and whole.stats.prefix_tokens == 0
