@@ -1,4 +1,5 @@
-"""Benchmark: BEAR on WN18RR, plain per-statement scoring vs bear_ref's shared-prefix scorer.
+"""Benchmark: BEAR on WN18RR, plain per-statement scoring vs bear_ref's shared-prefix scorer,
+with the continuations packed side by side and in a candidate trie (both timed in one run).
 
 Protocol (defaults): smollm2-135m, WN18RR test, the 500-triple subset with seed 0 (its
 964 entities are the candidates), the first 20 of its queries, every candidate.  The plain
@@ -12,6 +13,7 @@ statements double as an agreement check between the two.  Prints a table, writes
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from pathlib import Path
@@ -29,6 +31,8 @@ from deer.core.templates import PromptTemplates
 from deer.core.work import WorkCounter
 from kg_data import build_queries, load_kg
 
+LAYOUTS = SharedPrefixScorer.LAYOUTS
+LAYOUT_NAMES = {"packed": "packed", "trie": "candidate trie"}
 FULL_QUERIES, FULL_ENTITIES = 93_003, 40_943  # all WN18RR triples x all entities (the paper's extrapolation)
 
 
@@ -42,7 +46,7 @@ FULL_QUERIES, FULL_ENTITIES = 93_003, 40_943  # all WN18RR triples x all entitie
 @click.option("--plain-batch-size", default=8, show_default=True)
 @click.option("--token-budget", default=512, show_default=True)
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="benchmarks/results/bench_bear.json", show_default=True)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results/bench_bear.json", show_default=True)
 def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_size, token_budget, threads, out_path):
     if threads:
         torch.set_num_threads(threads)
@@ -61,12 +65,20 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
     statement_tokens = [[s + len(ids) for s, ids in zip(sp.shared_lengths, sp.continuation_ids, strict=True)] for sp in splits]
     clean = all(sp.clean for sp in splits)
 
-    scorer = SharedPrefixScorer(model, tokenizer, token_budget=token_budget)
-    scorer.score_ids(splits[0].context_ids, splits[0].continuation_ids[:8])  # warm-up, not timed
-    scorer.stats = type(scorer.stats)()
-    started = time.perf_counter()
-    fast_scores = np.stack([scorer.score_split(sp) for sp in splits])
-    fast_seconds = time.perf_counter() - started
+    # Both layouts of the shared-prefix scorer on the same splits, query by query in alternating
+    # order, so load changes on a shared machine hit both alike.
+    scorers = {layout: SharedPrefixScorer(model, tokenizer, token_budget=token_budget, layout=layout) for layout in LAYOUTS}
+    fast_seconds = dict.fromkeys(LAYOUTS, 0.0)
+    fast_scores: dict[str, list] = {layout: [] for layout in LAYOUTS}
+    for scorer in scorers.values():
+        scorer.score_ids(splits[0].context_ids, splits[0].continuation_ids[:64])  # warm-up, not timed
+        scorer.stats = type(scorer.stats)()
+    for q, split in enumerate(splits):
+        for layout in LAYOUTS if q % 2 == 0 else LAYOUTS[::-1]:
+            started = time.perf_counter()
+            fast_scores[layout].append(scorers[layout].score_split(split))
+            fast_seconds[layout] += time.perf_counter() - started
+    fast_scores = {layout: np.stack(rows) for layout, rows in fast_scores.items()}
     fast_statements = len(contexts) * n_candidates
 
     rng = np.random.default_rng(seed)
@@ -80,12 +92,12 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
     for q, cands in by_query.items():
         plain_scores += plain_conditional_scores(model, tokenizer, contexts[q], [continuations[c] for c in cands],
                                                  batch_size=plain_batch_size, stats=plain_stats).tolist()
-        fast_sampled += fast_scores[q, cands].tolist()
+        fast_sampled.append(np.stack([fast_scores[layout][q, cands] for layout in LAYOUTS], axis=1))
     plain_seconds = time.perf_counter() - started
-    max_diff = float(np.max(np.abs(np.asarray(plain_scores) - np.asarray(fast_sampled)))) if plain_scores else None
+    max_diff = dict(zip(LAYOUTS, np.abs(np.concatenate(fast_sampled) - np.asarray(plain_scores)[:, None]).max(axis=0).tolist(),
+                        strict=True)) if plain_scores else dict.fromkeys(LAYOUTS)
 
     plain_rate = plain_stats.statements / plain_seconds
-    fast_rate = fast_statements / fast_seconds
     all_plain_tokens = int(sum(map(sum, statement_tokens)))
     full_statements = FULL_QUERIES * FULL_ENTITIES
     rows = [
@@ -102,21 +114,31 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
             "tokens_all_statements_plain": all_plain_tokens,
             "extrapolated_full_days": full_statements / plain_rate / 86400,
         },
-        {
-            "method": "bear_ref (shared prefix)",
+    ]
+    for layout, scorer in scorers.items():
+        seconds, stats = fast_seconds[layout], scorer.stats
+        rows.append({
+            "method": f"bear_ref (shared prefix, {LAYOUT_NAMES[layout]})",
+            "layout": layout,
             "statements_measured": fast_statements,
             "measured_on": f"all {len(contexts)} queries x {n_candidates} candidates",
-            "seconds": fast_seconds,
-            "statements_per_second": fast_rate,
-            "tokens_through_model": scorer.stats.tokens,
-            "padded_tokens": scorer.stats.padded_tokens + scorer.stats.context_tokens,
-            "tokens_per_statement": scorer.stats.tokens / fast_statements,
-            "tokens_per_second": scorer.stats.tokens / fast_seconds,
-            "context_tokens": scorer.stats.context_tokens,
-            "continuation_tokens": scorer.stats.continuation_tokens,
-            "extrapolated_full_days": full_statements / fast_rate / 86400,
-        },
-    ]
+            "seconds": seconds,
+            "seconds_per_query": seconds / len(contexts),
+            "statements_per_second": fast_statements / seconds,
+            "tokens_through_model": stats.tokens,
+            "tokens_per_query": stats.tokens / len(contexts),
+            "padded_tokens": stats.padded_tokens + stats.context_tokens,
+            "tokens_per_statement": stats.tokens / fast_statements,
+            "tokens_per_second": stats.tokens / seconds,
+            "context_tokens": stats.context_tokens,
+            "continuation_tokens": stats.continuation_tokens,
+            "trie_nodes": stats.trie_nodes,
+            "max_abs_score_difference_to_plain_on_sample": max_diff[layout],
+            "extrapolated_full_days": full_statements / (fast_statements / seconds) / 86400,
+        })
+    packed, trie = rows[1], rows[2]
+    default_layout = SharedPrefixScorer(model, tokenizer).layout
+    default = rows[1 + LAYOUTS.index(default_layout)]
     result = {
         "benchmark": "bear-wn18rr",
         "model": loaded.metadata(),
@@ -124,13 +146,20 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
                      "k_shot": k_shot, "token_budget": token_budget, "plain_batch_size": plain_batch_size,
                      "boundary_clean_for_all_statements": clean},
         "rows": rows,
-        "speedup_statements_per_second": fast_rate / plain_rate,
-        "token_reduction": all_plain_tokens / max(scorer.stats.tokens, 1),
-        "max_abs_score_difference_on_sample": max_diff,
+        "default_layout": default_layout,
+        "speedup_statements_per_second": default["statements_per_second"] / plain_rate,
+        "token_reduction": all_plain_tokens / max(default["tokens_through_model"], 1),
+        "max_abs_score_difference_on_sample": max_diff[default_layout],
+        "candidate_trie_vs_packed": {
+            "tokens_per_query": {"packed": packed["tokens_per_query"], "trie": trie["tokens_per_query"]},
+            "seconds_per_query": {"packed": packed["seconds_per_query"], "trie": trie["seconds_per_query"]},
+            "speedup": packed["seconds"] / trie["seconds"],
+            "max_abs_score_difference": float(np.abs(fast_scores["packed"] - fast_scores["trie"]).max()),
+        },
         "extrapolation": {"queries": FULL_QUERIES, "entities": FULL_ENTITIES, "statements": full_statements,
                           "note": "linear in statements at the measured rate; full-size queries amortise the query "
                                   "prefix over 40,943 candidates, so bear_ref's real rate would be a little higher"},
-        "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads()},
+        "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()},
         "versions": package_versions(),
     }
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
@@ -138,19 +167,25 @@ def main(model_name, n_queries, subset, seed, k_shot, plain_sample, plain_batch_
 
     click.echo(f"BEAR on WN18RR test (subset {subset}, seed {seed}): {len(contexts)} queries x {n_candidates} candidates, "
                f"{model_name}, k_shot={k_shot}")
-    header = f"{'method':<32}{'stmts':>8}{'seconds':>9}{'stmt/s':>9}{'tokens':>11}{'tok/stmt':>10}{'tok/s':>8}{'full (days)':>13}"
+    header = f"{'method':<44}{'stmts':>8}{'seconds':>9}{'stmt/s':>9}{'tokens':>11}{'tok/stmt':>10}{'tok/s':>8}{'full (days)':>13}"
     click.echo(header)
     click.echo("-" * len(header))
     for row in rows:
-        click.echo(f"{row['method']:<32}{row['statements_measured']:>8}{row['seconds']:>9.1f}{row['statements_per_second']:>9.1f}"
+        click.echo(f"{row['method']:<44}{row['statements_measured']:>8}{row['seconds']:>9.1f}{row['statements_per_second']:>9.1f}"
                    f"{row['tokens_through_model']:>11}{row['tokens_per_statement']:>10.1f}{row['tokens_per_second']:>8.0f}"
                    f"{row['extrapolated_full_days']:>13.1f}")
     click.echo(f"plain measured on {rows[0]['measured_on']}")
-    click.echo(f"speed-up {result['speedup_statements_per_second']:.1f}x in statements/s; "
+    versus = result["candidate_trie_vs_packed"]
+    click.echo(f"candidate trie vs packed: {packed['tokens_per_query']:.0f} -> {trie['tokens_per_query']:.0f} tokens/query "
+               f"({trie['trie_nodes']} trie nodes fed for {trie['continuation_tokens']} continuation tokens), "
+               f"{packed['seconds_per_query']:.2f} -> {trie['seconds_per_query']:.2f} s/query ({versus['speedup']:.2f}x); "
+               f"max |packed - trie| {versus['max_abs_score_difference']:.2e} nats")
+    click.echo(f"default layout {default_layout}: speed-up {result['speedup_statements_per_second']:.1f}x in statements/s; "
                f"{result['token_reduction']:.1f}x fewer tokens than plain for all {fast_statements} statements "
-               f"({all_plain_tokens} vs {scorer.stats.tokens})")
-    click.echo(f"max |plain - bear_ref| on the sample: {max_diff:.2e} nats; extrapolation to {FULL_QUERIES} x {FULL_ENTITIES} "
-               f"= {full_statements:.3g} statements")
+               f"({all_plain_tokens} vs {default['tokens_through_model']})")
+    click.echo("max |plain - bear_ref| on the sample: " + ", ".join(f"{k} {v:.2e}" for k, v in max_diff.items() if v is not None)
+               + f" nats; extrapolation to {FULL_QUERIES} x {FULL_ENTITIES} = {full_statements:.3g} statements")
+    click.echo(f"load average during the run (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     click.echo(f"JSON: {out_path}")
 
 

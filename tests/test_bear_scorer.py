@@ -39,22 +39,46 @@ def test_split_handles_a_token_straddling_the_boundary(tiny_clm):
         assert split.context_ids[:shared] + ids == token_ids(tokenizer, "x hel" + continuation)
 
 
+layouts = pytest.mark.parametrize("layout", SharedPrefixScorer.LAYOUTS)
+
+
+@layouts
 @pytest.mark.parametrize("budget,batch", [(2048, 64), (6, 2)])
-def test_shared_prefix_equals_plain_on_tiny_model(tiny_clm, budget, batch):
+def test_shared_prefix_equals_plain_on_tiny_model(tiny_clm, budget, batch, layout):
     model, tokenizer = tiny_clm
-    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget, max_batch_size=batch)
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget, max_batch_size=batch, layout=layout)
     fast = scorer.score_texts(CONTEXT, CANDIDATES)
     plain = plain_conditional_scores(model, tokenizer, CONTEXT, CANDIDATES)
     np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
-    # Work: context once, then all continuation tokens but the last of each.
+    # Work: context once, then all continuation tokens but the last of each (packed), or each
+    # distinct continuation prefix once (trie).
     split = split_statements(tokenizer, CONTEXT, CANDIDATES)
     assert scorer.stats.context_tokens == len(split.context_ids)
     assert scorer.stats.continuation_tokens == sum(len(c) - 1 for c in split.continuation_ids)
+    fed = scorer.stats.continuation_tokens if layout == "packed" else scorer.stats.trie_nodes
+    assert scorer.stats.tokens == scorer.stats.context_tokens + fed
 
 
-def test_straddling_boundary_equals_plain(tiny_clm):
+def test_candidate_trie_feeds_each_continuation_prefix_once(tiny_clm):
+    """Inputs are every continuation token but the last; the trie feeds each distinct prefix of them once."""
     model, tokenizer = tiny_clm
-    scorer = SharedPrefixScorer(model, tokenizer)
+    candidates = CANDIDATES + [" the capital of Germany)", " woody tree)", " tree)"]
+    scorer = SharedPrefixScorer(model, tokenizer, layout="trie")
+    scorer.score_texts(CONTEXT, candidates)
+    split = split_statements(tokenizer, CONTEXT, candidates)
+    prefixes = {tuple(ids[: k + 1]) for ids in split.continuation_ids for k in range(len(ids) - 1)}
+    assert scorer.stats.trie_nodes == len(prefixes) < scorer.stats.continuation_tokens
+
+
+def test_unknown_layout_is_refused(tiny_clm):
+    with pytest.raises(ValueError, match="layout"):
+        SharedPrefixScorer(*tiny_clm, layout="tree")
+
+
+@layouts
+def test_straddling_boundary_equals_plain(tiny_clm, layout):
+    model, tokenizer = tiny_clm
+    scorer = SharedPrefixScorer(model, tokenizer, layout=layout)
     continuations = ["lo", " ghi", "lo world)", "icopter"]
     np.testing.assert_allclose(
         scorer.score_texts("x hel", continuations), plain_conditional_scores(model, tokenizer, "x hel", continuations), atol=1e-4
@@ -75,13 +99,14 @@ def test_plain_reference_locates_continuation_tokens(tiny_clm):
     assert tokenizer.decode(ids[start:]) == " tree)"
 
 
-def test_shared_prefix_equals_plain_on_smollm2(smollm2, tiny_kg_dir):
+@layouts
+def test_shared_prefix_equals_plain_on_smollm2(smollm2, tiny_kg_dir, layout):
     """Real model: 3 queries x 4 candidates, DEER few-shot query text, 1e-4 per statement."""
     model, tokenizer = smollm2
     kg = load_kg(str(tiny_kg_dir))
     queries = build_queries(kg, "test")
     templates = PromptTemplates(k_shot=3)
-    scorer = SharedPrefixScorer(model, tokenizer, token_budget=64, max_batch_size=3)
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=64, max_batch_size=3, layout=layout)
     for triple in queries.triples[:3].tolist():
         context = templates.query_context(kg, tuple(triple))
         continuations = [templates.continuation(kg, t) for t in (4, 6, 9, 10)]

@@ -6,6 +6,7 @@ logits from the model's own forward.  Optimised paths:
 * batched PromptEOL encoder (length-sorted, right-padded batches): last-token states;
 * LAMA next-token log-probs (encoder's LM head on the selected rows only);
 * shared-prefix scorer (context cache + packed continuations, custom 4-D mask);
+* shared-prefix scorer with the continuations in a trie (context cache + trie mask);
 * prefix-trie scorer (tree mask, position id = depth).
 
 Tiny random models of each family, all with the bundled SmolLM2 tokenizer, under eager and
@@ -34,6 +35,7 @@ SCORE_ATOL = 1e-4
 WINDOW = 5  # sliding window, in tokens: shorter than every statement below
 # Token budgets: one pack / trie row for everything, and many small ones.
 SHARED_PREFIX_BUDGETS = (512, 3)
+CANDIDATE_TRIE_BUDGETS = (512, 4)  # 4 nodes: every row splits the trie, long continuations get rows of their own
 TRIE_BUDGETS = (512, 20)
 
 # name -> (config class path, config kwargs); vocabulary, BOS/EOS ids are added per tokenizer.
@@ -64,6 +66,8 @@ CONTINUATIONS = [" tree)", " woody perennial plant)", " x)", " the capital of Ge
 # " Fran" + "ce" merge into " France": such statements share a shorter prefix of the context.
 STRADDLING_CONTEXT = "(paris, capital of, Fran"
 STRADDLING_CONTINUATIONS = ["ce)", "kfurt)", "cis)", " x)"]
+# Continuations sharing prefixes (trie nodes fed once), after both context positions.
+MERGING_CONTINUATIONS = [" the capital of France)", " the capital of Germany)", " the cat)", "ce)", "ce) and more", "kfurt)", " x)"]
 STATEMENTS = [f"{a} is the capital of {c}." for a in ("Paris", "Berlin") for c in ("France", "Germany", "the Holy Roman Empire")] + [
     f"The capital of {c} is {a}." for a in ("Paris", "Rome") for c in ("France", "Italy")
 ] + ["The capital of France is Paris.", "The capital of France is Paris", "x"]
@@ -163,12 +167,14 @@ def lama_error(model, tokenizer) -> float:
     return float(np.abs(logprobs - plain).max())
 
 
-def shared_prefix_error(model, tokenizer, budget: int) -> tuple[float, str]:
-    """Largest |difference| (nats) of packed scores against whole statements, both the conditional
-    score and the whole-statement score (also where a token straddles the context's end); back-end used."""
-    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget)
+def shared_prefix_error(model, tokenizer, budget: int, layout: str = "packed") -> tuple[float, str]:
+    """Largest |difference| (nats) of shared-prefix scores (continuations packed, or in a trie) against
+    whole statements, both the conditional score and the whole-statement score (also where a token
+    straddles the context's end); back-end used."""
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget, layout=layout)
     errors = []
-    for context, continuations in ((CONTEXT, CONTINUATIONS), (STRADDLING_CONTEXT, STRADDLING_CONTINUATIONS)):
+    for context, continuations in ((CONTEXT, CONTINUATIONS), (STRADDLING_CONTEXT, STRADDLING_CONTINUATIONS),
+                                   (STRADDLING_CONTEXT, MERGING_CONTINUATIONS)):
         conditional = scorer.score_texts(context, continuations)
         plain = plain_conditional_scores(model, tokenizer, context, continuations, batch_size=1)
         errors.append(np.abs(conditional - plain).max())
@@ -176,6 +182,10 @@ def shared_prefix_error(model, tokenizer, budget: int) -> tuple[float, str]:
         statements = batch_token_ids(tokenizer, [context + c for c in continuations])
         errors.append(np.abs(whole - [plain_statement_score(model, ids) for ids in statements]).max())
     return float(max(errors)), scorer.stats.attention
+
+
+def candidate_trie_error(model, tokenizer, budget: int) -> tuple[float, str]:
+    return shared_prefix_error(model, tokenizer, budget, layout="trie")
 
 
 def trie_error(model, tokenizer, budget: int) -> tuple[float, str]:
@@ -195,6 +205,18 @@ def test_straddling_case_straddles(tokenizer):
 
     split = split_statements(tokenizer, STRADDLING_CONTEXT, STRADDLING_CONTINUATIONS)
     assert len(set(split.shared_lengths)) > 1
+
+
+def test_merging_case_merges_after_both_context_positions(tokenizer):
+    """The candidate trie's case has shared continuation prefixes under two different shared lengths."""
+    from bear_ref.boundary import split_statements
+
+    split = split_statements(tokenizer, STRADDLING_CONTEXT, MERGING_CONTINUATIONS)
+    firsts = {}
+    for length, ids in zip(split.shared_lengths, split.continuation_ids, strict=True):
+        firsts.setdefault(length, []).append(tuple(ids[:2]))
+    assert len(firsts) > 1
+    assert all(len(set(pairs)) < len(pairs) for pairs in firsts.values())
 
 
 def test_sliding_windows_are_shorter_than_the_statements(tokenizer):
@@ -219,8 +241,8 @@ def test_lama_next_token_equals_full_forward(name, backend, tokenizer):
 
 
 SCORER_CASES = [("shared-prefix", shared_prefix_error, budget) for budget in SHARED_PREFIX_BUDGETS] + [
-    ("prefix-trie", trie_error, budget) for budget in TRIE_BUDGETS
-]
+    ("candidate-trie", candidate_trie_error, budget) for budget in CANDIDATE_TRIE_BUDGETS
+] + [("prefix-trie", trie_error, budget) for budget in TRIE_BUDGETS]
 
 
 @families
