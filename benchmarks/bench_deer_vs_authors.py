@@ -19,7 +19,12 @@ peer's LM head on every position is counted apart, as its extra work.  FLOP/s ar
 machine's fp32 GEMM peak, measured in the same run with the same torch thread count.  "all" rows
 add the queries' and the entities' calls (encoded separately, as a probe does).
 
-    python benchmarks/bench_deer_vs_authors.py --queries 100 --entities 200
+The paper's compute-time protocol (every WN18RR triple a query, every entity a candidate) is then
+extrapolated: every prompt is tokenised, and each method's tokens for it (the peer: every prompt
+whole; ours: each distinct prompt once, whole or after its group's shared prefix) are divided by
+the tokens/s that method reached on each part in this run.
+
+    python benchmarks/bench_deer_vs_authors.py --queries 500 --entities 964   # the whole subset
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import torch
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
+from deer.core.shared_prefix import prefix_groups
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.core.tokenization import batch_token_ids
 from kg_data import build_queries, load_kg
@@ -98,6 +104,39 @@ def work_done(id_lists: list[list[int]], prefix: int = 0) -> tuple[int, int]:
     return tokens, pairs
 
 
+def paper_protocol_tokens(kg, templates: PromptTemplates, tokenizer) -> dict[str, dict[str, int]]:
+    """Tokens each method feeds for the paper's compute-time protocol (every WN18RR triple as a
+    query, every entity a candidate): the peer every prompt whole; ours each distinct prompt once,
+    whole or after its group's shared prefix (``prefix_groups``, as the encoder does)."""
+    query_ids = batch_token_ids(tokenizer, [templates.query_prompt(kg, tuple(t)) for t in kg.all_triples().tolist()],
+                                templates.prompt_special_tokens)
+    entity_ids = batch_token_ids(tokenizer, [PromptTemplates.tail_prompt(kg, e) for e in range(kg.n_entities)],
+                                 templates.prompt_special_tokens)
+    distinct = list(dict.fromkeys(map(tuple, query_ids)))
+    groups, rest = prefix_groups(distinct)
+    entities = sum(map(len, entity_ids))
+    return {
+        "prompts": {"queries": len(query_ids), "distinct_queries": len(distinct), "entities": len(entity_ids),
+                    "prefix_groups": len(groups)},
+        "peer (deer-probe 0.1.1)": {"queries": sum(map(len, query_ids)), "entities": entities},
+        "ours, whole prompts": {"queries": sum(map(len, distinct)), "entities": entities},
+        "ours, prefix reuse": {"queries": sum(shared + sum(len(distinct[i]) - shared for i in members) for shared, members in groups)
+                               + sum(len(distinct[i]) for i in rest), "entities": entities},
+    }
+
+
+def extrapolate(tokens: dict, rows: list[dict]) -> list[dict]:
+    """Hours for the protocol's tokens at each method's tokens/s measured here, per part."""
+    rate = {(r["method"], r["part"]): r["tokens_per_s"] for r in rows}
+    out = []
+    for method in (m for m in tokens if m != "prompts"):
+        seconds = sum(tokens[method][part] / rate[(method, part)] for part in PARTS)
+        out.append({"method": method, **{f"{part}_tokens": tokens[method][part] for part in PARTS}, "hours": seconds / 3600})
+    for row in out:
+        row["speedup_vs_peer"] = out[0]["hours"] / row["hours"]
+    return out
+
+
 def relative_errors(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
     return np.linalg.norm(ours - theirs, axis=1) / np.linalg.norm(theirs, axis=1)
 
@@ -114,8 +153,11 @@ def top10(queries: np.ndarray, entities: np.ndarray) -> np.ndarray:
 @click.option("--entities", "n_entities", default=200, show_default=True, help="First M entity tail prompts.")
 @click.option("--token-budget", default=8192, show_default=True)
 @click.option("--data-dir", default=None)
+@click.option("--protocol/--no-protocol", default=True, show_default=True,
+              help="Also extrapolate the paper's compute-time protocol (all 93,003 triples x 40,943 entities) from the "
+                   "tokens/s measured here (tokenising every prompt takes about a minute).")
 @click.option("--out", "out_path", default="results/bench_deer_vs_authors.json", show_default=True)
-def main(model_name, n_queries, n_entities, token_budget, data_dir, out_path):
+def main(model_name, n_queries, n_entities, token_budget, data_dir, protocol, out_path):
     load_at_start = os.getloadavg()
     threads = torch.get_num_threads()
     kg = load_kg("wn18rr", data_dir)
@@ -209,6 +251,16 @@ def main(model_name, n_queries, n_entities, token_budget, data_dir, out_path):
     ok = worst <= MAX_REL_ERROR
     click.echo(f"max relative L2 error against the peer {worst:.1e} ({'<=' if ok else 'ABOVE'} {MAX_REL_ERROR:.0e})")
 
+    projection = None
+    if protocol:
+        tokens = paper_protocol_tokens(kg, templates, loaded.tokenizer)
+        projection = {"prompts": tokens["prompts"], "rows": extrapolate(tokens, rows)}
+        click.echo(f"\nthe paper's protocol ({tokens['prompts']['queries']} queries, {tokens['prompts']['distinct_queries']} "
+                   f"distinct, x {tokens['prompts']['entities']} entities), extrapolated from the tokens/s above:")
+        for row in projection["rows"]:
+            click.echo(f"{row['method']:<24}query tokens {row['queries_tokens']:>10}  entity tokens {row['entities_tokens']:>9}  "
+                       f"{row['hours']:>6.2f} h  {row['speedup_vs_peer']:.2f}x")
+
     write_json(Path(out_path), {
         "settings": {"model": model_name, "model_source": loaded.source, "kg": "wn18rr", "split": "test", "subset": 500,
                      "seed": 0, "templates": templates.to_metadata(), "queries": len(parts["queries"]),
@@ -220,7 +272,7 @@ def main(model_name, n_queries, n_entities, token_budget, data_dir, out_path):
         "flop_model": {"non_embedding_parameters": non_embedding_parameters(model), "flop_per_token": per_token,
                        "flop_per_query_key_pair": per_pair, "peer_lm_head_flop_per_token": lm_head_per_token},
         "token_ids_identical": True, "max_rel_error": worst, "max_rel_error_ok": ok,
-        "top10_identical": top10_identical, "rows": rows,
+        "top10_identical": top10_identical, "rows": rows, "paper_protocol": projection,
     })
     click.echo(f"wrote {out_path}")
     if not ok:

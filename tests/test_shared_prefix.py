@@ -15,7 +15,7 @@ import torch
 
 from deer.core import shared_prefix
 from deer.core.encoder import PromptEOLEncoder
-from deer.core.shared_prefix import MIN_SHARED_TOKENS, common_prefix_length
+from deer.core.shared_prefix import MIN_SHARED_TOKENS, prefix_groups
 from deer.core.tokenization import batch_token_ids
 from tests.test_equivalence import (
     ARCHITECTURES,
@@ -35,12 +35,31 @@ TAILS = ["berlin - the capital of Germany\n(berlin, capital of, ", "oak - a tree
 PROMPTS = [FEW_SHOT + tail for tail in TAILS]
 
 
-def test_prompts_share_a_long_prefix_and_repeat(tokenizer):  # noqa: F811
+OTHER_BLOCK = "(oak, has part, leaf)\n(dog, hypernym, mammal)\n(paris, capital of, france)\n(cat, hypernym, feline)\n"
+# Two few-shot blocks (as when a query's own (head, relation) is among the shared examples), a
+# prompt sharing only the first example line, and one sharing nothing.
+MIXED = PROMPTS + [OTHER_BLOCK + tail for tail in TAILS[:3]] + ["(dog, hypernym, mammal)\n(tree, has part, leaf)\n(oak,", "x y z"]
+
+
+def _shared(ids, members):
+    first = ids[members[0]]
+    return next((k for k in range(len(first)) if any(len(ids[m]) <= k or ids[m][k] != first[k] for m in members)), len(first))
+
+
+def test_prompts_are_grouped_by_their_shared_prefix(tokenizer):  # noqa: F811
     ids = batch_token_ids(tokenizer, PROMPTS)
-    assert common_prefix_length(ids) >= MIN_SHARED_TOKENS
-    assert len({tuple(i) for i in ids}) == len(PROMPTS) - 1  # one duplicate
-    assert common_prefix_length([[1, 2, 3], [1, 2]]) == 1  # a tail of at least one token each
-    assert common_prefix_length([[1, 2], [3, 4]]) == 0
+    assert len({tuple(i) for i in ids}) == len(PROMPTS) - 1  # one duplicate (the encoder sends it once)
+    groups, rest = prefix_groups(ids)
+    assert [sorted(members.tolist()) for _, members in groups] == [list(range(len(PROMPTS)))] and not len(rest)
+    assert groups[0][0] >= MIN_SHARED_TOKENS
+    groups, rest = prefix_groups([[1, 2, 3], [1, 2, 4], [5]], min_shared=1)
+    assert [(shared, m.tolist()) for shared, m in groups] == [(2, [0, 1])] and rest.tolist() == [2]
+    mixed = batch_token_ids(tokenizer, MIXED)
+    groups, rest = prefix_groups(mixed)
+    assert sorted(sorted(m.tolist()) for _, m in groups) == [list(range(5)), [5, 6, 7]]
+    assert sorted(rest.tolist()) == [8, 9]
+    for shared, members in groups:  # the whole shared prefix, each member keeping a token of its own
+        assert shared == min(_shared(mixed, members), min(len(mixed[m]) for m in members) - 1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -54,9 +73,21 @@ def test_shared_prefix_equals_one_pass_per_prompt(name, backend, tokenizer, monk
     monkeypatch.setattr(shared_prefix, "PACK_TOKENS", 12)  # several packs
     encoder = PromptEOLEncoder(model, tokenizer, show_progress=False)
     output = encoder.encode(PROMPTS, next_token_ids=next_ids)
-    assert encoder.stats.prefix_tokens == common_prefix_length(ids)  # the prefix ran, once
+    assert encoder.stats.prefix_tokens == prefix_groups(ids)[0][0][0]  # the prefix ran, once
     assert encoder.stats.duplicate_prompts == 1
     assert max(relative_error(output.embeddings[r], plain[r]) for r in range(len(PROMPTS))) < VECTOR_RTOL
     assert np.abs(output.next_token_logprobs - plain_next).max() < SCORE_ATOL
     whole = PromptEOLEncoder(model, tokenizer, show_progress=False, reuse_prefix=False)
     assert whole.encode(PROMPTS).embeddings.shape == output.embeddings.shape and whole.stats.prefix_tokens == 0
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "gemma3"])
+def test_several_prefix_groups_equal_one_pass_per_prompt(name, tokenizer):  # noqa: F811
+    model = tiny_model(name, "sdpa", tokenizer)
+    ids = batch_token_ids(tokenizer, MIXED)
+    plain = np.stack([plain_last_state(model, i) for i in ids])
+    encoder = PromptEOLEncoder(model, tokenizer, show_progress=False)
+    vectors = encoder.encode(MIXED).embeddings
+    groups, _ = prefix_groups(ids)
+    assert encoder.stats.prefix_tokens == sum(shared for shared, _ in groups)
+    assert max(relative_error(vectors[r], plain[r]) for r in range(len(MIXED))) < VECTOR_RTOL

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from deer.core.batching import auto_batch_limits, length_sorted_batches, pad_right
-from deer.core.shared_prefix import MIN_SHARED_TOKENS, common_prefix_length, hidden_after_prefix
+from deer.core.shared_prefix import hidden_after_prefix, prefix_groups
 from deer.core.tokenization import batch_token_ids, padding_id
 from deer.core.work import WorkCounter
 
@@ -175,24 +175,23 @@ class PromptEOLEncoder:
         return EncoderOutput(embeddings, logprobs)
 
     def _hidden_batches(self, id_lists: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-        """(indices, last-token states) per forward pass: after a shared prefix run once when the
-        prompts have one (``reuse_prefix``), else in length-sorted, right-padded batches."""
-        shared = common_prefix_length(id_lists) if self.reuse_prefix and len(id_lists) > 1 else 0
-        if shared >= MIN_SHARED_TOKENS:
-            tails = [ids[shared:] for ids in id_lists]
-            for batch, hidden, fed in hidden_after_prefix(self.model, id_lists[0][:shared], tails):
+        """(indices, last-token states) per forward pass: prompts sharing a long prefix
+        (``reuse_prefix``) after that prefix, run once per group; the rest in length-sorted,
+        right-padded batches."""
+        groups, rest = prefix_groups(id_lists) if self.reuse_prefix else ([], np.arange(len(id_lists)))
+        for shared, members in groups:
+            tails = [id_lists[i][shared:] for i in members]
+            for batch, hidden, fed in hidden_after_prefix(self.model, id_lists[members[0]][:shared], tails):
                 tokens = sum(len(tails[i]) for i in batch)
                 self.stats.add(tokens=fed, padded_tokens=fed, prefix_tokens=fed - tokens, tail_tokens=tokens)
-                yield batch, hidden
-            return
+                yield members[batch], hidden
         base = self.model.base_model
-        for batch in length_sorted_batches([len(ids) for ids in id_lists], self.token_budget, self.max_batch_size):
+        for batch in length_sorted_batches([len(id_lists[i]) for i in rest], self.token_budget, self.max_batch_size):
+            batch = rest[batch]
             input_ids, attention_mask = pad_right([id_lists[i] for i in batch], self.pad_id)
-            output = base(
-                input_ids=torch.as_tensor(input_ids, device=self.device),
-                attention_mask=torch.as_tensor(attention_mask, device=self.device),
-                use_cache=False,
-            )
+            # No padding mask: under causal attention a right-padded row's real tokens never see
+            # the padding after them, and without a mask the back-end takes its causal fast path.
+            output = base(input_ids=torch.as_tensor(input_ids, device=self.device), use_cache=False)
             last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
             self.stats.add(tokens=int(attention_mask.sum()), padded_tokens=int(attention_mask.size))
             yield batch, output.last_hidden_state[torch.arange(len(batch), device=self.device), last]

@@ -1,7 +1,8 @@
 """Prompts that share a long token prefix: the prefix is run once, only the tails after it.
 
 With one few-shot block for every query (``--shots shared``, the authors' template style), ~95
-of a query prompt's ~108 tokens are the same for every query.  The prefix is run once (a 1-row
+of a query prompt's ~108 tokens are the same for every query (a few queries get another block:
+prompts are grouped by their shared prefix, ``prefix_groups``).  The prefix is run once (a 1-row
 key/value cache); the prompts' own tails are then laid side by side in rows on top of it
 (``deer.core.packing``), each seeing the whole prefix and its own earlier tokens, with position
 ids continuing after the prefix -- exactly what a whole forward pass per prompt computes.
@@ -24,20 +25,51 @@ MIN_SHARED_TOKENS = 16
 PACK_TOKENS = 512
 
 
-def common_prefix_length(id_lists: Sequence[Sequence[int]]) -> int:
-    """Tokens every list starts with, leaving each list at least one token of its own."""
-    if not id_lists:
-        return 0
-    first = np.asarray(id_lists[0])
-    shared = min(len(ids) for ids in id_lists) - 1
-    for ids in id_lists[1:]:
-        if shared <= 0:
-            return 0
-        head = np.asarray(ids[:shared])
-        differ = np.flatnonzero(head != first[:shared])
-        if len(differ):
-            shared = int(differ[0])
-    return max(shared, 0)
+def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_TOKENS) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    """Prompts grouped by a shared token prefix: ([(shared length, member indices)], the others).
+
+    Most queries share one few-shot block, but a query whose (head, relation) occurs among the
+    examples gets another block, so there are a few groups.  Sorted lexicographically, a group
+    is a run of neighbours sharing at least T tokens (a sorted run's common prefix is the least of
+    its neighbours' ones); T is chosen among those values to save the most tokens.  Groups share
+    at least ``min_shared`` tokens and have two members or more; each member keeps a token of its own.
+    """
+    n = len(id_lists)
+    if n < 2:
+        return [], np.arange(n)
+    order = np.asarray(sorted(range(n), key=lambda i: list(id_lists[i])), dtype=np.int64)
+    lengths = np.asarray([len(id_lists[i]) for i in order], dtype=np.int64)
+    width = int(lengths.max())
+    matrix = np.full((n, width), -1, dtype=np.int64)
+    for row, i in enumerate(order):
+        matrix[row, : lengths[row]] = id_lists[i]
+    differs = matrix[:-1] != matrix[1:]
+    first_difference = np.where(differs.any(axis=1), differs.argmax(axis=1), width)
+    # shared tokens of neighbours, each keeping one token of its own
+    adjacent = np.minimum(first_difference, np.minimum(lengths[:-1], lengths[1:]) - 1)
+
+    def runs(threshold: int) -> list[tuple[int, int, int]]:
+        """(first row, last row, shared) of each run of neighbours sharing >= threshold tokens."""
+        found, start = [], None
+        for k, value in enumerate(np.append(adjacent, -1)):
+            if value >= threshold and start is None:
+                start = k
+            elif value < threshold and start is not None:
+                found.append((start, k, int(adjacent[start:k].min())))
+                start = None
+        return found
+
+    candidates = np.unique(adjacent[adjacent >= min_shared])
+    if not len(candidates):
+        return [], np.arange(n)
+    # Evaluate a spread of thresholds (all of them when few): the saving is (members - 1) x shared.
+    thresholds = candidates if len(candidates) <= 64 else np.quantile(candidates, np.linspace(0, 1, 64)).astype(np.int64)
+    best = max((sum((last - first) * shared for first, last, shared in runs(int(t))), int(t)) for t in thresholds)[1]
+    groups = [(shared, np.sort(order[first : last + 1])) for first, last, shared in runs(best)]
+    grouped = np.zeros(n, dtype=bool)
+    for _, members in groups:
+        grouped[members] = True
+    return groups, np.flatnonzero(~grouped)
 
 
 def hidden_after_prefix(model, prefix: Sequence[int], tails: Sequence[Sequence[int]],
