@@ -57,7 +57,6 @@ class LengthReport:
 
     max_positions: int | None
     mode: str
-    longest_checked_bound: int = 0
     truncated_descriptions: dict = dataclasses.field(default_factory=dict)
 
     def to_metadata(self) -> dict:

@@ -160,13 +160,14 @@ def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, 
     for part, scores in cosine_score_chunks(query_vectors, entity_vectors, chunk_size):
         ranks.append(gold_ranks_from_scores(scores, queries.gold[part], queries.filter_tails[part], excluded[part]))
         above.append(_head_above_gold(scores, queries.gold[part], heads[part]))
-    n_queries = len(queries.gold)
-    _, top = faiss_top_k(query_vectors, entity_vectors, k + int(bool((excluded >= 0).any())))
-    if (excluded >= 0).any():
+    if not ranks:  # no queries
+        return Ranking(gold_ranks_from_scores(np.zeros((0, 1)), np.zeros(0, np.int64), []), np.zeros((0, k), np.int64),
+                       np.zeros(0, dtype=bool))
+    excluding = bool((excluded >= 0).any())
+    _, top = faiss_top_k(query_vectors, entity_vectors, k + excluding)  # one more, to drop the excluded one
+    if excluding:
         top = np.stack([row[row != out][:k] for row, out in zip(top, excluded, strict=True)])
-    return Ranking(GoldRanks.concatenate(ranks) if ranks else gold_ranks_from_scores(np.zeros((0, 1)), np.zeros(0, np.int64), []),
-                   np.asarray(top).reshape(n_queries, -1),
-                   np.concatenate(above) if above else np.zeros(0, dtype=bool))
+    return Ranking(GoldRanks.concatenate(ranks), top, np.concatenate(above))
 
 
 def faiss_top_k(query_vectors: np.ndarray, entity_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
