@@ -8,7 +8,10 @@ Two parts, one JSON:
    template form ([Y] after [X], or [Y] first).
 2. Time, on a small subset (--relations, --max-instances): bear_ref scores every statement of
    the subset; the plain way (one full forward pass per whole statement, full LM head) scores
-   a seeded sample of them, which doubles as the agreement check.
+   a seeded sample of them, which doubles as the agreement check; and lm-pub-quiz 0.3.3 itself
+   (a test extra) evaluates the same subset, written to a temporary folder in its format, with
+   the same model object, at each --lm-pub-quiz-batch-sizes (its own default is 1): its time
+   around ``Evaluator.evaluate_dataset``, its predictions and scores against bear_ref's.
 
     nice -n 15 python benchmarks/bench_bear_dataset.py                                  # ~5 min on 2 CPU cores
     nice -n 15 python benchmarks/bench_bear_dataset.py --max-instances 2 --plain-sample 10   # smoke test
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +35,7 @@ from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
 from deer.core.tokenization import batch_token_ids
 from deer.core.work import WorkCounter
-from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset
+from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset, save_lm_pub_quiz_folder
 
 
 def template_statements(dataset: BearDataset):
@@ -55,6 +59,38 @@ def count_work(dataset: BearDataset, tokenizer, token_budget: int) -> dict:
             for key in sorted(totals, key=lambda k: k == "all")}
 
 
+def run_lm_pub_quiz(subset: BearDataset, loaded, batch_size: int) -> tuple[float, np.ndarray]:
+    """lm-pub-quiz 0.3.3 on ``subset`` with the loaded model: (seconds in evaluate_dataset, every
+    statement's score in ``template_statements`` order)."""
+    import lm_pub_quiz
+
+    with tempfile.TemporaryDirectory() as work:
+        folder = save_lm_pub_quiz_folder(subset, Path(work) / "subset")
+        dataset = lm_pub_quiz.Dataset.from_path(folder, relation_info=folder / "relation_info.json")
+        evaluator = lm_pub_quiz.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=loaded.tokenizer, device="cpu")
+        started = time.perf_counter()
+        results = evaluator.evaluate_dataset(dataset, batch_size=batch_size)
+        seconds = time.perf_counter() - started
+    scores = {}
+    for relation in results:
+        for _, row in relation.instance_table.iterrows():
+            scores[(relation.relation_code, int(row["template_index"]), int(row["instance_index"]))] = list(row["pll_scores"])
+    ordered = [scores[(code, t, i)] for code, relation in subset.relations.items()
+               for t in range(len(relation.templates)) for i in range(len(relation))]
+    return seconds, np.asarray([s for row in ordered for s in row], dtype=np.float64)
+
+
+def predictions(subset: BearDataset, scores: np.ndarray) -> np.ndarray:
+    """The first best answer per (relation, template, instance), in ``template_statements`` order."""
+    out, start = [], 0
+    for relation in subset.relations.values():
+        n = len(relation) * len(relation.answer_ids)
+        for _ in relation.templates:
+            out.extend(np.argmax(scores[start:start + n].reshape(len(relation), -1), axis=1).tolist())
+            start += n
+    return np.asarray(out)
+
+
 @click.command()
 @click.option("--model", "model_name", default="smollm2-135m", show_default=True)
 @click.option("--dataset", "dataset_name", default="bear", show_default=True)
@@ -66,10 +102,12 @@ def count_work(dataset: BearDataset, tokenizer, token_budget: int) -> dict:
 @click.option("--token-budget", default=512, show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+@click.option("--lm-pub-quiz-batch-sizes", default="1,16", show_default=True,
+              help="Batch sizes to run lm-pub-quiz 0.3.3 at on the timed subset ('' skips it).")
 @click.option("--count-only", is_flag=True, help="Only the exact work count (no forward pass, ~1 min).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="benchmarks/results/bench_bear_dataset.json", show_default=True)
 def main(model_name, dataset_name, relations, max_instances, count_relations, plain_sample, plain_batch_size, token_budget, seed, threads,
-         count_only, out_path):
+         lm_pub_quiz_batch_sizes, count_only, out_path):
     if threads:
         torch.set_num_threads(threads)
     loaded = open_model(model_name)
@@ -120,6 +158,18 @@ def main(model_name, dataset_name, relations, max_instances, count_relations, pl
          "statements_per_second": trie_rate, "tokens_through_model": scorer.stats.fed_tokens,
          "padded_tokens": scorer.stats.fed_tokens, "full_dataset_hours": work["all"]["statements"] / trie_rate / 3600},
     ]
+    trie_predictions = predictions(subset, trie_scores)
+    statement_tokens = sum(map(len, batch_token_ids(tokenizer, statements)))  # lm-pub-quiz reads each statement whole
+    for batch_size in [int(b) for b in lm_pub_quiz_batch_sizes.split(",") if b.strip()]:
+        peer_seconds, peer_scores = run_lm_pub_quiz(subset, loaded, batch_size)
+        peer_rate = len(statements) / peer_seconds
+        rows.append({"method": f"lm-pub-quiz 0.3.3 (batch size {batch_size})", "statements": len(statements), "seconds": peer_seconds,
+                     "statements_per_second": peer_rate, "tokens_through_model": statement_tokens,
+                     "padded_tokens": None, "full_dataset_hours": work["all"]["statements"] / peer_rate / 3600,
+                     "bear_ref_speedup": trie_rate / peer_rate,
+                     "max_abs_score_difference": float(np.max(np.abs(peer_scores - trie_scores))),
+                     "same_predictions": int((predictions(subset, peer_scores) == trie_predictions).sum()),
+                     "predictions": len(trie_predictions)})
     result.update({
         "timed_subset": {"relations": relations, "max_instances": max_instances, "seed": seed,
                          "statements": len(statements), "plain_sample": len(sample)},
@@ -137,6 +187,10 @@ def main(model_name, dataset_name, relations, max_instances, count_relations, pl
                    f"{row['tokens_through_model']:>9}{row['full_dataset_hours']:>14.1f}")
     click.echo(f"speed-up {result['speedup_statements_per_second']:.1f}x in statements/s; "
                f"max |plain - trie| on the sample {max_diff:.2e} nats")
+    for row in rows[2:]:
+        click.echo(f"{row['method']}: bear_ref {row['bear_ref_speedup']:.1f}x its statements/s; same prediction in "
+                   f"{row['same_predictions']}/{row['predictions']} (relation, template, instance); "
+                   f"max |lm-pub-quiz - trie| {row['max_abs_score_difference']:.2e} nats")
     click.echo(f"JSON: {out_path}")
 
 

@@ -33,6 +33,8 @@ _PUBLIC = {
     "PromptEOLEncoder": "deer.core.encoder",
     "PromptTemplates": "deer.core.templates",
     "RunSpec": "deer.core.run_spec",
+    "DeerCallback": "deer.integrations.training",
+    "probe_during_training": "deer.integrations.training",
 }
 
 __all__ = ["__version__", *_PUBLIC]

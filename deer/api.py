@@ -6,10 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
+from deer.core.distributed import ShardedEncoder, world
+from deer.core.encoder import PromptEOLEncoder
 from deer.core.inputs import as_query_set, checked_out_folder, prepare, store_root
 from deer.core.models import DEFAULT_MODEL, evaluation_mode
 from deer.core.result import ProbeResult
 from deer.core.templates import PromptTemplates
+from deer.core.validate import OptionError
 from deer.embedding_probe import run_deer
 from kg_data.queries import QuerySet
 
@@ -38,6 +41,7 @@ def probe(
     query_embeddings: np.ndarray | None = None,
     long_prompts: str = "error",
     exclude_head: bool = False,
+    distributed: bool = False,
 ) -> ProbeResult:
     """Run DEER: rank every candidate tail for each (h, r, ?) query by cosine of PromptEOL embeddings.
 
@@ -49,7 +53,7 @@ def probe(
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
         for the probe and put back in train mode after if it was training.
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
-    token_budget: padded tokens per forward batch (None: 8192 on the CPU, from the free memory on a GPU).
+    token_budget: padded tokens per forward batch (None: 1024 on the CPU, from the free memory on a GPU).
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
     out: a folder to save the result in (beside other probes' results of the same run spec);
         refused before any work if it holds another spec's results.  None: nothing is written.
@@ -60,23 +64,33 @@ def probe(
         ('error'), or descriptions are cut to fit ('truncate-descriptions'; the cuts are listed in
         ``metadata["length_guard"]`` and, changing the KG, in every cache key).
 
+    distributed: inside a torch.distributed job (DDP), every process calls ``probe`` with the same
+        arguments and encodes its share of the prompts (``deer.core.distributed``); each gets the
+        whole result, and only process 0 writes ``out``.  No ``cache`` then.
+
     Every input is checked before the model is loaded (``deer.core.inputs.prepare``): a bad option
     raises ``OptionError`` naming it, a bad data file ``KGFormatError`` naming file and line.
 
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
+    if distributed and cache:
+        raise OptionError("cache", cache, "embedding stores are not shared between processes; use cache=False with distributed=True")
     run = prepare(
         kg, model, probe="deer", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
         templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
         template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget,
         long_prompts=long_prompts)
     folder = checked_out_folder(out, run.queries, run.loaded, run.templates)
+    encoder = None
+    if distributed:
+        encoder = ShardedEncoder(PromptEOLEncoder(run.loaded.model, run.loaded.tokenizer, token_budget=token_budget,
+                                                  show_progress=show_progress, special_tokens=run.templates.prompt_special_tokens))
     with evaluation_mode(run.loaded.model):
         result = run_deer(run.queries, run.loaded, run.templates, token_budget=token_budget,
                           store_root=store_root(cache, cache_dir), show_progress=show_progress,
-                          query_embeddings=query_embeddings)
+                          query_embeddings=query_embeddings, encoder=encoder)
     result = run.finish(result)
-    if folder is not None:
+    if folder is not None and world()[0] == 0:
         result.save(folder)
     return result
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from deer.core.device_ranking import rank_cosine_on_device
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
 from deer.core.ranking import rank_cosine
@@ -86,17 +87,21 @@ def run_deer(
     store_root: Path | None = None,
     show_progress: bool = True,
     query_embeddings: np.ndarray | None = None,
+    encoder: PromptEOLEncoder | None = None,
 ) -> ProbeResult:
     """Rank every candidate for every query by cosine of PromptEOL embeddings; nothing is written
     except embedding stores under ``store_root`` (None: no stores).
 
     ``query_embeddings``: (n_queries, d) vectors already computed for these queries with these
     templates (LAMA's pass makes them), so only the candidates are encoded.
+    ``encoder``: the encoder to use (default: a ``PromptEOLEncoder`` of ``loaded`` with ``token_budget``;
+    ``deer.core.distributed.ShardedEncoder`` shares the passes between data-parallel processes).
     The result keeps ``arrays["query_embeddings"]`` and ``arrays["entity_embeddings"]``.
     """
     kg = queries.kg
-    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
-                               special_tokens=templates.prompt_special_tokens)
+    if encoder is None:
+        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
+                                   special_tokens=templates.prompt_special_tokens)
     timings: dict = {}
 
     started = time.perf_counter()
@@ -119,7 +124,11 @@ def run_deer(
     timings["queries_seconds"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    ranking = rank_cosine(query_vectors, entity_vectors, queries)
+    if encoder.device.type == "cpu":  # exact ranks in numpy, top-k by FAISS
+        ranking, ranking_backend = rank_cosine(query_vectors, entity_vectors, queries), "numpy + faiss-cpu"
+    else:  # the score matrix never leaves the device (deer.core.device_ranking)
+        ranking = rank_cosine_on_device(query_vectors, entity_vectors, queries, encoder.device)
+        ranking_backend = f"torch on {encoder.device}"
     timings["ranking_seconds"] = time.perf_counter() - started
 
     stats = encoder.stats.as_dict()
@@ -130,6 +139,7 @@ def run_deer(
         "example_tail_prompt": entity_texts[0] if entity_texts else None,
         "token_budget": encoder.token_budget,
         "max_batch_size": encoder.max_batch_size,
+        "ranking_backend": ranking_backend,
         "cache": {
             "entities_encoded_now": entities_encoded,
             "entities_from_cache": len(entity_ids) - entities_encoded,

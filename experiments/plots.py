@@ -140,3 +140,23 @@ def leaderboard_bars(labels: Sequence[str], values: Sequence[float], errors: Seq
     axis.set_xlabel(metric)
     figure.tight_layout()
     return figure
+
+
+def metric_curves(steps: Sequence[int], series: dict[str, Sequence[float]], title: str = ""):
+    """One panel per metric against the training step (one line per probe or query set):
+    ``series`` maps "metric" or "metric | line label" to values in ``steps`` order."""
+    metrics = list(dict.fromkeys(key.split(" | ")[0] for key in series))
+    figure, axes = _subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.2), squeeze=False)
+    for axis, metric in zip(axes[0], metrics, strict=True):
+        for key, values in series.items():
+            name, _, line = key.partition(" | ")
+            if name == metric:
+                axis.plot(steps, values, marker="o", label=line or None)
+        axis.set_xlabel("training step")
+        axis.set_ylabel(metric)
+        if any(" | " in key for key in series if key.startswith(metric)):
+            axis.legend(fontsize=8)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return figure

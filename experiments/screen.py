@@ -44,11 +44,13 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
 
 
 def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
-               rank_type: str = "filtered", settings: dict | None = None) -> dict:
+               rank_type: str = "filtered", settings: dict | None = None, steps: dict[str, int | None] | None = None) -> dict:
     """Leaderboard of ``runs`` by DEER ``metric``; ordering agreement with ``reference`` if given.
 
     Writes leaderboard.csv/.md (DEER, best first), leaderboard_<reference>.csv/.md,
-    leaderboard.png and screen.json into ``out_dir``; returns the JSON's dict.
+    leaderboard.png and screen.json into ``out_dir``; returns the JSON's dict.  ``steps``
+    ({run label: training step}, a checkpoint series): also curves.csv/.md and curves.png, every
+    metric of every probe against the step.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
@@ -96,4 +98,25 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
               "deer_order": " > ".join(o["order_a"]), f"{reference}_order": " > ".join(o["order_b"])}
              for name, o in orderings.items()]),
             note=f"Rank correlation between the model orderings of DEER and {reference.upper()} by each metric.")
+    if steps and any(step is not None for step in steps.values()):
+        result["curves"] = write_curves(output, runs, steps, ["deer"] + ([reference] if reference else []), rank_type)
     return output.finish(result)
+
+
+def write_curves(output: ExperimentOutput, runs: Sequence[ProbeRun], steps: dict[str, int | None], probes: Sequence[str],
+                 rank_type: str) -> list[dict]:
+    """Every metric of every probe per checkpoint, by training step (checkpoints without a step are
+    left out of the figure, kept in the table)."""
+    rows = []
+    for run in runs:
+        row = {"checkpoint": run.label, "step": steps.get(run.label)}
+        for probe in probes:
+            found = leaderboard_row(run, probe, rank_type)
+            row.update({f"{probe} {name}": found[name] for name in (*METRICS, "mr")})
+        rows.append(row)
+    rows.sort(key=lambda r: (r["step"] is None, r["step"] if r["step"] is not None else 0))
+    output.table("curves", pd.DataFrame(rows), note=f"{rank_type} ranks per checkpoint, by training step.")
+    stepped = [r for r in rows if r["step"] is not None]
+    series = {f"{name} | {probe}": [r[f"{probe} {name}"] for r in stepped] for name in ("hit@1", "hit@10", "mrr", "mr") for probe in probes}
+    output.figure("curves", plots.metric_curves([r["step"] for r in stepped], series, f"{rank_type} ranks by checkpoint"))
+    return rows

@@ -223,3 +223,24 @@ def load_bear_dataset(
         code: load_relation(folder, code, metadata[code], info, max_instances, seed) for code in wanted if code not in without_file
     }
     return BearDataset(name, str(folder), loaded, without_file)
+
+
+def save_lm_pub_quiz_folder(dataset: BearDataset, folder: str | Path) -> Path:
+    """Write ``dataset`` -- a subset too: its kept instances, each relation's whole answer space --
+    in the lm-pub-quiz format (``metadata_relations.json``, one ``<code>.jsonl`` per relation,
+    ``relation_info.json`` inside the folder), so lm-pub-quiz can evaluate exactly these
+    statements.  Reading the folder back gives the same relations and instances (cardinality is
+    then derived from the written instances)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=False)
+    metadata = {code: {"templates": r.templates, "answer_space_ids": r.answer_ids, "answer_space_labels": r.answer_labels}
+                for code, r in dataset.relations.items()}
+    (folder / METADATA_FILE).write_text(json.dumps(metadata, ensure_ascii=False), encoding="utf-8")
+    for code, r in dataset.relations.items():
+        lines = [json.dumps({"sub_id": sub_id, "sub_label": label, "obj_id": r.answer_ids[gold],
+                             "obj_label": r.answer_labels[gold], "answer_idx": int(gold)}, ensure_ascii=False)
+                 for sub_id, label, gold in zip(r.subject_ids, r.subject_labels, r.gold.tolist(), strict=True)]
+        (folder / f"{code}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    info = {code: {"domains": r.domains} for code, r in dataset.relations.items()}
+    (folder / RELATION_INFO_FILE).write_text(json.dumps(info, ensure_ascii=False), encoding="utf-8")
+    return folder

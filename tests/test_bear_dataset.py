@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, score_relation, summary_markdown
-from kg_data.bear import fill_statement, load_bear_dataset
+from kg_data.bear import fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 
 CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
@@ -59,6 +59,20 @@ def test_subset_is_seeded_and_keeps_answer_space(tmp_path):
     assert len(a.relations["P37"].answer_ids) == 3 and a.relations["P37"].cardinality == "N:1"
     with pytest.raises(ValueError, match="P5"):
         load_bear_dataset(str(folder), relations=["P5"])
+
+
+def test_subset_saved_in_lm_pub_quiz_format_reads_back_the_same(tmp_path):
+    subset = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), max_instances=2, seed=3)
+    back = load_bear_dataset(str(save_lm_pub_quiz_folder(subset, tmp_path / "saved")))
+    assert list(back.relations) == list(subset.relations) and back.relations_without_file == []
+    for code, relation in subset.relations.items():
+        again = back.relations[code]
+        assert again.templates == relation.templates and again.answer_ids == relation.answer_ids
+        assert again.answer_labels == relation.answer_labels and again.domains == relation.domains
+        assert again.subject_ids == relation.subject_ids and again.gold.tolist() == relation.gold.tolist()
+        assert [again.statements(t) for t in again.templates] == [relation.statements(t) for t in relation.templates]
+    with pytest.raises(FileExistsError):
+        save_lm_pub_quiz_folder(subset, tmp_path / "saved")
 
 
 def test_errors_name_file_and_line(tmp_path):

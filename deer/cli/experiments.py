@@ -21,7 +21,7 @@ from deer.core.models import DEFAULT_MODEL
 def run_source_options(command):
     """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
     command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
-    command = token_budget_option(None, "DEER: max padded tokens per batch (default: 8192 on the CPU, from the free memory on a GPU).")(command)
+    command = token_budget_option(None, "DEER: max padded tokens per batch (default: 1024 on the CPU, from the free memory on a GPU).")(command)
     command = click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True)(command)
     command = click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
                            help="Where probe runs made by this command go (one folder per model).")(command)
@@ -212,22 +212,31 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
               help="Also run a reference probe and compare the model orderings.")
 @click.option("--metric", type=click.Choice(["hit@1", "hit@3", "hit@10", "hit@100", "mrr"]), default="hit@10",
               show_default=True, help="Leaderboard order.")
+@click.option("--checkpoints", "checkpoint_dir", type=click.Path(file_okay=False), default=None,
+              help="A Trainer output folder: screen its checkpoint-<step> folders (and its final model) by step, "
+                   "with curves of every metric against the step.")
 @results_out("results/screen")
 @friendly_errors
 def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
-                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, out_dir):
-    """Leaderboard of many checkpoints (repeat --model, or --run) by DEER, reusing cached work.
+                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, checkpoint_dir, out_dir):
+    """Leaderboard of many checkpoints by DEER, reusing cached work: repeat --model (folders, aliases
+    or hub ids, a revision as id@revision), give --checkpoints DIR (a Trainer output folder), or --run.
 
-    With --reference bear|lama: also that probe's leaderboard and the Spearman/Kendall
-    correlation between the two model orderings.
+    Each checkpoint gets its own run folder under --runs-dir; embeddings are cached per checkpoint
+    (by its weights), so a re-run or a longer series encodes only the new checkpoints.  With
+    --reference bear|lama: also that probe's leaderboard and the Spearman/Kendall correlation
+    between the two model orderings (run the reference on a smaller --subset).
     """
+    from experiments.checkpoints import named_checkpoints, trainer_checkpoints
     from experiments.screen import run_screen
 
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
-    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                   device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
-    result = run_screen(runs, Path(out_dir), reference=reference, metric=metric, rank_type=rank_type, settings=settings)
+    series = named_checkpoints(model_names) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
+    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, tuple(c.model for c in series), probe_list, runs_dir,
+                                   dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
+    steps = {run.label: checkpoint.step for run, checkpoint in zip(runs, series, strict=False)} if series else None
+    result = run_screen(runs, Path(out_dir), reference=reference, metric=metric, rank_type=rank_type, settings=settings, steps=steps)
     click.echo(f"\nDEER leaderboard by {metric} ({rank_type})")
     click.echo(f"{'#':>3} {'model':<28}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'±se':>7}{'MRR':>8}{'cached':>8}")
     for row in result["leaderboard"]:

@@ -202,7 +202,7 @@ def out_option(help_text: str, default=None):
                         show_default=default is not None, help=help_text)
 
 
-def token_budget_option(default: int | None, help_text: str = "Max padded tokens per forward batch (default: 8192 on the "
+def token_budget_option(default: int | None, help_text: str = "Max padded tokens per forward batch (default: 1024 on the "
                                                                "CPU, from the free memory on a GPU)."):
     return click.option("--token-budget", type=click.IntRange(min=1), default=default, show_default=default is not None,
                         help=help_text)

@@ -53,7 +53,7 @@ def pad_right(id_lists: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarra
     return input_ids, attention_mask
 
 
-CPU_TOKEN_BUDGET = 8192  # padded tokens per batch on the CPU (bench_deer_encoder: larger gains nothing)
+CPU_TOKEN_BUDGET = 1024  # padded tokens per batch on the CPU: activations stay in cache (benchmarks/bench_token_budget.py)
 GPU_MEMORY_SHARE = 0.25  # of the free device memory, for one batch's activations
 
 

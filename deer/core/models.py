@@ -140,6 +140,7 @@ class ResolvedModel:
     name: str  # what the user asked for
     source: str  # folder path or hub id handed to from_pretrained
     kind: str  # "bundled", "local" or "hub"
+    revision: str | None = None  # a hub branch, tag or commit ("id@revision"); None: the default branch
 
 
 def is_bundled_installed(alias: str) -> bool:
@@ -203,19 +204,23 @@ def resolve_model(name: str) -> ResolvedModel:
         if not (folder / "config.json").exists():
             raise ModelUnavailableError(f"Folder '{name}' has no config.json; it is not a Hugging Face model folder.")
         return ResolvedModel(name, str(folder), "local")
-    if name in HUB_ALIASES:
-        return ResolvedModel(name, HUB_ALIASES[name], "hub")
-    if "/" in name or name.replace("-", "").replace(".", "").isalnum():
-        return ResolvedModel(name, name, "hub")
+    hub_name, _, revision = name.partition("@")  # "org/model@step1000": a revision of a hub model
+    if name.endswith("@"):
+        raise ModelUnavailableError(f"'{name}': no revision after '@' (write id@branch, id@tag or id@commit)")
+    if hub_name in HUB_ALIASES:
+        return ResolvedModel(name, HUB_ALIASES[hub_name], "hub", revision or None)
+    if "/" in hub_name or hub_name.replace("-", "").replace(".", "").isalnum():
+        return ResolvedModel(name, hub_name, "hub", revision or None)
     raise ModelUnavailableError(f"'{name}' is neither a known alias, a local folder nor a hub id.")
 
 
 def _hub_unavailable(resolved: ResolvedModel, error: Exception) -> ModelUnavailableError:
     known = ", ".join(BUNDLED_MODELS)
     return ModelUnavailableError(
-        f"Model '{resolved.name}' (hub id '{resolved.source}') could not be loaded: it is not in the local "
+        f"Model '{resolved.name}' (hub id '{resolved.source}'{f', revision {resolved.revision}' if resolved.revision else ''}) could not be loaded: it is not in the local "
         f"Hugging Face cache and the hub cannot be reached ({type(error).__name__}).\n"
-        f"On a networked machine run once: huggingface-cli download {resolved.source}\n"
+        f"On a networked machine run once: huggingface-cli download {resolved.source}"
+        f"{f' --revision {resolved.revision}' if resolved.revision else ''}\n"
         f"or pass a local folder with --model PATH. Models that install offline with pip: {known} "
         f"(see `deer models`)."
     )
@@ -255,10 +260,11 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     device = resolve_device(device)
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[resolve_dtype(dtype, device)]
     try:
-        config = AutoConfig.from_pretrained(resolved.source)
-        tokenizer = AutoTokenizer.from_pretrained(resolved.source)
+        revision = {"revision": resolved.revision} if resolved.revision else {}
+        config = AutoConfig.from_pretrained(resolved.source, **revision)
+        tokenizer = AutoTokenizer.from_pretrained(resolved.source, **revision)
         model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
-        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype)
+        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **revision)
     except ModelUnavailableError:
         raise
     except (OSError, ValueError) as error:

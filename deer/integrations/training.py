@@ -1,0 +1,112 @@
+"""Probing a model while it trains: one function for any training loop, and a Hugging Face
+``TrainerCallback`` around it.
+
+Both run DEER on a fixed query set with the model being trained: eval mode and no gradients for
+the probe, then back to train mode (gradients, optimizer state and RNG untouched); the model's own
+device and dtype.  In a torch.distributed job every process calls it and encodes its share of the
+prompts; sharded weights (FSDP, ZeRO-3) are gathered for the probe first.  Every process gets the
+same result; metrics go through ``trainer.log``, so they reach TensorBoard, W&B and
+``trainer_state.json`` like the Trainer's own.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from deer.api import load_queries, probe
+from deer.core.distributed import full_weights, world
+from deer.core.result import ProbeResult
+from deer.core.templates import PromptTemplates
+from kg_data.queries import QuerySet
+
+LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
+
+
+def probe_during_training(model, tokenizer, queries: QuerySet, templates: PromptTemplates | None = None, *,
+                          token_budget: int | None = None, show_progress: bool = False) -> ProbeResult:
+    """DEER on ``model`` as it is now (the plain-PyTorch call; the callback uses it too).
+
+    Call it from every process of a distributed job (all with the same queries): the forward
+    passes are shared between them.  Python's, numpy's and torch's random states are restored
+    after, so the probe does not change the training run that follows."""
+    rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    distributed = world()[1] > 1
+    try:
+        with full_weights(model):
+            return probe(queries, (model, tokenizer), templates=templates or PromptTemplates(), token_budget=token_budget,
+                         show_progress=show_progress, distributed=distributed)
+    finally:
+        random.setstate(rng_states[0])
+        np.random.set_state(rng_states[1])
+        torch.set_rng_state(rng_states[2])
+
+
+def logged_metrics(result: ProbeResult, prefix: str = "deer", names=LOGGED_METRICS) -> dict[str, float]:
+    """``{"deer/hit@10": ..., "deer/mrr": ...}``: the filtered metrics (the probe's headline ones)."""
+    return {f"{prefix}/{name}": float(result.metrics[name]) for name in names}
+
+
+class DeerCallback(TrainerCallback):
+    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation.
+
+    ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split`` and
+    ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets
+    it); without one they go into ``state.log_history`` only.  ``out``: a folder where process 0
+    saves each evaluation's result (ranks table, metrics) as ``step-N``; every result is also kept
+    in ``self.results`` ({step: ProbeResult}).  ``every_n_steps`` needs no eval data set.
+    """
+
+    def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, trainer=None,
+                 templates: PromptTemplates | None = None, split: str = "test", subset: int | None = None, seed: int = 0,
+                 token_budget: int | None = None, out=None, prefix: str = "deer", keep_results: bool = True):
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        self.queries = queries if isinstance(queries, QuerySet) else load_queries(queries, split=split, subset=subset, seed=seed)
+        self.every_n_steps, self.on_evaluate_too = every_n_steps, on_evaluate
+        self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(), token_budget
+        self.out = Path(out) if out is not None else None
+        self.prefix, self.keep_results = prefix, keep_results
+        self.results: dict[int, ProbeResult] = {}
+        self.seconds: dict[int, float] = {}
+        self._last_step: int | None = None
+
+    @classmethod
+    def attach(cls, trainer, queries, **options) -> DeerCallback:
+        """A callback logging through ``trainer``, added to it."""
+        callback = cls(queries, trainer=trainer, **options)
+        trainer.add_callback(callback)
+        return callback
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.every_n_steps and state.global_step % self.every_n_steps == 0:
+            self._probe(args, state, model, processing_class)
+
+    def on_evaluate(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.on_evaluate_too:
+            self._probe(args, state, model, processing_class)
+
+    def _probe(self, args, state, model, tokenizer):
+        if model is None or tokenizer is None:
+            raise ValueError("DeerCallback needs the model and its tokenizer: pass processing_class=tokenizer to the Trainer")
+        if self._last_step == state.global_step:  # every N steps and an evaluation at the same step: once
+            return
+        self._last_step = state.global_step
+        started = time.perf_counter()
+        result = probe_during_training(model, tokenizer, self.queries, self.templates, token_budget=self.token_budget)
+        seconds = time.perf_counter() - started
+        self.seconds[state.global_step] = seconds
+        if self.keep_results:
+            self.results[state.global_step] = result
+        if self.out is not None and world()[0] == 0:
+            result.save(self.out / f"step-{state.global_step}")
+        logs = {**logged_metrics(result, self.prefix), f"{self.prefix}/seconds": seconds}
+        if self.trainer is not None:
+            self.trainer.log(logs)
+        else:
+            state.log_history.append({**logs, "step": state.global_step})

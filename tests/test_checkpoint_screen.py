@@ -1,0 +1,104 @@
+"""Screening a checkpoint series: Trainer output folders, name@revision, curves against the step,
+and the embedding cache that makes a longer series encode only its new checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from deer.cli import main
+from deer.core.models import ModelUnavailableError, resolve_model
+from experiments.checkpoints import named_checkpoints, trainer_checkpoints
+
+
+def _fake_checkpoint(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_trainer_folder_is_read_by_step_with_its_final_model(tmp_path):
+    for step in (10, 2, 100):
+        _fake_checkpoint(tmp_path / "out" / f"checkpoint-{step}")
+    (tmp_path / "out" / "runs").mkdir()  # other folders are not checkpoints
+    assert [(c.label, c.step) for c in trainer_checkpoints(tmp_path / "out")] == \
+        [("checkpoint-2", 2), ("checkpoint-10", 10), ("checkpoint-100", 100)]
+    (tmp_path / "out" / "config.json").write_text("{}")
+    (tmp_path / "out" / "trainer_state.json").write_text(json.dumps({"global_step": 100}))
+    assert len(trainer_checkpoints(tmp_path / "out")) == 3  # the final model is checkpoint-100 again
+    (tmp_path / "out" / "trainer_state.json").write_text(json.dumps({"global_step": 120}))
+    assert trainer_checkpoints(tmp_path / "out")[-1].step == 120
+    (tmp_path / "out" / "checkpoint-7").mkdir()
+    with pytest.raises(FileNotFoundError, match="checkpoint-7: a checkpoint folder without config.json"):
+        trainer_checkpoints(tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no checkpoint-<step> folders"):
+        trainer_checkpoints(tmp_path / "empty")
+
+
+def test_names_with_revisions(tmp_path):
+    folder = _fake_checkpoint(tmp_path / "checkpoint-30")
+    series = named_checkpoints(["EleutherAI/pythia-160m@step1000", "org/model@main", str(folder), "smollm2-135m"])
+    assert [(c.model, c.step) for c in series] == [("EleutherAI/pythia-160m@step1000", 1000), ("org/model@main", None),
+                                                   (str(folder), 30), ("smollm2-135m", None)]
+    resolved = resolve_model("EleutherAI/pythia-160m@step1000")
+    assert (resolved.source, resolved.revision, resolved.kind) == ("EleutherAI/pythia-160m", "step1000", "hub")
+    assert resolve_model("gpt2").revision is None
+    with pytest.raises(ModelUnavailableError, match="no revision after '@'"):
+        resolve_model("org/model@")
+    at_folder = _fake_checkpoint(tmp_path / "model@v2")  # a local folder with '@' in its name stays a folder
+    assert resolve_model(str(at_folder)).kind == "local"
+
+
+def _save_checkpoint(tiny_clm_dir: Path, out: Path, step: int) -> None:
+    """The tiny model with its weights nudged by ``step``, saved as ``out/checkpoint-<step>``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_clm_dir)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * step * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).reshape(p.shape))
+    model.save_pretrained(out / f"checkpoint-{step}")
+    AutoTokenizer.from_pretrained(tiny_clm_dir).save_pretrained(out / f"checkpoint-{step}")
+
+
+@pytest.fixture()
+def checkpoint_series(tiny_clm_dir, tmp_path) -> Path:
+    """A Trainer-like output folder: checkpoint-1..3."""
+    for step in (1, 2, 3):
+        _save_checkpoint(tiny_clm_dir, tmp_path / "trainer-out", step)
+    return tmp_path / "trainer-out"
+
+
+def _screen(tiny_kg_dir, tmp_path, checkpoints: Path, out: str):
+    result = CliRunner().invoke(main, ["experiment", "screen", "--kg", str(tiny_kg_dir), "--checkpoints", str(checkpoints),
+                                       "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / out)])
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / out / "screen.json").read_text())
+
+
+def test_screen_a_series_draws_curves_and_encodes_only_new_checkpoints(tiny_kg_dir, tiny_clm_dir, tmp_path, checkpoint_series,
+                                                                       monkeypatch):
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))  # an empty embedding cache, whatever ran before
+    first = _screen(tiny_kg_dir, tmp_path, checkpoint_series, "first")
+    curves = pd.read_csv(tmp_path / "first" / "curves.csv")
+    assert curves["checkpoint"].tolist() == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    assert curves["step"].tolist() == [1, 2, 3]
+    board = {row["model"]: row for row in first["leaderboard"]}
+    for _, row in curves.iterrows():  # the curve's numbers are the leaderboard's
+        assert row["deer mrr"] == pytest.approx(board[row["checkpoint"]]["mrr"])
+        assert board[row["checkpoint"]]["encoded_now"] == 12 + 4
+    assert (tmp_path / "first" / "curves.png").stat().st_size > 1000
+    assert len({r["mrr"] for r in first["leaderboard"]}) > 1 or len({r["mr"] for r in first["leaderboard"]}) > 1
+    assert len(list((tmp_path / "runs").iterdir())) == 3  # one run folder per checkpoint
+
+    _save_checkpoint(tiny_clm_dir, checkpoint_series, 4)  # the series grows by one checkpoint
+    second = _screen(tiny_kg_dir, tmp_path, checkpoint_series, "second")
+    encoded = {row["model"]: row["encoded_now"] for row in second["leaderboard"]}
+    assert encoded == {"checkpoint-1": 0, "checkpoint-2": 0, "checkpoint-3": 0, "checkpoint-4": 16}
+    assert pd.read_csv(tmp_path / "second" / "curves.csv")["step"].tolist() == [1, 2, 3, 4]

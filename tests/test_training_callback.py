@@ -1,0 +1,114 @@
+"""DEER while a model trains: the Trainer callback and the one-function call for any loop.
+
+What the callback logs must equal a separate ``deer.probe`` of the same weights; the probe must
+leave the training state as it found it (train mode, gradients, random state); under 2-process
+data parallelism (gloo, torch.distributed.run) the metrics are the same and each process encodes
+about half of the prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import deer
+from deer.integrations import DeerCallback, logged_metrics, probe_during_training
+from kg_data.load import load_kg
+from kg_data.queries import build_queries
+
+SCRIPT = Path(__file__).with_name("train_with_callback.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fresh_model(tiny_clm_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_clm_dir, dtype=torch.float32), AutoTokenizer.from_pretrained(tiny_clm_dir)
+
+
+def _assert_logs_equal_a_separate_probe(report: dict, final_dir: Path, kg_dir: Path, steps: int):
+    last = [e for e in report["deer_logs"] if e["step"] == steps]
+    assert len(last) == 1, report["deer_logs"]
+    separate = deer.probe(build_queries(load_kg(kg_dir), "test"), str(final_dir), show_progress=False)
+    for key, value in logged_metrics(separate).items():
+        assert last[0][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    assert report["model_training_after"] is True
+
+
+def test_callback_logs_equal_a_separate_probe(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import train_with_callback
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    train_with_callback.main([str(tiny_clm_dir), str(tiny_kg_dir), str(tmp_path), "--steps", "4", "--every", "2"])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [e["step"] for e in report["deer_logs"]] == [2, 4]
+    assert all({"deer/hit@10", "deer/mrr", "deer/mr", "deer/seconds"} <= set(e) for e in report["deer_logs"])
+    _assert_logs_equal_a_separate_probe(report, tmp_path / "final", tiny_kg_dir, 4)
+    # one process: it encoded every prompt (12 entities + 4 queries)
+    assert report["prompts_per_process"] == [{"2": 16, "4": 16}]  # JSON keys: the steps as strings
+
+
+def test_probe_leaves_training_state_untouched(tiny_clm_dir, tiny_kg_dir):
+    model, tokenizer = _fresh_model(tiny_clm_dir)
+    model.train()
+    batch = tokenizer(["(dog, hypernym, mammal)"], return_tensors="pt")
+    model(**batch, labels=batch["input_ids"]).loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    result = probe_during_training(model, tokenizer, queries)
+    assert torch.equal(torch.rand(3), expected_next)  # the probe drew no random numbers from the training run
+    assert model.training
+    assert all(p.requires_grad for p in model.parameters())
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), weights[name]), name
+        if name in grads:
+            assert torch.equal(p.grad, grads[name]), name
+    model.eval()
+    plain = deer.probe(queries, (model, tokenizer), show_progress=False)
+    np.testing.assert_array_equal(result.table["deer_rank_filtered"], plain.table["deer_rank_filtered"])
+
+
+def test_callback_without_trainer_writes_the_state_log_and_keeps_results(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    model, tokenizer = _fresh_model(tiny_clm_dir)
+    callback = DeerCallback(str(tiny_kg_dir), split="test", every_n_steps=3, out=tmp_path / "probes")
+    state, args = TrainerState(), TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True)
+    for step in (1, 2, 3):
+        state.global_step = step
+        callback.on_step_end(args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    callback.on_evaluate(args, state, TrainerControl(), model=model, processing_class=tokenizer)  # same step: not again
+    assert list(callback.results) == [3] and [e["step"] for e in state.log_history] == [3]
+    assert (tmp_path / "probes" / "step-3" / "metrics.json").is_file()
+    with pytest.raises(ValueError, match="every_n_steps"):
+        DeerCallback(str(tiny_kg_dir), every_n_steps=0)
+
+
+def test_two_process_data_parallel_training_shares_the_probe(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(SCRIPT), str(tiny_clm_dir), str(tiny_kg_dir), str(tmp_path), "--steps", "4", "--every", "2"]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"2-process training with the callback hung (no exit in 420 s): {error.stderr}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["world_size"] == 2
+    assert [e["step"] for e in report["deer_logs"]] == [2, 4]
+    _assert_logs_equal_a_separate_probe(report, tmp_path / "final", tiny_kg_dir, 4)
+    for step in ("2", "4"):  # 16 prompts dealt out: 8 each, none twice
+        assert [counts[step] for counts in report["prompts_per_process"]] == [8, 8]
