@@ -3,7 +3,11 @@
 Usage: python scripts/build_data_manifest.py kg_data/manifest.json
 Checks every file against the README tables of shared/data and against the upstream git blob ids
 (needs the upstream repositories mirrored under /work/.mirror, e.g. with the `fetch` tool)."""
-import hashlib, json, re, subprocess, sys
+import hashlib
+import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path("/work/shared/data")
