@@ -43,11 +43,8 @@ def _assert_logs_equal_a_separate_probe(report: dict, final_dir: Path, kg_dir: P
 
 
 def test_callback_logs_equal_a_separate_probe(tiny_clm_dir, tiny_kg_dir, tmp_path):
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import train_with_callback
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    from tests import train_with_callback
+
     train_with_callback.main([str(tiny_clm_dir), str(tiny_kg_dir), str(tmp_path), "--steps", "4", "--every", "2"])
     report = json.loads((tmp_path / "report.json").read_text())
     assert [e["step"] for e in report["deer_logs"]] == [2, 4]
@@ -112,3 +109,17 @@ def test_two_process_data_parallel_training_shares_the_probe(tiny_clm_dir, tiny_
     _assert_logs_equal_a_separate_probe(report, tmp_path / "final", tiny_kg_dir, 4)
     for step in ("2", "4"):  # 16 prompts dealt out: 8 each, none twice
         assert [counts[step] for counts in report["prompts_per_process"]] == [8, 8]
+
+
+def test_training_demo_on_a_tiny_model(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    from experiments.training_demo import run_training_demo
+
+    result = run_training_demo(tmp_path / "demo", model=str(tiny_clm_dir), kg=str(tiny_kg_dir), n_queries=3, steps=4, every=2,
+                               batch_size=2, learning_rate=1e-3, bear=True)
+    steps = {(row["set"], row["step"]) for row in result["rows"]}
+    assert steps == {(name, step) for name in ("seen", "heldout") for step in (0, 2, 4)}
+    assert all(row["queries"] == 3 for row in result["rows"])
+    assert (tmp_path / "demo" / "curves.png").is_file() and (tmp_path / "demo" / "probes" / "seen" / "step-4").is_dir()
+    bear = result["bear_heldout"]
+    assert bear["deer_hit@10"] == pytest.approx(bear["deer_hit@10_logged_at_last_step"])  # final weights, probed twice
+    assert result["loss_first_last"] is not None and result["train_seconds_per_step"] > 0

@@ -35,8 +35,9 @@ def results_out(default: str):
 
 
 def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
-                  k_shot, shots, query_trailing_space, template_style, token_budget, no_cache):
-    """Runs read from --run folders, or made now for each --model; returns (runs, settings)."""
+                  k_shot, shots, query_trailing_space, template_style, token_budget, no_cache, ray_address=None):
+    """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
+    model; "" a local Ray); returns (runs, settings)."""
     from experiments.runs import load_run, run_probes
 
     if run_dirs:
@@ -52,10 +53,14 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
                                          model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
                                          out_dir=runs_dir, out_name="runs_dir", token_budget=token_budget)
     click.echo(f"probes {', '.join(probes)}")
-    runs = []
-    for model_name in model_names or (DEFAULT_MODEL,):
-        runs.append(run_probes(queries, model_name, probes, None, templates, dtype=dtype, device=device,
-                               token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir)))
+    names = list(model_names or (DEFAULT_MODEL,))
+    options = {"dtype": dtype, "device": device, "token_budget": token_budget, "use_cache": not no_cache, "runs_dir": Path(runs_dir)}
+    if ray_address is not None:
+        from experiments.ray_runs import run_probes_on_ray
+
+        runs = run_probes_on_ray(queries, names, probes, templates, address=ray_address or None, **options)
+    else:
+        runs = [run_probes(queries, name, probes, None, templates, log=click.echo, **options) for name in names]
     settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
@@ -90,6 +95,7 @@ def experiment():
     token-bias    correlation of gold tail token length with its rank (Figure 4)
     agreement     correlation of gold ranks between DEER, BEAR and LAMA
     screen        leaderboard of many checkpoints by DEER (and a reference probe)
+    training-demo fine-tune on KG triples while DEER probes seen and held-out triples
     """
 
 
@@ -215,10 +221,12 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
 @click.option("--checkpoints", "checkpoint_dir", type=click.Path(file_okay=False), default=None,
               help="A Trainer output folder: screen its checkpoint-<step> folders (and its final model) by step, "
                    "with curves of every metric against the step.")
+@click.option("--ray", "use_ray", is_flag=True, help="One Ray task per checkpoint on a local Ray (pip install .[ray]).")
+@click.option("--ray-address", default=None, help="One Ray task per checkpoint on this running Ray cluster (implies --ray).")
 @results_out("results/screen")
 @friendly_errors
 def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
-                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, checkpoint_dir, out_dir):
+                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, checkpoint_dir, use_ray, ray_address, out_dir):
     """Leaderboard of many checkpoints by DEER, reusing cached work: repeat --model (folders, aliases
     or hub ids, a revision as id@revision), give --checkpoints DIR (a Trainer output folder), or --run.
 
@@ -233,8 +241,10 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
     series = named_checkpoints(model_names) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
+    ray_address = ray_address if ray_address else ("" if use_ray else None)
     runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, tuple(c.model for c in series), probe_list, runs_dir,
-                                   dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
+                                   dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache,
+                                   ray_address)
     steps = {run.label: checkpoint.step for run, checkpoint in zip(runs, series, strict=False)} if series else None
     result = run_screen(runs, Path(out_dir), reference=reference, metric=metric, rank_type=rank_type, settings=settings, steps=steps)
     click.echo(f"\nDEER leaderboard by {metric} ({rank_type})")
@@ -248,6 +258,33 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
             click.echo(f"ordering DEER vs {reference} by {name}: Spearman {_fmt(o['spearman_rho'])} (p {_fmt(o['spearman_p'])}), "
                        f"Kendall {_fmt(o['kendall_tau'])} (p {_fmt(o['kendall_p'])}), {o['n_models']} models")
     click.echo(f"results: {result['out_dir']}")
+
+
+@experiment.command("training-demo")
+@click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, help="Model to fine-tune (alias, hub id or folder).")
+@click.option("--kg", default="wn18rr", show_default=True, help="KG name or folder.")
+@click.option("--data-dir", default=None, help="Where the KG's files are (default: the usual search).")
+@click.option("--queries", "n_queries", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Train triples to fine-tune on (the seen set) and test triples held out.")
+@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True, help="Optimizer steps.")
+@click.option("--every", type=click.IntRange(min=1), default=25, show_default=True, help="Probe every N steps (and at step 0).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--learning-rate", type=float, default=1e-4, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--no-bear", is_flag=True, help="Skip the final BEAR run on the held-out set (the cost comparison).")
+@results_out("results/probe-while-training")
+@friendly_errors
+def training_demo_command(model_name, kg, data_dir, n_queries, steps, every, batch_size, learning_rate, seed, no_bear, out_dir):
+    """Fine-tune a model on verbalised KG triples with the HF Trainer while DeerCallback probes the
+    triples it trains on (seen) and held-out test triples: curves of Hit@10 and MRR against the step."""
+    from experiments.training_demo import run_training_demo
+
+    result = run_training_demo(Path(out_dir), model=model_name, kg=kg, n_queries=n_queries, steps=steps, every=every,
+                               batch_size=batch_size, learning_rate=learning_rate, seed=seed, data_dir=data_dir, bear=not no_bear)
+    click.echo(f"{'set':<9}{'step':>6}{'Hit@1':>8}{'Hit@10':>8}{'MRR':>8}{'probe s':>9}")
+    for row in result["rows"]:
+        click.echo(f"{row['set']:<9}{row['step']:>6}{row['hit@1']:>8.3f}{row['hit@10']:>8.3f}{row['mrr']:>8.4f}{row['probe_seconds']:>9.1f}")
+    click.echo(f"training {result['train_seconds_per_step']:.2f} s/step; results: {result['out_dir']}")
 
 
 @experiment.command("compute-time")

@@ -80,9 +80,12 @@ def print_metrics_table(results) -> None:
 @click.option("--long-prompts", type=click.Choice(["error", "truncate-descriptions"]), default="error", show_default=True,
               help="A prompt longer than the model's positions: stop with an error naming the entity or query, or cut "
                    "entity descriptions to fit (each cut is listed in metadata.json under length_guard).")
+@click.option("--ray-workers", type=click.IntRange(min=1), default=None,
+              help="Encode the candidate entities split over N Ray workers into the embedding cache first (pip install .[ray]).")
+@click.option("--ray-address", default=None, help="A running Ray cluster for --ray-workers (default: a local one).")
 @friendly_errors
 def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-          exclude_head, out_dir, token_budget, no_cache, long_prompts):
+          exclude_head, out_dir, token_budget, no_cache, long_prompts, ray_workers, ray_address):
     """Run the DEER probe: rank every candidate tail for each (h, r, ?) query.
 
     Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10),
@@ -97,6 +100,14 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
                                          model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
                                          token_budget=token_budget, long_prompts=long_prompts, exclude_head=exclude_head)
+    if ray_workers:
+        if no_cache:
+            raise click.UsageError("--ray-workers fills the embedding cache, which --no-cache turns off")
+        from experiments.ray_runs import encode_entities_on_ray
+
+        store = encode_entities_on_ray(queries.kg, model_name, templates, workers=ray_workers, entities=queries.candidates.tolist(),
+                                       dtype=dtype, device=device, token_budget=token_budget, address=ray_address)
+        click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     loaded = open_model(model_name, dtype=dtype, device=device)
     out = output_folder(out_dir, queries, loaded, templates, model_name)
     result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=not no_cache, out=out,

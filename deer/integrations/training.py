@@ -53,7 +53,8 @@ def logged_metrics(result: ProbeResult, prefix: str = "deer", names=LOGGED_METRI
 
 
 class DeerCallback(TrainerCallback):
-    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation.
+    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with
+    ``at_start``, once before the first step: the step-0 baseline).
 
     ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split`` and
     ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets
@@ -62,13 +63,13 @@ class DeerCallback(TrainerCallback):
     in ``self.results`` ({step: ProbeResult}).  ``every_n_steps`` needs no eval data set.
     """
 
-    def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, trainer=None,
+    def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,
                  templates: PromptTemplates | None = None, split: str = "test", subset: int | None = None, seed: int = 0,
                  token_budget: int | None = None, out=None, prefix: str = "deer", keep_results: bool = True):
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.queries = queries if isinstance(queries, QuerySet) else load_queries(queries, split=split, subset=subset, seed=seed)
-        self.every_n_steps, self.on_evaluate_too = every_n_steps, on_evaluate
+        self.every_n_steps, self.on_evaluate_too, self.at_start = every_n_steps, on_evaluate, at_start
         self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(), token_budget
         self.out = Path(out) if out is not None else None
         self.prefix, self.keep_results = prefix, keep_results
@@ -82,6 +83,10 @@ class DeerCallback(TrainerCallback):
         callback = cls(queries, trainer=trainer, **options)
         trainer.add_callback(callback)
         return callback
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.at_start:
+            self._probe(args, state, model, processing_class)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
