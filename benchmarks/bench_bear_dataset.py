@@ -105,7 +105,7 @@ def predictions(subset: BearDataset, scores: np.ndarray) -> np.ndarray:
 @click.option("--lm-pub-quiz-batch-sizes", default="1,16", show_default=True,
               help="Batch sizes to run lm-pub-quiz 0.3.3 at on the timed subset ('' skips it).")
 @click.option("--count-only", is_flag=True, help="Only the exact work count (no forward pass, ~1 min).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="benchmarks/results/bench_bear_dataset.json", show_default=True)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results/bench_bear_dataset.json", show_default=True)
 def main(model_name, dataset_name, relations, max_instances, count_relations, plain_sample, plain_batch_size, token_budget, seed, threads,
          lm_pub_quiz_batch_sizes, count_only, out_path):
     if threads:

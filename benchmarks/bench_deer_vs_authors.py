@@ -168,6 +168,16 @@ def top10(queries: np.ndarray, entities: np.ndarray) -> np.ndarray:
     return np.argsort(-(unit(queries) @ unit(entities).T), axis=1, kind="stable")[:, :10]
 
 
+def authors_style_prompts(n_queries: int, n_entities: int, data_dir=None) -> tuple:
+    """(kg, templates, {"queries": the first N query prompts, "entities": the first M entity
+    prompts}) of the WN18RR 500-triple test subset (seed 0) in the authors' template style."""
+    kg = load_kg("wn18rr", data_dir)
+    queries = build_queries(kg, "test", subset=500, seed=0)
+    templates = PromptTemplates(k_shot=8, style="authors")
+    return kg, templates, {"queries": query_prompts(queries, templates)[:n_queries],
+                           "entities": [PromptTemplates.tail_prompt(kg, e) for e in queries.candidates.tolist()[:n_entities]]}
+
+
 @click.command()
 @click.option("--model", "model_name", default="smollm2-135m", show_default=True)
 @click.option("--queries", "n_queries", default=100, show_default=True, help="First N query prompts.")
@@ -182,11 +192,7 @@ def top10(queries: np.ndarray, entities: np.ndarray) -> np.ndarray:
 def main(model_name, n_queries, n_entities, token_budget, data_dir, protocol, out_path):
     load_at_start = os.getloadavg()
     threads = torch.get_num_threads()
-    kg = load_kg("wn18rr", data_dir)
-    queries = build_queries(kg, "test", subset=500, seed=0)
-    templates = PromptTemplates(k_shot=8, style="authors")
-    parts = {"queries": query_prompts(queries, templates)[:n_queries],
-             "entities": [PromptTemplates.tail_prompt(kg, e) for e in queries.candidates.tolist()[:n_entities]]}
+    kg, templates, parts = authors_style_prompts(n_queries, n_entities, data_dir)
     loaded = open_model(model_name)
     model = loaded.model
     peak_before = max(gemm_peak(), model_gemm_peak(model))

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import click
 import torch
+from bench_deer_vs_authors import authors_style_prompts  # run as a script: benchmarks/ is on sys.path
 
 from deer.core.batching import CPU_TOKEN_BUDGET
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
-from deer.core.templates import PromptTemplates, query_prompts
-from kg_data import build_queries, load_kg
 
 
 @click.command()
@@ -38,11 +37,7 @@ from kg_data import build_queries, load_kg
 @click.option("--out", "out_path", default="results/bench_token_budget.json", show_default=True)
 def main(model_name, n_queries, n_entities, budgets, rounds, data_dir, out_path):
     load_at_start = os.getloadavg()
-    kg = load_kg("wn18rr", data_dir)
-    queries = build_queries(kg, "test", subset=500, seed=0)
-    templates = PromptTemplates(k_shot=8, style="authors")
-    parts = {"queries": query_prompts(queries, templates)[:n_queries],
-             "entities": [PromptTemplates.tail_prompt(kg, e) for e in queries.candidates.tolist()[:n_entities]]}
+    _, templates, parts = authors_style_prompts(n_queries, n_entities, data_dir)
     loaded = open_model(model_name)
     budget_list = [int(b) for b in budgets.split(",")]
     rates: dict[tuple[int, str], list[float]] = {}
