@@ -15,13 +15,14 @@ import click
 
 from deer.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option
 from deer.cli.probes import prepare_queries
+from deer.core.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
 
 
 def run_source_options(command):
     """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
     command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
-    command = token_budget_option(None, "DEER: max padded tokens per batch (default: 1024 on the CPU, from the free memory on a GPU).")(command)
+    command = token_budget_option(None, f"DEER: max padded tokens per batch (default: {CPU_TOKEN_BUDGET} on the CPU, from the free memory on a GPU).")(command)
     command = click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True)(command)
     command = click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
                            help="Where probe runs made by this command go (one folder per model).")(command)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from deer.core.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
 from deer.core.validate import DTYPES
 
@@ -202,7 +203,7 @@ def out_option(help_text: str, default=None):
                         show_default=default is not None, help=help_text)
 
 
-def token_budget_option(default: int | None, help_text: str = "Max padded tokens per forward batch (default: 1024 on the "
-                                                               "CPU, from the free memory on a GPU)."):
+def token_budget_option(default: int | None, help_text: str = f"Max padded tokens per forward batch (default: {CPU_TOKEN_BUDGET} "
+                                                               "on the CPU, from the free memory on a GPU)."):
     return click.option("--token-budget", type=click.IntRange(min=1), default=default, show_default=default is not None,
                         help=help_text)

@@ -51,8 +51,8 @@ class PromptEOLEncoder:
         self, model, tokenizer, token_budget: int | None = None, max_batch_size: int | None = None, show_progress: bool = True,
         special_tokens: str = "bos", reuse_prefix: bool = True,
     ):
-        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: 1024 and 128 on
-        the CPU, from the free memory on a GPU; see ``deer.core.batching.auto_batch_limits``).
+        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: CPU_TOKEN_BUDGET and 128
+        on the CPU, from the free memory on a GPU; see ``deer.core.batching.auto_batch_limits``).
         ``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.core.tokenization).
         ``reuse_prefix``: when all prompts of a call share a long token prefix (one few-shot block
         for every query), run it once and only each prompt's tail after it (``deer.core.shared_prefix``)."""
