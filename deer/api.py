@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.distributed import ShardedEncoder, world
-from deer.core.encoder import PromptEOLEncoder
+from deer.core.distributed import world
 from deer.core.inputs import as_query_set, checked_out_folder, prepare, store_root
 from deer.core.models import DEFAULT_MODEL, evaluation_mode
 from deer.core.result import ProbeResult
@@ -53,7 +52,8 @@ def probe(
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
         for the probe and put back in train mode after if it was training.
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
-    token_budget: padded tokens per forward batch (None: 1024 on the CPU, from the free memory on a GPU).
+    token_budget: padded tokens per forward batch (None: ``deer.core.batching.auto_batch_limits``, CPU_TOKEN_BUDGET
+        on the CPU, from the free memory on a GPU).
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
     out: a folder to save the result in (beside other probes' results of the same run spec);
         refused before any work if it holds another spec's results.  None: nothing is written.
@@ -81,14 +81,10 @@ def probe(
         template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget,
         long_prompts=long_prompts)
     folder = checked_out_folder(out, run.queries, run.loaded, run.templates)
-    encoder = None
-    if distributed:
-        encoder = ShardedEncoder(PromptEOLEncoder(run.loaded.model, run.loaded.tokenizer, token_budget=token_budget,
-                                                  show_progress=show_progress, special_tokens=run.templates.prompt_special_tokens))
     with evaluation_mode(run.loaded.model):
         result = run_deer(run.queries, run.loaded, run.templates, token_budget=token_budget,
                           store_root=store_root(cache, cache_dir), show_progress=show_progress,
-                          query_embeddings=query_embeddings, encoder=encoder)
+                          query_embeddings=query_embeddings, distributed=distributed)
     result = run.finish(result)
     if folder is not None and world()[0] == 0:
         result.save(folder)

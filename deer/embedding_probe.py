@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from deer.core.device_ranking import rank_cosine_on_device
+from deer.core.distributed import ShardedEncoder
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
 from deer.core.ranking import rank_cosine
@@ -87,21 +88,22 @@ def run_deer(
     store_root: Path | None = None,
     show_progress: bool = True,
     query_embeddings: np.ndarray | None = None,
-    encoder: PromptEOLEncoder | None = None,
+    distributed: bool = False,
 ) -> ProbeResult:
     """Rank every candidate for every query by cosine of PromptEOL embeddings; nothing is written
     except embedding stores under ``store_root`` (None: no stores).
 
     ``query_embeddings``: (n_queries, d) vectors already computed for these queries with these
     templates (LAMA's pass makes them), so only the candidates are encoded.
-    ``encoder``: the encoder to use (default: a ``PromptEOLEncoder`` of ``loaded`` with ``token_budget``;
-    ``deer.core.distributed.ShardedEncoder`` shares the passes between data-parallel processes).
+    ``distributed``: the forward passes are shared between the processes of a torch.distributed job
+    (``deer.core.distributed.ShardedEncoder``); every process gets every vector.
     The result keeps ``arrays["query_embeddings"]`` and ``arrays["entity_embeddings"]``.
     """
     kg = queries.kg
-    if encoder is None:
-        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
-                                   special_tokens=templates.prompt_special_tokens)
+    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
+                               special_tokens=templates.prompt_special_tokens)
+    if distributed:
+        encoder = ShardedEncoder(encoder)
     timings: dict = {}
 
     started = time.perf_counter()
