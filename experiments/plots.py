@@ -148,13 +148,15 @@ def metric_curves(steps: Sequence[int], series: dict[str, Sequence[float]], titl
     metrics = list(dict.fromkeys(key.split(" | ")[0] for key in series))
     figure, axes = _subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.2), squeeze=False)
     for axis, metric in zip(axes[0], metrics, strict=True):
+        labelled = False
         for key, values in series.items():
             name, _, line = key.partition(" | ")
             if name == metric:
                 axis.plot(steps, values, marker="o", label=line or None)
+                labelled = labelled or bool(line)
         axis.set_xlabel("training step")
         axis.set_ylabel(metric)
-        if any(" | " in key for key in series if key.startswith(metric)):
+        if labelled:
             axis.legend(fontsize=8)
     if title:
         figure.suptitle(title)
