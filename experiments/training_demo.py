@@ -18,7 +18,7 @@ import pandas as pd
 
 from deer.core.models import open_model
 from deer.core.templates import PromptTemplates
-from deer.integrations.training import DeerCallback
+from deer.integrations.training import DeerCallback, probe_during_training
 from experiments import plots
 from experiments.report import ExperimentOutput
 from kg_data.load import load_kg
@@ -32,7 +32,9 @@ def triple_lines(queries) -> list[str]:
     return [PromptTemplates.example_line(queries.kg, *triple) for triple in queries.triples.tolist()]
 
 
-def _dataset(lines: list[str], tokenizer):
+def line_dataset(lines: list[str], tokenizer):
+    """A torch Dataset of tokenised lines for causal-LM training (pad and label them with
+    ``DataCollatorForLanguageModeling(tokenizer, mlm=False)``)."""
     import torch
 
     class Lines(torch.utils.data.Dataset):
@@ -53,6 +55,8 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
                       bear: bool = True) -> dict:
     """Train, probe both sets every ``every`` steps, write curves.csv/.md, curves.png and
     training_demo.json into ``out_dir``; returns the JSON's dict."""
+    import tempfile
+
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     output = ExperimentOutput(out_dir, "training_demo")
@@ -63,10 +67,11 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     tokenizer = loaded.tokenizer
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    args = TrainingArguments(output_dir=str(out_dir / "trainer"), max_steps=steps, per_device_train_batch_size=batch_size,
+    scratch = tempfile.TemporaryDirectory()  # the Trainer's output folder: nothing is saved there (save_strategy="no")
+    args = TrainingArguments(output_dir=scratch.name, max_steps=steps, per_device_train_batch_size=batch_size,
                              learning_rate=learning_rate, logging_steps=max(1, every // 5), report_to=[], use_cpu=True,
                              save_strategy="no", seed=seed, disable_tqdm=True, lr_scheduler_type="constant")
-    trainer = Trainer(model=loaded.model, args=args, train_dataset=_dataset(triple_lines(query_sets["seen"]), tokenizer),
+    trainer = Trainer(model=loaded.model, args=args, train_dataset=line_dataset(triple_lines(query_sets["seen"]), tokenizer),
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), processing_class=tokenizer)
     callbacks = {name: DeerCallback.attach(trainer, queries, every_n_steps=every, at_start=True, prefix=f"deer_{name}",
                                            out=out_dir / "probes" / name)
@@ -75,6 +80,7 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     started = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - started
+    scratch.cleanup()
 
     rows = []
     for name, callback in callbacks.items():
@@ -113,8 +119,6 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
         bear_seconds = time.perf_counter() - started
         final = callbacks["heldout"].results[max(callbacks["heldout"].results)]
         started = time.perf_counter()
-        from deer.integrations.training import probe_during_training
-
         again = probe_during_training(loaded.model, tokenizer, query_sets["heldout"])
         deer_seconds = time.perf_counter() - started
         result["bear_heldout"] = {"seconds": bear_seconds, "deer_seconds_same_weights": deer_seconds,

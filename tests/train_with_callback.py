@@ -11,39 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
 from deer.core.distributed import world
 from deer.integrations import DeerCallback
+from experiments.training_demo import line_dataset, triple_lines
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
 
 
-class TripleLines(torch.utils.data.Dataset):
-    """'(head, relation, tail)' lines of a KG split, tokenised, as causal-LM examples."""
-
-    def __init__(self, kg, split, tokenizer, length=24):
-        lines = [f"({kg.entity_names[h]}, {kg.relation_names[r]}, {kg.entity_names[t]})" for h, r, t in kg.triples(split).tolist()]
-        self.items = []
-        for line in lines:
-            ids = tokenizer(line, truncation=True, max_length=length)["input_ids"]
-            ids = ids + [tokenizer.eos_token_id] * (length - len(ids))
-            self.items.append({"input_ids": torch.tensor(ids), "labels": torch.tensor(ids)})
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        return self.items[index]
-
-
 def main(argv=None):
-    import faulthandler
-
-    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where each process waits, then ends
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("kg_dir")
@@ -55,11 +36,15 @@ def main(argv=None):
     tokenizer = AutoTokenizer.from_pretrained(options.model_dir)
     model = AutoModelForCausalLM.from_pretrained(options.model_dir, dtype=torch.float32)
     kg = load_kg(options.kg_dir)
-    distributed = world()[1] > 1 or "LOCAL_RANK" in __import__("os").environ
+    distributed = "LOCAL_RANK" in os.environ  # started by torch.distributed.run
     args = TrainingArguments(output_dir=str(out / "trainer"), max_steps=options.steps, per_device_train_batch_size=2,
                              learning_rate=5e-3, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", seed=0,
                              ddp_backend="gloo" if distributed else None, dataloader_num_workers=0, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=TripleLines(kg, "train", tokenizer), processing_class=tokenizer)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train = line_dataset(triple_lines(build_queries(kg, "train")), tokenizer)
+    trainer = Trainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
     callback = DeerCallback.attach(trainer, build_queries(kg, "test"), every_n_steps=options.every)
     trainer.train()
     rank, world_size = world()
@@ -78,4 +63,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    # As a script (one process of torch.distributed.run): a hang shows where each process waits, then
+    # ends.  Not armed when a test calls main() in its own process, whose later tests it would kill.
+    faulthandler.dump_traceback_later(90, exit=True)
     main()
