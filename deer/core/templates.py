@@ -68,6 +68,8 @@ TAIL_TEMPLATE = (
     '{name} - {description}\nThis sentence: "{{word}}" means in one word: "{{one word}}"\n'
     'This sentence: "{name}" means in one word: "'
 )
+# The same PromptEOL text for a candidate without a description (the BEAR and LAMA data sets).
+NAME_TAIL_TEMPLATE = 'This sentence: "{{word}}" means in one word: "{{one word}}"\nThis sentence: "{name}" means in one word: "'
 SHOT_MODES = ("per-query", "shared")
 STYLES = ("paper", "authors")
 # Recorded in the metadata (and so in every cache key): change it whenever the examples a query

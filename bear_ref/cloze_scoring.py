@@ -1,0 +1,88 @@
+"""LAMA and BEAR scores on a cloze benchmark (``kg_data.cloze``).
+
+* LAMA, causal LM, "next-token" queries: log p(first token of " answer") after the answer
+  context; the log-probabilities come from DEER's query pass (``deer.cloze_probe.encode_cloze``).
+* LAMA, masked LM: the sentence with the answer slot replaced by the mask token (template-free:
+  the whole masked sentence), log p(answer token) at the mask (``mask_fill_logprobs``).
+* "statement" queries (the answer slot not at the end of a template) and BEAR: the summed
+  log-likelihood of each filled statement (PLL for masked LMs), through ``StatementScorer``; a
+  group of queries sharing template and candidate set goes to the scorer together, so the
+  prefix trie reads their shared prefixes once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bear_ref.statement_scorer import StatementScorer
+from deer.core.batching import length_sorted_batches, pad_right
+from kg_data.bear import ANSWER
+from kg_data.cloze import ClozeTask, statement
+
+
+def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool) -> np.ndarray:
+    """int64: the first token of each answer as it follows the context (" label" for a causal
+    LM's BPE; "label" for a masked LM's word-piece vocabulary)."""
+    texts = list(labels) if masked else [" " + label for label in labels]
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    if any(len(ids) == 0 for ids in encoded):
+        raise ValueError("an answer label tokenises to nothing")
+    return np.asarray([ids[0] for ids in encoded], dtype=np.int64)
+
+
+def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[str]:
+    """The words that are one token for this tokenizer (LAMA's single-token protocol)."""
+    texts = list(words) if masked else [" " + w for w in words]
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1]
+
+
+def mask_sentence(tokenizer, query) -> str:
+    """The query's sentence for a masked LM: [X] filled, the answer slot as the mask token."""
+    return statement(query, ANSWER).replace(ANSWER, tokenizer.mask_token)
+
+
+@torch.inference_mode()
+def mask_fill_logprobs(model, tokenizer, sentences: Sequence[str], token_ids: np.ndarray, token_budget: int = 4096) -> np.ndarray:
+    """float32 (n, len(token_ids)): log p(token | sentence) at each sentence's one mask token."""
+    encoded = tokenizer(list(sentences))["input_ids"]
+    mask_id = tokenizer.mask_token_id
+    for sentence, ids in zip(sentences, encoded, strict=True):
+        if ids.count(mask_id) != 1:
+            raise ValueError(f"expected exactly one mask token in {sentence!r}")
+    device = next(model.parameters()).device
+    out = np.zeros((len(sentences), len(token_ids)), dtype=np.float32)
+    gather = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)
+    pad_id = int(tokenizer.pad_token_id or 0)
+    for batch in length_sorted_batches([len(ids) for ids in encoded], token_budget, 256):
+        inputs, mask = pad_right([encoded[i] for i in batch], pad_id)
+        inputs_t = torch.as_tensor(inputs, device=device)
+        positions = (inputs_t == mask_id).nonzero()[:, 1]
+        logits = model(input_ids=inputs_t, attention_mask=torch.as_tensor(mask, device=device)).logits
+        rows = torch.arange(len(batch), device=device)
+        out[batch] = torch.log_softmax(logits[rows, positions].float(), dim=-1)[:, gather].cpu().numpy()
+    return out
+
+
+def statement_scores(scorer: StatementScorer, task: ClozeTask, indices: Sequence[int],
+                     progress: Callable[[int], object] | None = None) -> dict[int, np.ndarray]:
+    """Whole-statement scores of every candidate, per query index (float64 over its candidate set)."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i in indices:
+        q = task.queries[i]
+        groups[(q.relation, q.mode, q.template_index, q.candidates)].append(i)
+    scores = {}
+    for members in groups.values():
+        labels = task.candidate_set(task.queries[members[0]]).labels
+        statements = [statement(task.queries[i], label) for i in members for label in labels]
+        values = np.asarray(scorer.score_statements(statements, progress), dtype=np.float64).reshape(len(members), len(labels))
+        scores.update(zip(members, values, strict=True))
+    return scores
+
+
+def count_statements(task: ClozeTask, indices: Sequence[int]) -> int:
+    return sum(len(task.candidate_set(task.queries[i])) for i in indices)

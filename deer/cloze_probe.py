@@ -1,0 +1,67 @@
+"""DEER on a cloze benchmark (the BEAR data set, LAMA): one embedding per query, one per candidate.
+
+The query's embedding is the last-layer state at the end of ``kg_data.cloze.deer_query_text``
+(the statement up to the answer slot, or the fill-in-the-blank prompt when the answer comes
+first); a candidate's is PromptEOL over its name and description (``TAIL_TEMPLATE``), or its
+name alone (``NAME_TAIL_TEMPLATE``) where the data has no description.  Candidates are ranked by
+cosine.  Every distinct prompt is encoded once, whichever query or candidate set it serves.
+
+The same forward pass gives LAMA's next-token log-probabilities (``next_token_ids``): for a
+query scored "next-token", DEER's text is exactly LAMA's context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.ranking import normalize_rows
+from deer.core.templates import NAME_TAIL_TEMPLATE, TAIL_TEMPLATE
+from kg_data.cloze import ClozeTask, deer_query_text
+
+
+def candidate_prompt(label: str, description: str | None = None) -> str:
+    if description:
+        return TAIL_TEMPLATE.format(name=label, description=description)
+    return NAME_TAIL_TEMPLATE.format(name=label)
+
+
+@dataclasses.dataclass
+class ClozeEncoding:
+    """Unit-length vectors: ``query_vectors`` (n_queries, d); ``candidate_vectors`` per set name.
+    ``next_token_logprobs``: (n_queries, len(next_token_ids)) when asked for."""
+
+    query_vectors: np.ndarray
+    candidate_vectors: dict[str, np.ndarray]
+    next_token_logprobs: np.ndarray | None
+    seconds: dict
+
+    def cosine(self, task: ClozeTask, index: int) -> np.ndarray:
+        query = task.queries[index]
+        return self.candidate_vectors[query.candidates] @ self.query_vectors[index]
+
+
+def encode_cloze(task: ClozeTask, encoder: PromptEOLEncoder, next_token_ids: np.ndarray | None = None,
+                 with_candidates: bool = True) -> ClozeEncoding:
+    """Embed every query (and, with ``with_candidates``, every candidate set) of ``task``."""
+    import time
+
+    started = time.perf_counter()
+    output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=next_token_ids, description="queries")
+    queries_done = time.perf_counter()
+    candidate_vectors = {}
+    if with_candidates:
+        prompts: dict[str, int] = {}
+        for candidate_set in task.candidate_sets.values():
+            descriptions = candidate_set.descriptions or (None,) * len(candidate_set)
+            for label, description in zip(candidate_set.labels, descriptions, strict=True):
+                prompts.setdefault(candidate_prompt(label, description), len(prompts))
+        vectors = normalize_rows(encoder.encode(list(prompts), description="candidates").embeddings) if prompts else None
+        for name, candidate_set in task.candidate_sets.items():
+            descriptions = candidate_set.descriptions or (None,) * len(candidate_set)
+            rows = [prompts[candidate_prompt(label, d)] for label, d in zip(candidate_set.labels, descriptions, strict=True)]
+            candidate_vectors[name] = vectors[rows] if rows else np.zeros((0, encoder.output_size), dtype=np.float32)
+    seconds = {"queries": round(queries_done - started, 3), "candidates": round(time.perf_counter() - queries_done, 3)}
+    return ClozeEncoding(normalize_rows(output.embeddings), candidate_vectors, output.next_token_logprobs, seconds)

@@ -1,0 +1,202 @@
+"""DEER, LAMA and BEAR side by side on a cloze benchmark (LAMA, the BEAR data set).
+
+``run_cloze(task, loaded, probes)`` scores every query of a ``kg_data.cloze.ClozeTask`` with the
+chosen probes and returns one table row per query: the query's fields, and per probe the gold
+answer's realistic rank (1 + #higher + #tied/2 among the query's candidates; a non-finite
+score never beats the gold), the argmax prediction (first candidate on a tie) and whether it is
+the gold (LAMA's P@1, BEAR's accuracy).  A probe that does not score a query leaves NaN:
+
+* LAMA on a "statement" query (answer slot not at the end of the template) and BEAR rank the
+  whole statements, so they run on the relation's candidates only, never on LAMA's common
+  vocabulary (|vocabulary| statements per fact: 12k+ forward positions each);
+* DEER needs a causal LM (PromptEOL); a masked LM gets LAMA (mask filling) and BEAR (PLL).
+
+With ``out``, each finished probe is stored (``parts/<key>/<probe>.parquet``) under a key of
+model, tokenizer, dtype and the task's queries and candidates, so a stopped run resumes and a
+stored probe is reused only for the same inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, mask_sentence, statement_scores
+from bear_ref.statement_scorer import StatementScorer
+from deer.cloze_probe import encode_cloze
+from deer.core.encoder import PromptEOLEncoder
+from deer.core.files import package_versions, read_table, write_json, write_table
+from deer.core.models import LoadedModel, is_masked_lm
+from deer.core.ranking import rank_of
+from kg_data.cloze import ClozeTask
+
+PROBES = ("deer", "lama", "bear")
+LARGE_SET = "common-vocab"  # scored by DEER and next-token LAMA only (see the module doc)
+RANK_RULE = "realistic rank 1 + #higher + #tied/2 among the query's candidates; prediction = argmax (first on a tie)"
+
+
+@dataclasses.dataclass
+class ClozeResult:
+    table: pd.DataFrame
+    metadata: dict
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_table(folder / "queries.parquet", self.table)
+        write_json(folder / "metadata.json", self.metadata)
+        return folder
+
+
+def task_digest(task: ClozeTask) -> str:
+    """Identifies the queries and candidate sets (text, gold, scoring rule) of a task."""
+    digest = hashlib.sha256()
+    for q in task.queries:
+        digest.update(json.dumps(dataclasses.astuple(q)).encode())
+    for name in sorted(task.candidate_sets):
+        digest.update(json.dumps([name, task.candidate_sets[name].labels, task.candidate_sets[name].descriptions]).encode())
+    return digest.hexdigest()[:16]
+
+
+def query_frame(task: ClozeTask) -> pd.DataFrame:
+    frame = pd.DataFrame([dataclasses.asdict(q) for q in task.queries])
+    frame["n_candidates"] = [len(task.candidate_set(q)) for q in task.queries]
+    return frame
+
+
+def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str) -> pd.DataFrame:
+    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored)."""
+    n = len(task.queries)
+    rank = np.full(n, np.nan)
+    correct = np.full(n, np.nan)
+    predicted = [None] * n
+    predicted_index = np.full(n, -1, dtype=np.int64)
+    gold_score = np.full(n, np.nan)
+    for i, row in scores.items():
+        q = task.queries[i]
+        rank[i] = rank_of(row, q.gold)
+        best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
+        predicted[i] = task.candidate_set(q).labels[best]
+        predicted_index[i] = best
+        correct[i] = float(best == q.gold)
+        gold_score[i] = row[q.gold]
+    return pd.DataFrame({f"{probe}_rank": rank, f"{probe}_predicted": predicted, f"{probe}_correct": correct,
+                         f"{probe}_predicted_index": predicted_index, f"{probe}_gold_score": gold_score})
+
+
+def _lama_scores(task: ClozeTask, loaded: LoadedModel, logprobs: np.ndarray | None, token_ids: np.ndarray, masked: bool,
+                 scorer: StatementScorer | None, token_budget: int | None, progress) -> tuple[dict[int, np.ndarray], list[str]]:
+    """LAMA scores per query and the scoring rule each query got."""
+    columns = {int(t): c for c, t in enumerate(token_ids)}
+    first_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
+    rules = []
+    if masked:
+        sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries]
+        logprobs = mask_fill_logprobs(loaded.model, loaded.tokenizer, sentences, token_ids, token_budget or 4096)
+    scores, statement_rows = {}, []
+    for i, q in enumerate(task.queries):
+        if masked or q.lama_scoring == "next-token":
+            cols = [columns[int(t)] for t in first_ids.get(q.candidates, [])]
+            scores[i] = logprobs[i, cols].astype(np.float64)
+            rules.append("mask-fill" if masked else "next-token")
+        elif q.candidates != LARGE_SET:
+            statement_rows.append(i)
+            rules.append("statement")
+        else:
+            rules.append("statement (not scored on the common vocabulary)")
+    if statement_rows:
+        scores.update(statement_scores(scorer, task, statement_rows, progress))
+    return scores, rules
+
+
+def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Path | None = None,
+              token_budget: int | None = None, statement_token_budget: int = 512, show_progress: bool = True) -> ClozeResult:
+    """Score ``task`` with ``probes`` (some of deer, lama, bear); see the module doc."""
+    unknown = sorted(set(probes) - set(PROBES))
+    probes = [p for p in PROBES if p in probes]
+    if not probes or unknown:
+        raise ValueError(f"probes must be some of {', '.join(PROBES)}; got {', '.join(unknown) or 'none'}")
+    masked = is_masked_lm(loaded.model)
+    if masked and "deer" in probes:
+        raise ValueError(f"DEER embeds with a causal LM (PromptEOL); {loaded.name} is a masked LM: run lama,bear")
+    key = {"model": loaded.fingerprint, "tokenizer": loaded.tokenizer_fingerprint, "dtype": str(loaded.dtype),
+           "task": task_digest(task), "rank_rule": RANK_RULE}
+    parts = None
+    if out is not None:
+        parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        parts.mkdir(parents=True, exist_ok=True)
+        write_json(parts / "key.json", key)
+    frames, timings, resumed = {}, {}, []
+    for probe in probes:
+        if parts is not None and (parts / f"{probe}.parquet").exists():
+            frames[probe] = read_table(parts / f"{probe}.parquet")
+            resumed.append(probe)
+    todo = [p for p in probes if p not in frames]
+    scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=statement_token_budget) if {"lama", "bear"} & set(todo) else None
+    encoding = None
+    if {"deer", "lama"} & set(todo) and not masked:
+        token_ids = _lama_token_ids(task, loaded, masked) if "lama" in todo else None
+        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
+        started = time.perf_counter()
+        encoding = encode_cloze(task, encoder, next_token_ids=token_ids, with_candidates="deer" in todo)
+        timings["deer_lama_pass_seconds"] = round(time.perf_counter() - started, 3)
+        timings["encoding"] = encoding.seconds
+        timings["encoder_work"] = encoder.stats.as_dict()
+    if "deer" in todo:
+        started = time.perf_counter()
+        scores = {i: encoding.cosine(task, i).astype(np.float64) for i in range(len(task.queries))}
+        frames["deer"] = _store(parts, "deer", ranks_from_scores(task, scores, "deer"))
+        timings["deer_seconds"] = round(encoding.seconds["queries"] + encoding.seconds["candidates"] + time.perf_counter() - started, 3)
+    if "lama" in todo:
+        started = time.perf_counter()
+        token_ids = _lama_token_ids(task, loaded, masked)
+        statement_rows = [i for i, q in enumerate(task.queries) if q.lama_scoring == "statement" and q.candidates != LARGE_SET]
+        with tqdm(total=0 if masked else count_statements(task, statement_rows), desc="LAMA statements", unit="stmt",
+                  disable=not show_progress) as bar:
+            scores, rules = _lama_scores(task, loaded, None if encoding is None else encoding.next_token_logprobs, token_ids,
+                                         masked, scorer, token_budget, bar.update)
+        frame = ranks_from_scores(task, scores, "lama")
+        frame["lama_rule"] = rules
+        frames["lama"] = _store(parts, "lama", frame)
+        timings["lama_seconds"] = round(time.perf_counter() - started + (encoding.seconds["queries"] if encoding else 0), 3)
+    if "bear" in todo:
+        started = time.perf_counter()
+        rows = [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET]
+        with tqdm(total=count_statements(task, rows), desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
+            scores = statement_scores(scorer, task, rows, bar.update)
+        frames["bear"] = _store(parts, "bear", ranks_from_scores(task, scores, "bear"))
+        timings["bear_seconds"] = round(time.perf_counter() - started, 3)
+        timings["bear_statements"] = count_statements(task, rows)
+        timings["bear_work"] = scorer.work()
+    table = pd.concat([query_frame(task)] + [frames[p] for p in probes], axis=1)
+    metadata = {
+        "task": {"name": task.name, "queries": len(task.queries), "digest": task_digest(task), **task.info},
+        "model": loaded.metadata(),
+        "probes": probes,
+        "rank_rule": RANK_RULE,
+        "resumed_probes": resumed,
+        "timings": timings,
+        "versions": package_versions(),
+    }
+    result = ClozeResult(table, metadata)
+    if out is not None:
+        result.save(out)
+    return result
+
+
+def _lama_token_ids(task: ClozeTask, loaded: LoadedModel, masked: bool) -> np.ndarray:
+    ids = [answer_token_ids(loaded.tokenizer, s.labels, masked) for s in task.candidate_sets.values() if len(s)]
+    return np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+
+
+def _store(parts: Path | None, probe: str, frame: pd.DataFrame) -> pd.DataFrame:
+    if parts is not None:
+        write_table(parts / f"{probe}.parquet", frame)
+    return frame

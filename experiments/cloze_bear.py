@@ -1,0 +1,118 @@
+"""DEER on the BEAR data set, beside BEAR's own likelihood score for the same model.
+
+DEER ranks each (relation, template, instance)'s answer space by cosine
+(``experiments.cloze.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its table is written
+in the BEAR data-set format, so ``bear_ref.dataset.bear_metrics`` gives DEER's BEAR-style
+accuracy per template, relation, domain and cardinality under lm-pub-quiz's convention.  BEAR's
+ranks come from a finished ``deer bear-dataset`` folder of the same model and data (checked:
+weights fingerprint, data-set path, selection), or are scored here.  Agreement is per instance
+and template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreement.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from bear_ref.dataset import bear_metrics, find_instances_table
+from deer.core.files import read_table, write_json, write_table, write_text
+from deer.core.models import LoadedModel
+from experiments.cloze import ClozeResult, run_cloze
+from experiments.cloze_report import _fmt, agreement_markdown, pair_agreement
+from kg_data.bear import BearDataset
+from kg_data.cloze import bear_cloze_task
+
+# The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
+PAPER_RELATIONS = ("P272", "P344", "P466", "P1412")
+KEYS = ["relation", "template", "row"]
+
+
+def bear_format(result: ClozeResult, dataset: BearDataset, probe: str) -> pd.DataFrame:
+    """A probe's columns of a cloze run on the BEAR data set as a BEAR data-set instances table."""
+    t = result.table
+    answer_ids = {code: r.answer_ids for code, r in dataset.relations.items()}
+    predicted = t[f"{probe}_predicted_index"].to_numpy()
+    return pd.DataFrame({
+        "relation": t["relation"], "template": t["template_index"], "row": t["row"], "sub_id": t["fact"], "sub_label": t["subject"],
+        "obj_id": [answer_ids[r][g] for r, g in zip(t["relation"], t["gold"], strict=True)], "obj_label": t["answer"],
+        "n_answers": t["n_candidates"], "gold_score": t[f"{probe}_gold_score"],
+        "predicted_id": [answer_ids[r][p] for r, p in zip(t["relation"], predicted, strict=True)],
+        "predicted_label": t[f"{probe}_predicted"], "rank": t[f"{probe}_rank"], "correct": t[f"{probe}_correct"] == 1,
+    })
+
+
+def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
+    """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
+    weights on the same data set and selection."""
+    folder = Path(folder)
+    metadata = json.loads((folder / "metadata.json").read_text()).get("bear", {})
+    model = metadata.get("model", {})
+    problems = []
+    if model.get("fingerprint") != loaded.fingerprint:
+        problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
+    if metadata.get("dataset", {}).get("path") != dataset.path:
+        problems.append(f"data set {metadata.get('dataset', {}).get('path')} != {dataset.path}")
+    if metadata.get("dataset", {}).get("instances") != dataset.n_instances:
+        problems.append(f"{metadata.get('dataset', {}).get('instances')} instances != {dataset.n_instances}")
+    if problems:
+        raise ValueError(f"{folder} is not a BEAR run of this model and data: " + "; ".join(problems))
+    return read_table(find_instances_table(folder))
+
+
+def _side_by_side(deer_metrics: dict, bear_m: dict) -> list[str]:
+    lines = ["| group | DEER accuracy (mean over templates) | BEAR score | random | instances |", "|---|---:|---:|---:|---:|"]
+    rows = [("**overall**", deer_metrics["overall"], bear_m["overall"])]
+    rows += [(f"template {t}", {"accuracy_mean": a, "random_baseline": deer_metrics["overall"]["random_baseline"],
+                                "instances": deer_metrics["overall"]["instances"]},
+              {"accuracy_mean": bear_m["overall"]["accuracy_per_template"][t]})
+             for t, a in deer_metrics["overall"]["accuracy_per_template"].items()]
+    for key in ("per_domain", "per_cardinality"):
+        rows += [(name, block, bear_m[key][name]) for name, block in deer_metrics[key].items()]
+    for name, d, b in rows:
+        lines.append(f"| {name} | {_fmt(d['accuracy_mean'])} | {_fmt(b['accuracy_mean'])} | {_fmt(d['random_baseline'])} | {d['instances']} |")
+    return lines
+
+
+def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, seed: int) -> list[dict]:
+    def row(name, part):
+        return {"group": name, "kind": "answer space", "pair": "deer vs bear",
+                **pair_agreement(part["rank_deer"], part["rank_bear"], part["correct_deer"], part["correct_bear"], bootstrap, seed)}
+
+    rows = [row("all", joined)]
+    rows += [row(f"template {t}", part) for t, part in joined.groupby("template")]
+    domains = {code: r.domains or ["unknown"] for code, r in dataset.relations.items()}
+    exploded = joined.assign(domain=joined["relation"].map(domains)).explode("domain")
+    rows += [row(f"domain {d}", part) for d, part in exploded.groupby("domain")]
+    rows += [row(f"relation {code} (paper E.4)", joined[joined["relation"] == code]) for code in PAPER_RELATIONS
+             if (joined["relation"] == code).any()]
+    return rows
+
+
+def deer_on_bear_dataset(dataset: BearDataset, loaded: LoadedModel, out: str | Path, bear_run: str | Path | None = None,
+                         token_budget: int | None = None, bootstrap: int = 1000, seed: int = 0, show_progress: bool = True) -> dict:
+    """Run DEER (and BEAR unless ``bear_run`` holds it) on ``dataset``; write tables, metrics, summary.md."""
+    out = Path(out)
+    task = bear_cloze_task(dataset)
+    result = run_cloze(task, loaded, ["deer"] if bear_run else ["deer", "bear"], out=out / "cloze", token_budget=token_budget,
+                       show_progress=show_progress)
+    deer_table = bear_format(result, dataset, "deer")
+    bear_table = stored_bear_table(bear_run, dataset, loaded) if bear_run else bear_format(result, dataset, "bear")
+    metrics = {"deer": bear_metrics(deer_table, dataset), "bear": bear_metrics(bear_table, dataset)}
+    joined = deer_table.merge(bear_table, on=KEYS, suffixes=("_deer", "_bear"), validate="one_to_one")
+    if len(joined) != len(deer_table):
+        raise ValueError(f"BEAR's table covers {len(joined)} of DEER's {len(deer_table)} (instance, template) rows")
+    agreement = agreement_rows(joined, dataset, bootstrap, seed)
+    timings = result.metadata["timings"]
+    report = {"metrics": metrics, "agreement": agreement, "timings": timings, "bear_run": str(bear_run) if bear_run else None,
+              "model": loaded.metadata(), "dataset": dataset.summary()}
+    write_table(out / "deer_instances.parquet", deer_table)
+    write_json(out / "report.json", report)
+    lines = [f"DEER on {dataset.name} ({dataset.n_instances} instances x {len(next(iter(dataset.relations.values())).templates)} templates), "
+             f"model {loaded.name}: accuracy = the answer space's argmax is the gold (lm-pub-quiz's convention, as BEAR's score).", ""]
+    lines += _side_by_side(metrics["deer"], metrics["bear"])
+    lines += ["", "Per-instance agreement (r: Pearson of log10 ranks in the answer space; accuracy: argmax right or not):", ""]
+    lines += agreement_markdown(agreement, "group")
+    write_text(out / "summary.md", "\n".join(lines) + "\n")
+    return report

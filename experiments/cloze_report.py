@@ -1,0 +1,165 @@
+"""Metrics and agreement for a cloze run's table (``experiments.cloze``).
+
+* ``cloze_metrics``: P@1 (argmax is the gold), P@10 (rank <= 10) and MRR (mean 1/rank) per
+  probe, per candidate kind (LAMA's common vocabulary, or the relation's objects) and mode
+  (template, template-free), per relation and per source.  A source's ``p@1_macro`` is the mean
+  over its relations (how LAMA reports T-REx and Google-RE); ``p@1`` pools its queries.
+* ``pair_agreement``: per-query agreement of two rank columns -- Pearson r of log10 ranks (the
+  paper's statistic) with a bootstrap interval, Pearson of ranks, Spearman, Kendall -- and of
+  two correctness columns (both / only one / neither right, Cohen's kappa).
+* ``mode_agreement``: the same between a fact's template-based and template-free ranks, per probe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
+
+KS = (1, 10)
+
+
+def candidate_kind(candidates: pd.Series) -> pd.Series:
+    return candidates.where(candidates == "common-vocab", "relation")
+
+
+def _block(frame: pd.DataFrame, probe: str) -> dict:
+    ranks = frame[f"{probe}_rank"].to_numpy(dtype=float)
+    scored = np.isfinite(ranks)
+    if not scored.any():
+        return {"n": 0}
+    ranks = ranks[scored]
+    correct = frame[f"{probe}_correct"].to_numpy(dtype=float)[scored]
+    return {"n": int(scored.sum()), "p@1": float(correct.mean()), "p@10": float(np.mean(ranks <= 10)),
+            "mrr": float(np.mean(1.0 / ranks)), "random_p@1": float(np.mean(1.0 / frame["n_candidates"].to_numpy()[scored]))}
+
+
+def probes_in(table: pd.DataFrame) -> list[str]:
+    return [c[: -len("_rank")] for c in table.columns if c.endswith("_rank")]
+
+
+def cloze_metrics(table: pd.DataFrame) -> dict:
+    """{kind: {mode: {probe: {"overall", "per_source", "per_relation"}}}} (see the module doc)."""
+    table = table.assign(kind=candidate_kind(table["candidates"]))
+    out: dict = {}
+    for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
+        for probe in probes_in(table):
+            per_relation = {f"{s}/{r}": _block(p, probe) for (s, r), p in part.groupby(["source", "relation"], sort=True)}
+            per_source = {}
+            for source, p in part.groupby("source", sort=True):
+                block = _block(p, probe)
+                relation_p1 = [v["p@1"] for k, v in per_relation.items() if k.startswith(f"{source}/") and v["n"]]
+                block["p@1_macro"] = float(np.mean(relation_p1)) if relation_p1 else None
+                block["relations"] = len(relation_p1)
+                per_source[source] = block
+            out.setdefault(kind, {}).setdefault(mode, {})[probe] = {"overall": _block(part, probe), "per_source": per_source,
+                                                                    "per_relation": per_relation}
+    return out
+
+
+def accuracy_agreement(correct_a, correct_b) -> dict:
+    """Shares of queries both / only a / only b / neither probe got right, and Cohen's kappa."""
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    n = len(a)
+    if n == 0:
+        return {"n": 0}
+    both, only_a, only_b = float(np.mean(a & b)), float(np.mean(a & ~b)), float(np.mean(~a & b))
+    observed = both + float(np.mean(~a & ~b))
+    expected = a.mean() * b.mean() + (1 - a.mean()) * (1 - b.mean())
+    kappa = (observed - expected) / (1 - expected) if expected < 1 else math.nan
+    return {"n": n, "both": both, "only_a": only_a, "only_b": only_b, "neither": 1 - both - only_a - only_b,
+            "same": observed, "cohen_kappa": float(kappa)}
+
+
+def pair_agreement(ranks_a, ranks_b, correct_a, correct_b, bootstrap: int = 1000, seed: int = 0) -> dict:
+    """Rank and accuracy agreement of two probes on the same queries (rows with both scored)."""
+    ranks_a, ranks_b = np.asarray(ranks_a, dtype=float), np.asarray(ranks_b, dtype=float)
+    keep = np.isfinite(ranks_a) & np.isfinite(ranks_b)
+    if keep.sum() < 3:
+        return {"n": int(keep.sum())}
+    a, b = ranks_a[keep], ranks_b[keep]
+    correlations = rank_correlations(a, b)
+    log = correlations["log"]
+    interval = bootstrap_interval(pearson_r, np.log10(a), np.log10(b), n_resamples=bootstrap, seed=seed) if bootstrap else {}
+    return {
+        "n": int(keep.sum()),
+        "pearson_r_log": log["pearson_r"],
+        "pearson_r_log_ci": [interval.get("low"), interval.get("high")] if bootstrap else None,
+        "pearson_r": correlations["linear"]["pearson_r"],
+        "spearman_rho": log["spearman_rho"],
+        "kendall_tau": log["kendall_tau"],
+        "accuracy": accuracy_agreement(np.asarray(correct_a, dtype=float)[keep] == 1, np.asarray(correct_b, dtype=float)[keep] == 1),
+    }
+
+
+def probe_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """One row per (candidate kind, mode, probe pair)."""
+    table = table.assign(kind=candidate_kind(table["candidates"]))
+    rows = []
+    for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
+        for a, b in itertools.combinations(probes_in(table), 2):
+            result = pair_agreement(part[f"{a}_rank"], part[f"{b}_rank"], part[f"{a}_correct"], part[f"{b}_correct"], bootstrap, seed)
+            rows.append({"kind": kind, "mode": mode, "pair": f"{a} vs {b}", **result})
+    return rows
+
+
+def mode_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """Per probe and candidate kind: a fact's template-based rank against its template-free rank."""
+    keys = ["source", "relation", "fact", "candidates"]
+    template = table[table["mode"] == "template"].set_index(keys)
+    free = table[table["mode"] == "template-free"].set_index(keys)
+    joined = template.join(free, how="inner", lsuffix="_template", rsuffix="_free")
+    if not len(joined):
+        return []
+    joined["kind"] = candidate_kind(joined.index.get_level_values("candidates").to_series(index=joined.index))
+    rows = []
+    for kind, part in joined.groupby("kind", sort=True):
+        for probe in probes_in(table):
+            result = pair_agreement(part[f"{probe}_rank_template"], part[f"{probe}_rank_free"],
+                                    part[f"{probe}_correct_template"], part[f"{probe}_correct_free"], bootstrap, seed)
+            rows.append({"kind": kind, "probe": probe, "pair": "template vs template-free", **result})
+    return rows
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def agreement_markdown(rows: list[dict], first: str) -> list[str]:
+    lines = [f"| {first} | kind | pair | n | r (log) | 95% CI | Spearman | both right | only first | only second | kappa |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if row["n"] < 3:
+            continue
+        ci = row.get("pearson_r_log_ci") or [None, None]
+        acc = row.get("accuracy", {})
+        lines.append(f"| {row.get(first.split()[0], row.get('mode', ''))} | {row['kind']} | {row['pair']} | {row['n']} | "
+                     f"{_fmt(row.get('pearson_r_log'))} | [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}] | {_fmt(row.get('spearman_rho'))} | "
+                     f"{_fmt(acc.get('both'))} | {_fmt(acc.get('only_a'))} | {_fmt(acc.get('only_b'))} | {_fmt(acc.get('cohen_kappa'))} |")
+    return lines
+
+
+def summary_markdown(metrics: dict, probe_rows: list[dict], mode_rows: list[dict]) -> str:
+    """P@1 / P@10 / MRR per source (macro P@1 over relations), then the agreement tables."""
+    lines = ["| candidates | mode | probe | source | relations | n | P@1 (macro) | P@1 | P@10 | MRR | random P@1 |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind, modes in metrics.items():
+        for mode, probes in modes.items():
+            for probe, block in probes.items():
+                for source, b in block["per_source"].items():
+                    if b["n"]:
+                        lines.append(f"| {kind} | {mode} | {probe} | {source} | {b['relations']} | {b['n']} | {_fmt(b['p@1_macro'])} | "
+                                     f"{_fmt(b['p@1'])} | {_fmt(b['p@10'])} | {_fmt(b['mrr'])} | {_fmt(b['random_p@1'], 4)} |")
+    lines += ["", "Agreement between probes on the same queries (r: Pearson of log10 ranks; accuracy: P@1 right or not):", ""]
+    lines += agreement_markdown(probe_rows, "mode")
+    if mode_rows:
+        lines += ["", "Template-based vs template-free ranks of the same fact, per probe:", ""]
+        lines += agreement_markdown(mode_rows, "probe")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,175 @@
+"""Cloze benchmarks (the BEAR data set, LAMA) as one list of queries over candidate sets.
+
+A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and the subject slot ``[X]``
+where it has one), the gold answer's position in a named candidate set, and how LAMA scores it.
+Template-based queries use the relation's template; template-free ones a masked evidence
+sentence whose ``[MASK]`` became ``[Y]`` (the subject is already in the text).
+
+Text rules (model-independent, tested exactly):
+
+* ``statement(query, answer)``: [X] and [Y] filled, first character capitalised -- BEAR's
+  statement, as lm-pub-quiz builds it (``kg_data.bear.fill_statement``).
+* ``answer_context(query)``: that statement up to the answer slot, trailing spaces removed --
+  what LAMA's next token and DEER's query embedding read ("The capital of France is").
+* ``deer_query_text(query)``: the answer context; when the answer comes first (nothing before
+  [Y], as in "[Y] is the capital of [X].") there is no context, so DEER reads a fill-in-the-blank
+  prompt instead: ``Fill in the blank: ___ is the capital of France.\\nAnswer:``.
+* ``lama_scoring``: "next-token" (log p of the answer's first token after the answer context)
+  for a template whose [Y] ends the sentence (only spaces and final punctuation after it) and
+  for every template-free sentence (cut at the mask, as LAMA does for causal LMs); otherwise
+  "statement" (the whole statement's log-likelihood), marked in every result row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from kg_data.bear import ANSWER, SUBJECT, BearDataset, fill_statement
+from kg_data.lama import MASK, LamaDataset, first_usable_sentence
+
+BLANK = "___"
+BLANK_PROMPT = "Fill in the blank: {sentence}\nAnswer:"
+END_PUNCTUATION = " .!?"
+MODES = ("template", "template-free")
+CANDIDATE_KINDS = ("common-vocab", "relation")
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateSet:
+    """Answer labels (and descriptions, where the data has them) one query is ranked over."""
+
+    labels: tuple[str, ...]
+    descriptions: tuple[str, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClozeQuery:
+    """One question.  ``row``: the instance's row in its relation (BEAR) or file line (LAMA);
+    ``template_index``: which of the relation's templates (-1 for a template-free sentence)."""
+
+    source: str
+    relation: str
+    fact: str
+    row: int
+    mode: str
+    template_index: int
+    template: str
+    subject: str
+    answer: str
+    candidates: str
+    gold: int
+    lama_scoring: str
+
+
+@dataclasses.dataclass
+class ClozeTask:
+    name: str
+    queries: list[ClozeQuery]
+    candidate_sets: dict[str, CandidateSet]
+    info: dict
+
+    def candidate_set(self, query: ClozeQuery) -> CandidateSet:
+        return self.candidate_sets[query.candidates]
+
+
+def statement(query: ClozeQuery, answer: str) -> str:
+    return fill_statement(query.template, query.subject, answer)
+
+
+def answer_context(query: ClozeQuery) -> str:
+    """The statement up to the answer slot, right-stripped ("" when the answer comes first)."""
+    before = query.template.split(ANSWER)[0].replace(SUBJECT, query.subject)
+    return (before[:1].upper() + before[1:]).rstrip()
+
+
+def deer_query_text(query: ClozeQuery) -> str:
+    context = answer_context(query)
+    if context:
+        return context
+    return BLANK_PROMPT.format(sentence=statement(query, BLANK))
+
+
+def answer_at_end(template: str) -> bool:
+    """True when only spaces and final punctuation follow [Y]."""
+    return not template.split(ANSWER)[1].strip(END_PUNCTUATION)
+
+
+def template_scoring(template: str) -> str:
+    before = template.split(ANSWER)[0]
+    return "next-token" if before.strip() and answer_at_end(template) else "statement"
+
+
+# -- the BEAR data set ---------------------------------------------------------------------------
+
+
+def bear_cloze_task(dataset: BearDataset) -> ClozeTask:
+    """Every (relation, template, instance) of a BEAR-format data set; candidates: the relation's
+    answer space (names; BEAR has no descriptions)."""
+    queries, sets = [], {}
+    for code, relation in dataset.relations.items():
+        sets[code] = CandidateSet(tuple(relation.answer_labels))
+        for t, template in enumerate(relation.templates):
+            for i, (sub_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
+                gold = int(relation.gold[i])
+                queries.append(ClozeQuery("bear", code, sub_id, int(relation.rows[i]), "template", t, template, subject,
+                                          relation.answer_labels[gold], code, gold, template_scoring(template)))
+    return ClozeTask(dataset.name, queries, sets, {"dataset": dataset.summary()})
+
+
+# -- LAMA ---------------------------------------------------------------------------------------
+
+
+def lama_cloze_task(
+    dataset: LamaDataset,
+    vocabulary: Sequence[str],
+    modes: Sequence[str] = MODES,
+    candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
+    causal: bool = True,
+) -> ClozeTask:
+    """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that
+    are one token for the model; the caller decides that) are kept, the others counted as dropped.
+
+    Candidates: "common-vocab" ranks ``vocabulary``; "relation" the relation's objects (from its
+    whole file) that are in ``vocabulary``.  Modes: "template" (not for SQuAD, which has none) and
+    "template-free" (the fact's first masked sentence with one [MASK] -- and, for a causal model,
+    text before it; a fact without one gets no template-free query, counted).
+    """
+    bad = [m for m in modes if m not in MODES] + [k for k in candidate_kinds if k not in CANDIDATE_KINDS]
+    if bad or not modes or not candidate_kinds:
+        raise ValueError(f"modes must be among {MODES} and candidate kinds among {CANDIDATE_KINDS}; got {list(modes)}, {list(candidate_kinds)}")
+    vocab = tuple(dict.fromkeys(vocabulary))
+    position = {word: i for i, word in enumerate(vocab)}
+    sets = {"common-vocab": CandidateSet(vocab)} if "common-vocab" in candidate_kinds else {}
+    queries: list[ClozeQuery] = []
+    counts: dict[str, dict] = {}
+    for key, relation in dataset.relations.items():
+        objects = tuple(o for o in relation.objects if o in position)
+        if "relation" in candidate_kinds:
+            sets[key] = CandidateSet(objects)
+        local = {label: i for i, label in enumerate(objects)}
+        kept = [f for f in relation.facts if f.answer in position]
+        count = {"facts": len(relation.facts), "object_not_in_vocabulary": len(relation.facts) - len(kept),
+                 "relation_candidates": len(objects), "template": 0, "template-free": 0, "no_usable_sentence": 0}
+        for fact in kept:
+            texts = []
+            if "template" in modes and relation.template is not None:
+                texts.append(("template", 0, relation.template, template_scoring(relation.template)))
+            if "template-free" in modes:
+                sentence = first_usable_sentence(fact.masked_sentences, need_prefix=causal)
+                if sentence is None:
+                    count["no_usable_sentence"] += 1
+                else:
+                    texts.append(("template-free", -1, sentence.replace(MASK, ANSWER), "next-token"))
+            for mode, t, template, scoring in texts:
+                count[mode] += 1
+                for kind in candidate_kinds:
+                    name, gold = ("common-vocab", position[fact.answer]) if kind == "common-vocab" else (key, local[fact.answer])
+                    queries.append(ClozeQuery(relation.source, relation.code, fact.fact_id, fact.line, mode, t, template,
+                                              fact.subject, fact.answer, name, gold, scoring))
+        counts[key] = count
+    return ClozeTask("lama", queries, sets, {"dataset": dataset.summary(), "counts": counts, "vocabulary": len(vocab),
+                                             "modes": list(modes), "candidate_kinds": list(candidate_kinds)})

@@ -1,0 +1,236 @@
+"""Reader for the LAMA probe data as shipped (facebookresearch/LAMA ``data/``).
+
+A LAMA folder holds ``relations.jsonl`` (T-REx relation templates, ``[X]``/``[Y]``),
+``common_vocab_cased.txt`` (one word per line), ``TREx/<relation>.jsonl``,
+``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``.  Every fact has a subject label,
+an object label and masked sentences (T-REx: ``evidences[].masked_sentence``; the others:
+``masked_sentences``), where ``[MASK]`` stands for the object.
+
+Google-RE's templates are not in ``relations.jsonl``; LAMA's ``scripts/run_experiments.py``
+uses the three below.  SQuAD has no template (its masked sentence is the question).  A relation
+of ``relations.jsonl`` without a data file is listed in ``relations_without_file`` (the copy in
+../shared/data/lama lacks 13 T-REx files).
+
+``max_facts`` keeps at most N facts per relation, drawn with (seed, source, relation); a
+relation's ``objects`` always come from the whole file (the per-relation candidate set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from kg_data.errors import KGFormatError, KGNotFoundError
+from kg_data.lines import read_jsonl, read_lines
+
+RELATIONS_FILE = "relations.jsonl"
+COMMON_VOCAB_FILE = "common_vocab_cased.txt"
+MASK = "[MASK]"
+SOURCES = ("TREx", "Google_RE", "Squad")
+# LAMA scripts/run_experiments.py (get_GoogleRE_parameters).
+GOOGLE_RE_TEMPLATES = {
+    "date_of_birth": "[X] (born [Y]).",
+    "place_of_birth": "[X] was born in [Y] .",
+    "place_of_death": "[X] died in [Y] .",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LamaFact:
+    """One fact: ``line`` is its 1-based line in ``path`` (for messages and stable ids)."""
+
+    fact_id: str
+    subject: str
+    answer: str
+    masked_sentences: tuple[str, ...]
+    line: int
+
+
+@dataclasses.dataclass
+class LamaRelation:
+    """One relation of one source; ``template`` is None for SQuAD.  ``objects``: the distinct
+    object labels of the whole file, in order of first appearance."""
+
+    source: str
+    code: str
+    template: str | None
+    label: str
+    path: str
+    facts: list[LamaFact]
+    objects: list[str]
+    total_facts: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}/{self.code}"
+
+
+@dataclasses.dataclass
+class LamaDataset:
+    path: str
+    relations: dict[str, LamaRelation]
+    common_vocab: list[str]
+    relations_without_file: list[str]
+    selection: dict
+
+    @property
+    def n_facts(self) -> int:
+        return sum(len(r.facts) for r in self.relations.values())
+
+    def summary(self) -> dict:
+        return {
+            "name": "lama",
+            "path": self.path,
+            "relations": {key: {"facts": len(r.facts), "total_facts": r.total_facts, "objects": len(r.objects)}
+                          for key, r in self.relations.items()},
+            "facts": self.n_facts,
+            "common_vocab": len(self.common_vocab),
+            "relations_without_file": self.relations_without_file,
+            "selection": self.selection,
+        }
+
+
+def _text(path: Path, line: int, record: dict, key: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise KGFormatError(path, line, f"key '{key}' must be a non-empty string")
+    return value
+
+
+def _masked_sentences(path: Path, line: int, record: dict) -> tuple[str, ...]:
+    if "evidences" in record and "masked_sentences" not in record:  # T-REx
+        evidences = record["evidences"]
+        if not isinstance(evidences, list) or not all(isinstance(e, dict) and isinstance(e.get("masked_sentence"), str) for e in evidences):
+            raise KGFormatError(path, line, "'evidences' must be a list of objects with a 'masked_sentence' string")
+        return tuple(e["masked_sentence"] for e in evidences)
+    sentences = record.get("masked_sentences")
+    if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
+        raise KGFormatError(path, line, "'masked_sentences' must be a list of strings")
+    return tuple(sentences)
+
+
+def read_facts(path: Path, source: str) -> list[LamaFact]:
+    """Every fact of one LAMA file, checked (errors name file and line)."""
+    id_key = {"TREx": "uuid", "Google_RE": "uuid", "Squad": "id"}[source]
+    facts = []
+    for line, record in read_jsonl(path, (id_key, "obj_label")):
+        subject = record.get("sub_label", "") if source == "Squad" else _text(path, line, record, "sub_label")
+        facts.append(LamaFact(fact_id=str(record[id_key]), subject=subject if isinstance(subject, str) else "",
+                              answer=_text(path, line, record, "obj_label"),
+                              masked_sentences=_masked_sentences(path, line, record), line=line))
+    if not facts:
+        raise KGFormatError(path, None, "no facts")
+    return facts
+
+
+def read_relation_templates(path: Path) -> dict[str, dict]:
+    """``relations.jsonl``: {code: {"template", "label"}}; each template holds [Y] once."""
+    templates = {}
+    for line, record in read_jsonl(path, ("relation", "template")):
+        template = _text(path, line, record, "template")
+        if template.count("[Y]") != 1 or template.count("[X]") != 1:
+            raise KGFormatError(path, line, f"template {template!r} must hold [X] and [Y] once each")
+        templates[record["relation"]] = {"template": template, "label": record.get("label", record["relation"])}
+    return templates
+
+
+def read_common_vocab(path: Path) -> list[str]:
+    return [text.strip() for _, text in read_lines(path)]
+
+
+def sample_facts(facts: list[LamaFact], key: str, max_facts: int | None, seed: int) -> list[LamaFact]:
+    """All facts, or ``max_facts`` of them drawn with (seed, key), in file order."""
+    if max_facts is None or max_facts >= len(facts):
+        return facts
+    rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
+    return [facts[i] for i in np.sort(rng.choice(len(facts), size=max_facts, replace=False))]
+
+
+def _relation(folder: Path, source: str, code: str, template: str | None, label: str, max_facts, seed) -> LamaRelation:
+    path = folder / source / ({"TREx": f"{code}.jsonl", "Google_RE": f"{code}_test.jsonl", "Squad": "test.jsonl"}[source])
+    facts = read_facts(path, source)
+    objects = list(dict.fromkeys(f.answer for f in facts))
+    key = f"{source}/{code}"
+    return LamaRelation(source, code, template, label, str(path), sample_facts(facts, key, max_facts, seed), objects, len(facts))
+
+
+def locate_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = None) -> Path:
+    if isinstance(name_or_path, str) and name_or_path.lower() == "lama":
+        from kg_data.fetch import ensure_dataset
+
+        return ensure_dataset("lama", data_dir)
+    folder = Path(name_or_path).expanduser()
+    if not (folder / RELATIONS_FILE).is_file():
+        raise KGNotFoundError(f"{folder} holds no {RELATIONS_FILE}; not a LAMA data folder")
+    return folder
+
+
+def load_lama(
+    name_or_path: str | Path = "lama",
+    data_dir: str | Path | None = None,
+    sources: Sequence[str] | None = None,
+    relations: Sequence[str] | None = None,
+    max_facts: int | None = None,
+    seed: int = 0,
+) -> LamaDataset:
+    """Load LAMA ('lama' from the data folder, or a folder in its layout).
+
+    ``sources``: some of TREx, Google_RE, Squad (default: those present).  ``relations``:
+    relation codes to keep (e.g. P19, place_of_birth, squad).  ``max_facts``: at most N facts
+    per relation, sampled with ``seed``.
+    """
+    folder = locate_lama(name_or_path, data_dir)
+    wanted_sources = list(sources) if sources else [s for s in SOURCES if (folder / s).is_dir()]
+    unknown = [s for s in wanted_sources if s not in SOURCES]
+    if unknown:
+        raise ValueError(f"unknown LAMA source(s) {', '.join(unknown)}; choose from {', '.join(SOURCES)}")
+    if max_facts is not None and (not isinstance(max_facts, int) or max_facts < 1):
+        raise ValueError(f"max_facts must be a positive integer, not {max_facts!r}")
+    trex = read_relation_templates(folder / RELATIONS_FILE)
+    plan: list[tuple[str, str, str | None, str]] = []
+    without_file = []
+    for source in wanted_sources:
+        if source == "TREx":
+            for code, meta in trex.items():
+                if (folder / "TREx" / f"{code}.jsonl").is_file():
+                    plan.append(("TREx", code, meta["template"], meta["label"]))
+                else:
+                    without_file.append(f"TREx/{code}")
+        elif source == "Google_RE":
+            for code, template in GOOGLE_RE_TEMPLATES.items():
+                if (folder / "Google_RE" / f"{code}_test.jsonl").is_file():
+                    plan.append(("Google_RE", code, template, code.replace("_", " ")))
+                else:
+                    without_file.append(f"Google_RE/{code}")
+        elif (folder / "Squad" / "test.jsonl").is_file():
+            plan.append(("Squad", "squad", None, "SQuAD cloze questions"))
+        else:
+            without_file.append("Squad/squad")
+    if relations:
+        known = {code for _, code, _, _ in plan}
+        missing = [r for r in relations if r not in known]
+        if missing:
+            raise ValueError(f"relation(s) {', '.join(missing)} have no data file in {folder} (sources {', '.join(wanted_sources)})")
+        plan = [p for p in plan if p[1] in set(relations)]
+    loaded = {}
+    for source, code, template, label in plan:
+        relation = _relation(folder, source, code, template, label, max_facts, seed)
+        loaded[relation.key] = relation
+    vocab_path = folder / COMMON_VOCAB_FILE
+    common_vocab = read_common_vocab(vocab_path) if vocab_path.is_file() else []
+    selection = {"sources": wanted_sources, "relations": list(relations) if relations else None, "max_facts": max_facts, "seed": seed}
+    return LamaDataset(str(folder), loaded, common_vocab, without_file, selection)
+
+
+def first_usable_sentence(sentences: Sequence[str], need_prefix: bool) -> str | None:
+    """The first masked sentence with exactly one [MASK] (and, with ``need_prefix``, some text
+    before it, which a causal LM conditions on); None when there is none."""
+    for sentence in sentences:
+        if sentence.count(MASK) == 1 and (not need_prefix or sentence.split(MASK)[0].strip()):
+            return sentence
+    return None
+
