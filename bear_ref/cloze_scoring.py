@@ -35,10 +35,12 @@ def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool) -> np.ndarr
 
 
 def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[str]:
-    """The words that are one token for this tokenizer (LAMA's single-token protocol)."""
+    """The words that are one token for this tokenizer (LAMA's single-token protocol); a word the
+    tokenizer only knows as its unknown token is not one of them."""
     texts = list(words) if masked else [" " + w for w in words]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1]
+    unknown = tokenizer.unk_token_id
+    return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
 
 
 def mask_sentence(tokenizer, query) -> str:

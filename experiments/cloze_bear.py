@@ -1,11 +1,11 @@
 """DEER on the BEAR data set, beside BEAR's own likelihood score for the same model.
 
 DEER ranks each (relation, template, instance)'s answer space by cosine
-(``experiments.cloze.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its table is written
+(``experiments.cloze.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its columns are written
 in the BEAR data-set format, so ``bear_ref.dataset.bear_metrics`` gives DEER's BEAR-style
 accuracy per template, relation, domain and cardinality under lm-pub-quiz's convention.  BEAR's
 ranks come from a finished ``deer bear-dataset`` folder of the same model and data (checked:
-weights fingerprint, data-set path, selection), or are scored here.  Agreement is per instance
+weights fingerprint, data-set path, instance count), or from the same cloze run's bear columns.  Agreement is per instance
 and template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreement.
 """
 
@@ -19,10 +19,9 @@ import pandas as pd
 from bear_ref.dataset import bear_metrics, find_instances_table
 from deer.core.files import read_table, write_json, write_table, write_text
 from deer.core.models import LoadedModel
-from experiments.cloze import ClozeResult, run_cloze
+from experiments.cloze import ClozeResult
 from experiments.cloze_report import _fmt, agreement_markdown, pair_agreement
 from kg_data.bear import BearDataset
-from kg_data.cloze import bear_cloze_task
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
 PAPER_RELATIONS = ("P272", "P344", "P466", "P1412")
@@ -43,6 +42,20 @@ def bear_format(result: ClozeResult, dataset: BearDataset, probe: str) -> pd.Dat
     })
 
 
+def legacy_sample_fingerprint(model) -> str:
+    """The weights fingerprint that runs recorded before the every-byte one (``tensors_fingerprint``): sha256 of
+    each tensor's name, shape and first 2,048 values.  Lets a BEAR run of that time be matched to
+    the weights it scored (results/bear-dataset-all-smollm2 records one)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().reshape(-1)[:2048].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
     """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
     weights on the same data set and selection."""
@@ -50,8 +63,12 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     metadata = json.loads((folder / "metadata.json").read_text()).get("bear", {})
     model = metadata.get("model", {})
     problems = []
-    if model.get("fingerprint") != loaded.fingerprint:
+    if model.get("fingerprint") not in (loaded.fingerprint, legacy_sample_fingerprint(loaded.model)):
         problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
+    if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
+        problems.append("tokenizer fingerprint differs")
+    if model.get("dtype", str(loaded.dtype).replace("torch.", "")) != str(loaded.dtype).replace("torch.", ""):
+        problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
     if metadata.get("dataset", {}).get("path") != dataset.path:
         problems.append(f"data set {metadata.get('dataset', {}).get('path')} != {dataset.path}")
     if metadata.get("dataset", {}).get("instances") != dataset.n_instances:
@@ -90,14 +107,14 @@ def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, s
     return rows
 
 
-def deer_on_bear_dataset(dataset: BearDataset, loaded: LoadedModel, out: str | Path, bear_run: str | Path | None = None,
-                         token_budget: int | None = None, bootstrap: int = 1000, seed: int = 0, show_progress: bool = True) -> dict:
-    """Run DEER (and BEAR unless ``bear_run`` holds it) on ``dataset``; write tables, metrics, summary.md."""
+def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedModel, out: str | Path,
+                      bear_run: str | Path | None = None, bootstrap: int = 1000, seed: int = 0) -> dict:
+    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own columns, or ``bear_run``):
+    BEAR-style metrics for both, per-instance agreement; writes tables, report.json, summary.md."""
     out = Path(out)
-    task = bear_cloze_task(dataset)
-    result = run_cloze(task, loaded, ["deer"] if bear_run else ["deer", "bear"], out=out / "cloze", token_budget=token_budget,
-                       show_progress=show_progress)
     deer_table = bear_format(result, dataset, "deer")
+    if bear_run is None and "bear_rank" not in result.table:
+        raise ValueError("no BEAR ranks: run the bear probe too, or name a finished `deer bear-dataset` folder (bear_run)")
     bear_table = stored_bear_table(bear_run, dataset, loaded) if bear_run else bear_format(result, dataset, "bear")
     metrics = {"deer": bear_metrics(deer_table, dataset), "bear": bear_metrics(bear_table, dataset)}
     joined = deer_table.merge(bear_table, on=KEYS, suffixes=("_deer", "_bear"), validate="one_to_one")

@@ -111,12 +111,10 @@ def probe_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) -
 def mode_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
     """Per probe and candidate kind: a fact's template-based rank against its template-free rank."""
     keys = ["source", "relation", "fact", "candidates"]
-    template = table[table["mode"] == "template"].set_index(keys)
-    free = table[table["mode"] == "template-free"].set_index(keys)
-    joined = template.join(free, how="inner", lsuffix="_template", rsuffix="_free")
+    joined = table[table["mode"] == "template"].merge(table[table["mode"] == "template-free"], on=keys, suffixes=("_template", "_free"))
     if not len(joined):
         return []
-    joined["kind"] = candidate_kind(joined.index.get_level_values("candidates").to_series(index=joined.index))
+    joined["kind"] = candidate_kind(joined["candidates"])
     rows = []
     for kind, part in joined.groupby("kind", sort=True):
         for probe in probes_in(table):

@@ -67,7 +67,7 @@ def _looks_like(name: str, folder: Path) -> bool:
 
 
 # Named data sets found on disk that no probe reads yet, and why (``deer data`` says so).
-NOT_YET_USABLE = {"lama": "no LAMA reader yet: --kg lama is refused"}
+NOT_YET_USABLE: dict[str, str] = {}  # data sets found but not yet readable (none since the LAMA reader)
 
 
 def describe_datasets(data_dir: str | Path | None = None) -> list[dict]:

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from deer.cli.cloze import cloze
 from deer.cli.experiments import experiment
 from deer.cli.info import data, models
 from deer.cli.probes import bear, bear_dataset, lama, probe
@@ -25,6 +26,7 @@ def main(ctx, debug):
     deer bear          BEAR reference probe on a KG (summed log-likelihood of every candidate statement)
     deer lama          LAMA reference probe (log-probability of the tail's first token)
     deer bear-dataset  the BEAR score of the BEAR / BEAR-big data set
+    deer cloze         DEER, LAMA and BEAR side by side on LAMA or the BEAR data set (also: deer probe --kg lama)
     deer experiment NAME   compute-time, token-bias, agreement, screen
     deer models        which models are known and installed
     deer data          which data sets were found, and where; `deer data fetch NAME` downloads one
@@ -32,7 +34,7 @@ def main(ctx, debug):
     ctx.meta["deer.debug"] = debug
 
 
-for _command in (probe, bear, lama, bear_dataset, experiment, models, data):
+for _command in (probe, bear, lama, bear_dataset, cloze, experiment, models, data):
     main.add_command(_command)
 
 if __name__ == "__main__":

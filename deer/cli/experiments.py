@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from deer.cli.cloze import is_benchmark, run_benchmark_command
 from deer.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option
 from deer.cli.probes import prepare_queries
 from deer.core.batching import CPU_TOKEN_BUDGET
@@ -177,10 +178,15 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
     Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B), LAMA on single-token
     names only (596 test queries x 4,948 entities): --single-token without --subset. Without
     it LAMA ranks every name by its first token; each row says which protocol it used.
+    --kg lama / bear / bear-big: the cloze benchmarks (`deer cloze`): per-fact agreement per model
+    and, with several --model, orderings.md (the models ordered by each probe).
     """
     from experiments.agreement import lama_protocol, run_agreement
 
     probe_list = _parse_probes(probes)
+    if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: per-fact agreement per model, and model orderings
+        return run_benchmark_command(kg, list(model_names) or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
+                                     device=device, max_facts=subset, seed=seed, token_budget=token_budget, bootstrap=bootstrap)
     if single_token and not run_dirs:
         runs, settings = _single_token_runs(kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
                                             device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)

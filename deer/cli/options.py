@@ -160,7 +160,8 @@ def kg_options(subset: bool = True):
                                help="Split whose triples are the queries.")(command)
         command = data_dir_option(command)
         return click.option("--kg", default="wn18rr", show_default=True,
-                            help="'wn18rr' or a folder with a KG in the TSV/JSONL format.")(command)
+                            help="'wn18rr' or a folder with a KG in the TSV/JSONL format; or a cloze benchmark: 'lama', "
+                                 "'bear', 'bear-big' (see `deer cloze`; --subset is then at most N facts per relation).")(command)
 
     return decorate
 

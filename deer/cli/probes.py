@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from deer.cli.cloze import is_benchmark, run_benchmark_command
 from deer.cli.options import (
     data_dir_option,
     exclude_head_option,
@@ -93,6 +94,9 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     metadata.json (model, templates, seeds, versions, timings, tokens) to --out.
     Entity embeddings are cached and reused by later runs.  Python: deer.probe(...).
     """
+    if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        return run_benchmark_command(kg, [model_name], ['deer'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
+                                     max_facts=subset, seed=seed, token_budget=token_budget)
     import deer
     from deer.core.models import open_model
 
@@ -149,6 +153,9 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     candidates statements; score rows are stored, so an interrupted run resumes.  For the BEAR
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
+    if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        return run_benchmark_command(kg, [model_name], ['bear'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
+                                     max_facts=subset, seed=seed, token_budget=token_budget)
     import bear_ref
     from deer.core.models import open_model
 
@@ -186,6 +193,9 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     metadata.json.  Python: bear_ref.lama(...), then deer.probe(result.queries, model,
     query_embeddings=result.arrays["query_embeddings"]).
     """
+    if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        return run_benchmark_command(kg, [model_name], ['lama'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
+                                     max_facts=subset, seed=seed, token_budget=token_budget)
     import bear_ref
     import deer
     from deer.core.models import open_model

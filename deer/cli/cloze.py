@@ -1,0 +1,96 @@
+"""`deer cloze`: DEER, LAMA and BEAR on BEAR's and LAMA's own benchmarks (``experiments.benchmarks``).
+
+`deer probe|lama|bear --kg lama|bear|bear-big` run the same with one probe (``run_benchmark_command``).
+"""
+
+from __future__ import annotations
+
+import click
+
+from deer.cli.options import data_dir_option, friendly_errors, model_options, token_budget_option
+
+BENCHMARK_NAMES = ("lama", "bear", "bear-big")
+SUMMARY_HINT = "summary.md (P@1 / P@10 / MRR per source, agreement tables)"
+
+
+def is_benchmark(kg: str) -> bool:
+    """True for a cloze benchmark (LAMA, BEAR) rather than a KG: a name, or a folder in their layout."""
+    from experiments.benchmarks import benchmark_kind
+
+    if str(kg).lower() in BENCHMARK_NAMES:
+        return True
+    try:
+        benchmark_kind(kg)
+    except ValueError:
+        return False
+    return True
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
+
+
+def run_benchmark_command(kg, model_names, probes, out_dir, **options) -> None:
+    """One model: ``probe_benchmark``; several: ``compare_models`` (orderings).  Prints where results went."""
+    from experiments.benchmarks import compare_models, probe_benchmark
+
+    out_dir = out_dir or f"results/{str(kg).lower().replace('/', '_')}-{'-'.join(probes)}"
+    if len(model_names) > 1:
+        compare_models(kg, model_names, out_dir, probes=probes, **options)
+        click.echo(f"wrote {out_dir}/orderings.md and one folder per model")
+        return
+    report = probe_benchmark(kg, model_names[0], probes=probes, out=out_dir, **options)
+    click.echo(f"{len(report['table'])} queries; wrote {out_dir}/{SUMMARY_HINT}")
+    if "bear_dataset" in report:
+        click.echo(f"DEER vs BEAR on the data set: {out_dir}/bear_dataset/summary.md")
+
+
+@click.command()
+@click.option("--dataset", "kg", default="lama", show_default=True,
+              help="'lama', 'bear', 'bear-big', or a folder in the LAMA layout (relations.jsonl) or lm-pub-quiz's (BEAR).")
+@data_dir_option
+@model_options(multiple=True)
+@click.option("--probes", default="deer,lama,bear", show_default=True, help="Some of deer, lama, bear.")
+@click.option("--modes", default="template,template-free", show_default=True,
+              help="LAMA: template (the relation's template) and/or template-free (the fact's first masked evidence sentence).")
+@click.option("--candidates", "candidate_kinds", default="common-vocab,relation", show_default=True,
+              help="LAMA: rank over the common vocabulary's single-token words and/or the relation's objects. "
+                   "BEAR and statement-scored LAMA queries run on the relation's objects only.")
+@click.option("--sources", default=None, help="LAMA: some of TREx, Google_RE, Squad (default: all present).")
+@click.option("--relations", default=None, help="Relation codes to keep, comma-separated (P19, place_of_birth, squad; BEAR: P6,...).")
+@click.option("--max-facts", type=click.IntRange(min=1), default=None,
+              help="At most N facts (LAMA) or instances (BEAR) per relation, sampled with --seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --max-facts and the bootstrap.")
+@click.option("--bear-run", type=click.Path(file_okay=False, exists=True), default=None,
+              help="BEAR data set: a finished `deer bear-dataset` folder of the same model and data to take BEAR's ranks "
+                   "from (checked), instead of scoring every statement again.")
+@click.option("--bootstrap", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Bootstrap resamples for the log-rank r intervals.")
+@token_budget_option(None)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default results/<dataset>-<probes>); a stopped run resumes from it.")
+@friendly_errors
+def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kinds, sources, relations, max_facts, seed,
+          bear_run, bootstrap, token_budget, out_dir):
+    """Probe on LAMA or the BEAR data set with DEER, LAMA and BEAR side by side.
+
+    \b
+    LAMA (LAMA's protocol): facts whose object is one token for the model; P@1, P@10 and MRR per
+    relation and source, template-based and template-free (the evidence sentence cut at the mask
+    for causal LMs; DEER embeds the cut sentence).  Per-fact agreement between the probes and
+    between a fact's template-based and template-free ranks.
+    BEAR data set: DEER's accuracy per template, domain and cardinality beside BEAR's score, and
+    the per-instance agreement (bear_dataset/summary.md).
+    Several --model: one folder per model and orderings.md (the models ordered by each probe).
+    Python: experiments.benchmarks.probe_benchmark / compare_models.
+    """
+    from experiments.cloze import PROBES
+
+    probe_list = _split(probes)
+    unknown = [p for p in probe_list or [] if p not in PROBES]
+    if not probe_list or unknown:
+        raise click.BadParameter(f"choose from {', '.join(PROBES)}", param_hint="--probes")
+    run_benchmark_command(kg, list(model_names) or ["smollm2-135m"], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
+                          device=device, modes=_split(modes), candidate_kinds=_split(candidate_kinds), sources=_split(sources),
+                          relations=_split(relations), max_facts=max_facts, seed=seed, bear_run=bear_run, bootstrap=bootstrap,
+                          token_budget=token_budget)

@@ -1,0 +1,128 @@
+"""Probing on BEAR's and LAMA's own benchmarks, one model or several (what `deer cloze` calls).
+
+``probe_benchmark("lama" | "bear" | "bear-big" | folder, model, probes=...)`` loads the data,
+builds the cloze queries (``kg_data.cloze``), runs the probes side by side
+(``experiments.cloze``) and writes, under ``out``: queries.parquet (every query's rank per
+probe), metrics.json, agreement.json, summary.md, metadata.json.  For the BEAR data set with
+DEER, the BEAR-format comparison (``experiments.cloze_bear``) is written too.
+
+``compare_models(..., models=[...])`` runs it per model (``out/<model>/``) and orders the models
+by each probe's headline score (LAMA: P@1 over its queries; BEAR data set: the mean accuracy
+over templates), with the Spearman/Kendall agreement of the orderings between probes.  With
+three or four models an ordering agreement is a handful of pairs: its p-values say how little it can show.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+from bear_ref.cloze_scoring import single_token_words
+from deer.core.files import write_json, write_text
+from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
+from experiments.cloze import PROBES, run_cloze
+from experiments.cloze_bear import compare_with_bear
+from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
+from experiments.stats import ordering_agreement
+from kg_data.bear import METADATA_FILE, load_bear_dataset
+from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, lama_cloze_task
+from kg_data.lama import RELATIONS_FILE, load_lama
+
+
+def benchmark_kind(dataset) -> str:
+    """'lama' or 'bear' for a name or folder."""
+    if str(dataset).lower() == "lama":
+        return "lama"
+    if str(dataset).lower() in ("bear", "bear-big"):
+        return "bear"
+    folder = Path(dataset).expanduser()
+    if (folder / RELATIONS_FILE).is_file():
+        return "lama"
+    if (folder / METADATA_FILE).is_file():
+        return "bear"
+    raise ValueError(f"{dataset}: not 'lama', 'bear', 'bear-big', nor a folder holding {RELATIONS_FILE} (LAMA) "
+                     f"or {METADATA_FILE} (BEAR format)")
+
+
+def build_task(dataset, loaded, data_dir=None, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,
+               max_facts: int | None = None, seed: int = 0, modes: Sequence[str] = MODES,
+               candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> tuple[ClozeTask, object]:
+    """The cloze task and the loaded data set.  LAMA's vocabulary: the common-vocabulary words that
+    are one token for this model's tokenizer."""
+    if benchmark_kind(dataset) == "bear":
+        data = load_bear_dataset(dataset, data_dir, relations=relations, max_instances=max_facts, seed=seed)
+        return bear_cloze_task(data), data
+    data = load_lama(dataset, data_dir, sources=sources, relations=relations, max_facts=max_facts, seed=seed)
+    masked = is_masked_lm(loaded.model)
+    vocabulary = single_token_words(loaded.tokenizer, data.common_vocab, masked)
+    task = lama_cloze_task(data, vocabulary, modes, candidate_kinds, causal=not masked)
+    task.info["single_token_rule"] = "'word' is one token" if masked else "' word' (leading space) is one token"
+    return task, data
+
+
+def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, probes: Sequence[str] = PROBES, data_dir=None,
+                    relations: Sequence[str] | None = None, sources: Sequence[str] | None = None, max_facts: int | None = None,
+                    seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
+                    bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
+                    bootstrap: int = 1000, out=None, show_progress: bool = True) -> dict:
+    """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
+    (and "bear_dataset" for DEER on a BEAR-format data set).  See the module doc."""
+    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
+    with evaluation_mode(loaded.model):
+        task, data = build_task(dataset, loaded, data_dir, relations, sources, max_facts, seed, modes, candidate_kinds)
+        report = {}
+        bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
+        if bear_data_set and out is None:
+            raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
+        run_probes = [p for p in probes if not (bear_run and p == "bear")] if bear_data_set else list(probes)
+        if bear_data_set and not bear_run and "bear" not in run_probes:
+            run_probes.append("bear")
+        result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=token_budget,
+                           show_progress=show_progress)
+        if bear_data_set:
+            report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, seed)
+    metrics = cloze_metrics(result.table)
+    agreement = probe_agreement(result.table, bootstrap, seed)
+    modes_rows = mode_agreement(result.table, bootstrap, seed)
+    report.update({"table": result.table, "metrics": metrics, "agreement": agreement, "mode_agreement": modes_rows,
+                   "metadata": result.metadata})
+    if out is not None:
+        out = Path(out)
+        write_json(out / "metrics.json", metrics)
+        write_json(out / "agreement.json", {"probes": agreement, "template_vs_template_free": modes_rows})
+        write_text(out / "summary.md", summary_markdown(metrics, agreement, modes_rows)
+                   + ("\nBEAR data-set comparison: bear_dataset/summary.md\n" if "bear_dataset" in report else ""))
+    return report
+
+
+def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
+    block = metrics.get(kind, {}).get(mode, {}).get(probe, {}).get("overall", {})
+    return block.get("p@1")
+
+
+def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = PROBES, **options) -> dict:
+    """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
+    orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
+    out = Path(out)
+    reports = {name: probe_benchmark(dataset, name, probes=probes, out=out / Path(name).name, **options) for name in models}
+    names = list(reports)
+    rows, lines = [], ["| candidates | mode | probe | " + " | ".join(names) + " |", "|---|---|---|" + "---:|" * len(names)]
+    groups = sorted({(k, m) for r in reports.values() for k, modes in r["metrics"].items() for m in modes})
+    for kind, mode in groups:
+        scores = {p: [headline(reports[n]["metrics"], kind, mode, p) for n in names] for p in probes}
+        for p, values in scores.items():
+            lines.append(f"| {kind} | {mode} | {p} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in values) + " |")
+        for a, b in itertools.combinations(probes, 2):
+            if all(v is not None for v in scores[a] + scores[b]) and len(names) >= 2:
+                rows.append({"kind": kind, "mode": mode, "pair": f"{a} vs {b}", **ordering_agreement(scores[a], scores[b], names)})
+    lines += ["", f"Orderings of {len(names)} models (P@1; Spearman/Kendall between probes' orderings; with so few models "
+                  "the p-values show how little an ordering agreement can establish):", "",
+              "| candidates | mode | pair | Spearman | p | Kendall | p | order (first probe) | order (second) |",
+              "|---|---|---|---:|---:|---:|---:|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['kind']} | {row['mode']} | {row['pair']} | {row['spearman_rho']:.2f} | {row['spearman_p']:.2f} | "
+                     f"{row['kendall_tau']:.2f} | {row['kendall_p']:.2f} | {' > '.join(row['order_a'])} | {' > '.join(row['order_b'])} |")
+    write_json(out / "orderings.json", {"models": names, "orderings": rows})
+    write_text(out / "orderings.md", "\n".join(lines) + "\n")
+    return {"reports": reports, "orderings": rows}

@@ -1,0 +1,383 @@
+"""The cloze benchmarks: LAMA reader, query texts, template-free prompts, agreement statistics, and
+every probe's scores on cloze queries equal to the plain path (one whole forward pass per prompt
+or statement) on several architectures and both attention back-ends."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bear_ref.cloze_scoring import mask_fill_logprobs, mask_sentence, single_token_words
+from deer.cloze_probe import candidate_prompt
+from deer.core.models import LoadedModel
+from deer.core.tokenization import batch_token_ids
+from experiments.cloze import run_cloze
+from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
+from kg_data.bear import BearDataset, BearRelation
+from kg_data.cloze import answer_context, bear_cloze_task, deer_query_text, lama_cloze_task, statement
+from kg_data.errors import KGFormatError
+from kg_data.lama import first_usable_sentence, load_lama
+from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
+
+SHARED_LAMA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lama"
+SENTENCE = "Allan Peiper (born 26 April 1960 in [MASK], Australia) is a former Professional cyclist."
+
+
+def trex_record(uuid, subject, answer, sentences):
+    return {"uuid": uuid, "obj_uri": "Q1", "obj_label": answer, "sub_uri": "Q2", "sub_label": subject, "predicate_id": "P19",
+            "evidences": [{"sub_surface": subject, "obj_surface": answer, "masked_sentence": s} for s in sentences]}
+
+
+def write_lama(folder: Path) -> Path:
+    """A small LAMA folder in the shipped layout: two T-REx relations (one file missing), Google-RE, SQuAD."""
+    (folder / "TREx").mkdir(parents=True)
+    (folder / "Google_RE").mkdir()
+    (folder / "Squad").mkdir()
+    relations = [{"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"},
+                 {"relation": "P106", "template": "[X] is a [Y] by profession .", "label": "occupation"},
+                 {"relation": "P17", "template": "[X] is located in [Y] .", "label": "country"}]
+    (folder / "relations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in relations))
+    (folder / "common_vocab_cased.txt").write_text("Paris\nLondon\nactor\nFrance\nlawyer\ngold\n")
+    p19 = [trex_record("a", "Allan Peiper", "Paris", ["[MASK] is where he lives.", SENTENCE.replace("Australia", "France")]),
+           trex_record("b", "Bob", "London", ["Bob was born in [MASK] ."]),
+           trex_record("c", "Carl", "Zanzibar", ["Carl was born in [MASK] ."])]
+    p106 = [trex_record("d", "Dora", "actor", ["Dora , an [MASK] , played .", "no mask here"]),
+            trex_record("e", "Eve", "lawyer", ["[MASK] [MASK] Eve"])]
+    (folder / "TREx" / "P19.jsonl").write_text("".join(json.dumps(r) + "\n" for r in p19))
+    (folder / "TREx" / "P106.jsonl").write_text("".join(json.dumps(r) + "\n" for r in p106))
+    google = [{"sub_label": "Fay", "obj_label": "Paris", "uuid": "g1", "masked_sentences": ["Fay was born in [MASK] ."]}]
+    (folder / "Google_RE" / "place_of_birth_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in google))
+    squad = [{"masked_sentences": ["The [MASK] color was used."], "obj_label": "gold", "id": "s1", "sub_label": "Squad"}]
+    (folder / "Squad" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in squad))
+    return folder
+
+
+# -- the LAMA reader ------------------------------------------------------------------------------
+
+
+def test_lama_reader_on_constructed_files(tmp_path):
+    data = load_lama(write_lama(tmp_path / "lama"))
+    assert list(data.relations) == ["TREx/P19", "TREx/P106", "Google_RE/place_of_birth", "Squad/squad"]
+    assert {k: len(r.facts) for k, r in data.relations.items()} == {"TREx/P19": 3, "TREx/P106": 2, "Google_RE/place_of_birth": 1,
+                                                                    "Squad/squad": 1}
+    assert data.relations_without_file == ["TREx/P17", "Google_RE/date_of_birth", "Google_RE/place_of_death"]
+    assert data.relations["Google_RE/place_of_birth"].template == "[X] was born in [Y] ."
+    assert data.relations["Squad/squad"].template is None
+    assert data.relations["TREx/P19"].objects == ["Paris", "London", "Zanzibar"]
+    assert data.relations["TREx/P19"].facts[0].masked_sentences[1].startswith("Allan Peiper (born")
+    assert data.common_vocab == ["Paris", "London", "actor", "France", "lawyer", "gold"]
+    sampled = load_lama(tmp_path / "lama", max_facts=2, seed=3)
+    assert len(sampled.relations["TREx/P19"].facts) == 2
+    assert sampled.relations["TREx/P19"].objects == ["Paris", "London", "Zanzibar"]  # objects: the whole file
+    assert [f.fact_id for f in sampled.relations["TREx/P19"].facts] == [f.fact_id for f in load_lama(tmp_path / "lama", max_facts=2, seed=3).relations["TREx/P19"].facts]
+
+
+def test_lama_reader_names_file_and_line_of_a_bad_fact(tmp_path):
+    folder = write_lama(tmp_path / "lama")
+    with open(folder / "TREx" / "P106.jsonl", "a") as handle:
+        handle.write(json.dumps({"uuid": "x", "obj_label": "", "sub_label": "Y", "evidences": []}) + "\n")
+    with pytest.raises(KGFormatError, match=r"P106\.jsonl:3: key 'obj_label' must be a non-empty string"):
+        load_lama(folder)
+    with pytest.raises(ValueError, match="P999"):
+        load_lama(write_lama(tmp_path / "other"), relations=["P999"])
+
+
+@pytest.mark.skipif(not (SHARED_LAMA / "relations.jsonl").is_file(), reason="../shared/data/lama not present")
+def test_lama_reader_on_the_shipped_files():
+    data = load_lama(SHARED_LAMA)
+    counts = {key: r.total_facts for key, r in data.relations.items()}
+    trex = {k: v for k, v in counts.items() if k.startswith("TREx/")}
+    assert len(trex) == 28 and sum(trex.values()) == 22881  # the README's count of this partial copy
+    assert (counts["TREx/P19"], counts["TREx/P20"], counts["TREx/P463"], counts["TREx/P108"]) == (944, 953, 225, 383)
+    assert (counts["Google_RE/date_of_birth"], counts["Google_RE/place_of_birth"], counts["Google_RE/place_of_death"]) == (1825, 2937, 766)
+    assert counts["Squad/squad"] == 305
+    assert sorted(k.split("/")[1] for k in data.relations_without_file) == sorted(
+        "P17 P30 P36 P37 P47 P131 P190 P276 P279 P361 P530 P1001 P1376 P166 P69 P54 P1923 P102".split())
+    assert len(data.common_vocab) == 21018
+
+
+# -- query texts --------------------------------------------------------------------------------
+
+
+def hand_built_bear() -> BearDataset:
+    relation = BearRelation(
+        code="P6", templates=["The head of government of [X] is [Y].", "[Y] served as the head of government for [X].",
+                              "[X] was already governed by [Y] today."],
+        answer_ids=["Q1", "Q2", "Q3"], answer_labels=["Khalifa bin Zayed", "Kyriakos Mitsotakis", "Josip Broz Tito"],
+        subject_ids=["Q41", "Q27"], subject_labels=["Greece", "ireland"], gold=np.array([1, 2]), rows=np.array([0, 4]),
+        domains=["Political"], cardinality="1:1", total_instances=5)
+    return BearDataset("hand", "/nowhere", {"P6": relation}, [])
+
+
+def test_bear_instance_query_texts_and_candidates_exactly():
+    task = bear_cloze_task(hand_built_bear())
+    assert len(task.queries) == 6  # 3 templates x 2 instances, template-major
+    greece = [q for q in task.queries if q.fact == "Q41"]
+    assert [deer_query_text(q) for q in greece] == [
+        "The head of government of Greece is",
+        "Fill in the blank: ___ served as the head of government for Greece.\nAnswer:",  # answer first: no context
+        "Greece was already governed by",
+    ]
+    assert [q.lama_scoring for q in greece] == ["next-token", "statement", "statement"]
+    assert [(q.answer, q.gold, q.row) for q in greece] == [("Kyriakos Mitsotakis", 1, 0)] * 3
+    ireland = [q for q in task.queries if q.fact == "Q27"]
+    assert deer_query_text(ireland[2]) == "Ireland was already governed by"  # first character capitalised, as BEAR's statement
+    assert statement(ireland[1], "Josip Broz Tito") == "Josip Broz Tito served as the head of government for ireland."
+    assert task.candidate_sets["P6"].labels == ("Khalifa bin Zayed", "Kyriakos Mitsotakis", "Josip Broz Tito")
+    assert candidate_prompt("Josip Broz Tito") == (
+        'This sentence: "{word}" means in one word: "{one word}"\nThis sentence: "Josip Broz Tito" means in one word: "')
+    assert candidate_prompt("oak", "a tree").startswith('oak - a tree\nThis sentence: "{word}"')
+
+
+def test_template_free_prompt_from_a_masked_sentence_exactly(tmp_path):
+    data = load_lama(write_lama(tmp_path / "lama"))
+    task = lama_cloze_task(data, ["Paris", "London", "actor", "lawyer", "gold"], candidate_kinds=["common-vocab"])
+    free = {q.fact: q for q in task.queries if q.mode == "template-free"}
+    # Fact a: the first sentence starts with the mask (nothing for a causal LM to read): the second is used.
+    assert deer_query_text(free["a"]) == answer_context(free["a"]) == "Allan Peiper (born 26 April 1960 in"
+    assert statement(free["a"], "Paris") == "Allan Peiper (born 26 April 1960 in Paris, France) is a former Professional cyclist."
+    assert free["a"].lama_scoring == "next-token" and free["a"].template_index == -1
+    assert deer_query_text(free["d"]) == "Dora , an"
+    assert "e" not in free  # only sentences with two masks
+    assert task.info["counts"]["TREx/P106"]["no_usable_sentence"] == 1
+    assert task.info["counts"]["TREx/P19"]["object_not_in_vocabulary"] == 1  # Zanzibar
+    assert deer_query_text(free["s1"]) == "The"
+    template = {q.fact: q for q in task.queries if q.mode == "template"}
+    assert "s1" not in template  # SQuAD has no template
+    assert deer_query_text(template["a"]) == "Allan Peiper was born in"
+    assert template["d"].lama_scoring == "statement"  # "[X] is a [Y] by profession ."
+    assert template["a"].gold == 0 and template["b"].gold == 1
+    # A masked LM reads the whole sentence: the first sentence with one mask, even at the start.
+    masked = lama_cloze_task(data, ["Paris", "London", "actor", "lawyer", "gold"], candidate_kinds=["relation"], causal=False)
+    first = next(q for q in masked.queries if q.fact == "a" and q.mode == "template-free")
+
+    class Tok:
+        mask_token = "[MASK]"
+
+    assert mask_sentence(Tok(), first) == "[MASK] is where he lives."
+    assert first_usable_sentence(["no mask", "[MASK] x", "a [MASK]"], need_prefix=True) == "a [MASK]"
+
+
+def test_candidates_per_relation_keep_only_vocabulary_objects(tmp_path):
+    data = load_lama(write_lama(tmp_path / "lama"))
+    task = lama_cloze_task(data, ["Paris", "London", "actor"], modes=["template"], candidate_kinds=["relation"])
+    assert task.candidate_sets["TREx/P19"].labels == ("Paris", "London")
+    assert task.candidate_sets["TREx/P106"].labels == ("actor",)
+    assert [(q.fact, q.candidates, q.gold) for q in task.queries] == [
+        ("a", "TREx/P19", 0), ("b", "TREx/P19", 1), ("d", "TREx/P106", 0), ("g1", "Google_RE/place_of_birth", 0)]
+
+
+# -- agreement statistics on constructed inputs --------------------------------------------------
+
+
+def test_accuracy_agreement_by_hand():
+    result = accuracy_agreement([1, 1, 0, 0, 1, 0], [1, 0, 1, 0, 1, 0])
+    assert (result["both"], result["only_a"], result["only_b"], result["neither"]) == pytest.approx((2 / 6, 1 / 6, 1 / 6, 2 / 6))
+    # observed 4/6; expected 0.5*0.5 + 0.5*0.5 = 0.5; kappa = (2/3 - 1/2) / (1/2) = 1/3
+    assert result["cohen_kappa"] == pytest.approx(1 / 3)
+
+
+def test_pair_agreement_by_hand():
+    ranks = np.array([1, 10, 100, 1000, np.nan])
+    same = pair_agreement(ranks, ranks, [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], bootstrap=50)
+    assert same["n"] == 4 and same["pearson_r_log"] == pytest.approx(1.0) and same["spearman_rho"] == pytest.approx(1.0)
+    assert same["accuracy"]["cohen_kappa"] == pytest.approx(1.0)
+    reversed_ = pair_agreement([1, 10, 100, 1000], [1000, 100, 10, 1], [1, 0, 0, 0], [0, 0, 0, 1], bootstrap=0)
+    assert reversed_["pearson_r_log"] == pytest.approx(-1.0) and reversed_["kendall_tau"] == pytest.approx(-1.0)
+
+
+def constructed_table() -> pd.DataFrame:
+    rows = []
+    for fact, (t_rank, f_rank) in enumerate([(1, 2), (3, 1), (20, 40), (2, 2)]):
+        for mode, rank in (("template", t_rank), ("template-free", f_rank)):
+            rows.append({"source": "TREx" if fact < 3 else "Google_RE", "relation": "P1" if fact < 2 else ("P2" if fact < 3 else "pob"),
+                         "fact": str(fact), "mode": mode, "candidates": "common-vocab", "n_candidates": 50,
+                         "deer_rank": float(rank), "deer_correct": float(rank == 1), "lama_rank": float(rank), "lama_correct": float(rank == 1)})
+    return pd.DataFrame(rows)
+
+
+def test_cloze_metrics_and_mode_agreement_on_a_constructed_table():
+    table = constructed_table()
+    metrics = cloze_metrics(table)
+    trex = metrics["common-vocab"]["template"]["deer"]["per_source"]["TREx"]
+    assert trex["n"] == 3 and trex["p@1"] == pytest.approx(1 / 3) and trex["p@10"] == pytest.approx(2 / 3)
+    assert trex["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 20) / 3)
+    assert trex["p@1_macro"] == pytest.approx((0.5 + 0.0) / 2)  # P1: 1 of 2, P2: 0 of 1
+    rows = mode_agreement(table, bootstrap=0)
+    deer = next(r for r in rows if r["probe"] == "deer")
+    assert deer["n"] == 4
+    expected = np.corrcoef(np.log10([1, 3, 20, 2]), np.log10([2, 1, 40, 2]))[0, 1]
+    assert deer["pearson_r_log"] == pytest.approx(expected)
+    assert deer["accuracy"]["both"] == 0 and deer["accuracy"]["only_a"] == pytest.approx(1 / 4)
+
+
+# -- every probe equals the plain path on cloze queries ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_cloze_probes_equal_the_plain_path(tmp_path, family, backend, smollm2_tokenizer):
+    tokenizer = smollm2_tokenizer
+    model = build_tiny_model(family, backend, tokenizer)
+    loaded = LoadedModel.from_objects(model, tokenizer, f"tiny-{family}")
+    data = load_lama(write_lama(tmp_path / "lama"))
+    vocabulary = single_token_words(tokenizer, data.common_vocab, masked=False)
+    task = lama_cloze_task(data, vocabulary)
+    result = run_cloze(task, loaded, out=tmp_path / "run", token_budget=64, show_progress=False)
+    table = result.table
+    candidate_ids = {w: tokenizer(" " + w, add_special_tokens=False)["input_ids"] for w in vocabulary}
+    for i, q in enumerate(task.queries):
+        labels = task.candidate_set(q).labels
+        query_ids = batch_token_ids(tokenizer, [deer_query_text(q)], "bos")[0]
+        # DEER: cosine of one whole pass per prompt
+        query_vector = plain_last_state(model, query_ids)
+        vectors = np.stack([plain_last_state(model, ids) for ids in batch_token_ids(tokenizer, [candidate_prompt(w) for w in labels], "bos")])
+        cosine = vectors @ query_vector / np.linalg.norm(vectors, axis=1) / np.linalg.norm(query_vector)
+        assert table.loc[i, "deer_gold_score"] == pytest.approx(cosine[q.gold], abs=1e-5)
+        # BEAR (and statement-scored LAMA): whole statements, one pass each
+        if q.candidates != "common-vocab":
+            plain = [plain_statement_score(model, ids) for ids in batch_token_ids(tokenizer, [statement(q, w) for w in labels], "bos")]
+            assert table.loc[i, "bear_gold_score"] == pytest.approx(plain[q.gold], abs=1e-4)
+            assert table.loc[i, "bear_rank"] == _rank(plain, q.gold)
+        if q.lama_scoring == "next-token":
+            logprobs = plain_logprobs(model, query_ids)[-1]
+            plain = [float(logprobs[candidate_ids[w][0]]) for w in labels]
+            assert table.loc[i, "lama_gold_score"] == pytest.approx(plain[q.gold], abs=1e-4)
+            assert table.loc[i, "lama_rank"] == _rank(plain, q.gold)
+        elif q.candidates == "common-vocab":
+            assert math.isnan(table.loc[i, "lama_rank"])  # statements are not scored against the whole vocabulary
+    # A second run reuses every stored probe and gives the same table.
+    again = run_cloze(task, loaded, out=tmp_path / "run", token_budget=64, show_progress=False)
+    assert again.metadata["resumed_probes"] == ["deer", "lama", "bear"]
+    pd.testing.assert_frame_equal(again.table, table)
+
+
+def _rank(scores, gold) -> float:
+    scores = np.asarray(scores)
+    return float(1 + np.sum(scores > scores[gold]) + (np.sum(scores == scores[gold]) - 1) / 2)
+
+
+def test_bear_in_a_cloze_run_equals_the_bear_data_set_probe(tmp_path, smollm2_tokenizer):
+    from bear_ref.dataset import score_relation
+    from bear_ref.statement_scorer import StatementScorer
+    from experiments.cloze_bear import bear_format
+
+    model = build_tiny_model("llama", "sdpa", smollm2_tokenizer)
+    loaded = LoadedModel.from_objects(model, smollm2_tokenizer, "tiny-llama")
+    dataset = hand_built_bear()
+    result = run_cloze(bear_cloze_task(dataset), loaded, ["deer", "bear"], show_progress=False)
+    ours = bear_format(result, dataset, "bear").sort_values(["relation", "template", "row"], ignore_index=True)
+    reference = score_relation(StatementScorer(model, smollm2_tokenizer), dataset.relations["P6"])
+    reference = reference.sort_values(["relation", "template", "row"], ignore_index=True)
+    assert ours["rank"].tolist() == reference["rank"].tolist()
+    assert ours["predicted_id"].tolist() == reference["predicted_id"].tolist()
+    np.testing.assert_allclose(ours["gold_score"], reference["gold_score"], atol=1e-6)
+
+
+def test_masked_lm_lama_equals_one_forward_per_sentence():
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "capital", "of", "france", "is", "paris", "berlin", ".", "was", "born", "in"]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=64)).eval()
+    sentences = ["the capital of france is [MASK] .", "[MASK] was born in paris .", "paris is [MASK]"]
+    ids = np.asarray([tokenizer.convert_tokens_to_ids(t) for t in ("paris", "berlin", "france")])
+    batched = mask_fill_logprobs(model, tokenizer, sentences, ids, token_budget=16)
+    for row, sentence in enumerate(sentences):
+        encoded = tokenizer(sentence, return_tensors="pt")["input_ids"]
+        position = int((encoded[0] == tokenizer.mask_token_id).nonzero()[0, 0])
+        with torch.no_grad():
+            plain = torch.log_softmax(model(input_ids=encoded).logits[0, position], dim=-1)[torch.as_tensor(ids)]
+        np.testing.assert_allclose(batched[row], plain.numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="exactly one mask"):
+        mask_fill_logprobs(model, tokenizer, ["no mask here"], ids)
+    assert single_token_words(tokenizer, ["paris", "parisx", "the"], masked=True) == ["paris", "the"]
+
+
+def test_deer_refuses_a_masked_lm(tmp_path):
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "was", "born", "in", "."]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=32)).eval()
+    loaded = LoadedModel.from_objects(model, tokenizer, "tiny-bert")
+    task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London"], causal=False)
+    with pytest.raises(ValueError, match="masked LM"):
+        run_cloze(task, loaded, ["deer"], show_progress=False)
+    result = run_cloze(task, loaded, ["lama"], show_progress=False)
+    assert set(result.table["lama_rule"]) == {"mask-fill"} and result.table["lama_rank"].notna().all()
+
+
+# -- the commands ---------------------------------------------------------------------------------
+
+
+def second_tiny_model(folder: Path, smollm2_dir: Path) -> Path:
+    """A tiny random GPT-2 with SmolLM2's tokenizer, saved as an HF folder (another model to order)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    build_tiny_model("gpt2", "sdpa", tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_cloze_commands_end_to_end(tmp_path, tiny_clm_dir, smollm2_dir):
+    from click.testing import CliRunner
+
+    from deer.cli import main
+
+    lama = write_lama(tmp_path / "lama")
+    out = tmp_path / "cloze"
+    result = CliRunner().invoke(main, ["cloze", "--dataset", str(lama), "--model", str(tiny_clm_dir), "--candidates", "relation",
+                                       "--bootstrap", "20", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert {"summary.md", "metrics.json", "agreement.json", "cloze"} <= {p.name for p in out.iterdir()}
+    table = pd.read_parquet(out / "cloze" / "queries.parquet")
+    assert {"deer_rank", "lama_rank", "bear_rank"} <= set(table.columns) and set(table["candidates"]) != {"common-vocab"}
+    assert "| relation | template | deer | TREx |" in (out / "summary.md").read_text()
+    # `deer probe --kg <LAMA folder>` is DEER alone on the same benchmark
+    probe_out = tmp_path / "probe"
+    result = CliRunner().invoke(main, ["probe", "--kg", str(lama), "--model", str(tiny_clm_dir), "--out", str(probe_out)])
+    assert result.exit_code == 0, result.output
+    assert [c for c in pd.read_parquet(probe_out / "cloze" / "queries.parquet").columns if c.endswith("_rank")] == ["deer_rank"]
+    # `deer experiment agreement --kg <LAMA folder>` with two models: per-model folders and the orderings
+    other = second_tiny_model(tmp_path / "tiny-gpt2", smollm2_dir)
+    order_out = tmp_path / "orderings"
+    result = CliRunner().invoke(main, ["experiment", "agreement", "--kg", str(lama), "--model", str(tiny_clm_dir), "--model", str(other),
+                                       "--probes", "deer,lama", "--bootstrap", "0", "--out", str(order_out)])
+    assert result.exit_code == 0, result.output
+    orderings = json.loads((order_out / "orderings.json").read_text())
+    assert orderings["models"] == [str(tiny_clm_dir), str(other)]
+    assert {row["pair"] for row in orderings["orderings"]} == {"deer vs lama"}
+    assert all(row["n_models"] == 2 for row in orderings["orderings"])
+    bad = CliRunner().invoke(main, ["cloze", "--dataset", str(lama), "--probes", "deer,nope"])
+    assert bad.exit_code != 0 and "--probes" in bad.output
+
+
+def test_deer_on_a_bear_format_data_set_writes_the_comparison(tmp_path, tiny_clm_dir):
+    from experiments.benchmarks import probe_benchmark
+    from kg_data.bear import save_lm_pub_quiz_folder
+
+    folder = save_lm_pub_quiz_folder(hand_built_bear(), tmp_path / "bear")
+    report = probe_benchmark(str(folder), str(tiny_clm_dir), probes=["deer", "bear"], bootstrap=20, out=tmp_path / "out")
+    comparison = report["bear_dataset"]
+    assert set(comparison["metrics"]) == {"deer", "bear"}
+    assert comparison["metrics"]["deer"]["overall"]["instances"] == 2
+    assert comparison["agreement"][0]["group"] == "all" and comparison["agreement"][0]["n"] == 6
+    assert "DEER accuracy" in (tmp_path / "out" / "bear_dataset" / "summary.md").read_text()
