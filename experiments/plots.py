@@ -162,3 +162,29 @@ def metric_curves(steps: Sequence[int], series: dict[str, Sequence[float]], titl
         figure.suptitle(title)
     figure.tight_layout()
     return figure
+
+
+def size_trend(points: Sequence[dict], paper: Sequence[dict]):
+    """Pearson r of log ranks against parameter count (log x), one line per probe pair, with the
+    95% bootstrap interval as error bars; the paper's points as open markers of the same colour."""
+    figure, axis = _subplots(figsize=(6.4, 4.2))
+    colours = {}
+    for pair in dict.fromkeys(p["pair"] for p in points):
+        rows = sorted((p for p in points if p["pair"] == pair), key=lambda p: p["parameters"])
+        x = [p["parameters"] for p in rows]
+        y = [p["r"] for p in rows]
+        errors = [[p["r"] - p["ci_low"] for p in rows], [p["ci_high"] - p["r"] for p in rows]]
+        line = axis.errorbar(x, y, yerr=errors, marker="o", capsize=3, label=f"{pair} (this toolkit)")
+        colours[pair] = line.lines[0].get_color()
+    for pair in dict.fromkeys(p["pair"] for p in paper):
+        rows = sorted((p for p in paper if p["pair"] == pair), key=lambda p: p["parameters"])
+        axis.plot([p["parameters"] for p in rows], [p["r"] for p in rows], linestyle=":", marker="s", markerfacecolor="none",
+                  color=colours.get(pair), label=f"{pair} (paper, OPT)")
+    axis.set_xscale("log")
+    axis.xaxis.set_minor_formatter(_matplotlib("ticker").NullFormatter())
+    axis.set_xlabel("parameters")
+    axis.set_ylabel("Pearson r of log10 gold ranks")
+    axis.axhline(0, color="grey", linewidth=0.5)
+    axis.legend(fontsize=7)
+    axis.set_title("Agreement with the likelihood probes against model size (WN18RR)")
+    return figure

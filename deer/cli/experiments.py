@@ -360,3 +360,21 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
                    f"{spread_text:>12}{row['speed_up_vs_deer']:>9.3g}x")
         click.echo(f"{'':<4}{row['basis']}")
     click.echo(f"results: {result['out_dir']}")
+
+
+@experiment.command("size-trend")
+@click.option("--agreement", "agreement_json", type=click.Path(dir_okay=False, exists=True), required=True,
+              help="agreement.json of `deer experiment agreement` over several models on the same queries.")
+@out_option("Folder for size_trend.csv/.md/.json/.png.", default="results/size-trend")
+@friendly_errors
+def size_trend_command(agreement_json, out_dir):
+    """Agreement (Pearson r of log ranks, 95% CI) against parameter count, beside the paper's OPT points.
+
+    Python: experiments.size_trend.write_size_trend(agreement_json, out).
+    """
+    from experiments.size_trend import write_size_trend
+
+    table = write_size_trend(agreement_json, out_dir)
+    for row in table.itertuples():
+        click.echo(f"{row.pair:<14}{row.model:<22}{row.parameters / 1e6:>8,.0f}M  r = {row.r:.3f} [{row.ci_low:.2f}, {row.ci_high:.2f}]")
+    click.echo(f"results: {out_dir}/size_trend.md, size_trend.png")
