@@ -366,6 +366,11 @@ def test_cloze_commands_end_to_end(tmp_path, tiny_clm_dir, smollm2_dir):
     assert orderings["models"] == [str(tiny_clm_dir), str(other)]
     assert {row["pair"] for row in orderings["orderings"]} == {"deer vs lama"}
     assert all(row["n_models"] == 2 for row in orderings["orderings"])
+    # `deer experiment screen --kg <LAMA folder>`: every checkpoint on the benchmark, DEER and the reference
+    result = CliRunner().invoke(main, ["experiment", "screen", "--kg", str(lama), "--model", str(tiny_clm_dir), "--model", str(other),
+                                       "--reference", "lama", "--out", str(tmp_path / "screen")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "screen" / "orderings.json").read_text())["orderings"]
     bad = CliRunner().invoke(main, ["cloze", "--dataset", str(lama), "--probes", "deer,nope"])
     assert bad.exit_code != 0 and "--probes" in bad.output
 

@@ -241,6 +241,7 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     (by its weights), so a re-run or a longer series encodes only the new checkpoints.  With
     --reference bear|lama: also that probe's leaderboard and the Spearman/Kendall correlation
     between the two model orderings (run the reference on a smaller --subset).
+    --kg lama / bear / bear-big: each checkpoint on that benchmark (`deer cloze`), with orderings.md.
     """
     from experiments.checkpoints import named_checkpoints, trainer_checkpoints
     from experiments.screen import run_screen
@@ -248,6 +249,9 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
     series = named_checkpoints(model_names) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
+    if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: every checkpoint on the benchmark, and the orderings
+        return run_benchmark_command(kg, [c.model for c in series] or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir,
+                                     dtype=dtype, device=device, max_facts=subset, seed=seed, token_budget=token_budget)
     ray_address = ray_address if ray_address else ("" if use_ray else None)
     runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, tuple(c.model for c in series), probe_list, runs_dir,
                                    dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache,
