@@ -76,12 +76,12 @@ def test_debug_shows_the_traceback(tiny_kg_dir, monkeypatch):
         assert loud.exit_code == 1 and isinstance(loud.exception, KGFormatError), loud.output
 
 
-def test_data_does_not_call_lama_usable(monkeypatch, tmp_path):
+def test_data_calls_lama_usable(monkeypatch, tmp_path):
     from kg_data import describe_datasets
 
     (tmp_path / "lama").mkdir()
     (tmp_path / "lama" / "relations.jsonl").write_text("{}\n")
     rows = {row["name"]: row for row in describe_datasets(tmp_path)}
-    assert rows["lama"]["found"] and not rows["lama"]["usable"] and "no LAMA reader" in rows["lama"]["note"]
+    assert rows["lama"]["found"] and rows["lama"]["usable"] and rows["lama"]["note"] == ""
     output = CliRunner().invoke(main, ["data", "--data-dir", str(tmp_path)]).output
-    assert "lama      unusable" in output
+    assert "lama      unusable" not in output

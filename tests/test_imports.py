@@ -18,6 +18,7 @@ LAYERS = {
     "deer.integrations": "api",  # the training callback: a thin shell over deer.api, beside it
     "bear_ref.api": "api",
     "deer.embedding_probe": "probes",
+    "deer.cloze_probe": "probes",
     "bear_ref": "probes",
     "deer.core": "core",
     "deer": "package",  # deer/__init__.py and deer/lazy_exports.py: names only, imported lazily
