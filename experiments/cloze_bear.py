@@ -20,7 +20,7 @@ from bear_ref.dataset import bear_metrics, find_instances_table
 from deer.core.files import read_table, write_json, write_table, write_text
 from deer.core.models import LoadedModel
 from experiments.cloze import ClozeResult
-from experiments.cloze_report import _fmt, agreement_markdown, pair_agreement
+from experiments.cloze_report import agreement_markdown, format_number, pair_agreement
 from kg_data.bear import BearDataset
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
@@ -88,7 +88,7 @@ def _side_by_side(deer_metrics: dict, bear_m: dict) -> list[str]:
     for key in ("per_domain", "per_cardinality"):
         rows += [(name, block, bear_m[key][name]) for name, block in deer_metrics[key].items()]
     for name, d, b in rows:
-        lines.append(f"| {name} | {_fmt(d['accuracy_mean'])} | {_fmt(b['accuracy_mean'])} | {_fmt(d['random_baseline'])} | {d['instances']} |")
+        lines.append(f"| {name} | {format_number(d['accuracy_mean'])} | {format_number(b['accuracy_mean'])} | {format_number(d['random_baseline'])} | {d['instances']} |")
     return lines
 
 

@@ -124,7 +124,7 @@ def mode_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) ->
     return rows
 
 
-def _fmt(value, digits: int = 3) -> str:
+def format_number(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value:.{digits}f}"
@@ -139,8 +139,8 @@ def agreement_markdown(rows: list[dict], first: str) -> list[str]:
         ci = row.get("pearson_r_log_ci") or [None, None]
         acc = row.get("accuracy", {})
         lines.append(f"| {row.get(first.split()[0], row.get('mode', ''))} | {row['kind']} | {row['pair']} | {row['n']} | "
-                     f"{_fmt(row.get('pearson_r_log'))} | [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}] | {_fmt(row.get('spearman_rho'))} | "
-                     f"{_fmt(acc.get('both'))} | {_fmt(acc.get('only_a'))} | {_fmt(acc.get('only_b'))} | {_fmt(acc.get('cohen_kappa'))} |")
+                     f"{format_number(row.get('pearson_r_log'))} | [{format_number(ci[0], 2)}, {format_number(ci[1], 2)}] | {format_number(row.get('spearman_rho'))} | "
+                     f"{format_number(acc.get('both'))} | {format_number(acc.get('only_a'))} | {format_number(acc.get('only_b'))} | {format_number(acc.get('cohen_kappa'))} |")
     return lines
 
 
@@ -153,8 +153,8 @@ def summary_markdown(metrics: dict, probe_rows: list[dict], mode_rows: list[dict
             for probe, block in probes.items():
                 for source, b in block["per_source"].items():
                     if b["n"]:
-                        lines.append(f"| {kind} | {mode} | {probe} | {source} | {b['relations']} | {b['n']} | {_fmt(b['p@1_macro'])} | "
-                                     f"{_fmt(b['p@1'])} | {_fmt(b['p@10'])} | {_fmt(b['mrr'])} | {_fmt(b['random_p@1'], 4)} |")
+                        lines.append(f"| {kind} | {mode} | {probe} | {source} | {b['relations']} | {b['n']} | {format_number(b['p@1_macro'])} | "
+                                     f"{format_number(b['p@1'])} | {format_number(b['p@10'])} | {format_number(b['mrr'])} | {format_number(b['random_p@1'], 4)} |")
     lines += ["", "Agreement between probes on the same queries (r: Pearson of log10 ranks; accuracy: P@1 right or not):", ""]
     lines += agreement_markdown(probe_rows, "mode")
     if mode_rows:
