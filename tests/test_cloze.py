@@ -25,7 +25,17 @@ from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
 
-SHARED_LAMA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lama"
+
+
+def shipped_lama() -> Path | None:
+    """The LAMA folder the toolkit itself finds (../shared/data, $DEER_DATA_DIR, ...), or None."""
+    from kg_data.locate import find_dataset
+
+    try:
+        return find_dataset("lama")
+    except FileNotFoundError:
+        return None
+
 SENTENCE = "Allan Peiper (born 26 April 1960 in [MASK], Australia) is a former Professional cyclist."
 
 
@@ -88,9 +98,9 @@ def test_lama_reader_names_file_and_line_of_a_bad_fact(tmp_path):
         load_lama(write_lama(tmp_path / "other"), relations=["P999"])
 
 
-@pytest.mark.skipif(not (SHARED_LAMA / "relations.jsonl").is_file(), reason="../shared/data/lama not present")
+@pytest.mark.skipif(shipped_lama() is None, reason="no LAMA data folder found (../shared/data/lama)")
 def test_lama_reader_on_the_shipped_files():
-    data = load_lama(SHARED_LAMA)
+    data = load_lama(shipped_lama())
     counts = {key: r.total_facts for key, r in data.relations.items()}
     trex = {k: v for k, v in counts.items() if k.startswith("TREx/")}
     assert len(trex) == 28 and sum(trex.values()) == 22881  # the README's count of this partial copy
