@@ -149,6 +149,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         timings["deer_lama_pass_seconds"] = round(time.perf_counter() - started, 3)
         timings["encoding"] = encoding.seconds
         timings["encoder_work"] = encoder.stats.as_dict()
+        timings["note"] = "one query pass serves DEER and LAMA: its seconds count in deer_seconds and in lama_seconds"
     if "deer" in todo:
         started = time.perf_counter()
         scores = {i: encoding.cosine(task, i).astype(np.float64) for i in range(len(task.queries))}
