@@ -26,7 +26,6 @@ from kg_data.lama import first_usable_sentence, load_lama
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
 
 
-
 def shipped_lama() -> Path | None:
     """The LAMA folder the toolkit itself finds (../shared/data, $DEER_DATA_DIR, ...), or None."""
     from kg_data.locate import find_dataset
