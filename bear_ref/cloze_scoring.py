@@ -24,11 +24,15 @@ from kg_data.bear import ANSWER
 from kg_data.cloze import ClozeTask, statement
 
 
+def answer_tokens(tokenizer, labels: Sequence[str], masked: bool) -> list[list[int]]:
+    """Each answer's tokens as it follows the context: " label" for a causal LM's BPE, "label" for
+    a masked LM's word-piece vocabulary (no special tokens)."""
+    return tokenizer(list(labels) if masked else [" " + label for label in labels], add_special_tokens=False)["input_ids"]
+
+
 def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool) -> np.ndarray:
-    """int64: the first token of each answer as it follows the context (" label" for a causal
-    LM's BPE; "label" for a masked LM's word-piece vocabulary)."""
-    texts = list(labels) if masked else [" " + label for label in labels]
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    """int64: the first token of each answer as it follows the context (``answer_tokens``)."""
+    encoded = answer_tokens(tokenizer, labels, masked)
     if any(len(ids) == 0 for ids in encoded):
         raise ValueError("an answer label tokenises to nothing")
     return np.asarray([ids[0] for ids in encoded], dtype=np.int64)
@@ -37,8 +41,7 @@ def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool) -> np.ndarr
 def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[str]:
     """The words that are one token for this tokenizer (LAMA's single-token protocol); a word the
     tokenizer only knows as its unknown token is not one of them."""
-    texts = list(words) if masked else [" " + w for w in words]
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    encoded = answer_tokens(tokenizer, words, masked)
     unknown = tokenizer.unk_token_id
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
 

@@ -13,6 +13,7 @@ query scored "next-token", DEER's text is exactly LAMA's context.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -46,22 +47,18 @@ class ClozeEncoding:
 def encode_cloze(task: ClozeTask, encoder: PromptEOLEncoder, next_token_ids: np.ndarray | None = None,
                  with_candidates: bool = True) -> ClozeEncoding:
     """Embed every query (and, with ``with_candidates``, every candidate set) of ``task``."""
-    import time
-
     started = time.perf_counter()
     output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=next_token_ids, description="queries")
     queries_done = time.perf_counter()
     candidate_vectors = {}
     if with_candidates:
-        prompts: dict[str, int] = {}
-        for candidate_set in task.candidate_sets.values():
-            descriptions = candidate_set.descriptions or (None,) * len(candidate_set)
-            for label, description in zip(candidate_set.labels, descriptions, strict=True):
-                prompts.setdefault(candidate_prompt(label, description), len(prompts))
-        vectors = normalize_rows(encoder.encode(list(prompts), description="candidates").embeddings) if prompts else None
-        for name, candidate_set in task.candidate_sets.items():
-            descriptions = candidate_set.descriptions or (None,) * len(candidate_set)
-            rows = [prompts[candidate_prompt(label, d)] for label, d in zip(candidate_set.labels, descriptions, strict=True)]
+        set_prompts = {name: [candidate_prompt(label, description) for label, description
+                              in zip(s.labels, s.descriptions or (None,) * len(s), strict=True)]
+                       for name, s in task.candidate_sets.items()}
+        row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
+        vectors = normalize_rows(encoder.encode(list(row_of), description="candidates").embeddings) if row_of else None
+        for name, prompts in set_prompts.items():
+            rows = [row_of[p] for p in prompts]
             candidate_vectors[name] = vectors[rows] if rows else np.zeros((0, encoder.output_size), dtype=np.float32)
     seconds = {"queries": round(queries_done - started, 3), "candidates": round(time.perf_counter() - queries_done, 3)}
     return ClozeEncoding(normalize_rows(output.embeddings), candidate_vectors, output.next_token_logprobs, seconds)

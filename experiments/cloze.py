@@ -91,29 +91,39 @@ def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str
                          f"{probe}_predicted_index": predicted_index, f"{probe}_gold_score": gold_score})
 
 
-def _lama_scores(task: ClozeTask, loaded: LoadedModel, logprobs: np.ndarray | None, token_ids: np.ndarray, masked: bool,
-                 scorer: StatementScorer | None, token_budget: int | None, progress) -> tuple[dict[int, np.ndarray], list[str]]:
-    """LAMA scores per query and the scoring rule each query got."""
-    columns = {int(t): c for c, t in enumerate(token_ids)}
-    first_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
-    rules = []
+def lama_rules(task: ClozeTask, masked: bool) -> list[str]:
+    """How LAMA scores each query (see the module doc)."""
+    if masked:
+        return ["mask-fill"] * len(task.queries)
+    return [q.lama_scoring if q.lama_scoring == "next-token" or q.candidates != LARGE_SET
+            else "statement (not scored on the common vocabulary)" for q in task.queries]
+
+
+def lama_answer_ids(task: ClozeTask, loaded: LoadedModel, masked: bool) -> dict[str, np.ndarray]:
+    """Per candidate set, each answer's first token (``answer_token_ids``), tokenised once."""
+    return {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
+
+
+def next_token_columns(answer_ids: dict[str, np.ndarray]) -> np.ndarray:
+    """The distinct answer tokens whose log-probabilities the query pass (or mask filling) reads."""
+    return np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)
+
+
+def _lama_scores(task: ClozeTask, loaded: LoadedModel, logprobs: np.ndarray | None, answer_ids: dict[str, np.ndarray],
+                 rules: list[str], masked: bool, scorer: StatementScorer | None, token_budget: int | None,
+                 progress) -> dict[int, np.ndarray]:
+    """LAMA scores per query, by the rule ``lama_rules`` gave it."""
+    token_ids = next_token_columns(answer_ids)
     if masked:
         sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries]
         logprobs = mask_fill_logprobs(loaded.model, loaded.tokenizer, sentences, token_ids, token_budget or 4096)
-    scores, statement_rows = {}, []
-    for i, q in enumerate(task.queries):
-        if masked or q.lama_scoring == "next-token":
-            cols = [columns[int(t)] for t in first_ids.get(q.candidates, [])]
-            scores[i] = logprobs[i, cols].astype(np.float64)
-            rules.append("mask-fill" if masked else "next-token")
-        elif q.candidates != LARGE_SET:
-            statement_rows.append(i)
-            rules.append("statement")
-        else:
-            rules.append("statement (not scored on the common vocabulary)")
+    columns = {name: np.searchsorted(token_ids, ids) for name, ids in answer_ids.items()}
+    scores = {i: logprobs[i, columns.get(q.candidates, [])].astype(np.float64)
+              for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)) if rule in ("mask-fill", "next-token")}
+    statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
     if statement_rows:
         scores.update(statement_scores(scorer, task, statement_rows, progress))
-    return scores, rules
+    return scores
 
 
 def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Path | None = None,
@@ -126,8 +136,9 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     masked = is_masked_lm(loaded.model)
     if masked and "deer" in probes:
         raise ValueError(f"DEER embeds with a causal LM (PromptEOL); {loaded.name} is a masked LM: run lama,bear")
+    digest = task_digest(task)
     key = {"model": loaded.fingerprint, "tokenizer": loaded.tokenizer_fingerprint, "dtype": str(loaded.dtype),
-           "task": task_digest(task), "rank_rule": RANK_RULE}
+           "task": digest, "rank_rule": RANK_RULE}
     parts = None
     if out is not None:
         parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
@@ -141,8 +152,9 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     todo = [p for p in probes if p not in frames]
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=statement_token_budget) if {"lama", "bear"} & set(todo) else None
     encoding = None
+    answer_ids = lama_answer_ids(task, loaded, masked) if "lama" in todo else {}
     if {"deer", "lama"} & set(todo) and not masked:
-        token_ids = _lama_token_ids(task, loaded, masked) if "lama" in todo else None
+        token_ids = next_token_columns(answer_ids) if "lama" in todo else None
         encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
         started = time.perf_counter()
         encoding = encode_cloze(task, encoder, next_token_ids=token_ids, with_candidates="deer" in todo)
@@ -157,12 +169,11 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         timings["deer_seconds"] = round(encoding.seconds["queries"] + encoding.seconds["candidates"] + time.perf_counter() - started, 3)
     if "lama" in todo:
         started = time.perf_counter()
-        token_ids = _lama_token_ids(task, loaded, masked)
-        statement_rows = [i for i, q in enumerate(task.queries) if q.lama_scoring == "statement" and q.candidates != LARGE_SET]
-        with tqdm(total=0 if masked else count_statements(task, statement_rows), desc="LAMA statements", unit="stmt",
-                  disable=not show_progress) as bar:
-            scores, rules = _lama_scores(task, loaded, None if encoding is None else encoding.next_token_logprobs, token_ids,
-                                         masked, scorer, token_budget, bar.update)
+        rules = lama_rules(task, masked)
+        statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
+        with tqdm(total=count_statements(task, statement_rows), desc="LAMA statements", unit="stmt", disable=not show_progress) as bar:
+            scores = _lama_scores(task, loaded, None if encoding is None else encoding.next_token_logprobs, answer_ids, rules,
+                                  masked, scorer, token_budget, bar.update)
         frame = ranks_from_scores(task, scores, "lama")
         frame["lama_rule"] = rules
         frames["lama"] = _store(parts, "lama", frame)
@@ -170,15 +181,15 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     if "bear" in todo:
         started = time.perf_counter()
         rows = [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET]
-        with tqdm(total=count_statements(task, rows), desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
+        timings["bear_statements"] = count_statements(task, rows)
+        with tqdm(total=timings["bear_statements"], desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
             scores = statement_scores(scorer, task, rows, bar.update)
         frames["bear"] = _store(parts, "bear", ranks_from_scores(task, scores, "bear"))
         timings["bear_seconds"] = round(time.perf_counter() - started, 3)
-        timings["bear_statements"] = count_statements(task, rows)
         timings["bear_work"] = scorer.work()
     table = pd.concat([query_frame(task)] + [frames[p] for p in probes], axis=1)
     metadata = {
-        "task": {"name": task.name, "queries": len(task.queries), "digest": task_digest(task), **task.info},
+        "task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
         "model": loaded.metadata(),
         "probes": probes,
         "rank_rule": RANK_RULE,
@@ -190,11 +201,6 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     if out is not None:
         result.save(out)
     return result
-
-
-def _lama_token_ids(task: ClozeTask, loaded: LoadedModel, masked: bool) -> np.ndarray:
-    ids = [answer_token_ids(loaded.tokenizer, s.labels, masked) for s in task.candidate_sets.values() if len(s)]
-    return np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
 
 
 def _store(parts: Path | None, probe: str, frame: pd.DataFrame) -> pd.DataFrame:

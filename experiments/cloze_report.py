@@ -138,7 +138,7 @@ def agreement_markdown(rows: list[dict], first: str) -> list[str]:
             continue
         ci = row.get("pearson_r_log_ci") or [None, None]
         acc = row.get("accuracy", {})
-        lines.append(f"| {row.get(first.split()[0], row.get('mode', ''))} | {row['kind']} | {row['pair']} | {row['n']} | "
+        lines.append(f"| {row[first]} | {row['kind']} | {row['pair']} | {row['n']} | "
                      f"{format_number(row.get('pearson_r_log'))} | [{format_number(ci[0], 2)}, {format_number(ci[1], 2)}] | {format_number(row.get('spearman_rho'))} | "
                      f"{format_number(acc.get('both'))} | {format_number(acc.get('only_a'))} | {format_number(acc.get('only_b'))} | {format_number(acc.get('cohen_kappa'))} |")
     return lines

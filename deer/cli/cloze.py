@@ -9,7 +9,6 @@ import click
 
 from deer.cli.options import data_dir_option, friendly_errors, model_options, token_budget_option
 
-BENCHMARK_NAMES = ("lama", "bear", "bear-big")
 SUMMARY_HINT = "summary.md (P@1 / P@10 / MRR per source, agreement tables)"
 
 
@@ -17,8 +16,6 @@ def is_benchmark(kg: str) -> bool:
     """True for a cloze benchmark (LAMA, BEAR) rather than a KG: a name, or a folder in their layout."""
     from experiments.benchmarks import benchmark_kind
 
-    if str(kg).lower() in BENCHMARK_NAMES:
-        return True
     try:
         benchmark_kind(kg)
     except ValueError:
