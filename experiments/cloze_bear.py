@@ -58,12 +58,13 @@ def legacy_sample_fingerprint(model) -> str:
 
 def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
     """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
-    weights on the same data set and selection."""
+    weights and tokenizer in the same dtype on the same data set (path and instance count)."""
     folder = Path(folder)
     metadata = json.loads((folder / "metadata.json").read_text()).get("bear", {})
     model = metadata.get("model", {})
     problems = []
-    if model.get("fingerprint") not in (loaded.fingerprint, legacy_sample_fingerprint(loaded.model)):
+    # The older sampled fingerprint is hashed only for a run that does not carry the current one.
+    if model.get("fingerprint") != loaded.fingerprint and model.get("fingerprint") != legacy_sample_fingerprint(loaded.model):
         problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
     if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
         problems.append("tokenizer fingerprint differs")
