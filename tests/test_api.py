@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 import bear_ref
 import deer
-from deer.cli import main
 from deer.core.files import read_table
 from deer.core.result import find_ranks_table
+from experiments.cli import main
 from kg_data import build_queries, load_kg
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from deer.cli import main
+from experiments.cli import main
 
 TEST_LINE = "e6\tcapital_of\te7\n"
 

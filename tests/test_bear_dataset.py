@@ -240,9 +240,9 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
 
     from bear_ref.dataset import resume_key, run_bear_dataset
     from bear_ref.statement_scorer import StatementScorer
-    from deer.cli import main
     from deer.core.models import open_model
     from deer.core.tokenization import bos_policy
+    from experiments.cli import main
 
     loaded = open_model(str(tiny_clm_dir))
     folder = write_dataset(tmp_path / "BEARmini")

@@ -11,9 +11,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from deer.cli import main
 from deer.core.models import ModelUnavailableError, resolve_model
 from experiments.checkpoints import named_checkpoints, trainer_checkpoints
+from experiments.cli import main
 
 
 def _fake_checkpoint(folder: Path) -> Path:

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from deer.cli import main
+from experiments.cli import main
 
 
 def test_help_on_every_command():

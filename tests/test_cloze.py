@@ -349,7 +349,7 @@ def second_tiny_model(folder: Path, smollm2_dir: Path) -> Path:
 def test_cloze_commands_end_to_end(tmp_path, tiny_clm_dir, smollm2_dir):
     from click.testing import CliRunner
 
-    from deer.cli import main
+    from experiments.cli import main
 
     lama = write_lama(tmp_path / "lama")
     out = tmp_path / "cloze"

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from deer.cli.options import kg_options, template_options
-from deer.cli.probes import prepare_queries
 from deer.core.templates import PromptTemplates
+from experiments.cli.options import kg_options, template_options
+from experiments.cli.probes import prepare_queries
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_DIR = ROOT / ".peers" / "deer-probe"

@@ -18,13 +18,13 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
-from deer.cli import main
 from deer.core.files import read_table
 from deer.core.metrics import rank_metrics
 from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
 from deer.core.result import find_ranks_table, kg_result, run_metadata, tail_token_lengths
 from deer.core.run_spec import RunSpec
 from experiments import reference
+from experiments.cli import main
 from experiments.report import markdown_table
 from experiments.runs import load_run, restrict_queries
 from kg_data import build_queries, load_kg

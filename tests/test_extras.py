@@ -9,9 +9,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from deer.cli import main
 from deer.core.extras import MissingExtraError, import_extra
 from deer.core.models import ModelUnavailableError, resolve_model
+from experiments.cli import main
 
 
 def _hide(monkeypatch, package: str) -> None:
@@ -71,7 +71,7 @@ def test_experiments_import_without_matplotlib():
     code = (
         "import sys; sys.modules['matplotlib'] = None\n"
         "import experiments.plots, experiments.token_bias, experiments.agreement, experiments.screen, "
-        "experiments.compute_time, deer.cli\n"
+        "experiments.compute_time, experiments.cli\n"
         "from experiments.report import ExperimentOutput, markdown_table\n"
         "assert 'matplotlib.figure' not in sys.modules\n"
     )

@@ -268,7 +268,7 @@ def test_cli_data_fetch(serve, tmp_path, monkeypatch):
     """`deer data fetch` fetches into --data-dir from --base-url; `deer data` then finds it; offline says where to put it."""
     from click.testing import CliRunner
 
-    from deer.cli import main
+    from experiments.cli import main
 
     server = serve()
     runner = CliRunner()

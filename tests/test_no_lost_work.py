@@ -26,7 +26,7 @@ from deer.embedding_probe import encode_through_store
 # Entity encoding of this many synthetic entities takes a few seconds with the tiny model and a
 # small token budget: long enough to interrupt it after its first part.
 N_ENTITIES = 2500
-CLI = [sys.executable, "-c", "from deer.cli import main; main(prog_name='deer')"]
+CLI = [sys.executable, "-c", "from experiments.cli import main; main(prog_name='deer')"]
 
 
 def write_synthetic_kg(folder: Path, n: int) -> Path:

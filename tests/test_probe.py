@@ -210,7 +210,7 @@ def test_a_folder_without_a_spec_is_not_written_into(tmp_path, tiny_setup):
 def test_cli_probe_subset_with_another_seed_gets_its_own_folder(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
     from click.testing import CliRunner
 
-    from deer.cli import main
+    from experiments.cli import main
 
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

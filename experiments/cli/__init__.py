@@ -1,6 +1,6 @@
 """The `deer` command: the only click code of the toolkit.  One root group registers every
 subcommand; each is a thin shell over the Python API (``deer.probe``, ``bear_ref.*``,
-``experiments.*``), with the options written once in ``deer.cli.options``."""
+``experiments.*``), with the options written once in ``experiments.cli.options``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 import click
 
-from deer.cli.cloze import cloze
-from deer.cli.experiments import experiment
-from deer.cli.info import data, models
-from deer.cli.probes import bear, bear_dataset, lama, probe
+from experiments.cli.cloze import cloze
+from experiments.cli.experiments import experiment
+from experiments.cli.info import data, models
+from experiments.cli.probes import bear, bear_dataset, lama, probe
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

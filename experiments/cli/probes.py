@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from deer.cli.cloze import is_benchmark, run_benchmark_command
-from deer.cli.options import (
+from experiments.cli.cloze import is_benchmark, run_benchmark_command
+from experiments.cli.options import (
     data_dir_option,
     exclude_head_option,
     friendly_errors,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from deer.cli.options import data_dir_option, friendly_errors, model_options, token_budget_option
+from experiments.cli.options import data_dir_option, friendly_errors, model_options, token_budget_option
 
 SUMMARY_HINT = "summary.md (P@1 / P@10 / MRR per source, agreement tables)"
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from deer.cli.options import friendly_errors
+from experiments.cli.options import friendly_errors
 
 
 @click.command()

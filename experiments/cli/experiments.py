@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
-from deer.cli.cloze import is_benchmark, run_benchmark_command
-from deer.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option
-from deer.cli.probes import prepare_queries
 from deer.core.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
+from experiments.cli.cloze import is_benchmark, run_benchmark_command
+from experiments.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option
+from experiments.cli.probes import prepare_queries
 
 
 def run_source_options(command):
