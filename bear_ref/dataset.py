@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
 from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
+from deer.core.ranking import rank_and_best
 from deer.core.result import Metrics, ProbeResult, check_instances_folder
 from deer.core.stores import key_digest
 from kg_data.bear import BearDataset, BearRelation
@@ -92,12 +93,13 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: tq
         statements = relation.statements(template)
         all_scores = scorer.score_statements(statements, progress.update if progress is not None else None)
         all_scores = np.asarray(all_scores).reshape(len(relation), n_answers)
+        # The one rank rule (deer.core.ranking): a failed (non-finite) score is never right; the
+        # prediction is the first of the highest valid scores, as lm-pub-quiz's list.index(max(...)).
+        ranks, best_positions = rank_and_best(all_scores, relation.gold)
         for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
             scores = all_scores[i]
             gold = int(relation.gold[i])
-            higher = int(np.sum(scores > scores[gold]))
-            ties = int(np.sum(scores == scores[gold])) - 1
-            best = int(np.argmax(scores))  # first of the highest, as lm-pub-quiz's list.index(max(...))
+            best = int(best_positions[i])
             rows.append(
                 {
                     "relation": relation.code,
@@ -111,7 +113,7 @@ def score_relation(scorer: StatementScorer, relation: BearRelation, progress: tq
                     "gold_score": float(scores[gold]),
                     "predicted_id": relation.answer_ids[best],
                     "predicted_label": relation.answer_labels[best],
-                    "rank": 1 + higher + ties / 2,
+                    "rank": float(ranks[i]),
                     "correct": best == gold,
                 }
             )

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from deer.core.device_ranking import rank_cosine_on_device
 from deer.core.distributed import ShardedEncoder
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
@@ -126,11 +125,10 @@ def run_deer(
     timings["queries_seconds"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    if encoder.device.type == "cpu":  # exact ranks in numpy, top-k by FAISS
-        ranking, ranking_backend = rank_cosine(query_vectors, entity_vectors, queries), "numpy + faiss-cpu"
-    else:  # the score matrix never leaves the device (deer.core.device_ranking)
-        ranking = rank_cosine_on_device(query_vectors, entity_vectors, queries, encoder.device)
-        ranking_backend = f"torch on {encoder.device}"
+    # One chunked kernel on the encoder's device: the score matrix is made once per chunk and never
+    # leaves the device; only ranks and top-k positions come back (deer.core.ranking).
+    ranking = rank_cosine(query_vectors, entity_vectors, queries, device=encoder.device)
+    ranking_backend = f"torch on {encoder.device}"
     timings["ranking_seconds"] = time.perf_counter() - started
 
     stats = encoder.stats.as_dict()

@@ -34,7 +34,7 @@ from deer.cloze_probe import encode_cloze
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.files import package_versions, read_table, write_json, write_table
 from deer.core.models import LoadedModel, is_masked_lm
-from deer.core.ranking import rank_of
+from deer.core.ranking import rank_and_best
 from kg_data.cloze import ClozeTask
 
 PROBES = ("deer", "lama", "bear")
@@ -81,8 +81,8 @@ def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str
     gold_score = np.full(n, np.nan)
     for i, row in scores.items():
         q = task.queries[i]
-        rank[i] = rank_of(row, q.gold)
-        best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
+        ranks, best_positions = rank_and_best(row, q.gold)
+        rank[i], best = ranks[0], int(best_positions[0])
         predicted[i] = task.candidate_set(q).labels[best]
         predicted_index[i] = best
         correct[i] = float(best == q.gold)

@@ -1,8 +1,9 @@
-"""The device ranking path (deer.core.device_ranking) equals the numpy one (deer.core.ranking).
+"""The one rank kernel (deer.core.ranking.rank_chunk) on every device equals the plain rank rule.
 
-Given the same score matrix the ranks must be identical (ties, NaN/inf, filtered tails and an
-excluded head included); for cosine, computed in chunks on the device, identical to rank_cosine on
-random vectors (no float32 near-ties there).  Runs on the CPU and, where torch sees one, on CUDA.
+Given a score matrix the ranks must be those of the plain oracle (tests/ranking_oracle.py: ties,
+NaN/inf, filtered tails and an excluded head included), the top k its stable sort, and the head flags
+a direct comparison; for cosine, computed in chunks on the device, identical to the CPU on random
+vectors (no float32 near-ties there).  Runs on the CPU and, where torch sees one, on CUDA.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from deer.core.device_ranking import gold_ranks_on_device, head_above_gold_on_device, rank_cosine_on_device
-from deer.core.ranking import gold_ranks_from_scores, rank_cosine
+from deer.core.ranking import normalize_rows, rank_chunk, rank_cosine, rank_scores
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
+from tests.ranking_oracle import plain_top_k, rank_of
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 
@@ -30,6 +31,20 @@ def _assert_same_ranks(ours, reference):
         np.testing.assert_array_equal(getattr(ours, field.name), getattr(reference, field.name), err_msg=field.name)
 
 
+def _plain(scores, queries, k):
+    """Raw and filtered realistic ranks and top k, one row at a time, the excluded head deleted first."""
+    raw, filtered, top = [], [], []
+    for i, row in enumerate(np.asarray(scores, dtype=np.float64)):
+        out = queries.excluded_positions()[i]
+        keep = np.arange(len(row)) != out
+        new_index = np.cumsum(keep) - 1
+        others = np.asarray([new_index[f] for f in queries.filter_tails[i] if keep[f]], dtype=np.int64)
+        raw.append(rank_of(row[keep], new_index[queries.gold[i]]))
+        filtered.append(rank_of(row[keep], new_index[queries.gold[i]], others))
+        top.append(plain_top_k(row, k, out))
+    return np.asarray(raw), np.asarray(filtered), np.asarray(top)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("exclude_head", [False, True])
 def test_ranks_from_one_score_matrix_are_identical(tiny_kg_dir, device, exclude_head):
@@ -39,17 +54,17 @@ def test_ranks_from_one_score_matrix_are_identical(tiny_kg_dir, device, exclude_
     scores[0, 3], scores[1, queries.gold[1]], scores[2, 5] = np.nan, np.inf, -np.inf  # invalid scores, one a gold
     scores[3, queries.gold[3]] = np.nan
     assert any(len(f) for f in queries.filter_tails)
-    excluded = queries.excluded_positions()
-    reference = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails, excluded)
+    excluded, heads = queries.excluded_positions(), queries.head_positions()
     tensor = torch.from_numpy(scores).to(device)
-    gold = torch.from_numpy(queries.gold).to(device)
-    ours, cleaned = gold_ranks_on_device(tensor, gold, queries.filter_tails, torch.from_numpy(excluded).to(device))
-    _assert_same_ranks(ours, reference)
-    assert torch.isneginf(cleaned[0, 3]) and torch.isneginf(cleaned[1, queries.gold[1]])
-    heads = queries.head_positions()
+    ranks, top, above = rank_chunk(tensor, torch.from_numpy(queries.gold), queries.filter_tails, torch.from_numpy(excluded),
+                                   torch.from_numpy(heads), k=5)
+    raw, filtered, expected_top = _plain(scores, queries, 5)
+    np.testing.assert_array_equal(ranks.raw, raw)
+    np.testing.assert_array_equal(ranks.filtered, filtered)
+    np.testing.assert_array_equal(top, expected_top)
+    assert top[1, -1] != queries.gold[1] or len(queries.candidates) <= 5  # an invalid gold is not among the best
     expected_above = [bool(h >= 0 and h != g and np.isfinite(scores[i, h]) and scores[i, h] > scores[i, g])
                       for i, (h, g) in enumerate(zip(heads, queries.gold, strict=True))]
-    above = head_above_gold_on_device(tensor, gold, torch.from_numpy(heads).to(device)).cpu().numpy()
     np.testing.assert_array_equal(above, expected_above)
 
 
@@ -62,8 +77,8 @@ def test_cosine_ranking_on_the_device_equals_numpy(tiny_kg_dir, device, exclude_
     query_vectors = rng.normal(size=(len(queries), 16)).astype(np.float32)
     entity_vectors = rng.normal(size=(len(queries.candidates), 16)).astype(np.float32)
     entity_vectors[4] = 0  # a zero vector: cosine 0 on both paths
-    reference = rank_cosine(query_vectors, entity_vectors, queries, k=5)
-    ours = rank_cosine_on_device(query_vectors, entity_vectors, queries, device, k=5, chunk_size=chunk_size)
+    reference = rank_scores(normalize_rows(query_vectors) @ normalize_rows(entity_vectors).T, queries, k=5)
+    ours = rank_cosine(query_vectors, entity_vectors, queries, k=5, chunk_size=chunk_size, device=device)
     _assert_same_ranks(ours.ranks, reference.ranks)
     np.testing.assert_array_equal(ours.top, reference.top)
     np.testing.assert_array_equal(ours.head_above_gold, reference.head_above_gold)
@@ -73,5 +88,30 @@ def test_cosine_ranking_on_the_device_equals_numpy(tiny_kg_dir, device, exclude_
 def test_no_queries_give_empty_results(tiny_kg_dir):
     queries = _queries(tiny_kg_dir, False)
     none = dataclasses.replace(queries, triples=queries.triples[:0], gold=queries.gold[:0], filter_tails=[])
-    ranking = rank_cosine_on_device(np.zeros((0, 4), np.float32), np.ones((len(queries.candidates), 4), np.float32), none, "cpu")
+    ranking = rank_cosine(np.zeros((0, 4), np.float32), np.ones((len(queries.candidates), 4), np.float32), none)
     assert ranking.top.shape == (0, 10) and len(ranking.ranks.raw) == 0 and len(ranking.head_above_gold) == 0
+
+
+class _FewCandidates:
+    """Four candidates; query 0 excludes its head (position 2), query 1 has none to exclude (its head is its gold)."""
+
+    gold = np.array([0, 1])
+    filter_tails = np.array([np.array([], dtype=np.int64), np.array([3])], dtype=object)
+
+    def excluded_positions(self):
+        return np.array([2, -1])
+
+    def head_positions(self):
+        return np.array([2, 1])
+
+
+def test_tiny_candidate_sets_give_one_top_k_width():
+    """Bug 10: with exclude_head and fewer candidates than k, the top-k rows had unequal lengths (np.stack
+    raised) and a score matrix's top k listed the excluded head last; every row now has the same width,
+    min(k, competitors), and the excluded head is never among them."""
+    queries = _FewCandidates()
+    rng = np.random.default_rng(3)
+    query_vectors, entity_vectors = rng.normal(size=(2, 8)).astype(np.float32), rng.normal(size=(4, 8)).astype(np.float32)
+    for ranking in (rank_cosine(query_vectors, entity_vectors, queries, k=10), rank_scores(rng.normal(size=(2, 4)), queries, k=10)):
+        assert ranking.top.shape == (2, 3)
+        assert 2 not in ranking.top[0] and len(set(ranking.top[0])) == 3 and len(set(ranking.top[1])) == 3

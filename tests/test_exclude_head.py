@@ -10,10 +10,11 @@ import dataclasses
 
 import numpy as np
 
-from deer.core.ranking import candidate_counts, normalize_rows, rank_cosine, rank_of, rank_scores
+from deer.core.ranking import candidate_counts, normalize_rows, rank_cosine, rank_scores
 from deer.core.run_spec import queries_fingerprint
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
+from tests.ranking_oracle import rank_of
 
 
 def _plain_ranks(scores, queries, drop_head: bool):

@@ -11,12 +11,13 @@ import pytest
 import deer
 from deer.core.files import read_table
 from deer.core.models import open_model
-from deer.core.ranking import cosine_gold_ranks
+from deer.core.ranking import normalize_rows
 from deer.core.result import find_ranks_table
 from deer.core.stores import CacheKeyMismatch, EmbeddingStore
 from deer.core.templates import PromptTemplates
 from kg_data import build_queries
 from kg_data.textual import load_textual_kg
+from tests.ranking_oracle import rank_of
 
 
 def run_deer_probe(queries, loaded, templates, out, cache_dir=None, use_cache=True, show_progress=False):
@@ -58,9 +59,10 @@ def test_probe_writes_outputs_and_reuses_cache(tmp_path, tiny_setup):
 def test_ranks_follow_from_embeddings(tmp_path, tiny_setup):
     _, queries, loaded = tiny_setup
     run = run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), tmp_path / "run", use_cache=False, show_progress=False)
-    expected = cosine_gold_ranks(run.arrays['query_embeddings'], run.arrays['entity_embeddings'], queries.gold, queries.filter_tails)
+    scores = normalize_rows(run.arrays['query_embeddings']) @ normalize_rows(run.arrays['entity_embeddings']).T
+    expected = [rank_of(row, gold, others) for row, gold, others in zip(scores, queries.gold, queries.filter_tails, strict=True)]
     table = read_table(find_ranks_table(tmp_path / "run"))
-    assert table["deer_rank_filtered"].tolist() == expected.filtered.tolist()
+    assert table["deer_rank_filtered"].tolist() == expected
 
 
 def test_store_resumes_after_interruption(tmp_path):

@@ -1,4 +1,4 @@
-"""Gold-tail ranks among candidates, shared by every probe (DEER, BEAR, LAMA).
+"""Gold-tail ranks among candidates: the one rank kernel every probe and every device uses.
 
 A rank is computed exactly from scores (higher = better):
   optimistic  = 1 + #candidates scoring strictly higher than the gold tail
@@ -12,16 +12,23 @@ counts as beating or tying the gold tail (as PyKEEN, whose comparisons are false
 a gold tail with one gets the worst rank, behind every competitor (rank = number of
 competitors, itself included: n_candidates raw, n_candidates - filtered tails filtered), so a
 failed score can never look like knowledge.  In top-k lists invalid scores come last.
+
+The kernel (:func:`rank_chunk`) is written once in torch, so the same code ranks on the CPU and
+on a GPU; a (queries x candidates) chunk of scores is made once and gives the ranks, the top k and
+the head-above-gold flags together.  FAISS is not on this path: exact ranks need every score of a
+row, which the chunk's matrix product already holds (benchmarks/bench_ranking.py measures both).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 RANK_TYPES = ("optimistic", "pessimistic", "realistic")
+SCORE_BYTES_PER_CHUNK = 1 << 28  # 256 MiB of scores per chunk (plus boolean masks of a quarter each)
 
 
 @dataclasses.dataclass
@@ -45,81 +52,17 @@ class GoldRanks:
     def concatenate(parts: Sequence[GoldRanks]) -> GoldRanks:
         return GoldRanks(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(GoldRanks)))
 
-
-def _clean(scores: np.ndarray) -> np.ndarray:
-    """Invalid (non-finite) scores as -inf, so they sort last (top-k lists only)."""
-    return np.where(np.isfinite(scores), scores, -np.inf)
-
-
-def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray],
-                           excluded: np.ndarray | None = None) -> GoldRanks:
-    """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates).
-
-    ``filter_tails[i]``: candidate positions of the other true tails of query i (never gold).
-    ``excluded[i]``: a candidate position that is not a competitor of query i at all, raw or
-    filtered (the query's own head with ``exclude_head``), or -1.
-    Non-finite candidate scores never beat or tie the gold; a non-finite gold score ranks last
-    (see the module docstring).
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    gold = np.asarray(gold, dtype=np.int64)
-    rows = np.arange(len(scores))
-    valid = np.isfinite(scores)
-    gold_scores = scores[rows, gold][:, None]
-    higher = valid & (scores > gold_scores)
-    at_least = valid & (scores >= gold_scores)
-    invalid_gold = ~valid[rows, gold]
-    if invalid_gold.any():  # every competitor beats an invalid gold: the worst rank
-        higher[invalid_gold] = True
-        higher[rows[invalid_gold], gold[invalid_gold]] = False
-        at_least[invalid_gold] = True
-    if excluded is not None:
-        rows_out = np.flatnonzero(np.asarray(excluded) >= 0)
-        higher[rows_out, excluded[rows_out]] = False
-        at_least[rows_out, excluded[rows_out]] = False
-    raw_opt = 1 + higher.sum(axis=1)
-    raw_pes = at_least.sum(axis=1)
-    filtered_opt = raw_opt.astype(np.float64).copy()
-    filtered_pes = raw_pes.astype(np.float64).copy()
-    for i, others in enumerate(filter_tails):
-        if len(others):
-            filtered_opt[i] -= higher[i, others].sum()
-            filtered_pes[i] -= at_least[i, others].sum()
-    return GoldRanks(raw_opt.astype(np.float64), raw_pes.astype(np.float64), filtered_opt, filtered_pes)
-
-
-def normalize_rows(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalised float32 copy (zero rows stay zero)."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1, norms)
-
-
-def cosine_score_chunks(query_vectors: np.ndarray, entity_vectors: np.ndarray, chunk_size: int = 512) -> Iterator[tuple[slice, np.ndarray]]:
-    """Yield (query slice, cosine scores (chunk, n_entities)) without holding the full matrix."""
-    queries = normalize_rows(query_vectors)
-    entities = normalize_rows(entity_vectors)
-    for start in range(0, len(queries), chunk_size):
-        part = slice(start, min(start + chunk_size, len(queries)))
-        yield part, queries[part] @ entities.T
-
-
-def cosine_gold_ranks(
-    query_vectors: np.ndarray, entity_vectors: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray], chunk_size: int = 512
-) -> GoldRanks:
-    """Exact gold ranks under cosine similarity, chunked over queries."""
-    parts = [
-        gold_ranks_from_scores(scores, gold[part], filter_tails[part])
-        for part, scores in cosine_score_chunks(query_vectors, entity_vectors, chunk_size)
-    ]
-    return GoldRanks.concatenate(parts)
+    @staticmethod
+    def empty() -> GoldRanks:
+        return GoldRanks(*(np.zeros(0) for _ in dataclasses.fields(GoldRanks)))
 
 
 @dataclasses.dataclass
 class Ranking:
     """A probe's ranking of its queries' candidates.
 
-    ``ranks``: the gold ranks; ``top``: (n_queries, k) candidate positions, best first;
+    ``ranks``: the gold ranks; ``top``: (n_queries, k) candidate positions, best first (k is at most
+    the number of candidates, one fewer when a head is excluded);
     ``head_above_gold``: per query, True when the query's own head entity (a candidate other
     than the gold tail) scores strictly above the gold tail -- its name is in the query text, so
     an embedding probe may find it "similar".  With ``queries.exclude_head`` the head is no
@@ -132,62 +75,153 @@ class Ranking:
     head_above_gold: np.ndarray
 
 
-def _head_above_gold(scores: np.ndarray, gold: np.ndarray, heads: np.ndarray) -> np.ndarray:
-    rows = np.arange(len(scores))
+def _no_positions(n: int, device) -> torch.Tensor:
+    return torch.full((n,), -1, dtype=torch.int64, device=device)
+
+
+def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[np.ndarray],
+               excluded: torch.Tensor | None = None, heads: torch.Tensor | None = None, k: int = 10
+               ) -> tuple[GoldRanks, np.ndarray, np.ndarray]:
+    """The rank kernel: (ranks, top k, head above gold) of a (rows, candidates) score tensor on any device.
+
+    ``gold``: int64 (rows,) gold positions; ``filter_tails[i]``: candidate positions of the other
+    true tails of row i (never gold); ``excluded`` (rows,): a candidate position that is no
+    competitor of row i at all, raw or filtered (the query's own head with ``exclude_head``), or -1;
+    ``heads`` (rows,): the query's head position for ``head_above_gold``, or -1.  Non-finite scores
+    never beat or tie the gold; a non-finite gold ranks last.  ``top``: the ``k`` best candidates
+    per row (invalid scores last, the excluded one never), ties in candidate order.
+    """
+    n_rows, n_candidates = scores.shape
+    device = scores.device
+    gold = gold.to(device)
+    excluded = _no_positions(n_rows, device) if excluded is None else excluded.to(device)
+    heads = _no_positions(n_rows, device) if heads is None else heads.to(device)
+    rows = torch.arange(n_rows, device=device)
+    valid = torch.isfinite(scores)
+    gold_scores = scores[rows, gold][:, None]
+    higher = valid & (scores > gold_scores)
+    at_least = valid & (scores >= gold_scores)
+    invalid_gold = ~valid[rows, gold]
+    if bool(invalid_gold.any()):  # every competitor beats an invalid gold: the worst rank
+        higher[invalid_gold] = True
+        higher[rows[invalid_gold], gold[invalid_gold]] = False
+        at_least[invalid_gold] = True
+    out = torch.nonzero(excluded >= 0).flatten()
+    higher[out, excluded[out]] = False
+    at_least[out, excluded[out]] = False
+    raw_opt = 1 + higher.sum(dim=1)
+    raw_pes = at_least.sum(dim=1)
+    filtered_opt, filtered_pes = raw_opt.clone(), raw_pes.clone()
+    lengths = [len(others) for others in filter_tails]
+    if sum(lengths):  # the other true tails, flattened to (row, candidate) pairs
+        filter_rows = torch.repeat_interleave(rows, torch.tensor(lengths, device=device))
+        filter_cols = torch.from_numpy(np.concatenate([np.asarray(f, dtype=np.int64) for f in filter_tails])).to(device)
+        filtered_opt -= torch.zeros_like(raw_opt).index_add_(0, filter_rows, higher[filter_rows, filter_cols].long())
+        filtered_pes -= torch.zeros_like(raw_pes).index_add_(0, filter_rows, at_least[filter_rows, filter_cols].long())
+    ranks = GoldRanks(*(t.double().cpu().numpy() for t in (raw_opt, raw_pes, filtered_opt, filtered_pes)))
+
     has_head = (heads >= 0) & (heads != gold)
-    head_scores = np.where(has_head, scores[rows, np.maximum(heads, 0)], -np.inf)
-    return has_head & np.isfinite(head_scores) & (head_scores > scores[rows, gold])
+    head_scores = scores[rows, heads.clamp(min=0)]
+    above = (has_head & torch.isfinite(head_scores) & (head_scores > scores[rows, gold])).cpu().numpy()
+
+    cleaned = torch.where(valid, scores, torch.tensor(float("-inf"), device=device, dtype=scores.dtype))
+    cleaned[out, excluded[out]] = float("-inf")
+    width = min(k, n_candidates - bool(len(out)))  # every row has this many competitors
+    return ranks, _top_k(cleaned, width, excluded), above
 
 
-def rank_scores(scores: np.ndarray, queries, k: int = 10) -> Ranking:
+def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
+    """Positions of the k best per row, best first, ties broken by position (the excluded one never)."""
+    n_rows, n_candidates = cleaned.shape
+    if k <= 0 or n_rows == 0:
+        return np.zeros((n_rows, max(k, 0)), dtype=np.int64)
+    # The k-th best value; everything above it is in, and of the ties at it the first positions.
+    threshold = torch.topk(cleaned, k, dim=1, sorted=True).values[:, -1:]
+    above = cleaned > threshold
+    at = cleaned == threshold
+    rows = torch.arange(n_rows, device=cleaned.device)
+    out = torch.nonzero(excluded >= 0).flatten()
+    at[out, excluded[out]] = False  # an excluded candidate at -inf must not fill a tie at -inf
+    room = k - above.sum(dim=1, keepdim=True)
+    chosen = above | (at & (torch.cumsum(at, dim=1) <= room))
+    positions = torch.nonzero(chosen)[:, 1].reshape(n_rows, k)  # row-major: ascending positions per row
+    values = cleaned[rows[:, None], positions]
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices
+    return torch.gather(positions, 1, order).cpu().numpy().astype(np.int64)
+
+
+def _chunk_rows(n_candidates: int, chunk_size: int | None) -> int:
+    return chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
+
+
+def _query_tensors(queries) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (torch.as_tensor(queries.gold, dtype=torch.int64), torch.as_tensor(queries.excluded_positions(), dtype=torch.int64),
+            torch.as_tensor(queries.head_positions(), dtype=torch.int64))
+
+
+def _ranked_chunks(chunks, queries, k: int, n_candidates: int) -> Ranking:
+    """Concatenate :func:`rank_chunk` over (query slice, score tensor) chunks."""
+    gold, excluded, heads = _query_tensors(queries)
+    width = min(k, n_candidates - bool((excluded >= 0).any()))  # one top-k width for every chunk
+    ranks, tops, above = [], [], []
+    for part, scores in chunks:
+        part_ranks, part_top, part_above = rank_chunk(scores, gold[part], queries.filter_tails[part], excluded[part],
+                                                      heads[part], width)
+        ranks.append(part_ranks)
+        tops.append(part_top)
+        above.append(part_above)
+    if not ranks:  # no queries
+        return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
+    return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+
+
+def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None = None) -> Ranking:
     """Rank a (n_queries, n_candidates) score matrix (higher = better) for ``queries`` (a QuerySet)."""
     scores = np.asarray(scores, dtype=np.float64)
-    excluded = queries.excluded_positions()
-    ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails, excluded)
-    heads = queries.head_positions()
-    above = _head_above_gold(scores, queries.gold, heads)
-    rows = np.flatnonzero(excluded >= 0)
-    if len(rows):  # an excluded candidate never appears in a top-k list
-        scores = scores.copy()
-        scores[rows, excluded[rows]] = -np.inf
-    return Ranking(ranks, top_k_from_scores(scores, k), above)
+    rows = _chunk_rows(scores.shape[1], chunk_size)
+    chunks = ((slice(s, s + rows), torch.from_numpy(scores[s:s + rows])) for s in range(0, len(scores), rows))
+    return _ranked_chunks(chunks, queries, k, scores.shape[1])
 
 
-def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, k: int = 10, chunk_size: int = 512) -> Ranking:
-    """As :func:`rank_scores` for cosine similarity, chunked over queries (exact ranks; top-k by FAISS)."""
-    excluded, heads = queries.excluded_positions(), queries.head_positions()
-    ranks, above = [], []
-    for part, scores in cosine_score_chunks(query_vectors, entity_vectors, chunk_size):
-        ranks.append(gold_ranks_from_scores(scores, queries.gold[part], queries.filter_tails[part], excluded[part]))
-        above.append(_head_above_gold(scores, queries.gold[part], heads[part]))
-    if not ranks:  # no queries
-        return Ranking(gold_ranks_from_scores(np.zeros((0, 1)), np.zeros(0, np.int64), []), np.zeros((0, k), np.int64),
-                       np.zeros(0, dtype=bool))
-    excluding = bool((excluded >= 0).any())
-    _, top = faiss_top_k(query_vectors, entity_vectors, k + excluding)  # one more, to drop the excluded one
-    if excluding:
-        top = np.stack([row[row != out][:k] for row, out in zip(top, excluded, strict=True)])
-    return Ranking(GoldRanks.concatenate(ranks), top, np.concatenate(above))
+def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, k: int = 10,
+                chunk_size: int | None = None, device: str | torch.device = "cpu") -> Ranking:
+    """As :func:`rank_scores` for cosine similarity: each chunk of queries' scores is made once on
+    ``device`` (its matrix product), ranked and cut to its top k there; only ranks and positions
+    come back (None: as many rows as ``SCORE_BYTES_PER_CHUNK`` of float32 scores holds)."""
+    device = torch.device(device)
+    entities = torch.nn.functional.normalize(torch.as_tensor(np.asarray(entity_vectors, dtype=np.float32), device=device), dim=1)
+    query_tensor = torch.as_tensor(np.asarray(query_vectors, dtype=np.float32))
+    rows = _chunk_rows(len(entities), chunk_size)
+
+    def chunks():
+        for start in range(0, len(query_tensor), rows):
+            part = slice(start, min(start + rows, len(query_tensor)))
+            yield part, torch.nn.functional.normalize(query_tensor[part].to(device), dim=1) @ entities.T
+
+    with torch.inference_mode():
+        return _ranked_chunks(chunks(), queries, k, len(entities))
 
 
-def faiss_top_k(query_vectors: np.ndarray, entity_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine top-k with FAISS IndexFlatIP on L2-normalised float32: (scores, indices)."""
-    import faiss
-
-    entities = normalize_rows(entity_vectors)
-    index = faiss.IndexFlatIP(entities.shape[1])
-    index.add(entities)
-    k = min(k, len(entities))
-    return index.search(normalize_rows(query_vectors), k)
+def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray],
+                           excluded: np.ndarray | None = None) -> GoldRanks:
+    """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates): :func:`rank_chunk`'s ranks."""
+    scores = torch.from_numpy(np.asarray(scores, dtype=np.float64))
+    excluded = None if excluded is None else torch.as_tensor(np.asarray(excluded), dtype=torch.int64)
+    return rank_chunk(scores, torch.as_tensor(np.asarray(gold), dtype=torch.int64), filter_tails, excluded, k=0)[0]
 
 
 def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best candidates per row, best first (for likelihood probes)."""
-    scores = _clean(np.asarray(scores, dtype=np.float64))
-    k = min(k, scores.shape[1])
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(part, order, axis=1)
+    """Positions of the k best candidates per row, best first (invalid scores last, ties by position)."""
+    cleaned = torch.from_numpy(np.asarray(scores, dtype=np.float64)).clone()
+    cleaned[~torch.isfinite(cleaned)] = float("-inf")
+    return _top_k(cleaned, min(k, cleaned.shape[1]), _no_positions(len(cleaned), "cpu"))
+
+
+def normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalised float32 copy (zero rows stay zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
 
 
 def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
@@ -204,21 +238,11 @@ def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filt
     return counts
 
 
-def rank_of(scores_row: np.ndarray, gold: int, filter_positions: np.ndarray | None = None) -> float:
-    """Plain realistic rank of one query, written for clarity; used by tests as the reference.
-
-    Competitors with a non-finite score are never ahead of the gold; a non-finite gold score
-    is behind every competitor.
-    """
-    scores_row = np.asarray(scores_row, dtype=np.float64)
-    keep = np.ones(len(scores_row), dtype=bool)
-    if filter_positions is not None and len(filter_positions):
-        keep[filter_positions] = False
-    keep[gold] = False
-    competitors = scores_row[keep]
-    gold_score = scores_row[gold]
-    if not np.isfinite(gold_score):
-        return float(len(competitors) + 1)
-    competitors = competitors[np.isfinite(competitors)]
-    ahead, tied = np.sum(competitors > gold_score), np.sum(competitors == gold_score)
-    return float(1 + ahead + tied / 2)
+def rank_and_best(scores: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unfiltered realistic ranks of ``gold`` in each row of ``scores`` and each row's best position
+    (the first of the highest valid scores): :func:`rank_chunk` without filters, for benchmarks whose
+    questions have one true answer each."""
+    scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    gold = np.atleast_1d(np.asarray(gold, dtype=np.int64))
+    ranks, top, _ = rank_chunk(torch.from_numpy(scores), torch.from_numpy(gold), [()] * len(scores), k=1)
+    return ranks.raw, top[:, 0]
