@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
-from bear_ref.kg_probe import run_bear
-from bear_ref.lama_probe import run_lama
-from deer.core.inputs import check_inputs, checked_out_folder, prepare, store_root
+from deer.core.inputs import as_templates, check_inputs
 from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
 from deer.core.result import ProbeResult
 from deer.core.templates import PromptTemplates
+from deer.runner import Budget, QuerySelection, run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 
 
@@ -47,18 +46,11 @@ def bear(
     Arguments as ``deer.probe``; ``cache`` stores score rows so an interrupted run resumes.
     Work is queries x candidates statements.
     """
-    run = prepare(
-        kg, model, probe="bear", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
-        templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
-        template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget)
-    folder = checked_out_folder(out, run.queries, run.loaded, run.templates)
-    with evaluation_mode(run.loaded.model):
-        result = run_bear(run.queries, run.loaded, run.templates, token_budget=token_budget, pll_variant=pll_variant,
-                          store_root=store_root(cache, cache_dir), show_progress=show_progress)
-    result = run.finish(result)
-    if folder is not None:
-        result.save(folder)
-    return result
+    return run_probe("bear", kg, model, tokenizer=tokenizer, selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
+                     templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
+                                            query_trailing_space=query_trailing_space, template_style=template_style),
+                     budget=Budget(token_budget), dtype=dtype, device=device, cache=cache, cache_dir=cache_dir, out=out,
+                     show_progress=show_progress, pll_variant=pll_variant)
 
 
 def lama(
@@ -90,17 +82,11 @@ def lama(
     yields DEER's query vectors, kept as ``result.arrays["query_embeddings"]`` for
     ``deer.probe(result.queries, model, query_embeddings=...)``.
     """
-    run = prepare(
-        kg, model, probe="lama", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
-        templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
-        template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget)
-    with evaluation_mode(run.loaded.model):
-        result = run_lama(run.queries, run.loaded, run.templates, single_token=single_token, token_budget=token_budget,
-                          show_progress=show_progress)
-    result = run.finish(result)
-    if out is not None:  # checked after the run: --single-token ranks fewer queries than it was given
-        result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
-    return result
+    return run_probe("lama", kg, model, tokenizer=tokenizer, selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
+                     templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
+                                            query_trailing_space=query_trailing_space, template_style=template_style),
+                     budget=Budget(token_budget), dtype=dtype, device=device, out=out, show_progress=show_progress,
+                     single_token=single_token)
 
 
 def bear_dataset(

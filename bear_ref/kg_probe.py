@@ -26,14 +26,14 @@ from tqdm.auto import tqdm
 
 from bear_ref.statement_scorer import StatementScorer
 from deer.core.models import LoadedModel
-from deer.core.ranking import rank_scores
-from deer.core.result import ProbeResult, kg_result, run_metadata
 from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates
 from deer.core.tokenization import bos_policy
+from deer.probes import ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
+STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none is given
 
 
 def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path) -> EmbeddingStore:
@@ -93,32 +93,33 @@ def bear_kg_scores(
     return scores, len(missing)
 
 
-def run_bear(
-    queries: QuerySet,
-    loaded: LoadedModel,
-    templates: PromptTemplates,
-    token_budget: int = 512,
-    pll_variant: str = "within_word_l2r",
-    store_root: Path | None = None,
-    show_progress: bool = True,
-) -> ProbeResult:
-    """Score every (query, candidate) statement and rank; nothing is written except score rows
-    under ``store_root`` (None: no store, nothing resumes)."""
-    started = time.perf_counter()
-    scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
-    store = score_store(loaded, queries, templates, scorer.method, store_root) if store_root is not None else None
-    scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=show_progress)
-    ranking = rank_scores(scores, queries)
-    elapsed = time.perf_counter() - started
-    work = scorer.work()
-    statements = scored_now * len(queries.candidates)
-    metadata = {
-        **run_metadata("bear", queries, loaded, templates),
-        "scoring": scorer.method,
-        "statement": "query text + ' t_name)'; score = summed log-likelihood of the whole statement (every token after the first)",
-        "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now, "store": str(store.folder) if store else None},
-        "work": {**work, "statements_scored_now": statements, "statements_per_second": statements / elapsed if elapsed and statements else None},
-        "timings": {"seconds": round(elapsed, 3)},
-    }
-    return kg_result("bear", queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
-                     head_above_gold=ranking.head_above_gold)
+class BearProbe:
+    """BEAR on a KG: every (query, candidate) statement scored by its summed log-likelihood (PLL for
+    masked LMs).  Option ``pll_variant``: the masked-LM PLL variant.  Without a token budget the
+    scorer packs ``STATEMENT_TOKEN_BUDGET`` padded tokens per batch."""
+
+    name = "bear"
+    summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
+    options = {"pll_variant": "within_word_l2r"}
+    text_kind = "statements"
+
+    def score(self, request: ProbeRequest) -> ProbeScores:
+        queries, loaded, templates = request.queries, request.loaded, request.templates
+        started = time.perf_counter()
+        budget = request.token_budget if request.token_budget is not None else STATEMENT_TOKEN_BUDGET
+        scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=budget, pll_variant=request.options["pll_variant"])
+        root = request.store_root
+        store = score_store(loaded, queries, templates, scorer.method, root) if root is not None else None
+        scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=request.show_progress)
+        elapsed = time.perf_counter() - started
+        statements = scored_now * len(queries.candidates)
+        metadata = {
+            "scoring": scorer.method,
+            "statement": "query text + ' t_name)'; score = summed log-likelihood of the whole statement (every token after the first)",
+            "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now,
+                      "store": str(store.folder) if store else None},
+            "work": {**scorer.work(), "statements_scored_now": statements,
+                     "statements_per_second": statements / elapsed if elapsed and statements else None},
+            "timings": {"seconds": round(elapsed, 3)},
+        }
+        return ProbeScores(scores=scores, metadata=metadata)

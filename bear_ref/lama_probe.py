@@ -16,10 +16,9 @@ import numpy as np
 
 from bear_ref.boundary import split_statements
 from deer.core.encoder import PromptEOLEncoder
-from deer.core.models import LoadedModel
-from deer.core.ranking import rank_scores
-from deer.core.result import ProbeResult, kg_result, run_metadata, tail_token_lengths
+from deer.core.result import tail_token_lengths
 from deer.core.templates import PromptTemplates, query_prompts
+from deer.probes import ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet
 
 
@@ -71,34 +70,35 @@ def lama_scores_from_logprobs(logprobs: np.ndarray, first_ids: np.ndarray, uniqu
     return logprobs[:, np.searchsorted(unique_ids, first_ids)]
 
 
-def run_lama(
-    queries: QuerySet,
-    loaded: LoadedModel,
-    templates: PromptTemplates,
-    single_token: bool = False,
-    token_budget: int | None = None,
-    show_progress: bool = True,
-) -> ProbeResult:
-    """Rank by log p(first token of " t_name)") after each query text; nothing is written.
+class LamaProbe:
+    """LAMA on a KG: rank by log p(first token of " t_name)") after each query text.
 
-    ``single_token``: LAMA's protocol (see :func:`restrict_to_single_token`); the result's
-    ``queries`` are then the restricted ones.
+    Option ``single_token``: LAMA's protocol (see :func:`restrict_to_single_token`); the ranked
+    queries are then the restricted ones.  The pass's query vectors are kept as
+    ``arrays["query_embeddings"]`` for ``deer.probe(..., query_embeddings=...)``.
     """
-    started = time.perf_counter()
-    if single_token:
-        queries = restrict_to_single_token(queries, loaded.tokenizer)
-    first_ids = first_token_ids(loaded.tokenizer, queries, templates)
-    unique_ids = np.unique(first_ids)
-    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
-    embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
-    scores = lama_scores_from_logprobs(logprobs, first_ids, unique_ids)
-    ranking = rank_scores(scores, queries)
-    metadata = {
-        **run_metadata("lama", queries, loaded, templates),
-        "single_token": single_token,
-        "distinct_first_tokens": int(len(unique_ids)),
-        "work": encoder.stats.as_dict(),
-        "timings": {"seconds": round(time.perf_counter() - started, 3)},
-    }
-    return kg_result("lama", queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
-                     arrays={"query_embeddings": embeddings}, head_above_gold=ranking.head_above_gold)
+
+    name = "lama"
+    summary = "log-probability of the tail's first token after the query"
+    options = {"single_token": False}
+    text_kind = "contexts"
+
+    def score(self, request: ProbeRequest) -> ProbeScores:
+        queries, loaded, templates = request.queries, request.loaded, request.templates
+        started = time.perf_counter()
+        single_token = request.options["single_token"]
+        if single_token:
+            queries = restrict_to_single_token(queries, loaded.tokenizer)
+        first_ids = first_token_ids(loaded.tokenizer, queries, templates)
+        unique_ids = np.unique(first_ids)
+        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=request.token_budget,
+                                   show_progress=request.show_progress)
+        embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
+        metadata = {
+            "single_token": single_token,
+            "distinct_first_tokens": int(len(unique_ids)),
+            "work": encoder.stats.as_dict(),
+            "timings": {"seconds": round(time.perf_counter() - started, 3)},
+        }
+        return ProbeScores(scores=lama_scores_from_logprobs(logprobs, first_ids, unique_ids), metadata=metadata,
+                           arrays={"query_embeddings": embeddings}, queries=queries)

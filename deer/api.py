@@ -6,13 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.distributed import world
-from deer.core.inputs import as_query_set, checked_out_folder, prepare, store_root
-from deer.core.models import DEFAULT_MODEL, evaluation_mode
+from deer.core.inputs import as_query_set, as_templates
+from deer.core.models import DEFAULT_MODEL
 from deer.core.result import ProbeResult
 from deer.core.templates import PromptTemplates
-from deer.core.validate import OptionError
-from deer.embedding_probe import run_deer
+from deer.runner import Budget, QuerySelection, run_probe
 from kg_data.queries import QuerySet
 
 
@@ -73,22 +71,12 @@ def probe(
 
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
-    if distributed and cache:
-        raise OptionError("cache", cache, "embedding stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(
-        kg, model, probe="deer", exclude_head=exclude_head, tokenizer=tokenizer, split=split, subset=subset, seed=seed, data_dir=data_dir,
-        templates=templates, k_shot=k_shot, shots=shots, query_trailing_space=query_trailing_space,
-        template_style=template_style, dtype=dtype, device=device, out=out, token_budget=token_budget,
-        long_prompts=long_prompts)
-    folder = checked_out_folder(out, run.queries, run.loaded, run.templates)
-    with evaluation_mode(run.loaded.model):
-        result = run_deer(run.queries, run.loaded, run.templates, token_budget=token_budget,
-                          store_root=store_root(cache, cache_dir), show_progress=show_progress,
-                          query_embeddings=query_embeddings, distributed=distributed)
-    result = run.finish(result)
-    if folder is not None and world()[0] == 0:
-        result.save(folder)
-    return result
+    return run_probe("deer", kg, model, tokenizer=tokenizer,
+                     selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
+                     templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
+                                            query_trailing_space=query_trailing_space, template_style=template_style),
+                     budget=Budget(token_budget, long_prompts), dtype=dtype, device=device, cache=cache, cache_dir=cache_dir,
+                     out=out, show_progress=show_progress, distributed=distributed, query_embeddings=query_embeddings)
 
 
 def load_result(folder: str | Path, probe: str | None = None) -> ProbeResult:

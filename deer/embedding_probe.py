@@ -17,13 +17,11 @@ from tqdm.auto import tqdm
 from deer.core.distributed import ShardedEncoder
 from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
-from deer.core.ranking import rank_cosine
-from deer.core.result import ProbeResult, kg_result, run_metadata
 from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.core.tokenization import bos_policy
+from deer.probes import ProbeRequest, ProbeScores
 from kg_data.kg import TextualKG
-from kg_data.queries import QuerySet
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 
@@ -79,83 +77,73 @@ def encode_through_store(
     return store.get(ids), len(missing)
 
 
-def run_deer(
-    queries: QuerySet,
-    loaded: LoadedModel,
-    templates: PromptTemplates,
-    token_budget: int | None = None,
-    store_root: Path | None = None,
-    show_progress: bool = True,
-    query_embeddings: np.ndarray | None = None,
-    distributed: bool = False,
-) -> ProbeResult:
-    """Rank every candidate for every query by cosine of PromptEOL embeddings; nothing is written
-    except embedding stores under ``store_root`` (None: no stores).
+class DeerProbe:
+    """DEER: PromptEOL vectors of each query and each described candidate tail, ranked by cosine.
 
-    ``query_embeddings``: (n_queries, d) vectors already computed for these queries with these
-    templates (LAMA's pass makes them), so only the candidates are encoded.
-    ``distributed``: the forward passes are shared between the processes of a torch.distributed job
-    (``deer.core.distributed.ShardedEncoder``); every process gets every vector.
+    Options: ``query_embeddings``, (n_queries, d) vectors already computed for these queries with
+    these templates (LAMA's pass makes them), so only the candidates are encoded.  With
+    ``distributed`` (set by the runner) the forward passes are shared between the processes of a
+    torch.distributed job (``deer.core.distributed.ShardedEncoder``); every process gets every vector.
     The result keeps ``arrays["query_embeddings"]`` and ``arrays["entity_embeddings"]``.
     """
-    kg = queries.kg
-    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
-                               special_tokens=templates.prompt_special_tokens)
-    if distributed:
-        encoder = ShardedEncoder(encoder)
-    timings: dict = {}
 
-    started = time.perf_counter()
-    entities = entity_store(loaded, kg, templates, store_root) if store_root is not None else None
-    entity_ids = [kg.entity_ids[e] for e in queries.candidates]
-    entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
-    entity_vectors, entities_encoded = encode_through_store(encoder, entities, entity_ids, entity_texts, "entities")
-    timings["entities_seconds"] = time.perf_counter() - started
-    entity_stats = encoder.stats.as_dict()
+    name = "deer"
+    summary = "PromptEOL embeddings of queries and described tails, cosine ranking"
+    options = {"query_embeddings": None}
+    text_kind = "prompts"
 
-    started = time.perf_counter()
-    query_texts = query_prompts(queries, templates)
-    if query_embeddings is not None:
-        if len(query_embeddings) != len(queries):
-            raise ValueError(f"query_embeddings has {len(query_embeddings)} rows for {len(queries)} queries")
-        query_vectors, queries_encoded, query_cache = np.asarray(query_embeddings, dtype=np.float32), 0, None
-    else:
-        query_cache = query_store(loaded, kg, templates, store_root) if store_root is not None else None
-        query_vectors, queries_encoded = encode_through_store(encoder, query_cache, queries.item_ids(), query_texts, "queries")
-    timings["queries_seconds"] = time.perf_counter() - started
+    def score(self, request: ProbeRequest) -> ProbeScores:
+        queries, loaded, templates = request.queries, request.loaded, request.templates
+        query_embeddings, store_root = request.options["query_embeddings"], request.store_root
+        token_budget, show_progress = request.token_budget, request.show_progress
+        kg = queries.kg
+        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
+                                   special_tokens=templates.prompt_special_tokens)
+        if request.options.get("distributed"):
+            encoder = ShardedEncoder(encoder)
+        timings: dict = {}
 
-    started = time.perf_counter()
-    # One chunked kernel on the encoder's device: the score matrix is made once per chunk and never
-    # leaves the device; only ranks and top-k positions come back (deer.core.ranking).
-    ranking = rank_cosine(query_vectors, entity_vectors, queries, device=encoder.device)
-    ranking_backend = f"torch on {encoder.device}"
-    timings["ranking_seconds"] = time.perf_counter() - started
+        started = time.perf_counter()
+        entities = entity_store(loaded, kg, templates, store_root) if store_root is not None else None
+        entity_ids = [kg.entity_ids[e] for e in queries.candidates]
+        entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
+        entity_vectors, entities_encoded = encode_through_store(encoder, entities, entity_ids, entity_texts, "entities")
+        timings["entities_seconds"] = time.perf_counter() - started
+        entity_stats = encoder.stats.as_dict()
 
-    stats = encoder.stats.as_dict()
-    encode_seconds = stats["forward_seconds"]
-    metadata = {
-        **run_metadata("deer", queries, loaded, templates),
-        "example_query_prompt": query_texts[0] if query_texts else None,
-        "example_tail_prompt": entity_texts[0] if entity_texts else None,
-        "token_budget": encoder.token_budget,
-        "max_batch_size": encoder.max_batch_size,
-        "ranking_backend": ranking_backend,
-        "cache": {
-            "entities_encoded_now": entities_encoded,
-            "entities_from_cache": len(entity_ids) - entities_encoded,
-            "queries_encoded_now": queries_encoded,
-            "queries_from_cache": len(query_texts) - queries_encoded,
-            "entity_store": str(entities.folder) if entities else None,
-            "query_embeddings_given": query_embeddings is not None,
-        },
-        "work": {
-            **stats,
-            "entity_tokens": entity_stats["tokens"],
-            "query_tokens": stats["tokens"] - entity_stats["tokens"],
-            "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
-        },
-        "timings": dict(timings),  # perf_counter seconds, unrounded (compute-time scales them up)
-    }
-    return kg_result("deer", queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
-                     arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors},
-                     head_above_gold=ranking.head_above_gold)
+        started = time.perf_counter()
+        query_texts = query_prompts(queries, templates)
+        if query_embeddings is not None:
+            if len(query_embeddings) != len(queries):
+                raise ValueError(f"query_embeddings has {len(query_embeddings)} rows for {len(queries)} queries")
+            query_vectors, queries_encoded, query_cache = np.asarray(query_embeddings, dtype=np.float32), 0, None
+        else:
+            query_cache = query_store(loaded, kg, templates, store_root) if store_root is not None else None
+            query_vectors, queries_encoded = encode_through_store(encoder, query_cache, queries.item_ids(), query_texts, "queries")
+        timings["queries_seconds"] = time.perf_counter() - started
+
+        stats = encoder.stats.as_dict()
+        encode_seconds = stats["forward_seconds"]
+        metadata = {
+            "example_query_prompt": query_texts[0] if query_texts else None,
+            "example_tail_prompt": entity_texts[0] if entity_texts else None,
+            "token_budget": encoder.token_budget,
+            "max_batch_size": encoder.max_batch_size,
+            "cache": {
+                "entities_encoded_now": entities_encoded,
+                "entities_from_cache": len(entity_ids) - entities_encoded,
+                "queries_encoded_now": queries_encoded,
+                "queries_from_cache": len(query_texts) - queries_encoded,
+                "entity_store": str(entities.folder) if entities else None,
+                "query_embeddings_given": query_embeddings is not None,
+            },
+            "work": {
+                **stats,
+                "entity_tokens": entity_stats["tokens"],
+                "query_tokens": stats["tokens"] - entity_stats["tokens"],
+                "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
+            },
+            "timings": dict(timings),  # perf_counter seconds, unrounded (compute-time scales them up)
+        }
+        return ProbeScores(query_vectors=query_vectors, candidate_vectors=entity_vectors, metadata=metadata,
+                           arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})

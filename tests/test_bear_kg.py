@@ -13,12 +13,12 @@ import bear_ref
 from bear_ref.kg_probe import bear_kg_scores
 from bear_ref.statement_scorer import StatementScorer
 from deer.core.models import open_model
-from deer.core.ranking import rank_of
 from deer.core.result import find_ranks_table
 from deer.core.templates import PromptTemplates
 from deer.core.tokenization import batch_token_ids
 from experiments.cli import main
 from kg_data import build_queries, load_kg
+from tests.ranking_oracle import rank_of
 from tests.test_trie_scorer import whole_sequence_logprob
 
 

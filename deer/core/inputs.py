@@ -39,9 +39,10 @@ def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int =
 
 def as_templates(templates: PromptTemplates | None = None, *, k_shot: int = 8, shots: str | None = None, seed: int = 0,
                  query_trailing_space: bool | None = None, template_style: str = "paper") -> PromptTemplates:
-    """``templates`` as given, else built from the settings (see ``PromptTemplates``)."""
+    """``templates`` as given, else built from the settings (see ``PromptTemplates``), checked first."""
     if templates is not None:
         return templates
+    check_run_options(k_shot=k_shot, seed=seed)
     return PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space, style=template_style)
 
 
@@ -102,14 +103,14 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
     check_model_source(model)
 
 
-def prepare(kg, model, *, probe: str, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,
+def prepare(kg, model, *, text_kind: str | None, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,
             data_dir=None, templates: PromptTemplates | None = None, k_shot: int = 8, shots: str | None = None,
             query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "auto",
             device: str = "auto", out=None, token_budget: int | None = None, long_prompts: str = "error",
             exclude_head: bool = False) -> PreparedRun:
     """Check everything, then load: options, the output folder and the model folder
-    (:func:`check_inputs`), the data and templates, and last the model; then every prompt
-    ``probe`` will feed is checked against the model's positions.  A bad input fails here,
+    (:func:`check_inputs`), the data and templates, and last the model; then every text of
+    ``text_kind`` the probe will feed is checked against the model's positions.  A bad input fails here,
     before any forward pass."""
     check_inputs(model, out=out, subset=subset, seed=seed, k_shot=None if templates is not None else k_shot,
                  token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts)
@@ -118,7 +119,7 @@ def prepare(kg, model, *, probe: str, tokenizer=None, split: str = "test", subse
                              template_style=template_style)
     warn_about_few_shot(queries, templates)
     loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
-    queries, report = guard_prompt_lengths(queries, loaded, templates, probe, long_prompts)
+    queries, report = guard_prompt_lengths(queries, loaded, templates, text_kind, long_prompts)
     return PreparedRun(queries, loaded, templates, report)
 
 

@@ -88,8 +88,10 @@ NAME_HINT = "shorten the names in the KG (few-shot examples repeat train triples
 DESCRIPTION_HINT = "shorten its description, or cut descriptions to fit with --long-prompts truncate-descriptions"
 
 
-def guard_prompt_lengths(queries: QuerySet, loaded, templates, probe: str, mode: str = "error") -> tuple[QuerySet, LengthReport]:
-    """Check the texts ``probe`` ('deer', 'lama', 'bear') will feed; return the queries (with a KG
+def guard_prompt_lengths(queries: QuerySet, loaded, templates, text_kind: str | None, mode: str = "error") -> tuple[QuerySet, LengthReport]:
+    """Check the texts a probe will feed, by the ``text_kind`` it declares (``deer.probes.Probe``): "prompts"
+    (query and tail prompts, DEER), "contexts" (query texts, LAMA), "statements" (query text + longest
+    continuation, BEAR) or None (nothing to check); return the queries (with a KG
     whose too-long descriptions are cut in ``truncate-descriptions`` mode) and a report.
 
     Raises PromptTooLongError naming the first entity or query that does not fit.
@@ -98,18 +100,18 @@ def guard_prompt_lengths(queries: QuerySet, loaded, templates, probe: str, mode:
         raise ValueError(f"long_prompts must be one of {LONG_PROMPT_MODES}, got '{mode}'")
     limit = max_positions(loaded.model)
     report = LengthReport(limit, mode)
-    if limit is None:
+    if limit is None or text_kind is None:
         return queries, report
-    if mode == "truncate-descriptions" and probe == "deer":
+    if mode == "truncate-descriptions" and text_kind == "prompts":
         queries = _truncate_tail_descriptions(queries, loaded.tokenizer, templates, limit, report)
-    _check(queries, loaded.tokenizer, templates, probe, limit)
+    _check(queries, loaded.tokenizer, templates, text_kind, limit)
     return queries, report
 
 
-def _check(queries: QuerySet, tokenizer, templates, probe: str, limit: int) -> None:
+def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) -> None:
     kg = queries.kg
     special = templates.prompt_special_tokens
-    if probe == "deer":
+    if text_kind == "prompts":
         tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
         too_long = token_counts(tokenizer, tails, limit, special)
         if too_long:
@@ -119,11 +121,11 @@ def _check(queries: QuerySet, tokenizer, templates, probe: str, limit: int) -> N
             raise _refuse(_entity_label(kg, entity), "tail prompt", too_long[first], limit, len(too_long) - 1,
                           "shorten its name" if long_name else DESCRIPTION_HINT)
     texts = [
-        templates.query_prompt(kg, tuple(t)) if probe == "deer" else templates.query_context(kg, tuple(t))
+        templates.query_prompt(kg, tuple(t)) if text_kind == "prompts" else templates.query_context(kg, tuple(t))
         for t in queries.triples.tolist()
     ]
     extra = 0
-    if probe == "bear":  # the statement: the query context, then the longest candidate continuation
+    if text_kind == "statements":  # the statement: the query context, then the longest candidate continuation
         continuations = [templates.continuation(kg, e) for e in queries.candidates]
         longest = int(np.argmax([len(c.encode("utf-8")) for c in continuations])) if continuations else 0
         extra = len(tokenizer(continuations[longest], add_special_tokens=False)["input_ids"]) if continuations else 0
@@ -133,10 +135,10 @@ def _check(queries: QuerySet, tokenizer, templates, probe: str, limit: int) -> N
             first = min(long_names)
             raise _refuse(_entity_label(kg, queries.candidates[first]), "statement continuation", long_names[first], limit,
                           len(long_names) - 1, NAME_HINT)
-    too_long = token_counts(tokenizer, texts, limit, "bos" if probe == "bear" else special, extra)
+    too_long = token_counts(tokenizer, texts, limit, "bos" if text_kind == "statements" else special, extra)
     if too_long:
         first = min(too_long)
-        kind = {"deer": "query prompt", "lama": "query text", "bear": "longest statement"}[probe]
+        kind = {"prompts": "query prompt", "contexts": "query text", "statements": "longest statement"}[text_kind]
         hint = DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
         raise _refuse(_query_label(kg, queries.triples[first]), kind, too_long[first], limit, len(too_long) - 1, hint)
 

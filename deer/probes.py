@@ -1,0 +1,107 @@
+"""The probe seam: what a probe is, and the registry that is the only list of probes.
+
+A probe says which texts it feeds the model (so the length guard can check them before any
+forward pass) and turns a model into scores for a query set: a (queries x candidates) matrix,
+higher = better, or query and candidate vectors ranked by cosine.  It never ranks, saves or
+caches results: the runner (``deer.runner``) does that once for every probe.
+
+DEER registers itself here; BEAR and LAMA (``bear_ref``) and any probe from another package
+register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
+
+    [project.entry-points."deer.probes"]
+    shortest = "my_package.shortest:ShortestNameProbe"
+
+or, from a running Python session, with :func:`register_probe`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+ENTRY_POINT_GROUP = "deer.probes"
+
+
+@dataclasses.dataclass
+class ProbeRequest:
+    """Everything a probe scores with: the queries, the loaded model, the templates, the padded-token
+    budget per batch (None: the device's default), the store root for resumable work (None: nothing
+    is stored), and the probe's own options (its ``options`` defaults, updated by the caller)."""
+
+    queries: Any  # kg_data.queries.QuerySet
+    loaded: Any  # deer.core.models.LoadedModel
+    templates: Any  # deer.core.templates.PromptTemplates
+    token_budget: int | None = None
+    store_root: Path | None = None
+    show_progress: bool = True
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class ProbeScores:
+    """A probe's answer: ``scores`` (n_queries, n_candidates), higher = better, or ``query_vectors``
+    (n_queries, d) and ``candidate_vectors`` (n_candidates, d) to rank by cosine; ``metadata`` adds to
+    metadata.json (work, timings, caches); ``arrays`` are kept on the result (``ProbeResult.arrays``)."""
+
+
+    scores: np.ndarray | None = None
+    query_vectors: np.ndarray | None = None
+    candidate_vectors: np.ndarray | None = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+    arrays: dict = dataclasses.field(default_factory=dict)
+    queries: Any = None  # the queries ranked, where the probe keeps fewer than it was given (None: all)
+
+    def __post_init__(self):
+        if (self.scores is None) == (self.query_vectors is None or self.candidate_vectors is None):
+            raise ValueError("a probe returns either scores or query and candidate vectors")
+
+
+class Probe(Protocol):
+    """What the runner asks of a probe (a class with these attributes; see ``deer.embedding_probe``)."""
+
+    name: str  # registry name, column prefix in tables (``NAME_rank_filtered``) and results' probe name
+    summary: str  # one line for --help and listings
+    options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
+    text_kind: str  # what the length guard checks: "prompts" (query and tail prompts), "contexts" or "statements"
+
+    def score(self, request: ProbeRequest) -> ProbeScores: ...
+
+
+_REGISTERED: dict[str, Callable[[], Probe]] = {}
+
+
+def register_probe(name: str, factory: Callable[[], Probe], replace: bool = False) -> None:
+    """Make a probe available by ``name`` (``factory()`` builds it).  A name is taken once unless ``replace``."""
+    if name in _REGISTERED and not replace:
+        raise ValueError(f"a probe named '{name}' is already registered")
+    _REGISTERED[name] = factory
+
+
+def _load_entry_points() -> None:
+    """Register the installed packages' probes; a module is imported only when its probe is used."""
+    for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name not in _REGISTERED:
+            _REGISTERED[entry.name] = lambda entry=entry: entry.load()()
+
+
+def probe_names() -> list[str]:
+    """Every registered probe: DEER first, then the others by name."""
+    _load_entry_points()
+    return sorted(_REGISTERED, key=lambda name: (name != "deer", name))
+
+
+def get_probe(name: str) -> Probe:
+    """The probe registered as ``name``; an unknown name is an error listing the known ones."""
+    if name not in _REGISTERED:
+        _load_entry_points()
+    if name not in _REGISTERED:
+        raise KeyError(f"unknown probe '{name}'; registered: {', '.join(probe_names())}")
+    probe = _REGISTERED[name]()
+    if probe.name != name:
+        raise ValueError(f"probe registered as '{name}' calls itself '{probe.name}'")
+    return probe

@@ -1,0 +1,109 @@
+"""The runner: a probe, a KG's queries, a model and the options -> a result, the same way for every probe.
+
+    check inputs -> read the data -> load the model -> length guard (the probe's texts)
+    -> probe.score -> rank (one kernel, ``deer.core.ranking``) -> metrics -> save
+
+Probes (``deer.probes``) only score; ranking, metrics, the run spec, the result type and the run
+folder are made here once.  ``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` are this call
+with their probe's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from deer.core.distributed import world
+from deer.core.inputs import checked_out_folder, prepare, store_root
+from deer.core.models import DEFAULT_MODEL, evaluation_mode
+from deer.core.ranking import rank_cosine, rank_scores
+from deer.core.result import ProbeResult, kg_result, run_metadata
+from deer.core.templates import PromptTemplates
+from deer.core.validate import OptionError
+from deer.probes import Probe, ProbeRequest, get_probe
+
+
+@dataclasses.dataclass(frozen=True)
+class QuerySelection:
+    """Which queries of a KG: every triple of ``split``, or ``subset`` of them sampled with ``seed``
+    (candidates: their entities); ``exclude_head``: no query ranks its own head entity."""
+
+    split: str = "test"
+    subset: int | None = None
+    seed: int = 0
+    data_dir: Any = None
+    exclude_head: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How much a forward batch may hold (padded tokens; None: the device's default) and what to do
+    with a prompt longer than the model's positions ('error' or 'truncate-descriptions')."""
+
+    token_budget: int | None = None
+    long_prompts: str = "error"
+
+
+def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
+    """The probe's own options: its defaults updated by ``given``; an option it does not have is
+    refused by name, listing the ones it has."""
+    unknown = sorted(set(given) - set(probe.options))
+    if unknown:
+        known = ", ".join(probe.options) or "none"
+        raise OptionError(unknown[0], given[unknown[0]], f"the {probe.name} probe has no such option (its options: {known})")
+    return {**probe.options, **given}
+
+
+def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer=None,
+              selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
+              budget: Budget | None = None, dtype: str = "auto", device: str = "auto", cache: bool = False,
+              cache_dir=None, out=None, show_progress: bool = True, distributed: bool = False,
+              **options) -> ProbeResult:
+    """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
+
+    kg: a name ('wn18rr'), a folder, a ``TextualKG`` or a ``QuerySet`` (then ``selection`` is unused).
+    model: an alias, hub id or folder (loaded with ``dtype`` on ``device``), or a model object with
+        ``tokenizer=``, a (model, tokenizer) pair or a ``LoadedModel``, used as it is.
+    cache: the probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` (default
+        $DEER_CACHE_DIR or ~/.cache/deer) and reused.  out: a folder to save the result in.
+    distributed: in a torch.distributed job every process calls this with the same arguments; only
+        process 0 writes ``out``.  options: the probe's own (``get_probe(name).options``).
+    Every input is checked before the model is loaded.
+    """
+    probe = get_probe(probe) if isinstance(probe, str) else probe
+    options = probe_options(probe, options)
+    selection, budget = selection or QuerySelection(), budget or Budget()
+    templates = templates or PromptTemplates(seed=selection.seed)
+    if distributed and cache:
+        raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
+    run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, split=selection.split, subset=selection.subset,
+                  seed=selection.seed, data_dir=selection.data_dir, templates=templates, dtype=dtype, device=device, out=out,
+                  token_budget=budget.token_budget, long_prompts=budget.long_prompts, exclude_head=selection.exclude_head)
+    checked_out_folder(out, run.queries, run.loaded, run.templates)
+    request = ProbeRequest(run.queries, run.loaded, run.templates, budget.token_budget, store_root(cache, cache_dir),
+                           show_progress, {**options, "distributed": distributed})
+    with evaluation_mode(run.loaded.model):
+        scored = probe.score(request)
+    result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates)
+    result = run.finish(result)
+    if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
+        result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
+    return result
+
+
+def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResult:
+    """Rank a probe's scores (or vectors, by cosine on the model's device) into a ``ProbeResult``."""
+    queries = scored.queries if scored.queries is not None else queries
+    started = time.perf_counter()
+    if scored.scores is not None:
+        ranking, backend = rank_scores(scored.scores, queries), "torch on cpu"
+    else:  # the score matrix is made chunk by chunk on the model's device and never leaves it
+        device = next(loaded.model.parameters()).device
+        ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=device)
+        backend = f"torch on {device}"
+    metadata = {**run_metadata(name, queries, loaded, templates), **scored.metadata, "ranking_backend": backend}
+    metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": time.perf_counter() - started}
+    return kg_result(name, queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
+                     arrays=scored.arrays, head_above_gold=ranking.head_above_gold)
