@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from bear_ref.statement_scorer import StatementScorer
-from deer.core.batching import length_sorted_batches, pad_right
+from deer.backends.batching import length_sorted_batches, pad_right
+from deer.backends.statement_scorer import StatementScorer
 from kg_data.bear import ANSWER
 from kg_data.cloze import ClozeTask, statement
 

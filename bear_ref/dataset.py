@@ -3,7 +3,7 @@
 For each relation, template and instance, every answer of the relation's answer space fills
 [Y] and the whole statement is scored (summed log-likelihood of every token after BOS; PLL for
 masked LMs).  A template's statements (every instance x every answer) are scored together
-through a prefix trie (``bear_ref.trie_scorer``): every distinct prefix is read once, whether
+through a prefix trie (``deer.backends.trie_scorer``): every distinct prefix is read once, whether
 [X] or [Y] comes first.
 
 Metrics follow lm-pub-quiz 0.3.3's defaults unless asked otherwise (``metric_convention``):
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bear_ref.statement_scorer import StatementScorer
+from deer.backends.statement_scorer import StatementScorer
 from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from deer.core.ranking import rank_and_best
 from deer.core.result import Metrics, ProbeResult, check_instances_folder
@@ -236,7 +236,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementScorer) -> dict:
     """What a stored part depends on: weights, tokenizer, dtype, BOS policy, data set, subset and scoring."""
-    from deer.core.tokenization import bos_policy
+    from deer.backends.tokenization import bos_policy
 
     return {
         "model": loaded.fingerprint,

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from bear_ref.statement_scorer import StatementScorer
+from deer.backends.statement_scorer import StatementScorer
+from deer.backends.tokenization import bos_policy
 from deer.core.models import LoadedModel
 from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates
-from deer.core.tokenization import bos_policy
 from deer.probes import ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet
 

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from bear_ref.boundary import split_statements
-from deer.core.encoder import PromptEOLEncoder
+from deer.backends.boundary import split_statements
+from deer.backends.encoder import PromptEOLEncoder
 from deer.core.result import tail_token_lengths
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.probes import ProbeRequest, ProbeScores

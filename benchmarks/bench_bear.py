@@ -22,9 +22,9 @@ import click
 import numpy as np
 import torch
 
-from bear_ref.boundary import split_statements
-from bear_ref.clm_scorer import SharedPrefixScorer
-from bear_ref.plain_scorer import plain_conditional_scores
+from deer.backends.boundary import split_statements
+from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.plain_scorer import plain_conditional_scores
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
 from deer.core.templates import PromptTemplates

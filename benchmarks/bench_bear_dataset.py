@@ -29,11 +29,11 @@ import click
 import numpy as np
 import torch
 
-from bear_ref.plain_scorer import plain_conditional_scores
-from bear_ref.trie_scorer import PrefixTrieScorer, build_rows
+from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.tokenization import batch_token_ids
+from deer.backends.trie_scorer import PrefixTrieScorer, build_rows
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
-from deer.core.tokenization import batch_token_ids
 from deer.core.work import WorkCounter
 from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset, save_lm_pub_quiz_folder
 

@@ -17,11 +17,11 @@ import click
 import numpy as np
 import torch
 
-from deer.core.encoder import PromptEOLEncoder
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.tokenization import token_ids
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
 from deer.core.templates import PromptTemplates
-from deer.core.tokenization import token_ids
 from kg_data import build_queries, load_kg
 
 

@@ -3,7 +3,7 @@
 The same WN18RR prompts as ``bench_deer_vs_authors.py`` (authors' template style, 500-triple test
 subset, seed 0; every prompt encoded whole) are encoded at each budget, the budgets interleaved
 over several rounds so that drifts of a shared machine hit all of them alike; the table gives the
-median tokens/s per budget and part.  It is what ``deer.core.batching.CPU_TOKEN_BUDGET`` is chosen
+median tokens/s per budget and part.  It is what ``deer.backends.batching.CPU_TOKEN_BUDGET`` is chosen
 from: on a CPU a smaller batch keeps each layer's activations in cache, while the GEMMs of a few
 hundred rows already run at full rate.
 
@@ -21,8 +21,8 @@ import click
 import torch
 from bench_deer_vs_authors import authors_style_prompts  # run as a script: benchmarks/ is on sys.path
 
-from deer.core.batching import CPU_TOKEN_BUDGET
-from deer.core.encoder import PromptEOLEncoder
+from deer.backends.batching import CPU_TOKEN_BUDGET
+from deer.backends.encoder import PromptEOLEncoder
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
 

@@ -30,7 +30,7 @@ _PUBLIC = {
     "load_results": "deer.core.result",
     "LoadedModel": "deer.core.models",
     "open_model": "deer.core.models",
-    "PromptEOLEncoder": "deer.core.encoder",
+    "PromptEOLEncoder": "deer.backends.encoder",
     "PromptTemplates": "deer.core.templates",
     "RunSpec": "deer.core.run_spec",
     "DeerCallback": "deer.integrations.training",

@@ -50,7 +50,7 @@ def probe(
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
         for the probe and put back in train mode after if it was training.
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
-    token_budget: padded tokens per forward batch (None: ``deer.core.batching.auto_batch_limits``, CPU_TOKEN_BUDGET
+    token_budget: padded tokens per forward batch (None: ``deer.backends.batching.auto_batch_limits``, CPU_TOKEN_BUDGET
         on the CPU, from the free memory on a GPU).
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
     out: a folder to save the result in (beside other probes' results of the same run spec);

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from deer.core.encoder import PromptEOLEncoder
+from deer.backends.encoder import PromptEOLEncoder
 from deer.core.ranking import normalize_rows
 from deer.core.templates import NAME_TAIL_TEMPLATE, TAIL_TEMPLATE
 from kg_data.cloze import ClozeTask, deer_query_text

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.tokenization import bos_policy
 from deer.core.distributed import ShardedEncoder
-from deer.core.encoder import PromptEOLEncoder
 from deer.core.models import LoadedModel
 from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates, query_prompts
-from deer.core.tokenization import bos_policy
 from deer.probes import ProbeRequest, ProbeScores
 from kg_data.kg import TextualKG
 

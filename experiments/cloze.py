@@ -29,9 +29,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, mask_sentence, statement_scores
-from bear_ref.statement_scorer import StatementScorer
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.statement_scorer import StatementScorer
 from deer.cloze_probe import encode_cloze
-from deer.core.encoder import PromptEOLEncoder
 from deer.core.files import package_versions, read_table, write_json, write_table
 from deer.core.models import LoadedModel, is_masked_lm
 from deer.core.ranking import rank_and_best

@@ -61,7 +61,7 @@ def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Seq
 
 def _encode_task(model_name: str, dtype: str, device: str, texts: Sequence[str], special_tokens: str,
                  token_budget: int | None) -> tuple[str, np.ndarray]:
-    from deer.core.encoder import PromptEOLEncoder
+    from deer.backends.encoder import PromptEOLEncoder
     from deer.core.models import open_model
 
     loaded = open_model(model_name, dtype=dtype, device=device)

@@ -3,8 +3,8 @@
 * :func:`reference_runner` ``(probe)`` -> ``run(queries, loaded, templates, out_dir) -> ProbeResult``:
   the probe's API call (``bear_ref.bear`` / ``bear_ref.lama``), saved into ``out_dir`` beside DEER;
 * :func:`timing_scorer` ``(scorer)`` -> ``score(queries, loaded, templates, ...)``, which does
-  the scoring work of ``scorer`` ("bear_ref": ``bear_ref.statement_scorer.StatementScorer``, the
-  shared-prefix scorer BEAR uses; "plain": ``bear_ref.plain_scorer``, one forward pass per whole
+  the scoring work of ``scorer`` ("bear_ref": ``deer.backends.statement_scorer.StatementScorer``, the
+  shared-prefix scorer BEAR uses; "plain": ``deer.backends.plain_scorer``, one forward pass per whole
   statement as lm-pub-quiz does) on the (query, candidate) statements, for timing;
 * :func:`single_token_queries` restricts a query set to LAMA's single-token protocol.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import bear_ref
 from bear_ref.lama_probe import restrict_to_single_token
-from bear_ref.plain_scorer import plain_conditional_scores
-from bear_ref.statement_scorer import StatementScorer
+from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.statement_scorer import StatementScorer
 from deer.core.result import ProbeResult
 from deer.core.work import WorkCounter
 

@@ -196,7 +196,7 @@ def test_a_runaway_entity_name_is_refused_before_any_forward_pass(tmp_path, tiny
     lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
     lines[9] = "e9\t" + "plant " * 170_000 + "\t"
     _write(tiny_kg_dir / "entities.tsv", "\n".join(lines) + "\n")
-    import deer.core.encoder as encoder
+    import deer.backends.encoder as encoder
 
     monkeypatch.setattr(encoder.PromptEOLEncoder, "encode_ids", lambda *a, **k: pytest.fail("a prompt was encoded"))
     out = tmp_path / "out"
@@ -225,8 +225,8 @@ def test_long_descriptions_can_be_cut_to_fit(tmp_path, tiny_kg_dir, tiny_clm_dir
     assert kg.entity_descriptions[2].startswith("a living organism") and len(kg.entity_descriptions[2]) < 2000 * 18
     from transformers import AutoTokenizer
 
+    from deer.backends.tokenization import batch_token_ids
     from deer.core.templates import PromptTemplates
-    from deer.core.tokenization import batch_token_ids
 
     tokens = batch_token_ids(AutoTokenizer.from_pretrained(tiny_clm_dir), [PromptTemplates.tail_prompt(kg, 2)])[0]
     assert 2048 - 64 <= len(tokens) <= 2048

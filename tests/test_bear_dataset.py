@@ -216,8 +216,8 @@ def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
 
 def test_bear_dataset_on_smollm2(smollm2, tmp_path):
     """Real model on three capitals: gold scores are whole-statement log-likelihoods (1e-4 nats)."""
-    from bear_ref.plain_scorer import plain_conditional_scores
-    from bear_ref.statement_scorer import StatementScorer
+    from deer.backends.plain_scorer import plain_conditional_scores
+    from deer.backends.statement_scorer import StatementScorer
 
     model, tokenizer = smollm2
     data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), relations=["P36"])
@@ -239,9 +239,9 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     from click.testing import CliRunner
 
     from bear_ref.dataset import resume_key, run_bear_dataset
-    from bear_ref.statement_scorer import StatementScorer
+    from deer.backends.statement_scorer import StatementScorer
+    from deer.backends.tokenization import bos_policy
     from deer.core.models import open_model
-    from deer.core.tokenization import bos_policy
     from experiments.cli import main
 
     loaded = open_model(str(tiny_clm_dir))

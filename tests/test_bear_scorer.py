@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bear_ref.boundary import move_trailing_whitespace, split_statements
-from bear_ref.clm_scorer import SharedPrefixScorer
-from bear_ref.plain_scorer import plain_conditional_scores, statement_ids_and_start
+from deer.backends.boundary import move_trailing_whitespace, split_statements
+from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.plain_scorer import plain_conditional_scores, statement_ids_and_start
+from deer.backends.tokenization import token_ids
 from deer.core.templates import PromptTemplates
-from deer.core.tokenization import token_ids
 from kg_data import build_queries, load_kg
 
 CONTEXT = "(dog, hypernym, mammal)\n(cat, hypernym, animal)\n(oak, hypernym,"

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from bear_ref.cloze_scoring import mask_fill_logprobs, mask_sentence, single_token_words
+from deer.backends.tokenization import batch_token_ids
 from deer.cloze_probe import candidate_prompt
 from deer.core.models import LoadedModel
-from deer.core.tokenization import batch_token_ids
 from experiments.cloze import run_cloze
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
 from kg_data.bear import BearDataset, BearRelation
@@ -281,7 +281,7 @@ def _rank(scores, gold) -> float:
 
 def test_bear_in_a_cloze_run_equals_the_bear_data_set_probe(tmp_path, smollm2_tokenizer):
     from bear_ref.dataset import score_relation
-    from bear_ref.statement_scorer import StatementScorer
+    from deer.backends.statement_scorer import StatementScorer
     from experiments.cloze_bear import bear_format
 
     model = build_tiny_model("llama", "sdpa", smollm2_tokenizer)

@@ -154,9 +154,9 @@ def relative_errors(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("tokenizer_adds_bos", [True, False], ids=["tokenizer-adds-bos", "tokenizer-adds-no-bos"])
 def test_embeddings_match_the_packages_encoder(tmp_path, tokenizer_adds_bos):
-    from deer.core.encoder import PromptEOLEncoder
+    from deer.backends.encoder import PromptEOLEncoder
+    from deer.backends.tokenization import token_ids
     from deer.core.models import load_model
-    from deer.core.tokenization import token_ids
 
     kg, queries, templates = cli_setup("--template-style", "authors")
     prompts = [templates.query_prompt(kg, tuple(t)) for t in queries.triples.tolist()]

@@ -6,7 +6,7 @@ import types
 
 import torch
 
-from deer.core.batching import CPU_TOKEN_BUDGET, auto_batch_limits
+from deer.backends.batching import CPU_TOKEN_BUDGET, auto_batch_limits
 from deer.core.models import resolve_dtype
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from deer.core.encoder import PromptEOLEncoder
-from deer.core.tokenization import token_ids
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.tokenization import token_ids
 
 PROMPTS = [
     'dog - a domesticated carnivorous mammal\nThis sentence: "{word}" means in one word: "{one word}"\nThis sentence: "dog" means in one word: "',
@@ -82,7 +82,7 @@ def test_stats_count_tokens(tiny_clm):
 
 
 def test_batches_respect_budget_and_padding_limit():
-    from deer.core.batching import length_sorted_batches
+    from deer.backends.batching import length_sorted_batches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(20, 150, size=500)

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-from bear_ref.clm_scorer import SharedPrefixScorer
-from bear_ref.plain_scorer import plain_conditional_scores
-from bear_ref.trie_scorer import PrefixTrieScorer
-from deer.core.attention import attention_windows, configured_backend
-from deer.core.encoder import PromptEOLEncoder
-from deer.core.tokenization import batch_token_ids
+from deer.backends.attention import attention_windows, configured_backend
+from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.tokenization import batch_token_ids
+from deer.backends.trie_scorer import PrefixTrieScorer
 
 VECTOR_RTOL = 1e-5
 SCORE_ATOL = 1e-4
@@ -201,7 +201,7 @@ families = pytest.mark.parametrize("name", list(ARCHITECTURES))
 
 
 def test_straddling_case_straddles(tokenizer):
-    from bear_ref.boundary import split_statements
+    from deer.backends.boundary import split_statements
 
     split = split_statements(tokenizer, STRADDLING_CONTEXT, STRADDLING_CONTINUATIONS)
     assert len(set(split.shared_lengths)) > 1
@@ -209,7 +209,7 @@ def test_straddling_case_straddles(tokenizer):
 
 def test_merging_case_merges_after_both_context_positions(tokenizer):
     """The candidate trie's case has shared continuation prefixes under two different shared lengths."""
-    from bear_ref.boundary import split_statements
+    from deer.backends.boundary import split_statements
 
     split = split_statements(tokenizer, STRADDLING_CONTEXT, MERGING_CONTINUATIONS)
     firsts = {}

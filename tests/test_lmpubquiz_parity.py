@@ -203,7 +203,7 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
     cardinality of ``run_bear_dataset`` equal lm-pub-quiz's ``Evaluator`` on the same model and data."""
     from transformers import AutoTokenizer
 
-    from bear_ref.statement_scorer import StatementScorer
+    from deer.backends.statement_scorer import StatementScorer
     from deer.core.models import open_model
 
     folder, spec = parity_dataset

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bear_ref.pll import PLLScorer, masked_copies, plain_pll
+from deer.backends.pll import PLLScorer, masked_copies, plain_pll
 
 WORDS = ["the", "capital", "of", "france", "is", "paris", "berlin", "germany", "dog", "a", "mammal", "."]
 PIECES = ["par", "##is", "ber", "##lin", "mam", "##mal", "##s", "ox", "##en"]

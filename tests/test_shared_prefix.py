@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from deer.core import shared_prefix
-from deer.core.encoder import PromptEOLEncoder
-from deer.core.shared_prefix import MIN_SHARED_TOKENS, prefix_groups
-from deer.core.tokenization import batch_token_ids
+from deer.backends import shared_prefix
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.shared_prefix import MIN_SHARED_TOKENS, prefix_groups
+from deer.backends.tokenization import batch_token_ids
 from tests.test_equivalence import (
     ARCHITECTURES,
     BACKENDS,

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bear_ref.plain_scorer import plain_conditional_scores
-from bear_ref.trie_scorer import PrefixTrieScorer, ancestor_mask, build_rows
-from deer.core.tokenization import batch_token_ids
+from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.tokenization import batch_token_ids
+from deer.backends.trie_scorer import PrefixTrieScorer, ancestor_mask, build_rows
 
 # [Y]-first and [Y]-last families, a duplicate, and a statement that is a prefix of another.
 STATEMENTS = [

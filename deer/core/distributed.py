@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from deer.core.encoder import EncoderOutput, PromptEOLEncoder
+from deer.backends.encoder import EncoderOutput, PromptEOLEncoder
 
 
 def world() -> tuple[int, int]:

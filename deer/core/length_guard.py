@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deer.core.tokenization import batch_token_ids
+from deer.backends.tokenization import batch_token_ids
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
 

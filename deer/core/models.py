@@ -444,8 +444,8 @@ class LoadedModel:
                    str(parameter.dtype).replace("torch.", ""), str(parameter.device))
 
     def metadata(self) -> dict:
-        from deer.core.attention import configured_backend
-        from deer.core.tokenization import bos_policy
+        from deer.backends.attention import configured_backend
+        from deer.backends.tokenization import bos_policy
 
         return {
             "name": self.name,

@@ -48,7 +48,7 @@ class RunSpec:
 
     ``subset_seed`` is the seed that sampled ``--subset`` (None without one); the seed of the
     few-shot examples is ``templates["seed"]``.  ``templates`` is ``PromptTemplates.to_metadata()``
-    as a whole, ``bos`` is ``deer.core.tokenization.bos_policy``.  ``queries`` hashes the query triples
+    as a whole, ``bos`` is ``deer.backends.tokenization.bos_policy``.  ``queries`` hashes the query triples
     and candidates (a LAMA single-token run ranks fewer of them than the plain one).
     """
 
@@ -69,7 +69,7 @@ class RunSpec:
     @classmethod
     def build(cls, queries, loaded, templates) -> RunSpec:
         """The spec of probing ``queries`` with ``loaded`` (a ``deer.embedding_probe.LoadedModel``) and ``templates``."""
-        from deer.core.tokenization import bos_policy
+        from deer.backends.tokenization import bos_policy
 
         subset_seed = queries.subset_seed
         return cls(

@@ -198,7 +198,7 @@ class PromptTemplates:
 
     @property
     def prompt_special_tokens(self) -> str:
-        """How DEER's prompts are tokenised (``deer.core.tokenization``): the authors' package calls
+        """How DEER's prompts are tokenised (``deer.backends.tokenization``): the authors' package calls
         ``tokenizer(text)`` (its own special tokens; no BOS for GPT-2-style tokenizers), the
         paper style follows the project's BOS policy."""
         return "tokenizer" if self.style == "authors" else "bos"

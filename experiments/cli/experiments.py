@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from deer.core.batching import CPU_TOKEN_BUDGET
+from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
 from experiments.cli.cloze import is_benchmark, run_benchmark_command
 from experiments.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from deer.core.batching import CPU_TOKEN_BUDGET
+from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
 from deer.core.validate import DTYPES
 

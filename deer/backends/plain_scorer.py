@@ -2,7 +2,7 @@
 
 Written for clarity, not speed; tests prove the shared-prefix scorer equal to it, and the
 benchmark measures it on a sample.  The continuation's tokens are found independently of
-``bear_ref.boundary``: from the tokenizer's character offsets, every token from the first
+``deer.backends.boundary``: from the tokenizer's character offsets, every token from the first
 one that touches the continuation's text to the end (lm-pub-quiz's conditional score).
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from bear_ref.boundary import move_trailing_whitespace
-from deer.core.batching import pad_right
-from deer.core.tokenization import bos_id, padding_id
+from deer.backends.batching import pad_right
+from deer.backends.boundary import move_trailing_whitespace
+from deer.backends.tokenization import bos_id, padding_id
 from deer.core.work import WorkCounter
 
 

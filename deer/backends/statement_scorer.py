@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bear_ref.clm_scorer import SharedPrefixScorer
-from bear_ref.pll import PLLScorer
-from bear_ref.trie_scorer import PrefixTrieScorer
+from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.pll import PLLScorer
+from deer.backends.trie_scorer import PrefixTrieScorer
 from deer.core.models import is_masked_lm
 
 

@@ -7,7 +7,7 @@ must meet where the whole-statement tokenisation puts the boundary:
 * Whitespace at the end of the context belongs to the continuation (" Paris", not " " +
   "Paris"): BPE vocabularies attach a space to the following word, as lm-evaluation-harness
   also assumes.
-* The context ids are ``token_ids(context)`` (BOS policy of ``deer.core.tokenization``); each
+* The context ids are ``token_ids(context)`` (BOS policy of ``deer.backends.tokenization``); each
   continuation's ids are the rest of ``token_ids(context + continuation)`` after the longest
   prefix it shares with them.  Normally that prefix is the whole context; if a token
   straddles the boundary (a merge across it), the continuation starts at that token and
@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from deer.core.tokenization import batch_token_ids, token_ids
+from deer.backends.tokenization import batch_token_ids, token_ids
 
 
 def move_trailing_whitespace(context: str, continuation: str) -> tuple[str, str]:

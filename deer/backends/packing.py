@@ -4,7 +4,7 @@ Used wherever many short sequences follow one context (BEAR's candidate continua
 query, DEER's query tails after a shared few-shot block): the context is run once (a 1-row
 key/value cache), the sequences are laid side by side in one row on top of it, and a
 block-diagonal causal mask (turned into what the model's attention back-end needs by
-``deer.core.attention.custom_attention_mask``) keeps them apart, so nothing is padded and the
+``deer.backends.attention.custom_attention_mask``) keeps them apart, so nothing is padded and the
 context cache is never copied.
 """
 
@@ -36,7 +36,7 @@ def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], wi
 
     Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
     tokens 0..j of its own continuation, nothing of the others (True = may attend).
-    ``deer.core.attention.custom_attention_mask`` turns it into what the model's back-end needs.
+    ``deer.backends.attention.custom_attention_mask`` turns it into what the model's back-end needs.
     """
     total = int(sum(widths))
     owner = np.repeat(np.arange(len(widths)), widths)

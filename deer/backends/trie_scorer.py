@@ -3,7 +3,7 @@
 BEAR's statements come in large families: one template filled with every (subject, answer)
 pair of a relation.  Scoring each whole statement on its own (lm-pub-quiz) reads every token
 of every statement.  Here the statements are tokenised whole (BOS policy of
-``deer.core.tokenization``), merged into a prefix trie, and the trie is fed to the model: every
+``deer.backends.tokenization``), merged into a prefix trie, and the trie is fed to the model: every
 distinct prefix is read once, whichever slot comes first in the template ("[X] is the capital
 of [Y]" shares the text up to [Y]; "[Y] is the capital of [X]" shares it up to [X], per answer).
 
@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from bear_ref.boundary import common_prefix_length
-from deer.core.attention import backend_for_custom_masks, custom_attention_mask
-from deer.core.encoder import next_token_log_softmax
-from deer.core.tokenization import batch_token_ids
+from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
+from deer.backends.boundary import common_prefix_length
+from deer.backends.encoder import next_token_log_softmax
+from deer.backends.tokenization import batch_token_ids
 from deer.core.work import WorkCounter
 
 

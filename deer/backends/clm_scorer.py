@@ -16,7 +16,7 @@ and the LM head is applied only to rows whose next token is scored.  Packs are k
 ``layout="trie"`` (the default) goes further: the continuations' tokens form a prefix trie
 (WN18RR names share first tokens: " a", " the", ...), and every distinct continuation prefix is
 fed once.  A trie node sees the context positions its statements share and its own ancestors
-(``bear_ref.trie_scorer.ancestor_mask``), at position id = shared length + depth, so it sees
+(``deer.backends.trie_scorer.ancestor_mask``), at position id = shared length + depth, so it sees
 exactly what it would in its own statement; only nodes with a child are fed (a node's
 log-probs score its children's tokens).  Tokens fed: P + (trie nodes with a child); on WN18RR
 with SmolLM2 that is 11% fewer than packing and 1.2x faster (``benchmarks/bench_bear.py``).
@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from bear_ref.boundary import SplitStatements, split_statements
-from bear_ref.trie_scorer import TrieRow, ancestor_mask, build_rows
-from deer.core.attention import backend_for_custom_masks, custom_attention_mask
-from deer.core.encoder import next_token_log_softmax
-from deer.core.packing import consecutive_packs, packed_attention_mask
-from deer.core.tokenization import padding_id
+from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
+from deer.backends.boundary import SplitStatements, split_statements
+from deer.backends.encoder import next_token_log_softmax
+from deer.backends.packing import consecutive_packs, packed_attention_mask
+from deer.backends.tokenization import padding_id
+from deer.backends.trie_scorer import TrieRow, ancestor_mask, build_rows
 from deer.core.work import WorkCounter
 
 

@@ -1,11 +1,11 @@
 """PromptEOL encoder: last-layer hidden state at the last real token of each prompt.
 
-Prompts are tokenised (BOS policy in ``deer.core.tokenization``), sorted by length, right-padded in
+Prompts are tokenised (BOS policy in ``deer.backends.tokenization``), sorted by length, right-padded in
 batches under a token budget and run through the model's base transformer only: the LM head
 is applied to nothing, or -- when next-token log-probabilities are asked for (LAMA) -- to the
 one selected position per prompt.  Results come back in input order.  Identical prompts are
 encoded once; prompts that share a long token prefix (one few-shot block for all queries) run
-it once (``deer.core.shared_prefix``).
+it once (``deer.backends.shared_prefix``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from deer.core.batching import auto_batch_limits, length_sorted_batches, pad_right
-from deer.core.shared_prefix import hidden_after_prefix, prefix_groups
-from deer.core.tokenization import batch_token_ids, padding_id
+from deer.backends.batching import auto_batch_limits, length_sorted_batches, pad_right
+from deer.backends.shared_prefix import hidden_after_prefix, prefix_groups
+from deer.backends.tokenization import batch_token_ids, padding_id
 from deer.core.work import WorkCounter
 
 
@@ -52,10 +52,10 @@ class PromptEOLEncoder:
         special_tokens: str = "bos", reuse_prefix: bool = True,
     ):
         """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: CPU_TOKEN_BUDGET and 128
-        on the CPU, from the free memory on a GPU; see ``deer.core.batching.auto_batch_limits``).
-        ``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.core.tokenization).
+        on the CPU, from the free memory on a GPU; see ``deer.backends.batching.auto_batch_limits``).
+        ``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.backends.tokenization).
         ``reuse_prefix``: when all prompts of a call share a long token prefix (one few-shot block
-        for every query), run it once and only each prompt's tail after it (``deer.core.shared_prefix``)."""
+        for every query), run it once and only each prompt's tail after it (``deer.backends.shared_prefix``)."""
         self.model = model
         self.special_tokens = special_tokens
         self.tokenizer = tokenizer

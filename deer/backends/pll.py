@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from deer.core.batching import length_sorted_batches, pad_right
+from deer.backends.batching import length_sorted_batches, pad_right
 from deer.core.work import WorkCounter
 
 PLL_VARIANTS = ("original", "within_word_l2r")

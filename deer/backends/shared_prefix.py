@@ -4,7 +4,7 @@ With one few-shot block for every query (``--shots shared``, the authors' templa
 of a query prompt's ~108 tokens are the same for every query (a few queries get another block:
 prompts are grouped by their shared prefix, ``prefix_groups``).  The prefix is run once (a 1-row
 key/value cache); the prompts' own tails are then laid side by side in rows on top of it
-(``deer.core.packing``), each seeing the whole prefix and its own earlier tokens, with position
+(``deer.backends.packing``), each seeing the whole prefix and its own earlier tokens, with position
 ids continuing after the prefix -- exactly what a whole forward pass per prompt computes.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from deer.core.attention import backend_for_custom_masks, custom_attention_mask
-from deer.core.packing import consecutive_packs, packed_attention_mask
+from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
+from deer.backends.packing import consecutive_packs, packed_attention_mask
 
 # Below this many shared tokens the prefix pass does not pay for its masks.
 MIN_SHARED_TOKENS = 16
