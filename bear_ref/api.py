@@ -32,6 +32,7 @@ def bear(
     template_style: str = "paper",
     dtype: str = "auto",
     device: str = "auto",
+    backend: str = "hf",
     token_budget: int = 512,
     pll_variant: str = "within_word_l2r",
     cache: bool = False,
@@ -49,7 +50,7 @@ def bear(
     return run_probe("bear", kg, model, tokenizer=tokenizer, selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
                      templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
                                             query_trailing_space=query_trailing_space, template_style=template_style),
-                     budget=Budget(token_budget), dtype=dtype, device=device, cache=cache, cache_dir=cache_dir, out=out,
+                     budget=Budget(token_budget), dtype=dtype, device=device, backend=backend, cache=cache, cache_dir=cache_dir, out=out,
                      show_progress=show_progress, pll_variant=pll_variant)
 
 
@@ -69,6 +70,7 @@ def lama(
     template_style: str = "paper",
     dtype: str = "auto",
     device: str = "auto",
+    backend: str = "hf",
     token_budget: int | None = None,
     single_token: bool = False,
     out=None,
@@ -85,7 +87,7 @@ def lama(
     return run_probe("lama", kg, model, tokenizer=tokenizer, selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
                      templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
                                             query_trailing_space=query_trailing_space, template_style=template_style),
-                     budget=Budget(token_budget), dtype=dtype, device=device, out=out, show_progress=show_progress,
+                     budget=Budget(token_budget), dtype=dtype, device=device, backend=backend, out=out, show_progress=show_progress,
                      single_token=single_token)
 
 

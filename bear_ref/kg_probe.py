@@ -33,7 +33,6 @@ from deer.probes import ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
-STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none is given
 
 
 def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path) -> EmbeddingStore:
@@ -95,8 +94,7 @@ def bear_kg_scores(
 
 class BearProbe:
     """BEAR on a KG: every (query, candidate) statement scored by its summed log-likelihood (PLL for
-    masked LMs).  Option ``pll_variant``: the masked-LM PLL variant.  Without a token budget the
-    scorer packs ``STATEMENT_TOKEN_BUDGET`` padded tokens per batch."""
+    masked LMs).  Option ``pll_variant``: the masked-LM PLL variant."""
 
     name = "bear"
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
@@ -106,8 +104,7 @@ class BearProbe:
     def score(self, request: ProbeRequest) -> ProbeScores:
         queries, loaded, templates = request.queries, request.loaded, request.templates
         started = time.perf_counter()
-        budget = request.token_budget if request.token_budget is not None else STATEMENT_TOKEN_BUDGET
-        scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=budget, pll_variant=request.options["pll_variant"])
+        scorer = request.backend.statement_scorer(request.options["pll_variant"])
         root = request.store_root
         store = score_store(loaded, queries, templates, scorer.method, root) if root is not None else None
         scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=request.show_progress)

@@ -91,8 +91,7 @@ class LamaProbe:
             queries = restrict_to_single_token(queries, loaded.tokenizer)
         first_ids = first_token_ids(loaded.tokenizer, queries, templates)
         unique_ids = np.unique(first_ids)
-        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=request.token_budget,
-                                   show_progress=request.show_progress)
+        encoder = request.backend.encoder()
         embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
         metadata = {
             "single_token": single_token,

@@ -24,7 +24,7 @@ import torch
 
 from deer.backends.boundary import split_statements
 from deer.backends.clm_scorer import SharedPrefixScorer
-from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.plain import plain_conditional_scores
 from deer.core.files import package_versions, write_json
 from deer.core.models import open_model
 from deer.core.templates import PromptTemplates

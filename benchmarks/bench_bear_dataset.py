@@ -29,7 +29,7 @@ import click
 import numpy as np
 import torch
 
-from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.plain import plain_conditional_scores
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer, build_rows
 from deer.core.files import package_versions, write_json

@@ -30,6 +30,7 @@ def probe(
     template_style: str = "paper",
     dtype: str = "auto",
     device: str = "auto",
+    backend: str = "hf",
     token_budget: int | None = None,
     cache: bool = False,
     cache_dir=None,
@@ -50,6 +51,8 @@ def probe(
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
         for the probe and put back in train mode after if it was training.
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
+    backend: 'hf' (default: batched, shared prefixes) or 'plain' (one whole forward pass per prompt: a
+        slow cross-check that reads and writes no cache; ``deer.backends``).
     token_budget: padded tokens per forward batch (None: ``deer.backends.batching.auto_batch_limits``, CPU_TOKEN_BUDGET
         on the CPU, from the free memory on a GPU).
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
@@ -75,7 +78,7 @@ def probe(
                      selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
                      templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
                                             query_trailing_space=query_trailing_space, template_style=template_style),
-                     budget=Budget(token_budget, long_prompts), dtype=dtype, device=device, cache=cache, cache_dir=cache_dir,
+                     budget=Budget(token_budget, long_prompts), dtype=dtype, device=device, backend=backend, cache=cache, cache_dir=cache_dir,
                      out=out, show_progress=show_progress, distributed=distributed, query_embeddings=query_embeddings)
 
 

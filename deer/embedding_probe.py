@@ -95,10 +95,8 @@ class DeerProbe:
     def score(self, request: ProbeRequest) -> ProbeScores:
         queries, loaded, templates = request.queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
-        token_budget, show_progress = request.token_budget, request.show_progress
         kg = queries.kg
-        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress,
-                                   special_tokens=templates.prompt_special_tokens)
+        encoder = request.backend.encoder(templates.prompt_special_tokens)
         if request.options.get("distributed"):
             encoder = ShardedEncoder(encoder)
         timings: dict = {}

@@ -29,14 +29,15 @@ ENTRY_POINT_GROUP = "deer.probes"
 
 @dataclasses.dataclass
 class ProbeRequest:
-    """Everything a probe scores with: the queries, the loaded model, the templates, the padded-token
-    budget per batch (None: the device's default), the store root for resumable work (None: nothing
-    is stored), and the probe's own options (its ``options`` defaults, updated by the caller)."""
+    """Everything a probe scores with: the queries, the loaded model (for its identity: store keys),
+    the backend that runs it (``deer.backends``: the only way a probe reaches the model), the
+    templates, the store root for resumable work (None: nothing is stored), and the probe's own
+    options (its ``options`` defaults, updated by the caller)."""
 
     queries: Any  # kg_data.queries.QuerySet
     loaded: Any  # deer.core.models.LoadedModel
+    backend: Any  # deer.backends.Backend
     templates: Any  # deer.core.templates.PromptTemplates
-    token_budget: int | None = None
     store_root: Path | None = None
     show_progress: bool = True
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)

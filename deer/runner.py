@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
 from deer.core.distributed import world
 from deer.core.inputs import checked_out_folder, prepare, store_root
 from deer.core.models import DEFAULT_MODEL, evaluation_mode
@@ -58,14 +59,16 @@ def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
 
 def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer=None,
               selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
-              budget: Budget | None = None, dtype: str = "auto", device: str = "auto", cache: bool = False,
-              cache_dir=None, out=None, show_progress: bool = True, distributed: bool = False,
+              budget: Budget | None = None, dtype: str = "auto", device: str = "auto", backend: str = DEFAULT_BACKEND,
+              cache: bool = False, cache_dir=None, out=None, show_progress: bool = True, distributed: bool = False,
               **options) -> ProbeResult:
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
 
     kg: a name ('wn18rr'), a folder, a ``TextualKG`` or a ``QuerySet`` (then ``selection`` is unused).
     model: an alias, hub id or folder (loaded with ``dtype`` on ``device``), or a model object with
         ``tokenizer=``, a (model, tokenizer) pair or a ``LoadedModel``, used as it is.
+    backend: what runs the model (``deer.backends``): 'hf' (the optimised kernels) or 'plain' (one whole
+        forward pass per prompt or statement, a cross-check: it never reads or writes stores).
     cache: the probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` (default
         $DEER_CACHE_DIR or ~/.cache/deer) and reused.  out: a folder to save the result in.
     distributed: in a torch.distributed job every process calls this with the same arguments; only
@@ -73,6 +76,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     Every input is checked before the model is loaded.
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
+    backend_class(backend)  # an unknown backend fails before any work
     options = probe_options(probe, options)
     selection, budget = selection or QuerySelection(), budget or Budget()
     templates = templates or PromptTemplates(seed=selection.seed)
@@ -82,10 +86,12 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
                   seed=selection.seed, data_dir=selection.data_dir, templates=templates, dtype=dtype, device=device, out=out,
                   token_budget=budget.token_budget, long_prompts=budget.long_prompts, exclude_head=selection.exclude_head)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
-    request = ProbeRequest(run.queries, run.loaded, run.templates, budget.token_budget, store_root(cache, cache_dir),
-                           show_progress, {**options, "distributed": distributed})
+    runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
+    stores = store_root(cache and backend == DEFAULT_BACKEND, cache_dir)
+    request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with evaluation_mode(run.loaded.model):
         scored = probe.score(request)
+    scored.metadata["backend"] = backend
     result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates)
     result = run.finish(result)
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given

@@ -216,7 +216,7 @@ def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
 
 def test_bear_dataset_on_smollm2(smollm2, tmp_path):
     """Real model on three capitals: gold scores are whole-statement log-likelihoods (1e-4 nats)."""
-    from deer.backends.plain_scorer import plain_conditional_scores
+    from deer.backends.plain import plain_conditional_scores
     from deer.backends.statement_scorer import StatementScorer
 
     model, tokenizer = smollm2

@@ -1,7 +1,7 @@
 """Every optimised path equals the plain path, on many architectures and attention back-ends.
 
-Plain path = one whole forward pass per prompt or statement, no padding, no custom mask,
-logits from the model's own forward.  Optimised paths:
+Plain path = the plain backend (``deer.backends.plain``): one whole forward pass per prompt or
+statement, no padding, no custom mask, logits from the model's own forward.  Optimised paths:
 
 * batched PromptEOL encoder (length-sorted, right-padded batches): last-token states;
 * LAMA next-token log-probs (encoder's LM head on the selected rows only);
@@ -26,7 +26,7 @@ import torch
 from deer.backends.attention import attention_windows, configured_backend
 from deer.backends.clm_scorer import SharedPrefixScorer
 from deer.backends.encoder import PromptEOLEncoder
-from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.plain import plain_conditional_scores, plain_last_state, plain_logprobs, plain_statement_score
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer
 
@@ -123,22 +123,6 @@ def build_tiny_model(name: str, backend: str, tokenizer):
         assert configured_backend(model) == backend
         _MODELS[name, backend] = model
     return _MODELS[name, backend]
-
-
-@torch.inference_mode()
-def plain_logprobs(model, ids) -> torch.Tensor:
-    """(len(ids), vocab) log p(next token) from one whole forward pass (the model's own logits)."""
-    return torch.log_softmax(model(input_ids=torch.as_tensor([ids])).logits[0].float(), dim=-1)
-
-
-def plain_statement_score(model, ids) -> float:
-    logprobs = plain_logprobs(model, ids)
-    return float(logprobs[torch.arange(len(ids) - 1), torch.as_tensor(ids[1:])].double().sum())
-
-
-@torch.inference_mode()
-def plain_last_state(model, ids) -> np.ndarray:
-    return model.base_model(input_ids=torch.as_tensor([ids])).last_hidden_state[0, -1].float().numpy()
 
 
 def relative_error(a: np.ndarray, b: np.ndarray) -> float:

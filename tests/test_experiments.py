@@ -290,7 +290,7 @@ def test_screen_leaderboard_reuses_cache_and_compares_orderings(experiment_kg_di
 
 def test_compute_time_table_and_fit(tiny_kg_dir, tiny_clm_dir, tmp_path):
     pytest.importorskip("deer.backends.clm_scorer")
-    pytest.importorskip("deer.backends.plain_scorer")
+    pytest.importorskip("deer.backends.plain")
     out = tmp_path / "compute-time"
     result = invoke(["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train",
                      "--query-sizes", "1,3", "--repeats", "2", "--candidates", "6", "--plain-statements", "2",

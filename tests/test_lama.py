@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import bear_ref
 import deer
 from bear_ref.lama_probe import first_token_ids, restrict_to_single_token
-from deer.backends.plain_scorer import statement_ids_and_start
+from deer.backends.plain import statement_ids_and_start
 from deer.backends.tokenization import token_ids
 from deer.core.models import open_model
 from deer.core.result import find_ranks_table

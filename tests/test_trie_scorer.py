@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.plain import plain_conditional_scores
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer, ancestor_mask, build_rows
 

@@ -1,0 +1,67 @@
+"""The backend seam: the model-facing operations every probe needs, behind one interface.
+
+A probe asks a backend for two things and never touches the model itself:
+
+* ``backend.encoder(special_tokens)``: an encoder whose ``encode(texts, next_token_ids=...,
+  progress=..., on_batch=...)`` gives each prompt's last-layer state at its last token (PromptEOL)
+  and, when asked, log p(next token) for chosen token ids there (LAMA); with ``stats``,
+  ``token_budget``, ``max_batch_size`` and ``device`` for the run's metadata;
+* ``backend.statement_scorer(pll_variant)``: a scorer whose ``score(context, continuations)`` gives the whole
+  statement ``context + continuation``'s summed log-likelihood for each continuation (every token
+  after the first; PLL for a masked LM), whose ``score_statements(statements, progress)`` gives
+  the same for whole statements, with ``method``, ``statements_method`` and ``work()``.
+
+Backends, by name (``--backend``):
+
+* ``hf`` (default): today's kernels on a Hugging Face model -- length-sorted batches, the shared
+  few-shot prefix run once, the query's cache shared by its candidates' continuations, prefix tries.
+* ``plain``: one whole forward pass per prompt or statement, as the model's own ``forward`` gives
+  it.  Slow; it is the oracle of the equivalence tests and a cross-check a user can select.
+
+Another package adds a backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib import metadata as importlib_metadata
+from typing import Any, Protocol
+
+ENTRY_POINT_GROUP = "deer.backends"
+BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
+DEFAULT_BACKEND = "hf"
+
+
+class Backend(Protocol):
+    """What a probe may ask of a model (see the module docstring)."""
+
+    name: str
+    model: Any
+    tokenizer: Any
+
+    def encoder(self, special_tokens: str = "bos") -> Any: ...
+
+    def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any: ...
+
+
+def backend_names() -> list[str]:
+    """The built-in backends, then those other packages registered."""
+    extra = sorted(e.name for e in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP) if e.name not in BUILT_IN)
+    return [*BUILT_IN, *extra]
+
+
+def backend_class(name: str):
+    """The backend class registered as ``name``; an unknown name is an error listing the known ones."""
+    if name in BUILT_IN:
+        module, attribute = BUILT_IN[name].split(":")
+        return getattr(import_module(module), attribute)
+    for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name == name:
+            return entry.load()
+    raise KeyError(f"unknown backend '{name}'; known: {', '.join(backend_names())}")
+
+
+def open_backend(name: str, loaded, *, token_budget: int | None = None, show_progress: bool = True) -> Backend:
+    """The backend ``name`` over a ``LoadedModel`` (its model in eval mode).  ``token_budget``: padded
+    tokens per batch (None: the device's default for prompts, 512 for statements)."""
+    return backend_class(name)(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)

@@ -1,0 +1,27 @@
+"""The Hugging Face backend: today's kernels, each written once (``deer.backends``'s default)."""
+
+from __future__ import annotations
+
+from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.statement_scorer import StatementScorer
+
+STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none is given
+
+
+class HFBackend:
+    """PromptEOL states from ``PromptEOLEncoder`` (length-sorted batches, a shared few-shot prefix run
+    once, the LM head only on the rows asked for); statement scores from ``StatementScorer`` (the
+    context's cache shared by its continuations, fed as a prefix trie; PLL for masked LMs)."""
+
+    name = "hf"
+
+    def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
+        self.model, self.tokenizer, self.token_budget, self.show_progress = model, tokenizer, token_budget, show_progress
+
+    def encoder(self, special_tokens: str = "bos") -> PromptEOLEncoder:
+        return PromptEOLEncoder(self.model, self.tokenizer, token_budget=self.token_budget, show_progress=self.show_progress,
+                                special_tokens=special_tokens)
+
+    def statement_scorer(self, pll_variant: str = "within_word_l2r") -> StatementScorer:
+        budget = STATEMENT_TOKEN_BUDGET if self.token_budget is None else self.token_budget
+        return StatementScorer(self.model, self.tokenizer, token_budget=budget, pll_variant=pll_variant)
