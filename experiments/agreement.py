@@ -15,6 +15,7 @@ match.  With the single-token protocol every probe of the run ranks the same res
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun
 from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
 
-PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))
+PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))  # the paper's pairs first, in its order
 HIT_KS = (1, 10, 100)
 LAMA_PROTOCOLS = {
     "single-token": "single-token names only (candidates and gold tails whose name is one token)",
@@ -119,6 +120,7 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
     for run in runs:
         present = run.probes()
         pairs = [(a, b) for a, b in PAIRS if a in present and b in present]
+        pairs += [(a, b) for a, b in itertools.combinations(present, 2) if (a, b) not in pairs and (b, a) not in pairs]
         if not pairs:
             raise ValueError(f"{run.folder}: agreement needs two probes' ranks; this run has only {present or 'none'}")
         for first, second in pairs:

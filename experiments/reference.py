@@ -1,10 +1,9 @@
-"""The one place experiments call the reference probes of ``bear_ref`` (BEAR, LAMA, plain BEAR).
+"""The reference scorers' pieces the experiments time and restrict (probes themselves run through
+``deer.runner.run_probe``, by their registered names):
 
-* :func:`reference_runner` ``(probe)`` -> ``run(queries, loaded, templates, out_dir) -> ProbeResult``:
-  the probe's API call (``bear_ref.bear`` / ``bear_ref.lama``), saved into ``out_dir`` beside DEER;
 * :func:`timing_scorer` ``(scorer)`` -> ``score(queries, loaded, templates, ...)``, which does
   the scoring work of ``scorer`` ("bear_ref": ``deer.backends.statement_scorer.StatementScorer``, the
-  shared-prefix scorer BEAR uses; "plain": ``deer.backends.plain_scorer``, one forward pass per whole
+  shared-prefix scorer BEAR uses; "plain": ``deer.backends.plain``, one forward pass per whole
   statement as lm-pub-quiz does) on the (query, candidate) statements, for timing;
 * :func:`single_token_queries` restricts a query set to LAMA's single-token protocol.
 """
@@ -12,38 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
-import bear_ref
 from bear_ref.lama_probe import restrict_to_single_token
-from deer.backends.plain_scorer import plain_conditional_scores
+from deer.backends.plain import plain_conditional_scores
 from deer.backends.statement_scorer import StatementScorer
-from deer.core.result import ProbeResult
 from deer.core.work import WorkCounter
 
-REFERENCE_PROBES = ("bear", "lama")
 TIMED_SCORERS = ("bear_ref", "plain")
 
-ProbeRunner = Callable[..., ProbeResult]
 Scorer = Callable[..., dict]
-
-
-def reference_runner(probe: str) -> ProbeRunner:
-    """``run(queries, loaded, templates, out_dir, show_progress=False, cache=True, **options) -> ProbeResult``.
-
-    ``options`` are the probe's own (``single_token`` for LAMA, ``token_budget``, ...).  LAMA
-    ranks every query (the log-prob of each candidate's first token), so its rows match DEER's.
-    """
-    if probe not in REFERENCE_PROBES:
-        raise ValueError(f"unknown reference probe '{probe}'; choose from {', '.join(REFERENCE_PROBES)}")
-
-    def run(queries, loaded, templates, out_dir: Path, show_progress: bool = False, cache: bool = True, **options) -> ProbeResult:
-        if probe == "bear":
-            options["cache"] = cache  # score rows resume; LAMA's single pass has nothing to store
-        return getattr(bear_ref, probe)(queries, loaded, templates=templates, out=Path(out_dir), show_progress=show_progress,
-                                        **options)
-
-    return run
 
 
 def single_token_queries(queries, tokenizer):

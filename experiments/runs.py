@@ -21,9 +21,9 @@ from deer.core.files import read_table
 from deer.core.models import open_model
 from deer.core.result import ProbeResult, find_ranks_table, join_results, load_results
 from deer.core.run_spec import RunSpec, spec_folder
+from deer.probes import probe_names
 from kg_data.queries import QuerySet, queries_for
 
-PROBES = ("deer", "bear", "lama")
 RANK_TYPES = ("filtered", "raw")
 
 
@@ -38,8 +38,10 @@ class ProbeRun:
     metadata: dict
 
     def probes(self) -> list[str]:
-        """Probes with rank columns in the table, in the order deer, bear, lama."""
-        return [p for p in PROBES if f"{p}_rank_raw" in self.table.columns]
+        """Probes with rank columns in the table, in the registry's order (DEER first; ``deer.probes``)."""
+        present = [column.removesuffix("_rank_raw") for column in self.table.columns if column.endswith("_rank_raw")]
+        order = {name: index for index, name in enumerate(probe_names())}
+        return sorted(present, key=lambda name: (order.get(name, len(order)), name))
 
     def ranks(self, probe: str, rank_type: str = "filtered") -> np.ndarray:
         return self.table[rank_column(probe, rank_type)].to_numpy(dtype=np.float64)
@@ -75,7 +77,7 @@ def load_run(folder: Path, label: str | None = None) -> ProbeRun:
     return ProbeRun(label or run_label(metadata, folder), folder, read_table(path), _read_json(folder / "metrics.json"), metadata)
 
 
-def _stored_reference(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | None:
+def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | None:
     """``probe``'s result in the folder if it was made with this very run spec (weights, tokenizer,
     dtype, KG, queries, templates, BOS policy): the folder's ``run_spec.json`` and the probe's
     metadata must both match ``spec`` in every field, never the weight fingerprint alone."""
@@ -112,36 +114,36 @@ def run_probes(
     ``deer probe`` gives it, so the two share and reuse run folders).  DEER goes through its
     embedding cache (a repeat encodes nothing new); a reference probe whose ranks for this very
     run spec are already in the folder is loaded, not run again.  ``probe_options``: {probe:
-    keyword options for its reference runner}, e.g. ``{"lama": {"single_token": True}}``.
+    keyword options of that probe}, e.g. ``{"lama": {"single_token": True}}``; any registered probe runs.
     """
-    import deer
-    from experiments import reference
+    from deer.runner import Budget, run_probe
 
     loaded = open_model(model_name, dtype=dtype, device=device)
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     seconds: dict[str, float] = {}
+    reused: list[str] = []  # probes whose stored ranks were read back: no work done now
     results: list[ProbeResult] = []
     for probe in probes:
         started = time.perf_counter()
-        if probe == "deer":
-            result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=use_cache,
-                                out=folder, show_progress=show_progress)
-            cache = result.metadata["cache"]
-            log(f"  {model_name}: deer ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)")
-        elif use_cache and (stored := _stored_reference(folder, probe, spec)) is not None:
+        # A probe's ranks of this very run spec already in the folder are read back, not run again.
+        if use_cache and (stored := _stored_result(folder, probe, spec)) is not None:
             result = stored
+            reused.append(probe)
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
         else:
-            result = reference.reference_runner(probe)(queries, loaded, templates, folder, show_progress=show_progress,
-                                                       cache=use_cache, **(probe_options or {}).get(probe, {}))
-            log(f"  {model_name}: {probe}")
+            result = run_probe(probe, queries, loaded, templates=templates, budget=Budget(token_budget), cache=use_cache,
+                               out=folder, show_progress=show_progress, **(probe_options or {}).get(probe, {}))
+            cache = result.metadata.get("cache", {})
+            from_cache = (f" ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)"
+                          if "entities_from_cache" in cache else "")
+            log(f"  {model_name}: {probe}{from_cache}")
         results.append(result)
         seconds[probe] = time.perf_counter() - started
     label = Path(model_name).name if Path(model_name).exists() else model_name
     run = ProbeRun(label, folder, join_results(results), {r.probe: r.metrics.to_dict() for r in results},
                    {r.probe: r.metadata for r in results})
-    run.metadata.setdefault("experiment", {})["probe_seconds"] = seconds
+    run.metadata.setdefault("experiment", {}).update(probe_seconds=seconds, reused=reused)
     return run
 
 

@@ -38,8 +38,11 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
     row["parameters"] = model.get("parameters")
     row["seconds"] = run.metadata.get("experiment", {}).get("probe_seconds", {}).get(probe)
     if probe == "deer":
-        row["encoded_now"] = (cache.get("entities_encoded_now", 0) or 0) + (cache.get("queries_encoded_now", 0) or 0)
-        row["from_cache"] = (cache.get("entities_from_cache", 0) or 0) + (cache.get("queries_from_cache", 0) or 0)
+        encoded = (cache.get("entities_encoded_now", 0) or 0) + (cache.get("queries_encoded_now", 0) or 0)
+        from_cache = (cache.get("entities_from_cache", 0) or 0) + (cache.get("queries_from_cache", 0) or 0)
+        if probe in run.metadata.get("experiment", {}).get("reused", ()):  # its stored ranks were read back
+            encoded, from_cache = 0, encoded + from_cache
+        row["encoded_now"], row["from_cache"] = encoded, from_cache
     return row
 
 

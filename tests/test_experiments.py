@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
+from deer import probes
 from deer.core.files import read_table
 from deer.core.metrics import rank_metrics
-from deer.core.ranking import gold_ranks_from_scores, top_k_from_scores
-from deer.core.result import find_ranks_table, kg_result, run_metadata, tail_token_lengths
+from deer.core.result import find_ranks_table, tail_token_lengths
 from deer.core.run_spec import RunSpec
-from experiments import reference
+from deer.probes import ProbeScores
 from experiments.cli import main
 from experiments.report import markdown_table
 from experiments.runs import load_run, restrict_queries
@@ -93,34 +93,37 @@ def bf16_exact_clm_dir(tmp_path_factory, tiny_clm_dir) -> Path:
     return folder
 
 
-def stand_in_runner(probe: str):
-    """A reference 'probe' with a known rule, ranked by the shared ranking code.
+class StandInProbe:
+    """A reference 'probe' with a known rule, registered under the real probe's name and ranked by the runner.
 
     bear: score = -(candidate's token count) + jitter < 1 -> longer gold tails rank worse.
     lama: score = -(candidate's index) -> a fixed ordering unrelated to length.
     """
 
-    def run(queries, loaded, templates, out_dir, show_progress=False, cache=True, **options):
+    options: dict = {}
+    text_kind = None
+
+    def __init__(self, name: str):
+        self.name = self.summary = name
+
+    def score(self, request):
+        queries, loaded = request.queries, request.loaded
         kg = queries.kg
         names = [kg.entity_names[e] for e in queries.candidates]
         lengths = tail_token_lengths(loaded.tokenizer, names).astype(np.float64)
         # Ties broken per model, so two models get (slightly) different ranks.
         jitter = np.random.default_rng(int(loaded.fingerprint[:8], 16)).uniform(0, 0.1, size=(len(queries), len(names)))
-        if probe == "bear":
+        if self.name == "bear":
             scores = -lengths[None, :] + jitter
         else:
             scores = -np.arange(len(names), dtype=np.float64)[None, :] + jitter
-        ranks = gold_ranks_from_scores(scores, queries.gold, queries.filter_tails)
-        metadata = {**run_metadata(probe, queries, loaded, templates), "stand_in": True}
-        result = kg_result(probe, queries, ranks, top_k_from_scores(scores, 10), metadata, tokenizer=loaded.tokenizer)
-        return result.save(out_dir) and result
-
-    return run
+        return ProbeScores(scores=scores, metadata={"stand_in": True})
 
 
 @pytest.fixture()
 def stand_in_references(monkeypatch):
-    monkeypatch.setattr(reference, "reference_runner", stand_in_runner)
+    for name in ("bear", "lama"):
+        monkeypatch.setitem(probes._REGISTERED, name, lambda name=name: StandInProbe(name))
 
 
 def invoke(args: list[str]):

@@ -10,7 +10,7 @@ import click
 
 from experiments.cli.cloze import cloze
 from experiments.cli.experiments import experiment
-from experiments.cli.info import data, models
+from experiments.cli.info import backends, data, models, probes
 from experiments.cli.probes import bear, bear_dataset, lama, probe
 
 
@@ -23,18 +23,20 @@ def main(ctx, debug):
 
     \b
     deer probe         DEER: PromptEOL embeddings of queries and described tails, cosine ranking
+                       (--probe NAME: any registered probe; --backend plain: one whole pass per text)
     deer bear          BEAR reference probe on a KG (summed log-likelihood of every candidate statement)
     deer lama          LAMA reference probe (log-probability of the tail's first token)
     deer bear-dataset  the BEAR score of the BEAR / BEAR-big data set
     deer cloze         DEER, LAMA and BEAR side by side on LAMA or the BEAR data set (also: deer probe --kg lama)
     deer experiment NAME   compute-time, token-bias, agreement, screen
     deer models        which models are known and installed
+    deer probes        the registered probes and their options; deer backends: the model backends
     deer data          which data sets were found, and where; `deer data fetch NAME` downloads one
     """
     ctx.meta["deer.debug"] = debug
 
 
-for _command in (probe, bear, lama, bear_dataset, cloze, experiment, models, data):
+for _command in (probe, bear, lama, bear_dataset, cloze, experiment, models, probes, backends, data):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -69,7 +69,11 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
     return runs, settings
 
 
-def _parse_probes(text: str, allowed=("deer", "bear", "lama")) -> list[str]:
+def _parse_probes(text: str) -> list[str]:
+    """Comma-separated names of registered probes (``deer probes``)."""
+    from deer.probes import probe_names
+
+    allowed = probe_names()
     probes = [p.strip().lower() for p in text.split(",") if p.strip()]
     unknown = [p for p in probes if p not in allowed]
     if unknown:

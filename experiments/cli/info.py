@@ -26,6 +26,26 @@ def models(as_json):
             click.echo(f"{'':<27}install: {row['install']}")
 
 
+@click.command()
+def probes():
+    """List the registered probes (this toolkit's and other packages' `deer.probes` entry points) with their options."""
+    from deer.probes import get_probe, probe_names
+
+    for name in probe_names():
+        probe = get_probe(name)
+        options = ", ".join(f"{key}={value!r}" for key, value in probe.options.items()) or "none"
+        click.echo(f"{name:<12}{probe.summary}\n{'':<12}options: {options}")
+
+
+@click.command()
+def backends():
+    """List the model backends (`--backend`): hf, plain, and any another package registered."""
+    from deer.backends import backend_class, backend_names
+
+    for name in backend_names():
+        click.echo(f"{name:<8}{(backend_class(name).__doc__ or '').strip().splitlines()[0]}")
+
+
 @click.group(invoke_without_command=True)
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Extra folder to search first.")
 @click.pass_context

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sys
 import time
@@ -208,3 +209,26 @@ def token_budget_option(default: int | None, help_text: str = f"Max padded token
                                                                "on the CPU, from the free memory on a GPU)."):
     return click.option("--token-budget", type=click.IntRange(min=1), default=default, show_default=default is not None,
                         help=help_text)
+
+
+def backend_option(command):
+    from deer.backends import DEFAULT_BACKEND
+
+    return click.option("--backend", default=DEFAULT_BACKEND, show_default=True,
+                        help="What runs the model: 'hf' (batched, shared prefixes, tries) or 'plain' (one whole forward pass per "
+                             "prompt or statement: a slow cross-check that reads and writes no cache); `deer backends` lists them.")(command)
+
+
+def parse_probe_options(pairs) -> dict:
+    """``("by=words", "pll_variant=original")`` -> ``{"by": "words", ...}``; a value is read as JSON where it parses
+    (numbers, true/false, null), else kept as text."""
+    options = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key.strip():
+            raise click.BadParameter(f"'{pair}' is not KEY=VALUE", param_hint="--probe-option")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options

@@ -10,12 +10,14 @@ import click
 
 from experiments.cli.cloze import is_benchmark, run_benchmark_command
 from experiments.cli.options import (
+    backend_option,
     data_dir_option,
     exclude_head_option,
     friendly_errors,
     kg_options,
     model_options,
     out_option,
+    parse_probe_options,
     seed_option,
     template_options,
     token_budget_option,
@@ -75,6 +77,11 @@ def print_metrics_table(results) -> None:
 @model_options()
 @template_options
 @exclude_head_option
+@click.option("--probe", "probe_name", default="deer", show_default=True,
+              help="Which registered probe runs: deer, bear, lama, or one another package registered (`deer probes` lists them).")
+@click.option("--probe-option", "probe_option_pairs", multiple=True, metavar="KEY=VALUE",
+              help="An option of the probe, repeatable (e.g. single_token=true for lama); `deer probes` lists each probe's options.")
+@backend_option
 @out_option(KG_OUT_HELP)
 @token_budget_option(None)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache.")
@@ -86,27 +93,35 @@ def print_metrics_table(results) -> None:
 @click.option("--ray-address", default=None, help="A running Ray cluster for --ray-workers (default: a local one).")
 @friendly_errors
 def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-          exclude_head, out_dir, token_budget, no_cache, long_prompts, ray_workers, ray_address):
-    """Run the DEER probe: rank every candidate tail for each (h, r, ?) query.
+          exclude_head, probe_name, probe_option_pairs, backend, out_dir, token_budget, no_cache, long_prompts, ray_workers,
+          ray_address):
+    """Run a probe (DEER by default): rank every candidate tail for each (h, r, ?) query.
 
     Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10),
     metrics.json (Hit@1/3/10/100, MRR, MR overall and per relation, random baseline) and
     metadata.json (model, templates, seeds, versions, timings, tokens) to --out.
-    Entity embeddings are cached and reused by later runs.  Python: deer.probe(...).
+    Embeddings and score rows are cached and reused by later runs.
+    Python: deer.probe(...), or deer.runner.run_probe(NAME, ...) for any registered probe.
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        return run_benchmark_command(kg, [model_name], ['deer'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
+        return run_benchmark_command(kg, [model_name], [probe_name], out_dir, data_dir=data_dir, dtype=dtype, device=device,
                                      max_facts=subset, seed=seed, token_budget=token_budget)
-    import deer
     from deer.core.models import open_model
+    from deer.probes import get_probe
+    from deer.runner import Budget, probe_options, run_probe
 
     started = time.perf_counter()
+    try:
+        chosen = get_probe(probe_name)
+    except KeyError as error:
+        raise click.BadParameter(error.args[0], param_hint="--probe") from None
+    options = probe_options(chosen, parse_probe_options(probe_option_pairs))
     queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
                                          model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
                                          token_budget=token_budget, long_prompts=long_prompts, exclude_head=exclude_head)
     if ray_workers:
-        if no_cache:
-            raise click.UsageError("--ray-workers fills the embedding cache, which --no-cache turns off")
+        if no_cache or probe_name != "deer":
+            raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
         from experiments.ray_runs import encode_entities_on_ray
 
         store = encode_entities_on_ray(queries.kg, model_name, templates, workers=ray_workers, entities=queries.candidates.tolist(),
@@ -114,19 +129,19 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     loaded = open_model(model_name, dtype=dtype, device=device)
     out = output_folder(out_dir, queries, loaded, templates, model_name)
-    result = deer.probe(queries, loaded, templates=templates, token_budget=token_budget, cache=not no_cache, out=out,
-                        long_prompts=long_prompts)
+    result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
+                       cache=not no_cache, out=out, **options)
     click.echo("")
     print_metrics_table([result])
-    work = result.metadata["work"]
-    cache = result.metadata["cache"]
-    click.echo(
-        f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
-        f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache); "
-        f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s; "
-        f"total {time.perf_counter() - started:.1f}s"
-    )
-    click.echo(f"results: {out}")
+    cache = result.metadata.get("cache", {})
+    if "entities_encoded_now" in cache:  # DEER's encoding, in a line
+        work = result.metadata["work"]
+        click.echo(
+            f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
+            f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache); "
+            f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s"
+        )
+    click.echo(f"total {time.perf_counter() - started:.1f}s\nresults: {out}")
 
 
 PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
@@ -139,13 +154,14 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
 @template_options
 @exclude_head_option
 @PLL_OPTION
+@backend_option
 @out_option(KG_OUT_HELP)
 @token_budget_option(512, "Candidate tokens packed after the shared query per forward pass (masked LMs: padded "
                           "tokens per batch, at least 512).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows.")
 @friendly_errors
 def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-         exclude_head, pll_variant, out_dir, token_budget, no_cache):
+         exclude_head, pll_variant, backend, out_dir, token_budget, no_cache):
     """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
 
     Statement = DEER query text + ' t_name)'; writes the ranks table (bear_rank_raw/filtered,
@@ -167,7 +183,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     loaded = open_model(model_name, dtype=dtype, device=device)
     out = output_folder(out_dir, queries, loaded, templates, model_name)
     result = bear_ref.bear(queries, loaded, templates=templates, token_budget=token_budget, pll_variant=pll_variant,
-                           cache=not no_cache, out=out)
+                           backend=backend, cache=not no_cache, out=out)
     click.echo("")
     print_metrics_table([result])
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
@@ -181,12 +197,13 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
 @exclude_head_option
 @click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
 @click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
+@backend_option
 @out_option(KG_OUT_HELP)
 @token_budget_option(None)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
 @friendly_errors
 def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-         exclude_head, single_token, with_deer, out_dir, token_budget, no_cache):
+         exclude_head, single_token, with_deer, backend, out_dir, token_budget, no_cache):
     """LAMA: rank candidates by log p(first token of the tail) right after the query text.
 
     Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
@@ -208,10 +225,11 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     # --single-token ranks fewer queries, so its spec (checked when saving) is not the one built here.
     out = output_folder(out_dir, queries, loaded, templates, model_name, suffix="-single-token" if single_token else "",
                         check=not single_token)
-    results = [bear_ref.lama(queries, loaded, templates=templates, single_token=single_token, token_budget=token_budget, out=out)]
+    results = [bear_ref.lama(queries, loaded, templates=templates, single_token=single_token, token_budget=token_budget,
+                             backend=backend, out=out)]
     if with_deer:
         lama_result = results[0]
-        results.append(deer.probe(lama_result.queries, loaded, templates=templates, token_budget=token_budget,
+        results.append(deer.probe(lama_result.queries, loaded, templates=templates, token_budget=token_budget, backend=backend,
                                   cache=not no_cache, out=out, query_embeddings=lama_result.arrays["query_embeddings"]))
     click.echo("")
     print_metrics_table(results)

@@ -1,0 +1,98 @@
+"""A third probe added from outside: one module (tests/shortest_name_probe.py, under 60 lines) and its
+registration, with no edit anywhere else, runs through the Python API, `deer probe --probe NAME`,
+the run folder, `join_results` and `deer experiment agreement`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import deer
+from deer import probes
+from deer.core.models import as_loaded_model
+from deer.core.result import load_results
+from deer.runner import run_probe
+from experiments.cli import main
+from kg_data.load import load_kg
+from kg_data.queries import build_queries
+from tests.ranking_oracle import rank_of
+
+MODULE = Path(__file__).with_name("shortest_name_probe.py")
+
+
+@pytest.fixture()
+def shortest_registered(tmp_path, monkeypatch):
+    """Register the probe as another package does: a distribution whose metadata declares a
+    ``deer.probes`` entry point, found on sys.path (here a dist-info folder written for the test)."""
+    monkeypatch.setattr(probes, "_REGISTERED", dict(probes._REGISTERED))  # forget it again after the test
+    dist = tmp_path / "site" / "shortest_probe-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: shortest-probe\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[deer.probes]\nshortest = tests.shortest_name_probe:ShortestNameProbe\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+def _invoke(args):
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_the_probe_is_one_small_module():
+    assert len(MODULE.read_text().splitlines()) <= 60
+
+
+def test_an_entry_point_registers_it(shortest_registered):
+    assert "shortest" in probes.probe_names()
+    assert probes.get_probe("shortest").options == {"by": "characters"}
+    with pytest.raises(Exception, match="the shortest probe has no such option .its options: by."):
+        run_probe("shortest", "wn18rr", ("model", "tokenizer"), k_shot=3)
+
+
+def test_it_runs_through_the_api_and_ranks_as_its_rule_says(shortest_registered, tiny_kg_dir, tiny_clm):
+    model, tokenizer = tiny_clm
+    queries = build_queries(load_kg(tiny_kg_dir), "train")
+    result = run_probe("shortest", queries, as_loaded_model(model, tokenizer), by="words", show_progress=False)
+    names = [queries.kg.entity_names[e] for e in queries.candidates]
+    scores = -np.asarray([len(n.split()) for n in names], dtype=np.float64)
+    expected = [rank_of(scores, gold, others) for gold, others in zip(queries.gold, queries.filter_tails, strict=True)]
+    assert result.probe == "shortest" and result.table["shortest_rank_filtered"].tolist() == expected
+    assert result.metadata["rule"] == "shorter name first, by words" and "hit@10" in result.metrics.to_dict()["filtered"]
+
+
+def test_it_runs_through_the_cli_the_run_folder_join_results_and_agreement(shortest_registered, tiny_kg_dir, tiny_clm_dir,
+                                                                          tmp_path):
+    out = tmp_path / "run"
+    common = ["--kg", str(tiny_kg_dir), "--split", "train", "--model", str(tiny_clm_dir), "--k-shot", "2", "--out", str(out)]
+    printed = _invoke(["probe", *common, "--probe", "shortest", "--probe-option", "by=words"]).output
+    assert "shortest" in printed
+    _invoke(["probe", *common, "--no-cache"])  # DEER into the same folder
+    results = load_results(out)
+    assert set(results) == {"deer", "shortest"}
+    table = deer.join_results(list(results.values()))
+    assert {"deer_rank_filtered", "shortest_rank_filtered"} <= set(table.columns)
+    assert results["shortest"].metadata["rule"] == "shorter name first, by words"
+
+    agreement = tmp_path / "agreement"
+    _invoke(["experiment", "agreement", "--run", str(out), "--probes", "deer,shortest", "--bootstrap", "0", "--out", str(agreement)])
+    pairs = json.loads((agreement / "agreement.json").read_text())["pairs"]
+    assert [row["pair"] for row in pairs] == ["deer vs shortest"]
+    assert pairs[0]["n"] == len(table)
+    # ... and the experiment runs the probe itself when asked to
+    _invoke(["experiment", "agreement", "--kg", str(tiny_kg_dir), "--split", "train", "--model", str(tiny_clm_dir),
+             "--probes", "deer,shortest", "--bootstrap", "0", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "a2")])
+    assert json.loads((tmp_path / "a2" / "agreement.json").read_text())["pairs"][0]["pair"] == "deer vs shortest"
+
+
+def test_listing_probes_imports_no_probe_module(shortest_registered, monkeypatch):
+    """The registry names an entry point's probe without importing its module; using it imports it."""
+    monkeypatch.delitem(sys.modules, "tests.shortest_name_probe", raising=False)
+    assert "shortest" in probes.probe_names()
+    assert "tests.shortest_name_probe" not in sys.modules
+    probes.get_probe("shortest")
+    assert "tests.shortest_name_probe" in sys.modules
