@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kg_data.errors import KGNotFoundError
 from kg_data.locate import DATA_DIR_ENV, NAMED_DATASETS, find_dataset
+from kg_data.locks import held_lock
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
 BASE_URL_ENV = "DEER_DATA_BASE_URL"
@@ -193,22 +194,26 @@ def fetch_dataset(
             f"The '{name}' data set is missing ({len(missing)} of {len(files)} files) and fetching is off "
             f"({OFFLINE_ENV}=1 or offline=True).\n{_how_to_get(name, entry, root)}"
         )
-    marker = next(spec for spec in files if spec["path"] == entry["marker"])
-    if missing and marker not in missing:
-        # Repairing a data set: hide it (marker back to staging) until every file is in place.
-        _part_path(root, marker).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(root / marker["path"], _part_path(root, marker))
-        missing.append(marker)
     from tqdm import tqdm
 
-    total = sum(spec["bytes"] for spec in missing)
-    with tqdm(total=total, unit="B", unit_scale=True, desc=f"fetching {name}", file=sys.stderr,
-              disable=not show_progress or not missing) as progress:
-        try:
-            for spec in missing:
-                _fetch_file(name, entry, spec, root, base_url, progress)
-        finally:
-            _remove_empty_staging(root, files)
+    # One process fetches a data set at a time (DDP ranks and Ray tasks resolve the same name): the
+    # others wait on its lock, then find its files valid and download nothing.
+    with held_lock(root / f".fetch-{name}.lock", f"waiting for another process fetching {name}"):
+        missing = [spec for spec in files if not _is_valid(root / spec["path"], spec)]
+        marker = next(spec for spec in files if spec["path"] == entry["marker"])
+        if missing and marker not in missing:
+            # Repairing a data set: hide it (marker back to staging) until every file is in place.
+            _part_path(root, marker).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(root / marker["path"], _part_path(root, marker))
+            missing.append(marker)
+        total = sum(spec["bytes"] for spec in missing)
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"fetching {name}", file=sys.stderr,
+                  disable=not show_progress or not missing) as progress:
+            try:
+                for spec in missing:
+                    _fetch_file(name, entry, spec, root, base_url, progress)
+            finally:
+                _remove_empty_staging(root, files)
     return root / NAMED_DATASETS[name]
 
 

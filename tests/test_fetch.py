@@ -281,3 +281,28 @@ def test_cli_data_fetch(serve, tmp_path, monkeypatch):
     assert f"ready    {tmp_path / 'wn18rr'}" in fetched.output
     listing = runner.invoke(main, ["data", "--data-dir", str(tmp_path)])
     assert f"wn18rr    found    {tmp_path / 'wn18rr'}" in listing.output and "40943 entities" in listing.output
+
+
+def test_processes_fetching_the_same_data_set_download_it_once(tmp_path, serve):
+    """Bug 3: DDP ranks or Ray tasks resolving the same name raced (N downloads into one .part); the
+    fetch now holds a cross-process lock per data set (flock locks open files, so two threads with
+    their own lock files contend as two processes do): the second waits and downloads nothing."""
+    server = serve()
+    start = threading.Barrier(2)
+    errors = []
+
+    def fetch():
+        try:
+            start.wait()
+            fetch_dataset("wn18rr", tmp_path, base_url=server.base_url, offline=False, show_progress=False)
+        except Exception as error:  # reported below, not lost in the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert sorted(path for path, _ in server.requests) == sorted(WN18RR_FILES)  # each file once
+    assert same_bytes(tmp_path, WN18RR_FILES) and not leftovers(tmp_path)

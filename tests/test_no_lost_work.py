@@ -203,7 +203,8 @@ def test_results_saved_at_once_all_end_up_in_the_folder(tmp_path, tiny_result):
         assert set(load_results(folder)) == set(probes)
         for name in ("metrics.json", "metadata.json"):
             assert set(json.loads((folder / name).read_text())) == set(probes)
-        assert {p.name for p in folder.iterdir()} == {".lock", "ranks.parquet", "metrics.json", "metadata.json", "run_spec.json"}
+        # exactly the results: no temp file, and no lock file either (its holder removes it; kg_data.locks)
+        assert {p.name for p in folder.iterdir()} == {"ranks.parquet", "metrics.json", "metadata.json", "run_spec.json"}
 
 
 # -- the flush policy and the store ---------------------------------------------------------------

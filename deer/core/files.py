@@ -1,8 +1,8 @@
 """The one atomic writer: bytes, text (markdown), JSON, tables (parquet/CSV) and figures, each
 written to a temp file in the target folder and renamed into place, so no reader ever sees a
 half-written file; and the one folder lock (:func:`folder_lock`), under which a
-read-modify-write of a folder (a run folder's merged tables, a store's missing items) is done
-by one process at a time."""
+read-modify-write of a folder (a run folder's merged tables, a store's missing items, a model's
+conversion) is done by one process at a time."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import io
 import json
 import os
 import platform
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,12 +19,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kg_data.locks import held_lock
 
-def _umask_mode() -> int:
-    """Mode a plain new file gets (mkstemp would give 0o600, unreadable to others)."""
+
+def _process_umask() -> int:
+    """The process umask, read once: from /proc where Linux shows it, else by the set-and-restore
+    that is the only portable way (done here, at import, never per write: it races other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+NEW_FILE_MODE = 0o666 & ~_process_umask()  # what a plain new file gets (mkstemp would give 0o600)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -35,7 +46,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(tmp, _umask_mode())
+        os.chmod(tmp, NEW_FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -44,49 +55,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 @contextmanager
 def folder_lock(folder: Path, name: str = ".lock", wait_message: str | None = None) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``folder/name`` (created, kept) while the block runs.
-
-    POSIX ``flock``: released by the kernel when the holder exits, however it exits, so a killed
-    run never leaves a stale lock.  Where it is unavailable (Windows, a file system refusing it)
-    the block runs unlocked.  If another process holds the lock, ``wait_message`` (when given)
-    is printed to stderr once, with the holder's pid, and the call waits.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / name, "a+") as handle:
-        locked = _flock(handle, wait_message)
-        try:
-            if locked:  # the holder's pid, for the next one's wait message (shown, never trusted)
-                handle.seek(0)
-                handle.truncate()
-                handle.write(str(os.getpid()))
-                handle.flush()
-            yield
-        finally:
-            if locked:
-                import fcntl
-
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _flock(handle, wait_message: str | None) -> bool:
-    """Take the exclusive lock on an open file, waiting if need be; False where there is none."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        return False
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        pass
-    except OSError:  # e.g. ENOLCK on a network file system: run unlocked
-        return False
-    if wait_message:
-        handle.seek(0)
-        print(f"{wait_message} (pid {handle.read().strip() or '?'})", file=sys.stderr, flush=True)
-    fcntl.flock(handle, fcntl.LOCK_EX)
-    return True
+    """Hold the cross-process lock ``folder/name`` while the block runs (``kg_data.locks.held_lock``)."""
+    with held_lock(Path(folder) / name, wait_message):
+        yield
 
 
 def write_text(path: Path, text: str) -> None:

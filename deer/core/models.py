@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deer.core.extras import MissingExtraError, import_extra
+from deer.core.files import folder_lock
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -197,7 +198,10 @@ def resolve_model(name: str) -> ResolvedModel:
     if name in BUNDLED_MODELS:
         target = cache_root() / "models" / name
         if not (target / "config.json").exists():
-            _convert_gguf(name, target)
+            # One process converts; the others (DDP ranks, Ray tasks) wait, then find it done.
+            with folder_lock(target.parent, f".{name}.lock", wait_message=f"waiting for another process converting {name}"):
+                if not (target / "config.json").exists():
+                    _convert_gguf(name, target)
         return ResolvedModel(name, str(target), "bundled")
     if Path(name).expanduser().is_dir():
         folder = Path(name).expanduser()
