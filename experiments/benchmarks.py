@@ -28,21 +28,16 @@ from experiments.stats import ordering_agreement
 from kg_data.bear import METADATA_FILE, load_bear_dataset
 from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, lama_cloze_task
 from kg_data.lama import RELATIONS_FILE, load_lama
+from kg_data.load import dataset_kind
 
 
 def benchmark_kind(dataset) -> str:
-    """'lama' or 'bear' for a name or folder."""
-    if str(dataset).lower() == "lama":
-        return "lama"
-    if str(dataset).lower() in ("bear", "bear-big"):
-        return "bear"
-    folder = Path(dataset).expanduser()
-    if (folder / RELATIONS_FILE).is_file():
-        return "lama"
-    if (folder / METADATA_FILE).is_file():
-        return "bear"
-    raise ValueError(f"{dataset}: not 'lama', 'bear', 'bear-big', nor a folder holding {RELATIONS_FILE} (LAMA) "
-                     f"or {METADATA_FILE} (BEAR format)")
+    """'lama' or 'bear' for a name or folder (``kg_data.load.dataset_kind``); a KG is an error."""
+    kind = dataset_kind(dataset)
+    if kind == "kg":
+        raise ValueError(f"{dataset}: not 'lama', 'bear', 'bear-big', nor a folder holding {RELATIONS_FILE} (LAMA) "
+                         f"or {METADATA_FILE} (BEAR format)")
+    return kind
 
 
 def build_task(dataset, loaded, data_dir=None, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,

@@ -4,15 +4,48 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kg_data.bear import METADATA_FILE
 from kg_data.errors import KGNotFoundError
 from kg_data.fetch import ensure_dataset
 from kg_data.kg import TextualKG
+from kg_data.lama import RELATIONS_FILE
 from kg_data.textual import load_textual_kg
 from kg_data.wn18rr import load_wn18rr
+
+BENCHMARK_NAMES = {"lama": "lama", "bear": "bear", "bear-big": "bear"}
+
+
+def _has(folder: Path, stem: str) -> bool:
+    return any((folder / f"{stem}{suffix}").is_file() for suffix in (".tsv", ".jsonl"))
+
+
+def dataset_kind(name_or_folder) -> str:
+    """'kg' (WN18RR, a KG folder), 'lama' (LAMA's layout) or 'bear' (the lm-pub-quiz format), by name or
+    by what a folder holds -- the one rule the CLI and the API share.  A KG folder has an entities file
+    and a train or test split (its relations may be relations.jsonl, as LAMA's are); a LAMA folder has
+    relations.jsonl without them; a BEAR-format folder has metadata_relations.json.  Anything else is
+    'kg' (its loader then says what is missing)."""
+    text = str(name_or_folder).lower()
+    if text in BENCHMARK_NAMES:
+        return BENCHMARK_NAMES[text]
+    folder = Path(name_or_folder).expanduser()
+    if not folder.is_dir() or (folder / "entity2text.txt").exists():
+        return "kg"
+    if _has(folder, "entities") and (_has(folder, "train") or _has(folder, "test")):
+        return "kg"
+    if (folder / RELATIONS_FILE).is_file():
+        return "lama"
+    if (folder / METADATA_FILE).is_file():
+        return "bear"
+    return "kg"
 
 
 def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
     """Load a KG by name ('wn18rr') or from a folder (str or Path) in the generic TSV/JSONL format."""
+    if isinstance(kg, (str, Path)) and dataset_kind(kg) != "kg":
+        raise KGNotFoundError(
+            f"'{kg}' is a cloze benchmark ({dataset_kind(kg).upper()} format), not a KG: probe it with "
+            f"`deer cloze --dataset {kg}` or experiments.benchmarks.probe_benchmark('{kg}', model)")
     if isinstance(kg, str) and kg.lower() == "wn18rr":
         return load_wn18rr(ensure_dataset("wn18rr", data_dir))
     folder = Path(kg).expanduser()

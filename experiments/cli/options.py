@@ -155,7 +155,8 @@ def kg_options(subset: bool = True):
         if subset:
             command = click.option(
                 "--subset", type=click.IntRange(min=1), default=None,
-                help="Sample N triples of the split (paper protocol: candidates = entities of those triples).",
+                help="Sample N triples of the split (paper protocol: candidates = entities of those triples); "
+                     "with --kg lama|bear|bear-big: at most N facts per relation.",
             )(command)
         command = click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True,
                                help="Split whose triples are the queries.")(command)
@@ -232,3 +233,21 @@ def parse_probe_options(pairs) -> dict:
         except json.JSONDecodeError:
             options[key.strip()] = value
     return options
+
+
+# What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as
+# facts per relation); any other option given there is refused by name instead of dropped.
+BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "dtype", "device", "out_dir", "token_budget", "probe_name"}
+
+
+def refuse_options_the_benchmarks_ignore(kg: str) -> None:
+    """Raise a UsageError naming every option given on the command line that the benchmark path cannot honour."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    ignored = [param.opts[0] for param in ctx.command.params
+               if param.name not in BENCHMARK_OPTIONS and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE]
+    if ignored:
+        honoured = ", ".join(param.opts[0] for param in ctx.command.params if param.name in BENCHMARK_OPTIONS)
+        raise click.UsageError(f"{', '.join(ignored)}: not for --kg {kg}, a cloze benchmark (options that apply there: "
+                               f"{honoured}; `deer cloze --help` has the rest)")

@@ -18,6 +18,7 @@ from experiments.cli.options import (
     model_options,
     out_option,
     parse_probe_options,
+    refuse_options_the_benchmarks_ignore,
     seed_option,
     template_options,
     token_budget_option,
@@ -104,6 +105,7 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     Python: deer.probe(...), or deer.runner.run_probe(NAME, ...) for any registered probe.
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        refuse_options_the_benchmarks_ignore(kg)
         return run_benchmark_command(kg, [model_name], [probe_name], out_dir, data_dir=data_dir, dtype=dtype, device=device,
                                      max_facts=subset, seed=seed, token_budget=token_budget)
     from deer.core.models import open_model
@@ -170,6 +172,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        refuse_options_the_benchmarks_ignore(kg)
         return run_benchmark_command(kg, [model_name], ['bear'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
                                      max_facts=subset, seed=seed, token_budget=token_budget)
     import bear_ref
@@ -211,6 +214,7 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     query_embeddings=result.arrays["query_embeddings"]).
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        refuse_options_the_benchmarks_ignore(kg)
         return run_benchmark_command(kg, [model_name], ['lama'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
                                      max_facts=subset, seed=seed, token_budget=token_budget)
     import bear_ref

@@ -1,0 +1,73 @@
+"""Which path a --kg takes, through the CLI (issue 21, bugs 2 and 13): a JSONL KG folder is a KG, not
+LAMA; a cloze benchmark refuses, by name and before any model loads, the options it cannot honour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import deer
+from deer.core import models
+from experiments.cli import main
+from kg_data.errors import KGNotFoundError
+from kg_data.load import dataset_kind
+from tests.conftest import TINY_ENTITIES, TINY_RELATIONS, TINY_SPLITS
+
+
+def write_jsonl_kg(folder: Path) -> Path:
+    """The tiny KG in the README's JSONL layout (entities.jsonl, relations.jsonl, train/valid/test.jsonl)."""
+    folder.mkdir(parents=True)
+    lines = {"entities": [{"id": i, "name": n, "description": d} for i, n, d in TINY_ENTITIES],
+             "relations": [{"id": i, "name": n} for i, n in TINY_RELATIONS],
+             **{split: [{"head": h, "relation": r, "tail": t} for h, r, t in rows] for split, rows in TINY_SPLITS.items()}}
+    for stem, records in lines.items():
+        (folder / f"{stem}.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return folder
+
+
+def _invoke(args):
+    result = CliRunner().invoke(main, args)
+    return result
+
+
+def test_a_jsonl_kg_folder_is_a_kg_and_lama_names_are_benchmarks(tmp_path):
+    assert dataset_kind(write_jsonl_kg(tmp_path / "kg")) == "kg"
+    assert (dataset_kind("lama"), dataset_kind("bear-big"), dataset_kind("wn18rr")) == ("lama", "bear", "kg")
+
+
+def test_a_jsonl_kg_runs_through_probe_bear_lama_and_agreement(tmp_path, tiny_clm_dir):
+    """Bug 13: any folder with relations.jsonl went to the LAMA reader in the CLI and failed after loading
+    the model (`relations.jsonl:1: missing key(s): relation, template`)."""
+    kg = write_jsonl_kg(tmp_path / "kg")
+    common = ["--kg", str(kg), "--model", str(tiny_clm_dir), "--k-shot", "2", "--out", str(tmp_path / "run")]
+    for command in ("probe", "bear", "lama"):
+        result = _invoke([command, *common])
+        assert result.exit_code == 0, result.output
+        assert f"{command if command != 'probe' else 'deer'}" in result.output
+    result = _invoke(["experiment", "agreement", "--run", str(tmp_path / "run"), "--bootstrap", "0", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    pairs = {row["pair"] for row in json.loads((tmp_path / "a" / "agreement.json").read_text())["pairs"]}
+    assert pairs == {"deer vs lama", "deer vs bear", "bear vs lama"}
+
+
+@pytest.mark.parametrize("command, option", [("probe", ["--k-shot", "3"]), ("probe", ["--split", "train"]),
+                                             ("probe", ["--no-cache"]), ("bear", ["--exclude-head"]),
+                                             ("lama", ["--template-style", "authors"]), ("probe", ["--ray-workers", "2"])])
+def test_options_a_benchmark_cannot_honour_are_refused_by_name_before_loading(command, option, monkeypatch):
+    """Bug 2: `deer probe|bear|lama --kg lama|bear|bear-big` dropped these options silently."""
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    result = _invoke([command, "--kg", "lama", *option])
+    assert result.exit_code != 0
+    assert option[0] in result.output and "not for --kg lama" in result.output
+
+
+def test_the_python_api_names_the_benchmark_path():
+    """Bug 2: deer.probe("lama") raised an unrelated 'unknown KG' error."""
+    with pytest.raises(KGNotFoundError, match="'lama' is a cloze benchmark .LAMA format., not a KG: probe it with `deer cloze"):
+        deer.probe("lama", ("model", "tokenizer"))
