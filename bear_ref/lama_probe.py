@@ -10,6 +10,7 @@ as LAMA does, only candidates whose name is one token (and the queries whose gol
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import numpy as np
@@ -23,12 +24,24 @@ from kg_data.queries import QuerySet
 
 
 def first_token_ids(tokenizer, queries: QuerySet, templates: PromptTemplates) -> np.ndarray:
-    """int64 (n_candidates,): each candidate's first token after the query, by the whole-statement boundary."""
+    """int64 (n_queries, n_candidates): each candidate's first token after each query's text, by the
+    whole-statement boundary (``deer.backends.boundary``; a token may straddle it).
+
+    The boundary depends on the context's last word only -- tokens never span whitespace in byte-level
+    BPE or SentencePiece vocabularies -- so it is split once per distinct last word, not per query.
+    """
     kg = queries.kg
-    context = templates.query_context(kg, tuple(queries.triples[0].tolist()))
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    split = split_statements(tokenizer, context, continuations)
-    return np.asarray([ids[0] for ids in split.continuation_ids], dtype=np.int64)
+    ids = np.zeros((len(queries.triples), len(continuations)), dtype=np.int64)
+    by_last_word: dict[str, np.ndarray] = {}
+    for q, triple in enumerate(queries.triples.tolist()):
+        context = templates.query_context(kg, tuple(triple))
+        last_word = re.search(r"\S*\s*$", context).group()
+        if last_word not in by_last_word:
+            split = split_statements(tokenizer, context, continuations)
+            by_last_word[last_word] = np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64)
+        ids[q] = by_last_word[last_word]
+    return ids
 
 
 def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
@@ -66,8 +79,9 @@ def encode_queries_with_next_token(
 
 
 def lama_scores_from_logprobs(logprobs: np.ndarray, first_ids: np.ndarray, unique_ids: np.ndarray) -> np.ndarray:
-    """(n_queries, n_candidates) scores from log-probs over ``unique_ids`` columns."""
-    return logprobs[:, np.searchsorted(unique_ids, first_ids)]
+    """(n_queries, n_candidates) scores: ``logprobs`` (n_queries, len(unique_ids)) at each query's
+    candidates' first tokens ``first_ids`` (n_queries, n_candidates)."""
+    return np.take_along_axis(logprobs, np.searchsorted(unique_ids, first_ids), axis=1)
 
 
 class LamaProbe:

@@ -186,9 +186,15 @@ def bootstrap_interval(
     }
 
 
-def pearson_r(x: Sequence[float], y: Sequence[float]) -> float:
-    """Pearson r alone (NaN where undefined), e.g. as a bootstrap statistic."""
-    return correlations(x, y)["pearson_r"]
+def pearson_r(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> float:
+    """Pearson r alone (NaN where undefined, as in :func:`correlations`): the bootstrap's statistic,
+    which computes nothing else per resample."""
+    x, y = _paired(x, y)
+    if not _defined(x, y, min_n):
+        return NAN
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _float(scipy_stats.pearsonr(x, y).statistic)
 
 
 def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Sequence[str] | None = None) -> dict:

@@ -63,8 +63,10 @@ def test_lama_ranks_equal_plain(tiny_setup, tmp_path):
 def test_first_token_is_the_whole_statement_token(tiny_setup):
     queries, loaded, templates = tiny_setup
     ids = first_token_ids(loaded.tokenizer, queries, templates)
-    for t, first in zip(queries.candidates, ids, strict=True):
-        assert first == loaded.tokenizer(" " + queries.kg.entity_names[t], add_special_tokens=False)["input_ids"][0]
+    assert ids.shape == (len(queries), len(queries.candidates))
+    for row in ids:  # every query's
+        for t, first in zip(queries.candidates, row, strict=True):
+            assert first == loaded.tokenizer(" " + queries.kg.entity_names[t], add_special_tokens=False)["input_ids"][0]
 
 
 def test_single_token_restriction(tiny_setup):

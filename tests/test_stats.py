@@ -143,3 +143,28 @@ def test_bootstrap_interval_brackets_the_statistic():
     assert 0.5 < interval["low"] and interval["high"] < 0.9  # true r = 1/sqrt(2) = 0.707
     exact = bootstrap_interval(pearson_r, np.arange(10.0), np.arange(10.0) * 3, n_resamples=50)
     assert exact["low"] == pytest.approx(1.0) and exact["high"] == pytest.approx(1.0)
+
+
+def test_the_bootstrap_of_pearson_r_computes_only_pearson_r(monkeypatch):
+    """Bug 5: each resample of the Pearson r bootstrap also computed Spearman and Kendall with p-values."""
+    import scipy.stats
+
+    from experiments import stats
+
+    calls = {"spearmanr": 0, "kendalltau": 0}
+    for name in calls:
+        real = getattr(scipy.stats, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(stats.scipy_stats, name, counting)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=50)
+    y = x + rng.normal(size=50)
+    interval = stats.bootstrap_interval(stats.pearson_r, x, y, n_resamples=200)
+    assert calls == {"spearmanr": 0, "kendalltau": 0}
+    assert interval["resamples"] == 200 and interval["low"] < stats.pearson_r(x, y) < interval["high"]
+    assert stats.pearson_r(x, y) == stats.correlations(x, y)["pearson_r"]  # the same number as before
+    assert math.isnan(stats.pearson_r([1, 2], [3, 4])) and math.isnan(stats.pearson_r([1, 1, 1], [1, 2, 3]))

@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import numpy as np
-
 from deer.backends.tokenization import batch_token_ids
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
@@ -127,8 +125,8 @@ def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) 
     extra = 0
     if text_kind == "statements":  # the statement: the query context, then the longest candidate continuation
         continuations = [templates.continuation(kg, e) for e in queries.candidates]
-        longest = int(np.argmax([len(c.encode("utf-8")) for c in continuations])) if continuations else 0
-        extra = len(tokenizer(continuations[longest], add_special_tokens=False)["input_ids"]) if continuations else 0
+        # The longest in tokens, not in bytes: a short name of rare characters can be many tokens.
+        extra = max((len(ids) for ids in tokenizer(continuations, add_special_tokens=False)["input_ids"]), default=0)
         extra += 2 if tokenizer.bos_token_id is None else 0  # a masked LM's [CLS] and [SEP]
         long_names = token_counts(tokenizer, continuations, limit, "tokenizer")
         if long_names:
