@@ -62,8 +62,10 @@ def target_query_count(kg, target: str) -> int:
 
 
 def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queries: int, seed: int,
-              token_budget: int = 8192) -> dict:
-    """Run DEER (no embedding cache) on ``rows`` x ``n_candidates``; scale to the full KG.
+              token_budget: int | None = None) -> dict:
+    """Run DEER (no embedding cache) on ``rows`` x ``n_candidates``; scale to the full KG.  ``token_budget``:
+    the probe's own default (None: ``deer.backends.batching.auto_batch_limits``) unless given; the
+    budget the encoder used is recorded.
 
     Full-size estimate = entities_seconds/entity x all entities + queries_seconds/query x target
     queries + ranking_seconds/(query x entity) x target queries x all entities.
@@ -83,6 +85,7 @@ def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queri
     measured = n_c == n_entities and n_q == n_target_queries
     return {
         "queries": n_q, "candidates": n_c, "wall_seconds": wall, "timings": timings, "work": run.metadata["work"],
+        "token_budget": run.metadata["token_budget"],
         "seconds_per_entity": per_entity, "seconds_per_query": per_query, "seconds_per_query_entity_pair": per_pair,
         "total_seconds": total, "measured_at_full_size": measured,
         "basis": "measured on all queries x all entities (time.perf_counter)" if measured else
@@ -205,6 +208,7 @@ def run_compute_time(
     seed: int = 0,
     warmup: bool = True,
     settings: dict | None = None,
+    token_budget: int | None = None,
     log=print,
 ) -> dict:
     """Time DEER and the BEAR scorers on ``kg`` with ``loaded``; write Table 1, fits and plot.
@@ -235,7 +239,7 @@ def run_compute_time(
     deer_rows = np.arange(len(all_queries)) if deer_queries is None else \
         np.random.default_rng(seed).choice(len(all_queries), size=min(deer_queries, len(all_queries)), replace=False)
     log(f"timing DEER on {len(deer_rows)} queries x {deer_candidates or n_entities} entities")
-    deer = time_deer(all_queries, loaded, templates, deer_rows, deer_candidates, n_target, seed)
+    deer = time_deer(all_queries, loaded, templates, deer_rows, deer_candidates, n_target, seed, token_budget)
     table_rows = [{
         "method": "DEER", "time_per_query_s": deer["total_seconds"] / n_target, "total_seconds": deer["total_seconds"],
         "total": _duration(deer["total_seconds"]), "total_se_fit": float("nan"), "total_std_over_runs": float("nan"),

@@ -72,15 +72,17 @@ def _encode_task(model_name: str, dtype: str, device: str, texts: Sequence[str],
 
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
                            dtype: str = "auto", device: str = "auto", token_budget: int | None = None, cache_dir=None,
-                           address: str | None = None) -> Path:
+                           address: str | None = None, loaded=None) -> Path:
     """Encode ``entities`` (default: all) of ``kg`` split over ``workers`` Ray tasks into the entity
     store that ``deer.probe(..., cache=True)`` reads, encoding only what it does not hold yet.
+    ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again).
     Returns the store's folder."""
     from deer.core.inputs import store_root
     from deer.core.models import open_model
     from deer.embedding_probe import entity_store
 
-    loaded = open_model(model_name, dtype=dtype, device=device)  # the store's key: weights, tokenizer, dtype
+    if loaded is None:  # the store's key: weights, tokenizer, dtype
+        loaded = open_model(model_name, dtype=dtype, device=device)
     store = entity_store(loaded, kg, templates, store_root(True, cache_dir))
     positions = list(range(kg.n_entities)) if entities is None else list(entities)
     ids = [kg.entity_ids[e] for e in positions]

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from deer.core.files import read_table
-from deer.core.models import open_model
+from deer.core.models import LoadedModel, open_model
 from deer.core.result import ProbeResult, find_ranks_table, join_results, load_results
 from deer.core.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
@@ -95,7 +95,7 @@ def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | Non
 
 def run_probes(
     queries: QuerySet,
-    model_name: str,
+    model: str | LoadedModel,
     probes: Sequence[str],
     folder: Path | None,
     templates,
@@ -118,7 +118,9 @@ def run_probes(
     """
     from deer.runner import Budget, run_probe
 
-    loaded = open_model(model_name, dtype=dtype, device=device)
+    # A model already open (e.g. for its tokenizer) is used as it is: opened and fingerprinted once.
+    loaded = model if isinstance(model, LoadedModel) else open_model(model, dtype=dtype, device=device)
+    model_name = loaded.name if isinstance(model, LoadedModel) else model
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     seconds: dict[str, float] = {}

@@ -341,6 +341,20 @@ def test_compute_time_table_and_fit(tiny_kg_dir, tiny_clm_dir, tmp_path):
     assert math.isfinite(numbers["table"][1]["total_std_over_runs"])
 
 
+def test_compute_time_times_deer_at_the_probes_own_budget(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """Bug 7: compute-time timed DEER at a token budget of 8192, not the probe's default, with no option
+    to change it; it now uses the probe's default (recorded) unless --token-budget is given."""
+    from deer.backends.batching import CPU_TOKEN_BUDGET
+
+    args = ["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train", "--query-sizes", "1,2",
+            "--repeats", "1", "--candidates", "4", "--plain-statements", "1", "--deer-queries", "2", "--scorers", "bear_ref",
+            "--no-warmup"]
+    invoke([*args, "--out", str(tmp_path / "default")])
+    assert json.loads((tmp_path / "default" / "compute_time.json").read_text())["deer"]["token_budget"] == CPU_TOKEN_BUDGET
+    invoke([*args, "--token-budget", "300", "--out", str(tmp_path / "given")])
+    assert json.loads((tmp_path / "given" / "compute_time.json").read_text())["deer"]["token_budget"] == 300
+
+
 def test_compute_time_fit_on_independent_subsets_recovers_a_known_cost(experiment_kg_dir, monkeypatch):
     """A stand-in scorer on a fake clock: 0.5 s per query (context) + 0.01 s per statement.
 
@@ -471,3 +485,21 @@ def test_importing_the_plots_keeps_the_callers_matplotlib_backend(tmp_path):
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_each_model_is_opened_once_per_experiment(experiment_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """Bug 8: `deer experiment agreement --single-token` opened each model to read its tokenizer, then
+    the run opened and fingerprinted it again."""
+    from deer.core import models
+
+    opened = []
+    real = models.load_model
+
+    def counting(name, *args, **kwargs):
+        opened.append(str(name))
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", counting)
+    invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,lama", "--single-token",
+            "--subset", "10", "--bootstrap", "0", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert opened == [str(tiny_clm_dir)]

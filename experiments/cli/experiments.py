@@ -147,10 +147,11 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
     click.echo(f"probes {', '.join(probes)}, single-token names only")
     runs, sizes = [], {}
     for model_name in model_names or (DEFAULT_MODEL,):
-        restricted = single_token_queries(queries, open_model(model_name, dtype=dtype, device=device).tokenizer)
+        loaded = open_model(model_name, dtype=dtype, device=device)  # once: its tokenizer decides, then it runs
+        restricted = single_token_queries(queries, loaded.tokenizer)
         click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
         sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
-        runs.append(run_probes(restricted, model_name, probes, None, templates, dtype=dtype, device=device,
+        runs.append(run_probes(restricted, loaded, probes, None, templates, dtype=dtype, device=device,
                                token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir),
                                probe_options={"lama": {"single_token": True}}))
     settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
@@ -322,12 +323,14 @@ def training_demo_command(model_name, kg, data_dir, n_queries, steps, every, bat
               help="Queries to extrapolate to: 'all' triples of every split (paper) or a split name.")
 @click.option("--scorers", default="bear_ref,plain", show_default=True, help="BEAR scorers to time (bear_ref, plain).")
 @click.option("--no-warmup", is_flag=True, help="Do not run a small untimed warm-up first.")
+@token_budget_option(None, f"DEER: max padded tokens per batch (default: the probe's own, {CPU_TOKEN_BUDGET} on the CPU, "
+                           "from the free memory on a GPU).")
 @results_out("results/compute-time")
 @friendly_errors
 def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailing_space, template_style, model_name, dtype,
                          device,
                          query_sizes, candidates, repeats, plain_statements, deer_queries, deer_candidates, target, scorers,
-                         no_warmup, out_dir):
+                         no_warmup, token_budget, out_dir):
     """DEER timed directly vs BEAR timed on query subsets and extrapolated by a linear fit (Table 1).
 
     BEAR: OLS of time on |Q| over independent random query subsets (--query-sizes x --repeats).
@@ -347,7 +350,7 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     unknown = [s for s in scorer_list if s not in TIMED_SCORERS]
     if unknown:
         raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown)}; choose from {', '.join(TIMED_SCORERS)}")
-    check_inputs(model_name, out=out_dir, seed=seed, k_shot=k_shot, dtype=dtype, device=device)
+    check_inputs(model_name, out=out_dir, seed=seed, k_shot=k_shot, dtype=dtype, device=device, token_budget=token_budget)
     knowledge_graph = load_kg(kg, data_dir)
     templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
                                 style=template_style)
@@ -356,7 +359,7 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
         knowledge_graph, loaded, templates, Path(out_dir), split=split, query_sizes=_parse_ints(query_sizes),
         candidates=candidates, repeats=repeats, plain_statements=plain_statements, deer_queries=deer_queries,
         deer_candidates=deer_candidates, target=target, scorers=scorer_list, seed=seed, warmup=not no_warmup,
-        settings={"model": model_name}, log=click.echo,
+        settings={"model": model_name}, log=click.echo, token_budget=token_budget,
     )
     click.echo(f"\ncompute time for {result['target_queries']} queries x {result['entities']} entities "
                f"(paper: DEER 16 min, BEAR 330 days)")

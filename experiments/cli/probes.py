@@ -121,15 +121,15 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
                                          model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
                                          token_budget=token_budget, long_prompts=long_prompts, exclude_head=exclude_head)
+    if ray_workers and (no_cache or probe_name != "deer"):
+        raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
+    loaded = open_model(model_name, dtype=dtype, device=device)  # once, also for the Ray workers' store key
     if ray_workers:
-        if no_cache or probe_name != "deer":
-            raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
         from experiments.ray_runs import encode_entities_on_ray
 
         store = encode_entities_on_ray(queries.kg, model_name, templates, workers=ray_workers, entities=queries.candidates.tolist(),
-                                       dtype=dtype, device=device, token_budget=token_budget, address=ray_address)
+                                       dtype=dtype, device=device, token_budget=token_budget, address=ray_address, loaded=loaded)
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
-    loaded = open_model(model_name, dtype=dtype, device=device)
     out = output_folder(out_dir, queries, loaded, templates, model_name)
     result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
                        cache=not no_cache, out=out, **options)
