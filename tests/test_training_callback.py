@@ -78,6 +78,33 @@ def test_probe_leaves_training_state_untouched(tiny_clm_dir, tiny_kg_dir):
     np.testing.assert_array_equal(result.table["deer_rank_filtered"], plain.table["deer_rank_filtered"])
 
 
+def test_probing_while_training_hashes_no_weights(tiny_clm_dir, tiny_kg_dir, monkeypatch):
+    """Bug 4: every evaluation hashed every byte of every weight (a 7B bf16 model: ~14 GB copied to the
+    host and hashed per call); the probe of a model in training is named without reading its weights."""
+    from deer.core import models
+
+    hashed = []
+    monkeypatch.setattr(models, "tensors_fingerprint", lambda *args, **kwargs: hashed.append(1) or "x")
+    model, tokenizer = _fresh_model(tiny_clm_dir)
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    first = probe_during_training(model, tokenizer, queries, step=10)
+    probe_during_training(model, tokenizer, queries, step=20)
+    assert hashed == []
+    assert first.metadata["model"]["fingerprint"].startswith("in-training:") and first.metadata["model"]["fingerprint"].endswith("step-10")
+
+
+def test_probing_while_training_restores_every_cuda_generator(tiny_clm_dir, tiny_kg_dir, monkeypatch):
+    """Bug 4: only the CPU generator was restored; CUDA's states (one per device) are saved and restored too."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: calls.append("get") or ["state-0", "state-1"])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: calls.append(("set", states)))
+    model, tokenizer = _fresh_model(tiny_clm_dir)
+    probe_during_training(model, tokenizer, build_queries(load_kg(tiny_kg_dir), "test"))
+    assert calls == ["get", ("set", ["state-0", "state-1"])]
+
+
 def test_callback_without_trainer_writes_the_state_log_and_keeps_results(tiny_clm_dir, tiny_kg_dir, tmp_path):
     from transformers import TrainerControl, TrainerState, TrainingArguments
 

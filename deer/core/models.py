@@ -409,6 +409,15 @@ def model_fingerprint(model) -> str:
     return tensors_fingerprint(model.state_dict().items())
 
 
+def training_identity(model, step: int | None) -> str:
+    """A model in training at ``step``, named without reading its weights: class, name, parameter
+    count and step.  Not content-addressed (two runs at one step share it), so it is used only where
+    nothing is cached or reused (``deer.integrations.training``)."""
+    count = sum(parameter.numel() for parameter in model.parameters())
+    name = getattr(model.config, "_name_or_path", "") or ""
+    return f"in-training:{type(model).__name__}:{name}:{count}:step-{step}"
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
     """Identifies the vocabulary (token strings and ids), which embeddings and scores depend on."""
     import hashlib
@@ -437,14 +446,17 @@ class LoadedModel:
     load_seconds: float = 0.0
 
     @classmethod
-    def from_objects(cls, model, tokenizer, name: str | None = None) -> LoadedModel:
+    def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
         """Wrap an in-memory model: dtype and device are read from its parameters, the weights
-        are fingerprinted now (a weight change gives another fingerprint, so caches never mix)."""
+        are fingerprinted now (a weight change gives another fingerprint, so caches never mix).
+        ``fingerprint``: an identity given instead, for weights that change between calls (a model
+        being trained), where hashing every byte each time would cost more than the probe; nothing
+        may cache on it (see :func:`training_identity`)."""
         if tokenizer is None:
             raise ValueError("a model object needs its tokenizer: pass tokenizer=... (or model=(model, tokenizer))")
         parameter = next(model.parameters())
         name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        return cls(name, model, tokenizer, "in-memory", model_fingerprint(model), tokenizer_fingerprint(tokenizer),
+        return cls(name, model, tokenizer, "in-memory", fingerprint or model_fingerprint(model), tokenizer_fingerprint(tokenizer),
                    str(parameter.dtype).replace("torch.", ""), str(parameter.device))
 
     def metadata(self) -> dict:

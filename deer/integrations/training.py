@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 
 from deer.api import load_queries, probe
 from deer.core.distributed import full_weights, world
+from deer.core.models import LoadedModel, training_identity
 from deer.core.result import ProbeResult
 from deer.core.templates import PromptTemplates
 from kg_data.queries import QuerySet
@@ -29,22 +30,34 @@ LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
 
 
 def probe_during_training(model, tokenizer, queries: QuerySet, templates: PromptTemplates | None = None, *,
-                          token_budget: int | None = None, show_progress: bool = False) -> ProbeResult:
+                          token_budget: int | None = None, show_progress: bool = False, step: int | None = None) -> ProbeResult:
     """DEER on ``model`` as it is now (the plain-PyTorch call; the callback uses it too).
 
     Call it from every process of a distributed job (all with the same queries): the forward
-    passes are shared between them.  Python's, numpy's and torch's random states are restored
-    after, so the probe does not change the training run that follows."""
-    rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    passes are shared between them.  Python's, numpy's and torch's random states (CPU and every
+    CUDA device) are restored after, so the probe does not change the training run that follows.
+    The weights are not hashed (they change every step; nothing is cached): the run is identified
+    by ``training_identity`` (class, name, parameter count, ``step``)."""
+    rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), _cuda_rng_states()
     distributed = world()[1] > 1
     try:
         with full_weights(model):
-            return probe(queries, (model, tokenizer), templates=templates or PromptTemplates(), token_budget=token_budget,
+            loaded = LoadedModel.from_objects(model, tokenizer, fingerprint=training_identity(model, step))
+            return probe(queries, loaded, templates=templates or PromptTemplates(), token_budget=token_budget,
                          show_progress=show_progress, distributed=distributed)
     finally:
         random.setstate(rng_states[0])
         np.random.set_state(rng_states[1])
         torch.set_rng_state(rng_states[2])
+        if rng_states[3] is not None:
+            torch.cuda.set_rng_state_all(rng_states[3])
+
+
+def _cuda_rng_states():
+    """Every CUDA device's generator state, where CUDA is in use (None otherwise: nothing to restore)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.get_rng_state_all()
+    return None
 
 
 def logged_metrics(result: ProbeResult, prefix: str = "deer", names=LOGGED_METRICS) -> dict[str, float]:
@@ -103,7 +116,8 @@ class DeerCallback(TrainerCallback):
             return
         self._last_step = state.global_step
         started = time.perf_counter()
-        result = probe_during_training(model, tokenizer, self.queries, self.templates, token_budget=self.token_budget)
+        result = probe_during_training(model, tokenizer, self.queries, self.templates, token_budget=self.token_budget,
+                                       step=state.global_step)
         seconds = time.perf_counter() - started
         self.seconds[state.global_step] = seconds
         if self.keep_results:
