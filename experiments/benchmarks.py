@@ -24,6 +24,7 @@ from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
 from experiments.cloze import PROBES, run_cloze
 from experiments.cloze_bear import compare_with_bear
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
+from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
 from kg_data.bear import METADATA_FILE, load_bear_dataset
 from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, lama_cloze_task
@@ -100,7 +101,9 @@ def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = 
     """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
     orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
     out = Path(out)
-    reports = {name: probe_benchmark(dataset, name, probes=probes, out=out / Path(name).name, **options) for name in models}
+    # One folder per model, named so that two checkpoints called alike (a/checkpoint-10, b/checkpoint-10) never share one.
+    reports = {name: probe_benchmark(dataset, name, probes=probes, out=out / label, **options)
+               for name, label in zip(models, distinct_labels(models), strict=True)}
     names = list(reports)
     rows, lines = [], ["| candidates | mode | probe | " + " | ".join(names) + " |", "|---|---|---|" + "---:|" * len(names)]
     groups = sorted({(k, m) for r in reports.values() for k, modes in r["metrics"].items() for m in modes})

@@ -110,7 +110,8 @@ def probe_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) -
 
 def mode_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
     """Per probe and candidate kind: a fact's template-based rank against its template-free rank."""
-    keys = ["source", "relation", "fact", "candidates"]
+    # A fact is its line in its file (row): LAMA files repeat fact ids, which keyed alone would cross-join.
+    keys = ["source", "relation", "fact", "row", "candidates"]
     joined = table[table["mode"] == "template"].merge(table[table["mode"] == "template-free"], on=keys, suffixes=("_template", "_free"))
     if not len(joined):
         return []

@@ -18,6 +18,18 @@ import pandas as pd
 from deer.core.files import save_figure, write_json, write_table, write_text
 
 
+def distinct_labels(names) -> list[str]:
+    """A short label per model name, unique among ``names``: the last path part, or as many trailing
+    parts as it takes to tell two apart (``run-a/checkpoint-10`` and ``run-b/checkpoint-10``)."""
+    parts = [Path(str(name)).parts or (str(name),) for name in names]
+    depth = 1
+    while True:
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(set(map(str, names))) or depth >= max(map(len, parts)):
+            return labels
+        depth += 1
+
+
 def format_cell(value, digits: int = 4) -> str:
     """Short text for a table cell: floats to ``digits`` significant digits, NaN as '-'."""
     if value is None:

@@ -102,3 +102,25 @@ def test_screen_a_series_draws_curves_and_encodes_only_new_checkpoints(tiny_kg_d
     encoded = {row["model"]: row["encoded_now"] for row in second["leaderboard"]}
     assert encoded == {"checkpoint-1": 0, "checkpoint-2": 0, "checkpoint-3": 0, "checkpoint-4": 16}
     assert pd.read_csv(tmp_path / "second" / "curves.csv")["step"].tolist() == [1, 2, 3, 4]
+
+
+def test_checkpoints_named_alike_in_two_runs_stay_apart(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """Bug 16: screen showed checkpoints of two training runs both as 'checkpoint-10' (and the cloze
+    benchmarks wrote both into one folder); labels and folders now keep as much of the path as tells them apart."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+    from experiments.report import distinct_labels
+
+    assert distinct_labels(["x/run-a/checkpoint-10", "x/run-b/checkpoint-10"]) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]
+    assert distinct_labels(["smollm2-135m", "/m/gemma"]) == ["smollm2-135m", "gemma"]
+    models = [tmp_path / run / "checkpoint-10" for run in ("run-a", "run-b")]
+    for model in models:
+        shutil.copytree(tiny_clm_dir, model)
+    result = CliRunner().invoke(main, ["experiment", "screen", "--kg", str(tiny_kg_dir), "--model", str(models[0]), "--model",
+                                       str(models[1]), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "screen")])
+    assert result.exit_code == 0, result.output
+    board = json.loads((tmp_path / "screen" / "screen.json").read_text())["leaderboard"]
+    assert sorted(row["model"] for row in board) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]

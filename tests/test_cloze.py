@@ -395,3 +395,17 @@ def test_deer_on_a_bear_format_data_set_writes_the_comparison(tmp_path, tiny_clm
     assert comparison["metrics"]["deer"]["overall"]["instances"] == 2
     assert comparison["agreement"][0]["group"] == "all" and comparison["agreement"][0]["n"] == 6
     assert "DEER accuracy" in (tmp_path / "out" / "bear_dataset" / "summary.md").read_text()
+
+
+def test_template_vs_template_free_pairs_each_fact_line_once():
+    """Bug 16: duplicate LAMA fact ids cross-joined the template-vs-template-free agreement (n = 5 for 3 facts)."""
+    from experiments.cloze_report import mode_agreement
+
+    rows = []
+    for fact, row, rank in (("f1", 1, 1.0), ("f1", 2, 3.0), ("f2", 3, 7.0)):  # f1 twice in its file, as LAMA has
+        for mode, shift in (("template", 0.0), ("template-free", 1.0)):
+            rows.append({"source": "T-REx", "relation": "P19", "fact": fact, "row": row, "candidates": "relation",
+                         "mode": mode, "deer_rank": rank + shift, "deer_correct": float(rank + shift == 1)})
+    table = pd.DataFrame(rows)
+    (result,) = mode_agreement(table, bootstrap=0)
+    assert result["n"] == 3

@@ -40,6 +40,7 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
                   k_shot, shots, query_trailing_space, template_style, token_budget, no_cache, ray_address=None):
     """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
     model; "" a local Ray); returns (runs, settings)."""
+    from experiments.report import distinct_labels
     from experiments.runs import load_run, run_probes
 
     if run_dirs:
@@ -63,6 +64,9 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
         runs = run_probes_on_ray(queries, names, probes, templates, address=ray_address or None, **options)
     else:
         runs = [run_probes(queries, name, probes, None, templates, log=click.echo, **options) for name in names]
+    if len({run.label for run in runs}) < len(runs):  # two checkpoint-10 of two training runs stay apart
+        for run, label in zip(runs, distinct_labels(names), strict=True):
+            run.label = label
     settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
