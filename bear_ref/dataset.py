@@ -243,7 +243,7 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementS
         "tokenizer": loaded.tokenizer_fingerprint,
         "dtype": str(loaded.dtype),
         "bos": bos_policy(loaded.tokenizer),
-        "dataset": dataset.path,
+        "dataset": dataset.name,  # its content enters per relation: each part is named by its relation's digest
         "selection": selection,
         "method": scorer.statements_method,
         "statement_rule": STATEMENT_RULE,
@@ -291,7 +291,8 @@ def run_bear_dataset(
     frames, resumed = [], []
     todo = []
     for code, relation in dataset.relations.items():
-        part = parts_dir / f"{code}{suffix}" if parts_dir is not None else None
+        # A part is named by its relation's content digest: an edited template or label is scored anew.
+        part = parts_dir / f"{code}-{relation.digest()}{suffix}" if parts_dir is not None else None
         if part is not None and part.exists():
             frames.append(read_table(part))
             resumed.append(code)
@@ -303,7 +304,7 @@ def run_bear_dataset(
             bar.set_postfix_str(relation.code)
             frame = score_relation(scorer, relation, bar)
             if parts_dir is not None:
-                write_table(parts_dir / f"{relation.code}{suffix}", frame)  # atomic: a resumed run trusts it
+                write_table(parts_dir / f"{relation.code}-{relation.digest()}{suffix}", frame)  # atomic: a resumed run trusts it
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
@@ -312,6 +313,7 @@ def run_bear_dataset(
         "probe": PROBE,
         "model": loaded.metadata(),
         "dataset": dataset.summary(),
+        "relation_digests": {code: relation.digest() for code, relation in dataset.relations.items()},
         "selection": selection,
         "scoring": scorer.statements_method,
         "statement_rule": STATEMENT_RULE,

@@ -58,7 +58,8 @@ def legacy_sample_fingerprint(model) -> str:
 
 def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
     """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
-    weights and tokenizer in the same dtype on the same data set (path and instance count)."""
+    weights and tokenizer in the same dtype on the same data: every relation's content digest
+    (templates, answer space, instances) must match; a run that recorded none is refused."""
     folder = Path(folder)
     metadata = json.loads((folder / "metadata.json").read_text()).get("bear", {})
     model = metadata.get("model", {})
@@ -70,8 +71,14 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
         problems.append("tokenizer fingerprint differs")
     if model.get("dtype", str(loaded.dtype).replace("torch.", "")) != str(loaded.dtype).replace("torch.", ""):
         problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
-    if metadata.get("dataset", {}).get("path") != dataset.path:
-        problems.append(f"data set {metadata.get('dataset', {}).get('path')} != {dataset.path}")
+    stored_digests = metadata.get("relation_digests")
+    if stored_digests is None:
+        problems.append("it records no relation digests (made before they were kept): run deer bear-dataset again")
+    else:
+        changed = [code for code, relation in dataset.relations.items() if stored_digests.get(code) != relation.digest()]
+        if changed:
+            problems.append(f"relations scored on other data (templates, answers or instances edited, or not scored): "
+                            f"{', '.join(changed)}")
     if metadata.get("dataset", {}).get("instances") != dataset.n_instances:
         problems.append(f"{metadata.get('dataset', {}).get('instances')} instances != {dataset.n_instances}")
     if problems:

@@ -21,6 +21,7 @@ answer space, so a subset asks the same multiple-choice questions as the full se
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import zlib
 from collections.abc import Sequence
@@ -69,6 +70,13 @@ class BearRelation:
 
     def __len__(self) -> int:
         return len(self.subject_ids)
+
+    def digest(self) -> str:
+        """What this relation's scores depend on, hashed: templates, answer space (ids and labels),
+        instances (ids, labels, rows) and gold answers.  Any edit changes it."""
+        content = [self.code, self.templates, self.answer_ids, self.answer_labels, self.subject_ids, self.subject_labels,
+                   self.gold.tolist(), self.rows.tolist()]
+        return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()[:16]
 
     def statements(self, template: str) -> list[str]:
         """``template`` filled with every (subject, answer) pair, subject-major: n_instances x n_answers."""

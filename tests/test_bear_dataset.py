@@ -276,3 +276,33 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     with pytest.raises(ValueError, match="kg_run already holds a metadata.json of other probe runs"):
         run_bear_dataset(data, loaded, kg_run, selection, show_progress=False)
     assert json.loads((kg_run / "metadata.json").read_text()) == stored and not (kg_run / "parts").exists()
+
+
+def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(tiny_clm_dir, tmp_path):
+    """Bug 14: a rerun into the same --out after a template and an answer label were edited reused the
+    stored relations (the resume key held the data folder's path, not its content), and `deer cloze
+    --bear-run` accepted a run made on the old data."""
+    import shutil
+
+    import bear_ref
+    from deer.core.models import open_model
+    from experiments.cloze_bear import stored_bear_table
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    loaded = open_model(str(tiny_clm_dir))
+    out = tmp_path / "run"
+    bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    stored_bear_table(out, load_bear_dataset(str(folder)), loaded)  # the same data: accepted
+    shutil.copytree(out, tmp_path / "old")  # the run made on the data before the edits
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P37"]["templates"][0] = "In [X] one speaks [Y]."
+    metadata["P36"]["answer_space_labels"][0] = "Lutetia"  # an answer label
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    edited = load_bear_dataset(str(folder))
+    resumed = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    fresh = bear_ref.bear_dataset(str(folder), loaded, out=tmp_path / "fresh", show_progress=False)
+    assert resumed.metadata["relations_resumed"] == []  # both relations were edited: nothing reused
+    pd.testing.assert_frame_equal(resumed.table, fresh.table)
+    assert resumed.metrics.to_dict()["overall"] == fresh.metrics.to_dict()["overall"]
+    with pytest.raises(ValueError, match="relations scored on other data .*: P36, P37"):
+        stored_bear_table(tmp_path / "old", edited, loaded)

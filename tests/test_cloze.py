@@ -206,7 +206,7 @@ def constructed_table() -> pd.DataFrame:
     for fact, (t_rank, f_rank) in enumerate([(1, 2), (3, 1), (20, 40), (2, 2)]):
         for mode, rank in (("template", t_rank), ("template-free", f_rank)):
             rows.append({"source": "TREx" if fact < 3 else "Google_RE", "relation": "P1" if fact < 2 else ("P2" if fact < 3 else "pob"),
-                         "fact": str(fact), "mode": mode, "candidates": "common-vocab", "n_candidates": 50,
+                         "fact": str(fact), "row": fact, "mode": mode, "candidates": "common-vocab", "n_candidates": 50,
                          "deer_rank": float(rank), "deer_correct": float(rank == 1), "lama_rank": float(rank), "lama_correct": float(rank == 1)})
     return pd.DataFrame(rows)
 
