@@ -20,15 +20,17 @@ from pathlib import Path
 
 from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
+from deer.core.inputs import check_inputs
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
 from experiments.cloze import PROBES, run_cloze
 from experiments.cloze_bear import compare_with_bear
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
-from kg_data.bear import METADATA_FILE, load_bear_dataset
+from kg_data.bear import METADATA_FILE, BearDataset, load_bear_dataset
 from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, lama_cloze_task
-from kg_data.lama import RELATIONS_FILE, load_lama
+from kg_data.errors import KGFormatError
+from kg_data.lama import COMMON_VOCAB_FILE, RELATIONS_FILE, load_lama
 from kg_data.load import dataset_kind
 
 
@@ -41,20 +43,28 @@ def benchmark_kind(dataset) -> str:
     return kind
 
 
-def build_task(dataset, loaded, data_dir=None, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,
-               max_facts: int | None = None, seed: int = 0, modes: Sequence[str] = MODES,
-               candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> tuple[ClozeTask, object]:
-    """The cloze task and the loaded data set.  LAMA's vocabulary: the common-vocabulary words that
-    are one token for this model's tokenizer."""
+def load_benchmark(dataset, data_dir=None, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,
+                   max_facts: int | None = None, seed: int = 0, candidate_kinds: Sequence[str] = CANDIDATE_KINDS):
+    """The benchmark's data, read and checked with no model: a bad file is an error naming it."""
     if benchmark_kind(dataset) == "bear":
-        data = load_bear_dataset(dataset, data_dir, relations=relations, max_instances=max_facts, seed=seed)
-        return bear_cloze_task(data), data
+        return load_bear_dataset(dataset, data_dir, relations=relations, max_instances=max_facts, seed=seed)
     data = load_lama(dataset, data_dir, sources=sources, relations=relations, max_facts=max_facts, seed=seed)
+    if "common-vocab" in candidate_kinds and not data.common_vocab:
+        raise KGFormatError(Path(data.path) / COMMON_VOCAB_FILE, None,
+                            "missing or empty: the common-vocabulary candidates need it (or rank the relation's objects only)")
+    return data
+
+
+def build_task(data, loaded, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> ClozeTask:
+    """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one
+    token for this model's tokenizer."""
+    if isinstance(data, BearDataset):
+        return bear_cloze_task(data)
     masked = is_masked_lm(loaded.model)
     vocabulary = single_token_words(loaded.tokenizer, data.common_vocab, masked)
     task = lama_cloze_task(data, vocabulary, modes, candidate_kinds, causal=not masked)
     task.info["single_token_rule"] = "'word' is one token" if masked else "' word' (leading space) is one token"
-    return task, data
+    return task
 
 
 def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, probes: Sequence[str] = PROBES, data_dir=None,
@@ -64,9 +74,12 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     bootstrap: int = 1000, out=None, show_progress: bool = True) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
     (and "bear_dataset" for DEER on a BEAR-format data set).  See the module doc."""
+    # Every input before the model: the options and --out, then the data (a bad file names itself).
+    check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
+    data = load_benchmark(dataset, data_dir, relations, sources, max_facts, seed, candidate_kinds)
     loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
     with evaluation_mode(loaded.model):
-        task, data = build_task(dataset, loaded, data_dir, relations, sources, max_facts, seed, modes, candidate_kinds)
+        task = build_task(data, loaded, modes, candidate_kinds)
         report = {}
         bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
         if bear_data_set and out is None:

@@ -210,6 +210,10 @@ def load_lama(
             plan.append(("Squad", "squad", None, "SQuAD cloze questions"))
         else:
             without_file.append("Squad/squad")
+    if not plan:  # an empty relations.jsonl, or no relation with its data file
+        raise KGFormatError(folder / RELATIONS_FILE, None,
+                            f"no relation of sources {', '.join(wanted_sources) or 'none'} has a data file "
+                            "(TREx/CODE.jsonl for each relation listed here, Google_RE/NAME_test.jsonl, Squad/test.jsonl)")
     if relations:
         known = {code for _, code, _, _ in plan}
         missing = [r for r in relations if r not in known]
