@@ -73,6 +73,14 @@ def print_metrics_table(results) -> None:
             )
 
 
+def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget) -> None:
+    """--kg lama|bear|bear-big: one probe on the cloze benchmark (--subset: facts per relation); every
+    other option given is refused by name first."""
+    refuse_options_the_benchmarks_ignore(kg)
+    run_benchmark_command(kg, [model_name], [probe_name], out_dir, data_dir=data_dir, dtype=dtype, device=device,
+                          max_facts=subset, seed=seed, token_budget=token_budget)
+
+
 @click.command()
 @kg_options()
 @model_options()
@@ -105,9 +113,7 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     Python: deer.probe(...), or deer.runner.run_probe(NAME, ...) for any registered probe.
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        refuse_options_the_benchmarks_ignore(kg)
-        return run_benchmark_command(kg, [model_name], [probe_name], out_dir, data_dir=data_dir, dtype=dtype, device=device,
-                                     max_facts=subset, seed=seed, token_budget=token_budget)
+        return run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget)
     from deer.core.models import open_model
     from deer.probes import get_probe
     from deer.runner import Budget, probe_options, run_probe
@@ -172,9 +178,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        refuse_options_the_benchmarks_ignore(kg)
-        return run_benchmark_command(kg, [model_name], ['bear'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
-                                     max_facts=subset, seed=seed, token_budget=token_budget)
+        return run_on_benchmark(kg, 'bear', model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget)
     import bear_ref
     from deer.core.models import open_model
 
@@ -214,9 +218,7 @@ def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     query_embeddings=result.arrays["query_embeddings"]).
     """
     if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        refuse_options_the_benchmarks_ignore(kg)
-        return run_benchmark_command(kg, [model_name], ['lama'], out_dir, data_dir=data_dir, dtype=dtype, device=device,
-                                     max_facts=subset, seed=seed, token_budget=token_budget)
+        return run_on_benchmark(kg, 'lama', model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget)
     import bear_ref
     import deer
     from deer.core.models import open_model
