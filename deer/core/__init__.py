@@ -1,3 +1,3 @@
-"""The machinery every probe shares: models and fingerprints, tokenisation, batching, forward
-passes (PromptEOL states, next-token log-probs, attention masks), templates, ranking, metrics,
-the run spec, the result type and the on-disk stores.  Imports only ``kg_data`` and itself."""
+"""Run plumbing every probe shares: models and fingerprints, templates, the one rank kernel, metrics,
+the run spec, result types, stores, files, input checks and the length guard.  The model-facing
+kernels are in ``deer.backends``; the probe seam and the runner are ``deer.probes`` and ``deer.runner``."""
