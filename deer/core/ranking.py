@@ -98,9 +98,13 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
     heads = _no_positions(n_rows, device) if heads is None else heads.to(device)
     rows = torch.arange(n_rows, device=device)
     valid = torch.isfinite(scores)
+    all_valid = bool(valid.all())  # the usual case: no mask pass needed below
     gold_scores = scores[rows, gold][:, None]
-    higher = valid & (scores > gold_scores)
-    at_least = valid & (scores >= gold_scores)
+    higher = scores > gold_scores
+    at_least = scores >= gold_scores
+    if not all_valid:
+        higher &= valid
+        at_least &= valid
     invalid_gold = ~valid[rows, gold]
     if bool(invalid_gold.any()):  # every competitor beats an invalid gold: the worst rank
         higher[invalid_gold] = True
@@ -124,8 +128,12 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
     head_scores = scores[rows, heads.clamp(min=0)]
     above = (has_head & torch.isfinite(head_scores) & (head_scores > scores[rows, gold])).cpu().numpy()
 
-    cleaned = torch.where(valid, scores, torch.tensor(float("-inf"), device=device, dtype=scores.dtype))
-    cleaned[out, excluded[out]] = float("-inf")
+    cleaned = scores
+    if not all_valid:
+        cleaned = torch.where(valid, scores, torch.tensor(float("-inf"), device=device, dtype=scores.dtype))
+    if len(out):
+        cleaned = cleaned.clone() if cleaned is scores else cleaned  # never write into the caller's scores
+        cleaned[out, excluded[out]] = float("-inf")
     width = min(k, n_candidates - bool(len(out)))  # every row has this many competitors
     return ranks, _top_k(cleaned, width, excluded), above
 
@@ -135,18 +143,18 @@ def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
     n_rows, n_candidates = cleaned.shape
     if k <= 0 or n_rows == 0:
         return np.zeros((n_rows, max(k, 0)), dtype=np.int64)
-    # The k-th best value; everything above it is in, and of the ties at it the first positions.
-    threshold = torch.topk(cleaned, k, dim=1, sorted=True).values[:, -1:]
-    above = cleaned > threshold
+    values, positions = torch.topk(cleaned, k, dim=1)
+    threshold = values[:, -1:]  # the k-th best value: everything above it is in, and some of its ties
     at = cleaned == threshold
-    rows = torch.arange(n_rows, device=cleaned.device)
     out = torch.nonzero(excluded >= 0).flatten()
     at[out, excluded[out]] = False  # an excluded candidate at -inf must not fill a tie at -inf
-    room = k - above.sum(dim=1, keepdim=True)
-    chosen = above | (at & (torch.cumsum(at, dim=1) <= room))
-    positions = torch.nonzero(chosen)[:, 1].reshape(n_rows, k)  # row-major: ascending positions per row
-    values = cleaned[rows[:, None], positions]
-    order = torch.sort(values, dim=1, descending=True, stable=True).indices
+    room = k - (cleaned > threshold).sum(dim=1)
+    tied = torch.nonzero(at.sum(dim=1) > room).flatten()  # more ties at the k-th value than places left
+    if len(tied):  # of those ties, the first positions (topk picks among them arbitrarily)
+        chosen = (cleaned[tied] > threshold[tied]) | (at[tied] & (torch.cumsum(at[tied], dim=1) <= room[tied, None]))
+        positions[tied] = torch.nonzero(chosen)[:, 1].reshape(len(tied), k)
+    positions = torch.sort(positions, dim=1).values  # by position, so that the stable sort below keeps ties in order
+    order = torch.sort(torch.gather(cleaned, 1, positions), dim=1, descending=True, stable=True).indices
     return torch.gather(positions, 1, order).cpu().numpy().astype(np.int64)
 
 
