@@ -5,6 +5,12 @@ The log-probabilities come from the forward pass that DEER's query encoder makes
 (``arrays["query_embeddings"]``), which DEER takes as they are (``deer.probe(...,
 query_embeddings=...)``), so a LAMA + DEER run reads every query once.  ``single_token`` keeps,
 as LAMA does, only candidates whose name is one token (and the queries whose gold tail is one).
+
+The first token is the whole statement's (``deer.backends.boundary``), split against each query's
+own text (``first_tokens``).  Where it straddles the end of the query text (a merge across the
+boundary), its log-probability is read after the statement's tokens before it, by a second pass
+over those prefixes (``score_straddling_tokens``); the paper-style query ends at a comma, so this
+pass normally has nothing to do.
 """
 
 from __future__ import annotations
@@ -17,31 +23,77 @@ import numpy as np
 
 from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.core.result import tail_token_lengths
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.probes import ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet
 
+# The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
+# so every tokenizer's pre-tokenizer, counts as punctuation.
+_LAST_WORD = re.compile(r"[^\S\x1c-\x1f]*[\S\x1c-\x1f]*\Z")
 
-def first_token_ids(tokenizer, queries: QuerySet, templates: PromptTemplates) -> np.ndarray:
-    """int64 (n_queries, n_candidates): each candidate's first token after each query's text, by the
-    whole-statement boundary (``deer.backends.boundary``; a token may straddle it).
 
-    The boundary depends on the context's last word only -- tokens never span whitespace in byte-level
-    BPE or SentencePiece vocabularies -- so it is split once per distinct last word, not per query.
+def boundary_region(context: str) -> tuple[bool, str, str]:
+    """The end of ``context`` that decides how a continuation after it is tokenised: (whether it is the
+    whole text, the text from the whitespace run before the last word to the word's end, the
+    whitespace after it, which ``split_statements`` moves to the continuation).
+
+    In byte-level BPE, SentencePiece and WordPiece vocabularies no token spans whitespace into the
+    word after it, except one that starts with the single whitespace character before the word
+    (" Paris"); how the run before it splits can depend on the whole run (SentencePiece's "▁▁") and
+    on whether it starts the text (its word-start piece).  So the tokens before this region are the
+    same with or without a continuation, and a continuation's first token, and how many of the
+    context's tokens it replaces, depend on the region only (not on its last word alone:
+    " Fran" + "ce)" starts with " France", "\nFran" + "ce)" with "France").
     """
+    stripped = context.rstrip()
+    match = _LAST_WORD.search(stripped)
+    return match.start() == 0, match.group(), context[len(stripped):]
+
+
+@dataclasses.dataclass
+class FirstTokens:
+    """Each candidate's first token after each query's text, split once per ``boundary_region``.
+
+    ``group``: int64 (n_queries,), each query's row of ``ids`` and ``drops``;
+    ``ids``: int64 (n_groups, n_candidates), the first token of ``context + continuation`` that
+    touches the continuation (``deer.backends.boundary``: a token may straddle the boundary);
+    ``drops``: int64 (n_groups, n_candidates), how many of the context's last tokens that token
+    replaces (0 unless it straddles: it then follows all but the context's last ``drop`` tokens).
+    """
+
+    group: np.ndarray
+    ids: np.ndarray
+    drops: np.ndarray
+
+
+def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> FirstTokens:
+    """Split every candidate's continuation against each query's own text (``split_statements``), once
+    per distinct ``boundary_region`` of the query texts rather than once per query."""
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    ids = np.zeros((len(queries.triples), len(continuations)), dtype=np.int64)
-    by_last_word: dict[str, np.ndarray] = {}
+    group = np.zeros(len(queries.triples), dtype=np.int64)
+    regions: dict[tuple[bool, str, str], int] = {}
+    ids, drops = [], []
     for q, triple in enumerate(queries.triples.tolist()):
         context = templates.query_context(kg, tuple(triple))
-        last_word = re.search(r"\S*\s*$", context).group()
-        if last_word not in by_last_word:
+        region = boundary_region(context)
+        if region not in regions:
             split = split_statements(tokenizer, context, continuations)
-            by_last_word[last_word] = np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64)
-        ids[q] = by_last_word[last_word]
-    return ids
+            regions[region] = len(ids)
+            ids.append([first[0] for first in split.continuation_ids])
+            drops.append([len(split.context_ids) - shared for shared in split.shared_lengths])
+        group[q] = regions[region]
+    shape = (len(ids), len(continuations))
+    return FirstTokens(group, np.asarray(ids, dtype=np.int64).reshape(shape), np.asarray(drops, dtype=np.int64).reshape(shape))
+
+
+def first_token_ids(tokenizer, queries: QuerySet, templates: PromptTemplates) -> np.ndarray:
+    """int64 (n_queries, n_candidates): each candidate's first token after each query's text
+    (``first_tokens``; ``deer.backends.boundary``)."""
+    first = first_tokens(tokenizer, queries, templates)
+    return first.ids[first.group]
 
 
 def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
@@ -77,11 +129,45 @@ def encode_queries_with_next_token(
     return output.embeddings, output.next_token_logprobs
 
 
-
 def lama_scores_from_logprobs(logprobs: np.ndarray, first_ids: np.ndarray, unique_ids: np.ndarray) -> np.ndarray:
     """(n_queries, n_candidates) scores: ``logprobs`` (n_queries, len(unique_ids)) at each query's
     candidates' first tokens ``first_ids`` (n_queries, n_candidates)."""
     return np.take_along_axis(logprobs, np.searchsorted(unique_ids, first_ids), axis=1)
+
+
+def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: PromptTemplates, first: FirstTokens,
+                            scores: np.ndarray) -> int:
+    """Put into ``scores`` the log-probability of each first token that straddles its query's end: it
+    follows the statement's tokens before it -- the context's, less the ``drop`` it replaces -- not
+    the whole context.  Returns the number of such prefixes (one per query and drop).
+
+    The encoder takes text: a prefix is the context up to the end of its last kept token, checked to
+    tokenise back to exactly those tokens.
+    """
+    rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
+    if len(rows) == 0:
+        return 0
+    kg = queries.kg
+    contexts = [templates.query_context(kg, tuple(queries.triples[q].tolist())).rstrip() for q in rows]
+    encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
+    bos = [] if bos_id(tokenizer) is None else [bos_id(tokenizer)]
+    prefixes, expected, targets = [], [], []  # targets: (query, its candidates with this cut)
+    for context, ids, offsets, q in zip(contexts, encoded["input_ids"], encoded["offset_mapping"], rows, strict=True):
+        drops = first.drops[first.group[q]]
+        for drop in np.unique(drops[drops > 0]).tolist():
+            kept = len(ids) - drop  # context tokens before the first token, BOS aside
+            prefixes.append(context[: offsets[kept - 1][1]] if kept > 0 else "")
+            expected.append(bos + list(ids[:kept]))
+            targets.append((q, np.flatnonzero(drops == drop)))
+    for prefix, ids, got in zip(prefixes, expected, batch_token_ids(tokenizer, prefixes), strict=True):
+        if got != ids:
+            raise ValueError(f"LAMA: a candidate's first token straddles the end of a query text, and the text before it, "
+                             f"{prefix[-40:]!r}, does not tokenise to the tokens it stands for")
+    wanted = np.unique(np.concatenate([first.ids[first.group[q], columns] for q, columns in targets]))
+    logprobs = encoder.encode(prefixes, next_token_ids=wanted, description="straddling prefixes").next_token_logprobs
+    for row, (q, columns) in enumerate(targets):
+        scores[q, columns] = logprobs[row, np.searchsorted(wanted, first.ids[first.group[q], columns])]
+    return len(prefixes)
 
 
 class LamaProbe:
@@ -103,15 +189,18 @@ class LamaProbe:
         single_token = request.options["single_token"]
         if single_token:
             queries = restrict_to_single_token(queries, loaded.tokenizer)
-        first_ids = first_token_ids(loaded.tokenizer, queries, templates)
-        unique_ids = np.unique(first_ids)
+        first = first_tokens(loaded.tokenizer, queries, templates)
+        unique_ids = np.unique(first.ids)
         encoder = request.backend.encoder()
         embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
+        scores = lama_scores_from_logprobs(logprobs, first.ids[first.group], unique_ids)
+        straddling = score_straddling_tokens(encoder, loaded.tokenizer, queries, templates, first, scores)
         metadata = {
             "single_token": single_token,
             "distinct_first_tokens": int(len(unique_ids)),
+            "straddling_prefixes": straddling,
             "work": encoder.stats.as_dict(),
             "timings": {"seconds": round(time.perf_counter() - started, 3)},
         }
-        return ProbeScores(scores=lama_scores_from_logprobs(logprobs, first_ids, unique_ids), metadata=metadata,
+        return ProbeScores(scores=scores, metadata=metadata,
                            arrays={"query_embeddings": embeddings}, queries=queries)

@@ -126,8 +126,9 @@ def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) 
     if text_kind == "statements":  # the statement: the query context, then the longest candidate continuation
         continuations = [templates.continuation(kg, e) for e in queries.candidates]
         # The longest in tokens, not in bytes: a short name of rare characters can be many tokens.
-        extra = max((len(ids) for ids in tokenizer(continuations, add_special_tokens=False)["input_ids"]), default=0)
-        extra += 2 if tokenizer.bos_token_id is None else 0  # a masked LM's [CLS] and [SEP]
+        # (A fast tokenizer refuses an empty batch.)
+        lengths = [len(ids) for ids in tokenizer(continuations, add_special_tokens=False)["input_ids"]] if continuations else [0]
+        extra = max(lengths) + (2 if tokenizer.bos_token_id is None else 0)  # a masked LM's [CLS] and [SEP]
         long_names = token_counts(tokenizer, continuations, limit, "tokenizer")
         if long_names:
             first = min(long_names)
