@@ -25,7 +25,7 @@ import pandas as pd
 from deer.core.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun
+from experiments.runs import ProbeRun, check_distinct_labels
 from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
 
 PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))  # the paper's pairs first, in its order
@@ -115,6 +115,7 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
     Writes agreement.csv/.md (model x probe pair), hits.csv/.md (model x probe),
     agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's dict.
     """
+    check_distinct_labels(runs)  # the rows, facets and JSON keys name runs by label
     output = ExperimentOutput(out_dir, "agreement")
     pair_rows, hit_rows, panels = [], [], []
     for run in runs:

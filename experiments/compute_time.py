@@ -218,7 +218,9 @@ def run_compute_time(
     and only its per-statement time is scaled to all entities); ``plain_statements``: statements
     per query timed for the plain scorer (None: all entities); ``deer_queries``/
     ``deer_candidates``: DEER's sample (None: all queries of ``split`` / all entities);
-    ``target``: 'all' (every triple) or a split name.  Writes compute_time.csv/.md (Table 1,
+    ``target``: 'all' (every triple) or a split name; ``token_budget``: DEER's padded tokens per batch
+    (None: the probe's own default, ``deer.backends.batching.auto_batch_limits``; the budget used is
+    recorded as ``deer.token_budget``).  Writes compute_time.csv/.md (Table 1,
     with each row's basis: exactly how it was extrapolated), compute_time_fits.csv/.md,
     compute_time_fit.png and compute_time.json.
     """
@@ -234,12 +236,15 @@ def run_compute_time(
         raise ValueError("--candidates must be at least 2: bear_ref's time is split using 1 and C statements per query")
     if warmup:  # first forward passes pay for thread pools and allocations
         restrict_for_warmup = restrict_queries(all_queries, [0], min(8, n_entities), seed)
-        deer_probe(restrict_for_warmup, loaded, templates=templates, show_progress=False)
+        # at the timed budget: the warm-up allocates for the batch shapes the timed run uses
+        deer_probe(restrict_for_warmup, loaded, templates=templates, token_budget=token_budget, show_progress=False)
 
     deer_rows = np.arange(len(all_queries)) if deer_queries is None else \
         np.random.default_rng(seed).choice(len(all_queries), size=min(deer_queries, len(all_queries)), replace=False)
     log(f"timing DEER on {len(deer_rows)} queries x {deer_candidates or n_entities} entities")
     deer = time_deer(all_queries, loaded, templates, deer_rows, deer_candidates, n_target, seed, token_budget)
+    log(f"DEER token budget {deer['token_budget']} padded tokens per batch"
+        f"{' (the probe default)' if token_budget is None else ''}")
     table_rows = [{
         "method": "DEER", "time_per_query_s": deer["total_seconds"] / n_target, "total_seconds": deer["total_seconds"],
         "total": _duration(deer["total_seconds"]), "total_se_fit": float("nan"), "total_std_over_runs": float("nan"),
@@ -284,7 +289,8 @@ def run_compute_time(
 
     table_note = (
         f"Total = all {n_target} {'triples' if target == 'all' else target + ' queries'} x {n_entities} entities, "
-        f"model {loaded.name} on {loaded.device} ({loaded.dtype}). BEAR totals are extrapolated as each basis says; "
+        f"model {loaded.name} on {loaded.device} ({loaded.dtype}); DEER token budget {deer['token_budget']} padded tokens "
+        f"per batch{' (the probe default)' if token_budget is None else ''}. BEAR totals are extrapolated as each basis says; "
         f"total_se_fit = standard error of the fitted line at the target (independent subsets), "
         f"total_std_over_runs = spread of the per-run fits' extrapolations. "
         f"Paper: DEER 16 min, BEAR 330 days ({PAPER['setting']})."
@@ -301,7 +307,9 @@ def run_compute_time(
         "experiment": "compute-time",
         "settings": {**(settings or {}), "split": split, "query_sizes": sizes, "candidates": candidates,
                      "repeats": repeats, "plain_statements": plain_statements, "deer_queries": deer_queries,
-                     "deer_candidates": deer_candidates, "target": target, "seed": seed},
+                     "deer_candidates": deer_candidates, "target": target, "seed": seed,
+                     # as asked (None: the probe's default); the budget used is deer.token_budget
+                     "token_budget": token_budget},
         "model": loaded.metadata(),
         "kg": kg.summary(),
         "target_queries": n_target,

@@ -57,14 +57,50 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def run_label(metadata: dict, folder: Path) -> str:
-    """The model name a run was made with (from any probe's metadata), else the folder name."""
+def recorded_model_name(metadata: dict) -> str | None:
+    """The model name (alias, hub id or folder, as given) recorded in any probe's metadata of a run."""
     for probe_metadata in metadata.values():
         model = probe_metadata.get("model") if isinstance(probe_metadata, dict) else None
         if isinstance(model, dict) and model.get("name"):
-            name = str(model["name"])
-            return Path(name).name if "/" in name and Path(name).exists() else name
-    return Path(folder).name
+            return str(model["name"])
+    return None
+
+
+def run_label(metadata: dict, folder: Path) -> str:
+    """The model name a run was made with (from any probe's metadata), else the folder name."""
+    name = recorded_model_name(metadata)
+    if name is None:
+        return Path(folder).name
+    return Path(name).name if "/" in name and Path(name).exists() else name
+
+
+def label_runs_apart(runs: Sequence[ProbeRun], names: Sequence[str] | None = None) -> None:
+    """Relabel ``runs`` in place when two share a label (checkpoint-10 of two training runs), so every
+    table, figure and JSON key names one run: each label becomes the shortest trailing part of its
+    model's path that tells the models apart (run-a/checkpoint-10, run-b/checkpoint-10); runs of one
+    model in several folders (two KGs or seeds) keep theirs and add as much of their folder's path as tells
+    those apart.
+    ``names``: the models as given, one per run (default: the name each run's metadata records)."""
+    from experiments.report import distinct_labels
+
+    if len({run.label for run in runs}) == len(runs):
+        return
+    if names is None:
+        names = [recorded_model_name(run.metadata) or str(run.folder) for run in runs]
+    names = [str(name) for name in names]
+    folders = distinct_labels([run.folder.resolve() for run in runs])
+    for run, name, label, folder in zip(runs, names, distinct_labels(names), folders, strict=True):
+        run.label = f"{run.label} ({folder})" if names.count(name) > 1 else label
+
+
+def check_distinct_labels(runs: Sequence[ProbeRun]) -> None:
+    """Raise ValueError if two runs share a label: their rows, figures and JSON keys would mix."""
+    labels = [run.label for run in runs]
+    shared = sorted({label for label in labels if labels.count(label) > 1})
+    if shared:
+        folders = "; ".join(f"'{label}': {', '.join(str(r.folder) for r in runs if r.label == label)}" for label in shared)
+        raise ValueError(f"runs share a label ({folders}); give each run its own label "
+                         "(experiments.runs.label_runs_apart), or leave out a model given twice")
 
 
 def load_run(folder: Path, label: str | None = None) -> ProbeRun:

@@ -17,7 +17,7 @@ import pandas as pd
 from deer.core.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun
+from experiments.runs import ProbeRun, check_distinct_labels
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
@@ -53,10 +53,12 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     Writes leaderboard.csv/.md (DEER, best first), leaderboard_<reference>.csv/.md,
     leaderboard.png and screen.json into ``out_dir``; returns the JSON's dict.  ``steps``
     ({run label: training step}, a checkpoint series): also curves.csv/.md and curves.png, every
-    metric of every probe against the step.
+    metric of every probe against the step.  Every run needs its own label (a checkpoint's name, unique
+    within the screen: ``experiments.runs.label_runs_apart``); two runs under one label are refused.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
+    check_distinct_labels(runs)  # two runs under one name would swap rows (reference, steps, JSON keys)
     output = ExperimentOutput(out_dir, "screen")
     missing = [run.label for run in runs if "deer" not in run.probes()]
     if missing:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun
+from experiments.runs import ProbeRun, check_distinct_labels
 from experiments.stats import correlations
 
 PAPER = {
@@ -58,6 +58,7 @@ def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fi
     Writes token_bias.csv/.md (one row per model x probe), token_bias_by_length.csv/.md,
     token_bias[_MODEL].png and token_bias.json into ``out_dir``.  Returns the JSON's dict.
     """
+    check_distinct_labels(runs)  # a figure per label: two runs under one name would overwrite each other's
     output = ExperimentOutput(out_dir, "token_bias")
     all_correlations, all_lengths = [], []
     for run in runs:

@@ -40,17 +40,13 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
                   k_shot, shots, query_trailing_space, template_style, token_budget, no_cache, ray_address=None):
     """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
     model; "" a local Ray); returns (runs, settings)."""
-    from experiments.report import distinct_labels
-    from experiments.runs import load_run, run_probes
+    from experiments.runs import label_runs_apart, load_run, run_probes
 
     if run_dirs:
         if model_names:
             raise click.UsageError("give either --run folders or --model names, not both")
         runs = [load_run(Path(d)) for d in run_dirs]
-        labels = [run.label for run in runs]
-        for run in runs:  # two runs of one model (e.g. two KGs or seeds) stay apart by folder
-            if labels.count(run.label) > 1:
-                run.label = f"{run.label} ({run.folder.name})"
+        label_runs_apart(runs)  # two checkpoint-10 of two training runs, or one model's runs in two folders, stay apart
         return runs, {"source": "run folders", "runs": list(run_dirs)}
     queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
                                          model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
@@ -64,9 +60,7 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
         runs = run_probes_on_ray(queries, names, probes, templates, address=ray_address or None, **options)
     else:
         runs = [run_probes(queries, name, probes, None, templates, log=click.echo, **options) for name in names]
-    if len({run.label for run in runs}) < len(runs):  # two checkpoint-10 of two training runs stay apart
-        for run, label in zip(runs, distinct_labels(names), strict=True):
-            run.label = label
+    label_runs_apart(runs, names)  # two checkpoint-10 of two training runs stay apart
     settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
@@ -143,7 +137,7 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
     decides), only single-token candidates and the queries whose gold tail is one; LAMA is told."""
     from deer.core.models import open_model
     from experiments.reference import single_token_queries
-    from experiments.runs import run_probes
+    from experiments.runs import label_runs_apart, run_probes
 
     queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
                                          model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
@@ -158,6 +152,7 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
         runs.append(run_probes(restricted, loaded, probes, None, templates, dtype=dtype, device=device,
                                token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir),
                                probe_options={"lama": {"single_token": True}}))
+    label_runs_apart(runs, list(model_names or (DEFAULT_MODEL,)))
     settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
                 "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs],

@@ -1,0 +1,201 @@
+"""Issue 21 bugs 7, 8 and 16 (screen), through the `deer experiment` CLI with the tiny random models.
+
+Bug 7: compute-time must time DEER at the probe's own token budget unless --token-budget is given.
+Bug 8: every command opens (and fingerprints) each model once.
+Bug 16: two checkpoints named alike in two training runs get distinct names in a screen.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from deer.core.metrics import rank_metrics
+from experiments.cli import main
+from experiments.runs import label_runs_apart, load_run
+from experiments.screen import run_screen
+from tests import test_experiments as experiment_tests
+
+# Fixtures of the experiment tests: a second tiny model (other weights) and stand-in BEAR/LAMA probes.
+second_clm_dir = experiment_tests.second_clm_dir
+stand_in_references = experiment_tests.stand_in_references
+invoke = experiment_tests.invoke
+
+
+@pytest.fixture()
+def experiment_kg_dir(tmp_path) -> Path:
+    return experiment_tests.write_experiment_kg(tmp_path / "experiment_kg")
+
+
+@pytest.fixture()
+def model_loads(monkeypatch) -> dict:
+    """Counts ``load_model`` calls per model name and ``model_fingerprint`` calls (the costly parts of opening)."""
+    from deer.core import models
+
+    counts = {"loads": Counter(), "fingerprints": 0}
+    real_load, real_fingerprint = models.load_model, models.model_fingerprint
+
+    def load(name, *args, **kwargs):
+        counts["loads"][str(name)] += 1
+        return real_load(name, *args, **kwargs)
+
+    def fingerprint(model):
+        counts["fingerprints"] += 1
+        return real_fingerprint(model)
+
+    monkeypatch.setattr(models, "load_model", load)
+    monkeypatch.setattr(models, "model_fingerprint", fingerprint)
+    return counts
+
+
+# -- bug 7 ---------------------------------------------------------------------------------------
+
+
+def test_compute_time_gives_deer_the_probes_default_budget_unless_told(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """The budget reaching the DEER probe (warm-up and timed run) is the probe's default (None, which
+    the probe resolves to CPU_TOKEN_BUDGET here) unless --token-budget is given; the JSON records both."""
+    from deer.backends.batching import CPU_TOKEN_BUDGET
+    from experiments import compute_time
+
+    budgets = []
+    real_probe = compute_time.deer_probe
+
+    def capturing_probe(*args, **kwargs):
+        budgets.append(kwargs.get("token_budget"))
+        return real_probe(*args, **kwargs)
+
+    monkeypatch.setattr(compute_time, "deer_probe", capturing_probe)
+    args = ["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train", "--query-sizes", "1,2",
+            "--repeats", "1", "--candidates", "4", "--deer-queries", "2", "--scorers", "bear_ref", "--device", "cpu"]
+    invoke([*args, "--out", str(tmp_path / "default")])
+    numbers = json.loads((tmp_path / "default" / "compute_time.json").read_text())
+    assert budgets == [None, None]  # warm-up and timed run: the probe picks its own
+    assert numbers["deer"]["token_budget"] == CPU_TOKEN_BUDGET and numbers["settings"]["token_budget"] is None
+    assert f"DEER token budget {CPU_TOKEN_BUDGET} padded tokens per batch (the probe default)" in \
+        (tmp_path / "default" / "compute_time.md").read_text()
+
+    budgets.clear()
+    invoke([*args, "--token-budget", "300", "--out", str(tmp_path / "given")])
+    numbers = json.loads((tmp_path / "given" / "compute_time.json").read_text())
+    assert budgets == [300, 300]  # the warm-up too warms the timed configuration
+    assert numbers["deer"]["token_budget"] == 300 and numbers["settings"]["token_budget"] == 300
+
+
+# -- bug 8 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ["agreement", "--probes", "deer,bear,lama", "--bootstrap", "0"],
+    ["token-bias", "--probes", "deer,bear"],
+    ["screen", "--reference", "bear"],
+])
+def test_each_experiment_opens_each_model_once(command, experiment_kg_dir, tiny_clm_dir, second_clm_dir, tmp_path, model_loads,
+                                               stand_in_references):
+    invoke([*command, "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--model", str(second_clm_dir),
+            "--subset", "10", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1, str(second_clm_dir): 1}
+    assert model_loads["fingerprints"] == 2
+
+
+def test_agreement_single_token_opens_each_model_once(experiment_kg_dir, tiny_clm_dir, second_clm_dir, tmp_path, model_loads):
+    """Its tokenizer restricts the queries, then the same open model runs the probes."""
+    pytest.importorskip("bear_ref.lama_probe")
+    invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--model", str(second_clm_dir),
+            "--probes", "deer,lama", "--single-token", "--subset", "10", "--bootstrap", "0",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1, str(second_clm_dir): 1}
+    assert model_loads["fingerprints"] == 2
+
+
+def test_compute_time_opens_its_model_once(tiny_kg_dir, tiny_clm_dir, tmp_path, model_loads):
+    invoke(["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train", "--query-sizes", "1,2",
+            "--repeats", "1", "--candidates", "4", "--plain-statements", "1", "--deer-queries", "2", "--out", str(tmp_path / "out")])
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1} and model_loads["fingerprints"] == 1
+
+
+def test_probe_with_ray_workers_opens_the_model_once_on_the_driver(tiny_kg_dir, tiny_clm_dir, tmp_path, model_loads, monkeypatch):
+    """--ray-workers: the driver's one open model gives the workers' store key and then runs the probe
+    (the Ray encoding itself is replaced here; tests/test_ray_runs.py runs it where Ray is installed)."""
+    from deer.core.models import LoadedModel
+    from experiments import ray_runs
+
+    handed = []
+
+    def encode_on_ray(kg, model_name, templates, *, loaded=None, **options):
+        handed.append(loaded)
+        return tmp_path / "store"
+
+    monkeypatch.setattr(ray_runs, "encode_entities_on_ray", encode_on_ray)
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--ray-workers", "2",
+                                       "--out", str(tmp_path / "run")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert len(handed) == 1 and isinstance(handed[0], LoadedModel)
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1} and model_loads["fingerprints"] == 1
+
+
+# -- bug 16 --------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def two_runs_checkpoint_10(tmp_path, tiny_clm_dir, second_clm_dir) -> list[Path]:
+    """run-a/checkpoint-10 and run-b/checkpoint-10: one name, two training runs (other weights)."""
+    folders = [tmp_path / "train" / run / "checkpoint-10" for run in ("run-a", "run-b")]
+    for source, folder in zip((tiny_clm_dir, second_clm_dir), folders, strict=True):
+        shutil.copytree(source, folder)
+    return folders
+
+
+def _screen(args: list[str], out: Path) -> dict:
+    invoke(["screen", *args, "--reference", "bear", "--out", str(out)])
+    return json.loads((out / "screen.json").read_text())
+
+
+def test_screen_names_checkpoints_of_two_runs_apart(experiment_kg_dir, two_runs_checkpoint_10, tmp_path, stand_in_references):
+    runs_dir = tmp_path / "runs"
+    model_args = [arg for folder in two_runs_checkpoint_10 for arg in ("--model", str(folder))]
+    numbers = _screen(["--kg", str(experiment_kg_dir), *model_args, "--runs-dir", str(runs_dir)], tmp_path / "screen")
+    expected = ["run-a/checkpoint-10", "run-b/checkpoint-10"]
+    assert sorted(row["model"] for row in numbers["leaderboard"]) == expected
+    assert sorted(numbers["runs"]) == expected and len(set(numbers["runs"].values())) == 2
+    assert len(list(runs_dir.iterdir())) == 2  # one run folder per checkpoint
+    for row in numbers["reference_leaderboard"]:  # each name's numbers are its own run's
+        assert row["mrr"] == pytest.approx(rank_metrics(load_run(Path(numbers["runs"][row["model"]])).ranks("bear"))["mrr"])
+
+    # The same two run folders read back with --run: the same names (from the models they record).
+    folders = [arg for folder in sorted(runs_dir.iterdir()) for arg in ("--run", str(folder))]
+    reread = _screen(folders, tmp_path / "screen-again")
+    assert sorted(reread["runs"]) == expected
+    assert {numbers["runs"][label] for label in expected} == {reread["runs"][label] for label in expected}
+
+
+def test_screen_runs_of_one_model_in_folders_named_alike_stay_apart(experiment_kg_dir, tiny_clm_dir, tmp_path, stand_in_references):
+    """--run x/run --run y/run, both of one model: two rows, named by as much of their folders as tells them apart."""
+    invoke(["screen", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--reference", "bear",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "first")])
+    (made,) = (tmp_path / "runs").iterdir()
+    copies = [shutil.copytree(made, tmp_path / parent / "run") for parent in ("x", "y")]
+    numbers = _screen([arg for folder in copies for arg in ("--run", str(folder))], tmp_path / "screen")
+    label = Path(tiny_clm_dir).name
+    assert sorted(numbers["runs"]) == [f"{label} (x/run)", f"{label} (y/run)"]
+    assert len(numbers["leaderboard"]) == len(numbers["reference_leaderboard"]) == 2
+
+
+def test_run_screen_refuses_two_runs_under_one_name(experiment_kg_dir, two_runs_checkpoint_10, tmp_path, stand_in_references):
+    """Through the Python API: runs read back alike ('checkpoint-10') are refused, not mixed up (the
+    reference rows were looked up by name); label_runs_apart names them apart."""
+    model_args = [arg for folder in two_runs_checkpoint_10 for arg in ("--model", str(folder))]
+    _screen(["--kg", str(experiment_kg_dir), *model_args, "--runs-dir", str(tmp_path / "runs")], tmp_path / "screen")
+    runs = [load_run(folder) for folder in sorted((tmp_path / "runs").iterdir())]
+    assert [run.label for run in runs] == ["checkpoint-10", "checkpoint-10"]
+    with pytest.raises(ValueError, match="runs share a label"):
+        run_screen(runs, tmp_path / "api", reference="bear")
+    label_runs_apart(runs)
+    numbers = run_screen(runs, tmp_path / "api", reference="bear")
+    assert sorted(row["model"] for row in numbers["reference_leaderboard"]) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]
+    assert {row["model"]: row["mrr"] for row in numbers["reference_leaderboard"]} == pytest.approx(
+        {run.label: rank_metrics(run.ranks("bear"))["mrr"] for run in runs})
