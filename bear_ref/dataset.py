@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +37,12 @@ from tqdm.auto import tqdm
 
 from deer.backends.statement_scorer import StatementScorer
 from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
+from deer.core.length_guard import PromptTooLongError, max_positions, token_counts
 from deer.core.ranking import rank_and_best
 from deer.core.result import Metrics, ProbeResult, check_instances_folder
 from deer.core.stores import key_digest
-from kg_data.bear import BearDataset, BearRelation
+from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement
+from kg_data.cloze import shorten
 
 PROBE = "bear-dataset"
 STATEMENT_RULE = (
@@ -251,6 +254,47 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementS
     }
 
 
+def long_statements(tokenizer, stems: Sequence[str], answers: Sequence[str], limit: int) -> tuple[dict[int, int], dict[int, int]]:
+    """The statements that cannot fit ``limit`` positions, counted as ``deer.core.length_guard`` counts a
+    KG's: ({answer index: tokens} of the answers too long by themselves, {stem index: tokens} of the
+    stems -- statements with an empty answer slot -- too long with the longest answer (in tokens), BOS
+    and a masked LM's [CLS] and [SEP]).  Only texts whose length in bytes could exceed the limit are tokenised."""
+    long_answers = token_counts(tokenizer, answers, limit, "tokenizer")
+    if long_answers or not answers:
+        return long_answers, {}
+    longest = max(len(ids) for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"])
+    return {}, token_counts(tokenizer, stems, limit, "bos", longest + (2 if tokenizer.bos_token_id is None else 0))
+
+
+def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
+    """The guard's error: what does not fit, by how much, and what to shorten."""
+    others = f" ({more} more too long)" if more else ""
+    return PromptTooLongError(f"{what}: its {kind} is {n_tokens} tokens, more than the model's {limit} positions{others}; {hint}")
+
+
+def guard_statement_lengths(dataset: BearDataset, loaded) -> None:
+    """Every statement of ``dataset`` fits the model's positions, checked before the first is scored
+    (an over-long subject would otherwise be scored past the last position, or run for minutes):
+    a PromptTooLongError names the first instance (file and line) or answer that does not."""
+    limit = max_positions(loaded.model)
+    if limit is None:
+        return
+    for code, relation in dataset.relations.items():
+        for t, template in enumerate(relation.templates):
+            stems = [fill_statement(template, subject, "") for subject in relation.subject_labels]
+            long_answers, long_stems = long_statements(loaded.tokenizer, stems, relation.answer_labels, limit)
+            if long_answers:
+                first = min(long_answers)
+                raise too_long(f"{Path(dataset.path) / METADATA_FILE}: relation {code}, answer {relation.answer_ids[first]} "
+                               f"({shorten(relation.answer_labels[first])!r})", "text", long_answers[first], limit,
+                               len(long_answers) - 1, "shorten the answer label")
+            if long_stems:
+                first = min(long_stems)
+                raise too_long(f"{relation.location(first)}: relation {code}, instance {relation.subject_ids[first]} "
+                               f"(subject {shorten(relation.subject_labels[first])!r}), template {t}", "longest statement",
+                               long_stems[first], limit, len(long_stems) - 1, "shorten the subject label")
+
+
 def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict) -> ProbeResult:
     """The data-set score as a :class:`ProbeResult` (saved as instances table, metrics, summary.md, metadata)."""
     return ProbeResult("bear", table, Metrics(metrics, "overall"), metadata, summary=summary_markdown(metrics))
@@ -274,9 +318,12 @@ def run_bear_dataset(
     ``selection``: how the subset was chosen (relations, max_instances, seed), part of the resume key.
     ``domain_support``/``ties``: the metric convention (default lm-pub-quiz 0.3.3's; see
     ``metric_convention``); it does not enter the stored parts, so it can change on resume.
-    A folder holding another kind of run (a KG probe's) is refused with a ValueError.
+    A folder holding another kind of run (a KG probe's) is refused with a ValueError, a statement
+    longer than the model's positions with a PromptTooLongError, both before anything is scored or written.
     """
     convention = metric_convention(domain_support, ties)
+    if not dataset.relations:
+        raise ValueError(f"{dataset.path}: no relations to score")
     scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
     key = resume_key(dataset, loaded, selection, scorer)
     parts_dir = None
@@ -284,8 +331,7 @@ def run_bear_dataset(
         out_dir = Path(out_dir)
         check_out_dir(out_dir)
         parts_dir = out_dir / "parts" / key_digest(key)
-        parts_dir.mkdir(parents=True, exist_ok=True)
-        write_json(parts_dir / "key.json", key)
+    guard_statement_lengths(dataset, loaded)
     suffix = default_table_suffix()
     started = time.perf_counter()
     frames, resumed = [], []
@@ -304,6 +350,8 @@ def run_bear_dataset(
             bar.set_postfix_str(relation.code)
             frame = score_relation(scorer, relation, bar)
             if parts_dir is not None:
+                if not (parts_dir / "key.json").exists():  # created with the first finished part: a failed start leaves nothing
+                    write_json(parts_dir / "key.json", key)
                 write_table(parts_dir / f"{relation.code}-{relation.digest()}{suffix}", frame)  # atomic: a resumed run trusts it
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)

@@ -14,6 +14,7 @@ three or four models an ordering agreement is a handful of pairs: its p-values s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +23,13 @@ from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
 from deer.core.inputs import check_inputs
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
-from experiments.cloze import PROBES, run_cloze
-from experiments.cloze_bear import compare_with_bear
+from experiments.cloze import PROBES, checked_probes, run_cloze
+from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
 from kg_data.bear import METADATA_FILE, BearDataset, load_bear_dataset
-from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, lama_cloze_task
+from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, check_lama_queries, check_modes, lama_cloze_task
 from kg_data.errors import KGFormatError
 from kg_data.lama import COMMON_VOCAB_FILE, RELATIONS_FILE, load_lama
 from kg_data.load import dataset_kind
@@ -44,15 +45,44 @@ def benchmark_kind(dataset) -> str:
 
 
 def load_benchmark(dataset, data_dir=None, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,
-                   max_facts: int | None = None, seed: int = 0, candidate_kinds: Sequence[str] = CANDIDATE_KINDS):
-    """The benchmark's data, read and checked with no model: a bad file is an error naming it."""
+                   max_facts: int | None = None, seed: int = 0, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
+                   modes: Sequence[str] = MODES):
+    """The benchmark's data, read and checked with no model: a bad file is an error naming it, as
+    LAMA data that gives no query in ``modes``."""
+    check_modes(modes, candidate_kinds)
     if benchmark_kind(dataset) == "bear":
         return load_bear_dataset(dataset, data_dir, relations=relations, max_instances=max_facts, seed=seed)
     data = load_lama(dataset, data_dir, sources=sources, relations=relations, max_facts=max_facts, seed=seed)
     if "common-vocab" in candidate_kinds and not data.common_vocab:
         raise KGFormatError(Path(data.path) / COMMON_VOCAB_FILE, None,
                             "missing or empty: the common-vocabulary candidates need it (or rank the relation's objects only)")
+    check_lama_queries(data, modes)
     return data
+
+
+@contextlib.contextmanager
+def nothing_left_on_failure(out):
+    """On an error (Ctrl-C too), remove what this run created in ``out``, so a failed run leaves no
+    half-written results; finished probes (``cloze/parts/KEY/``), from which the same command
+    resumes, are kept."""
+    if out is None:
+        yield
+        return
+    out = Path(out)
+    existed = out.exists()
+    before = set(out.rglob("*")) if existed else set()
+    try:
+        yield
+    except BaseException:
+        created = set(out.rglob("*")) - before if out.exists() else set()
+        for path in sorted(created, key=lambda p: len(p.parts), reverse=True):  # a folder after what it holds
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+            elif path.is_file() and not (path.parent.parent.name == "parts" and any(path.parent.glob("*.parquet"))):
+                path.unlink()
+        if not existed and out.exists() and not any(out.iterdir()):
+            out.rmdir()
+        raise
 
 
 def build_task(data, loaded, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> ClozeTask:
@@ -74,34 +104,42 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     bootstrap: int = 1000, out=None, show_progress: bool = True) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
     (and "bear_dataset" for DEER on a BEAR-format data set).  See the module doc."""
-    # Every input before the model: the options and --out, then the data (a bad file names itself).
+    # Every input before the model: the options and --out, then the data (a bad file names itself) and a
+    # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
-    data = load_benchmark(dataset, data_dir, relations, sources, max_facts, seed, candidate_kinds)
+    probes = checked_probes(probes)
+    bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
+    if bear_data_set and out is None:
+        raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
+    if bear_run is not None and not bear_data_set:
+        raise ValueError("bear_run (--bear-run) is read only for DEER on a BEAR-format data set (--probes with deer)")
+    data = load_benchmark(dataset, data_dir, relations, sources, max_facts, seed, candidate_kinds, modes)
+    if bear_run is not None:
+        check_bear_run(bear_run, data)
     loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
-    with evaluation_mode(loaded.model):
+    with nothing_left_on_failure(out), evaluation_mode(loaded.model):
+        bear_table = stored_bear_table(bear_run, data, loaded) if bear_run is not None else None
         task = build_task(data, loaded, modes, candidate_kinds)
         report = {}
-        bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
-        if bear_data_set and out is None:
-            raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
         run_probes = [p for p in probes if not (bear_run and p == "bear")] if bear_data_set else list(probes)
         if bear_data_set and not bear_run and "bear" not in run_probes:
             run_probes.append("bear")
         result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=token_budget,
                            show_progress=show_progress)
         if bear_data_set:
-            report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, seed)
-    metrics = cloze_metrics(result.table)
-    agreement = probe_agreement(result.table, bootstrap, seed)
-    modes_rows = mode_agreement(result.table, bootstrap, seed)
-    report.update({"table": result.table, "metrics": metrics, "agreement": agreement, "mode_agreement": modes_rows,
-                   "metadata": result.metadata})
-    if out is not None:
-        out = Path(out)
-        write_json(out / "metrics.json", metrics)
-        write_json(out / "agreement.json", {"probes": agreement, "template_vs_template_free": modes_rows})
-        write_text(out / "summary.md", summary_markdown(metrics, agreement, modes_rows)
-                   + ("\nBEAR data-set comparison: bear_dataset/summary.md\n" if "bear_dataset" in report else ""))
+            report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, seed,
+                                                       bear_table)
+        metrics = cloze_metrics(result.table)
+        agreement = probe_agreement(result.table, bootstrap, seed)
+        modes_rows = mode_agreement(result.table, bootstrap, seed)
+        report.update({"table": result.table, "metrics": metrics, "agreement": agreement, "mode_agreement": modes_rows,
+                       "metadata": result.metadata})
+        if out is not None:
+            out = Path(out)
+            write_json(out / "metrics.json", metrics)
+            write_json(out / "agreement.json", {"probes": agreement, "template_vs_template_free": modes_rows})
+            write_text(out / "summary.md", summary_markdown(metrics, agreement, modes_rows)
+                       + ("\nBEAR data-set comparison: bear_dataset/summary.md\n" if "bear_dataset" in report else ""))
     return report
 
 

@@ -29,13 +29,15 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, mask_sentence, statement_scores
+from bear_ref.dataset import long_statements, too_long
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.statement_scorer import StatementScorer
-from deer.cloze_probe import encode_cloze
+from deer.cloze_probe import candidate_prompt, encode_cloze
 from deer.core.files import package_versions, read_table, write_json, write_table
+from deer.core.length_guard import PromptTooLongError, max_positions, token_counts
 from deer.core.models import LoadedModel, is_masked_lm
 from deer.core.ranking import rank_and_best
-from kg_data.cloze import ClozeTask
+from kg_data.cloze import ClozeTask, deer_query_text, shorten, statement
 
 PROBES = ("deer", "lama", "bear")
 LARGE_SET = "common-vocab"  # scored by DEER and next-token LAMA only (see the module doc)
@@ -126,24 +128,88 @@ def _lama_scores(task: ClozeTask, loaded: LoadedModel, logprobs: np.ndarray | No
     return scores
 
 
+def checked_probes(probes) -> list[str]:
+    """``probes`` in the order of ``PROBES``; unknown ones (or none) are a ValueError."""
+    unknown = sorted(set(probes) - set(PROBES))
+    if unknown or not set(probes) & set(PROBES):
+        raise ValueError(f"probes must be some of {', '.join(PROBES)}; got {', '.join(unknown) or 'none'}")
+    return [p for p in PROBES if p in probes]
+
+
+def _fit(task: ClozeTask, index: int, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
+    q = task.queries[index]
+    what = f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
+    return too_long(what, kind, n_tokens, limit, more, hint)
+
+
+def guard_lengths(task: ClozeTask, loaded: LoadedModel, probes, masked: bool) -> None:
+    """Every text the probes will feed fits the model's positions, checked before the first forward
+    pass: DEER's and LAMA's query texts, DEER's answer prompts, the masked sentences and the whole
+    statements BEAR (and statement-scored LAMA) score.  A PromptTooLongError names the first fact
+    (file and line) or answer that does not fit."""
+    limit = max_positions(loaded.model)
+    if limit is None:
+        return
+    tokenizer = loaded.tokenizer
+    hint = "shorten the subject label (or the sentence)"
+    if not masked and {"deer", "lama"} & set(probes):
+        long_texts = token_counts(tokenizer, [deer_query_text(q) for q in task.queries], limit, "bos")
+        if long_texts:
+            first = min(long_texts)
+            raise _fit(task, first, "query text", long_texts[first], limit, len(long_texts) - 1, hint)
+    if masked and "lama" in probes:
+        long_texts = token_counts(tokenizer, [mask_sentence(tokenizer, q) for q in task.queries], limit, "tokenizer")
+        if long_texts:
+            first = min(long_texts)
+            raise _fit(task, first, "masked sentence", long_texts[first], limit, len(long_texts) - 1, hint)
+    if "deer" in probes:
+        for name, candidates in task.candidate_sets.items():
+            prompts = [candidate_prompt(label, description) for label, description
+                       in zip(candidates.labels, candidates.descriptions or (None,) * len(candidates), strict=True)]
+            long_prompts = token_counts(tokenizer, prompts, limit, "bos")
+            if long_prompts:
+                first = min(long_prompts)
+                raise too_long(f"answer {shorten(candidates.labels[first])!r} of candidate set {name}", "DEER prompt",
+                               long_prompts[first], limit, len(long_prompts) - 1, "shorten the answer label")
+    rules = lama_rules(task, masked) if "lama" in probes else [None] * len(task.queries)
+    groups: dict[str, list[int]] = {}  # the statements scored, per candidate set
+    for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)):
+        if rule == "statement" or ("bear" in probes and q.candidates != LARGE_SET):
+            groups.setdefault(q.candidates, []).append(i)
+    for name, rows in groups.items():
+        labels = task.candidate_sets[name].labels
+        long_answers, long_stems = long_statements(tokenizer, [statement(task.queries[i], "") for i in rows], labels, limit)
+        if long_answers:
+            first = min(long_answers)
+            raise too_long(f"answer {shorten(labels[first])!r} of candidate set {name}", "text", long_answers[first], limit,
+                           len(long_answers) - 1, "shorten the answer label")
+        if long_stems:
+            first = min(long_stems)
+            raise _fit(task, rows[first], "longest statement", long_stems[first], limit, len(long_stems) - 1, hint)
+
+
 def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Path | None = None,
               token_budget: int | None = None, statement_token_budget: int = 512, show_progress: bool = True) -> ClozeResult:
-    """Score ``task`` with ``probes`` (some of deer, lama, bear); see the module doc."""
-    unknown = sorted(set(probes) - set(PROBES))
-    probes = [p for p in PROBES if p in probes]
-    if not probes or unknown:
-        raise ValueError(f"probes must be some of {', '.join(PROBES)}; got {', '.join(unknown) or 'none'}")
+    """Score ``task`` with ``probes`` (some of deer, lama, bear); see the module doc.  A task without
+    queries, or with a text longer than the model's positions (``guard_lengths``), is refused before
+    anything is scored or written."""
+    probes = checked_probes(probes)
     masked = is_masked_lm(loaded.model)
     if masked and "deer" in probes:
         raise ValueError(f"DEER embeds with a causal LM (PromptEOL); {loaded.name} is a masked LM: run lama,bear")
+    if not task.queries:
+        counts = list(task.info.get("counts", {}).values())  # LAMA's: why facts gave no query
+        why = "" if not counts else (f" ({sum(c['object_not_in_vocabulary'] for c in counts)} of {sum(c['facts'] for c in counts)} "
+                                     "facts have an object that is not one token for this model, "
+                                     f"{sum(c['no_usable_sentence'] for c in counts)} no usable masked sentence)")
+        raise ValueError(f"{task.name}: no query to score{why}")
+    guard_lengths(task, loaded, probes, masked)
     digest = task_digest(task)
     key = {"model": loaded.fingerprint, "tokenizer": loaded.tokenizer_fingerprint, "dtype": str(loaded.dtype),
            "task": digest, "rank_rule": RANK_RULE}
     parts = None
-    if out is not None:
+    if out is not None:  # created with the first finished probe (``_store``): a failed start leaves nothing behind
         parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-        parts.mkdir(parents=True, exist_ok=True)
-        write_json(parts / "key.json", key)
     frames, timings, resumed = {}, {}, []
     for probe in probes:
         if parts is not None and (parts / f"{probe}.parquet").exists():
@@ -165,7 +231,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     if "deer" in todo:
         started = time.perf_counter()
         scores = {i: encoding.cosine(task, i).astype(np.float64) for i in range(len(task.queries))}
-        frames["deer"] = _store(parts, "deer", ranks_from_scores(task, scores, "deer"))
+        frames["deer"] = _store(parts, "deer", ranks_from_scores(task, scores, "deer"), key)
         timings["deer_seconds"] = round(encoding.seconds["queries"] + encoding.seconds["candidates"] + time.perf_counter() - started, 3)
     if "lama" in todo:
         started = time.perf_counter()
@@ -176,7 +242,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
                                   masked, scorer, token_budget, bar.update)
         frame = ranks_from_scores(task, scores, "lama")
         frame["lama_rule"] = rules
-        frames["lama"] = _store(parts, "lama", frame)
+        frames["lama"] = _store(parts, "lama", frame, key)
         timings["lama_seconds"] = round(time.perf_counter() - started + (encoding.seconds["queries"] if encoding else 0), 3)
     if "bear" in todo:
         started = time.perf_counter()
@@ -184,7 +250,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         timings["bear_statements"] = count_statements(task, rows)
         with tqdm(total=timings["bear_statements"], desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
             scores = statement_scores(scorer, task, rows, bar.update)
-        frames["bear"] = _store(parts, "bear", ranks_from_scores(task, scores, "bear"))
+        frames["bear"] = _store(parts, "bear", ranks_from_scores(task, scores, "bear"), key)
         timings["bear_seconds"] = round(time.perf_counter() - started, 3)
         timings["bear_work"] = scorer.work()
     table = pd.concat([query_frame(task)] + [frames[p] for p in probes], axis=1)
@@ -203,7 +269,9 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     return result
 
 
-def _store(parts: Path | None, probe: str, frame: pd.DataFrame) -> pd.DataFrame:
+def _store(parts: Path | None, probe: str, frame: pd.DataFrame, key: dict) -> pd.DataFrame:
     if parts is not None:
+        if not (parts / "key.json").exists():
+            write_json(parts / "key.json", key)
         write_table(parts / f"{probe}.parquet", frame)
     return frame

@@ -5,8 +5,9 @@ DEER ranks each (relation, template, instance)'s answer space by cosine
 in the BEAR data-set format, so ``bear_ref.dataset.bear_metrics`` gives DEER's BEAR-style
 accuracy per template, relation, domain and cardinality under lm-pub-quiz's convention.  BEAR's
 ranks come from a finished ``deer bear-dataset`` folder of the same model and data (checked:
-weights fingerprint, data-set path, instance count), or from the same cloze run's bear columns.  Agreement is per instance
-and template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreement.
+weights, tokenizer, dtype and each relation's content digest), or from the same cloze run's bear
+columns.  Agreement is per instance and template: Pearson r of log ranks (bootstrap CI),
+Spearman, and accuracy agreement.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bear_ref.dataset import bear_metrics, find_instances_table
+from bear_ref.dataset import PROBE, bear_metrics, find_instances_table
 from deer.core.files import read_table, write_json, write_table, write_text
 from deer.core.models import LoadedModel
 from experiments.cloze import ClozeResult
@@ -56,24 +57,24 @@ def legacy_sample_fingerprint(model) -> str:
     return digest.hexdigest()[:16]
 
 
-def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
-    """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
-    weights and tokenizer in the same dtype on the same data: every relation's content digest
-    (templates, answer space, instances) must match; a run that recorded none is refused."""
+def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
+    """The metadata of a finished ``deer bear-dataset`` run in ``folder``, refused (ValueError) unless it
+    scored this data: every relation's content digest (templates, answer space ids and labels,
+    instances, gold) must match, and a run that recorded none (made before they were kept) cannot
+    show that it does.  Needs no model, so it is checked before one is loaded."""
     folder = Path(folder)
-    metadata = json.loads((folder / "metadata.json").read_text()).get("bear", {})
-    model = metadata.get("model", {})
+    path = folder / "metadata.json"
+    try:
+        metadata = json.loads(path.read_text()).get("bear")
+    except (OSError, ValueError, AttributeError):
+        metadata = None
+    if not isinstance(metadata, dict) or metadata.get("probe") != PROBE:
+        raise ValueError(f"{folder} is not a finished `deer bear-dataset` run ({path} is missing or describes none)")
     problems = []
-    # The older sampled fingerprint is hashed only for a run that does not carry the current one.
-    if model.get("fingerprint") != loaded.fingerprint and model.get("fingerprint") != legacy_sample_fingerprint(loaded.model):
-        problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
-    if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
-        problems.append("tokenizer fingerprint differs")
-    if model.get("dtype", str(loaded.dtype).replace("torch.", "")) != str(loaded.dtype).replace("torch.", ""):
-        problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
     stored_digests = metadata.get("relation_digests")
-    if stored_digests is None:
-        problems.append("it records no relation digests (made before they were kept): run deer bear-dataset again")
+    if not isinstance(stored_digests, dict):
+        problems.append("it records no relation digests (made before they were kept), so nothing shows which data it "
+                        "scored: run deer bear-dataset again")
     else:
         changed = [code for code, relation in dataset.relations.items() if stored_digests.get(code) != relation.digest()]
         if changed:
@@ -82,7 +83,25 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     if metadata.get("dataset", {}).get("instances") != dataset.n_instances:
         problems.append(f"{metadata.get('dataset', {}).get('instances')} instances != {dataset.n_instances}")
     if problems:
-        raise ValueError(f"{folder} is not a BEAR run of this model and data: " + "; ".join(problems))
+        raise ValueError(f"{folder} is not a BEAR run of this data: " + "; ".join(problems))
+    return metadata
+
+
+def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
+    """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
+    weights and tokenizer in the same dtype on the same data (``check_bear_run``)."""
+    folder = Path(folder)
+    model = check_bear_run(folder, dataset).get("model", {})
+    problems = []
+    # The older sampled fingerprint is hashed only for a run that does not carry the current one.
+    if model.get("fingerprint") != loaded.fingerprint and model.get("fingerprint") != legacy_sample_fingerprint(loaded.model):
+        problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
+    if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
+        problems.append("tokenizer fingerprint differs")
+    if model.get("dtype", str(loaded.dtype).replace("torch.", "")) != str(loaded.dtype).replace("torch.", ""):
+        problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
+    if problems:
+        raise ValueError(f"{folder} is not a BEAR run of this model: " + "; ".join(problems))
     return read_table(find_instances_table(folder))
 
 
@@ -116,14 +135,17 @@ def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, s
 
 
 def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedModel, out: str | Path,
-                      bear_run: str | Path | None = None, bootstrap: int = 1000, seed: int = 0) -> dict:
-    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own columns, or ``bear_run``):
+                      bear_run: str | Path | None = None, bootstrap: int = 1000, seed: int = 0,
+                      bear_table: pd.DataFrame | None = None) -> dict:
+    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own columns, or ``bear_run``'s:
+    ``bear_table`` when the caller has read and checked it already with ``stored_bear_table``):
     BEAR-style metrics for both, per-instance agreement; writes tables, report.json, summary.md."""
     out = Path(out)
     deer_table = bear_format(result, dataset, "deer")
     if bear_run is None and "bear_rank" not in result.table:
         raise ValueError("no BEAR ranks: run the bear probe too, or name a finished `deer bear-dataset` folder (bear_run)")
-    bear_table = stored_bear_table(bear_run, dataset, loaded) if bear_run else bear_format(result, dataset, "bear")
+    if bear_table is None:
+        bear_table = stored_bear_table(bear_run, dataset, loaded) if bear_run else bear_format(result, dataset, "bear")
     metrics = {"deer": bear_metrics(deer_table, dataset), "bear": bear_metrics(bear_table, dataset)}
     joined = deer_table.merge(bear_table, on=KEYS, suffixes=("_deer", "_bear"), validate="one_to_one")
     if len(joined) != len(deer_table):

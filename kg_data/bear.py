@@ -16,6 +16,11 @@ discussions is this N:1 (many subjects sharing an answer).
 
 Subsets (``relations``, ``max_instances`` seeded per relation) keep each relation's full
 answer space, so a subset asks the same multiple-choice questions as the full set.
+
+Everything is checked as it is read, before any model sees it; an error names the file, the line
+(or the relation and position in the metadata) and the problem.  Labels and ids are strings, or
+integers read as their decimal strings (a subject called 1984 is data); null, booleans, fractions
+and lone UTF-16 surrogates (a JSON escape such as "\\ud800" without its pair) are refused.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError, KGNotFoundError
-from kg_data.lines import read_jsonl, read_text
+from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates
+from kg_data.lines import JSON_TYPE_NAMES, read_jsonl, read_text
 
 SUBJECT, ANSWER = "[X]", "[Y]"
 METADATA_FILE = "metadata_relations.json"
@@ -54,6 +59,7 @@ class BearRelation:
 
     ``gold``: int64 (n_instances,), each instance's answer position in ``answer_ids``.
     ``rows``: int64 (n_instances,), 0-based row of each instance in the relation file.
+    ``lines``: int64 (n_instances,), each instance's 1-based line in ``path`` (for messages), when read from a file.
     """
 
     code: str
@@ -67,6 +73,14 @@ class BearRelation:
     domains: list[str]
     cardinality: str
     total_instances: int
+    path: str = ""
+    lines: np.ndarray | None = None
+
+    def location(self, instance: int) -> str:
+        """'FILE:LINE' of an instance (its position in this relation), or its row where the file is not known."""
+        if self.lines is None or not self.path:
+            return f"relation {self.code}, row {int(self.rows[instance])}"
+        return f"{self.path}:{int(self.lines[instance])}"
 
     def __len__(self) -> int:
         return len(self.subject_ids)
@@ -117,13 +131,43 @@ def _read_json(path: Path):
         raise KGFormatError(path, error.lineno, f"invalid JSON ({error.msg})") from None
 
 
+def _text(path: Path, line: int | None, value, what: str, *, empty: bool = False) -> str:
+    """A label or id from JSON as text: a string, or an integer read as its decimal string ("1984" is a
+    fine label); null, a boolean, a fraction, a list or an object is an error naming ``what``.  A
+    subject label may be empty (BEAR-big's P291 has one), nothing else."""
+    if type(value) is int:
+        value = str(value)
+    if not isinstance(value, str) or not (empty or value.strip()):
+        got = "an empty string" if isinstance(value, str) else JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+        raise KGFormatError(path, line, f"{what} must be a {'' if empty else 'non-empty '}string or an integer, got {got}")
+    return refuse_lone_surrogates(path, line, value, what)
+
+
 def _check_templates(path: Path, code: str, templates) -> list[str]:
     if not isinstance(templates, list) or not templates or not all(isinstance(t, str) for t in templates):
         raise KGFormatError(path, None, f"relation {code}: 'templates' must be a non-empty list of strings")
     for template in templates:
-        if template.count(ANSWER) != 1:
-            raise KGFormatError(path, None, f"relation {code}: template {template!r} must hold {ANSWER} exactly once")
+        if template.count(ANSWER) != 1 or SUBJECT not in template:
+            raise KGFormatError(path, None, f"relation {code}: template {template!r} must hold {ANSWER} exactly once and {SUBJECT} at least once")
+        refuse_lone_surrogates(path, None, template, f"relation {code}: template {template!r}")
     return templates
+
+
+def _answer_space(path: Path, code: str, meta: dict) -> tuple[list[str], list[str]]:
+    """The answer space the metadata gives: ids and labels, checked (equal lengths, texts, no id twice)."""
+    ids, labels = meta.get("answer_space_ids"), meta.get("answer_space_labels")
+    if not isinstance(ids, list) or not isinstance(labels, list) or len(ids) != len(labels) or not ids:
+        raise KGFormatError(path, None, f"relation {code}: answer_space_ids and answer_space_labels must be non-empty lists "
+                                        "of equal length")
+    ids = [_text(path, None, value, f"relation {code}: answer_space_ids[{i}]") for i, value in enumerate(ids)]
+    labels = [_text(path, None, value, f"relation {code}: answer_space_labels[{i}]") for i, value in enumerate(labels)]
+    first: dict[str, int] = {}
+    for i, answer in enumerate(ids):
+        if answer in first:
+            raise KGFormatError(path, None, f"relation {code}: answer id {answer} is in answer_space_ids twice "
+                                            f"(positions {first[answer]} and {i})")
+        first[answer] = i
+    return ids, labels
 
 
 def _relation_info(folder: Path) -> dict:
@@ -132,6 +176,10 @@ def _relation_info(folder: Path) -> dict:
             info = _read_json(candidate)
             if not isinstance(info, dict):
                 raise KGFormatError(candidate, None, "expected a JSON object {relation: {\"domains\": [...]}}")
+            for code, entry in info.items():
+                domains = entry.get("domains", []) if isinstance(entry, dict) else []
+                if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+                    raise KGFormatError(candidate, None, f"relation {code}: 'domains' must be a list of strings")
             return info
     return {}
 
@@ -150,13 +198,15 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
         raise KGFormatError(metadata_path, None, f"relation {code}: expected an object with 'templates'")
     templates = _check_templates(metadata_path, code, meta.get("templates"))
     path = folder / f"{code}.jsonl"
-    records = list(read_jsonl(path, ("sub_id", "sub_label", "obj_id", "obj_label")))
+    records = []
+    for line, record in read_jsonl(path, ("sub_id", "sub_label", "obj_id", "obj_label")):
+        texts = {key: _text(path, line, record[key], f"key '{key}'", empty=key == "sub_label")
+                 for key in ("sub_id", "sub_label", "obj_id", "obj_label")}
+        records.append((line, {**record, **texts}))
     if not records:
         raise KGFormatError(path, None, "no instances")
     if "answer_space_ids" in meta or "answer_space_labels" in meta:
-        answer_ids, answer_labels = meta.get("answer_space_ids"), meta.get("answer_space_labels")
-        if not isinstance(answer_ids, list) or not isinstance(answer_labels, list) or len(answer_ids) != len(answer_labels):
-            raise KGFormatError(metadata_path, None, f"relation {code}: answer_space_ids and answer_space_labels must be lists of equal length")
+        answer_ids, answer_labels = _answer_space(metadata_path, code, meta)
     else:
         first_label: dict[str, str] = {}
         for _, record in records:
@@ -168,8 +218,8 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
         if record["obj_id"] not in position:
             raise KGFormatError(path, line, f"obj_id {record['obj_id']} is not in the answer space of {code}")
         answer = position[record["obj_id"]]
-        if "answer_idx" in record and record["answer_idx"] != answer:
-            raise KGFormatError(path, line, f"answer_idx {record['answer_idx']} does not point at obj_id {record['obj_id']} (position {answer})")
+        if "answer_idx" in record and (type(record["answer_idx"]) is not int or record["answer_idx"] != answer):
+            raise KGFormatError(path, line, f"answer_idx {record['answer_idx']!r} does not point at obj_id {record['obj_id']} (position {answer})")
         if record["sub_id"] in seen_subjects:
             raise KGFormatError(path, line, f"subject {record['sub_id']} appears twice in {code}")
         seen_subjects.add(record["sub_id"])
@@ -190,6 +240,8 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
         domains=list(domains),
         cardinality=cardinality,
         total_instances=len(records),
+        path=str(path),
+        lines=np.asarray([records[r][0] for r in rows], dtype=np.int64),
     )
 
 
@@ -226,6 +278,9 @@ def load_bear_dataset(
     without_file = [code for code in wanted if not (folder / f"{code}.jsonl").is_file()]
     if relations and without_file:
         raise ValueError(f"relation(s) {', '.join(without_file)} have no .jsonl file in {folder}")
+    if not wanted or len(without_file) == len(wanted):
+        raise KGFormatError(folder / METADATA_FILE, None, "lists no relations" if not wanted else
+                            f"none of its {len(wanted)} relations has a data file (CODE.jsonl in {folder})")
     info = _relation_info(folder)
     loaded = {
         code: load_relation(folder, code, metadata[code], info, max_instances, seed) for code in wanted if code not in without_file

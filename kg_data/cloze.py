@@ -23,10 +23,11 @@ Text rules (model-independent, tested exactly):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kg_data.bear import ANSWER, SUBJECT, BearDataset, fill_statement
-from kg_data.lama import MASK, LamaDataset, first_usable_sentence
+from kg_data.errors import KGFormatError
+from kg_data.lama import MASK, LamaDataset, first_usable_sentence, relation_file
 
 BLANK = "___"
 BLANK_PROMPT = "Fill in the blank: {sentence}\nAnswer:"
@@ -67,13 +68,26 @@ class ClozeQuery:
 
 @dataclasses.dataclass
 class ClozeTask:
+    """The queries and candidate sets of a benchmark.  ``locate``: a query's 'FILE:LINE' (for messages)."""
+
     name: str
     queries: list[ClozeQuery]
     candidate_sets: dict[str, CandidateSet]
     info: dict
+    locate: Callable[[ClozeQuery], str] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def candidate_set(self, query: ClozeQuery) -> CandidateSet:
         return self.candidate_sets[query.candidates]
+
+    def describe(self, query: ClozeQuery) -> str:
+        """Where a query's fact is and what it is, for a message: 'FILE:LINE: source/relation fact F (subject ...)'."""
+        where = f"{self.locate(query)}: " if self.locate is not None else ""
+        return f"{where}{query.source}/{query.relation} fact {query.fact} (subject {shorten(query.subject)!r})"
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters for a message ('...' marks a cut)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def statement(query: ClozeQuery, answer: str) -> str:
@@ -117,10 +131,36 @@ def bear_cloze_task(dataset: BearDataset) -> ClozeTask:
                 gold = int(relation.gold[i])
                 queries.append(ClozeQuery("bear", code, sub_id, int(relation.rows[i]), "template", t, template, subject,
                                           relation.answer_labels[gold], code, gold, template_scoring(template)))
-    return ClozeTask(dataset.name, queries, sets, {"dataset": dataset.summary()})
+    instance = {(code, int(row)): i for code, r in dataset.relations.items() for i, row in enumerate(r.rows)}
+    return ClozeTask(dataset.name, queries, sets, {"dataset": dataset.summary()},
+                     lambda q: dataset.relations[q.relation].location(instance[q.relation, q.row]))
 
 
 # -- LAMA ---------------------------------------------------------------------------------------
+
+
+def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
+    """Refuse unknown or empty modes and candidate kinds (checked before any model is loaded)."""
+    bad = [m for m in modes if m not in MODES] + [k for k in candidate_kinds if k not in CANDIDATE_KINDS]
+    if bad or not modes or not candidate_kinds:
+        raise ValueError(f"modes must be among {MODES} and candidate kinds among {CANDIDATE_KINDS}; got {list(modes)}, {list(candidate_kinds)}")
+
+
+def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> None:
+    """Refuse data that gives no query at all in ``modes``: no relation with a template (SQuAD has
+    none), and no masked sentence holding [MASK] exactly once.  Checked before the model is loaded;
+    a single fact or relation without a usable sentence is counted, not refused, as LAMA does."""
+    check_modes(modes, CANDIDATE_KINDS)
+    relations = list(dataset.relations.values())
+    if "template" in modes and any(r.template is not None for r in relations):
+        return
+    if "template-free" in modes and any(first_usable_sentence(f.masked_sentences, need_prefix=False) is not None
+                                        for r in relations for f in r.facts):
+        return
+    reasons = [f"no masked sentence of any fact holds {MASK} exactly once"] if "template-free" in modes else []
+    reasons += ["none of the relations has a template (SQuAD has none)"] if "template" in modes else []
+    where = relations[0].path if len(relations) == 1 else dataset.path
+    raise KGFormatError(where, None, f"no query to score in mode(s) {', '.join(modes)}: {'; '.join(reasons)}")
 
 
 def lama_cloze_task(
@@ -138,9 +178,7 @@ def lama_cloze_task(
     "template-free" (the fact's first masked sentence with one [MASK] -- and, for a causal model,
     text before it; a fact without one gets no template-free query, counted).
     """
-    bad = [m for m in modes if m not in MODES] + [k for k in candidate_kinds if k not in CANDIDATE_KINDS]
-    if bad or not modes or not candidate_kinds:
-        raise ValueError(f"modes must be among {MODES} and candidate kinds among {CANDIDATE_KINDS}; got {list(modes)}, {list(candidate_kinds)}")
+    check_modes(modes, candidate_kinds)
     vocab = tuple(dict.fromkeys(vocabulary))
     position = {word: i for i, word in enumerate(vocab)}
     sets = {"common-vocab": CandidateSet(vocab)} if "common-vocab" in candidate_kinds else {}
@@ -172,4 +210,5 @@ def lama_cloze_task(
                                               fact.subject, fact.answer, name, gold, scoring))
         counts[key] = count
     return ClozeTask("lama", queries, sets, {"dataset": dataset.summary(), "counts": counts, "vocabulary": len(vocab),
-                                             "modes": list(modes), "candidate_kinds": list(candidate_kinds)})
+                                             "modes": list(modes), "candidate_kinds": list(candidate_kinds)},
+                     lambda q: f"{relation_file(dataset.path, q.source, q.relation)}:{q.row}")

@@ -16,6 +16,18 @@ class KGFormatError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+def refuse_lone_surrogates(path: str | Path, line: int | None, text: str, what: str) -> str:
+    """``text`` unchanged, or a KGFormatError if it holds a lone UTF-16 surrogate: a JSON escape such
+    as "\\ud800" without its pair decodes to no character, which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        raise KGFormatError(path, line, f"{what} holds a lone surrogate (\\u{code:04x} at character {error.start}), "
+                                        "which is no character: fix the JSON escape") from None
+    return text
+
+
 class KGNotFoundError(FileNotFoundError):
     """A knowledge graph could not be found; the message lists where we looked."""
 

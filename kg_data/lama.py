@@ -13,6 +13,9 @@ of ``relations.jsonl`` without a data file is listed in ``relations_without_file
 
 ``max_facts`` keeps at most N facts per relation, drawn with (seed, source, relation); a
 relation's ``objects`` always come from the whole file (the per-relation candidate set).
+
+Labels and ids are strings, or integers read as their decimal strings; any other JSON type, an
+empty label and a lone UTF-16 surrogate are errors naming the file and line.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError, KGNotFoundError
-from kg_data.lines import read_jsonl, read_lines
+from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates
+from kg_data.lines import json_text, read_jsonl, read_lines
 
 RELATIONS_FILE = "relations.jsonl"
 COMMON_VOCAB_FILE = "common_vocab_cased.txt"
@@ -95,10 +98,12 @@ class LamaDataset:
 
 
 def _text(path: Path, line: int, record: dict, key: str) -> str:
-    value = record.get(key)
-    if not isinstance(value, str) or not value.strip():
+    """``record[key]`` as a non-empty string; an integer is read as its decimal string (a subject or
+    object labelled 1984 is data, not an error); any other type, and a lone surrogate, is refused."""
+    value = json_text(path, line, record, key, integer=True)
+    if not value.strip():
         raise KGFormatError(path, line, f"key '{key}' must be a non-empty string")
-    return value
+    return refuse_lone_surrogates(path, line, value, f"key '{key}'")
 
 
 def _masked_sentences(path: Path, line: int, record: dict) -> tuple[str, ...]:
@@ -106,11 +111,12 @@ def _masked_sentences(path: Path, line: int, record: dict) -> tuple[str, ...]:
         evidences = record["evidences"]
         if not isinstance(evidences, list) or not all(isinstance(e, dict) and isinstance(e.get("masked_sentence"), str) for e in evidences):
             raise KGFormatError(path, line, "'evidences' must be a list of objects with a 'masked_sentence' string")
-        return tuple(e["masked_sentence"] for e in evidences)
-    sentences = record.get("masked_sentences")
-    if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
-        raise KGFormatError(path, line, "'masked_sentences' must be a list of strings")
-    return tuple(sentences)
+        sentences = [e["masked_sentence"] for e in evidences]
+    else:
+        sentences = record.get("masked_sentences")
+        if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
+            raise KGFormatError(path, line, "'masked_sentences' must be a list of strings")
+    return tuple(refuse_lone_surrogates(path, line, s, f"masked sentence {i}") for i, s in enumerate(sentences))
 
 
 def read_facts(path: Path, source: str) -> list[LamaFact]:
@@ -118,8 +124,12 @@ def read_facts(path: Path, source: str) -> list[LamaFact]:
     id_key = {"TREx": "uuid", "Google_RE": "uuid", "Squad": "id"}[source]
     facts = []
     for line, record in read_jsonl(path, (id_key, "obj_label")):
-        subject = record.get("sub_label", "") if source == "Squad" else _text(path, line, record, "sub_label")
-        facts.append(LamaFact(fact_id=str(record[id_key]), subject=subject if isinstance(subject, str) else "",
+        if source == "Squad":  # its questions hold their subject: sub_label is optional, only shown in tables
+            subject = record.get("sub_label") if isinstance(record.get("sub_label"), str) else ""
+            subject = refuse_lone_surrogates(path, line, subject, "key 'sub_label'")
+        else:
+            subject = _text(path, line, record, "sub_label")
+        facts.append(LamaFact(fact_id=json_text(path, line, record, id_key, integer=True), subject=subject,
                               answer=_text(path, line, record, "obj_label"),
                               masked_sentences=_masked_sentences(path, line, record), line=line))
     if not facts:
@@ -128,13 +138,18 @@ def read_facts(path: Path, source: str) -> list[LamaFact]:
 
 
 def read_relation_templates(path: Path) -> dict[str, dict]:
-    """``relations.jsonl``: {code: {"template", "label"}}; each template holds [Y] once."""
-    templates = {}
+    """``relations.jsonl``: {code: {"template", "label"}}; each template holds [X] and [Y] once, and no
+    relation is listed twice."""
+    templates, lines = {}, {}
     for line, record in read_jsonl(path, ("relation", "template")):
+        code = _text(path, line, record, "relation")
+        if code in lines:
+            raise KGFormatError(path, line, f"relation {code} is listed twice (first at line {lines[code]})")
         template = _text(path, line, record, "template")
         if template.count("[Y]") != 1 or template.count("[X]") != 1:
             raise KGFormatError(path, line, f"template {template!r} must hold [X] and [Y] once each")
-        templates[record["relation"]] = {"template": template, "label": record.get("label", record["relation"])}
+        label = _text(path, line, record, "label") if record.get("label") is not None else code
+        templates[code], lines[code] = {"template": template, "label": label}, line
     return templates
 
 
@@ -150,8 +165,13 @@ def sample_facts(facts: list[LamaFact], key: str, max_facts: int | None, seed: i
     return [facts[i] for i in np.sort(rng.choice(len(facts), size=max_facts, replace=False))]
 
 
+def relation_file(folder: str | Path, source: str, code: str) -> Path:
+    """The data file of one relation of ``source`` in a LAMA folder."""
+    return Path(folder) / source / ({"TREx": f"{code}.jsonl", "Google_RE": f"{code}_test.jsonl", "Squad": "test.jsonl"}[source])
+
+
 def _relation(folder: Path, source: str, code: str, template: str | None, label: str, max_facts, seed) -> LamaRelation:
-    path = folder / source / ({"TREx": f"{code}.jsonl", "Google_RE": f"{code}_test.jsonl", "Squad": "test.jsonl"}[source])
+    path = relation_file(folder, source, code)
     facts = read_facts(path, source)
     objects = list(dict.fromkeys(f.answer for f in facts))
     key = f"{source}/{code}"
@@ -196,17 +216,17 @@ def load_lama(
     for source in wanted_sources:
         if source == "TREx":
             for code, meta in trex.items():
-                if (folder / "TREx" / f"{code}.jsonl").is_file():
+                if relation_file(folder, "TREx", code).is_file():
                     plan.append(("TREx", code, meta["template"], meta["label"]))
                 else:
                     without_file.append(f"TREx/{code}")
         elif source == "Google_RE":
             for code, template in GOOGLE_RE_TEMPLATES.items():
-                if (folder / "Google_RE" / f"{code}_test.jsonl").is_file():
+                if relation_file(folder, "Google_RE", code).is_file():
                     plan.append(("Google_RE", code, template, code.replace("_", " ")))
                 else:
                     without_file.append(f"Google_RE/{code}")
-        elif (folder / "Squad" / "test.jsonl").is_file():
+        elif relation_file(folder, "Squad", "squad").is_file():
             plan.append(("Squad", "squad", None, "SQuAD cloze questions"))
         else:
             without_file.append("Squad/squad")

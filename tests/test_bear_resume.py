@@ -1,0 +1,104 @@
+"""Issue 21, bug 14: stale BEAR scores reported as current.  A rerun of `deer bear-dataset` into the same
+--out after a template or an answer label was edited reused the stored relations (the resume key held
+the data folder's path, not its content), and `deer cloze --bear-run` accepted a run made on the old
+data (it checked path and instance count)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import bear_ref
+from deer.core import models
+from experiments.cli import main
+from experiments.cloze_bear import stored_bear_table
+from kg_data.bear import load_bear_dataset
+from tests.test_bear_dataset import write_dataset
+
+
+def edit_template(folder):
+    """P37's first template reworded."""
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P37"]["templates"][0] = "In [X] one speaks [Y]."
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    return "P37"
+
+
+def edit_answer_label(folder):
+    """P36's first answer renamed (an answer-space label: every statement with that answer changes)."""
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P36"]["answer_space_labels"][0] = "Lutetia"
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    return "P36"
+
+
+@pytest.fixture()
+def loaded(tiny_clm_dir):
+    return models.open_model(str(tiny_clm_dir))
+
+
+@pytest.mark.parametrize("edit", [edit_template, edit_answer_label])
+def test_a_rerun_after_an_edit_rescores_that_relation_and_equals_a_fresh_run(tmp_path, loaded, edit):
+    folder = write_dataset(tmp_path / "BEARmini")
+    out = tmp_path / "run"
+    before = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    edited = edit(folder)
+    (untouched,) = {"P36", "P37"} - {edited}
+    resumed = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    fresh = bear_ref.bear_dataset(str(folder), loaded, out=tmp_path / "fresh", show_progress=False)
+    # Only the relation whose content is unchanged is reused; the edited one is scored anew.
+    assert resumed.metadata["relations_resumed"] == [untouched]
+    pd.testing.assert_frame_equal(resumed.table, fresh.table)
+    assert resumed.metrics.to_dict()["overall"] == fresh.metrics.to_dict()["overall"]
+    assert resumed.metrics.to_dict()["per_relation"] == fresh.metrics.to_dict()["per_relation"]
+    # The edit changes that relation's scores, so a stale reuse could not pass the comparison above.
+    old_scores = before.table.loc[before.table["relation"] == edited, "gold_score"].to_numpy()
+    new_scores = resumed.table.loc[resumed.table["relation"] == edited, "gold_score"].to_numpy()
+    assert (old_scores != new_scores).any()
+
+
+def _cloze_with_bear_run(tmp_path, folder, model_dir, bear_run, out):
+    return CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--model", str(model_dir), "--probes", "deer",
+                                     "--bear-run", str(bear_run), "--bootstrap", "10", "--out", str(out)])
+
+
+def test_bear_run_of_the_same_data_is_taken_and_one_of_edited_data_refused_before_the_model(tmp_path, loaded, tiny_clm_dir,
+                                                                                          monkeypatch):
+    folder = write_dataset(tmp_path / "BEARmini")
+    bear_run = tmp_path / "bear-run"
+    stored = bear_ref.bear_dataset(str(folder), loaded, out=bear_run, show_progress=False)
+    result = _cloze_with_bear_run(tmp_path, folder, tiny_clm_dir, bear_run, tmp_path / "same")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "same" / "bear_dataset" / "report.json").read_text())
+    assert report["metrics"]["bear"]["overall"] == stored.metrics.to_dict()["overall"]  # BEAR's numbers: the stored run's
+
+    edit_answer_label(folder)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the stored BEAR run was checked against the data")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+    out = tmp_path / "edited"
+    result = _cloze_with_bear_run(tmp_path, folder, tiny_clm_dir, bear_run, out)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"{bear_run} is not a BEAR run of this data" in result.output
+    assert "relations scored on other data (templates, answers or instances edited, or not scored): P36" in result.output
+    assert not out.exists()
+
+
+def test_a_bear_run_stored_before_relation_digests_is_refused_with_a_hint_to_rerun(tmp_path, loaded):
+    folder = write_dataset(tmp_path / "BEARmini")
+    bear_run = tmp_path / "bear-run"
+    bear_ref.bear_dataset(str(folder), loaded, out=bear_run, show_progress=False)
+    data = load_bear_dataset(str(folder))
+    assert len(stored_bear_table(bear_run, data, loaded)) == 3 * data.n_instances  # as written now: accepted
+    metadata = json.loads((bear_run / "metadata.json").read_text())
+    del metadata["bear"]["relation_digests"]  # as a run made before the digests were recorded
+    (bear_run / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match="records no relation digests .* run deer bear-dataset again"):
+        stored_bear_table(bear_run, data, loaded)
+    with pytest.raises(ValueError, match="not a finished `deer bear-dataset` run"):
+        stored_bear_table(tmp_path, data, loaded)
