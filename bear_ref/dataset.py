@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ from tqdm.auto import tqdm
 
 from deer.backends.statement_scorer import StatementScorer
 from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
-from deer.core.length_guard import PromptTooLongError, max_positions, token_counts
+from deer.core.length_guard import long_statements, max_positions, too_long
 from deer.core.ranking import rank_and_best
 from deer.core.result import Metrics, ProbeResult, check_instances_folder
 from deer.core.stores import key_digest
@@ -252,24 +251,6 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementS
         "statement_rule": STATEMENT_RULE,
         "part_columns": PART_COLUMNS,
     }
-
-
-def long_statements(tokenizer, stems: Sequence[str], answers: Sequence[str], limit: int) -> tuple[dict[int, int], dict[int, int]]:
-    """The statements that cannot fit ``limit`` positions, counted as ``deer.core.length_guard`` counts a
-    KG's: ({answer index: tokens} of the answers too long by themselves, {stem index: tokens} of the
-    stems -- statements with an empty answer slot -- too long with the longest answer (in tokens), BOS
-    and a masked LM's [CLS] and [SEP]).  Only texts whose length in bytes could exceed the limit are tokenised."""
-    long_answers = token_counts(tokenizer, answers, limit, "tokenizer")
-    if long_answers or not answers:
-        return long_answers, {}
-    longest = max(len(ids) for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"])
-    return {}, token_counts(tokenizer, stems, limit, "bos", longest + (2 if tokenizer.bos_token_id is None else 0))
-
-
-def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
-    """The guard's error: what does not fit, by how much, and what to shorten."""
-    others = f" ({more} more too long)" if more else ""
-    return PromptTooLongError(f"{what}: its {kind} is {n_tokens} tokens, more than the model's {limit} positions{others}; {hint}")
 
 
 def guard_statement_lengths(dataset: BearDataset, loaded) -> None:

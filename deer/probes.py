@@ -5,8 +5,8 @@ forward pass) and turns a model into scores for a query set: a (queries x candid
 higher = better, or query and candidate vectors ranked by cosine.  It never ranks, saves or
 caches results: the runner (``deer.runner``) does that once for every probe.
 
-DEER registers itself here; BEAR and LAMA (``bear_ref``) and any probe from another package
-register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
+Every probe -- DEER, BEAR and LAMA in this toolkit's pyproject.toml, and any probe from another
+package -- registers through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
 
     [project.entry-points."deer.probes"]
     shortest = "my_package.shortest:ShortestNameProbe"
@@ -49,7 +49,6 @@ class ProbeScores:
     (n_queries, d) and ``candidate_vectors`` (n_candidates, d) to rank by cosine; ``metadata`` adds to
     metadata.json (work, timings, caches); ``arrays`` are kept on the result (``ProbeResult.arrays``)."""
 
-
     scores: np.ndarray | None = None
     query_vectors: np.ndarray | None = None
     candidate_vectors: np.ndarray | None = None
@@ -68,7 +67,7 @@ class Probe(Protocol):
     name: str  # registry name, column prefix in tables (``NAME_rank_filtered``) and results' probe name
     summary: str  # one line for --help and listings
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
-    text_kind: str  # what the length guard checks: "prompts" (query and tail prompts), "contexts" or "statements"
+    text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
 
     def score(self, request: ProbeRequest) -> ProbeScores: ...
 

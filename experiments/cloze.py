@@ -29,12 +29,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, mask_sentence, statement_scores
-from bear_ref.dataset import long_statements, too_long
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.statement_scorer import StatementScorer
 from deer.cloze_probe import candidate_prompt, encode_cloze
 from deer.core.files import package_versions, read_table, write_json, write_table
-from deer.core.length_guard import PromptTooLongError, max_positions, token_counts
+from deer.core.length_guard import PromptTooLongError, long_statements, max_positions, token_counts, too_long
 from deer.core.models import LoadedModel, is_masked_lm
 from deer.core.ranking import rank_and_best
 from kg_data.cloze import ClozeTask, deer_query_text, shorten, statement

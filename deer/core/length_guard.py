@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from deer.backends.tokenization import batch_token_ids
+from kg_data.cloze import shorten
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
 
@@ -62,9 +63,8 @@ class LengthReport:
                 "truncated_descriptions": dict(self.truncated_descriptions)}
 
 
-def _shorten(text: str, limit: int = 60) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _shorten(text: str) -> str:
+    return shorten(text.replace("\n", " "))  # a name on one line of the message
 
 
 def _entity_label(kg: TextualKG, entity: int) -> str:
@@ -77,8 +77,21 @@ def _query_label(kg: TextualKG, triple) -> str:
             f"with head {_shorten(kg.entity_names[head])!r}")
 
 
-def _refuse(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
-    others = f" ({more} more prompt(s) too long)" if more else ""
+def long_statements(tokenizer, stems: Sequence[str], answers: Sequence[str], limit: int) -> tuple[dict[int, int], dict[int, int]]:
+    """The statements that cannot fit ``limit`` positions, counted one way for a KG and the
+    benchmarks: ({answer index: tokens} of the answers too long by themselves, {stem index: tokens} of the
+    stems -- statements with an empty answer slot -- too long with the longest answer (in tokens), BOS
+    and a masked LM's [CLS] and [SEP]).  Only texts whose length in bytes could exceed the limit are tokenised."""
+    long_answers = token_counts(tokenizer, answers, limit, "tokenizer")
+    if long_answers or not answers:
+        return long_answers, {}
+    longest = max(len(ids) for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"])
+    return {}, token_counts(tokenizer, stems, limit, "bos", longest + (2 if tokenizer.bos_token_id is None else 0))
+
+
+def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
+    """The guard's error: what does not fit, by how much, and what to shorten."""
+    others = f" ({more} more too long)" if more else ""
     return PromptTooLongError(f"{what}: its {kind} is {n_tokens} tokens, more than the model's {limit} positions{others}; {hint}")
 
 
@@ -111,35 +124,31 @@ def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) 
     special = templates.prompt_special_tokens
     if text_kind == "prompts":
         tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
-        too_long = token_counts(tokenizer, tails, limit, special)
-        if too_long:
-            first = min(too_long)
+        long_tails = token_counts(tokenizer, tails, limit, special)
+        if long_tails:
+            first = min(long_tails)
             entity = int(queries.candidates[first])
             long_name = len(kg.entity_names[entity]) > len(kg.entity_descriptions[entity])
-            raise _refuse(_entity_label(kg, entity), "tail prompt", too_long[first], limit, len(too_long) - 1,
+            raise too_long(_entity_label(kg, entity), "tail prompt", long_tails[first], limit, len(long_tails) - 1,
                           "shorten its name" if long_name else DESCRIPTION_HINT)
     texts = [
         templates.query_prompt(kg, tuple(t)) if text_kind == "prompts" else templates.query_context(kg, tuple(t))
         for t in queries.triples.tolist()
     ]
-    extra = 0
     if text_kind == "statements":  # the statement: the query context, then the longest candidate continuation
         continuations = [templates.continuation(kg, e) for e in queries.candidates]
-        # The longest in tokens, not in bytes: a short name of rare characters can be many tokens.
-        # (A fast tokenizer refuses an empty batch.)
-        lengths = [len(ids) for ids in tokenizer(continuations, add_special_tokens=False)["input_ids"]] if continuations else [0]
-        extra = max(lengths) + (2 if tokenizer.bos_token_id is None else 0)  # a masked LM's [CLS] and [SEP]
-        long_names = token_counts(tokenizer, continuations, limit, "tokenizer")
+        long_names, long_texts = long_statements(tokenizer, texts, continuations, limit)
         if long_names:
             first = min(long_names)
-            raise _refuse(_entity_label(kg, queries.candidates[first]), "statement continuation", long_names[first], limit,
-                          len(long_names) - 1, NAME_HINT)
-    too_long = token_counts(tokenizer, texts, limit, "bos" if text_kind == "statements" else special, extra)
-    if too_long:
-        first = min(too_long)
+            raise too_long(_entity_label(kg, queries.candidates[first]), "statement continuation", long_names[first], limit,
+                           len(long_names) - 1, NAME_HINT)
+    else:
+        long_texts = token_counts(tokenizer, texts, limit, special)
+    if long_texts:
+        first = min(long_texts)
         kind = {"prompts": "query prompt", "contexts": "query text", "statements": "longest statement"}[text_kind]
         hint = DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
-        raise _refuse(_query_label(kg, queries.triples[first]), kind, too_long[first], limit, len(too_long) - 1, hint)
+        raise too_long(_query_label(kg, queries.triples[first]), kind, long_texts[first], limit, len(long_texts) - 1, hint)
 
 
 def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: int, report: LengthReport) -> QuerySet:
@@ -147,11 +156,11 @@ def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: 
     kg = queries.kg
     special = templates.prompt_special_tokens
     tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
-    too_long = token_counts(tokenizer, tails, limit, special)
-    if not too_long:
+    long_tails = token_counts(tokenizer, tails, limit, special)
+    if not long_tails:
         return queries
     descriptions = list(kg.entity_descriptions)
-    for position, n_tokens in too_long.items():
+    for position, n_tokens in long_tails.items():
         entity = int(queries.candidates[position])
         description_ids = tokenizer(descriptions[entity], add_special_tokens=False)["input_ids"]
         keep = len(description_ids) - (n_tokens - limit) - SLACK
@@ -162,8 +171,8 @@ def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: 
                 break
             keep -= SLACK
         if keep <= 0:
-            raise _refuse(_entity_label(kg, entity), "tail prompt without its description", n_tokens - len(description_ids),
-                          limit, len(too_long) - 1, NAME_HINT)
+            raise too_long(_entity_label(kg, entity), "tail prompt without its description", n_tokens - len(description_ids),
+                          limit, len(long_tails) - 1, NAME_HINT)
         descriptions[entity] = cut
         report.truncated_descriptions[kg.entity_ids[entity]] = {"tokens_before": n_tokens, "description_tokens_kept": keep}
     return dataclasses.replace(queries, kg=dataclasses.replace(kg, entity_descriptions=descriptions))
