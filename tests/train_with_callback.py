@@ -60,6 +60,11 @@ def main(argv=None):
         entries = [e for e in trainer.state.log_history if any(k.startswith("deer/") for k in e)]
         (out / "report.json").write_text(json.dumps({"world_size": world_size, "deer_logs": entries, "prompts_per_process": counts,
                                                      "model_training_after": model.training}))
+    if world_size > 1:
+        # Every process waits for process 0's files, then leaves the group: a process that exits with
+        # gloo's threads still running aborts ("terminate called without an active exception", exit -6).
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
