@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from kg_data.errors import KGNotFoundError
-from kg_data.locate import DATA_DIR_ENV, NAMED_DATASETS, find_dataset
+from kg_data.locate import DATA_DIR_ENV, NAMED_DATASETS, fetched_data_root, find_dataset
 from kg_data.locks import held_lock
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
@@ -40,17 +40,13 @@ def load_manifest() -> dict:
     return json.loads(MANIFEST_PATH.read_text(encoding="utf-8"))
 
 
-def default_data_root() -> Path:
-    return Path.home() / ".cache" / "deer" / "data"
-
-
 def data_root(data_dir: str | Path | None = None) -> Path:
-    """Where data sets are fetched to: ``data_dir``, else $DEER_DATA_DIR, else ~/.cache/deer/data."""
+    """Where data sets are fetched to: ``data_dir``, else $DEER_DATA_DIR, else ``fetched_data_root``."""
     if data_dir:
         return Path(data_dir).expanduser()
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    return default_data_root()
+    return fetched_data_root()
 
 
 def is_offline() -> bool:

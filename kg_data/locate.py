@@ -8,23 +8,35 @@ from pathlib import Path
 from kg_data.errors import KGNotFoundError
 
 DATA_DIR_ENV = "DEER_DATA_DIR"
+CACHE_DIR_ENV = "DEER_CACHE_DIR"
 # Sub-folder of the data dir for each named data set.
 NAMED_DATASETS = {"wn18rr": "wn18rr", "bear": "bear/BEAR", "bear-big": "bear/BEAR-big", "lama": "lama"}
 
 
+def cache_root() -> Path:
+    """The one folder the toolkit keeps things in: fetched data, converted models, embedding and
+    score stores, error logs (``$DEER_CACHE_DIR``, else ``~/.cache/deer``)."""
+    return Path(os.environ.get(CACHE_DIR_ENV, Path.home() / ".cache" / "deer")).expanduser()
+
+
+def fetched_data_root() -> Path:
+    """Where ``deer fetch`` puts data sets when no folder is named: ``<cache root>/data``."""
+    return cache_root() / "data"
+
+
 def default_data_dirs() -> list[Path]:
-    """`shared/data` next to or above the current folder and this checkout; ~/.cache/deer/data."""
+    """`shared/data` next to or above the current folder and this checkout; the fetched data."""
     roots = []
     for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
         roots += [base / "shared" / "data", base.parent / "shared" / "data"]
-    return roots + [Path.home() / ".cache" / "deer" / "data"]
+    return roots + [fetched_data_root()]
 
 
 def candidate_data_dirs(data_dir: str | Path | None = None) -> list[Path]:
     """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then defaults.
 
     The defaults are `shared/data` next to (or above) the current folder and this checkout,
-    and `~/.cache/deer/data` for data fetched on a networked machine.
+    and `<cache root>/data` (``cache_root``) for data fetched on a networked machine.
     """
     roots: list[Path] = []
     if data_dir:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import kg_data.locate as locate
 from kg_data import KGFormatError, KGNotFoundError, build_queries, known_tails, load_kg
 from kg_data.textual import load_textual_kg
 from kg_data.wn18rr import split_entity_text
@@ -39,7 +40,6 @@ def test_split_entity_text_at_first_comma():
 
 def test_missing_data_names_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setenv("DEER_DATA_DIR", str(tmp_path / "nowhere"))
-    import kg_data.locate as locate
 
     monkeypatch.setattr(locate, "default_data_dirs", lambda: [tmp_path / "default"])
     from kg_data.locate import find_dataset
@@ -168,3 +168,16 @@ def test_readers_take_a_path_as_well_as_a_string(tiny_kg_dir, tmp_path):
     assert load_kg(Path(tiny_kg_dir)).fingerprint() == load_kg(str(tiny_kg_dir)).fingerprint()
     folder = write_dataset(tmp_path / "BEARmini")
     assert list(load_bear_dataset(Path(folder)).relations) == list(load_bear_dataset(str(folder)).relations)
+
+
+def test_one_cache_root_holds_fetched_data_and_models(tmp_path, monkeypatch):
+    """$DEER_CACHE_DIR moves the fetched data, the converted models and the stores together."""
+    from deer.core.inputs import store_root
+    from deer.core.models import cache_root as models_cache_root
+    from kg_data.fetch import data_root
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DEER_DATA_DIR", raising=False)
+    assert locate.cache_root() == models_cache_root() == tmp_path / "cache"
+    assert data_root() == tmp_path / "cache" / "data" == locate.default_data_dirs()[-1]
+    assert store_root(True, None) == tmp_path / "cache"

@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from deer.core.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
-from deer.core.models import LoadedModel, as_loaded_model, cache_root
+from deer.core.models import LoadedModel, as_loaded_model
 from deer.core.result import ProbeResult
 from deer.core.run_spec import RunSpec, check_folder_spec
 from deer.core.templates import PromptTemplates
 from deer.core.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
 from kg_data.kg import TextualKG
 from kg_data.load import load_kg
+from kg_data.locate import cache_root
 from kg_data.queries import QuerySet, build_queries
 
 

@@ -23,17 +23,13 @@ from pathlib import Path
 
 from deer.core.extras import MissingExtraError, import_extra
 from deer.core.files import folder_lock
+from kg_data.locate import cache_root
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
 class ModelUnavailableError(RuntimeError):
     """The requested model is not installed here and cannot be downloaded."""
-
-
-def cache_root() -> Path:
-    """Where converted models and embedding caches live (``DEER_CACHE_DIR`` or ``~/.cache/deer``)."""
-    return Path(os.environ.get("DEER_CACHE_DIR", Path.home() / ".cache" / "deer")).expanduser()
 
 
 # ---------------------------------------------------------------------------------------------

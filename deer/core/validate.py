@@ -178,7 +178,8 @@ def check_model_source(model) -> None:
     now; a path that does not exist is refused; hub ids are checked when loaded."""
     if not isinstance(model, (str, os.PathLike)):
         return
-    from deer.core.models import BUNDLED_MODELS, ModelUnavailableError, cache_root
+    from deer.core.models import BUNDLED_MODELS, ModelUnavailableError
+    from kg_data.locate import cache_root
 
     name = str(model)
     if name in BUNDLED_MODELS:

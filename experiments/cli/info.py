@@ -76,7 +76,7 @@ def data(ctx, data_dir):
 @data.command("fetch")
 @click.argument("names", nargs=-1, required=True, type=click.Choice(["wn18rr", "bear", "bear-big", "lama"]))
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Data root to fetch into (default $DEER_DATA_DIR, else ~/.cache/deer/data).")
+              help="Data root to fetch into (default $DEER_DATA_DIR, else $DEER_CACHE_DIR/data, ~/.cache/deer/data).")
 @click.option("--base-url", default=None, help="A mirror laid out like the data root (default: each data set's "
                                                "upstream repository at its pinned commit; or $DEER_DATA_BASE_URL).")
 @click.option("--offline", is_flag=True, help="Never download: only check what is there and say what is missing.")

@@ -83,7 +83,7 @@ def write_traceback(error: BaseException) -> Path:
     import traceback
 
     from deer.core.files import write_text
-    from deer.core.models import cache_root
+    from kg_data.locate import cache_root
 
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     path = cache_root() / "logs" / f"error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
@@ -138,7 +138,7 @@ def model_options(multiple: bool = False):
 def data_dir_option(command):
     return click.option(
         "--data-dir", type=click.Path(file_okay=False), default=None,
-        help="Folder holding the data sets (wn18rr/, bear/, ...); default: $DEER_DATA_DIR, ../shared/data, ~/.cache/deer/data.",
+        help="Folder holding the data sets (wn18rr/, bear/, ...); default: $DEER_DATA_DIR, ../shared/data, $DEER_CACHE_DIR/data (~/.cache/deer/data).",
     )(command)
 
 
