@@ -8,87 +8,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
-from deer.core.inputs import as_templates, check_inputs
+from deer.core.inputs import check_inputs
 from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
 from deer.core.result import ProbeResult
-from deer.core.templates import PromptTemplates
-from deer.runner import Budget, QuerySelection, run_probe
+from deer.runner import run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 
 
-def bear(
-    kg="wn18rr",
-    model=DEFAULT_MODEL,
-    *,
-    tokenizer=None,
-    split: str = "test",
-    subset: int | None = None,
-    seed: int = 0,
-    data_dir=None,
-    templates: PromptTemplates | None = None,
-    k_shot: int = 8,
-    shots: str | None = None,
-    query_trailing_space: bool | None = None,
-    template_style: str = "paper",
-    dtype: str = "auto",
-    device: str = "auto",
-    backend: str = "hf",
-    token_budget: int = 512,
-    pll_variant: str = "within_word_l2r",
-    cache: bool = False,
-    cache_dir=None,
-    out=None,
-    show_progress: bool = True,
-    exclude_head: bool = False,
-) -> ProbeResult:
+def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2r", cache: bool = False, **options) -> ProbeResult:
     """BEAR on a KG: rank candidates by the summed log-likelihood of each whole statement
     (DEER's query text closed with ' t_name)'; pseudo log-likelihood for masked LMs).
 
-    Arguments as ``deer.probe``; ``cache`` stores score rows so an interrupted run resumes.
-    Work is queries x candidates statements.
+    pll_variant: masked LMs' PLL variant ('within_word_l2r' or 'original').
+    cache: store score rows under ``cache_dir`` so an interrupted run resumes.
+    Every other option as ``deer.probe`` (tokenizer, split, subset, seed, data_dir, templates, k_shot, shots,
+    query_trailing_space, template_style, dtype, device, backend, token_budget (None: 512 statement tokens per
+    batch), cache_dir, out, show_progress, exclude_head).  Work is queries x candidates statements.
     """
-    return run_probe("bear", kg, model, tokenizer=tokenizer, selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
-                     templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
-                                            query_trailing_space=query_trailing_space, template_style=template_style),
-                     budget=Budget(token_budget), dtype=dtype, device=device, backend=backend, cache=cache, cache_dir=cache_dir, out=out,
-                     show_progress=show_progress, pll_variant=pll_variant)
+    return run_probe("bear", kg, model, pll_variant=pll_variant, cache=cache, **options)
 
 
-def lama(
-    kg="wn18rr",
-    model=DEFAULT_MODEL,
-    *,
-    tokenizer=None,
-    split: str = "test",
-    subset: int | None = None,
-    seed: int = 0,
-    data_dir=None,
-    templates: PromptTemplates | None = None,
-    k_shot: int = 8,
-    shots: str | None = None,
-    query_trailing_space: bool | None = None,
-    template_style: str = "paper",
-    dtype: str = "auto",
-    device: str = "auto",
-    backend: str = "hf",
-    token_budget: int | None = None,
-    single_token: bool = False,
-    out=None,
-    show_progress: bool = True,
-    exclude_head: bool = False,
-) -> ProbeResult:
+def lama(kg="wn18rr", model=DEFAULT_MODEL, *, single_token: bool = False, **options) -> ProbeResult:
     """LAMA on a KG: rank candidates by log p(first token of ' t_name)') right after the query text.
 
-    Arguments as ``deer.probe``.  ``single_token``: LAMA's own protocol, only candidates (and
-    gold tails) whose name is one token; ``result.queries`` are then those.  The pass also
+    single_token: LAMA's own protocol, only candidates (and gold tails) whose name is one token;
+    ``result.queries`` are then those.  Every other option as ``deer.probe``.  The pass also
     yields DEER's query vectors, kept as ``result.arrays["query_embeddings"]`` for
     ``deer.probe(result.queries, model, query_embeddings=...)``.
     """
-    return run_probe("lama", kg, model, tokenizer=tokenizer, selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
-                     templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
-                                            query_trailing_space=query_trailing_space, template_style=template_style),
-                     budget=Budget(token_budget), dtype=dtype, device=device, backend=backend, out=out, show_progress=show_progress,
-                     single_token=single_token)
+    return run_probe("lama", kg, model, single_token=single_token, **options)
 
 
 def bear_dataset(

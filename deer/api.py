@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.inputs import as_query_set, as_templates
+from deer.core.inputs import as_query_set
 from deer.core.models import DEFAULT_MODEL
 from deer.core.result import ProbeResult
 from deer.core.templates import PromptTemplates
-from deer.runner import Budget, QuerySelection, run_probe
+from deer.runner import run_probe
 from kg_data.queries import QuerySet
 
 
@@ -74,12 +74,7 @@ def probe(
 
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
-    return run_probe("deer", kg, model, tokenizer=tokenizer,
-                     selection=QuerySelection(split, subset, seed, data_dir, exclude_head),
-                     templates=as_templates(templates, k_shot=k_shot, shots=shots, seed=seed,
-                                            query_trailing_space=query_trailing_space, template_style=template_style),
-                     budget=Budget(token_budget, long_prompts), dtype=dtype, device=device, backend=backend, cache=cache, cache_dir=cache_dir,
-                     out=out, show_progress=show_progress, distributed=distributed, query_embeddings=query_embeddings)
+    return run_probe("deer", **locals())  # every argument above is run_probe's (loose keywords gathered there)
 
 
 def load_result(folder: str | Path, probe: str | None = None) -> ProbeResult:

@@ -11,13 +11,15 @@ with their probe's name.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
 from deer.core.distributed import world
-from deer.core.inputs import checked_out_folder, prepare, store_root
+from deer.core.inputs import as_templates, checked_out_folder, prepare, store_root
 from deer.core.models import DEFAULT_MODEL, evaluation_mode
 from deer.core.ranking import rank_cosine, rank_scores
 from deer.core.result import ProbeResult, kg_result, run_metadata
@@ -47,6 +49,31 @@ class Budget:
     long_prompts: str = "error"
 
 
+SELECTION_KEYWORDS = tuple(field.name for field in dataclasses.fields(QuerySelection))
+TEMPLATE_KEYWORDS = ("k_shot", "shots", "query_trailing_space", "template_style")
+BUDGET_KEYWORDS = tuple(field.name for field in dataclasses.fields(Budget))
+
+
+def gather_options(selection: QuerySelection | None, templates: PromptTemplates | None, budget: Budget | None,
+                   options: Mapping[str, Any]) -> tuple[QuerySelection, PromptTemplates, Budget, dict]:
+    """The Python API's loose keywords (``split=``, ``k_shot=``, ``token_budget=``, ...) gathered into
+    their objects; what is left are the probe's own options.  A keyword set to other than its default
+    beside its object (``templates=`` and ``k_shot=3``) is refused by name: it would be ignored."""
+    rest = dict(options)
+
+    def gather(keywords, given, build, name):
+        loose = {key: rest.pop(key) for key in keywords if key in rest}
+        defaults = {key: p.default for key, p in inspect.signature(build).parameters.items()}
+        clashing = [key for key, value in loose.items() if not (value is defaults.get(key) or value == defaults.get(key))]
+        if given is not None and clashing:
+            raise OptionError(clashing[0], loose[clashing[0]], f"given beside {name}=: set it in the {name} object instead")
+        return given if given is not None else build(**loose)
+
+    selection = gather(SELECTION_KEYWORDS, selection, QuerySelection, "selection")
+    templates = gather(TEMPLATE_KEYWORDS, templates, functools.partial(as_templates, seed=selection.seed), "templates")
+    return selection, templates, gather(BUDGET_KEYWORDS, budget, Budget, "budget"), rest
+
+
 def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
     """The probe's own options: its defaults updated by ``given``; an option it does not have is
     refused by name, listing the ones it has."""
@@ -65,6 +92,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
 
     kg: a name ('wn18rr'), a folder, a ``TextualKG`` or a ``QuerySet`` (then ``selection`` is unused).
+    selection, templates, budget: which queries, the prompts, the batch size (each an object, or its
+        fields as loose keywords: ``split=``, ``subset=``, ``k_shot=``, ``token_budget=``, ... as ``deer.probe``).
     model: an alias, hub id or folder (loaded with ``dtype`` on ``device``), or a model object with
         ``tokenizer=``, a (model, tokenizer) pair or a ``LoadedModel``, used as it is.
     backend: what runs the model (``deer.backends``): 'hf' (the optimised kernels) or 'plain' (one whole
@@ -77,9 +106,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
     backend_class(backend)  # an unknown backend fails before any work
+    selection, templates, budget, options = gather_options(selection, templates, budget, options)
     options = probe_options(probe, options)
-    selection, budget = selection or QuerySelection(), budget or Budget()
-    templates = templates or PromptTemplates(seed=selection.seed)
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
     run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, split=selection.split, subset=selection.subset,

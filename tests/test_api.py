@@ -158,3 +158,23 @@ def test_readme_python_example_runs_as_written(tiny_kg_dir, tiny_clm_dir, tmp_pa
     saved = deer.load_results(tmp_path / "readme-run")
     assert set(saved) == {"deer", "bear", "lama"}
     assert "deer_rank_filtered" in capsys.readouterr().out
+
+
+def test_loose_keywords_and_option_objects_are_one_thing(tiny_kg_dir):
+    """run_probe gathers split=/k_shot=/token_budget= into QuerySelection/PromptTemplates/Budget; a
+    keyword that its given object would override is refused by name before any model is loaded."""
+    from deer.core.templates import PromptTemplates
+    from deer.core.validate import OptionError
+    from deer.runner import Budget, QuerySelection, gather_options
+
+    selection, templates, budget, rest = gather_options(None, None, None, {"split": "valid", "subset": 3, "k_shot": 2,
+                                                                           "template_style": "paper", "token_budget": 64,
+                                                                           "pll_variant": "original"})
+    assert selection == QuerySelection(split="valid", subset=3)
+    assert (templates.k_shot, budget, rest) == (2, Budget(token_budget=64), {"pll_variant": "original"})
+    given = PromptTemplates(k_shot=3)
+    assert gather_options(None, given, None, {"k_shot": 8})[1] is given  # the default beside an object: nothing lost
+    with pytest.raises(OptionError, match="k_shot=2: given beside templates="):
+        deer.probe(tiny_kg_dir, "no-such-model-is-loaded", templates=given, k_shot=2)
+    with pytest.raises(OptionError, match="split='train': given beside selection="):
+        bear_ref.bear(tiny_kg_dir, "no-such-model-is-loaded", selection=QuerySelection(), split="train")

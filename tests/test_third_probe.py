@@ -51,7 +51,7 @@ def test_an_entry_point_registers_it(shortest_registered):
     assert "shortest" in probes.probe_names()
     assert probes.get_probe("shortest").options == {"by": "characters"}
     with pytest.raises(Exception, match="the shortest probe has no such option .its options: by."):
-        run_probe("shortest", "wn18rr", ("model", "tokenizer"), k_shot=3)
+        run_probe("shortest", "wn18rr", ("model", "tokenizer"), colour="red")  # k_shot= etc. are the runner's own
 
 
 def test_it_runs_through_the_api_and_ranks_as_its_rule_says(shortest_registered, tiny_kg_dir, tiny_clm):
