@@ -16,7 +16,15 @@ import click
 from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
 from experiments.cli.cloze import is_benchmark, run_benchmark_command
-from experiments.cli.options import friendly_errors, kg_options, model_options, out_option, template_options, token_budget_option
+from experiments.cli.options import (
+    friendly_errors,
+    kg_options,
+    kg_run_options,
+    model_options,
+    out_option,
+    template_options,
+    token_budget_option,
+)
 from experiments.cli.probes import prepare_queries
 
 
@@ -104,9 +112,7 @@ def experiment():
 
 
 @experiment.command("token-bias")
-@kg_options()
-@model_options(multiple=True)
-@template_options
+@kg_run_options(multiple_models=True, exclude_head=False)
 @run_source_options
 @click.option("--probes", default="deer,bear", show_default=True, help="Probes to run/compare (deer, bear, lama).")
 @results_out("results/token-bias")
@@ -162,9 +168,7 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
 
 
 @experiment.command("agreement")
-@kg_options()
-@model_options(multiple=True)
-@template_options
+@kg_run_options(multiple_models=True, exclude_head=False)
 @run_source_options
 @click.option("--probes", default="deer,bear,lama", show_default=True, help="Probes to run/compare.")
 @click.option("--hit-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the Hit@k quadrants in the scatter plots.")
@@ -221,9 +225,7 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
 
 
 @experiment.command("screen")
-@kg_options()
-@model_options(multiple=True)
-@template_options
+@kg_run_options(multiple_models=True, exclude_head=False)
 @run_source_options
 @click.option("--reference", type=click.Choice(["none", "bear", "lama"]), default="none", show_default=True,
               help="Also run a reference probe and compare the model orderings.")

@@ -201,6 +201,19 @@ def exclude_head_option(command):
              "under head/ how often it outranks the gold tail either way).")(command)
 
 
+def kg_run_options(multiple_models: bool = False, exclude_head: bool = True):
+    """What every command that probes a KG takes: --kg/--data-dir/--split/--subset/--seed,
+    --model/--dtype/--device, the template options and (with ``exclude_head``) --exclude-head."""
+    stack = [kg_options(), model_options(multiple=multiple_models), template_options] + [exclude_head_option] * exclude_head
+
+    def decorate(command):
+        for option in reversed(stack):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 def out_option(help_text: str, default=None):
     return click.option("--out", "out_dir", type=click.Path(file_okay=False), default=default,
                         show_default=default is not None, help=help_text)

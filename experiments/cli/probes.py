@@ -12,15 +12,13 @@ from experiments.cli.cloze import is_benchmark, run_benchmark_command
 from experiments.cli.options import (
     backend_option,
     data_dir_option,
-    exclude_head_option,
     friendly_errors,
-    kg_options,
+    kg_run_options,
     model_options,
     out_option,
     parse_probe_options,
     refuse_options_the_benchmarks_ignore,
     seed_option,
-    template_options,
     token_budget_option,
 )
 
@@ -81,11 +79,28 @@ def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, devic
                           max_facts=subset, seed=seed, token_budget=token_budget)
 
 
+def open_kg_run(given: dict, probe_name: str, *, long_prompts: str = "error", suffix: str = "", check: bool = True):
+    """The start `deer probe`, `deer bear` and `deer lama` share, from their options (``given``):
+    --kg lama|bear|bear-big runs the benchmark path and gives None; else the queries and templates
+    are built and checked, the model opened once and the output folder named (and, with ``check``,
+    checked).  Returns (queries, templates, loaded, out)."""
+    from deer.core.models import open_model
+
+    g = given
+    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path
+        run_on_benchmark(g["kg"], probe_name, g["model_name"], g["out_dir"], g["data_dir"], g["dtype"], g["device"], g["subset"],
+                         g["seed"], g["token_budget"])
+        return None
+    queries, templates = prepare_queries(g["kg"], g["data_dir"], g["split"], g["subset"], g["seed"], g["k_shot"], g["shots"],
+                                         g["query_trailing_space"], g["template_style"], model_names=[g["model_name"]],
+                                         dtype=g["dtype"], device=g["device"], out_dir=g["out_dir"], token_budget=g["token_budget"],
+                                         long_prompts=long_prompts, exclude_head=g["exclude_head"])
+    loaded = open_model(g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray workers
+    return queries, templates, loaded, output_folder(g["out_dir"], queries, loaded, templates, g["model_name"], suffix, check)
+
+
 @click.command()
-@kg_options()
-@model_options()
-@template_options
-@exclude_head_option
+@kg_run_options()
 @click.option("--probe", "probe_name", default="deer", show_default=True,
               help="Which registered probe runs: deer, bear, lama, or one another package registered (`deer probes` lists them).")
 @click.option("--probe-option", "probe_option_pairs", multiple=True, metavar="KEY=VALUE",
@@ -101,9 +116,7 @@ def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, devic
               help="Encode the candidate entities split over N Ray workers into the embedding cache first (pip install .[ray]).")
 @click.option("--ray-address", default=None, help="A running Ray cluster for --ray-workers (default: a local one).")
 @friendly_errors
-def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-          exclude_head, probe_name, probe_option_pairs, backend, out_dir, token_budget, no_cache, long_prompts, ray_workers,
-          ray_address):
+def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_prompts, ray_workers, ray_address, **given):
     """Run a probe (DEER by default): rank every candidate tail for each (h, r, ?) query.
 
     Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10),
@@ -112,9 +125,6 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     Embeddings and score rows are cached and reused by later runs.
     Python: deer.probe(...), or deer.runner.run_probe(NAME, ...) for any registered probe.
     """
-    if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        return run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget)
-    from deer.core.models import open_model
     from deer.probes import get_probe
     from deer.runner import Budget, probe_options, run_probe
 
@@ -124,19 +134,19 @@ def probe(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, 
     except KeyError as error:
         raise click.BadParameter(error.args[0], param_hint="--probe") from None
     options = probe_options(chosen, parse_probe_options(probe_option_pairs))
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
-                                         model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
-                                         token_budget=token_budget, long_prompts=long_prompts, exclude_head=exclude_head)
     if ray_workers and (no_cache or probe_name != "deer"):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
-    loaded = open_model(model_name, dtype=dtype, device=device)  # once, also for the Ray workers' store key
+    opened = open_kg_run({**given, "token_budget": token_budget}, probe_name, long_prompts=long_prompts)
+    if opened is None:
+        return
+    queries, templates, loaded, out = opened
     if ray_workers:
         from experiments.ray_runs import encode_entities_on_ray
 
-        store = encode_entities_on_ray(queries.kg, model_name, templates, workers=ray_workers, entities=queries.candidates.tolist(),
-                                       dtype=dtype, device=device, token_budget=token_budget, address=ray_address, loaded=loaded)
+        store = encode_entities_on_ray(queries.kg, given["model_name"], templates, workers=ray_workers, entities=queries.candidates.tolist(),
+                                       dtype=given["dtype"], device=given["device"], token_budget=token_budget, address=ray_address,
+                                       loaded=loaded)
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
-    out = output_folder(out_dir, queries, loaded, templates, model_name)
     result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
                        cache=not no_cache, out=out, **options)
     click.echo("")
@@ -157,10 +167,7 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
 
 
 @click.command()
-@kg_options()
-@model_options()
-@template_options
-@exclude_head_option
+@kg_run_options()
 @PLL_OPTION
 @backend_option
 @out_option(KG_OUT_HELP)
@@ -168,8 +175,7 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
                           "tokens per batch, at least 512).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows.")
 @friendly_errors
-def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-         exclude_head, pll_variant, backend, out_dir, token_budget, no_cache):
+def bear(pll_variant, backend, token_budget, no_cache, **given):
     """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
 
     Statement = DEER query text + ' t_name)'; writes the ranks table (bear_rank_raw/filtered,
@@ -177,18 +183,14 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
     candidates statements; score rows are stored, so an interrupted run resumes.  For the BEAR
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
-    if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        return run_on_benchmark(kg, 'bear', model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget)
     import bear_ref
-    from deer.core.models import open_model
 
     started = time.perf_counter()
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
-                                         model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
-                                         token_budget=token_budget, exclude_head=exclude_head)
+    opened = open_kg_run({**given, "token_budget": token_budget}, "bear")
+    if opened is None:
+        return
+    queries, templates, loaded, out = opened
     click.echo(f"= {len(queries) * len(queries.candidates)} statements")
-    loaded = open_model(model_name, dtype=dtype, device=device)
-    out = output_folder(out_dir, queries, loaded, templates, model_name)
     result = bear_ref.bear(queries, loaded, templates=templates, token_budget=token_budget, pll_variant=pll_variant,
                            backend=backend, cache=not no_cache, out=out)
     click.echo("")
@@ -198,10 +200,7 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
 
 
 @click.command()
-@kg_options()
-@model_options()
-@template_options
-@exclude_head_option
+@kg_run_options()
 @click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
 @click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
 @backend_option
@@ -209,28 +208,23 @@ def bear(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, s
 @token_budget_option(None)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
 @friendly_errors
-def lama(kg, data_dir, split, subset, seed, model_name, dtype, device, k_shot, shots, query_trailing_space, template_style,
-         exclude_head, single_token, with_deer, backend, out_dir, token_budget, no_cache):
+def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
     """LAMA: rank candidates by log p(first token of the tail) right after the query text.
 
     Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
     metadata.json.  Python: bear_ref.lama(...), then deer.probe(result.queries, model,
     query_embeddings=result.arrays["query_embeddings"]).
     """
-    if is_benchmark(kg):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        return run_on_benchmark(kg, 'lama', model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget)
     import bear_ref
     import deer
-    from deer.core.models import open_model
 
     started = time.perf_counter()
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
-                                         model_names=[model_name], dtype=dtype, device=device, out_dir=out_dir,
-                                         token_budget=token_budget, exclude_head=exclude_head)
-    loaded = open_model(model_name, dtype=dtype, device=device)
     # --single-token ranks fewer queries, so its spec (checked when saving) is not the one built here.
-    out = output_folder(out_dir, queries, loaded, templates, model_name, suffix="-single-token" if single_token else "",
-                        check=not single_token)
+    opened = open_kg_run({**given, "token_budget": token_budget}, "lama", suffix="-single-token" if single_token else "",
+                         check=not single_token)
+    if opened is None:
+        return
+    queries, templates, loaded, out = opened
     results = [bear_ref.lama(queries, loaded, templates=templates, single_token=single_token, token_budget=token_budget,
                              backend=backend, out=out)]
     if with_deer:
