@@ -25,7 +25,7 @@ import pandas as pd
 from deer.core.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels
+from experiments.runs import ProbeRun, check_distinct_labels, result_header
 from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
 
 PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))  # the paper's pairs first, in its order
@@ -146,11 +146,8 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
     output.table("hits", pd.DataFrame(hit_rows),
                  note=f"{rank_type} ranks; *_se = standard error of the mean; lama_protocol as in agreement.md.")
     result = {
-        "experiment": "agreement",
-        "rank_type": rank_type,
+        **result_header("agreement", runs, rank_type, settings),
         "hit_k": hit_k,
-        "settings": settings or {},
-        "runs": {run.label: str(run.folder) for run in runs},
         "lama_protocols": {run.label: lama_protocol(run) for run in runs},
         "lama_protocol_descriptions": LAMA_PROTOCOLS,
         "pairs": pair_rows,

@@ -103,6 +103,12 @@ def check_distinct_labels(runs: Sequence[ProbeRun]) -> None:
                          "(experiments.runs.label_runs_apart), or leave out a model given twice")
 
 
+def result_header(experiment: str, runs: Sequence[ProbeRun], rank_type: str, settings: dict | None) -> dict:
+    """The fields an experiment over runs starts its JSON with: what ran, on which runs, how."""
+    return {"experiment": experiment, "rank_type": rank_type, "settings": settings or {},
+            "runs": {run.label: str(run.folder) for run in runs}}
+
+
 def load_run(folder: Path, label: str | None = None) -> ProbeRun:
     """Read a run folder; raises ValueError (shown to CLI users) if it holds no ranks table."""
     folder = Path(folder)

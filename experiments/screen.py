@@ -17,7 +17,7 @@ import pandas as pd
 from deer.core.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels
+from experiments.runs import ProbeRun, check_distinct_labels, result_header
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
@@ -73,11 +73,8 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
         [r["model"] for r in deer_rows], [r[metric] for r in deer_rows],
         [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))
     result = {
-        "experiment": "screen",
+        **result_header("screen", runs, rank_type, settings),
         "metric": metric,
-        "rank_type": rank_type,
-        "settings": settings or {},
-        "runs": {run.label: str(run.folder) for run in runs},
         "leaderboard": deer_rows,
     }
     if reference:

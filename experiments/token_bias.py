@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels
+from experiments.runs import ProbeRun, check_distinct_labels, result_header
 from experiments.stats import correlations
 
 PAPER = {
@@ -80,10 +80,7 @@ def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fi
     output.table("token_bias", pd.DataFrame(all_correlations), note=note)
     output.table("token_bias_by_length", pd.DataFrame(all_lengths))
     result = {
-        "experiment": "token-bias",
-        "rank_type": rank_type,
-        "settings": settings or {},
-        "runs": {run.label: str(run.folder) for run in runs},
+        **result_header("token-bias", runs, rank_type, settings),
         "correlations": all_correlations,
         "by_length": all_lengths,
         "paper": PAPER,
