@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 
-from deer.backends.encoder import PromptEOLEncoder
 from deer.core.ranking import normalize_rows
 from deer.core.templates import NAME_TAIL_TEMPLATE, TAIL_TEMPLATE
 from kg_data.cloze import ClozeTask, deer_query_text
@@ -44,7 +43,7 @@ class ClozeEncoding:
         return self.candidate_vectors[query.candidates] @ self.query_vectors[index]
 
 
-def encode_cloze(task: ClozeTask, encoder: PromptEOLEncoder, next_token_ids: np.ndarray | None = None,
+def encode_cloze(task: ClozeTask, encoder, next_token_ids: np.ndarray | None = None,
                  with_candidates: bool = True) -> ClozeEncoding:
     """Embed every query (and, with ``with_candidates``, every candidate set) of ``task``."""
     started = time.perf_counter()
@@ -59,6 +58,6 @@ def encode_cloze(task: ClozeTask, encoder: PromptEOLEncoder, next_token_ids: np.
         vectors = normalize_rows(encoder.encode(list(row_of), description="candidates").embeddings) if row_of else None
         for name, prompts in set_prompts.items():
             rows = [row_of[p] for p in prompts]
-            candidate_vectors[name] = vectors[rows] if rows else np.zeros((0, encoder.output_size), dtype=np.float32)
+            candidate_vectors[name] = vectors[rows] if rows else np.zeros((0, output.embeddings.shape[1]), dtype=np.float32)
     seconds = {"queries": round(queries_done - started, 3), "candidates": round(time.perf_counter() - queries_done, 3)}
     return ClozeEncoding(normalize_rows(output.embeddings), candidate_vectors, output.next_token_logprobs, seconds)

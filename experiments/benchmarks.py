@@ -101,9 +101,10 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     relations: Sequence[str] | None = None, sources: Sequence[str] | None = None, max_facts: int | None = None,
                     seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
                     bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
-                    bootstrap: int = 1000, out=None, show_progress: bool = True) -> dict:
+                    bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf") -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
-    (and "bear_dataset" for DEER on a BEAR-format data set).  See the module doc."""
+    (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: what runs the model
+    ('hf', or 'plain': one whole forward pass per text, a cross-check).  See the module doc."""
     # Every input before the model: the options and --out, then the data (a bad file names itself) and a
     # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
@@ -125,7 +126,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
         if bear_data_set and not bear_run and "bear" not in run_probes:
             run_probes.append("bear")
         result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=token_budget,
-                           show_progress=show_progress)
+                           show_progress=show_progress, backend=backend)
         if bear_data_set:
             report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, seed,
                                                        bear_table)

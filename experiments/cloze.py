@@ -11,9 +11,12 @@ the gold (LAMA's P@1, BEAR's accuracy).  A probe that does not score a query lea
   vocabulary (|vocabulary| statements per fact: 12k+ forward positions each);
 * DEER needs a causal LM (PromptEOL); a masked LM gets LAMA (mask filling) and BEAR (PLL).
 
+The model runs behind the backend seam (``deer.backends``): 'hf' (batched kernels) or 'plain'
+(one whole forward pass per prompt, statement or masked sentence: a cross-check).
+
 With ``out``, each finished probe is stored (``parts/<key>/<probe>.parquet``) under a key of
 model, tokenizer, dtype and the task's queries and candidates, so a stopped run resumes and a
-stored probe is reused only for the same inputs.
+stored probe is reused only for the same inputs (the plain backend stores nothing).
 """
 
 from __future__ import annotations
@@ -29,8 +32,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, mask_sentence, statement_scores
-from deer.backends.encoder import PromptEOLEncoder
-from deer.backends.statement_scorer import StatementScorer
+from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
 from deer.cloze_probe import candidate_prompt, encode_cloze
 from deer.core.files import package_versions, read_table, write_json, write_table
 from deer.core.length_guard import PromptTooLongError, long_statements, max_positions, token_counts, too_long
@@ -111,13 +113,12 @@ def next_token_columns(answer_ids: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _lama_scores(task: ClozeTask, loaded: LoadedModel, logprobs: np.ndarray | None, answer_ids: dict[str, np.ndarray],
-                 rules: list[str], masked: bool, scorer: StatementScorer | None, token_budget: int | None,
-                 progress) -> dict[int, np.ndarray]:
+                 rules: list[str], masked: bool, scorer, mask_token_budget: int, progress) -> dict[int, np.ndarray]:
     """LAMA scores per query, by the rule ``lama_rules`` gave it."""
     token_ids = next_token_columns(answer_ids)
     if masked:
         sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries]
-        logprobs = mask_fill_logprobs(loaded.model, loaded.tokenizer, sentences, token_ids, token_budget or 4096)
+        logprobs = mask_fill_logprobs(loaded.model, loaded.tokenizer, sentences, token_ids, mask_token_budget)
     columns = {name: np.searchsorted(token_ids, ids) for name, ids in answer_ids.items()}
     scores = {i: logprobs[i, columns.get(q.candidates, [])].astype(np.float64)
               for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)) if rule in ("mask-fill", "next-token")}
@@ -188,11 +189,14 @@ def guard_lengths(task: ClozeTask, loaded: LoadedModel, probes, masked: bool) ->
 
 
 def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Path | None = None,
-              token_budget: int | None = None, statement_token_budget: int = 512, show_progress: bool = True) -> ClozeResult:
-    """Score ``task`` with ``probes`` (some of deer, lama, bear); see the module doc.  A task without
-    queries, or with a text longer than the model's positions (``guard_lengths``), is refused before
-    anything is scored or written."""
+              token_budget: int | None = None, statement_token_budget: int = 512, show_progress: bool = True,
+              backend: str = DEFAULT_BACKEND) -> ClozeResult:
+    """Score ``task`` with ``probes`` (some of deer, lama, bear) on ``backend``; see the module doc.  A
+    task without queries, or with a text longer than the model's positions (``guard_lengths``), is
+    refused before anything is scored or written."""
     probes = checked_probes(probes)
+    backend_class(backend)  # an unknown backend fails before any work
+    plain = backend != DEFAULT_BACKEND
     masked = is_masked_lm(loaded.model)
     if masked and "deer" in probes:
         raise ValueError(f"DEER embeds with a causal LM (PromptEOL); {loaded.name} is a masked LM: run lama,bear")
@@ -207,7 +211,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
     key = {"model": loaded.fingerprint, "tokenizer": loaded.tokenizer_fingerprint, "dtype": str(loaded.dtype),
            "task": digest, "rank_rule": RANK_RULE}
     parts = None
-    if out is not None:  # created with the first finished probe (``_store``): a failed start leaves nothing behind
+    if out is not None and not plain:  # created with the first finished probe (``_store``): a failed start leaves nothing behind
         parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     frames, timings, resumed = {}, {}, []
     for probe in probes:
@@ -215,12 +219,14 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
             frames[probe] = read_table(parts / f"{probe}.parquet")
             resumed.append(probe)
     todo = [p for p in probes if p not in frames]
-    scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=statement_token_budget) if {"lama", "bear"} & set(todo) else None
+    scorer = None
+    if {"lama", "bear"} & set(todo):
+        scorer = open_backend(backend, loaded, token_budget=statement_token_budget).statement_scorer()
     encoding = None
     answer_ids = lama_answer_ids(task, loaded, masked) if "lama" in todo else {}
     if {"deer", "lama"} & set(todo) and not masked:
         token_ids = next_token_columns(answer_ids) if "lama" in todo else None
-        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
+        encoder = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress).encoder()
         started = time.perf_counter()
         encoding = encode_cloze(task, encoder, next_token_ids=token_ids, with_candidates="deer" in todo)
         timings["deer_lama_pass_seconds"] = round(time.perf_counter() - started, 3)
@@ -238,7 +244,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
         with tqdm(total=count_statements(task, statement_rows), desc="LAMA statements", unit="stmt", disable=not show_progress) as bar:
             scores = _lama_scores(task, loaded, None if encoding is None else encoding.next_token_logprobs, answer_ids, rules,
-                                  masked, scorer, token_budget, bar.update)
+                                  masked, scorer, 1 if plain else token_budget or 4096, bar.update)  # 1: a sentence a pass
         frame = ranks_from_scores(task, scores, "lama")
         frame["lama_rule"] = rules
         frames["lama"] = _store(parts, "lama", frame, key)
@@ -257,6 +263,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         "task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
         "model": loaded.metadata(),
         "probes": probes,
+        "backend": backend,
         "rank_rule": RANK_RULE,
         "resumed_probes": resumed,
         "timings": timings,

@@ -71,3 +71,19 @@ def test_the_python_api_names_the_benchmark_path():
     """Bug 2: deer.probe("lama") raised an unrelated 'unknown KG' error."""
     with pytest.raises(KGNotFoundError, match="'lama' is a cloze benchmark .LAMA format., not a KG: probe it with `deer cloze"):
         deer.probe("lama", ("model", "tokenizer"))
+
+
+@pytest.mark.parametrize("command", ["probe", "bear", "lama"])
+def test_the_benchmark_path_honours_the_backend(command, monkeypatch):
+    """--backend now reaches the cloze benchmarks (experiments.cloze.run_cloze runs on the backend seam)."""
+    import experiments.benchmarks as benchmarks
+
+    seen = {}
+
+    def recorded(dataset, model, **options):
+        seen.update(options, dataset=dataset)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmarks, "probe_benchmark", recorded)
+    _invoke([command, "--kg", "lama", "--backend", "plain", "--subset", "2"])
+    assert (seen["dataset"], seen["backend"], seen["max_facts"]) == ("lama", "plain", 2)

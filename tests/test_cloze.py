@@ -272,6 +272,12 @@ def test_cloze_probes_equal_the_plain_path(tmp_path, family, backend, smollm2_to
     again = run_cloze(task, loaded, out=tmp_path / "run", token_budget=64, show_progress=False)
     assert again.metadata["resumed_probes"] == ["deer", "lama", "bear"]
     pd.testing.assert_frame_equal(again.table, table)
+    # The plain backend (one whole pass per text) gives the same table through the same pipeline; it stores nothing.
+    plain_run = run_cloze(task, loaded, out=tmp_path / "plain", token_budget=64, show_progress=False, backend="plain")
+    assert plain_run.metadata["backend"] == "plain" and not (tmp_path / "plain" / "parts").exists()
+    for probe in ("deer", "lama", "bear"):
+        np.testing.assert_allclose(plain_run.table[f"{probe}_gold_score"], table[f"{probe}_gold_score"], atol=1e-4)
+        pd.testing.assert_series_equal(plain_run.table[f"{probe}_rank"], table[f"{probe}_rank"])
 
 
 def _rank(scores, gold) -> float:
@@ -331,6 +337,9 @@ def test_deer_refuses_a_masked_lm(tmp_path):
         run_cloze(task, loaded, ["deer"], show_progress=False)
     result = run_cloze(task, loaded, ["lama"], show_progress=False)
     assert set(result.table["lama_rule"]) == {"mask-fill"} and result.table["lama_rank"].notna().all()
+    plain = run_cloze(task, loaded, ["lama"], show_progress=False, backend="plain")  # one masked sentence per pass
+    np.testing.assert_allclose(plain.table["lama_gold_score"], result.table["lama_gold_score"], atol=1e-5)
+    assert plain.table["lama_rank"].tolist() == result.table["lama_rank"].tolist()
 
 
 # -- the commands ---------------------------------------------------------------------------------

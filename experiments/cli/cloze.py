@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from experiments.cli.options import data_dir_option, friendly_errors, model_options, token_budget_option
+from experiments.cli.options import backend_option, data_dir_option, friendly_errors, model_options, token_budget_option
 
 SUMMARY_HINT = "summary.md (P@1 / P@10 / MRR per source, agreement tables)"
 
@@ -64,11 +64,12 @@ def run_benchmark_command(kg, model_names, probes, out_dir, **options) -> None:
 @click.option("--bootstrap", type=click.IntRange(min=0), default=1000, show_default=True,
               help="Bootstrap resamples for the log-rank r intervals.")
 @token_budget_option(None)
+@backend_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder (default results/<dataset>-<probes>); a stopped run resumes from it.")
 @friendly_errors
 def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kinds, sources, relations, max_facts, seed,
-          bear_run, bootstrap, token_budget, out_dir):
+          bear_run, bootstrap, token_budget, backend, out_dir):
     """Probe on LAMA or the BEAR data set with DEER, LAMA and BEAR side by side.
 
     \b
@@ -90,4 +91,4 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     run_benchmark_command(kg, list(model_names) or ["smollm2-135m"], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
                           device=device, modes=_split(modes), candidate_kinds=_split(candidate_kinds), sources=_split(sources),
                           relations=_split(relations), max_facts=max_facts, seed=seed, bear_run=bear_run, bootstrap=bootstrap,
-                          token_budget=token_budget)
+                          token_budget=token_budget, backend=backend)

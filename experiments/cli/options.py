@@ -250,7 +250,8 @@ def parse_probe_options(pairs) -> dict:
 
 # What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as
 # facts per relation); any other option given there is refused by name instead of dropped.
-BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "dtype", "device", "out_dir", "token_budget", "probe_name"}
+BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "dtype", "device", "out_dir", "token_budget", "probe_name",
+                     "backend"}
 
 
 def refuse_options_the_benchmarks_ignore(kg: str) -> None:
