@@ -40,6 +40,7 @@ from deer.core.length_guard import long_statements, max_positions, too_long
 from deer.core.ranking import rank_and_best
 from deer.core.result import Metrics, ProbeResult, check_instances_folder
 from deer.core.stores import key_digest
+from deer.core.tables import markdown_table
 from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement
 from kg_data.cloze import shorten
 
@@ -217,14 +218,12 @@ def summary_markdown(metrics: dict) -> str:
                       f"domains: {convention['domain_support_rule']}."]
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality"), ("relation", "per_relation")):
         with_support = key == "per_domain" and divided
-        lines += ["", f"| {title} | accuracy | std over templates | random | instances |" + (" support |" if with_support else ""),
-                  "|---|---:|---:|---:|---:|" + ("---:|" if with_support else "")]
-        for name, block in metrics[key].items():
-            row = (f"| {name} | {block['accuracy_mean']:.3f} | {block['accuracy_std']:.3f} | "
-                   f"{block['random_baseline']:.3f} | {block['instances']} |")
-            if with_support:
-                row += f" {block['support'] / max(len(block['accuracy_per_template']), 1):.1f} |"
-            lines.append(row)
+        rows = [{title: name, "accuracy": block["accuracy_mean"], "std over templates": block["accuracy_std"],
+                 "random": block["random_baseline"], "instances": block["instances"],
+                 **({"support": block["support"] / max(len(block["accuracy_per_template"]), 1)} if with_support else {})}
+                for name, block in metrics[key].items()]
+        formats = {**dict.fromkeys(["accuracy", "std over templates", "random"], ".3f"), "support": ".1f"}
+        lines += ["", *markdown_table(rows, formats).splitlines()] if rows else []
         if with_support:
             lines += ["", "support: the domain's instances with each relation's divided by its number of domains (the "
                           "weight of the relation in the domain's accuracy); instances: undivided."]

@@ -19,10 +19,13 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
+
 from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
 from deer.core.inputs import check_inputs
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
+from deer.core.tables import markdown_table
 from experiments.cloze import PROBES, checked_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
@@ -157,22 +160,22 @@ def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = 
     reports = {name: probe_benchmark(dataset, name, probes=probes, out=out / label, **options)
                for name, label in zip(models, distinct_labels(models), strict=True)}
     names = list(reports)
-    rows, lines = [], ["| candidates | mode | probe | " + " | ".join(names) + " |", "|---|---|---|" + "---:|" * len(names)]
+    rows, headline_rows = [], []
     groups = sorted({(k, m) for r in reports.values() for k, modes in r["metrics"].items() for m in modes})
     for kind, mode in groups:
         scores = {p: [headline(reports[n]["metrics"], kind, mode, p) for n in names] for p in probes}
         for p, values in scores.items():
-            lines.append(f"| {kind} | {mode} | {p} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in values) + " |")
+            headline_rows.append({"candidates": kind, "mode": mode, "probe": p, **dict(zip(names, values, strict=True))})
         for a, b in itertools.combinations(probes, 2):
             if all(v is not None for v in scores[a] + scores[b]) and len(names) >= 2:
                 rows.append({"kind": kind, "mode": mode, "pair": f"{a} vs {b}", **ordering_agreement(scores[a], scores[b], names)})
+    lines = markdown_table(headline_rows, dict.fromkeys(names, ".3f")).splitlines() if headline_rows else []
     lines += ["", f"Orderings of {len(names)} models (P@1; Spearman/Kendall between probes' orderings; with so few models "
-                  "the p-values show how little an ordering agreement can establish):", "",
-              "| candidates | mode | pair | Spearman | p | Kendall | p | order (first probe) | order (second) |",
-              "|---|---|---|---:|---:|---:|---:|---|---|"]
-    for row in rows:
-        lines.append(f"| {row['kind']} | {row['mode']} | {row['pair']} | {row['spearman_rho']:.2f} | {row['spearman_p']:.2f} | "
-                     f"{row['kendall_tau']:.2f} | {row['kendall_p']:.2f} | {' > '.join(row['order_a'])} | {' > '.join(row['order_b'])} |")
+                  "the p-values show how little an ordering agreement can establish):", ""]
+    orderings = pd.DataFrame([[r["kind"], r["mode"], r["pair"], r["spearman_rho"], r["spearman_p"], r["kendall_tau"], r["kendall_p"],
+                               " > ".join(r["order_a"]), " > ".join(r["order_b"])] for r in rows],
+                             columns=["candidates", "mode", "pair", "Spearman", "p", "Kendall", "p ", "order (first probe)", "order (second)"])
+    lines += markdown_table(orderings, dict.fromkeys(["Spearman", "p", "Kendall", "p "], ".2f")).splitlines()
     write_json(out / "orderings.json", {"models": names, "orderings": rows})
     write_text(out / "orderings.md", "\n".join(lines) + "\n")
     return {"reports": reports, "orderings": rows}

@@ -20,8 +20,9 @@ import pandas as pd
 from bear_ref.dataset import PROBE, bear_metrics, find_instances_table
 from deer.core.files import read_table, write_json, write_table, write_text
 from deer.core.models import LoadedModel
+from deer.core.tables import markdown_table
 from experiments.cloze import ClozeResult
-from experiments.cloze_report import agreement_markdown, format_number, pair_agreement
+from experiments.cloze_report import agreement_markdown, pair_agreement
 from kg_data.bear import BearDataset
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
@@ -106,7 +107,6 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
 
 
 def _side_by_side(deer_metrics: dict, bear_m: dict) -> list[str]:
-    lines = ["| group | DEER accuracy (mean over templates) | BEAR score | random | instances |", "|---|---:|---:|---:|---:|"]
     rows = [("**overall**", deer_metrics["overall"], bear_m["overall"])]
     rows += [(f"template {t}", {"accuracy_mean": a, "random_baseline": deer_metrics["overall"]["random_baseline"],
                                 "instances": deer_metrics["overall"]["instances"]},
@@ -114,9 +114,9 @@ def _side_by_side(deer_metrics: dict, bear_m: dict) -> list[str]:
              for t, a in deer_metrics["overall"]["accuracy_per_template"].items()]
     for key in ("per_domain", "per_cardinality"):
         rows += [(name, block, bear_m[key][name]) for name, block in deer_metrics[key].items()]
-    for name, d, b in rows:
-        lines.append(f"| {name} | {format_number(d['accuracy_mean'])} | {format_number(b['accuracy_mean'])} | {format_number(d['random_baseline'])} | {d['instances']} |")
-    return lines
+    table = [{"group": name, "DEER accuracy (mean over templates)": d["accuracy_mean"], "BEAR score": b["accuracy_mean"],
+              "random": d["random_baseline"], "instances": d["instances"]} for name, d, b in rows]
+    return markdown_table(table, dict.fromkeys(["DEER accuracy (mean over templates)", "BEAR score", "random"], ".3f")).splitlines()
 
 
 def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, seed: int) -> list[dict]:

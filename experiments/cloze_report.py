@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from deer.core.tables import format_number, markdown_table
 from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
 
 KS = (1, 10)
@@ -125,37 +126,27 @@ def mode_agreement(table: pd.DataFrame, bootstrap: int = 1000, seed: int = 0) ->
     return rows
 
 
-def format_number(value, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def agreement_markdown(rows: list[dict], first: str) -> list[str]:
-    lines = [f"| {first} | kind | pair | n | r (log) | 95% CI | Spearman | both right | only first | only second | kappa |",
-             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        if row["n"] < 3:
-            continue
-        ci = row.get("pearson_r_log_ci") or [None, None]
-        acc = row.get("accuracy", {})
-        lines.append(f"| {row[first]} | {row['kind']} | {row['pair']} | {row['n']} | "
-                     f"{format_number(row.get('pearson_r_log'))} | [{format_number(ci[0], 2)}, {format_number(ci[1], 2)}] | {format_number(row.get('spearman_rho'))} | "
-                     f"{format_number(acc.get('both'))} | {format_number(acc.get('only_a'))} | {format_number(acc.get('only_b'))} | {format_number(acc.get('cohen_kappa'))} |")
-    return lines
+    """The agreement rows (n >= 3) as markdown lines; ``first``: the column that names each row."""
+    columns = [first, "kind", "pair", "n", "r (log)", "95% CI", "Spearman", "both right", "only first", "only second", "kappa"]
+    table = []
+    for row in (r for r in rows if r["n"] >= 3):
+        ci, acc = row.get("pearson_r_log_ci") or [None, None], row.get("accuracy", {})
+        table.append([row[first], row["kind"], row["pair"], row["n"], row.get("pearson_r_log"),
+                      f"[{format_number(ci[0], '.2f')}, {format_number(ci[1], '.2f')}]", row.get("spearman_rho"),
+                      acc.get("both"), acc.get("only_a"), acc.get("only_b"), acc.get("cohen_kappa")])
+    three = dict.fromkeys(["r (log)", "Spearman", "both right", "only first", "only second", "kappa"], ".3f")
+    return markdown_table(pd.DataFrame(table, columns=columns), three).splitlines()
 
 
 def summary_markdown(metrics: dict, probe_rows: list[dict], mode_rows: list[dict]) -> str:
     """P@1 / P@10 / MRR per source (macro P@1 over relations), then the agreement tables."""
-    lines = ["| candidates | mode | probe | source | relations | n | P@1 (macro) | P@1 | P@10 | MRR | random P@1 |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for kind, modes in metrics.items():
-        for mode, probes in modes.items():
-            for probe, block in probes.items():
-                for source, b in block["per_source"].items():
-                    if b["n"]:
-                        lines.append(f"| {kind} | {mode} | {probe} | {source} | {b['relations']} | {b['n']} | {format_number(b['p@1_macro'])} | "
-                                     f"{format_number(b['p@1'])} | {format_number(b['p@10'])} | {format_number(b['mrr'])} | {format_number(b['random_p@1'], 4)} |")
+    rows = [{"candidates": kind, "mode": mode, "probe": probe, "source": source, "relations": b["relations"], "n": b["n"],
+             "P@1 (macro)": b["p@1_macro"], "P@1": b["p@1"], "P@10": b["p@10"], "MRR": b["mrr"], "random P@1": b["random_p@1"]}
+            for kind, modes in metrics.items() for mode, probes in modes.items() for probe, block in probes.items()
+            for source, b in block["per_source"].items() if b["n"]]
+    formats = {**dict.fromkeys(["P@1 (macro)", "P@1", "P@10", "MRR"], ".3f"), "random P@1": ".4f"}
+    lines = markdown_table(rows, formats).splitlines() if rows else []
     lines += ["", "Agreement between probes on the same queries (r: Pearson of log10 ranks; accuracy: P@1 right or not):", ""]
     lines += agreement_markdown(probe_rows, "mode")
     if mode_rows:

@@ -10,12 +10,12 @@ layout is the same for all of them:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from deer.core.files import save_figure, write_json, write_table, write_text
+from deer.core.tables import markdown_table  # noqa: F401 (experiments.report.markdown_table: the one writer)
 
 
 def distinct_labels(names) -> list[str]:
@@ -28,28 +28,6 @@ def distinct_labels(names) -> list[str]:
         if len(set(labels)) == len(set(map(str, names))) or depth >= max(map(len, parts)):
             return labels
         depth += 1
-
-
-def format_cell(value, digits: int = 4) -> str:
-    """Short text for a table cell: floats to ``digits`` significant digits, NaN as '-'."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(table: pd.DataFrame, digits: int = 4) -> str:
-    """A GitHub-flavoured markdown table of ``table`` (no index)."""
-    columns = [str(c) for c in table.columns]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for row in table.itertuples(index=False):
-        lines.append("| " + " | ".join(format_cell(v, digits) for v in row) + " |")
-    return "\n".join(lines) + "\n"
 
 
 class ExperimentOutput:

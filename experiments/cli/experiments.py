@@ -15,6 +15,7 @@ import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.core.models import DEFAULT_MODEL
+from deer.core.tables import format_number
 from experiments.cli.cloze import is_benchmark, run_benchmark_command
 from experiments.cli.options import (
     friendly_errors,
@@ -95,7 +96,7 @@ def _parse_ints(text: str) -> list[int]:
 
 
 def _fmt(value, digits: int = 3) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+    return format_number(value, f".{digits}f")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,0 +1,39 @@
+"""The one markdown table writer and number formatter behind every summary.md, table.md and printed table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+
+def format_number(value, spec: str | None = None, digits: int = 4) -> str:
+    """A cell's text: None and NaN as '-'; a number with ``spec`` ('.3f', '.2g', ...) where given, else a
+    float to ``digits`` significant digits (scientific below 1e-3 and from 1e6); anything else as text
+    with '|' escaped, so it cannot break a markdown row."""
+    if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+        return "-"
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if spec is not None:
+            return format(value, spec)
+        if isinstance(value, (float, np.floating)):
+            if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+                return f"{value:.{digits - 1}e}"
+            return f"{value:.{digits}g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: pd.DataFrame | Sequence[Mapping], formats: Mapping[str, str] | None = None, digits: int = 4) -> str:
+    """A GitHub-flavoured markdown table (no index) of a frame or of rows (dicts, columns in first-seen
+    order).  ``formats``: a format spec per column ('.3f'); numeric columns are right-aligned."""
+    frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
+    formats = formats or {}
+    columns = [str(c) for c in frame.columns]
+    aligns = ["---:" if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c]) else "---"
+              for c in frame.columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(aligns) + "|"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(format_number(v, formats.get(c), digits) for c, v in zip(columns, row, strict=True)) + " |")
+    return "\n".join(lines) + "\n"
