@@ -36,6 +36,7 @@ from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, ch
 from kg_data.errors import KGFormatError
 from kg_data.lama import COMMON_VOCAB_FILE, RELATIONS_FILE, load_lama
 from kg_data.load import dataset_kind
+from kg_data.locks import held_lock
 
 
 def benchmark_kind(dataset) -> str:
@@ -67,25 +68,31 @@ def load_benchmark(dataset, data_dir=None, relations: Sequence[str] | None = Non
 def nothing_left_on_failure(out):
     """On an error (Ctrl-C too), remove what this run created in ``out``, so a failed run leaves no
     half-written results; finished probes (``cloze/parts/KEY/``), from which the same command
-    resumes, are kept."""
+    resumes, are kept.  The run holds a lock beside ``out`` (``.NAME.lock``) throughout, so a second
+    run into the same folder waits (then resumes) and what is removed was written by this run only."""
     if out is None:
         yield
         return
     out = Path(out)
-    existed = out.exists()
-    before = set(out.rglob("*")) if existed else set()
-    try:
-        yield
-    except BaseException:
-        created = set(out.rglob("*")) - before if out.exists() else set()
-        for path in sorted(created, key=lambda p: len(p.parts), reverse=True):  # a folder after what it holds
-            if path.is_dir() and not any(path.iterdir()):
-                path.rmdir()
-            elif path.is_file() and not (path.parent.parent.name == "parts" and any(path.parent.glob("*.parquet"))):
-                path.unlink()
-        if not existed and out.exists() and not any(out.iterdir()):
-            out.rmdir()
-        raise
+    with held_lock(out.parent / f".{out.name}.lock", f"{out} is being written by another run; waiting for it"):
+        existed = out.exists()
+        before = set(out.rglob("*")) if existed else set()
+        try:
+            yield
+        except BaseException:
+            _remove_created(out, before, existed)
+            raise
+
+
+def _remove_created(out: Path, before: set, existed: bool) -> None:
+    created = set(out.rglob("*")) - before if out.exists() else set()
+    for path in sorted(created, key=lambda p: len(p.parts), reverse=True):  # a folder after what it holds
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+        elif path.is_file() and not (path.parent.parent.name == "parts" and any(path.parent.glob("*.parquet"))):
+            path.unlink()
+    if not existed and out.exists() and not any(out.iterdir()):
+        out.rmdir()
 
 
 def build_task(data, loaded, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> ClozeTask:

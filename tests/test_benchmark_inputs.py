@@ -260,3 +260,44 @@ def test_a_failed_run_leaves_out_as_it_was_but_for_finished_parts(tmp_path, tiny
         with pytest.raises(RuntimeError, match="disk full"):
             run(tmp_path / "fresh")
         assert not (tmp_path / "fresh").exists()
+
+
+def test_a_failed_run_removes_only_its_own_files_and_a_second_run_waits(tmp_path):
+    """nothing_left_on_failure holds a lock beside --out: a run into the same folder waits, so the
+    files a failed run removes are its own (another run's are never written meanwhile)."""
+    import threading
+
+    from experiments.benchmarks import nothing_left_on_failure
+
+    out = tmp_path / "out"
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    def first():
+        try:
+            with nothing_left_on_failure(out):
+                (out / "cloze").mkdir(parents=True)
+                (out / "cloze" / "half.json").write_text("{")
+                entered.set()
+                release.wait(10)
+                order.append("first fails")
+                raise RuntimeError("stopped")
+        except RuntimeError:
+            pass
+
+    def second():
+        entered.wait(10)
+        with nothing_left_on_failure(out):
+            order.append("second writes")
+            out.mkdir(exist_ok=True)  # the failed first run removed the folder it had made
+            (out / "summary.md").write_text("done")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    entered.wait(10)
+    release.set()
+    for thread in threads:
+        thread.join(20)
+    assert order == ["first fails", "second writes"]
+    assert sorted(p.name for p in out.rglob("*")) == ["summary.md"]  # the failed run's files gone, the second's kept
+    assert not (tmp_path / ".out.lock").exists()
