@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
+from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.core.inputs import check_inputs
 from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
 from deer.core.result import ProbeResult
@@ -54,6 +55,7 @@ def bear_dataset(
     pll_variant: str = "within_word_l2r",
     domain_support: str = DEFAULT_DOMAIN_SUPPORT,
     ties: str = DEFAULT_TIES,
+    backend: str = DEFAULT_BACKEND,
     out=None,
     show_progress: bool = True,
 ) -> ProbeResult:
@@ -62,8 +64,10 @@ def bear_dataset(
 
     relations/max_instances/seed: a subset (relation codes; at most N instances per relation).
     domain_support/ties: the metric convention (lm-pub-quiz 0.3.3's by default).
+    backend: what scores the statements: 'hf' (a prefix trie) or 'plain' (one forward pass per statement).
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
     """
+    backend_class(backend)  # an unknown backend fails before any work
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device,
                  max_instances=max_instances)
     if isinstance(dataset, BearDataset):
@@ -75,4 +79,5 @@ def bear_dataset(
     selection = {"relations": list(relations) if relations else None, "max_instances": max_instances, "seed": seed}
     with evaluation_mode(loaded.model):
         return run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant,
-                                show_progress=show_progress, domain_support=domain_support, ties=ties)
+                                show_progress=show_progress, domain_support=domain_support, ties=ties,
+                                backend=backend)

@@ -28,21 +28,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from deer.backends.statement_scorer import StatementScorer
+from bear_ref.cloze_scoring import statement_scores
+from deer.backends import DEFAULT_BACKEND, open_backend
+from deer.core.benchmark_rows import query_frame, ranks_from_scores
 from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from deer.core.length_guard import long_statements, max_positions, too_long
-from deer.core.ranking import rank_and_best
 from deer.core.result import Metrics, ProbeResult, check_instances_folder
 from deer.core.stores import key_digest
 from deer.core.tables import markdown_table
 from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement
-from kg_data.cloze import shorten
+from kg_data.cloze import bear_cloze_task, shorten
 
 PROBE = "bear-dataset"
 STATEMENT_RULE = (
@@ -82,45 +84,33 @@ def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = 
             "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}
 
 
-def score_relation(scorer: StatementScorer, relation: BearRelation, progress: tqdm | None = None) -> pd.DataFrame:
+def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.DataFrame:
+    """A probe's columns of a cloze run's rows (``deer.core.benchmark_rows``) on the BEAR data set as
+    an instances table: one row per (template, instance) with ids, gold score, prediction and rank."""
+    answer_ids = {code: r.answer_ids for code, r in dataset.relations.items()}
+    predicted = table[f"{probe}_predicted_index"].to_numpy()
+    return pd.DataFrame({
+        "relation": table["relation"], "template": table["template_index"], "row": table["row"], "sub_id": table["fact"],
+        "sub_label": table["subject"], "obj_id": [answer_ids[r][g] for r, g in zip(table["relation"], table["gold"], strict=True)],
+        "obj_label": table["answer"], "n_answers": table["n_candidates"], "gold_score": table[f"{probe}_gold_score"],
+        "predicted_id": [answer_ids[r][p] for r, p in zip(table["relation"], predicted, strict=True)],
+        "predicted_label": table[f"{probe}_predicted"], "rank": table[f"{probe}_rank"], "correct": table[f"{probe}_correct"] == 1,
+    })
+
+
+def score_relation(scorer, relation: BearRelation, progress: Callable[[int], object] | None = None) -> pd.DataFrame:
     """One row per (template, instance): gold score, prediction, realistic rank, correctness.
 
-    ``predicted_id`` is the argmax (first answer in answer-space order on a tie) and ``correct``
-    is prediction == gold, as lm-pub-quiz; the strict reading (gold scores strictly highest) is
-    ``rank == 1``.  All statements of a template (every instance x every answer) go to the
-    scorer together, so whatever prefixes they share, whichever slot comes first, are read once.
+    BEAR's rows of the relation's cloze task (``kg_data.cloze.bear_cloze_task``), built as every
+    cloze run builds them: ``predicted_id`` is the argmax (first answer in answer-space order on a
+    tie) and ``correct`` is prediction == gold, as lm-pub-quiz; the strict reading (gold scores
+    strictly highest) is ``rank == 1``.  All statements of a template (every instance x every
+    answer) go to ``scorer`` together, so the prefixes they share, whichever slot comes first, are read once.
     """
-    rows = []
-    n_answers = len(relation.answer_labels)
-    for template_index, template in enumerate(relation.templates):
-        statements = relation.statements(template)
-        all_scores = scorer.score_statements(statements, progress.update if progress is not None else None)
-        all_scores = np.asarray(all_scores).reshape(len(relation), n_answers)
-        # The one rank rule (deer.core.ranking): a failed (non-finite) score is never right; the
-        # prediction is the first of the highest valid scores, as lm-pub-quiz's list.index(max(...)).
-        ranks, best_positions = rank_and_best(all_scores, relation.gold)
-        for i, (subject_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
-            scores = all_scores[i]
-            gold = int(relation.gold[i])
-            best = int(best_positions[i])
-            rows.append(
-                {
-                    "relation": relation.code,
-                    "template": template_index,
-                    "row": int(relation.rows[i]),
-                    "sub_id": subject_id,
-                    "sub_label": subject,
-                    "obj_id": relation.answer_ids[gold],
-                    "obj_label": relation.answer_labels[gold],
-                    "n_answers": n_answers,
-                    "gold_score": float(scores[gold]),
-                    "predicted_id": relation.answer_ids[best],
-                    "predicted_label": relation.answer_labels[best],
-                    "rank": float(ranks[i]),
-                    "correct": best == gold,
-                }
-            )
-    return pd.DataFrame(rows)
+    dataset = BearDataset(relation.code, relation.path or "", {relation.code: relation}, [])
+    task = bear_cloze_task(dataset)
+    scores = statement_scores(scorer, task, range(len(task.queries)), progress)
+    return bear_format(pd.concat([query_frame(task), ranks_from_scores(task, scores, "bear")], axis=1), dataset, "bear")
 
 
 def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:
@@ -235,7 +225,7 @@ def check_out_dir(out_dir: Path) -> None:
     check_instances_folder(Path(out_dir), "bear", PROBE, "overall", label="a BEAR data-set run")
 
 
-def resume_key(dataset: BearDataset, loaded, selection: dict, scorer: StatementScorer) -> dict:
+def resume_key(dataset: BearDataset, loaded, selection: dict, scorer) -> dict:
     """What a stored part depends on: weights, tokenizer, dtype, BOS policy, data set, subset and scoring."""
     from deer.backends.tokenization import bos_policy
 
@@ -290,6 +280,7 @@ def run_bear_dataset(
     show_progress: bool = True,
     domain_support: str = DEFAULT_DOMAIN_SUPPORT,
     ties: str = DEFAULT_TIES,
+    backend: str = DEFAULT_BACKEND,
 ) -> ProbeResult:
     """Score ``dataset`` and return its result.
 
@@ -298,19 +289,22 @@ def run_bear_dataset(
     ``selection``: how the subset was chosen (relations, max_instances, seed), part of the resume key.
     ``domain_support``/``ties``: the metric convention (default lm-pub-quiz 0.3.3's; see
     ``metric_convention``); it does not enter the stored parts, so it can change on resume.
+    ``backend``: what scores the statements (``deer.backends``: 'hf' through a prefix trie, 'plain'
+    one whole forward pass per statement, a cross-check); its method enters the resume key.
     A folder holding another kind of run (a KG probe's) is refused with a ValueError, a statement
     longer than the model's positions with a PromptTooLongError, both before anything is scored or written.
     """
     convention = metric_convention(domain_support, ties)
     if not dataset.relations:
         raise ValueError(f"{dataset.path}: no relations to score")
-    scorer = StatementScorer(loaded.model, loaded.tokenizer, token_budget=token_budget, pll_variant=pll_variant)
+    scorer = open_backend(backend, loaded, token_budget=token_budget).statement_scorer(pll_variant)
     key = resume_key(dataset, loaded, selection, scorer)
     parts_dir = None
     if out_dir is not None:
         out_dir = Path(out_dir)
         check_out_dir(out_dir)
-        parts_dir = out_dir / "parts" / key_digest(key)
+        if backend == DEFAULT_BACKEND:  # the plain backend is a cross-check: it stores nothing to resume from
+            parts_dir = out_dir / "parts" / key_digest(key)
     guard_statement_lengths(dataset, loaded)
     suffix = default_table_suffix()
     started = time.perf_counter()
@@ -328,7 +322,7 @@ def run_bear_dataset(
     with tqdm(total=total, desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
         for relation in todo:
             bar.set_postfix_str(relation.code)
-            frame = score_relation(scorer, relation, bar)
+            frame = score_relation(scorer, relation, bar.update)
             if parts_dir is not None:
                 if not (parts_dir / "key.json").exists():  # created with the first finished part: a failed start leaves nothing
                     write_json(parts_dir / "key.json", key)
@@ -343,6 +337,7 @@ def run_bear_dataset(
         "dataset": dataset.summary(),
         "relation_digests": {code: relation.digest() for code, relation in dataset.relations.items()},
         "selection": selection,
+        "backend": backend,
         "scoring": scorer.statements_method,
         "statement_rule": STATEMENT_RULE,
         "metric_convention": convention,

@@ -2,7 +2,7 @@
 
 ``probe_benchmark("lama" | "bear" | "bear-big" | folder, model, probes=...)`` loads the data,
 builds the cloze queries (``kg_data.cloze``), runs the probes side by side
-(``experiments.cloze``) and writes, under ``out``: queries.parquet (every query's rank per
+(``bear_ref.cloze_runner``) and writes, under ``out``: queries.parquet (every query's rank per
 probe), metrics.json, agreement.json, summary.md, metadata.json.  For the BEAR data set with
 DEER, the BEAR-format comparison (``experiments.cloze_bear``) is written too.
 
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bear_ref.cloze_runner import PROBES, checked_probes, run_cloze
 from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
 from deer.core.inputs import check_inputs
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
 from deer.core.tables import markdown_table
-from experiments.cloze import PROBES, checked_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels

@@ -1,7 +1,7 @@
 """DEER on the BEAR data set, beside BEAR's own likelihood score for the same model.
 
 DEER ranks each (relation, template, instance)'s answer space by cosine
-(``experiments.cloze.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its columns are written
+(``bear_ref.cloze_runner.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its columns are written
 in the BEAR data-set format, so ``bear_ref.dataset.bear_metrics`` gives DEER's BEAR-style
 accuracy per template, relation, domain and cardinality under lm-pub-quiz's convention.  BEAR's
 ranks come from a finished ``deer bear-dataset`` folder of the same model and data (checked:
@@ -17,31 +17,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from bear_ref.dataset import PROBE, bear_metrics, find_instances_table
+from bear_ref.cloze_runner import ClozeResult
+from bear_ref.dataset import PROBE, bear_format, bear_metrics, find_instances_table
 from deer.core.files import read_table, write_json, write_table, write_text
 from deer.core.models import LoadedModel
 from deer.core.tables import markdown_table
-from experiments.cloze import ClozeResult
 from experiments.cloze_report import agreement_markdown, pair_agreement
 from kg_data.bear import BearDataset
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
 PAPER_RELATIONS = ("P272", "P344", "P466", "P1412")
 KEYS = ["relation", "template", "row"]
-
-
-def bear_format(result: ClozeResult, dataset: BearDataset, probe: str) -> pd.DataFrame:
-    """A probe's columns of a cloze run on the BEAR data set as a BEAR data-set instances table."""
-    t = result.table
-    answer_ids = {code: r.answer_ids for code, r in dataset.relations.items()}
-    predicted = t[f"{probe}_predicted_index"].to_numpy()
-    return pd.DataFrame({
-        "relation": t["relation"], "template": t["template_index"], "row": t["row"], "sub_id": t["fact"], "sub_label": t["subject"],
-        "obj_id": [answer_ids[r][g] for r, g in zip(t["relation"], t["gold"], strict=True)], "obj_label": t["answer"],
-        "n_answers": t["n_candidates"], "gold_score": t[f"{probe}_gold_score"],
-        "predicted_id": [answer_ids[r][p] for r, p in zip(t["relation"], predicted, strict=True)],
-        "predicted_label": t[f"{probe}_predicted"], "rank": t[f"{probe}_rank"], "correct": t[f"{probe}_correct"] == 1,
-    })
 
 
 def legacy_sample_fingerprint(model) -> str:
@@ -141,11 +127,11 @@ def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedM
     ``bear_table`` when the caller has read and checked it already with ``stored_bear_table``):
     BEAR-style metrics for both, per-instance agreement; writes tables, report.json, summary.md."""
     out = Path(out)
-    deer_table = bear_format(result, dataset, "deer")
+    deer_table = bear_format(result.table, dataset, "deer")
     if bear_run is None and "bear_rank" not in result.table:
         raise ValueError("no BEAR ranks: run the bear probe too, or name a finished `deer bear-dataset` folder (bear_run)")
     if bear_table is None:
-        bear_table = stored_bear_table(bear_run, dataset, loaded) if bear_run else bear_format(result, dataset, "bear")
+        bear_table = stored_bear_table(bear_run, dataset, loaded) if bear_run else bear_format(result.table, dataset, "bear")
     metrics = {"deer": bear_metrics(deer_table, dataset), "bear": bear_metrics(bear_table, dataset)}
     joined = deer_table.merge(bear_table, on=KEYS, suffixes=("_deer", "_bear"), validate="one_to_one")
     if len(joined) != len(deer_table):

@@ -306,3 +306,25 @@ def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(
     assert resumed.metrics.to_dict()["overall"] == fresh.metrics.to_dict()["overall"]
     with pytest.raises(ValueError, match="relations scored on other data .*: P36, P37"):
         stored_bear_table(tmp_path / "old", edited, loaded)
+
+
+def test_the_plain_backend_cross_checks_a_bear_data_set_run(tiny_clm_dir, tmp_path):
+    """`deer bear-dataset --backend plain` scores each statement in one whole forward pass: the same
+    instances (ranks, predictions) and gold scores as the trie (1e-4 nats), and no parts stored."""
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    tables = {}
+    for backend in ("hf", "plain"):
+        out = tmp_path / backend
+        result = CliRunner().invoke(main, ["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir),
+                                           "--backend", backend, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        tables[backend] = pd.read_parquet(out / "instances.parquet")
+        assert json.loads((out / "metadata.json").read_text())["bear"]["backend"] == backend
+        assert (out / "parts").exists() == (backend == "hf")
+    hf, plain = tables["hf"], tables["plain"]
+    assert hf[["relation", "template", "row", "predicted_id", "rank"]].equals(plain[["relation", "template", "row", "predicted_id", "rank"]])
+    np.testing.assert_allclose(plain["gold_score"], hf["gold_score"], atol=1e-4)

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
+from bear_ref.cloze_runner import run_cloze
 from bear_ref.cloze_scoring import mask_fill_logprobs, mask_sentence, single_token_words
 from deer.backends.tokenization import batch_token_ids
 from deer.cloze_probe import candidate_prompt
 from deer.core.models import LoadedModel
-from experiments.cloze import run_cloze
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
 from kg_data.bear import BearDataset, BearRelation
 from kg_data.cloze import answer_context, bear_cloze_task, deer_query_text, lama_cloze_task, statement
@@ -286,15 +286,14 @@ def _rank(scores, gold) -> float:
 
 
 def test_bear_in_a_cloze_run_equals_the_bear_data_set_probe(tmp_path, smollm2_tokenizer):
-    from bear_ref.dataset import score_relation
+    from bear_ref.dataset import bear_format, score_relation
     from deer.backends.statement_scorer import StatementScorer
-    from experiments.cloze_bear import bear_format
 
     model = build_tiny_model("llama", "sdpa", smollm2_tokenizer)
     loaded = LoadedModel.from_objects(model, smollm2_tokenizer, "tiny-llama")
     dataset = hand_built_bear()
     result = run_cloze(bear_cloze_task(dataset), loaded, ["deer", "bear"], show_progress=False)
-    ours = bear_format(result, dataset, "bear").sort_values(["relation", "template", "row"], ignore_index=True)
+    ours = bear_format(result.table, dataset, "bear").sort_values(["relation", "template", "row"], ignore_index=True)
     reference = score_relation(StatementScorer(model, smollm2_tokenizer), dataset.relations["P6"])
     reference = reference.sort_values(["relation", "template", "row"], ignore_index=True)
     assert ours["rank"].tolist() == reference["rank"].tolist()

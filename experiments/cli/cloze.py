@@ -82,7 +82,7 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     Several --model: one folder per model and orderings.md (the models ordered by each probe).
     Python: experiments.benchmarks.probe_benchmark / compare_models.
     """
-    from experiments.cloze import PROBES
+    from bear_ref.cloze_runner import PROBES
 
     probe_list = _split(probes)
     unknown = [p for p in probe_list or [] if p not in PROBES]

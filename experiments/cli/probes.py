@@ -268,9 +268,10 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
 @click.option("--resummarise", is_flag=True,
               help="Recompute metrics.json/summary.md/metadata.json of the run in --out from its instances table "
                    "(no model, no scoring), e.g. under another --domain-support/--ties.")
+@backend_option
 @friendly_errors
 def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, dtype, device, pll_variant, out_dir,
-                 token_budget, domain_support, ties, resummarise):
+                 token_budget, domain_support, ties, resummarise, backend):
     """The BEAR score of a data set (BEAR, BEAR-big or a folder in the lm-pub-quiz format).
 
     Accuracy per template, mean and spread, per relation/domain/cardinality, random baseline;
@@ -301,7 +302,7 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     loaded = open_model(model_name, dtype=dtype, device=device)
     result = bear_ref.bear_dataset(data, loaded, relations=codes, max_instances=max_instances, seed=seed,
                                    token_budget=token_budget, pll_variant=pll_variant, domain_support=domain_support,
-                                   ties=ties, out=out)
+                                   ties=ties, backend=backend, out=out)
     click.echo("")
     _print_bear_dataset_summary(result.metrics.to_dict())
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")

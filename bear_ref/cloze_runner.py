@@ -34,15 +34,14 @@ from tqdm.auto import tqdm
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, mask_sentence, statement_scores
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
 from deer.cloze_probe import candidate_prompt, encode_cloze
+from deer.core.benchmark_rows import RANK_RULE, query_frame, ranks_from_scores, task_digest
 from deer.core.files import package_versions, read_table, write_json, write_table
 from deer.core.length_guard import PromptTooLongError, long_statements, max_positions, token_counts, too_long
 from deer.core.models import LoadedModel, is_masked_lm
-from deer.core.ranking import rank_and_best
 from kg_data.cloze import ClozeTask, deer_query_text, shorten, statement
 
 PROBES = ("deer", "lama", "bear")
 LARGE_SET = "common-vocab"  # scored by DEER and next-token LAMA only (see the module doc)
-RANK_RULE = "realistic rank 1 + #higher + #tied/2 among the query's candidates; prediction = argmax (first on a tie)"
 
 
 @dataclasses.dataclass
@@ -56,42 +55,6 @@ class ClozeResult:
         write_table(folder / "queries.parquet", self.table)
         write_json(folder / "metadata.json", self.metadata)
         return folder
-
-
-def task_digest(task: ClozeTask) -> str:
-    """Identifies the queries and candidate sets (text, gold, scoring rule) of a task."""
-    digest = hashlib.sha256()
-    for q in task.queries:
-        digest.update(json.dumps(dataclasses.astuple(q)).encode())
-    for name in sorted(task.candidate_sets):
-        digest.update(json.dumps([name, task.candidate_sets[name].labels, task.candidate_sets[name].descriptions]).encode())
-    return digest.hexdigest()[:16]
-
-
-def query_frame(task: ClozeTask) -> pd.DataFrame:
-    frame = pd.DataFrame([dataclasses.asdict(q) for q in task.queries])
-    frame["n_candidates"] = [len(task.candidate_set(q)) for q in task.queries]
-    return frame
-
-
-def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str) -> pd.DataFrame:
-    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored)."""
-    n = len(task.queries)
-    rank = np.full(n, np.nan)
-    correct = np.full(n, np.nan)
-    predicted = [None] * n
-    predicted_index = np.full(n, -1, dtype=np.int64)
-    gold_score = np.full(n, np.nan)
-    for i, row in scores.items():
-        q = task.queries[i]
-        ranks, best_positions = rank_and_best(row, q.gold)
-        rank[i], best = ranks[0], int(best_positions[0])
-        predicted[i] = task.candidate_set(q).labels[best]
-        predicted_index[i] = best
-        correct[i] = float(best == q.gold)
-        gold_score[i] = row[q.gold]
-    return pd.DataFrame({f"{probe}_rank": rank, f"{probe}_predicted": predicted, f"{probe}_correct": correct,
-                         f"{probe}_predicted_index": predicted_index, f"{probe}_gold_score": gold_score})
 
 
 def lama_rules(task: ClozeTask, masked: bool) -> list[str]:
