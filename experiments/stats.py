@@ -109,20 +109,11 @@ def linear_fit(x: Sequence[float], y: Sequence[float]) -> LinearFit:
     x, y = _paired(x, y)
     if len(x) < 2 or np.ptp(x) == 0:
         raise ValueError("a linear fit needs at least two distinct x values")
-    n = len(x)
-    x_mean, y_mean = x.mean(), y.mean()
-    sxx = float(np.sum((x - x_mean) ** 2))
-    slope = float(np.sum((x - x_mean) * (y - y_mean)) / sxx)
-    intercept = float(y_mean - slope * x_mean)
-    residuals = y - (intercept + slope * x)
-    ss_res = float(np.sum(residuals**2))
-    ss_tot = float(np.sum((y - y_mean) ** 2))
-    sigma2 = ss_res / (n - 2) if n > 2 else 0.0
-    slope_var = sigma2 / sxx
-    intercept_var = sigma2 * (1.0 / n + x_mean**2 / sxx)
-    covariance = -x_mean * slope_var
-    r_squared = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return LinearFit(slope, intercept, math.sqrt(slope_var), math.sqrt(intercept_var), covariance, r_squared, n)
+    fit = scipy_stats.linregress(x, y)
+    varies = np.ptp(y) > 0  # a constant y lies on the line exactly (scipy gives NaN errors there)
+    r_squared = float(fit.rvalue**2) if varies else 1.0
+    slope_se, intercept_se = (float(fit.stderr), float(fit.intercept_stderr)) if varies else (0.0, 0.0)
+    return LinearFit(float(fit.slope), float(fit.intercept), slope_se, intercept_se, -float(x.mean()) * slope_se**2, r_squared, len(x))
 
 
 def spread(values: Sequence[float]) -> dict:
@@ -166,25 +157,20 @@ def bootstrap_interval(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> dict:
-    """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows jointly."""
+    """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows jointly
+    (``scipy.stats.bootstrap``, paired); resamples where the statistic is undefined are left out."""
     arrays = [np.asarray(a) for a in arrays]
-    n = len(arrays[0])
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(n_resamples):
-        rows = rng.integers(0, n, size=n)
-        value = statistic(*(a[rows] for a in arrays))
-        if value is not None and math.isfinite(value):
-            values.append(value)
-    if not values:
+    if len(arrays[0]) < 2:
+        return {"low": NAN, "high": NAN, "resamples": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns about a degenerate distribution; undefined values are dropped below
+        values = scipy_stats.bootstrap(arrays, statistic, n_resamples=n_resamples, paired=True, vectorized=False,
+                                       method="percentile", rng=np.random.default_rng(seed)).bootstrap_distribution
+    values = values[np.isfinite(values)]
+    if not len(values):
         return {"low": NAN, "high": NAN, "resamples": 0}
     alpha = (1 - confidence) / 2
-    return {
-        "low": float(np.quantile(values, alpha)),
-        "high": float(np.quantile(values, 1 - alpha)),
-        "resamples": len(values),
-    }
-
+    return {"low": float(np.quantile(values, alpha)), "high": float(np.quantile(values, 1 - alpha)), "resamples": len(values)}
 
 def pearson_r(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> float:
     """Pearson r alone (NaN where undefined, as in :func:`correlations`): the bootstrap's statistic,

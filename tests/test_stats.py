@@ -168,3 +168,8 @@ def test_the_bootstrap_of_pearson_r_computes_only_pearson_r(monkeypatch):
     assert interval["resamples"] == 200 and interval["low"] < stats.pearson_r(x, y) < interval["high"]
     assert stats.pearson_r(x, y) == stats.correlations(x, y)["pearson_r"]  # the same number as before
     assert math.isnan(stats.pearson_r([1, 2], [3, 4])) and math.isnan(stats.pearson_r([1, 1, 1], [1, 2, 3]))
+
+
+def test_linear_fit_of_a_constant_has_no_uncertainty():
+    fit = linear_fit(np.arange(5.0), np.full(5, 3.0))
+    assert (fit.slope, fit.intercept, fit.slope_se, fit.intercept_se, fit.r_squared) == (0.0, 3.0, 0.0, 0.0, 1.0)
