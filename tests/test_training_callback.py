@@ -54,6 +54,35 @@ def test_callback_logs_equal_a_separate_probe(tiny_clm_dir, tiny_kg_dir, tmp_pat
     assert report["prompts_per_process"] == [{"2": 16, "4": 16}]  # JSON keys: the steps as strings
 
 
+def test_the_trainers_own_loss_is_logged_at_every_step(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """Issue 22.1: the probe's trainer.log in on_step_end cleared should_log, so the Trainer skipped
+    the loss entry of every probe step and reported the next as a two-step average.  With
+    logging_steps=1 and a probe every 2 steps, every step has its loss, equal to a run without the callback."""
+    from tests import train_with_callback
+
+    losses = {}
+    for every in (2, 0):
+        train_with_callback.main([str(tiny_clm_dir), str(tiny_kg_dir), str(tmp_path / str(every)), "--steps", "6", "--every", str(every)])
+        losses[every] = json.loads((tmp_path / str(every) / "report.json").read_text())["loss_logs"]
+    assert [e["step"] for e in losses[2]] == [1, 2, 3, 4, 5, 6]
+    assert [e["loss"] for e in losses[2]] == pytest.approx([e["loss"] for e in losses[0]], rel=1e-6)
+
+
+def test_a_deer_metric_picks_the_best_checkpoint(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """Issue 22.2: after an evaluation the DEER metrics join the Trainer's metrics as eval_deer/...,
+    so metric_for_best_model="deer/mrr" with load_best_model_at_end selects a checkpoint by them."""
+    from tests import train_with_callback
+
+    train_with_callback.main([str(tiny_clm_dir), str(tiny_kg_dir), str(tmp_path), "--steps", "6", "--every", "2", "--select-best"])
+    report = json.loads((tmp_path / "report.json").read_text())
+    mrr = {e["step"]: e["deer/mrr"] for e in report["deer_logs"]}
+    assert sorted(mrr) == [2, 4, 6]
+    best_step = max(mrr, key=lambda step: (mrr[step], -step))  # the first of the best: the Trainer needs a strict gain
+    assert report["best_metric"] == pytest.approx(mrr[best_step], rel=1e-9)
+    assert report["best_model_checkpoint"].endswith(f"checkpoint-{best_step}")
+    assert [e["step"] for e in report["eval_logs"]] == [2, 4, 6]
+
+
 def test_probe_leaves_training_state_untouched(tiny_clm_dir, tiny_kg_dir):
     model, tokenizer = _fresh_model(tiny_clm_dir)
     model.train()

@@ -6,7 +6,9 @@ the probe, then back to train mode (gradients, optimizer state and RNG untouched
 device and dtype.  In a torch.distributed job every process calls it and encodes its share of the
 prompts; sharded weights (FSDP, ZeRO-3) are gathered for the probe first.  Every process gets the
 same result; metrics go through ``trainer.log``, so they reach TensorBoard, W&B and
-``trainer_state.json`` like the Trainer's own.
+``trainer_state.json`` like the Trainer's own (whose loss entry at the same step is kept), and
+after an evaluation they join its metrics as ``eval_deer/...``, so ``metric_for_best_model="deer/mrr"``,
+``load_best_model_at_end`` and ``EarlyStoppingCallback`` (added after this callback) can use them.
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ class DeerCallback(TrainerCallback):
     ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets
     it); without one they go into ``state.log_history`` only.  ``out``: a folder where process 0
     saves each evaluation's result (ranks table, metrics) as ``step-N``; every result is also kept
-    in ``self.results`` ({step: ProbeResult}).  ``every_n_steps`` needs no eval data set.
+    in ``self.results`` ({step: ProbeResult}).  ``every_n_steps`` needs no eval data set.  After an
+    evaluation the metrics are added to the Trainer's evaluation metrics (``eval_deer/hit@10``, ...):
+    pick checkpoints with ``metric_for_best_model="deer/mrr"``; an ``EarlyStoppingCallback`` must
+    come after this callback to see them.
     """
 
     def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,
@@ -89,6 +94,7 @@ class DeerCallback(TrainerCallback):
         self.results: dict[int, ProbeResult] = {}
         self.seconds: dict[int, float] = {}
         self._last_step: int | None = None
+        self._last_logs: dict[str, float] = {}
 
     @classmethod
     def attach(cls, trainer, queries, **options) -> DeerCallback:
@@ -99,17 +105,19 @@ class DeerCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.at_start:
-            self._probe(args, state, model, processing_class)
+            self._probe(state, control, model, processing_class)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
-            self._probe(args, state, model, processing_class)
+            self._probe(state, control, model, processing_class)
 
-    def on_evaluate(self, args, state, control, model=None, processing_class=None, **kwargs):
+    def on_evaluate(self, args, state, control, model=None, processing_class=None, metrics=None, **kwargs):
         if self.on_evaluate_too:
-            self._probe(args, state, model, processing_class)
+            self._probe(state, control, model, processing_class)
+            if metrics is not None:  # the Hugging Face convention: evaluation metrics are named eval_*
+                metrics.update({f"eval_{name}": value for name, value in self._last_logs.items()})
 
-    def _probe(self, args, state, model, tokenizer):
+    def _probe(self, state, control, model, tokenizer):
         if model is None or tokenizer is None:
             raise ValueError("DeerCallback needs the model and its tokenizer: pass processing_class=tokenizer to the Trainer")
         if self._last_step == state.global_step:  # every N steps and an evaluation at the same step: once
@@ -124,8 +132,12 @@ class DeerCallback(TrainerCallback):
             self.results[state.global_step] = result
         if self.out is not None and world()[0] == 0:
             result.save(self.out / f"step-{state.global_step}")
-        logs = {**logged_metrics(result, self.prefix), f"{self.prefix}/seconds": seconds}
+        logs = self._last_logs = {**logged_metrics(result, self.prefix), f"{self.prefix}/seconds": seconds}
         if self.trainer is not None:
+            should_log = control.should_log
             self.trainer.log(logs)
+            # Trainer.log ends in on_log, which clears should_log: the Trainer would skip this step's own
+            # loss entry and report the next one as a two-step average.
+            control.should_log = should_log
         else:
             state.log_history.append({**logs, "step": state.global_step})
