@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.core.metrics import rank_metrics
+from deer.core.metrics import adjusted_index, rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun, check_distinct_labels, result_header
@@ -35,6 +35,10 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
         if f"{name}_se" in metrics:
             row[f"{name}_se"] = metrics[f"{name}_se"]
     row["mr"] = metrics.get("mr", float("nan"))
+    # Chance-adjusted (deer.core.metrics.adjusted_index): comparable across runs whose candidate counts differ.
+    baseline = run.metrics.get(probe, {}).get("random_baseline", {}).get(rank_type)
+    if baseline and baseline.get("n") == metrics["n"]:
+        row.update({f"{name}_adjusted": value for name, value in adjusted_index(metrics, baseline).items()})
     row["parameters"] = model.get("parameters")
     row["seconds"] = run.metadata.get("experiment", {}).get("probe_seconds", {}).get(probe)
     if probe == "deer":
@@ -64,11 +68,12 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     if missing:
         raise ValueError(f"no DEER ranks for: {', '.join(missing)}")
     deer_rows = sorted((leaderboard_row(run, "deer", rank_type) for run in runs), key=lambda r: -r[metric])
-    for place, row in enumerate(deer_rows, start=1):
-        row["place"] = place
+    for row in deer_rows:  # equal scores share a place (1, 1, 3): a tie is not broken by another metric
+        row["place"] = 1 + sum(other[metric] > row[metric] for other in deer_rows)
     deer_table = pd.DataFrame(deer_rows)
     deer_table = deer_table[["place"] + [c for c in deer_table.columns if c != "place"]]
-    output.table("leaderboard", deer_table, note=f"DEER, {rank_type} ranks, sorted by {metric}; *_se = standard error.")
+    output.table("leaderboard", deer_table, note=f"DEER, {rank_type} ranks, sorted by {metric} (equal scores share a place); *_se = standard error; "
+                 "*_adjusted = chance-adjusted index (0 = random ranking, 1 = perfect; comparable across candidate counts).")
     output.figure("leaderboard", plots.leaderboard_bars(
         [r["model"] for r in deer_rows], [r[metric] for r in deer_rows],
         [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))

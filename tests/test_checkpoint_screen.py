@@ -96,6 +96,10 @@ def test_screen_a_series_draws_curves_and_encodes_only_new_checkpoints(tiny_kg_d
     assert (tmp_path / "first" / "curves.png").stat().st_size > 1000
     assert len({r["mrr"] for r in first["leaderboard"]}) > 1 or len({r["mr"] for r in first["leaderboard"]}) > 1
     assert len(list((tmp_path / "runs").iterdir())) == 3  # one run folder per checkpoint
+    for row in first["leaderboard"]:  # chance-adjusted beside the raw numbers; equal scores share a place
+        run_metrics = json.loads(next((tmp_path / "runs").glob(f"*{row['model']}*/metrics.json")).read_text())["deer"]
+        assert row["mrr_adjusted"] == pytest.approx(run_metrics["adjusted_index"]["filtered"]["mrr"])
+        assert row["place"] == 1 + sum(other["hit@10"] > row["hit@10"] for other in first["leaderboard"])
 
     _save_checkpoint(tiny_clm_dir, checkpoint_series, 4)  # the series grows by one checkpoint
     second = _screen(tiny_kg_dir, tmp_path, checkpoint_series, "second")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deer.core.metrics import grouped_metrics, random_baseline, rank_metrics
+from deer.core.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
 from deer.core.ranking import (
     candidate_counts,
     gold_ranks_from_scores,
@@ -153,6 +153,22 @@ def test_random_baseline_matches_simulation():
     rng = np.random.default_rng(0)
     simulated = np.concatenate([rng.integers(1, 11, 20000), rng.integers(1, 101, 20000)])
     assert rank_metrics(simulated, ks=(10,))["hit@10"] == pytest.approx(baseline["hit@10"], abs=0.01)
+
+
+def test_the_adjusted_index_is_zero_by_chance_and_one_when_perfect():
+    """Issue 22.7: PyKEEN's adjusted index, (value - E) / (1 - E) under random ranking, so runs over 28
+    and over 40,943 candidates compare; None where chance already hits (k >= every candidate count)."""
+    counts = np.array([10.0, 100.0])
+    baseline = random_baseline(counts, ks=(1, 10, 100))
+    perfect = adjusted_index(rank_metrics(np.ones(2), ks=(1, 10, 100)), baseline)
+    assert perfect["hit@100"] is None and all(perfect[k] == pytest.approx(1.0) for k in ("hit@1", "hit@10", "mrr", "mr"))
+    assert adjusted_index(random_baseline(np.array([28.0, 40.0]), ks=(100,)), random_baseline(np.array([28.0, 40.0]), ks=(100,)))["hit@100"] is None
+    rng = np.random.default_rng(0)
+    simulated = np.concatenate([rng.integers(1, 11, 20000), rng.integers(1, 101, 20000)]).astype(float)
+    chance = adjusted_index(rank_metrics(simulated, ks=(1, 10)), random_baseline(np.repeat(counts, 20000), ks=(1, 10)))
+    assert all(abs(value) < 0.02 for value in chance.values()), chance
+    worst = adjusted_index(rank_metrics(counts, ks=(1,)), random_baseline(counts, ks=(1,)))
+    assert worst["mr"] == pytest.approx(1 - (55 - 1) / (28 - 1)) and worst["mr"] < 0  # AMRI: last place is below chance
 
 
 def test_candidate_counts_and_grouping():

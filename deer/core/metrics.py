@@ -1,4 +1,4 @@
-"""Rank metrics (Hit@k, MRR, MR) with standard errors and the random baseline."""
+"""Rank metrics (Hit@k, MRR, MR) with standard errors, the random baseline and the chance-adjusted index."""
 
 from __future__ import annotations
 
@@ -41,6 +41,20 @@ def random_baseline(n_competitors: np.ndarray, ks: Sequence[int] = HIT_KS) -> di
     baseline["mrr"] = float(np.mean(harmonic / counts))
     baseline["mr"] = float(np.mean((counts + 1) / 2))
     return baseline
+
+
+def adjusted_index(metrics: dict, baseline: dict) -> dict:
+    """PyKEEN's adjusted index of each metric (Hoyt et al. 2022): (value - expected) / (best - expected),
+    expected under random ranking (``random_baseline``, per query's candidate count), best = 1 for
+    Hit@k, MRR and MR alike.  0 = chance, 1 = perfect, below 0 = worse than chance; for MR this is
+    AMRI = 1 - (MR - 1) / (E[MR] - 1).  It makes runs over different candidate counts comparable.
+    None where chance is already perfect (Hit@k with k >= every query's candidate count)."""
+    adjusted = {}
+    for name, expected in baseline.items():
+        if name != "n" and name in metrics:
+            room = 1.0 - expected
+            adjusted[name] = None if abs(room) < 1e-12 else (metrics[name] - expected) / room
+    return adjusted
 
 
 def grouped_metrics(ranks: np.ndarray, groups: Sequence[str], ks: Sequence[int] = HIT_KS) -> dict:

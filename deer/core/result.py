@@ -34,7 +34,7 @@ from deer.core.files import (
     write_table,
     write_text,
 )
-from deer.core.metrics import grouped_metrics, random_baseline, rank_metrics
+from deer.core.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
 from deer.core.ranking import GoldRanks, candidate_counts
 from deer.core.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
 from kg_data.queries import QuerySet
@@ -50,7 +50,8 @@ class Metrics(Mapping):
 
     ``metrics["hit@10"]`` reads the default block (``filtered`` for KG probes, ``overall`` for
     the BEAR data set); a path names any value: ``metrics["raw/hit@10"]``,
-    ``metrics["random_baseline/filtered/mrr"]``, ``metrics["per_relation/hypernym/filtered/mrr"]``.
+    ``metrics["random_baseline/filtered/mrr"]``, ``metrics["adjusted_index/filtered/mrr"]`` (chance-adjusted:
+    0 = random, 1 = perfect), ``metrics["per_relation/hypernym/filtered/mrr"]``.
     Iterating gives every value's path; :meth:`to_dict` the nested dict; :meth:`to_frame` a table.
     """
 
@@ -277,13 +278,13 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarr
     relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
     n = len(queries.candidates)
     excluded = queries.excluded_positions()
+    observed = {"raw": rank_metrics(ranks.raw), "filtered": rank_metrics(ranks.filtered)}
+    baseline = {rank_type: random_baseline(candidate_counts(n, queries.filter_tails, filtered=rank_type == "filtered",
+                                                            excluded=excluded)) for rank_type in observed}
     return {
-        "raw": rank_metrics(ranks.raw),
-        "filtered": rank_metrics(ranks.filtered),
-        "random_baseline": {
-            "raw": random_baseline(candidate_counts(n, queries.filter_tails, filtered=False, excluded=excluded)),
-            "filtered": random_baseline(candidate_counts(n, queries.filter_tails, filtered=True, excluded=excluded)),
-        },
+        **observed,
+        "random_baseline": baseline,
+        "adjusted_index": {rank_type: adjusted_index(observed[rank_type], baseline[rank_type]) for rank_type in observed},
         "head": head_metrics(queries, head_above_gold),
         "ties": {
             "queries_with_ties": int(np.sum(ranks.raw_pessimistic > ranks.raw_optimistic)),

@@ -56,7 +56,8 @@ def output_folder(out_dir, queries, loaded, templates, model_name: str, suffix: 
 
 
 def print_metrics_table(results) -> None:
-    """Short summary per result: Hit@1/10/100, MRR, MR raw and filtered, with the random baseline."""
+    """Short summary per result: Hit@1/10/100, MRR, MR raw and filtered, the random baseline and the
+    chance-adjusted index (0 = random, 1 = perfect; '-' where chance is already perfect)."""
     header = f"{'probe':<10}{'setting':<10}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'Hit@100':>9}{'MRR':>8}{'MR':>10}"
     click.echo(header)
     click.echo("-" * len(header))
@@ -64,11 +65,18 @@ def print_metrics_table(results) -> None:
         metrics = result.metrics.to_dict()
         rows = [(result.probe, "raw", metrics["raw"]), (result.probe, "filtered", metrics["filtered"]),
                 ("random", "filtered", metrics["random_baseline"]["filtered"])]
+        if "adjusted_index" in metrics:
+            rows.append(("adjusted", "filtered", {"n": metrics["filtered"]["n"], **metrics["adjusted_index"]["filtered"]}))
         for name, setting, m in rows:
-            click.echo(
-                f"{name:<10}{setting:<10}{m['n']:>6}{m['hit@1']:>8.3f}{m['hit@10']:>8.3f}{m['hit@100']:>9.3f}"
-                f"{m['mrr']:>8.4f}{m['mr']:>10.1f}"
-            )
+            cells = [_cell(m[key], width, digits) for key, width, digits in
+                     (("hit@1", 8, 3), ("hit@10", 8, 3), ("hit@100", 9, 3), ("mrr", 8, 4), ("mr", 10, 3 if name == "adjusted" else 1))]
+            click.echo(f"{name:<10}{setting:<10}{m['n']:>6}" + "".join(cells))
+    click.echo("adjusted: chance-adjusted index (PyKEEN's), 0 = random ranking, 1 = perfect; for MR it is AMRI. "
+               "A tie at the cut-off counts as a miss for Hit@k (rank 1.5 is no Hit@1).")
+
+
+def _cell(value, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
 
 def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget, backend) -> None:
