@@ -178,3 +178,14 @@ def test_loose_keywords_and_option_objects_are_one_thing(tiny_kg_dir):
         deer.probe(tiny_kg_dir, "no-such-model-is-loaded", templates=given, k_shot=2)
     with pytest.raises(OptionError, match="split='train': given beside selection="):
         bear_ref.bear(tiny_kg_dir, "no-such-model-is-loaded", selection=QuerySelection(), split="train")
+
+
+def test_a_result_prints_as_one_line():
+    """Issue 22.7: repr(ProbeResult) printed the whole table and metadata (~10 kB in a notebook)."""
+    import pandas as pd
+
+    from deer.core.result import Metrics, ProbeResult
+
+    result = ProbeResult("deer", pd.DataFrame({"deer_rank_raw": range(1000)}), Metrics({"filtered": {"n": 1000, "mrr": 0.25}}, "filtered"),
+                         {"model": {"name": "smollm2-135m"}, "work": list(range(2000))})
+    assert repr(result) == "ProbeResult(probe='deer', model='smollm2-135m', 1000 rows, Metrics({'n': 1000, 'mrr': 0.25}))"

