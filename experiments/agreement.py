@@ -131,7 +131,7 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
                            "x": run.ranks(first, rank_type), "y": run.ranks(second, rank_type),
                            "x_label": plots.probe_label(first), "y_label": plots.probe_label(second), "r": row["pearson_r_log"]})
         hit_rows += [hits_row(run, probe, rank_type) for probe in present]
-    output.figure("agreement_scatter", plots.log_rank_scatter(panels, hit_k=hit_k))
+    output.figure("agreement_scatter", lambda: plots.log_rank_scatter(panels, hit_k=hit_k))
     protocols = sorted({p for p in (lama_protocol(run) for run in runs) if p})
     protocol_note = "; ".join(f"{p} = {LAMA_PROTOCOLS[p]}" for p in protocols)
     pairs_frame = pd.DataFrame(pair_rows)

@@ -302,7 +302,7 @@ def run_compute_time(
                           "query subsets (points); se from the pooled fit's residuals; slope = context_s_per_query "
                           "(fixed per-query part, not scaled) + statements_s_per_query (per-statement part, scaled to "
                           "all entities); per_run_* = spread of the extrapolation over repeated runs.")
-        output.figure("compute_time_fit", plots.compute_time_fits(curves))
+        output.figure("compute_time_fit", lambda: plots.compute_time_fits(curves))
     result = {
         "experiment": "compute-time",
         "settings": {**(settings or {}), "split": split, "query_sizes": sizes, "candidates": candidates,

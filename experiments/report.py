@@ -10,10 +10,13 @@ layout is the same for all of them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from deer.core.extras import MissingExtraError
 from deer.core.files import save_figure, write_json, write_table, write_text
 from deer.core.tables import markdown_table  # noqa: F401 (experiments.report.markdown_table: the one writer)
 
@@ -38,6 +41,7 @@ class ExperimentOutput:
         self.name = name
         self.folder.mkdir(parents=True, exist_ok=True)
         self.files: list[Path] = []
+        self.skipped: dict[str, str] = {}  # figure name -> why it was not drawn
 
     def table(self, name: str, table: pd.DataFrame, note: str | None = None) -> pd.DataFrame:
         """Write ``name``.csv and ``name``.md (with ``note`` under the markdown table)."""
@@ -50,8 +54,15 @@ class ExperimentOutput:
         self.files += [csv_path, md_path]
         return table
 
-    def figure(self, name: str, figure) -> Path:
-        """Save a matplotlib figure as ``name``.png."""
+    def figure(self, name: str, draw: Callable[[], Any]) -> Path | None:
+        """Save ``draw()``'s matplotlib figure as ``name``.png.  Without the plots extra the figure is
+        skipped (named in the JSON's ``figures_skipped``, with the install line) and every table and
+        number is still written: a run of minutes is not lost to a missing plotting library."""
+        try:
+            figure = draw()
+        except MissingExtraError as error:
+            self.skipped[name] = str(error)
+            return None
         path = self.folder / f"{name}.png"
         save_figure(path, figure, dpi=120, bbox_inches="tight")
         self.files.append(path)
@@ -59,6 +70,8 @@ class ExperimentOutput:
 
     def finish(self, result: dict) -> dict:
         """Write ``result`` as the experiment's JSON and return it with ``out_dir`` added."""
+        if self.skipped:
+            result["figures_skipped"] = dict(self.skipped)
         self.numbers(result)
         result["out_dir"] = str(self.folder)
         return result

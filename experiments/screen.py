@@ -74,7 +74,7 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     deer_table = deer_table[["place"] + [c for c in deer_table.columns if c != "place"]]
     output.table("leaderboard", deer_table, note=f"DEER, {rank_type} ranks, sorted by {metric} (equal scores share a place); *_se = standard error; "
                  "*_adjusted = chance-adjusted index (0 = random ranking, 1 = perfect; comparable across candidate counts).")
-    output.figure("leaderboard", plots.leaderboard_bars(
+    output.figure("leaderboard", lambda: plots.leaderboard_bars(
         [r["model"] for r in deer_rows], [r[metric] for r in deer_rows],
         [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))
     result = {
@@ -125,5 +125,5 @@ def write_curves(output: ExperimentOutput, runs: Sequence[ProbeRun], steps: dict
     output.table("curves", pd.DataFrame(rows), note=f"{rank_type} ranks per checkpoint, by training step.")
     stepped = [r for r in rows if r["step"] is not None]
     series = {f"{name} | {probe}": [r[f"{probe} {name}"] for r in stepped] for name in ("hit@1", "hit@10", "mrr", "mr") for probe in probes}
-    output.figure("curves", plots.metric_curves([r["step"] for r in stepped], series, f"{rank_type} ranks by checkpoint"))
+    output.figure("curves", lambda: plots.metric_curves([r["step"] for r in stepped], series, f"{rank_type} ranks by checkpoint"))
     return rows

@@ -70,11 +70,9 @@ def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fi
         correlation_rows, length_rows = token_bias_rows(run, run_probes, rank_type)
         all_correlations += correlation_rows
         all_lengths += length_rows
-        figure = plots.rank_by_token_length(
-            run.table["tail_tokens"].to_numpy(), {p: run.ranks(p, rank_type) for p in run_probes},
-            title=f"{run.label}: {rank_type} rank of the gold tail by its token length",
-        )
-        output.figure("token_bias" if len(runs) == 1 else f"token_bias_{_slug(run.label)}", figure)
+        output.figure("token_bias" if len(runs) == 1 else f"token_bias_{_slug(run.label)}", lambda run=run, run_probes=run_probes:
+                      plots.rank_by_token_length(run.table["tail_tokens"].to_numpy(), {p: run.ranks(p, rank_type) for p in run_probes},
+                                                 title=f"{run.label}: {rank_type} rank of the gold tail by its token length"))
     note = (f"Pearson/Spearman between gold tail token count and its {rank_type} rank. "
             f"Paper ({PAPER['setting']}): BEAR r = 0.48, DEER r = 0.005.")
     output.table("token_bias", pd.DataFrame(all_correlations), note=note)

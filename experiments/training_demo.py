@@ -94,7 +94,7 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     steps_list = sorted(table["step"].unique().tolist())
     series = {f"{metric} | {name}": table[table["set"] == name].sort_values("step")[metric].tolist()
               for metric in ("hit@10", "mrr") for name in SETS}
-    output.figure("curves", plots.metric_curves(steps_list, series, f"DEER while fine-tuning {model}"))
+    output.figure("curves", lambda: plots.metric_curves(steps_list, series, f"DEER while fine-tuning {model}"))
 
     probe_seconds = float(table["probe_seconds"].sum())
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]

@@ -227,6 +227,29 @@ def test_agreement_from_run_folders_faceted_by_model(experiment_kg_dir, tiny_clm
     assert sorted(r["pearson_r_log"] for r in reread["pairs"]) == pytest.approx(sorted(r["pearson_r_log"] for r in numbers["pairs"]))
 
 
+def test_without_matplotlib_every_number_is_written_and_the_figures_named(experiment_kg_dir, tiny_clm_dir, second_clm_dir,
+                                                                           tmp_path, stand_in_references, monkeypatch):
+    """Issue 22.4: without the plots extra, screen exited 1 after probing (no screen.json, no curves)
+    and agreement wrote nothing; now the tables and JSON are written and the skipped figures named."""
+    import sys
+
+    for name in [n for n in sys.modules if n == "matplotlib" or n.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    runs_dir = tmp_path / "runs"
+    screen = invoke(["screen", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--model", str(second_clm_dir),
+                     "--reference", "bear", "--runs-dir", str(runs_dir), "--out", str(tmp_path / "screen")])
+    numbers = json.loads((tmp_path / "screen" / "screen.json").read_text())
+    assert len(numbers["leaderboard"]) == 2 and (tmp_path / "screen" / "leaderboard.csv").exists()
+    assert "plots" in numbers["figures_skipped"]["leaderboard"] and not (tmp_path / "screen" / "leaderboard.png").exists()
+    assert "figure leaderboard.png not drawn" in screen.output
+    folders = sorted(str(p) for p in runs_dir.iterdir())
+    invoke(["agreement", "--run", folders[0], "--run", folders[1], "--probes", "deer,bear", "--bootstrap", "50",
+            "--out", str(tmp_path / "agreement")])
+    agreement = json.loads((tmp_path / "agreement" / "agreement.json").read_text())
+    assert agreement["pairs"] and "agreement_scatter" in agreement["figures_skipped"]
+
+
 def test_agreement_single_token_protocol_is_run_and_labelled(experiment_kg_dir, tiny_clm_dir, tmp_path):
     """--single-token: every probe ranks only single-token names (LAMA told so), labelled as the paper's protocol."""
     pytest.importorskip("bear_ref.lama_probe")

@@ -29,6 +29,13 @@ from experiments.cli.options import (
 from experiments.cli.probes import prepare_queries
 
 
+def echo_results(result: dict) -> None:
+    """The output folder, and any figure left out for want of the plots extra (the numbers are all written)."""
+    for name, why in result.get("figures_skipped", {}).items():
+        click.echo(f"figure {name}.png not drawn: {why}")
+    click.echo(f"results: {result['out_dir']}")
+
+
 def run_source_options(command):
     """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
     command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
@@ -135,7 +142,7 @@ def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, de
     for row in result["correlations"]:
         click.echo(f"{row['model'][:23]:<24}{row['probe']:<7}{row['n']:>6}{_fmt(row['pearson_r']):>11}"
                    f"{row['pearson_p']:>11.2g}{_fmt(row['spearman_rho']):>10}")
-    click.echo(f"results: {result['out_dir']}")
+    echo_results(result)
 
 
 def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
@@ -222,7 +229,7 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
     for row in result["hits"]:
         cells = "".join(f"{_fmt(row[f'hit@{k}']) + '±' + _fmt(row[f'hit@{k}_se']):>14}" for k in (1, 10, 100))
         click.echo(f"{row['model'][:23]:<24}{row['probe']:<7}{cells}")
-    click.echo(f"results: {result['out_dir']}")
+    echo_results(result)
 
 
 @experiment.command("screen")
@@ -275,7 +282,7 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
             o = result["ordering_agreement"][name]
             click.echo(f"ordering DEER vs {reference} by {name}: Spearman {_fmt(o['spearman_rho'])} (p {_fmt(o['spearman_p'])}), "
                        f"Kendall {_fmt(o['kendall_tau'])} (p {_fmt(o['kendall_p'])}), {o['n_models']} models")
-    click.echo(f"results: {result['out_dir']}")
+    echo_results(result)
 
 
 @experiment.command("training-demo")
@@ -372,7 +379,7 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
         click.echo(f"{row['method']:<40}{row['time_per_query_s']:>11.3g}{row['total']:>14}{se_text:>12}"
                    f"{spread_text:>12}{row['speed_up_vs_deer']:>9.3g}x")
         click.echo(f"{'':<4}{row['basis']}")
-    click.echo(f"results: {result['out_dir']}")
+    echo_results(result)
 
 
 @experiment.command("size-trend")
