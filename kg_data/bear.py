@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates
+from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates, some_of
 from kg_data.lines import JSON_TYPE_NAMES, read_jsonl, read_text
 
 SUBJECT, ANSWER = "[X]", "[Y]"
@@ -273,11 +273,12 @@ def load_bear_dataset(
     if relations:
         unknown = [r for r in relations if r not in metadata]
         if unknown:
-            raise ValueError(f"relation(s) {', '.join(unknown)} not in {folder / METADATA_FILE}")
+            raise ValueError(f"relation(s) {', '.join(unknown)} not in {folder / METADATA_FILE}; it has {some_of(metadata)}")
     wanted = list(relations) if relations else list(metadata)
     without_file = [code for code in wanted if not (folder / f"{code}.jsonl").is_file()]
     if relations and without_file:
-        raise ValueError(f"relation(s) {', '.join(without_file)} have no .jsonl file in {folder}")
+        raise ValueError(f"relation(s) {', '.join(without_file)} have no .jsonl file in {folder}; relations with one: "
+                         f"{some_of(code for code in metadata if (folder / f'{code}.jsonl').is_file())}")
     if not wanted or len(without_file) == len(wanted):
         raise KGFormatError(folder / METADATA_FILE, None, "lists no relations" if not wanted else
                             f"none of its {len(wanted)} relations has a data file (CODE.jsonl in {folder})")

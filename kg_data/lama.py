@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates
+from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates, some_of
 from kg_data.lines import json_text, read_jsonl, read_lines
 
 RELATIONS_FILE = "relations.jsonl"
@@ -238,7 +238,8 @@ def load_lama(
         known = {code for _, code, _, _ in plan}
         missing = [r for r in relations if r not in known]
         if missing:
-            raise ValueError(f"relation(s) {', '.join(missing)} have no data file in {folder} (sources {', '.join(wanted_sources)})")
+            raise ValueError(f"relation(s) {', '.join(missing)} have no data file in {folder} (sources {', '.join(wanted_sources)}); "
+                             f"relations with one: {some_of(known)}")
         plan = [p for p in plan if p[1] in set(relations)]
     loaded = {}
     for source, code, template, label in plan:

@@ -19,7 +19,7 @@ from deer.backends.tokenization import batch_token_ids
 from deer.cloze_probe import candidate_prompt
 from deer.core.models import LoadedModel
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
-from kg_data.bear import BearDataset, BearRelation
+from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
 from kg_data.cloze import answer_context, bear_cloze_task, deer_query_text, lama_cloze_task, statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
@@ -417,3 +417,13 @@ def test_template_vs_template_free_pairs_each_fact_line_once():
     table = pd.DataFrame(rows)
     (result,) = mode_agreement(table, bootstrap=0)
     assert result["n"] == 3
+
+
+def test_an_unknown_relation_is_refused_with_the_relations_there_are(tmp_path):
+    """Issue 22.6: a missing LAMA/BEAR relation said only which was missing, not which exist."""
+    from tests.test_bear_dataset import write_dataset
+
+    with pytest.raises(ValueError, match=r"P999 have no data file .*; relations with one: P106, P19, place_of_birth, squad$"):
+        load_lama(write_lama(tmp_path / "lama"), relations=["P999"])
+    with pytest.raises(ValueError, match=r"P999 .*; (it has|relations with one): P36, P37$"):
+        load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), relations=["P999"])
