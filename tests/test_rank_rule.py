@@ -54,3 +54,29 @@ def test_cosine_ranking_takes_ranks_and_top_k_from_one_score_chunk(monkeypatch):
             assert optimistic <= list(top).index(gold) + 1 <= pessimistic
         else:  # ten candidates at least as good
             assert pessimistic > len(top)
+
+
+def test_benchmark_rows_ranked_in_chunks_equal_one_query_at_a_time():
+    """deer.core.benchmark_rows ranks rows of one width together; one query per kernel call (chunk_rows=1)
+    gives the same table, with ties, NaN gold scores, unscored queries and two candidate-set widths."""
+    import pandas as pd
+
+    from deer.core.benchmark_rows import ranks_from_scores
+    from kg_data.bear import BearDataset
+    from kg_data.cloze import bear_cloze_task
+
+    rng = np.random.default_rng(0)
+    relations = {code: BearRelation(code=code, templates=["[X] is in [Y].", "[Y] holds [X]."],
+                                    answer_ids=[f"a{i}" for i in range(width)], answer_labels=[f"A{i}" for i in range(width)],
+                                    subject_ids=[f"s{i}" for i in range(60)], subject_labels=[f"S{i}" for i in range(60)],
+                                    gold=rng.integers(0, width, 60), rows=np.arange(60), domains=[], cardinality="N:1",
+                                    total_instances=60)
+                 for code, width in (("P1", 9), ("P2", 4))}
+    task = bear_cloze_task(BearDataset("mini", "", relations, []))
+    scores = {i: np.round(rng.random(len(task.candidate_set(q))), 1) for i, q in enumerate(task.queries) if i % 5}
+    for i in list(scores)[:10]:
+        scores[i][task.queries[i].gold] = np.nan
+    chunked = ranks_from_scores(task, scores, "bear", chunk_rows=16)
+    pd.testing.assert_frame_equal(chunked, ranks_from_scores(task, scores, "bear", chunk_rows=1))
+    assert chunked["bear_rank"].isna().sum() == len(task.queries) - len(scores)
+    assert (chunked["bear_rank"] >= 1).sum() == len(scores) and chunked["bear_rank"].max() > 4  # NaN golds rank last

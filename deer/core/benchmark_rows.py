@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -37,22 +38,29 @@ def query_frame(task: ClozeTask) -> pd.DataFrame:
     return frame
 
 
-def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str) -> pd.DataFrame:
+def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
     """Per query: rank of the gold, predicted label, correct (NaN/None where not scored).  The one
-    rank rule (``deer.core.ranking``): a failed (non-finite) score never beats the gold."""
+    rank rule (``deer.core.ranking``): a failed (non-finite) score never beats the gold.  Rows of
+    one width are ranked together, ``chunk_rows`` at a time (one kernel call per chunk, not per query)."""
     n = len(task.queries)
     rank = np.full(n, np.nan)
     correct = np.full(n, np.nan)
     predicted = [None] * n
     predicted_index = np.full(n, -1, dtype=np.int64)
     gold_score = np.full(n, np.nan)
+    by_width: dict[int, list[int]] = defaultdict(list)
     for i, row in scores.items():
-        q = task.queries[i]
-        ranks, best_positions = rank_and_best(row, q.gold)
-        rank[i], best = ranks[0], int(best_positions[0])
-        predicted[i] = task.candidate_set(q).labels[best]
-        predicted_index[i] = best
-        correct[i] = float(best == q.gold)
-        gold_score[i] = row[q.gold]
+        by_width[len(row)].append(i)
+    for members in by_width.values():
+        for start in range(0, len(members), chunk_rows):
+            rows = members[start:start + chunk_rows]
+            gold = np.array([task.queries[i].gold for i in rows], dtype=np.int64)
+            matrix = np.stack([scores[i] for i in rows])
+            ranks, best = rank_and_best(matrix, gold)
+            rank[rows], predicted_index[rows] = ranks, best
+            correct[rows] = (best == gold).astype(np.float64)
+            gold_score[rows] = matrix[np.arange(len(rows)), gold]
+    for i in scores:
+        predicted[i] = task.candidate_set(task.queries[i]).labels[predicted_index[i]]
     return pd.DataFrame({f"{probe}_rank": rank, f"{probe}_predicted": predicted, f"{probe}_correct": correct,
                          f"{probe}_predicted_index": predicted_index, f"{probe}_gold_score": gold_score})
