@@ -425,5 +425,8 @@ def test_an_unknown_relation_is_refused_with_the_relations_there_are(tmp_path):
 
     with pytest.raises(ValueError, match=r"P999 have no data file .*; relations with one: P106, P19, place_of_birth, squad$"):
         load_lama(write_lama(tmp_path / "lama"), relations=["P999"])
-    with pytest.raises(ValueError, match=r"P999 .*; (it has|relations with one): P36, P37$"):
-        load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")), relations=["P999"])
+    bear = str(write_dataset(tmp_path / "BEARmini"))  # its metadata also lists P999, which has no file
+    with pytest.raises(ValueError, match=r"P404 not in .*metadata_relations.json; it has P36, P37, P999$"):
+        load_bear_dataset(bear, relations=["P404"])
+    with pytest.raises(ValueError, match=r"P999 have no .jsonl file in .*BEARmini; relations with one: P36, P37$"):
+        load_bear_dataset(bear, relations=["P999"])
