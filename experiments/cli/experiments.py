@@ -309,7 +309,8 @@ def training_demo_command(model_name, kg, data_dir, n_queries, steps, every, bat
     click.echo(f"{'set':<9}{'step':>6}{'Hit@1':>8}{'Hit@10':>8}{'MRR':>8}{'probe s':>9}")
     for row in result["rows"]:
         click.echo(f"{row['set']:<9}{row['step']:>6}{row['hit@1']:>8.3f}{row['hit@10']:>8.3f}{row['mrr']:>8.4f}{row['probe_seconds']:>9.1f}")
-    click.echo(f"training {result['train_seconds_per_step']:.2f} s/step; results: {result['out_dir']}")
+    click.echo(f"training {result['train_seconds_per_step']:.2f} s/step")
+    echo_results(result)
 
 
 @experiment.command("compute-time")
