@@ -16,7 +16,9 @@ The model runs behind the backend seam (``deer.backends``): 'hf' (batched kernel
 
 With ``out``, each finished probe is stored (``parts/<key>/<probe>.parquet``) under a key of
 model, tokenizer, dtype and the task's queries and candidates, so a stopped run resumes and a
-stored probe is reused only for the same inputs (the plain backend stores nothing).
+stored probe is reused only for the same inputs.  With ``store_root``, DEER's candidate vectors go
+into the model's prompt store (``deer.embedding_probe.prompt_store``) as they are encoded and are
+reused by every later task on the same candidates (the plain backend stores nothing).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from deer.core.benchmark_rows import RANK_RULE, query_frame, ranks_from_scores, 
 from deer.core.files import package_versions, read_table, write_json, write_table
 from deer.core.length_guard import PromptTooLongError, long_statements, max_positions, token_counts, too_long
 from deer.core.models import LoadedModel, is_masked_lm
+from deer.embedding_probe import prompt_store
 from kg_data.cloze import ClozeTask, deer_query_text, shorten, statement
 
 PROBES = ("deer", "lama", "bear")
@@ -153,7 +156,7 @@ def guard_lengths(task: ClozeTask, loaded: LoadedModel, probes, masked: bool) ->
 
 def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Path | None = None,
               token_budget: int | None = None, statement_token_budget: int = 512, show_progress: bool = True,
-              backend: str = DEFAULT_BACKEND) -> ClozeResult:
+              backend: str = DEFAULT_BACKEND, store_root: str | Path | None = None) -> ClozeResult:
     """Score ``task`` with ``probes`` (some of deer, lama, bear) on ``backend``; see the module doc.  A
     task without queries, or with a text longer than the model's positions (``guard_lengths``), is
     refused before anything is scored or written."""
@@ -191,7 +194,8 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         token_ids = next_token_columns(answer_ids) if "lama" in todo else None
         encoder = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress).encoder()
         started = time.perf_counter()
-        encoding = encode_cloze(task, encoder, next_token_ids=token_ids, with_candidates="deer" in todo)
+        store = prompt_store(loaded, store_root) if store_root is not None and not plain and "deer" in todo else None
+        encoding = encode_cloze(task, encoder, next_token_ids=token_ids, with_candidates="deer" in todo, store=store)
         timings["deer_lama_pass_seconds"] = round(time.perf_counter() - started, 3)
         timings["encoding"] = encoding.seconds
         timings["encoder_work"] = encoder.stats.as_dict()
@@ -229,6 +233,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes=PROBES, out: str | Pa
         "backend": backend,
         "rank_rule": RANK_RULE,
         "resumed_probes": resumed,
+        "candidate_prompts": encoding.candidate_prompts if encoding is not None else {},  # DEER's: encoded now / from the store
         "timings": timings,
         "versions": package_versions(),
     }

@@ -2,11 +2,13 @@
 
 Work is |queries| + |candidates| forward passes.  With a store root, embeddings go through
 resumable stores (``deer.core.stores``), so a second run -- or a resumed one -- encodes only
-what is missing; without one nothing is written.
+what is missing; without one nothing is written.  An encoding of more than ``LARGE_ENCODING``
+prompts says so before it starts, and how long it will take once a few seconds of it are done.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,22 +22,39 @@ from deer.core.distributed import ShardedEncoder
 from deer.core.models import LoadedModel
 from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates, query_prompts
+from deer.core.validate import warn
 from deer.probes import ProbeRequest, ProbeScores
 from kg_data.kg import TextualKG
 
 ENCODER_VERSION = "prompteol-last-token-v1"
+LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
+ESTIMATE_AFTER_SECONDS = 3.0
 
 
-def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
+def _model_key(loaded: LoadedModel) -> dict:
+    """What a prompt's vector depends on besides the prompt's text."""
     return {
         "encoder": ENCODER_VERSION,
         "model_fingerprint": loaded.fingerprint,
         "tokenizer_fingerprint": loaded.tokenizer_fingerprint,
         "dtype": loaded.dtype,
         "bos": bos_policy(loaded.tokenizer),
-        "kg": kg.name,
-        "kg_fingerprint": kg.fingerprint(),
     }
+
+
+def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
+    return {**_model_key(loaded), "kg": kg.name, "kg_fingerprint": kg.fingerprint()}
+
+
+def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos") -> EmbeddingStore:
+    """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
+    dtype and special tokens: every task that ranks the same candidates (LAMA's common vocabulary,
+    a BEAR answer space) shares it, whichever relations, facts or ``max_facts`` chose the queries."""
+    return EmbeddingStore(Path(root) / "embeddings", "prompts", {**_model_key(loaded), "special_tokens": special_tokens})
+
+
+def prompt_id(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def entity_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Path) -> EmbeddingStore:
@@ -46,6 +65,35 @@ def entity_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates,
 def query_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Path) -> EmbeddingStore:
     key = {**_store_key(loaded, kg), "query_templates": templates.to_metadata()}
     return EmbeddingStore(Path(root) / "embeddings", "queries", key)
+
+
+class EncodingForecast:
+    """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning before the first forward
+    pass (how many prompts and tokens, and whether they are stored as they finish), and another once
+    ``ESTIMATE_AFTER_SECONDS`` of work are done: the time left at the token rate seen so far."""
+
+    def __init__(self, encoder, texts: Sequence[str], description: str, store: EmbeddingStore | None):
+        self.active = len(texts) > LARGE_ENCODING
+        if not self.active:
+            return
+        self.description = description
+        self.lengths = [len(ids) for ids in encoder.tokenize(texts)]
+        self.tokens_left = sum(self.lengths)
+        kept = (f"each finished batch is stored in {store.folder} (an interrupted run keeps it)" if store is not None
+                else "nothing is stored (no cache): a rerun encodes them again")
+        warn(f"{description}: {len(texts):,} prompts ({self.tokens_left:,} tokens) to encode; {kept}")
+        self.started, self.tokens_done = time.perf_counter(), 0
+
+    def batch_done(self, rows) -> None:
+        if not self.active:
+            return
+        done = sum(self.lengths[r] for r in rows)
+        self.tokens_done, self.tokens_left = self.tokens_done + done, self.tokens_left - done
+        elapsed = time.perf_counter() - self.started
+        if elapsed >= ESTIMATE_AFTER_SECONDS and self.tokens_left > 0:
+            rate = self.tokens_done / elapsed
+            warn(f"{self.description}: about {self.tokens_left / rate / 60:.1f} min left at {rate:,.0f} tokens/s")
+            self.active = False
 
 
 def encode_through_store(
@@ -60,20 +108,40 @@ def encode_through_store(
     All missing prompts go through one ``encode`` call (length-sorted batches across all of
     them); finished batches are written in parts by ``PendingParts`` (by count and by time, and
     on any exception), under the store's lock, so a parallel run on this store waits and then
-    encodes only what is still missing.  Returns (vectors in ``ids`` order, prompts encoded now).
+    encodes only what is still missing.  Without a store every prompt is encoded and nothing kept.
+    A large encoding is announced (``EncodingForecast``).  Returns (vectors in ``ids`` order,
+    prompts encoded now).
     """
     if store is None:
-        return encoder.encode(texts, description=description).embeddings, len(texts)
+        if len(texts) <= LARGE_ENCODING:
+            return encoder.encode(texts, description=description).embeddings, len(texts)
+        forecast, vectors = EncodingForecast(encoder, texts, description, None), None
+
+        def keep(rows, batch):
+            nonlocal vectors
+            if vectors is None:
+                vectors = np.zeros((len(texts), batch.shape[1]), dtype=np.float32)
+            vectors[rows] = batch
+            forecast.batch_done(rows)
+
+        encoder.encode(texts, description=description, on_batch=keep)
+        return vectors, len(texts)
     missing = store.missing(ids)
     if missing:
         with store.locked():
             missing = store.missing(ids)  # less if another run stored some while this one waited
+            todo = [texts[i] for i in missing]
+            forecast = EncodingForecast(encoder, todo, description, store)
+
+            def keep(rows, vectors):
+                pending.add([ids[missing[r]] for r in rows], vectors)
+                forecast.batch_done(rows)
+
             with (
                 tqdm(total=len(missing), desc=description, unit="prompt", disable=not encoder.show_progress or not missing) as bar,
                 PendingParts(store) as pending,
             ):
-                encoder.encode([texts[i] for i in missing], progress=bar,
-                               on_batch=lambda rows, vectors: pending.add([ids[missing[r]] for r in rows], vectors))
+                encoder.encode(todo, progress=bar, on_batch=keep)
     return store.get(ids), len(missing)
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 from bear_ref.cloze_runner import PROBES, checked_probes, run_cloze
 from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
-from deer.core.inputs import check_inputs
+from deer.core.inputs import check_inputs, store_root
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
 from deer.core.tables import markdown_table
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
@@ -111,10 +111,13 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     relations: Sequence[str] | None = None, sources: Sequence[str] | None = None, max_facts: int | None = None,
                     seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
                     bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
-                    bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf") -> dict:
+                    bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf", cache: bool = True,
+                    cache_dir=None) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
     (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: what runs the model
-    ('hf', or 'plain': one whole forward pass per text, a cross-check).  See the module doc."""
+    ('hf', or 'plain': one whole forward pass per text, a cross-check).  ``cache``: DEER's candidate
+    vectors (LAMA's vocabulary, the answers) are kept in the model's prompt store under ``cache_dir``
+    (default $DEER_CACHE_DIR or ~/.cache/deer) and reused by every later run.  See the module doc."""
     # Every input before the model: the options and --out, then the data (a bad file names itself) and a
     # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
@@ -136,7 +139,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
         if bear_data_set and not bear_run and "bear" not in run_probes:
             run_probes.append("bear")
         result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=token_budget,
-                           show_progress=show_progress, backend=backend)
+                           show_progress=show_progress, backend=backend, store_root=store_root(cache, cache_dir))
         if bear_data_set:
             report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, seed,
                                                        bear_table)

@@ -54,7 +54,7 @@ def test_a_jsonl_kg_runs_through_probe_bear_lama_and_agreement(tmp_path, tiny_cl
 
 
 @pytest.mark.parametrize("command, option", [("probe", ["--k-shot", "3"]), ("probe", ["--split", "train"]),
-                                             ("probe", ["--no-cache"]), ("bear", ["--exclude-head"]),
+                                             ("probe", ["--long-prompts", "truncate-descriptions"]), ("bear", ["--exclude-head"]),
                                              ("lama", ["--template-style", "authors"]), ("probe", ["--ray-workers", "2"])])
 def test_options_a_benchmark_cannot_honour_are_refused_by_name_before_loading(command, option, monkeypatch):
     """Bug 2: `deer probe|bear|lama --kg lama|bear|bear-big` dropped these options silently."""
@@ -65,6 +65,22 @@ def test_options_a_benchmark_cannot_honour_are_refused_by_name_before_loading(co
     result = _invoke([command, "--kg", "lama", *option])
     assert result.exit_code != 0
     assert option[0] in result.output and "not for --kg lama" in result.output
+
+
+def test_no_cache_reaches_the_benchmark_path(monkeypatch):
+    """--no-cache is honoured there now: the benchmark's prompt store (LAMA's vocabulary) is not used."""
+    import experiments.benchmarks
+
+    seen = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiments.benchmarks, "probe_benchmark", record)
+    for flags, cache in (([], True), (["--no-cache"], False)):
+        result = _invoke(["probe", "--kg", "lama", *flags])
+        assert result.exit_code == 130 and seen["cache"] is cache, result.output
 
 
 def test_the_python_api_names_the_benchmark_path():

@@ -97,9 +97,12 @@ class PlainEncoder:
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("prompts", "tokens", "padded_tokens")
 
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
+
     def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
                progress=None, on_batch=None) -> EncoderOutput:
-        id_lists = batch_token_ids(self.tokenizer, texts, self.special_tokens)
+        id_lists = self.tokenize(texts)
         vectors, logprobs = [], []
         for position, ids in enumerate(id_lists):
             with self.stats.forward():

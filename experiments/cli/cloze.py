@@ -65,11 +65,14 @@ def run_benchmark_command(kg, model_names, probes, out_dir, **options) -> None:
               help="Bootstrap resamples for the log-rank r intervals.")
 @token_budget_option(None)
 @backend_option
+@click.option("--no-cache", is_flag=True,
+              help="Do not read or write the prompt store (DEER's candidate vectors: LAMA's vocabulary, the answers), "
+                   "which is otherwise kept per model and reused by every later run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder (default results/<dataset>-<probes>); a stopped run resumes from it.")
 @friendly_errors
 def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kinds, sources, relations, max_facts, seed,
-          bear_run, bootstrap, token_budget, backend, out_dir):
+          bear_run, bootstrap, token_budget, backend, no_cache, out_dir):
     """Probe on LAMA or the BEAR data set with DEER, LAMA and BEAR side by side.
 
     \b
@@ -91,4 +94,4 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     run_benchmark_command(kg, list(model_names) or ["smollm2-135m"], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
                           device=device, modes=_split(modes), candidate_kinds=_split(candidate_kinds), sources=_split(sources),
                           relations=_split(relations), max_facts=max_facts, seed=seed, bear_run=bear_run, bootstrap=bootstrap,
-                          token_budget=token_budget, backend=backend)
+                          token_budget=token_budget, backend=backend, cache=not no_cache)

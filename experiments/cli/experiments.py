@@ -202,7 +202,8 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
     probe_list = _parse_probes(probes)
     if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: per-fact agreement per model, and model orderings
         return run_benchmark_command(kg, list(model_names) or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
-                                     device=device, max_facts=subset, seed=seed, token_budget=token_budget, bootstrap=bootstrap)
+                                     device=device, max_facts=subset, seed=seed, token_budget=token_budget, bootstrap=bootstrap,
+                                     cache=not no_cache)
     if single_token and not run_dirs:
         runs, settings = _single_token_runs(kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
                                             device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
@@ -265,7 +266,8 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     series = named_checkpoints(model_names) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
     if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: every checkpoint on the benchmark, and the orderings
         return run_benchmark_command(kg, [c.model for c in series] or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir,
-                                     dtype=dtype, device=device, max_facts=subset, seed=seed, token_budget=token_budget)
+                                     dtype=dtype, device=device, max_facts=subset, seed=seed, token_budget=token_budget,
+                                     cache=not no_cache)
     ray_address = ray_address if ray_address else ("" if use_ray else None)
     runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, tuple(c.model for c in series), probe_list, runs_dir,
                                    dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache,

@@ -100,13 +100,15 @@ def deer_warnings_as_lines():
     """Show the toolkit's warnings (``DeerWarning``) as 'Warning: ...' lines on stderr."""
     import warnings
 
+    from tqdm.auto import tqdm
+
     from deer.core.validate import DeerWarning
 
     original = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, DeerWarning):
-            click.echo(f"Warning: {message}", err=True)
+        if issubclass(category, DeerWarning):  # tqdm.write: a line of its own, also while a progress bar runs
+            tqdm.write(f"Warning: {message}", file=sys.stderr)
         else:
             original(message, category, filename, lineno, file, line)
 
@@ -251,7 +253,7 @@ def parse_probe_options(pairs) -> dict:
 # What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as
 # facts per relation); any other option given there is refused by name instead of dropped.
 BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "dtype", "device", "out_dir", "token_budget", "probe_name",
-                     "backend"}
+                     "backend", "no_cache"}
 
 
 def refuse_options_the_benchmarks_ignore(kg: str) -> None:

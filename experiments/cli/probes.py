@@ -79,12 +79,13 @@ def _cell(value, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
 
-def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget, backend) -> None:
+def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget, backend,
+                     no_cache) -> None:
     """--kg lama|bear|bear-big: one probe on the cloze benchmark (--subset: facts per relation); every
     other option given is refused by name first."""
     refuse_options_the_benchmarks_ignore(kg)
     run_benchmark_command(kg, [model_name], [probe_name], out_dir, data_dir=data_dir, dtype=dtype, device=device,
-                          max_facts=subset, seed=seed, token_budget=token_budget, backend=backend)
+                          max_facts=subset, seed=seed, token_budget=token_budget, backend=backend, cache=not no_cache)
 
 
 def open_kg_run(given: dict, probe_name: str, *, long_prompts: str = "error", suffix: str = "", check: bool = True):
@@ -97,7 +98,7 @@ def open_kg_run(given: dict, probe_name: str, *, long_prompts: str = "error", su
     g = given
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path
         run_on_benchmark(g["kg"], probe_name, g["model_name"], g["out_dir"], g["data_dir"], g["dtype"], g["device"], g["subset"],
-                         g["seed"], g["token_budget"], g["backend"])
+                         g["seed"], g["token_budget"], g["backend"], g["no_cache"])
         return None
     queries, templates = prepare_queries(g["kg"], g["data_dir"], g["split"], g["subset"], g["seed"], g["k_shot"], g["shots"],
                                          g["query_trailing_space"], g["template_style"], model_names=[g["model_name"]],
@@ -144,7 +145,8 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
     options = probe_options(chosen, parse_probe_options(probe_option_pairs))
     if ray_workers and (no_cache or probe_name != "deer"):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend}, probe_name, long_prompts=long_prompts)
+    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, probe_name,
+                         long_prompts=long_prompts)
     if opened is None:
         return
     queries, templates, loaded, out = opened
@@ -194,7 +196,7 @@ def bear(pll_variant, backend, token_budget, no_cache, **given):
     import bear_ref
 
     started = time.perf_counter()
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend}, "bear")
+    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, "bear")
     if opened is None:
         return
     queries, templates, loaded, out = opened
@@ -228,7 +230,7 @@ def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
 
     started = time.perf_counter()
     # --single-token ranks fewer queries, so its spec (checked when saving) is not the one built here.
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend}, "lama", suffix="-single-token" if single_token else "",
+    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, "lama", suffix="-single-token" if single_token else "",
                          check=not single_token)
     if opened is None:
         return

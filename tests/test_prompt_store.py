@@ -1,0 +1,97 @@
+"""LAMA's vocabulary (any cloze candidate set) is encoded once per model: DEER's candidate vectors go
+into a store keyed by the prompt's text, so a run with other facts or relations reads them back, an
+interrupted run keeps what it finished, and an encoding of thousands of prompts is announced."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deer.core.validate import DeerWarning
+from deer.embedding_probe import LARGE_ENCODING
+from tests.test_cloze import write_lama
+from tests.test_no_lost_work import CLI, cli_env, run_cli
+
+N_WORDS = LARGE_ENCODING + 500  # more than the announcement threshold
+
+
+@pytest.fixture(scope="module")
+def big_vocabulary_lama(tmp_path_factory, smollm2_dir) -> Path:
+    """The small LAMA folder with a common vocabulary of N_WORDS words that are one token (with
+    their leading space) for SmolLM2's tokenizer, which the tiny test model uses."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    words = sorted({tokenizer.convert_tokens_to_string([t]).strip() for t in tokenizer.get_vocab()
+                    if t.startswith("Ġ") and t[1:].isalpha() and t[1:].isascii() and len(t) > 3})
+    assert len(words) > N_WORDS
+    folder = write_lama(tmp_path_factory.mktemp("lama") / "lama")
+    vocabulary = ["Paris", "London", "actor", "France", "lawyer", "gold"] + words[:N_WORDS]
+    (folder / "common_vocab_cased.txt").write_text("\n".join(vocabulary) + "\n")
+    return folder
+
+
+def deer_on_lama(lama: Path, model: Path, out: Path, cache: Path | None, max_facts: int):
+    from experiments.benchmarks import probe_benchmark
+
+    return probe_benchmark(lama, str(model), probes=["deer"], candidate_kinds=["common-vocab"], max_facts=max_facts,
+                           bootstrap=0, out=out, cache=cache is not None, cache_dir=cache, token_budget=256, show_progress=False)
+
+
+def test_the_vocabulary_is_encoded_once_for_every_max_facts(tmp_path, big_vocabulary_lama, tiny_clm_dir):
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = deer_on_lama(big_vocabulary_lama, tiny_clm_dir, tmp_path / "one", cache, max_facts=1)
+    prompts = first["metadata"]["candidate_prompts"]
+    assert prompts["prompts"] > LARGE_ENCODING and prompts["encoded_now"] == prompts["prompts"] and prompts["from_store"] == 0
+    announced = [str(w.message) for w in caught if issubclass(w.category, DeerWarning) and "to encode" in str(w.message)]
+    assert len(announced) == 1, announced
+    assert announced[0].startswith(f"candidates: {prompts['prompts']:,} prompts (")
+    assert announced[0].endswith(f"tokens) to encode; each finished batch is stored in {prompts['store']} (an interrupted run keeps it)")
+
+    second = deer_on_lama(big_vocabulary_lama, tiny_clm_dir, tmp_path / "two", cache, max_facts=2)
+    assert second["metadata"]["candidate_prompts"] == {**prompts, "encoded_now": 0, "from_store": prompts["prompts"]}
+    assert len(second["table"]) > len(first["table"])  # another task, the same vocabulary
+
+    # Vectors read back from the store rank exactly as vectors encoded in this run.
+    fresh = deer_on_lama(big_vocabulary_lama, tiny_clm_dir, tmp_path / "fresh", None, max_facts=2)
+    assert fresh["metadata"]["candidate_prompts"]["store"] is None
+    pd.testing.assert_series_equal(second["table"]["deer_rank"], fresh["table"]["deer_rank"])
+    np.testing.assert_allclose(second["table"]["deer_gold_score"], fresh["table"]["deer_gold_score"], atol=1e-6)
+
+
+def test_an_interrupted_vocabulary_encoding_resumes_with_what_is_missing(tmp_path, big_vocabulary_lama, tiny_clm_dir):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
+    args = [*CLI, "cloze", "--dataset", str(big_vocabulary_lama), "--model", str(tiny_clm_dir), "--probes", "deer",
+            "--candidates", "common-vocab", "--max-facts", "1", "--bootstrap", "0", "--token-budget", "64", "--out", str(out)]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 120
+            while not list(cache.glob("embeddings/prompts/*/part-*.npz")):
+                assert process.poll() is None and time.monotonic() < deadline, "no prompt part was written"
+                time.sleep(0.02)
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    log = (tmp_path / "stderr.txt").read_text()
+    assert process.returncode == 130, log
+    assert "prompts (" in log and "to encode; each finished batch is stored in" in log and "Traceback" not in log
+    kept = sum(len(np.load(part)["ids"]) for part in cache.glob("embeddings/prompts/*/part-*.npz"))
+
+    run_cli(args, env, tmp_path / "rerun.txt")
+    prompts = json.loads((out / "cloze" / "metadata.json").read_text())["candidate_prompts"]
+    assert 0 < kept < prompts["prompts"], f"{kept} prompts stored: the interrupt did not land mid-encoding"
+    assert (prompts["from_store"], prompts["encoded_now"]) == (kept, prompts["prompts"] - kept)
