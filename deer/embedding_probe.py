@@ -80,7 +80,7 @@ class EncodingForecast:
         self.lengths = [len(ids) for ids in encoder.tokenize(texts)]
         self.tokens_left = sum(self.lengths)
         kept = (f"each finished batch is stored in {store.folder} (an interrupted run keeps it)" if store is not None
-                else "nothing is stored (no cache): a rerun encodes them again")
+                else "nothing is stored: a rerun encodes them again (cache=True in Python, or drop --no-cache, keeps them)")
         warn(f"{description}: {len(texts):,} prompts ({self.tokens_left:,} tokens) to encode; {kept}")
         self.started, self.tokens_done = time.perf_counter(), 0
 

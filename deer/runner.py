@@ -99,7 +99,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     backend: what runs the model (``deer.backends``): 'hf' (the optimised kernels) or 'plain' (one whole
         forward pass per prompt or statement, a cross-check: it never reads or writes stores).
     cache: the probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` (default
-        $DEER_CACHE_DIR or ~/.cache/deer) and reused.  out: a folder to save the result in.
+        $DEER_CACHE_DIR or ~/.cache/deer) and reused.  The Python API writes nothing unless asked
+        (cache=False by default; the CLI caches unless --no-cache).  out: a folder to save the result in.
     distributed: in a torch.distributed job every process calls this with the same arguments; only
         process 0 writes ``out``.  options: the probe's own (``get_probe(name).options``).
     Every input is checked before the model is loaded.
@@ -115,7 +116,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
                   token_budget=budget.token_budget, long_prompts=budget.long_prompts, exclude_head=selection.exclude_head)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
     runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
-    stores = store_root(cache and backend == DEFAULT_BACKEND, cache_dir)
+    stores = store_root(resolve_cache(cache, run.loaded) and backend == DEFAULT_BACKEND, cache_dir)
     request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with evaluation_mode(run.loaded.model):
         scored = probe.score(request)
@@ -125,6 +126,15 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
+
+
+def resolve_cache(cache: bool, loaded) -> bool:
+    """``cache``, checked: a model whose fingerprint is an identity given for it (a model in
+    training) names no weights, so storing under it could hand vectors to other weights later."""
+    if cache and not loaded.content_addressed:
+        raise OptionError("cache", cache, f"{loaded.name}'s fingerprint ({loaded.fingerprint}) does not hash its weights; "
+                                          "nothing can be cached on it (use cache=False)")
+    return cache
 
 
 def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResult:

@@ -111,13 +111,14 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     relations: Sequence[str] | None = None, sources: Sequence[str] | None = None, max_facts: int | None = None,
                     seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
                     bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
-                    bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf", cache: bool = True,
+                    bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf", cache: bool = False,
                     cache_dir=None) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
     (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: what runs the model
-    ('hf', or 'plain': one whole forward pass per text, a cross-check).  ``cache``: DEER's candidate
-    vectors (LAMA's vocabulary, the answers) are kept in the model's prompt store under ``cache_dir``
-    (default $DEER_CACHE_DIR or ~/.cache/deer) and reused by every later run.  See the module doc."""
+    ('hf', or 'plain': one whole forward pass per text, a cross-check).  ``cache`` (the CLI's default;
+    off in Python unless asked): DEER's candidate vectors (LAMA's vocabulary, the answers) are kept in the
+    model's prompt store under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer) and reused by
+    every later run.  See the module doc."""
     # Every input before the model: the options and --out, then the data (a bad file names itself) and a
     # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)

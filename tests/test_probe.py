@@ -234,3 +234,24 @@ def test_cli_probe_subset_with_another_seed_gets_its_own_folder(tmp_path, tiny_k
     refused = CliRunner().invoke(main, [*common, "--seed", "1", *out])
     assert refused.exit_code == 1 and "Traceback" not in refused.output
     assert "subset_seed: this run 1, the folder 0" in refused.output and "another --out" in refused.output
+
+
+def test_the_python_api_caches_only_when_asked_and_never_on_a_training_identity(tmp_path, monkeypatch, tiny_setup):
+    """Issue 22.8: the Python API writes nothing unless asked (cache=True reuses the stores as the CLI
+    does); a model whose fingerprint is an identity given for it (a model in training) is never cached on."""
+    import deer
+    from deer.core.models import LoadedModel, training_identity
+    from deer.core.validate import OptionError
+
+    _, queries, loaded = tiny_setup
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    assert deer.probe(queries, loaded, k_shot=2, show_progress=False).metadata["cache"]["entity_store"] is None
+    assert not (tmp_path / "cache").exists()
+    first = deer.probe(queries, loaded, k_shot=2, cache=True, show_progress=False)
+    in_memory = LoadedModel.from_objects(loaded.model, loaded.tokenizer)  # weights hashed: the same store
+    second = deer.probe(queries, in_memory, k_shot=2, cache=True, show_progress=False)
+    assert first.metadata["cache"]["entities_encoded_now"] == 12 and second.metadata["cache"]["entities_encoded_now"] == 0
+
+    training = LoadedModel.from_objects(loaded.model, loaded.tokenizer, fingerprint=training_identity(loaded.model, 3))
+    with pytest.raises(OptionError, match="does not hash its weights; nothing can be cached on it"):
+        deer.probe(queries, training, k_shot=2, cache=True, show_progress=False)

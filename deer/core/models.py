@@ -440,6 +440,7 @@ class LoadedModel:
     dtype: str
     device: str
     load_seconds: float = 0.0
+    content_addressed: bool = True  # the fingerprint hashes the weights (False: an identity given, nothing caches on it)
 
     @classmethod
     def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
@@ -453,7 +454,7 @@ class LoadedModel:
         parameter = next(model.parameters())
         name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         return cls(name, model, tokenizer, "in-memory", fingerprint or model_fingerprint(model), tokenizer_fingerprint(tokenizer),
-                   str(parameter.dtype).replace("torch.", ""), str(parameter.device))
+                   str(parameter.dtype).replace("torch.", ""), str(parameter.device), content_addressed=fingerprint is None)
 
     def metadata(self) -> dict:
         from deer.backends.attention import configured_backend
