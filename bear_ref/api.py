@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
 from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.core.inputs import check_inputs
+from deer.core.model_spec import with_loading
 from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
 from deer.core.result import ProbeResult
 from deer.runner import run_probe
@@ -58,6 +59,8 @@ def bear_dataset(
     backend: str = DEFAULT_BACKEND,
     out=None,
     show_progress: bool = True,
+    model_kwargs: dict | None = None,
+    adapter=None,
 ) -> ProbeResult:
     """The BEAR score of a data set in the lm-pub-quiz format ('bear', 'bear-big', a folder or a
     ``BearDataset``): accuracy per template, its mean and spread, per relation, domain and cardinality.
@@ -66,8 +69,10 @@ def bear_dataset(
     domain_support/ties: the metric convention (lm-pub-quiz 0.3.3's by default).
     backend: what scores the statements: 'hf' (a prefix trie) or 'plain' (one forward pass per statement).
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
+    model_kwargs, adapter: loading options of a model given by name (as ``deer.probe``).
     """
     backend_class(backend)  # an unknown backend fails before any work
+    model = with_loading(model, model_kwargs, adapter)
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device,
                  max_instances=max_instances)
     if isinstance(dataset, BearDataset):

@@ -30,6 +30,7 @@ _PUBLIC = {
     "load_results": "deer.core.result",
     "LoadedModel": "deer.core.models",
     "open_model": "deer.core.models",
+    "ModelSpec": "deer.core.model_spec",
     "PromptEOLEncoder": "deer.backends.encoder",
     "PromptTemplates": "deer.core.templates",
     "RunSpec": "deer.core.run_spec",

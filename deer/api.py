@@ -40,6 +40,8 @@ def probe(
     long_prompts: str = "error",
     exclude_head: bool = False,
     distributed: bool = False,
+    model_kwargs: dict | None = None,
+    adapter=None,
 ) -> ProbeResult:
     """Run DEER: rank every candidate tail for each (h, r, ?) query by cosine of PromptEOL embeddings.
 
@@ -50,6 +52,9 @@ def probe(
         ('auto': CUDA when present); or a model object (with ``tokenizer=``), a ``(model,
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
         for the probe and put back in train mode after if it was training.
+    model_kwargs: for a model given by name, keywords for ``from_pretrained`` (``trust_remote_code``,
+        ``attn_implementation``, ``revision``, ...; the CLI's ``--model-arg KEY=VALUE``).
+    adapter: a PEFT adapter (folder or hub id) merged into the named model (``pip install '.[peft]'``).
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
     backend: 'hf' (default: batched, shared prefixes) or 'plain' (one whole forward pass per prompt: a
         slow cross-check that reads and writes no cache; ``deer.backends``).

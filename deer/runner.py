@@ -20,6 +20,7 @@ from typing import Any
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
 from deer.core.distributed import world
 from deer.core.inputs import as_templates, checked_out_folder, prepare, store_root
+from deer.core.model_spec import with_loading
 from deer.core.models import DEFAULT_MODEL, evaluation_mode
 from deer.core.ranking import rank_cosine, rank_scores
 from deer.core.result import ProbeResult, kg_result, run_metadata
@@ -88,7 +89,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
               selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
               budget: Budget | None = None, dtype: str = "auto", device: str = "auto", backend: str = DEFAULT_BACKEND,
               cache: bool = False, cache_dir=None, out=None, show_progress: bool = True, distributed: bool = False,
-              **options) -> ProbeResult:
+              model_kwargs: Mapping[str, Any] | None = None, adapter=None, **options) -> ProbeResult:
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
 
     kg: a name ('wn18rr'), a folder, a ``TextualKG`` or a ``QuerySet`` (then ``selection`` is unused).
@@ -96,6 +97,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
         fields as loose keywords: ``split=``, ``subset=``, ``k_shot=``, ``token_budget=``, ... as ``deer.probe``).
     model: an alias, hub id or folder (loaded with ``dtype`` on ``device``), or a model object with
         ``tokenizer=``, a (model, tokenizer) pair or a ``LoadedModel``, used as it is.
+    model_kwargs, adapter: for a model given by name, keywords for ``from_pretrained`` (trust_remote_code,
+        attn_implementation, revision, ...) and a PEFT adapter merged into it (``deer.core.model_spec``).
     backend: what runs the model (``deer.backends``): 'hf' (the optimised kernels) or 'plain' (one whole
         forward pass per prompt or statement, a cross-check: it never reads or writes stores).
     cache: the probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` (default
@@ -107,6 +110,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
     backend_class(backend)  # an unknown backend fails before any work
+    model = with_loading(model, model_kwargs, adapter)
     selection, templates, budget, options = gather_options(selection, templates, budget, options)
     options = probe_options(probe, options)
     if distributed and cache:

