@@ -184,11 +184,62 @@ def run_probes(
             log(f"  {model_name}: {probe}{from_cache}")
         results.append(result)
         seconds[probe] = time.perf_counter() - started
-    label = Path(model_name).name if Path(model_name).exists() else model_name
-    run = ProbeRun(label, folder, join_results(results), {r.probe: r.metrics.to_dict() for r in results},
+    run = ProbeRun(model_label(model_name), folder, join_results(results), {r.probe: r.metrics.to_dict() for r in results},
                    {r.probe: r.metadata for r in results})
     run.metadata.setdefault("experiment", {}).update(probe_seconds=seconds, reused=reused)
     return run
+
+
+def model_label(model_name: str) -> str:
+    """A run's label: a model folder's last part, else the name as given."""
+    return Path(model_name).name if Path(model_name).exists() else str(model_name)
+
+
+def run_identity(run: ProbeRun) -> str | None:
+    """The run spec a run's DEER ranks were made under (weights fingerprint, tokenizer, dtype, queries,
+    templates; ``deer.core.run_spec``), as text; None where the metadata does not record it."""
+    spec = run.metadata.get("deer", {}).get("run_spec")
+    return json.dumps(spec, sort_keys=True) if spec else None
+
+
+def same_weights(runs: Sequence[ProbeRun]) -> dict[str, str]:
+    """{label: label of the first run with the same run spec} for every run that repeats an earlier
+    one: byte-identical weights under two names (hub revisions that serve one set of weights)."""
+    first: dict[str, str] = {}
+    repeats = {}
+    for run in runs:
+        identity = run_identity(run)
+        if identity is None:
+            continue
+        if identity in first:
+            repeats[run.label] = first[identity]
+        else:
+            first[identity] = run.label
+    return repeats
+
+
+def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str = "auto",
+                 device: str = "auto", log=print, **options) -> list[ProbeRun]:
+    """``run_probes`` for each model of a series, each opened once; a model whose run spec (weights,
+    tokenizer, dtype) repeats an earlier one's is not probed again: its run is the earlier run's under
+    its own name, marked ``experiment.same_weights_as``."""
+    runs: list[ProbeRun] = []
+    done: dict[str, ProbeRun] = {}
+    for name in names:
+        loaded = open_model(name, dtype=dtype, device=device)
+        identity = json.dumps(RunSpec.build(queries, loaded, templates).to_dict(), sort_keys=True)
+        if identity in done:
+            earlier = done[identity]
+            log(f"  {name}: the same weights as {earlier.label} (fingerprint {loaded.fingerprint}); its ranks are reused, "
+                "not probed again")
+            metadata = json.loads(json.dumps(earlier.metadata))
+            metadata.setdefault("experiment", {}).update(same_weights_as=earlier.label, probe_seconds={})
+            runs.append(dataclasses.replace(earlier, label=model_label(name), metadata=metadata))
+            continue
+        run = run_probes(queries, loaded, probes, None, templates, dtype=dtype, device=device, log=log, **options)
+        done[identity] = run
+        runs.append(run)
+    return runs
 
 
 def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: int | None, seed: int) -> QuerySet:

@@ -17,7 +17,7 @@ import pandas as pd
 from deer.core.metrics import adjusted_index, rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels, result_header
+from experiments.runs import ProbeRun, check_distinct_labels, result_header, same_weights
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
@@ -68,12 +68,15 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     if missing:
         raise ValueError(f"no DEER ranks for: {', '.join(missing)}")
     deer_rows = sorted((leaderboard_row(run, "deer", rank_type) for run in runs), key=lambda r: -r[metric])
+    repeats = same_weights(runs)  # byte-identical weights under two names: one model, not two results
     for row in deer_rows:  # equal scores share a place (1, 1, 3): a tie is not broken by another metric
         row["place"] = 1 + sum(other[metric] > row[metric] for other in deer_rows)
+        row["same_weights_as"] = repeats.get(row["model"], "")
     deer_table = pd.DataFrame(deer_rows)
     deer_table = deer_table[["place"] + [c for c in deer_table.columns if c != "place"]]
     output.table("leaderboard", deer_table, note=f"DEER, {rank_type} ranks, sorted by {metric} (equal scores share a place); *_se = standard error; "
-                 "*_adjusted = chance-adjusted index (0 = random ranking, 1 = perfect; comparable across candidate counts).")
+                 "*_adjusted = chance-adjusted index (0 = random ranking, 1 = perfect; comparable across candidate counts); "
+                 "same_weights_as = an earlier row with the same run spec (identical weights): the same model, probed once.")
     output.figure("leaderboard", lambda: plots.leaderboard_bars(
         [r["model"] for r in deer_rows], [r[metric] for r in deer_rows],
         [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))
@@ -81,6 +84,7 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
         **result_header("screen", runs, rank_type, settings),
         "metric": metric,
         "leaderboard": deer_rows,
+        "same_weights": repeats,
     }
     if reference:
         lacking = [run.label for run in runs if reference not in run.probes()]

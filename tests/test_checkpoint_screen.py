@@ -128,3 +128,24 @@ def test_checkpoints_named_alike_in_two_runs_stay_apart(tiny_kg_dir, tiny_clm_di
     assert result.exit_code == 0, result.output
     board = json.loads((tmp_path / "screen" / "screen.json").read_text())["leaderboard"]
     assert sorted(row["model"] for row in board) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]
+
+
+def test_a_checkpoint_with_the_same_weights_as_another_is_reported_and_probed_once(tiny_kg_dir, tiny_clm_dir, tmp_path,
+                                                                                    checkpoint_series):
+    """Issue 22.9: hub revisions often serve byte-identical weights; such a checkpoint is named as a repeat
+    (same run spec: weights, tokenizer, dtype) and its ranks are the first one's, not a second probe's."""
+    import shutil
+
+    repeat = shutil.copytree(checkpoint_series / "checkpoint-1", tmp_path / "elsewhere" / "step-1-again")
+    result = CliRunner().invoke(main, ["experiment", "screen", "--kg", str(tiny_kg_dir), "--model", str(checkpoint_series / "checkpoint-1"),
+                                       "--model", str(checkpoint_series / "checkpoint-2"), "--model", str(repeat),
+                                       "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "screen")])
+    assert result.exit_code == 0, result.output
+    assert "step-1-again: the same weights as checkpoint-1" in result.output and "not probed again" in result.output
+    assert len(list((tmp_path / "runs").iterdir())) == 2  # no run folder for the repeat: it was not probed
+    numbers = json.loads((tmp_path / "screen" / "screen.json").read_text())
+    assert numbers["same_weights"] == {"step-1-again": "checkpoint-1"}
+    board = {row["model"]: row for row in numbers["leaderboard"]}
+    assert [board[m]["same_weights_as"] for m in ("checkpoint-1", "checkpoint-2", "step-1-again")] == ["", "", "checkpoint-1"]
+    assert board["step-1-again"]["mrr"] == board["checkpoint-1"]["mrr"] and board["step-1-again"]["seconds"] is None
+    assert "same weights as checkpoint-1" in result.output

@@ -56,7 +56,7 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
                   k_shot, shots, query_trailing_space, template_style, token_budget, no_cache, ray_address=None):
     """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
     model; "" a local Ray); returns (runs, settings)."""
-    from experiments.runs import label_runs_apart, load_run, run_probes
+    from experiments.runs import label_runs_apart, load_run, probe_series
 
     if run_dirs:
         if model_names:
@@ -75,7 +75,7 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
 
         runs = run_probes_on_ray(queries, names, probes, templates, address=ray_address or None, **options)
     else:
-        runs = [run_probes(queries, name, probes, None, templates, log=click.echo, **options) for name in names]
+        runs = probe_series(queries, names, probes, templates, log=click.echo, **options)  # identical weights probed once
     label_runs_apart(runs, names)  # two checkpoint-10 of two training runs stay apart
     settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
                 "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
@@ -278,7 +278,8 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     click.echo(f"{'#':>3} {'model':<28}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'±se':>7}{'MRR':>8}{'cached':>8}")
     for row in result["leaderboard"]:
         click.echo(f"{row['place']:>3} {row['model'][:27]:<28}{row['n']:>6}{row['hit@1']:>8.3f}{row['hit@10']:>8.3f}"
-                   f"{row['hit@10_se']:>7.3f}{row['mrr']:>8.4f}{row.get('from_cache', 0):>8}")
+                   f"{row['hit@10_se']:>7.3f}{row['mrr']:>8.4f}{row.get('from_cache', 0):>8}"
+                   + (f"  same weights as {row['same_weights_as']}" if row.get("same_weights_as") else ""))
     if reference:
         for name in ("hit@10", "mrr"):
             o = result["ordering_agreement"][name]
