@@ -149,3 +149,14 @@ def test_a_checkpoint_with_the_same_weights_as_another_is_reported_and_probed_on
     assert [board[m]["same_weights_as"] for m in ("checkpoint-1", "checkpoint-2", "step-1-again")] == ["", "", "checkpoint-1"]
     assert board["step-1-again"]["mrr"] == board["checkpoint-1"]["mrr"] and board["step-1-again"]["seconds"] is None
     assert "same weights as checkpoint-1" in result.output
+
+
+def test_the_base_model_is_step_0_of_a_series(tiny_kg_dir, tiny_clm_dir, tmp_path, checkpoint_series):
+    """Issue 22.9: --base-model puts the model a series started from at step 0 of the curves."""
+    result = CliRunner().invoke(main, ["experiment", "screen", "--kg", str(tiny_kg_dir), "--checkpoints", str(checkpoint_series),
+                                       "--base-model", str(tiny_clm_dir), "--runs-dir", str(tmp_path / "runs"),
+                                       "--out", str(tmp_path / "screen")])
+    assert result.exit_code == 0, result.output
+    curves = pd.read_csv(tmp_path / "screen" / "curves.csv")
+    assert curves["checkpoint"].tolist() == [tiny_clm_dir.name, "checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    assert curves["step"].tolist() == [0, 1, 2, 3]

@@ -243,12 +243,15 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
 @click.option("--checkpoints", "checkpoint_dir", type=click.Path(file_okay=False), default=None,
               help="A Trainer output folder: screen its checkpoint-<step> folders (and its final model) by step, "
                    "with curves of every metric against the step.")
+@click.option("--base-model", default=None,
+              help="The model the series started from (alias, hub id or folder): screened first, as step 0 of the curves.")
 @click.option("--ray", "use_ray", is_flag=True, help="One Ray task per checkpoint on a local Ray (pip install .[ray]).")
 @click.option("--ray-address", default=None, help="One Ray task per checkpoint on this running Ray cluster (implies --ray).")
 @results_out("results/screen")
 @friendly_errors
 def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
-                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, checkpoint_dir, use_ray, ray_address, out_dir):
+                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, checkpoint_dir, base_model, use_ray,
+                   ray_address, out_dir):
     """Leaderboard of many checkpoints by DEER, reusing cached work: repeat --model (folders, aliases
     or hub ids, a revision as id@revision), give --checkpoints DIR (a Trainer output folder), or --run.
 
@@ -264,6 +267,12 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
     series = named_checkpoints(model_names) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
+    if base_model:  # the series' step 0 (its --model-arg / --adapter as every --model's)
+        from experiments.checkpoints import Checkpoint
+        from experiments.cli.options import loading_of
+        from experiments.runs import model_label
+
+        series.insert(0, Checkpoint(model_label(base_model), loading_of(click.get_current_context(), base_model), 0))
     if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: every checkpoint on the benchmark, and the orderings
         return run_benchmark_command(kg, [c.model for c in series] or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir,
                                      dtype=dtype, device=device, max_facts=subset, seed=seed, token_budget=token_budget,

@@ -129,14 +129,16 @@ def _remember_loading_option(ctx, param, value):
     ctx.meta[f"deer.{param.name}"] = value
 
 
-def _with_loading_options(ctx, param, value):
-    """The --model name(s) as ``ModelSpec`` carrying --model-arg and --adapter (as given when there are none)."""
+def loading_of(ctx, name):
+    """``name`` as a ``ModelSpec`` carrying the command's --model-arg and --adapter (as given when there are none)."""
     from deer.core.model_spec import with_loading
 
-    model_kwargs, adapter = ctx.meta.get("deer.model_args") or None, ctx.meta.get("deer.adapter")
-    if isinstance(value, tuple):
-        return tuple(with_loading(name, model_kwargs, adapter) for name in value)
-    return with_loading(value, model_kwargs, adapter)
+    return with_loading(name, ctx.meta.get("deer.model_args") or None, ctx.meta.get("deer.adapter"))
+
+
+def _with_loading_options(ctx, param, value):
+    """The --model name(s) with their loading options (``loading_of``)."""
+    return tuple(loading_of(ctx, name) for name in value) if isinstance(value, tuple) else loading_of(ctx, value)
 
 
 def model_options(multiple: bool = False):
