@@ -26,7 +26,7 @@ from deer.core.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun, check_distinct_labels, result_header
-from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
+from experiments.stats import bootstrap_interval, pearson_r, rank_correlations, small_sample_note
 
 PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))  # the paper's pairs first, in its order
 HIT_KS = (1, 10, 100)
@@ -75,6 +75,7 @@ def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int,
         "pair": pair,
         "lama_protocol": protocol,
         "n": correlation["log"]["n"],
+        "caveat": small_sample_note(correlation["log"]["n"]),
         "candidates": run_candidates(run),
         "pearson_r": correlation["linear"]["pearson_r"],
         "pearson_p": correlation["linear"]["pearson_p"],

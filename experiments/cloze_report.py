@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from deer.core.tables import format_number, markdown_table
-from experiments.stats import bootstrap_interval, pearson_r, rank_correlations
+from experiments.stats import bootstrap_interval, caveat_lines, pearson_r, rank_correlations, small_sample_note
 
 KS = (1, 10)
 
@@ -89,6 +89,7 @@ def pair_agreement(ranks_a, ranks_b, correct_a, correct_b, bootstrap: int = 1000
     interval = bootstrap_interval(pearson_r, np.log10(a), np.log10(b), n_resamples=bootstrap, seed=seed) if bootstrap else {}
     return {
         "n": int(keep.sum()),
+        "caveat": small_sample_note(int(keep.sum())),
         "pearson_r_log": log["pearson_r"],
         "pearson_r_log_ci": [interval.get("low"), interval.get("high")] if bootstrap else None,
         "pearson_r": correlations["linear"]["pearson_r"],
@@ -152,4 +153,7 @@ def summary_markdown(metrics: dict, probe_rows: list[dict], mode_rows: list[dict
     if mode_rows:
         lines += ["", "Template-based vs template-free ranks of the same fact, per probe:", ""]
         lines += agreement_markdown(mode_rows, "probe")
+    caveats = caveat_lines(probe_rows, "kind", "mode", "pair") + caveat_lines(mode_rows, "probe", "kind", "pair")
+    if caveats:
+        lines += ["", "Small samples:", "", *caveats]
     return "\n".join(lines) + "\n"

@@ -38,6 +38,21 @@ def _float(value) -> float:
     return value if math.isfinite(value) else NAN
 
 
+SMALL_SAMPLE = 30  # pairs; below it p-values and intervals get a caveat in every table and JSON that shows them
+
+
+def small_sample_note(n: int) -> str | None:
+    """The caveat for a p-value or interval resting on ``n`` < SMALL_SAMPLE pairs (None otherwise)."""
+    if 0 < n < SMALL_SAMPLE:
+        return f"n = {n} < {SMALL_SAMPLE}: p-values and intervals rest on few pairs; read them as rough"
+    return None
+
+
+def caveat_lines(rows: Sequence[dict], *names: str) -> list[str]:
+    """One line per row with a ``caveat``, naming the row by its ``names`` fields (a table's footnotes)."""
+    return [f"- {', '.join(str(row.get(name)) for name in names)}: {row['caveat']}" for row in rows if row.get("caveat")]
+
+
 def correlations(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> dict:
     """Pearson r, Spearman rho and Kendall tau (tau-b) of paired values, each with its two-sided p.
 
@@ -195,6 +210,7 @@ def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], lab
     result = correlations(a, b, min_n=2)
     return {
         "n_models": int(len(a)),
+        "caveat": small_sample_note(len(a)),
         "spearman_rho": result["spearman_rho"],
         "spearman_p": result["spearman_p"],
         "kendall_tau": result["kendall_tau"],

@@ -19,7 +19,7 @@ import pandas as pd
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun, check_distinct_labels, result_header
-from experiments.stats import correlations
+from experiments.stats import correlations, small_sample_note
 
 PAPER = {
     "setting": "500 WN18RR test queries; Pearson r between gold tail token length and rank",
@@ -36,7 +36,7 @@ def token_bias_rows(run: ProbeRun, probes: Sequence[str], rank_type: str) -> tup
         linear = correlations(lengths, ranks)
         log = correlations(lengths, np.log10(ranks))
         correlation_rows.append({
-            "model": run.label, "probe": probe, "n": linear["n"],
+            "model": run.label, "probe": probe, "n": linear["n"], "caveat": small_sample_note(linear["n"]),
             "pearson_r": linear["pearson_r"], "pearson_p": linear["pearson_p"],
             "spearman_rho": linear["spearman_rho"], "spearman_p": linear["spearman_p"],
             "pearson_r_log_rank": log["pearson_r"], "pearson_p_log_rank": log["pearson_p"],

@@ -430,3 +430,19 @@ def test_an_unknown_relation_is_refused_with_the_relations_there_are(tmp_path):
         load_bear_dataset(bear, relations=["P404"])
     with pytest.raises(ValueError, match=r"P999 have no .jsonl file in .*BEARmini; relations with one: P36, P37$"):
         load_bear_dataset(bear, relations=["P999"])
+
+
+def test_deer_cloze_prints_its_headline_numbers(tmp_path, tiny_clm_dir):
+    """Issue 22.7: `deer cloze` prints P@1 / P@10 / MRR per candidate set, mode and probe (the numbers of metrics.json)."""
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    out = tmp_path / "cloze"
+    result = CliRunner().invoke(main, ["cloze", "--dataset", str(write_lama(tmp_path / "lama")), "--model", str(tiny_clm_dir),
+                                       "--candidates", "relation", "--probes", "deer,lama", "--bootstrap", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    overall = json.loads((out / "metrics.json").read_text())["relation"]["template"]["deer"]["overall"]
+    assert "candidates    mode           probe       n     P@1    P@10     MRR  random P@1" in result.output
+    assert f"relation      template       deer   {overall['n']:>6}{overall['p@1']:>8.3f}{overall['p@10']:>8.3f}{overall['mrr']:>8.4f}" \
+        in result.output

@@ -173,3 +173,22 @@ def test_the_bootstrap_of_pearson_r_computes_only_pearson_r(monkeypatch):
 def test_linear_fit_of_a_constant_has_no_uncertainty():
     fit = linear_fit(np.arange(5.0), np.full(5, 3.0))
     assert (fit.slope, fit.intercept, fit.slope_se, fit.intercept_se, fit.r_squared) == (0.0, 3.0, 0.0, 0.0, 1.0)
+
+
+def test_small_samples_carry_a_caveat_wherever_a_p_value_or_interval_is_shown():
+    """Issue 22.7: a p-value or interval on fewer than 30 pairs says so (JSON rows, cloze summary, orderings)."""
+    from experiments.cloze_report import pair_agreement, summary_markdown
+    from experiments.stats import SMALL_SAMPLE, caveat_lines, ordering_agreement, small_sample_note
+
+    assert small_sample_note(0) is None and small_sample_note(SMALL_SAMPLE) is None
+    assert small_sample_note(7) == "n = 7 < 30: p-values and intervals rest on few pairs; read them as rough"
+    rng = np.random.default_rng(0)
+    few = pair_agreement(rng.integers(1, 50, 10), rng.integers(1, 50, 10), np.zeros(10), np.zeros(10), bootstrap=20)
+    many = pair_agreement(rng.integers(1, 50, 40), rng.integers(1, 50, 40), np.zeros(40), np.zeros(40), bootstrap=20)
+    assert few["caveat"] == small_sample_note(10) and many["caveat"] is None
+    assert ordering_agreement([0.1, 0.3, 0.2], [0.2, 0.3, 0.1], ["a", "b", "c"])["caveat"] == small_sample_note(3)
+    rows = [{"kind": "relation", "mode": "template", "pair": "deer vs bear", **few},
+            {"kind": "relation", "mode": "template-free", "pair": "deer vs bear", **many}]
+    assert caveat_lines(rows, "kind", "mode", "pair") == [f"- relation, template, deer vs bear: {small_sample_note(10)}"]
+    summary = summary_markdown({}, rows, [])
+    assert summary.endswith(f"Small samples:\n\n- relation, template, deer vs bear: {small_sample_note(10)}\n")

@@ -37,9 +37,23 @@ def run_benchmark_command(kg, model_names, probes, out_dir, **options) -> None:
         click.echo(f"wrote {out_dir}/orderings.md and one folder per model")
         return
     report = probe_benchmark(kg, model_names[0], probes=probes, out=out_dir, **options)
+    echo_headline(report["metrics"])
     click.echo(f"{len(report['table'])} queries; wrote {out_dir}/{SUMMARY_HINT}")
     if "bear_dataset" in report:
         click.echo(f"DEER vs BEAR on the data set: {out_dir}/bear_dataset/summary.md")
+
+
+def echo_headline(metrics: dict) -> None:
+    """The headline numbers: P@1, P@10 and MRR per candidate set, mode and probe, pooled over queries."""
+    click.echo(f"\n{'candidates':<14}{'mode':<15}{'probe':<7}{'n':>6}{'P@1':>8}{'P@10':>8}{'MRR':>8}{'random P@1':>12}")
+    for kind, modes in metrics.items():
+        for mode, probes in modes.items():
+            for probe, block in probes.items():
+                o = block["overall"]
+                if o["n"]:
+                    click.echo(f"{kind:<14}{mode:<15}{probe:<7}{o['n']:>6}{o['p@1']:>8.3f}{o['p@10']:>8.3f}{o['mrr']:>8.4f}"
+                               f"{o['random_p@1']:>12.4f}")
+    click.echo("")
 
 
 @click.command()

@@ -226,6 +226,10 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
         click.echo(f"{row['model'][:23]:<24}{row['pair']:<16}{row['n']:>6}{_fmt(row['pearson_r']):>8}"
                    f"{_fmt(row['pearson_r_log']):>9}{row['pearson_p_log']:>10.2g}{interval:>18}  "
                    f"{row['lama_protocol'] or '-'}")
+    from experiments.stats import caveat_lines
+
+    for line in caveat_lines(result["pairs"], "model", "pair"):
+        click.echo(line)
     click.echo(f"\n{'model':<24}{'probe':<7}{'Hit@1':>14}{'Hit@10':>14}{'Hit@100':>14}")
     for row in result["hits"]:
         cells = "".join(f"{_fmt(row[f'hit@{k}']) + '±' + _fmt(row[f'hit@{k}_se']):>14}" for k in (1, 10, 100))
@@ -293,7 +297,8 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
         for name in ("hit@10", "mrr"):
             o = result["ordering_agreement"][name]
             click.echo(f"ordering DEER vs {reference} by {name}: Spearman {_fmt(o['spearman_rho'])} (p {_fmt(o['spearman_p'])}), "
-                       f"Kendall {_fmt(o['kendall_tau'])} (p {_fmt(o['kendall_p'])}), {o['n_models']} models")
+                       f"Kendall {_fmt(o['kendall_tau'])} (p {_fmt(o['kendall_p'])}), {o['n_models']} models"
+                       + (f" ({o['caveat']})" if o.get("caveat") else ""))
     echo_results(result)
 
 
