@@ -49,8 +49,23 @@ def data_root(data_dir: str | Path | None = None) -> Path:
     return fetched_data_root()
 
 
+HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face convention, honoured too
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def offline_reason() -> str | None:
+    """Why fetching is off ('DEER_OFFLINE=1', 'HF_HUB_OFFLINE=1'), or None: $DEER_OFFLINE decides
+    when set (0 turns fetching on again); otherwise Hugging Face's offline variables apply."""
+    if os.environ.get(OFFLINE_ENV, "").strip():
+        return f"{OFFLINE_ENV}={os.environ[OFFLINE_ENV]}" if _truthy(os.environ[OFFLINE_ENV]) else None
+    return next((f"{name}={os.environ[name]}" for name in HUB_OFFLINE_ENVS if _truthy(os.environ.get(name, ""))), None)
+
+
 def is_offline() -> bool:
-    return os.environ.get(OFFLINE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return offline_reason() is not None
 
 
 def sha256_of(path: Path) -> str:
@@ -76,10 +91,13 @@ def _entry(name: str, manifest: dict | None) -> dict:
 
 def _how_to_get(name: str, entry: dict, root: Path) -> str:
     folder = root / NAMED_DATASETS[name]
+    paths = [spec["path"] for spec in entry["files"]]
+    shown = ", ".join(paths[:6]) + (f", ... ({len(paths)} files; all listed in kg_data/manifest.json)" if len(paths) > 6 else "")
     return (
         f"'{name}' comes from https://github.com/{entry['repo']} at commit {entry['commit']}. "
         f"Put its files in {folder} (or pass --data-dir DIR / set {DATA_DIR_ENV} to a folder holding "
-        f"'{NAMED_DATASETS[name]}/'), or run `deer data fetch {name}` on a machine with network access."
+        f"'{NAMED_DATASETS[name]}/'), or run `deer data fetch {name}` on a machine with network access. "
+        f"Expected under the data root: {shown}."
     )
 
 
@@ -155,12 +173,16 @@ def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | 
     return final
 
 
-def _remove_empty_staging(root: Path, files: list[dict]) -> None:
-    for staging in {_part_path(root, spec).parent for spec in files}:
+def _remove_empty_folders(root: Path, files: list[dict]) -> None:
+    """The staging folders, then every folder on the way to a file that is left empty (a failed fetch
+    leaves no empty data folders behind; one holding another data set's files or a .part stays)."""
+    folders = {_part_path(root, spec).parent for spec in files}
+    folders |= {parent for spec in files for parent in (root / spec["path"]).parents if root in parent.parents}
+    for folder in sorted(folders, key=lambda path: len(path.parts), reverse=True):  # the deepest first
         try:
-            staging.rmdir()
+            folder.rmdir()
         except OSError:
-            pass  # absent, or holds a .part of another data set's fetch
+            pass  # absent, or not empty
 
 
 def fetch_dataset(
@@ -188,7 +210,7 @@ def fetch_dataset(
     if missing and offline:
         raise DataFetchError(
             f"The '{name}' data set is missing ({len(missing)} of {len(files)} files) and fetching is off "
-            f"({OFFLINE_ENV}=1 or offline=True).\n{_how_to_get(name, entry, root)}"
+            f"({offline_reason() or 'offline=True'}; {OFFLINE_ENV}=0 turns it on).\n{_how_to_get(name, entry, root)}"
         )
     from tqdm import tqdm
 
@@ -209,7 +231,7 @@ def fetch_dataset(
                 for spec in missing:
                     _fetch_file(name, entry, spec, root, base_url, progress)
             finally:
-                _remove_empty_staging(root, files)
+                _remove_empty_folders(root, files)
     return root / NAMED_DATASETS[name]
 
 
@@ -222,7 +244,7 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
         root = data_root(data_dir)
         if is_offline():
             raise DataFetchError(
-                f"{not_found}\nFetching is off ({OFFLINE_ENV}=1). {_how_to_get(name, entry, root)}"
+                f"{not_found}\nFetching is off ({offline_reason()}; {OFFLINE_ENV}=0 turns it on). {_how_to_get(name, entry, root)}"
             ) from None
         print(
             f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "

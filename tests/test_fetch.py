@@ -199,12 +199,33 @@ def test_unreachable_server(tmp_path):
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == [] and not leftovers(tmp_path)
 
 
+def test_hugging_face_offline_variables_are_honoured_and_a_failed_fetch_leaves_no_empty_folder(tmp_path, monkeypatch):
+    """Issue 22.6: HF_HUB_OFFLINE=1 stops a fetch as DEER_OFFLINE=1 does (DEER_OFFLINE=0 overrides it); the
+    message names the variable and the files expected; an unreachable server leaves no empty data folder."""
+    monkeypatch.delenv("DEER_OFFLINE")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataFetchError) as error:
+        ensure_dataset("wn18rr", tmp_path / "data")
+    message = str(error.value)
+    assert "Fetching is off (HF_HUB_OFFLINE=1; DEER_OFFLINE=0 turns it on)" in message
+    assert f"Expected under the data root: {', '.join(WN18RR_FILES[:6])}" in message
+    monkeypatch.setenv("DEER_OFFLINE", "0")  # the toolkit's own variable decides
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("DEER_DATA_BASE_URL", f"http://127.0.0.1:{port}")
+    with pytest.raises(DataFetchError, match="Could not download"):
+        ensure_dataset("wn18rr", tmp_path / "data")
+    assert [p for p in (tmp_path / "data").rglob("*") if p.is_dir()] == []
+
+
 def test_ensure_dataset_fetches_when_missing(tmp_path, serve, monkeypatch, capsys):
     server = serve()
     root = tmp_path / "data"
     with pytest.raises(DataFetchError, match="Looked in"):  # DEER_OFFLINE=1: the usual not-found message
         ensure_dataset("wn18rr", root)
     monkeypatch.delenv("DEER_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # honoured too (test_hugging_face_offline_variables_are_honoured)
     monkeypatch.setenv("DEER_DATA_BASE_URL", server.base_url)
     monkeypatch.setenv("DEER_DATA_DIR", str(root))
     assert ensure_dataset("wn18rr") == root / "wn18rr"
@@ -276,6 +297,7 @@ def test_cli_data_fetch(serve, tmp_path, monkeypatch):
     assert offline.exit_code == 1 and "Traceback" not in offline.output
     assert str(tmp_path / "empty" / "wn18rr") in offline.output
     monkeypatch.delenv("DEER_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # honoured too
     fetched = runner.invoke(main, ["data", "fetch", "wn18rr", "--data-dir", str(tmp_path), "--base-url", server.base_url])
     assert fetched.exit_code == 0, fetched.output
     assert f"ready    {tmp_path / 'wn18rr'}" in fetched.output
