@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from deer.core.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
+from deer.core.model_spec import check_adapter, loading_options
 from deer.core.models import LoadedModel, as_loaded_model
 from deer.core.result import ProbeResult
 from deer.core.run_spec import RunSpec, check_folder_spec
@@ -102,6 +103,8 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(LONG_PROMPT_MODES)}")
     check_out_folder(out, out_option)
     check_model_source(model)
+    if named_model:  # a ModelSpec's loading options: reserved keywords, the adapter folder
+        check_adapter(loading_options(model)[1])
 
 
 def prepare(kg, model, *, text_kind: str | None, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,

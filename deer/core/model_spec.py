@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from deer.core.validate import OptionError
+from deer.core.errors import OptionError
 
 RESERVED = {"dtype": "dtype (--dtype)", "torch_dtype": "dtype (--dtype)", "device_map": "device (--device)",
             "device": "device (--device)"}

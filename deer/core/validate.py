@@ -13,19 +13,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from deer.core.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class OptionError(ValueError):
-    """An argument (CLI option) has a value that cannot work; ``option`` is its Python name."""
-
-    def __init__(self, option: str, value, problem: str):
-        self.option, self.value, self.problem = option, value, problem
-        super().__init__(f"{option}={value!r}: {problem}")
-
-    def cli_message(self) -> str:
-        """The same, naming the command-line option: ``--k-shot -1: must be >= 0``."""
-        return f"--{self.option.replace('_', '-')} {self.value}: {self.problem}"
 
 
 class DeerWarning(UserWarning):
@@ -178,11 +168,8 @@ def check_model_source(model) -> None:
     now; a path that does not exist is refused; hub ids are checked when loaded."""
     if not isinstance(model, (str, os.PathLike)):
         return
-    from deer.core.model_spec import check_adapter, loading_options
     from deer.core.models import BUNDLED_MODELS, ModelUnavailableError
     from kg_data.locate import cache_root
-
-    check_adapter(loading_options(model)[1])
 
     name = str(model)
     if name in BUNDLED_MODELS:
