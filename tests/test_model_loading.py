@@ -90,5 +90,7 @@ def test_the_cli_passes_model_args_and_adapter_to_every_model(tmp_path, tiny_kg_
             == json.loads((tmp_path / "lora" / "metrics.json").read_text()))
     bad = CliRunner().invoke(main, ["probe", *common, "--model", str(tiny_clm_dir), "--model-arg", "eager"])
     assert bad.exit_code != 0 and "'eager' is not KEY=VALUE" in bad.output
+    bad = CliRunner().invoke(main, ["probe", *common, "--model", str(tiny_clm_dir), "--model-arg", "torch_dtype=float16"])
+    assert bad.exit_code != 0 and "--model-arg torch_dtype='float16': the dtype (--dtype) has its own option" in bad.output
     bad = CliRunner().invoke(main, ["probe", *common, "--model", str(tiny_clm_dir), "--adapter", str(tmp_path)])
     assert bad.exit_code != 0 and "no adapter_config.json" in bad.output

@@ -10,6 +10,9 @@ class OptionError(ValueError):
         self.option, self.value, self.problem = option, value, problem
         super().__init__(f"{option}={value!r}: {problem}")
 
+    CLI_SPELLINGS = {"model_kwargs": "--model-arg"}  # Python keywords whose option is not --<keyword>
+
     def cli_message(self) -> str:
         """The same, naming the command-line option: ``--k-shot -1: must be >= 0``."""
-        return f"--{self.option.replace('_', '-')} {self.value}: {self.problem}"
+        option = self.CLI_SPELLINGS.get(self.option, f"--{self.option.replace('_', '-')}")
+        return f"{option} {self.value}: {self.problem}"
