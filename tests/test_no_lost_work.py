@@ -88,30 +88,37 @@ def reference_run(tmp_path_factory, large_kg, tiny_clm_dir) -> Path:
 # -- interrupting a probe -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
-def test_interrupted_probe_keeps_its_parts_and_resumes(tmp_path, large_kg, tiny_clm_dir, reference_run, sig):
-    cache, out = tmp_path / "cache", tmp_path / "out"
-    env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
-    args = probe_args(large_kg, tiny_clm_dir, out)
-    with open(tmp_path / "stderr.txt", "w") as stderr:
+def interrupt_after_first_part(args: list[str], env: dict, parts: str, cache: Path, stderr_path: Path, sig) -> int:
+    """Run the CLI, send ``sig`` as soon as a store part matching ``parts`` (a glob under ``cache``)
+    is written, and return its exit code."""
+    with open(stderr_path, "w") as stderr:
         process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         try:
             deadline = time.monotonic() + 120
-            while not list(cache.glob("embeddings/entities/*/part-*.npz")):
-                assert process.poll() is None and time.monotonic() < deadline, "no entity part was written"
+            while not list(cache.glob(parts)):
+                assert process.poll() is None and time.monotonic() < deadline, f"no part {parts} was written"
                 time.sleep(0.02)
             process.send_signal(sig)
             process.wait(timeout=60)
         finally:
             if process.poll() is None:
                 process.kill()
+    return process.returncode
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
+def test_interrupted_probe_keeps_its_parts_and_resumes(tmp_path, large_kg, tiny_clm_dir, reference_run, sig):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
+    args = probe_args(large_kg, tiny_clm_dir, out)
+    returncode = interrupt_after_first_part(args, env, "embeddings/entities/*/part-*.npz", cache, tmp_path / "stderr.txt", sig)
     kept = stored_ids(cache)
     assert 0 < len(kept) < N_ENTITIES, f"{len(kept)} entities stored: the interrupt did not land mid-encoding"
     assert not out.exists() or not (out / "metrics.json").exists()
     if sig == signal.SIGINT:
         # Ctrl-C: the pending vectors were written, the run stopped with a message, not a traceback
         # (exit 130 from the CLI's interrupt handler; 1 is click's own "Aborted!").
-        assert process.returncode in (1, 130)
+        assert returncode in (1, 130)
         assert "Traceback" not in (tmp_path / "stderr.txt").read_text()
 
     run_cli(args, env, tmp_path / "rerun.txt")

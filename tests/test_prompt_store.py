@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import time
 import warnings
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import pytest
 from deer.core.validate import DeerWarning
 from deer.embedding_probe import LARGE_ENCODING
 from tests.test_cloze import write_lama
-from tests.test_no_lost_work import CLI, cli_env, run_cli
+from tests.test_no_lost_work import CLI, cli_env, interrupt_after_first_part, run_cli
 
 N_WORDS = LARGE_ENCODING + 500  # more than the announcement threshold
 
@@ -74,20 +72,10 @@ def test_an_interrupted_vocabulary_encoding_resumes_with_what_is_missing(tmp_pat
     env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
     args = [*CLI, "cloze", "--dataset", str(big_vocabulary_lama), "--model", str(tiny_clm_dir), "--probes", "deer",
             "--candidates", "common-vocab", "--max-facts", "1", "--bootstrap", "0", "--token-budget", "64", "--out", str(out)]
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            deadline = time.monotonic() + 120
-            while not list(cache.glob("embeddings/prompts/*/part-*.npz")):
-                assert process.poll() is None and time.monotonic() < deadline, "no prompt part was written"
-                time.sleep(0.02)
-            process.send_signal(signal.SIGINT)
-            process.wait(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
+    returncode = interrupt_after_first_part(args, env, "embeddings/prompts/*/part-*.npz", cache, tmp_path / "stderr.txt",
+                                            signal.SIGINT)
     log = (tmp_path / "stderr.txt").read_text()
-    assert process.returncode == 130, log
+    assert returncode == 130, log
     assert "prompts (" in log and "to encode; each finished batch is stored in" in log and "Traceback" not in log
     kept = sum(len(np.load(part)["ids"]) for part in cache.glob("embeddings/prompts/*/part-*.npz"))
 
