@@ -67,7 +67,8 @@ def run_lm_pub_quiz(subset: BearDataset, loaded, batch_size: int) -> tuple[float
     with tempfile.TemporaryDirectory() as work:
         folder = save_lm_pub_quiz_folder(subset, Path(work) / "subset")
         dataset = lm_pub_quiz.Dataset.from_path(folder, relation_info=folder / "relation_info.json")
-        evaluator = lm_pub_quiz.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=loaded.tokenizer, device="cpu")
+        evaluator = lm_pub_quiz.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=loaded.tokenizer,
+                                                     device=str(next(loaded.model.parameters()).device))
         started = time.perf_counter()
         results = evaluator.evaluate_dataset(dataset, batch_size=batch_size)
         seconds = time.perf_counter() - started

@@ -1,0 +1,216 @@
+"""The GPU benchmark in one command (issue 23): what DEER, LAMA and BEAR cost on the device a user has.
+
+    python benchmarks/bench_gpu.py --model smollm2-135m --out results/gpu        # on a CUDA machine
+    python benchmarks/bench_gpu.py --kg tests/tiny_kg --model tiny/ --device cpu --bear-sample 2 ...  # the CPU smoke test
+
+In one process, each part timed apart, and one JSON (``bench_gpu.json``) and table (``bench_gpu.md``):
+
+* **load**: the model's load time (kept out of every other number), the device, the dtype ``auto`` picked.
+* **peak**: the device's measured dense GEMM rate in the run's dtype (best of 3 square matmuls): the
+  yardstick for achieved FLOP/s.
+* **deer-split**: DEER on every query of ``--split`` against all entities; tokens/s and achieved FLOP/s
+  (2 x non-embedding parameters x tokens: the attention's quadratic term is left out).
+* **deer-paper-protocol**: DEER on every triple of every split (WN18RR: 93,003) against all entities, the
+  paper's protocol (``--no-paper-protocol`` skips it).
+* **query prompts, whole vs prefix reuse**: the split's query prompts encoded both ways, with the largest
+  difference between the two vectors.
+* **lama + deer from one pass**: LAMA's pass gives DEER's query vectors (``query_embeddings``).
+* **bear-sample**: BEAR on the first ``--bear-sample`` queries against all entities, and that time
+  extrapolated to every query of the split (BEAR is queries x entities statements).
+* **bear-dataset** (``--bear-relations``): the BEAR score of those relations, and lm-pub-quiz 0.3.3 on the
+  same relations with the same model object where it is installed (its batch size ``--lm-pub-quiz-batch-size``).
+* the peak memory (CUDA: ``max_memory_allocated``; CPU: the process's peak resident set).
+
+Nothing is cached (``cache=False``): every number is work done in this run.
+"""
+
+from __future__ import annotations
+
+import platform
+import resource
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import torch
+
+import bear_ref
+import deer
+from deer.backends.encoder import PromptEOLEncoder
+from deer.core.files import package_versions, write_json, write_text
+from deer.core.models import open_model
+from deer.core.tables import markdown_table
+from deer.core.templates import PromptTemplates, query_prompts
+from experiments.runs import restrict_queries
+from kg_data.load import load_kg
+from kg_data.queries import queries_for
+
+
+def measured_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
+    """FLOP/s of the best of three ``size`` x ``size`` matmuls in ``dtype`` on ``device``."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    best = float("inf")
+    for _ in range(4):  # the first is a warm-up
+        synchronize(device)
+        started = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_parameters(model) -> int:
+    """Parameters a token's forward pass multiplies by (the input embedding is a lookup)."""
+    return sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports kB
+
+
+class Parts:
+    """The rows of the table: one per timed part."""
+
+    def __init__(self, loaded, peak_flops: float):
+        self.rows: list[dict] = []
+        self.flops_per_token = 2 * matmul_parameters(loaded.model)
+        self.peak = peak_flops
+
+    def add(self, part: str, seconds: float, tokens: int | None = None, forward_seconds: float | None = None, **extra) -> dict:
+        row = {"part": part, "seconds": round(seconds, 3), "tokens": tokens}
+        if tokens and forward_seconds:
+            achieved = self.flops_per_token * tokens / forward_seconds
+            row.update(tokens_per_second=round(tokens / forward_seconds), achieved_tflops=round(achieved / 1e12, 4),
+                       share_of_peak=round(achieved / self.peak, 3))
+        row.update(extra)
+        self.rows.append(row)
+        return row
+
+
+
+def timed(device: torch.device, run):
+    """(``run()``, its seconds), the device's queued work included."""
+    synchronize(device)
+    started = time.perf_counter()
+    value = run()
+    synchronize(device)
+    return value, time.perf_counter() - started
+
+
+def work_of(result) -> tuple[int, float]:
+    work = result.metadata["work"]
+    return int(work["tokens"]), float(work["forward_seconds"])
+
+
+@click.command()
+@click.option("--model", "model_name", default="smollm2-135m", show_default=True, help="Alias, hub id or folder.")
+@click.option("--kg", default="wn18rr", show_default=True, help="KG name or folder.")
+@click.option("--split", default="test", show_default=True)
+@click.option("--dtype", default="auto", show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--k-shot", default=8, show_default=True)
+@click.option("--bear-sample", default=20, show_default=True, help="Queries BEAR ranks against all entities (then extrapolated).")
+@click.option("--bear-dataset", "bear_data", default="bear", show_default=True, help="BEAR-format data set (name or folder).")
+@click.option("--bear-relations", default="P30,P36", show_default=True, help="Its relations to score ('' skips the part).")
+@click.option("--lm-pub-quiz-batch-size", default=32, show_default=True)
+@click.option("--paper-protocol/--no-paper-protocol", default=True, show_default=True,
+              help="Also DEER on every triple of every split against all entities.")
+@click.option("--peak-size", default=8192, show_default=True, help="Matrix size of the GEMM that measures the peak.")
+@click.option("--out", "out_dir", default="results/gpu", show_default=True)
+def main(model_name, kg, split, dtype, device, k_shot, bear_sample, bear_data, bear_relations, lm_pub_quiz_batch_size,
+         paper_protocol, peak_size, out_dir):
+    loaded = open_model(model_name, dtype=dtype, device=device)
+    torch_device = next(loaded.model.parameters()).device
+    torch_dtype = next(loaded.model.parameters()).dtype
+    if torch_device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(torch_device)
+    peak = measured_peak(torch_device, torch_dtype, peak_size)
+    parts = Parts(loaded, peak)
+    graph = load_kg(kg)
+    templates = PromptTemplates(k_shot=k_shot)
+    queries = deer.load_queries(graph, split=split)
+
+    probe = deer.probe(queries, loaded, templates=templates, show_progress=False)
+    parts.add(f"deer {split} ({len(queries)} queries x {len(queries.candidates)} entities)",
+              probe.metadata["timings"]["entities_seconds"] + probe.metadata["timings"]["queries_seconds"], *work_of(probe),
+              hit_at_10=probe.metrics["hit@10"], mrr=probe.metrics["mrr"])
+    if paper_protocol:
+        everything = np.concatenate([graph.triples(name) for name in graph.splits])
+        all_queries = queries_for(graph, "all", everything, np.arange(graph.n_entities, dtype=np.int64))
+        paper = deer.probe(all_queries, loaded, templates=templates, show_progress=False)
+        parts.add(f"deer paper protocol ({len(all_queries)} triples x {graph.n_entities} entities)",
+                  paper.metadata["timings"]["entities_seconds"] + paper.metadata["timings"]["queries_seconds"], *work_of(paper),
+                  hit_at_10=paper.metrics["hit@10"], mrr=paper.metrics["mrr"])
+
+    texts = query_prompts(queries, templates)
+    vectors = {}
+    for reuse in (False, True):
+        encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, show_progress=False, reuse_prefix=reuse,
+                                   special_tokens=templates.prompt_special_tokens)
+        output, seconds = timed(torch_device, lambda: encoder.encode(texts))  # noqa: B023 - called at once
+        vectors[reuse] = output.embeddings
+        stats = encoder.stats.as_dict()
+        parts.add(f"query prompts, {'prefix reuse' if reuse else 'whole'}", seconds, stats["tokens"], stats["forward_seconds"])
+    parts.rows[-1]["max_abs_difference_vs_whole"] = float(np.max(np.abs(vectors[True] - vectors[False]))) if len(texts) else 0.0
+
+    lama, seconds = timed(torch_device, lambda: bear_ref.lama(queries, loaded, templates=templates, show_progress=False))
+    parts.add("lama (its pass also makes DEER's query vectors)", seconds, hit_at_10=lama.metrics["hit@10"])
+    shared, seconds = timed(torch_device, lambda: deer.probe(queries, loaded, templates=templates, show_progress=False,
+                                                         query_embeddings=lama.arrays["query_embeddings"]))
+    parts.add("deer from lama's query pass (entities only)", seconds, *work_of(shared),
+              same_ranks_as_own_pass=bool(np.array_equal(shared.ranks(), probe.ranks())))
+
+    sample = restrict_queries(queries, range(min(bear_sample, len(queries))), None, 0)
+    _, seconds = timed(torch_device, lambda: bear_ref.bear(sample, loaded, templates=templates, show_progress=False))
+    statements = len(sample) * len(sample.candidates)
+    parts.add(f"bear sample ({len(sample)} queries x {len(sample.candidates)} entities)", seconds, statements=statements,
+              statements_per_second=round(statements / seconds, 1),
+              extrapolated_seconds_all_queries=round(seconds * len(queries) / max(len(sample), 1), 1))
+
+    relations = [r.strip() for r in bear_relations.split(",") if r.strip()]
+    if relations:
+        result, seconds = timed(torch_device, lambda: bear_ref.bear_dataset(bear_data, loaded, relations=relations, show_progress=False))
+        parts.add(f"bear data set ({', '.join(relations)})", seconds, bear_score=result.metrics["accuracy_mean"])
+        try:
+            from bench_bear_dataset import run_lm_pub_quiz  # run as a script: benchmarks/ is on sys.path
+
+            from kg_data.bear import load_bear_dataset
+
+            subset = load_bear_dataset(bear_data, relations=relations)
+            lpq_seconds, _ = run_lm_pub_quiz(subset, loaded, lm_pub_quiz_batch_size)
+            parts.add(f"lm-pub-quiz 0.3.3 on the same relations (batch {lm_pub_quiz_batch_size})", lpq_seconds)
+        except ImportError as error:
+            parts.add("lm-pub-quiz 0.3.3", 0.0, skipped=f"not installed ({error})")
+
+    report = {
+        "device": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else platform.processor() or "cpu",
+        "model": loaded.metadata(),
+        "dtype": str(torch_dtype).replace("torch.", ""),
+        "load_seconds": round(loaded.load_seconds, 2),
+        "measured_peak_tflops": round(peak / 1e12, 3),
+        "flops_per_token": parts.flops_per_token,
+        "peak_memory_bytes": peak_memory_bytes(torch_device),
+        "settings": {"kg": str(kg), "split": split, "k_shot": k_shot, "bear_sample": bear_sample,
+                     "bear_dataset": str(bear_data), "bear_relations": relations, "paper_protocol": paper_protocol},
+        "parts": parts.rows,
+        "versions": package_versions(),
+    }
+    text = (f"{report['device']}, {report['dtype']}, model {model_name} loaded in {report['load_seconds']} s; measured GEMM "
+            f"peak {report['measured_peak_tflops']} TFLOP/s; peak memory {report['peak_memory_bytes'] / 2**30:.2f} GiB\n\n"
+            + markdown_table(parts.rows))
+    click.echo(text)
+    write_json(Path(out_dir) / "bench_gpu.json", report)
+    write_text(Path(out_dir) / "bench_gpu.md", text + "\n")
+
+
+if __name__ == "__main__":
+    main()
