@@ -2,9 +2,8 @@
 templates and model, every statement's score, the predictions, the accuracy per relation and the
 scoring time, in one run.
 
-lm-eval is installed apart (``--peer-python``, e.g. a venv made by ``python -m venv .peers/lm-eval-venv &&
-.peers/lm-eval-venv/bin/pip install torch==2.13.0 transformers==5.24.0 lm-eval==0.4.13 accelerate``) and
-runs in a subprocess (``lm_eval_peer.py``) on a local copy of its ``bear`` task: the hub is not reachable,
+lm-eval is installed apart (``bash scripts/install_lm_eval_peer.sh``: a venv in .peers/lm-eval-venv, the
+default ``--peer-python``) and runs in a subprocess (``lm_eval_peer.py``) on a local copy of its ``bear`` task: the hub is not reachable,
 so the chosen relations of the local BEAR folder are written in the task's layout (one document per
 instance and template: ``text_options``, the statement with each answer; ``correct``, the gold's index).
 
@@ -12,7 +11,7 @@ Timed on each side: lm-eval's ``simple_evaluate`` (model loaded before); this to
 ``bear_ref.bear_dataset`` (the ``deer bear-dataset`` call, metrics included).  Every statement's score
 comes from this toolkit's prefix-trie scorer (what ``bear_dataset`` runs) for the comparison.
 
-    python benchmarks/bench_lm_eval.py --relations P30,P36,P6 --out results/bench_lm_eval.json
+    bash scripts/install_lm_eval_peer.sh && python benchmarks/bench_lm_eval.py --relations P30,P36 --out results/bench_lm_eval.json
 """
 
 from __future__ import annotations
