@@ -81,7 +81,7 @@ def per_relation_accuracy(keys, predicted) -> dict[str, float]:
 @click.command()
 @click.option("--model", "model_name", default="smollm2-135m", show_default=True)
 @click.option("--dataset", "dataset_name", default="bear", show_default=True)
-@click.option("--relations", default="P30,P36,P6", show_default=True)
+@click.option("--relations", default="P30,P36", show_default=True)
 @click.option("--max-instances", type=int, default=None, help="Instances per relation (default: all).")
 @click.option("--batch-size", default="32", show_default=True, help="lm-eval's batch size.")
 @click.option("--peer-python", default=".peers/lm-eval-venv/bin/python", show_default=True,
