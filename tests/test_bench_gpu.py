@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.test_bear_dataset import write_dataset
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
@@ -33,5 +35,7 @@ def test_the_gpu_benchmark_runs_end_to_end_on_the_cpu(tmp_path, tiny_kg_dir, tin
     assert parts["deer from lama's query pass"]["same_ranks_as_own_pass"] is True
     assert parts["query prompts, prefix reuse"]["max_abs_difference_vs_whole"] < 1e-4
     assert parts["bear sample"]["statements"] == 2 * 12 and parts["bear sample"]["extrapolated_seconds_all_queries"] > 0
+    assert parts["bear sample"]["extrapolated_seconds_paper_protocol"] == pytest.approx(
+        parts["bear sample"]["extrapolated_seconds_all_queries"] * 14 / 4, abs=0.2)  # 14 triples in all, 4 test queries
     assert 0 <= parts["bear data set"]["bear_score"] <= 1
     assert (out / "bench_gpu.md").read_text().startswith(report["device"])
