@@ -1,8 +1,9 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
 Work is |queries| + |candidates| forward passes.  With a store root, embeddings go through
-resumable stores (``deer.core.stores``), so a second run -- or a resumed one -- encodes only
-what is missing; without one nothing is written.  An encoding of more than ``LARGE_ENCODING``
+the model's prompt store (``prompt_store``: resumable, keyed by each prompt's text), so a second
+run -- or a resumed one, or another task with the same entities or candidates -- encodes only what
+is missing; without one nothing is written.  An encoding of more than ``LARGE_ENCODING``
 prompts says so before it starts, and how long it will take once a few seconds of it are done.
 """
 
@@ -21,10 +22,9 @@ from deer.backends.tokenization import bos_policy
 from deer.core.distributed import ShardedEncoder
 from deer.core.models import LoadedModel
 from deer.core.stores import EmbeddingStore, PendingParts
-from deer.core.templates import PromptTemplates, query_prompts
+from deer.core.templates import query_prompts
 from deer.core.validate import warn
 from deer.probes import ProbeRequest, ProbeScores
-from kg_data.kg import TextualKG
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
@@ -42,29 +42,16 @@ def _model_key(loaded: LoadedModel) -> dict:
     }
 
 
-def _store_key(loaded: LoadedModel, kg: TextualKG) -> dict:
-    return {**_model_key(loaded), "kg": kg.name, "kg_fingerprint": kg.fingerprint()}
-
-
 def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos") -> EmbeddingStore:
     """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
-    dtype and special tokens: every task that ranks the same candidates (LAMA's common vocabulary,
-    a BEAR answer space) shares it, whichever relations, facts or ``max_facts`` chose the queries."""
+    dtype and special tokens: every task that encodes the same prompt shares it -- a KG's entities
+    whatever the split, subset or KG name; LAMA's common vocabulary and a BEAR answer space whatever
+    relations, facts or ``max_facts`` chose the queries; a query prompt wherever it recurs."""
     return EmbeddingStore(Path(root) / "embeddings", "prompts", {**_model_key(loaded), "special_tokens": special_tokens})
 
 
 def prompt_id(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-def entity_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Path) -> EmbeddingStore:
-    key = {**_store_key(loaded, kg), "tail_template": templates.tail_template_key()}
-    return EmbeddingStore(Path(root) / "embeddings", "entities", key)
-
-
-def query_store(loaded: LoadedModel, kg: TextualKG, templates: PromptTemplates, root: Path) -> EmbeddingStore:
-    key = {**_store_key(loaded, kg), "query_templates": templates.to_metadata()}
-    return EmbeddingStore(Path(root) / "embeddings", "queries", key)
 
 
 class EncodingForecast:
@@ -170,10 +157,10 @@ class DeerProbe:
         timings: dict = {}
 
         started = time.perf_counter()
-        entities = entity_store(loaded, kg, templates, store_root) if store_root is not None else None
-        entity_ids = [kg.entity_ids[e] for e in queries.candidates]
+        store = prompt_store(loaded, store_root, templates.prompt_special_tokens) if store_root is not None else None
         entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
-        entity_vectors, entities_encoded = encode_through_store(encoder, entities, entity_ids, entity_texts, "entities")
+        entity_ids = [prompt_id(text) for text in entity_texts]
+        entity_vectors, entities_encoded = encode_through_store(encoder, store, entity_ids, entity_texts, "entities")
         timings["entities_seconds"] = time.perf_counter() - started
         entity_stats = encoder.stats.as_dict()
 
@@ -182,10 +169,10 @@ class DeerProbe:
         if query_embeddings is not None:
             if len(query_embeddings) != len(queries):
                 raise ValueError(f"query_embeddings has {len(query_embeddings)} rows for {len(queries)} queries")
-            query_vectors, queries_encoded, query_cache = np.asarray(query_embeddings, dtype=np.float32), 0, None
+            query_vectors, queries_encoded = np.asarray(query_embeddings, dtype=np.float32), 0
         else:
-            query_cache = query_store(loaded, kg, templates, store_root) if store_root is not None else None
-            query_vectors, queries_encoded = encode_through_store(encoder, query_cache, queries.item_ids(), query_texts, "queries")
+            query_ids = [prompt_id(text) for text in query_texts]
+            query_vectors, queries_encoded = encode_through_store(encoder, store, query_ids, query_texts, "queries")
         timings["queries_seconds"] = time.perf_counter() - started
 
         stats = encoder.stats.as_dict()
@@ -200,7 +187,7 @@ class DeerProbe:
                 "entities_from_cache": len(entity_ids) - entities_encoded,
                 "queries_encoded_now": queries_encoded,
                 "queries_from_cache": len(query_texts) - queries_encoded,
-                "entity_store": str(entities.folder) if entities else None,
+                "entity_store": str(store.folder) if store else None,  # the prompt store: entities and queries
                 "query_embeddings_given": query_embeddings is not None,
             },
             "work": {

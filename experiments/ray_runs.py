@@ -73,26 +73,27 @@ def _encode_task(model_name: str, dtype: str, device: str, texts: Sequence[str],
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
                            dtype: str = "auto", device: str = "auto", token_budget: int | None = None, cache_dir=None,
                            address: str | None = None, loaded=None) -> Path:
-    """Encode ``entities`` (default: all) of ``kg`` split over ``workers`` Ray tasks into the entity
-    store that ``deer.probe(..., cache=True)`` reads, encoding only what it does not hold yet.
+    """Encode ``entities`` (default: all) of ``kg`` split over ``workers`` Ray tasks into the model's
+    prompt store that ``deer.probe(..., cache=True)`` reads, encoding only what it does not hold yet.
     ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again).
     Returns the store's folder."""
     from deer.core.inputs import store_root
     from deer.core.models import open_model
-    from deer.embedding_probe import entity_store
+    from deer.embedding_probe import prompt_id, prompt_store
 
     if loaded is None:  # the store's key: weights, tokenizer, dtype
         loaded = open_model(model_name, dtype=dtype, device=device)
-    store = entity_store(loaded, kg, templates, store_root(True, cache_dir))
+    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens)
     positions = list(range(kg.n_entities)) if entities is None else list(entities)
-    ids = [kg.entity_ids[e] for e in positions]
+    texts = [templates.tail_prompt(kg, e) for e in positions]
+    ids = [prompt_id(text) for text in texts]
     with store.locked():
         missing = store.missing(ids)
         chunks = [chunk for chunk in np.array_split(np.asarray(missing, dtype=np.int64), workers) if len(chunk)]
         if chunks:
             with ray_session(address, workers) as ray:
                 task = ray.remote(**task_resources(ray))(_encode_task)
-                futures = [task.remote(model_name, dtype, device, [templates.tail_prompt(kg, positions[i]) for i in chunk],
+                futures = [task.remote(model_name, dtype, device, [texts[i] for i in chunk],
                                        templates.prompt_special_tokens, token_budget) for chunk in chunks]
                 for chunk, (fingerprint, vectors) in zip(chunks, ray.get(futures), strict=True):
                     if fingerprint != loaded.fingerprint:

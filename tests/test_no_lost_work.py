@@ -63,9 +63,10 @@ def run_cli(args: list[str], env: dict, log: Path) -> subprocess.CompletedProces
     return done
 
 
-def stored_ids(cache: Path, kind: str = "entities") -> set[str]:
+def stored_ids(cache: Path) -> set[str]:
+    """The prompt ids in the cache's prompt stores (entities and queries, keyed by their text)."""
     ids: set[str] = set()
-    for part in cache.glob(f"embeddings/{kind}/*/part-*.npz"):
+    for part in cache.glob("embeddings/prompts/*/part-*.npz"):
         with np.load(part) as data:
             assert len(data["ids"]) == len(data["vectors"])
             ids.update(data["ids"].tolist())
@@ -111,7 +112,7 @@ def test_interrupted_probe_keeps_its_parts_and_resumes(tmp_path, large_kg, tiny_
     cache, out = tmp_path / "cache", tmp_path / "out"
     env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
     args = probe_args(large_kg, tiny_clm_dir, out)
-    returncode = interrupt_after_first_part(args, env, "embeddings/entities/*/part-*.npz", cache, tmp_path / "stderr.txt", sig)
+    returncode = interrupt_after_first_part(args, env, "embeddings/prompts/*/part-*.npz", cache, tmp_path / "stderr.txt", sig)
     kept = stored_ids(cache)
     assert 0 < len(kept) < N_ENTITIES, f"{len(kept)} entities stored: the interrupt did not land mid-encoding"
     assert not out.exists() or not (out / "metrics.json").exists()
@@ -125,7 +126,8 @@ def test_interrupted_probe_keeps_its_parts_and_resumes(tmp_path, large_kg, tiny_
     cache_info = json.loads((out / "metadata.json").read_text())["deer"]["cache"]
     assert cache_info["entities_from_cache"] == len(kept)
     assert cache_info["entities_encoded_now"] == N_ENTITIES - len(kept)
-    assert len(stored_ids(cache)) == N_ENTITIES
+    assert len(stored_ids(cache)) == N_ENTITIES + cache_info["queries_encoded_now"]  # the entities, then the 5 queries
+    assert cache_info["queries_encoded_now"] == 5
     # The resumed run's results are the uninterrupted run's.
     pd.testing.assert_frame_equal(read_table(find_ranks_table(out)), read_table(find_ranks_table(reference_run)))
     assert (out / "metrics.json").read_bytes() == (reference_run / "metrics.json").read_bytes()

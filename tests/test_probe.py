@@ -86,22 +86,30 @@ def test_store_never_uses_a_mismatching_key(tmp_path):
 
 
 def test_different_template_or_model_gets_another_store(tmp_path, tiny_setup):
-    from deer.embedding_probe import entity_store, query_store
+    """One prompt store per model (weights, tokenizer, dtype, BOS) and special-token policy; inside it each
+    vector is keyed by its prompt's text, so other templates are other keys."""
+    from deer.core.templates import query_prompts
+    from deer.embedding_probe import prompt_id, prompt_store
 
-    kg, _, loaded = tiny_setup
-    assert query_store(loaded, kg, PromptTemplates(seed=0), tmp_path).folder != query_store(loaded, kg, PromptTemplates(seed=1), tmp_path).folder
+    kg, queries, loaded = tiny_setup
+
+    def store(model, templates):
+        return prompt_store(model, tmp_path, templates.prompt_special_tokens).folder
+
+    seeds = [{prompt_id(text) for text in query_prompts(queries, PromptTemplates(seed=seed))} for seed in (0, 1)]
+    assert seeds[0] != seeds[1]  # other few-shot examples: other prompts, other keys
     # The same weights reached by another path share the cache (the key names weights, not paths).
     link = tmp_path / "same-model-elsewhere"
     link.symlink_to(loaded.source, target_is_directory=True)
     other = open_model(str(link))
     assert other.source != loaded.source
     templates = PromptTemplates()
-    assert entity_store(other, kg, templates, tmp_path).folder == entity_store(loaded, kg, templates, tmp_path).folder
+    assert store(other, templates) == store(loaded, templates)
     other.fingerprint = "changed-weights"
-    assert entity_store(other, kg, templates, tmp_path).folder != entity_store(loaded, kg, templates, tmp_path).folder
+    assert store(other, templates) != store(loaded, templates)
     # Tail prompts tokenised the authors' package's way are other vectors: never the same store.
     authors = PromptTemplates(style="authors")
-    assert entity_store(loaded, kg, authors, tmp_path).folder != entity_store(loaded, kg, templates, tmp_path).folder
+    assert store(loaded, authors) != store(loaded, templates)
 
 
 def test_atomic_writes_are_readable_files(tmp_path):

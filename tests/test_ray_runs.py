@@ -44,7 +44,7 @@ def test_a_series_on_ray_equals_the_sequential_screen(three_checkpoints, tiny_kg
 def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir, tiny_kg_dir, tmp_path):
     import deer
     from deer.core.models import open_model
-    from deer.embedding_probe import entity_store
+    from deer.embedding_probe import prompt_id, prompt_store
     from experiments.ray_runs import encode_entities_on_ray
 
     kg = load_kg(tiny_kg_dir)
@@ -53,10 +53,10 @@ def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir
     deer.probe(build_queries(kg, "test"), str(tiny_clm_dir), templates=templates, cache=True, cache_dir=tmp_path / "one-cache",
                show_progress=False)
     loaded = open_model(str(tiny_clm_dir))
-    split = entity_store(loaded, kg, templates, tmp_path / "ray-cache")
-    single = entity_store(loaded, kg, templates, tmp_path / "one-cache")
+    split = prompt_store(loaded, tmp_path / "ray-cache", templates.prompt_special_tokens)
+    single = prompt_store(loaded, tmp_path / "one-cache", templates.prompt_special_tokens)
     assert split.folder == folder and len(list(folder.glob("part-*.npz"))) == 2  # one part per worker
-    ids = kg.entity_ids
+    ids = [prompt_id(templates.tail_prompt(kg, e)) for e in range(kg.n_entities)]
     assert split.missing(ids) == [] and single.missing(ids) == []
     np.testing.assert_allclose(split.get(ids), single.get(ids), rtol=1e-6, atol=1e-6)
     again = encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache")
