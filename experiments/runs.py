@@ -195,17 +195,17 @@ def model_label(model_name: str) -> str:
     return Path(model_name).name if Path(model_name).exists() else str(model_name)
 
 
-def run_identity(run: ProbeRun) -> str | None:
+def run_identity(run: ProbeRun) -> RunSpec | None:
     """The run spec a run's DEER ranks were made under (weights fingerprint, tokenizer, dtype, queries,
-    templates; ``deer.core.run_spec``), as text; None where the metadata does not record it."""
+    templates; ``deer.core.run_spec``); None where the metadata does not record it."""
     spec = run.metadata.get("deer", {}).get("run_spec")
-    return json.dumps(spec, sort_keys=True) if spec else None
+    return RunSpec.from_dict(spec) if spec else None
 
 
 def same_weights(runs: Sequence[ProbeRun]) -> dict[str, str]:
     """{label: label of the first run with the same run spec} for every run that repeats an earlier
     one: byte-identical weights under two names (hub revisions that serve one set of weights)."""
-    first: dict[str, str] = {}
+    first: dict[RunSpec, str] = {}
     repeats = {}
     for run in runs:
         identity = run_identity(run)
@@ -224,10 +224,10 @@ def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str],
     tokenizer, dtype) repeats an earlier one's is not probed again: its run is the earlier run's under
     its own name, marked ``experiment.same_weights_as``."""
     runs: list[ProbeRun] = []
-    done: dict[str, ProbeRun] = {}
+    done: dict[RunSpec, ProbeRun] = {}
     for name in names:
         loaded = open_model(name, dtype=dtype, device=device)
-        identity = json.dumps(RunSpec.build(queries, loaded, templates).to_dict(), sort_keys=True)
+        identity = RunSpec.build(queries, loaded, templates)
         if identity in done:
             earlier = done[identity]
             log(f"  {name}: the same weights as {earlier.label} (fingerprint {loaded.fingerprint}); its ranks are reused, "
