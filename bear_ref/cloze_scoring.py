@@ -1,7 +1,7 @@
 """LAMA and BEAR scores on a cloze benchmark (``kg_data.cloze``).
 
 * LAMA, causal LM, "next-token" queries: log p(first token of " answer") after the answer
-  context; the log-probabilities come from DEER's query pass (``deer.cloze_probe.encode_cloze``).
+  context (``answer_token_ids``), read in the pass that also gives DEER's query vectors.
 * LAMA, masked LM: the sentence with the answer slot replaced by the mask token (template-free:
   the whole masked sentence), log p(answer token) at the mask (``mask_fill_logprobs``).
 * "statement" queries (the answer slot not at the end of a template) and BEAR: the summed
@@ -20,7 +20,6 @@ import torch
 
 from deer.backends.batching import length_sorted_batches, pad_right
 from deer.backends.statement_scorer import StatementScorer
-from kg_data.bear import ANSWER
 from kg_data.cloze import ClozeTask, statement
 
 
@@ -44,11 +43,6 @@ def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[st
     encoded = answer_tokens(tokenizer, words, masked)
     unknown = tokenizer.unk_token_id
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
-
-
-def mask_sentence(tokenizer, query) -> str:
-    """The query's sentence for a masked LM: [X] filled, the answer slot as the mask token."""
-    return statement(query, ANSWER).replace(ANSWER, tokenizer.mask_token)
 
 
 @torch.inference_mode()

@@ -1,6 +1,9 @@
-"""BEAR on a KG: score every candidate tail of every query, rank the gold tail.
+"""BEAR: score every candidate statement of every query by its summed log-likelihood.
 
-Statement for query (h, r, ?) and candidate t: the DEER query text closed with the candidate,
+On a benchmark (``kg_data.cloze.ClozeTask``) the statements are the templates filled with each
+answer of the query's candidate set (``statement_scores``: a prefix trie per template and set),
+never against LAMA's common vocabulary (``LARGE_SET``).  On a KG, the statement for query (h, r, ?)
+and candidate t is the DEER query text closed with the candidate,
 ``...(h_name, r_name, t_name)``; its score is the whole statement's summed log-likelihood.
 Causal LMs: the query text is read once per query, each candidate's " t_name)" is scored
 after it (``SharedPrefixScorer``) and the query's own log-likelihood is added.  That addition
@@ -24,12 +27,14 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from bear_ref.cloze_scoring import count_statements, statement_scores
 from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import bos_policy
 from deer.core.models import LoadedModel
 from deer.core.stores import EmbeddingStore, PendingParts
 from deer.core.templates import PromptTemplates
 from deer.probes import ProbeRequest, ProbeScores
+from kg_data.cloze import LARGE_SET, ClozeTask
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
@@ -100,8 +105,11 @@ class BearProbe:
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
     options = {"pll_variant": "within_word_l2r"}
     text_kind = "statements"
+    tasks = ("kg", "benchmark")
 
     def score(self, request: ProbeRequest) -> ProbeScores:
+        if isinstance(request.queries, ClozeTask):
+            return self.score_benchmark(request)
         queries, loaded, templates = request.queries, request.loaded, request.templates
         started = time.perf_counter()
         scorer = request.backend.statement_scorer(request.options["pll_variant"])
@@ -120,3 +128,12 @@ class BearProbe:
             "timings": {"seconds": round(elapsed, 3)},
         }
         return ProbeScores(scores=scores, metadata=metadata)
+
+    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
+        task = request.queries
+        scorer = request.backend.statement_scorer(request.options["pll_variant"])
+        rows = [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET]
+        statements = count_statements(task, rows)
+        with tqdm(total=statements, desc="BEAR statements", unit="stmt", disable=not request.show_progress) as bar:
+            scores = statement_scores(scorer, task, rows, bar.update)
+        return ProbeScores(scores=scores, metadata={"scoring": scorer.statements_method, "statements": statements, "work": scorer.work()})

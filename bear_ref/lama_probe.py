@@ -1,4 +1,9 @@
-"""LAMA on a KG: rank candidates by log p(first token of " t_name)") after the query text.
+"""LAMA: rank candidates by the log-probability of their first token after the query.
+
+On a KG: log p(first token of " t_name)") after the query text.  On a benchmark
+(``kg_data.cloze.ClozeTask``) each query is scored by its ``lama_rules`` rule: "next-token" (the
+answer's first token after the answer context), "mask-fill" (a masked LM: at the mask), or
+"statement" (the whole statement's log-likelihood, where the answer slot is not at the end).
 
 The log-probabilities come from the forward pass that DEER's query encoder makes
 (``encode_queries_with_next_token``); the result keeps that pass's query embeddings
@@ -20,13 +25,17 @@ import re
 import time
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, statement_scores
 from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import batch_token_ids, bos_id
+from deer.core.models import is_masked_lm
 from deer.core.result import tail_token_lengths
 from deer.core.templates import PromptTemplates, query_prompts
 from deer.probes import ProbeRequest, ProbeScores
+from kg_data.cloze import ClozeTask, deer_query_text, lama_rules, mask_sentence
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -182,8 +191,11 @@ class LamaProbe:
     summary = "log-probability of the tail's first token after the query"
     options = {"single_token": False}
     text_kind = "contexts"
+    tasks = ("kg", "benchmark")
 
     def score(self, request: ProbeRequest) -> ProbeScores:
+        if isinstance(request.queries, ClozeTask):
+            return self.score_benchmark(request)
         queries, loaded, templates = request.queries, request.loaded, request.templates
         started = time.perf_counter()
         single_token = request.options["single_token"]
@@ -204,3 +216,33 @@ class LamaProbe:
         }
         return ProbeScores(scores=scores, metadata=metadata,
                            arrays={"query_embeddings": embeddings}, queries=queries)
+
+    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
+        """Each query by its ``lama_rules`` rule; the causal pass's query vectors are handed on
+        (``arrays["query_embeddings"]``: DEER's, read in the same pass)."""
+        task, loaded, backend = request.queries, request.loaded, request.backend
+        masked = is_masked_lm(loaded.model)
+        rules = lama_rules(task, masked)
+        answer_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
+        token_ids = np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)
+        arrays, work = {}, {}
+        if masked:  # the plain backend fills one sentence a pass
+            budget = 1 if backend.name == "plain" else getattr(backend, "token_budget", None) or 4096
+            logprobs = mask_fill_logprobs(loaded.model, loaded.tokenizer, [mask_sentence(loaded.tokenizer, q) for q in task.queries],
+                                          token_ids, budget)
+        else:
+            encoder = backend.encoder()
+            output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=token_ids, description="queries")
+            logprobs, arrays["query_embeddings"], work = output.next_token_logprobs, output.embeddings, encoder.stats.as_dict()
+        columns = {name: np.searchsorted(token_ids, ids) for name, ids in answer_ids.items()}
+        scores = {i: logprobs[i, columns.get(q.candidates, [])].astype(np.float64)
+                  for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)) if rule in ("mask-fill", "next-token")}
+        statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
+        if statement_rows:
+            scorer = backend.statement_scorer()
+            with tqdm(total=count_statements(task, statement_rows), desc="LAMA statements", unit="stmt",
+                      disable=not request.show_progress) as bar:
+                scores.update(statement_scores(scorer, task, statement_rows, bar.update))
+            work["statements"] = scorer.work()
+        return ProbeScores(scores=scores, metadata={"work": work, "statement_rows": len(statement_rows)}, arrays=arrays,
+                           columns={"lama_rule": rules})

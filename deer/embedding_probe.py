@@ -1,5 +1,11 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
+On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
+description (``deer.core.templates``); on a benchmark (``kg_data.cloze.ClozeTask``: LAMA, the BEAR
+data set) the query is ``deer_query_text`` (the statement up to the answer slot, or a
+fill-in-the-blank prompt when the answer comes first) and a candidate its answer's name and
+description (``candidate_prompt``), each query ranking its own candidate set.
+
 Work is |queries| + |candidates| forward passes.  With a store root, embeddings go through
 the model's prompt store (``prompt_store``: resumable, keyed by each prompt's text), so a second
 run -- or a resumed one, or another task with the same entities or candidates -- encodes only what
@@ -21,10 +27,12 @@ from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import bos_policy
 from deer.core.distributed import ShardedEncoder
 from deer.core.models import LoadedModel
+from deer.core.ranking import normalize_rows
 from deer.core.stores import EmbeddingStore, PendingParts
-from deer.core.templates import query_prompts
+from deer.core.templates import candidate_prompt, query_prompts
 from deer.core.validate import warn
 from deer.probes import ProbeRequest, ProbeScores
+from kg_data.cloze import ClozeTask, deer_query_text
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
@@ -146,8 +154,12 @@ class DeerProbe:
     summary = "PromptEOL embeddings of queries and described tails, cosine ranking"
     options = {"query_embeddings": None}
     text_kind = "prompts"
+    tasks = ("kg", "benchmark")
+    causal_lm_only = True  # PromptEOL reads a causal LM's last state
 
     def score(self, request: ProbeRequest) -> ProbeScores:
+        if isinstance(request.queries, ClozeTask):
+            return self.score_benchmark(request)
         queries, loaded, templates = request.queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
         kg = queries.kg
@@ -200,3 +212,34 @@ class DeerProbe:
         }
         return ProbeScores(query_vectors=query_vectors, candidate_vectors=entity_vectors, metadata=metadata,
                            arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
+
+    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
+        """Every distinct candidate prompt of every set encoded once (through the prompt store: LAMA's
+        vocabulary is encoded once per model), each query ranked by cosine over its own set."""
+        task, given = request.queries, request.options["query_embeddings"]
+        encoder = request.backend.encoder()
+        started = time.perf_counter()
+        if given is None:
+            given = encoder.encode([deer_query_text(q) for q in task.queries], description="queries").embeddings
+        query_vectors = normalize_rows(np.asarray(given, dtype=np.float32))
+        queries_done = time.perf_counter()
+        set_prompts = {name: [candidate_prompt(label, description) for label, description
+                              in zip(s.labels, s.descriptions or (None,) * len(s), strict=True)]
+                       for name, s in task.candidate_sets.items()}
+        row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
+        store = prompt_store(request.loaded, request.store_root) if request.store_root is not None else None
+        vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
+        if row_of:
+            vectors, encoded = encode_through_store(encoder, store, [prompt_id(p) for p in row_of], list(row_of), "candidates")
+            vectors = normalize_rows(vectors)
+        set_vectors = {name: vectors[[row_of[p] for p in prompts]] for name, prompts in set_prompts.items()}
+        scores = {i: (set_vectors[q.candidates] @ query_vectors[i]).astype(np.float64) for i, q in enumerate(task.queries)}
+        metadata = {
+            "candidate_prompts": {"prompts": len(row_of), "encoded_now": encoded, "from_store": len(row_of) - encoded,
+                                  "store": None if store is None else str(store.folder)},
+            "query_embeddings_given": request.options["query_embeddings"] is not None,
+            "work": encoder.stats.as_dict(),
+            "timings": {"queries_seconds": round(queries_done - started, 3),
+                        "candidates_seconds": round(time.perf_counter() - queries_done, 3)},
+        }
+        return ProbeScores(scores=scores, metadata=metadata)

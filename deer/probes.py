@@ -1,9 +1,14 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
 A probe says which texts it feeds the model (so the length guard can check them before any
-forward pass) and turns a model into scores for a query set: a (queries x candidates) matrix,
-higher = better, or query and candidate vectors ranked by cosine.  It never ranks, saves or
-caches results: the runner (``deer.runner``) does that once for every probe.
+forward pass) and turns a model into scores for a task: a KG's query set (one candidate set, with
+known-true filters) -- a (queries x candidates) matrix, higher = better, or query and candidate
+vectors ranked by cosine -- and, where it declares ``tasks`` with "benchmark", a cloze benchmark
+(``kg_data.cloze.ClozeTask``: each query over its own named candidate set) -- a score row per query
+over its set.  It never ranks, saves or caches results: the runner (``deer.runner``) does that once
+for every probe and every task.  A probe may hand an array to a later probe of the same run: one it
+returns in ``arrays`` under the name of another probe's option (``query_embeddings``: LAMA's pass
+gives DEER its query vectors).
 
 Every probe -- DEER, BEAR and LAMA in this toolkit's pyproject.toml, and any probe from another
 package -- registers through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
@@ -34,10 +39,10 @@ class ProbeRequest:
     templates, the store root for resumable work (None: nothing is stored), and the probe's own
     options (its ``options`` defaults, updated by the caller)."""
 
-    queries: Any  # kg_data.queries.QuerySet
+    queries: Any  # the task: kg_data.queries.QuerySet, or a benchmark's kg_data.cloze.ClozeTask
     loaded: Any  # deer.core.models.LoadedModel
     backend: Any  # deer.backends.Backend
-    templates: Any  # deer.core.templates.PromptTemplates
+    templates: Any  # deer.core.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
     store_root: Path | None = None
     show_progress: bool = True
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -45,16 +50,19 @@ class ProbeRequest:
 
 @dataclasses.dataclass
 class ProbeScores:
-    """A probe's answer: ``scores`` (n_queries, n_candidates), higher = better, or ``query_vectors``
+    """A probe's answer: ``scores`` (n_queries, n_candidates), higher = better -- on a benchmark
+    {query index: scores over its candidate set}, a query left out is not scored -- or ``query_vectors``
     (n_queries, d) and ``candidate_vectors`` (n_candidates, d) to rank by cosine; ``metadata`` adds to
-    metadata.json (work, timings, caches); ``arrays`` are kept on the result (``ProbeResult.arrays``)."""
+    metadata.json (work, timings, caches); ``arrays`` are kept on the result (``ProbeResult.arrays``)
+    and handed to later probes; ``columns``: per-query columns for a benchmark's rows."""
 
-    scores: np.ndarray | None = None
+    scores: np.ndarray | dict | None = None
     query_vectors: np.ndarray | None = None
     candidate_vectors: np.ndarray | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     arrays: dict = dataclasses.field(default_factory=dict)
     queries: Any = None  # the queries ranked, where the probe keeps fewer than it was given (None: all)
+    columns: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if (self.scores is None) == (self.query_vectors is None or self.candidate_vectors is None):
@@ -68,6 +76,8 @@ class Probe(Protocol):
     summary: str  # one line for --help and listings
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
+    # Optional: ``tasks`` (default ("kg",); "benchmark" if it scores a ClozeTask) and ``causal_lm_only``
+    # (default False: True refuses a masked LM before any work).
 
     def score(self, request: ProbeRequest) -> ProbeScores: ...
 
@@ -105,3 +115,17 @@ def get_probe(name: str) -> Probe:
     if probe.name != name:
         raise ValueError(f"probe registered as '{name}' calls itself '{probe.name}'")
     return probe
+
+
+def scores_tasks(probe: Probe, kind: str) -> bool:
+    """Whether ``probe`` scores tasks of ``kind`` ("kg" or "benchmark")."""
+    return kind in getattr(probe, "tasks", ("kg",))
+
+
+def check_model_kind(probe: Probe, loaded) -> None:
+    """Refuse, before any work, a masked LM for a probe that reads a causal LM only."""
+    from deer.core.models import is_masked_lm
+
+    if getattr(probe, "causal_lm_only", False) and is_masked_lm(loaded.model):
+        raise ValueError(f"the {probe.name} probe needs a causal LM; {loaded.name} is a masked LM "
+                         "(DEER embeds with PromptEOL: run lama,bear on it)")

@@ -1,32 +1,50 @@
-"""The runner: a probe, a KG's queries, a model and the options -> a result, the same way for every probe.
+"""The runner: probes, a task, a model and the options -> a result, the same way for every probe.
 
-    check inputs -> read the data -> load the model -> length guard (the probe's texts)
+    check inputs -> read the data -> load the model -> length guard (the probes' texts)
     -> probe.score -> rank (one kernel, ``deer.core.ranking``) -> metrics -> save
 
-Probes (``deer.probes``) only score; ranking, metrics, the run spec, the result type and the run
-folder are made here once.  ``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` are this call
-with their probe's name.
+Probes (``deer.probes``) only score; ranking, metrics, the result types, stores and saving are
+made here once.  A task has one of two shapes, and a result the matching one:
+
+* a KG's queries (``run_probe``): one probe per call, per-query ranks with the known-true filter
+  (``ProbeResult``, a run folder under a run spec).  ``deer.probe``, ``bear_ref.bear`` and
+  ``bear_ref.lama`` are this call with their probe's name;
+* a cloze benchmark (``run_cloze``: LAMA, the BEAR data set, template-based or template-free): every
+  query over its own candidate set, the chosen probes side by side, one row per query
+  (``ClozeResult``); each finished probe's rows are kept, so a stopped run resumes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
+from deer.core.benchmark_rows import RANK_RULE, query_frame, ranks_from_scores, task_digest
 from deer.core.distributed import world
+from deer.core.files import package_versions, read_table, write_json, write_table
 from deer.core.inputs import as_templates, checked_out_folder, prepare, store_root
+from deer.core.length_guard import guard_benchmark_lengths
 from deer.core.model_spec import with_loading
-from deer.core.models import DEFAULT_MODEL, evaluation_mode
+from deer.core.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
 from deer.core.ranking import rank_cosine, rank_scores
-from deer.core.result import ProbeResult, kg_result, run_metadata
+from deer.core.result import ClozeResult, ProbeResult, kg_result, run_metadata
 from deer.core.templates import PromptTemplates
 from deer.core.validate import OptionError
-from deer.probes import Probe, ProbeRequest, get_probe
+from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, scores_tasks
+from kg_data.cloze import ClozeTask
+
+BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when none are named
+HANDED_ON = "query_embeddings"  # a probe taking this option runs after one that returns the array (``deer.probes``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +127,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     Every input is checked before the model is loaded.
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
+    if not scores_tasks(probe, "kg"):
+        raise ValueError(f"the {probe.name} probe scores no KG queries")
     backend_class(backend)  # an unknown backend fails before any work
     model = with_loading(model, model_kwargs, adapter)
     selection, templates, budget, options = gather_options(selection, templates, budget, options)
@@ -155,3 +175,104 @@ def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResul
     metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": time.perf_counter() - started}
     return kg_result(name, queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
                      arrays=scored.arrays, head_above_gold=ranking.head_above_gold)
+
+
+def benchmark_probe_names() -> list[str]:
+    """The registered probes that score a cloze benchmark."""
+    return [name for name in probe_names() if scores_tasks(get_probe(name), "benchmark")]
+
+
+def benchmark_probes(names: Sequence[str]) -> list[Probe]:
+    """The probes named (in that order, once each); an unknown one, or one that does not score a
+    benchmark, is a ValueError naming those that do."""
+    names = list(dict.fromkeys(names))
+    known = benchmark_probe_names()
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"probes must be some of {', '.join(known)} (the registered probes that score a benchmark); "
+                         f"got {', '.join(unknown) or 'none'}")
+    return [get_probe(name) for name in names]
+
+
+def _empty_task_error(task: ClozeTask) -> ValueError:
+    counts = list(task.info.get("counts", {}).values())  # LAMA's: why facts gave no query
+    why = "" if not counts else (f" ({sum(c['object_not_in_vocabulary'] for c in counts)} of {sum(c['facts'] for c in counts)} "
+                                 "facts have an object that is not one token for this model, "
+                                 f"{sum(c['no_usable_sentence'] for c in counts)} no usable masked sentence)")
+    return ValueError(f"{task.name}: no query to score{why}")
+
+
+def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
+              token_budget: int | None = None, show_progress: bool = True, backend: str = DEFAULT_BACKEND,
+              store_root: str | Path | None = None) -> ClozeResult:
+    """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per
+    query and probe the gold's realistic rank among the query's candidates (a non-finite score never
+    beats the gold), the argmax prediction (first on a tie), whether it is the gold, and the gold's score;
+    NaN where a probe does not score a query (BEAR and statement-scored LAMA never run against LAMA's
+    common vocabulary).
+
+    Refused before anything is scored or written: a probe that scores no benchmark, a masked LM for a
+    probe that needs a causal one, a task without queries, a text longer than the model's positions.
+    With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
+    model, tokenizer, dtype and the task's queries and candidates, so a stopped run resumes and a stored
+    probe is reused only for the same inputs.  With ``store_root``, DEER's candidate vectors go into the
+    model's prompt store (``deer.embedding_probe.prompt_store``).  The plain backend stores nothing.
+    """
+    chosen = benchmark_probes(probes)
+    backend_class(backend)  # an unknown backend fails before any work
+    plain = backend != DEFAULT_BACKEND
+    for probe in chosen:
+        check_model_kind(probe, loaded)
+    if not task.queries:
+        raise _empty_task_error(task)
+    guard_benchmark_lengths(task, loaded, {probe.text_kind for probe in chosen}, is_masked_lm(loaded.model))
+    digest = task_digest(task)
+    key = {"model": loaded.fingerprint, "tokenizer": loaded.tokenizer_fingerprint, "dtype": str(loaded.dtype),
+           "task": digest, "rank_rule": RANK_RULE}
+    parts = None
+    if out is not None and not plain:  # created with the first finished probe: a failed start leaves nothing behind
+        parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
+    stores = None if plain or store_root is None else Path(store_root)
+    frames, handed, probe_metadata, timings, resumed = {}, {}, {}, {}, []
+    for probe in sorted(chosen, key=lambda p: HANDED_ON in p.options):  # a probe taking another's vectors runs after it
+        if parts is not None and (parts / f"{probe.name}.parquet").exists():
+            frames[probe.name] = read_table(parts / f"{probe.name}.parquet")
+            resumed.append(probe.name)
+            continue
+        options = {**probe.options, **{name: array for name, array in handed.items() if name in probe.options}}
+        started = time.perf_counter()
+        with evaluation_mode(loaded.model):
+            scored = probe.score(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
+        frame = ranks_from_scores(task, scored.scores, probe.name)
+        for column, values in scored.columns.items():  # named by the probe (``lama_rule``)
+            frame[column] = values
+        frames[probe.name] = _store_part(parts, probe.name, frame, key)
+        handed.update(scored.arrays)
+        probe_metadata[probe.name] = scored.metadata
+        timings[f"{probe.name}_seconds"] = round(time.perf_counter() - started, 3)
+    names = [probe.name for probe in chosen]
+    metadata = {
+        "task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
+        "model": loaded.metadata(),
+        "probes": names,
+        "backend": backend,
+        "rank_rule": RANK_RULE,
+        "resumed_probes": [name for name in names if name in resumed],
+        "candidate_prompts": probe_metadata.get("deer", {}).get("candidate_prompts", {}),  # DEER's: encoded now / from the store
+        "probe_metadata": probe_metadata,  # each probe scored now: its work and timings
+        "timings": timings,  # seconds per probe scored now (a handed-on pass counts in the probe that made it)
+        "versions": package_versions(),
+    }
+    result = ClozeResult(pd.concat([query_frame(task)] + [frames[name] for name in names], axis=1), metadata)
+    if out is not None:
+        result.save(out)
+    return result
+
+
+def _store_part(parts: Path | None, probe: str, frame: pd.DataFrame, key: dict) -> pd.DataFrame:
+    if parts is not None:
+        if not (parts / "key.json").exists():
+            write_json(parts / "key.json", key)
+        write_table(parts / f"{probe}.parquet", frame)
+    return frame

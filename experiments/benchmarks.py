@@ -2,7 +2,7 @@
 
 ``probe_benchmark("lama" | "bear" | "bear-big" | folder, model, probes=...)`` loads the data,
 builds the cloze queries (``kg_data.cloze``), runs the probes side by side
-(``bear_ref.cloze_runner``) and writes, under ``out``: queries.parquet (every query's rank per
+(``deer.runner.run_cloze``) and writes, under ``out``: queries.parquet (every query's rank per
 probe), metrics.json, agreement.json, summary.md, metadata.json.  For the BEAR data set with
 DEER, the BEAR-format comparison (``experiments.cloze_bear``) is written too.
 
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from bear_ref.cloze_runner import PROBES, checked_probes, run_cloze
 from bear_ref.cloze_scoring import single_token_words
 from deer.core.files import write_json, write_text
 from deer.core.inputs import check_inputs, store_root
 from deer.core.model_spec import with_loading
 from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
 from deer.core.tables import markdown_table
+from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
@@ -108,7 +108,7 @@ def build_task(data, loaded, modes: Sequence[str] = MODES, candidate_kinds: Sequ
     return task
 
 
-def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, probes: Sequence[str] = PROBES, data_dir=None,
+def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, probes: Sequence[str] = BENCHMARK_PROBES, data_dir=None,
                     relations: Sequence[str] | None = None, sources: Sequence[str] | None = None, max_facts: int | None = None,
                     seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
                     bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
@@ -124,7 +124,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
     # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
     model = with_loading(model, model_kwargs, adapter)  # model_kwargs, adapter: as ``deer.probe``'s
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
-    probes = checked_probes(probes)
+    probes = [probe.name for probe in benchmark_probes(probes)]
     bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
     if bear_data_set and out is None:
         raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
@@ -165,7 +165,7 @@ def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
     return block.get("p@1")
 
 
-def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = PROBES, **options) -> dict:
+def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = BENCHMARK_PROBES, **options) -> dict:
     """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
     orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
     out = Path(out)

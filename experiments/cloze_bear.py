@@ -1,7 +1,7 @@
 """DEER on the BEAR data set, beside BEAR's own likelihood score for the same model.
 
 DEER ranks each (relation, template, instance)'s answer space by cosine
-(``bear_ref.cloze_runner.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its columns are written
+(``deer.runner.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its columns are written
 in the BEAR data-set format, so ``bear_ref.dataset.bear_metrics`` gives DEER's BEAR-style
 accuracy per template, relation, domain and cardinality under lm-pub-quiz's convention.  BEAR's
 ranks come from a finished ``deer bear-dataset`` folder of the same model and data (checked:
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bear_ref.cloze_runner import ClozeResult
 from bear_ref.dataset import PROBE, bear_format, bear_metrics, find_instances_table
 from deer.core.files import read_table, write_json, write_table, write_text
 from deer.core.models import LoadedModel
+from deer.core.result import ClozeResult
 from deer.core.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
 from kg_data.bear import BearDataset

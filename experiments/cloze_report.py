@@ -1,4 +1,4 @@
-"""Metrics and agreement for a cloze run's table (``bear_ref.cloze_runner``).
+"""Metrics and agreement for a cloze run's table (``deer.runner.run_cloze``).
 
 * ``cloze_metrics``: P@1 (argmax is the gold), P@10 (rank <= 10) and MRR (mean 1/rank) per
   probe, per candidate kind (LAMA's common vocabulary, or the relation's objects) and mode

@@ -34,6 +34,7 @@ BLANK_PROMPT = "Fill in the blank: {sentence}\nAnswer:"
 END_PUNCTUATION = " .!?"
 MODES = ("template", "template-free")
 CANDIDATE_KINDS = ("common-vocab", "relation")
+LARGE_SET = "common-vocab"  # whole statements are never scored against it (|vocabulary| statements per fact)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +106,20 @@ def deer_query_text(query: ClozeQuery) -> str:
     if context:
         return context
     return BLANK_PROMPT.format(sentence=statement(query, BLANK))
+
+
+def mask_sentence(tokenizer, query: ClozeQuery) -> str:
+    """The query's sentence for a masked LM: [X] filled, the answer slot as the tokenizer's mask token."""
+    return statement(query, ANSWER).replace(ANSWER, tokenizer.mask_token)
+
+
+def lama_rules(task: ClozeTask, masked: bool) -> list[str]:
+    """How LAMA scores each query: "mask-fill" (masked LM), "next-token" (``lama_scoring``), "statement"
+    (the whole statement, on a relation's candidates), or not at all (a statement against ``LARGE_SET``)."""
+    if masked:
+        return ["mask-fill"] * len(task.queries)
+    return [q.lama_scoring if q.lama_scoring == "next-token" or q.candidates != LARGE_SET
+            else "statement (not scored on the common vocabulary)" for q in task.queries]
 
 
 def answer_at_end(template: str) -> bool:

@@ -91,7 +91,7 @@ def test_the_python_api_names_the_benchmark_path():
 
 @pytest.mark.parametrize("command", ["probe", "bear", "lama"])
 def test_the_benchmark_path_honours_the_backend(command, monkeypatch):
-    """--backend now reaches the cloze benchmarks (bear_ref.cloze_runner.run_cloze runs on the backend seam)."""
+    """--backend now reaches the cloze benchmarks (deer.runner.run_cloze runs on the backend seam)."""
     import experiments.benchmarks as benchmarks
 
     seen = {}

@@ -13,14 +13,14 @@ import pandas as pd
 import pytest
 import torch
 
-from bear_ref.cloze_runner import run_cloze
-from bear_ref.cloze_scoring import mask_fill_logprobs, mask_sentence, single_token_words
+from bear_ref.cloze_scoring import mask_fill_logprobs, single_token_words
 from deer.backends.tokenization import batch_token_ids
-from deer.cloze_probe import candidate_prompt
 from deer.core.models import LoadedModel
+from deer.core.templates import candidate_prompt
+from deer.runner import run_cloze
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
 from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
-from kg_data.cloze import answer_context, bear_cloze_task, deer_query_text, lama_cloze_task, statement
+from kg_data.cloze import answer_context, bear_cloze_task, deer_query_text, lama_cloze_task, mask_sentence, statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score

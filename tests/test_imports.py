@@ -18,10 +18,8 @@ LAYERS = {
     "deer.integrations": "api",  # the training callback: a thin shell over deer.api, beside it
     "bear_ref.api": "api",
     "deer.embedding_probe": "probes",
-    "deer.cloze_probe": "probes",
     "bear_ref": "probes",
-    "deer.runner": "api",  # task + probe + model -> result, for every probe; the API functions call it
-    "bear_ref.cloze_runner": "api",  # the cloze benchmarks (LAMA, BEAR data set): task + probes + model -> per-query rows
+    "deer.runner": "api",  # task + probes + model -> result, for every probe and both task shapes (KG, benchmark)
     "deer.probes": "core",  # the probe protocol and registry (names only; probes register through entry points)
     "deer.backends": "core",  # the model-facing kernels and the backends that hold them
     "deer.core": "core",

@@ -1,6 +1,7 @@
 """A third probe added from outside: one module (tests/shortest_name_probe.py, under 60 lines) and its
 registration, with no edit anywhere else, runs through the Python API, `deer probe --probe NAME`,
-the run folder, `join_results` and `deer experiment agreement`."""
+the run folder, `join_results` and `deer experiment agreement` -- and, on a cloze benchmark, through
+`deer cloze --probes` (the same runner and probe seam for both task shapes)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
+from transformers import AutoTokenizer
 
 import deer
 from deer import probes
@@ -96,3 +99,26 @@ def test_listing_probes_imports_no_probe_module(shortest_registered, monkeypatch
     assert "tests.shortest_name_probe" not in sys.modules
     probes.get_probe("shortest")
     assert "tests.shortest_name_probe" in sys.modules
+
+
+def test_it_runs_on_a_cloze_benchmark_through_deer_cloze(shortest_registered, tiny_clm_dir, tmp_path):
+    from bear_ref.cloze_scoring import single_token_words
+    from kg_data.cloze import lama_cloze_task
+    from kg_data.lama import load_lama
+    from tests.test_cloze import write_lama
+
+    lama, out = write_lama(tmp_path / "lama"), tmp_path / "cloze"
+    _invoke(["cloze", "--dataset", str(lama), "--model", str(tiny_clm_dir), "--probes", "deer,shortest", "--bootstrap", "0",
+             "--no-cache", "--out", str(out)])
+    table = pd.read_parquet(out / "cloze" / "queries.parquet")
+    assert [c for c in table.columns if c.endswith("_rank")] == ["deer_rank", "shortest_rank"]
+    # The same queries rebuilt: each ranked by the rule over its own candidate set (ties share the mean place).
+    tokenizer = AutoTokenizer.from_pretrained(tiny_clm_dir)
+    data = load_lama(lama)
+    task = lama_cloze_task(data, single_token_words(tokenizer, data.common_vocab, masked=False))
+    assert table["fact"].tolist() == [q.fact for q in task.queries] and len(task.queries) > 0
+    for q, rank in zip(task.queries, table["shortest_rank"], strict=True):
+        scores = -np.asarray([len(label) for label in task.candidate_set(q).labels], dtype=np.float64)
+        assert rank == rank_of(scores, q.gold, np.zeros(0, dtype=np.int64))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["relation"]["template"]["shortest"]["overall"]["n"] > 0

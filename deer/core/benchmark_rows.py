@@ -1,7 +1,7 @@
 """A cloze benchmark's rows (``kg_data.cloze.ClozeTask``): one per query, its fields, and per probe
 the gold answer's realistic rank, the argmax prediction and whether it is the gold.
 
-Every benchmark path builds its rows here: the cloze runner (``bear_ref.cloze_runner``) for DEER,
+Every benchmark path builds its rows here: the cloze runner (``deer.runner.run_cloze``) for DEER,
 LAMA and BEAR side by side, and the BEAR data-set score (``bear_ref.dataset``), which is BEAR's
 columns of these rows with lm-pub-quiz's metrics on top.
 """

@@ -18,7 +18,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from deer.backends.tokenization import batch_token_ids
-from kg_data.cloze import shorten
+from deer.core.templates import candidate_prompt
+from kg_data.cloze import LARGE_SET, ClozeTask, deer_query_text, lama_rules, mask_sentence, shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
 
@@ -176,3 +177,54 @@ def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: 
         descriptions[entity] = cut
         report.truncated_descriptions[kg.entity_ids[entity]] = {"tokens_before": n_tokens, "description_tokens_kept": keep}
     return dataclasses.replace(queries, kg=dataclasses.replace(kg, entity_descriptions=descriptions))
+
+
+def _benchmark_fit(task: ClozeTask, index: int, kind: str, n_tokens: int, limit: int, more: int) -> PromptTooLongError:
+    q = task.queries[index]
+    what = f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
+    return too_long(what, kind, n_tokens, limit, more, "shorten the subject label (or the sentence)")
+
+
+def guard_benchmark_lengths(task: ClozeTask, loaded, text_kinds: set, masked: bool) -> None:
+    """The benchmark counterpart of ``guard_prompt_lengths``: every text of the probes' ``text_kinds`` fits
+    the model's positions -- "prompts" (DEER: query texts and answer prompts), "contexts" (LAMA: query
+    texts, masked sentences, or whole statements where ``lama_rules`` says so), "statements" (BEAR: every
+    statement on a relation's candidates).  Raises PromptTooLongError naming the first fact (file and
+    line) or answer that does not fit."""
+    limit = max_positions(loaded.model)
+    if limit is None:
+        return
+    tokenizer = loaded.tokenizer
+    texts = {}
+    if not masked and {"prompts", "contexts"} & text_kinds:
+        texts["query text"] = token_counts(tokenizer, [deer_query_text(q) for q in task.queries], limit, "bos")
+    if masked and "contexts" in text_kinds:
+        texts["masked sentence"] = token_counts(tokenizer, [mask_sentence(tokenizer, q) for q in task.queries], limit, "tokenizer")
+    for kind, long_texts in texts.items():
+        if long_texts:
+            first = min(long_texts)
+            raise _benchmark_fit(task, first, kind, long_texts[first], limit, len(long_texts) - 1)
+    if "prompts" in text_kinds:
+        for name, candidates in task.candidate_sets.items():
+            prompts = [candidate_prompt(label, description) for label, description
+                       in zip(candidates.labels, candidates.descriptions or (None,) * len(candidates), strict=True)]
+            long_prompts = token_counts(tokenizer, prompts, limit, "bos")
+            if long_prompts:
+                first = min(long_prompts)
+                raise too_long(f"answer {shorten(candidates.labels[first])!r} of candidate set {name}", "DEER prompt",
+                               long_prompts[first], limit, len(long_prompts) - 1, "shorten the answer label")
+    rules = lama_rules(task, masked) if "contexts" in text_kinds else [None] * len(task.queries)
+    groups: dict[str, list[int]] = {}  # the statements scored, per candidate set
+    for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)):
+        if rule == "statement" or ("statements" in text_kinds and q.candidates != LARGE_SET):
+            groups.setdefault(q.candidates, []).append(i)
+    for name, rows in groups.items():
+        labels = task.candidate_sets[name].labels
+        long_answers, long_stems = long_statements(tokenizer, [statement(task.queries[i], "") for i in rows], labels, limit)
+        if long_answers:
+            first = min(long_answers)
+            raise too_long(f"answer {shorten(labels[first])!r} of candidate set {name}", "text", long_answers[first], limit,
+                           len(long_answers) - 1, "shorten the answer label")
+        if long_stems:
+            first = min(long_stems)
+            raise _benchmark_fit(task, rows[first], "longest statement", long_stems[first], limit, len(long_stems) - 1)

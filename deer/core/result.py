@@ -10,7 +10,8 @@ columns beside each other), ``metrics.json`` and ``metadata.json`` keyed by prob
 never mixed or reused.
 
 The BEAR data-set score gives one row per (instance, template) instead; its result is saved as
-``instances.parquet|csv``, ``metrics.json``, ``metadata.json`` and ``summary.md``.
+``instances.parquet|csv``, ``metrics.json``, ``metadata.json`` and ``summary.md``.  A cloze
+benchmark run (:class:`ClozeResult`) holds several probes' columns of those rows side by side.
 """
 
 from __future__ import annotations
@@ -169,6 +170,21 @@ class ProbeResult:
         if probe not in results:
             raise ValueError(f"{folder} holds no {probe} result (it has: {', '.join(results) or 'none'})")
         return results[probe]
+
+
+@dataclasses.dataclass
+class ClozeResult:
+    """Probes side by side on a cloze benchmark: one row per query (``deer.core.benchmark_rows``)."""
+
+    table: pd.DataFrame
+    metadata: dict
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_table(folder / "queries.parquet", self.table)
+        write_json(folder / "metadata.json", self.metadata)
+        return folder
 
 
 def join_results(results: Sequence[ProbeResult]) -> pd.DataFrame:

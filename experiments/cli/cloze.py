@@ -61,7 +61,7 @@ def echo_headline(metrics: dict) -> None:
               help="'lama', 'bear', 'bear-big', or a folder in the LAMA layout (relations.jsonl) or lm-pub-quiz's (BEAR).")
 @data_dir_option
 @model_options(multiple=True)
-@click.option("--probes", default="deer,lama,bear", show_default=True, help="Some of deer, lama, bear.")
+@click.option("--probes", default="deer,lama,bear", show_default=True, help="Registered probes that score a benchmark (deer probes lists them).")
 @click.option("--modes", default="template,template-free", show_default=True,
               help="LAMA: template (the relation's template) and/or template-free (the fact's first masked evidence sentence).")
 @click.option("--candidates", "candidate_kinds", default="common-vocab,relation", show_default=True,
@@ -99,12 +99,12 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     Several --model: one folder per model and orderings.md (the models ordered by each probe).
     Python: experiments.benchmarks.probe_benchmark / compare_models.
     """
-    from bear_ref.cloze_runner import PROBES
+    from deer.runner import benchmark_probe_names
 
-    probe_list = _split(probes)
-    unknown = [p for p in probe_list or [] if p not in PROBES]
+    probe_list, known = _split(probes), benchmark_probe_names()
+    unknown = [p for p in probe_list or [] if p not in known]
     if not probe_list or unknown:
-        raise click.BadParameter(f"choose from {', '.join(PROBES)}", param_hint="--probes")
+        raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")
     run_benchmark_command(kg, list(model_names) or ["smollm2-135m"], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
                           device=device, modes=_split(modes), candidate_kinds=_split(candidate_kinds), sources=_split(sources),
                           relations=_split(relations), max_facts=max_facts, seed=seed, bear_run=bear_run, bootstrap=bootstrap,
