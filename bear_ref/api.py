@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
 from deer.backends import DEFAULT_BACKEND, backend_class
-from deer.core.inputs import check_inputs
-from deer.core.model_spec import with_loading
-from deer.core.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
-from deer.core.result import ProbeResult
+from deer.platform.inputs import check_inputs
+from deer.platform.model_spec import with_loading
+from deer.platform.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
+from deer.platform.result import ProbeResult
 from deer.runner import run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 

@@ -37,12 +37,12 @@ from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import statement_scores
 from deer.backends import DEFAULT_BACKEND, open_backend
-from deer.core.benchmark_rows import query_frame, ranks_from_scores
-from deer.core.files import default_table_suffix, package_versions, read_table, write_json, write_table
-from deer.core.length_guard import long_statements, max_positions, too_long
-from deer.core.result import Metrics, ProbeResult, check_instances_folder
-from deer.core.stores import key_digest
-from deer.core.tables import markdown_table
+from deer.platform.benchmark_rows import query_frame, ranks_from_scores
+from deer.platform.files import default_table_suffix, package_versions, read_table, write_json, write_table
+from deer.platform.length_guard import long_statements, max_positions, too_long
+from deer.platform.result import Metrics, ProbeResult, check_instances_folder
+from deer.platform.stores import key_digest
+from deer.platform.tables import markdown_table
 from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement
 from kg_data.cloze import bear_cloze_task, shorten
 
@@ -85,7 +85,7 @@ def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = 
 
 
 def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.DataFrame:
-    """A probe's columns of a cloze run's rows (``deer.core.benchmark_rows``) on the BEAR data set as
+    """A probe's columns of a cloze run's rows (``deer.platform.benchmark_rows``) on the BEAR data set as
     an instances table: one row per (template, instance) with ids, gold score, prediction and rank."""
     answer_ids = {code: r.answer_ids for code, r in dataset.relations.items()}
     predicted = table[f"{probe}_predicted_index"].to_numpy()

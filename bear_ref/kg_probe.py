@@ -30,11 +30,11 @@ from tqdm.auto import tqdm
 from bear_ref.cloze_scoring import count_statements, statement_scores
 from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import bos_policy
-from deer.core.models import LoadedModel
-from deer.core.stores import EmbeddingStore, PendingParts
-from deer.core.templates import PromptTemplates
+from deer.platform.models import LoadedModel
+from deer.platform.stores import EmbeddingStore, PendingParts
+from deer.platform.templates import PromptTemplates
 from deer.probes import ProbeRequest, ProbeScores
-from kg_data.cloze import LARGE_SET, ClozeTask
+from kg_data.cloze import LARGE_SET
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
@@ -105,11 +105,8 @@ class BearProbe:
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
     options = {"pll_variant": "within_word_l2r"}
     text_kind = "statements"
-    tasks = ("kg", "benchmark")
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        if isinstance(request.queries, ClozeTask):
-            return self.score_benchmark(request)
         queries, loaded, templates = request.queries, request.loaded, request.templates
         started = time.perf_counter()
         scorer = request.backend.statement_scorer(request.options["pll_variant"])

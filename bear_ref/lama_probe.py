@@ -31,11 +31,11 @@ from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill
 from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import batch_token_ids, bos_id
-from deer.core.models import is_masked_lm
-from deer.core.result import tail_token_lengths
-from deer.core.templates import PromptTemplates, query_prompts
+from deer.platform.models import is_masked_lm
+from deer.platform.result import tail_token_lengths
+from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import ProbeRequest, ProbeScores
-from kg_data.cloze import ClozeTask, deer_query_text, lama_rules, mask_sentence
+from kg_data.cloze import deer_query_text, lama_rules, mask_sentence
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -191,11 +191,8 @@ class LamaProbe:
     summary = "log-probability of the tail's first token after the query"
     options = {"single_token": False}
     text_kind = "contexts"
-    tasks = ("kg", "benchmark")
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        if isinstance(request.queries, ClozeTask):
-            return self.score_benchmark(request)
         queries, loaded, templates = request.queries, request.loaded, request.templates
         started = time.perf_counter()
         single_token = request.options["single_token"]

@@ -25,10 +25,10 @@ import torch
 from deer.backends.boundary import split_statements
 from deer.backends.clm_scorer import SharedPrefixScorer
 from deer.backends.plain import plain_conditional_scores
-from deer.core.files import package_versions, write_json
-from deer.core.models import open_model
-from deer.core.templates import PromptTemplates
-from deer.core.work import WorkCounter
+from deer.platform.files import package_versions, write_json
+from deer.platform.models import open_model
+from deer.platform.templates import PromptTemplates
+from deer.platform.work import WorkCounter
 from kg_data import build_queries, load_kg
 
 LAYOUTS = SharedPrefixScorer.LAYOUTS

@@ -32,9 +32,9 @@ import torch
 from deer.backends.plain import plain_conditional_scores
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer, build_rows
-from deer.core.files import package_versions, write_json
-from deer.core.models import open_model
-from deer.core.work import WorkCounter
+from deer.platform.files import package_versions, write_json
+from deer.platform.models import open_model
+from deer.platform.work import WorkCounter
 from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset, save_lm_pub_quiz_folder
 
 

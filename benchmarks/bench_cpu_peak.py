@@ -27,9 +27,9 @@ import torch
 from bench_gpu import matmul_parameters, measured_peak  # run as a script: benchmarks/ is on sys.path
 
 from deer.backends.encoder import PromptEOLEncoder
-from deer.core.files import package_versions, write_json
-from deer.core.models import open_model
-from deer.core.templates import PromptTemplates
+from deer.platform.files import package_versions, write_json
+from deer.platform.models import open_model
+from deer.platform.templates import PromptTemplates
 from kg_data import load_kg
 
 

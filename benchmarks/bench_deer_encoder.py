@@ -19,9 +19,9 @@ import torch
 
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import token_ids
-from deer.core.files import package_versions, write_json
-from deer.core.models import open_model
-from deer.core.templates import PromptTemplates
+from deer.platform.files import package_versions, write_json
+from deer.platform.models import open_model
+from deer.platform.templates import PromptTemplates
 from kg_data import build_queries, load_kg
 
 

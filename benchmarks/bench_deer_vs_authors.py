@@ -45,9 +45,9 @@ import torch
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.shared_prefix import prefix_groups
 from deer.backends.tokenization import batch_token_ids
-from deer.core.files import package_versions, write_json
-from deer.core.models import open_model
-from deer.core.templates import PromptTemplates, query_prompts
+from deer.platform.files import package_versions, write_json
+from deer.platform.models import open_model
+from deer.platform.templates import PromptTemplates, query_prompts
 from kg_data import build_queries, load_kg
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,9 +31,9 @@ from scipy import stats as scipy_stats
 
 import bear_ref
 import deer
-from deer.core.files import package_versions, read_table, write_json, write_table, write_text
-from deer.core.models import open_model
-from deer.core.tables import markdown_table
+from deer.platform.files import package_versions, read_table, write_json, write_table, write_text
+from deer.platform.models import open_model
+from deer.platform.tables import markdown_table
 from experiments.runs import restrict_queries
 
 DTYPES = ("float32", "bfloat16", "float16")

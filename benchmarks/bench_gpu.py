@@ -39,10 +39,10 @@ import torch
 import bear_ref
 import deer
 from deer.backends.encoder import PromptEOLEncoder
-from deer.core.files import package_versions, write_json, write_text
-from deer.core.models import open_model
-from deer.core.tables import markdown_table
-from deer.core.templates import PromptTemplates, query_prompts
+from deer.platform.files import package_versions, write_json, write_text
+from deer.platform.models import open_model
+from deer.platform.tables import markdown_table
+from deer.platform.templates import PromptTemplates, query_prompts
 from experiments.runs import restrict_queries
 from kg_data.load import load_kg
 from kg_data.queries import queries_for

@@ -31,8 +31,8 @@ from bench_bear_dataset import predictions, template_statements  # run as a scri
 import bear_ref
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer
-from deer.core.files import package_versions, write_json
-from deer.core.models import open_model
+from deer.platform.files import package_versions, write_json
+from deer.platform.models import open_model
 from kg_data.bear import BearDataset, load_bear_dataset
 
 TASK_YAML = """task: bear_local

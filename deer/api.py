@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.inputs import as_query_set
-from deer.core.models import DEFAULT_MODEL
-from deer.core.result import ProbeResult
-from deer.core.templates import PromptTemplates
+from deer.platform.inputs import as_query_set
+from deer.platform.models import DEFAULT_MODEL
+from deer.platform.result import ProbeResult
+from deer.platform.templates import PromptTemplates
 from deer.runner import run_probe
 from kg_data.queries import QuerySet
 
@@ -71,10 +71,10 @@ def probe(
         ``metadata["length_guard"]`` and, changing the KG, in every cache key).
 
     distributed: inside a torch.distributed job (DDP), every process calls ``probe`` with the same
-        arguments and encodes its share of the prompts (``deer.core.distributed``); each gets the
+        arguments and encodes its share of the prompts (``deer.platform.distributed``); each gets the
         whole result, and only process 0 writes ``out``.  No ``cache`` then.
 
-    Every input is checked before the model is loaded (``deer.core.inputs.prepare``): a bad option
+    Every input is checked before the model is loaded (``deer.platform.inputs.prepare``): a bad option
     raises ``OptionError`` naming it, a bad data file ``KGFormatError`` naming file and line.
 
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).

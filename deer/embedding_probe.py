@@ -1,7 +1,7 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
 On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
-description (``deer.core.templates``); on a benchmark (``kg_data.cloze.ClozeTask``: LAMA, the BEAR
+description (``deer.platform.templates``); on a benchmark (``kg_data.cloze.ClozeTask``: LAMA, the BEAR
 data set) the query is ``deer_query_text`` (the statement up to the answer slot, or a
 fill-in-the-blank prompt when the answer comes first) and a candidate its answer's name and
 description (``candidate_prompt``), each query ranking its own candidate set.
@@ -25,14 +25,14 @@ from tqdm.auto import tqdm
 
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import bos_policy
-from deer.core.distributed import ShardedEncoder
-from deer.core.models import LoadedModel
-from deer.core.ranking import normalize_rows
-from deer.core.stores import EmbeddingStore, PendingParts
-from deer.core.templates import candidate_prompt, query_prompts
-from deer.core.validate import warn
+from deer.platform.distributed import ShardedEncoder
+from deer.platform.models import LoadedModel
+from deer.platform.ranking import normalize_rows
+from deer.platform.stores import EmbeddingStore, PendingParts
+from deer.platform.templates import candidate_prompt, query_prompts
+from deer.platform.validate import warn
 from deer.probes import ProbeRequest, ProbeScores
-from kg_data.cloze import ClozeTask, deer_query_text
+from kg_data.cloze import deer_query_text
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
@@ -146,7 +146,7 @@ class DeerProbe:
     Options: ``query_embeddings``, (n_queries, d) vectors already computed for these queries with
     these templates (LAMA's pass makes them), so only the candidates are encoded.  With
     ``distributed`` (set by the runner) the forward passes are shared between the processes of a
-    torch.distributed job (``deer.core.distributed.ShardedEncoder``); every process gets every vector.
+    torch.distributed job (``deer.platform.distributed.ShardedEncoder``); every process gets every vector.
     The result keeps ``arrays["query_embeddings"]`` and ``arrays["entity_embeddings"]``.
     """
 
@@ -154,12 +154,9 @@ class DeerProbe:
     summary = "PromptEOL embeddings of queries and described tails, cosine ranking"
     options = {"query_embeddings": None}
     text_kind = "prompts"
-    tasks = ("kg", "benchmark")
     causal_lm_only = True  # PromptEOL reads a causal LM's last state
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        if isinstance(request.queries, ClozeTask):
-            return self.score_benchmark(request)
         queries, loaded, templates = request.queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
         kg = queries.kg

@@ -3,7 +3,7 @@
 A probe says which texts it feeds the model (so the length guard can check them before any
 forward pass) and turns a model into scores for a task: a KG's query set (one candidate set, with
 known-true filters) -- a (queries x candidates) matrix, higher = better, or query and candidate
-vectors ranked by cosine -- and, where it declares ``tasks`` with "benchmark", a cloze benchmark
+vectors ranked by cosine (``score``) -- and, where it has ``score_benchmark``, a cloze benchmark
 (``kg_data.cloze.ClozeTask``: each query over its own named candidate set) -- a score row per query
 over its set.  It never ranks, saves or caches results: the runner (``deer.runner``) does that once
 for every probe and every task.  A probe may hand an array to a later probe of the same run: one it
@@ -40,9 +40,9 @@ class ProbeRequest:
     options (its ``options`` defaults, updated by the caller)."""
 
     queries: Any  # the task: kg_data.queries.QuerySet, or a benchmark's kg_data.cloze.ClozeTask
-    loaded: Any  # deer.core.models.LoadedModel
+    loaded: Any  # deer.platform.models.LoadedModel
     backend: Any  # deer.backends.Backend
-    templates: Any  # deer.core.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
+    templates: Any  # deer.platform.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
     store_root: Path | None = None
     show_progress: bool = True
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -76,8 +76,8 @@ class Probe(Protocol):
     summary: str  # one line for --help and listings
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
-    # Optional: ``tasks`` (default ("kg",); "benchmark" if it scores a ClozeTask) and ``causal_lm_only``
-    # (default False: True refuses a masked LM before any work).
+    # Optional: ``score_benchmark(request)`` (it scores a cloze benchmark: ``request.queries`` is a
+    # ClozeTask) and ``causal_lm_only`` (default False: True refuses a masked LM before any work).
 
     def score(self, request: ProbeRequest) -> ProbeScores: ...
 
@@ -117,14 +117,14 @@ def get_probe(name: str) -> Probe:
     return probe
 
 
-def scores_tasks(probe: Probe, kind: str) -> bool:
-    """Whether ``probe`` scores tasks of ``kind`` ("kg" or "benchmark")."""
-    return kind in getattr(probe, "tasks", ("kg",))
+def scores_benchmarks(probe: Probe) -> bool:
+    """Whether ``probe`` scores a cloze benchmark (it has ``score_benchmark``)."""
+    return callable(getattr(probe, "score_benchmark", None))
 
 
 def check_model_kind(probe: Probe, loaded) -> None:
     """Refuse, before any work, a masked LM for a probe that reads a causal LM only."""
-    from deer.core.models import is_masked_lm
+    from deer.platform.models import is_masked_lm
 
     if getattr(probe, "causal_lm_only", False) and is_masked_lm(loaded.model):
         raise ValueError(f"the {probe.name} probe needs a causal LM; {loaded.name} is a masked LM "

@@ -1,7 +1,7 @@
 """The runner: probes, a task, a model and the options -> a result, the same way for every probe.
 
     check inputs -> read the data -> load the model -> length guard (the probes' texts)
-    -> probe.score -> rank (one kernel, ``deer.core.ranking``) -> metrics -> save
+    -> probe.score -> rank (one kernel, ``deer.platform.ranking``) -> metrics -> save
 
 Probes (``deer.probes``) only score; ranking, metrics, the result types, stores and saving are
 made here once.  A task has one of two shapes, and a result the matching one:
@@ -29,18 +29,18 @@ from typing import Any
 import pandas as pd
 
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
-from deer.core.benchmark_rows import RANK_RULE, query_frame, ranks_from_scores, task_digest
-from deer.core.distributed import world
-from deer.core.files import package_versions, read_table, write_json, write_table
-from deer.core.inputs import as_templates, checked_out_folder, prepare, store_root
-from deer.core.length_guard import guard_benchmark_lengths
-from deer.core.model_spec import with_loading
-from deer.core.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
-from deer.core.ranking import rank_cosine, rank_scores
-from deer.core.result import ClozeResult, ProbeResult, kg_result, run_metadata
-from deer.core.templates import PromptTemplates
-from deer.core.validate import OptionError
-from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, scores_tasks
+from deer.platform.benchmark_rows import RANK_RULE, query_frame, ranks_from_scores, task_digest
+from deer.platform.distributed import world
+from deer.platform.files import package_versions, read_table, write_json, write_table
+from deer.platform.inputs import as_templates, checked_out_folder, prepare, store_root
+from deer.platform.length_guard import guard_benchmark_lengths
+from deer.platform.model_spec import with_loading
+from deer.platform.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
+from deer.platform.ranking import rank_cosine, rank_scores
+from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
+from deer.platform.templates import PromptTemplates
+from deer.platform.validate import OptionError
+from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, scores_benchmarks
 from kg_data.cloze import ClozeTask
 
 BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when none are named
@@ -116,7 +116,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     model: an alias, hub id or folder (loaded with ``dtype`` on ``device``), or a model object with
         ``tokenizer=``, a (model, tokenizer) pair or a ``LoadedModel``, used as it is.
     model_kwargs, adapter: for a model given by name, keywords for ``from_pretrained`` (trust_remote_code,
-        attn_implementation, revision, ...) and a PEFT adapter merged into it (``deer.core.model_spec``).
+        attn_implementation, revision, ...) and a PEFT adapter merged into it (``deer.platform.model_spec``).
     backend: what runs the model (``deer.backends``): 'hf' (the optimised kernels) or 'plain' (one whole
         forward pass per prompt or statement, a cross-check: it never reads or writes stores).
     cache: the probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` (default
@@ -127,8 +127,6 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     Every input is checked before the model is loaded.
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
-    if not scores_tasks(probe, "kg"):
-        raise ValueError(f"the {probe.name} probe scores no KG queries")
     backend_class(backend)  # an unknown backend fails before any work
     model = with_loading(model, model_kwargs, adapter)
     selection, templates, budget, options = gather_options(selection, templates, budget, options)
@@ -179,7 +177,7 @@ def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResul
 
 def benchmark_probe_names() -> list[str]:
     """The registered probes that score a cloze benchmark."""
-    return [name for name in probe_names() if scores_tasks(get_probe(name), "benchmark")]
+    return [name for name in probe_names() if scores_benchmarks(get_probe(name))]
 
 
 def benchmark_probes(names: Sequence[str]) -> list[Probe]:
@@ -243,7 +241,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
         options = {**probe.options, **{name: array for name, array in handed.items() if name in probe.options}}
         started = time.perf_counter()
         with evaluation_mode(loaded.model):
-            scored = probe.score(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
+            scored = probe.score_benchmark(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
         frame = ranks_from_scores(task, scored.scores, probe.name)
         for column, values in scored.columns.items():  # named by the probe (``lama_rule``)
             frame[column] = values

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.core.metrics import rank_metrics
+from deer.platform.metrics import rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun, check_distinct_labels, result_header

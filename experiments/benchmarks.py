@@ -22,11 +22,11 @@ from pathlib import Path
 import pandas as pd
 
 from bear_ref.cloze_scoring import single_token_words
-from deer.core.files import write_json, write_text
-from deer.core.inputs import check_inputs, store_root
-from deer.core.model_spec import with_loading
-from deer.core.models import as_loaded_model, evaluation_mode, is_masked_lm
-from deer.core.tables import markdown_table
+from deer.platform.files import write_json, write_text
+from deer.platform.inputs import check_inputs, store_root
+from deer.platform.model_spec import with_loading
+from deer.platform.models import as_loaded_model, evaluation_mode, is_masked_lm
+from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown

@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from bear_ref.dataset import PROBE, bear_format, bear_metrics, find_instances_table
-from deer.core.files import read_table, write_json, write_table, write_text
-from deer.core.models import LoadedModel
-from deer.core.result import ClozeResult
-from deer.core.tables import markdown_table
+from deer.platform.files import read_table, write_json, write_table, write_text
+from deer.platform.models import LoadedModel
+from deer.platform.result import ClozeResult
+from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
 from kg_data.bear import BearDataset
 

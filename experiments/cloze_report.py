@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from deer.core.tables import format_number, markdown_table
+from deer.platform.tables import format_number, markdown_table
 from experiments.stats import bootstrap_interval, caveat_lines, pearson_r, rank_correlations, small_sample_note
 
 KS = (1, 10)

@@ -5,7 +5,7 @@ switches the caller's backend (a notebook keeps its inline figures) and nothing 
 ``ExperimentOutput.figure`` saves it (``Figure.savefig`` renders with Agg by itself).
 
 matplotlib is the optional ``plots`` extra: it is imported when a figure is made, and without it
-that call raises :class:`deer.core.extras.MissingExtraError` naming the extra.
+that call raises :class:`deer.platform.extras.MissingExtraError` naming the extra.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deer.core.extras import import_extra
+from deer.platform.extras import import_extra
 
 PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
 FEATURE = "The experiments' figures"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.extras import import_extra
+from deer.platform.extras import import_extra
 from experiments.runs import ProbeRun, run_probes
 from kg_data.queries import QuerySet
 
@@ -62,7 +62,7 @@ def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Seq
 def _encode_task(model_name: str, dtype: str, device: str, texts: Sequence[str], special_tokens: str,
                  token_budget: int | None) -> tuple[str, np.ndarray]:
     from deer.backends.encoder import PromptEOLEncoder
-    from deer.core.models import open_model
+    from deer.platform.models import open_model
 
     loaded = open_model(model_name, dtype=dtype, device=device)
     encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=False,
@@ -77,9 +77,9 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     prompt store that ``deer.probe(..., cache=True)`` reads, encoding only what it does not hold yet.
     ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again).
     Returns the store's folder."""
-    from deer.core.inputs import store_root
-    from deer.core.models import open_model
     from deer.embedding_probe import prompt_id, prompt_store
+    from deer.platform.inputs import store_root
+    from deer.platform.models import open_model
 
     if loaded is None:  # the store's key: weights, tokenizer, dtype
         loaded = open_model(model_name, dtype=dtype, device=device)

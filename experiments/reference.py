@@ -15,7 +15,7 @@ from collections.abc import Callable
 from bear_ref.lama_probe import restrict_to_single_token
 from deer.backends.plain import plain_conditional_scores
 from deer.backends.statement_scorer import StatementScorer
-from deer.core.work import WorkCounter
+from deer.platform.work import WorkCounter
 
 TIMED_SCORERS = ("bear_ref", "plain")
 

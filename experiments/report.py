@@ -16,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from deer.core.extras import MissingExtraError
-from deer.core.files import save_figure, write_json, write_table, write_text
-from deer.core.tables import markdown_table  # noqa: F401 (experiments.report.markdown_table: the one writer)
+from deer.platform.extras import MissingExtraError
+from deer.platform.files import save_figure, write_json, write_table, write_text
+from deer.platform.tables import markdown_table  # noqa: F401 (experiments.report.markdown_table: the one writer)
 
 
 def distinct_labels(names) -> list[str]:

@@ -2,7 +2,7 @@
 
 A run folder is what ``ProbeResult.save`` writes (``deer probe`` and the bear_ref probes): ``ranks.parquet|csv`` with
 a row per query and ``{probe}_rank_raw|filtered`` columns, plus ``metrics.json`` and
-``metadata.json`` keyed by probe, and ``run_spec.json``: the one run spec (``deer.core.run_spec``)
+``metadata.json`` keyed by probe, and ``run_spec.json``: the one run spec (``deer.platform.run_spec``)
 every probe in the folder was run with.  Experiments only read those; they never rank anything.
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.core.files import read_table
-from deer.core.models import LoadedModel, open_model
-from deer.core.result import ProbeResult, find_ranks_table, join_results, load_results
-from deer.core.run_spec import RunSpec, spec_folder
+from deer.platform.files import read_table
+from deer.platform.models import LoadedModel, open_model
+from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results
+from deer.platform.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
 from kg_data.queries import QuerySet, queries_for
 
@@ -197,7 +197,7 @@ def model_label(model_name: str) -> str:
 
 def run_identity(run: ProbeRun) -> RunSpec | None:
     """The run spec a run's DEER ranks were made under (weights fingerprint, tokenizer, dtype, queries,
-    templates; ``deer.core.run_spec``); None where the metadata does not record it."""
+    templates; ``deer.platform.run_spec``); None where the metadata does not record it."""
     spec = run.metadata.get("deer", {}).get("run_spec")
     return RunSpec.from_dict(spec) if spec else None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.core.metrics import adjusted_index, rank_metrics
+from deer.platform.metrics import adjusted_index, rank_metrics
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import ProbeRun, check_distinct_labels, result_header, same_weights
@@ -35,7 +35,7 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
         if f"{name}_se" in metrics:
             row[f"{name}_se"] = metrics[f"{name}_se"]
     row["mr"] = metrics.get("mr", float("nan"))
-    # Chance-adjusted (deer.core.metrics.adjusted_index): comparable across runs whose candidate counts differ.
+    # Chance-adjusted (deer.platform.metrics.adjusted_index): comparable across runs whose candidate counts differ.
     baseline = run.metrics.get(probe, {}).get("random_baseline", {}).get(rank_type)
     if baseline and baseline.get("n") == metrics["n"]:
         row.update({f"{name}_adjusted": value for name, value in adjusted_index(metrics, baseline).items()})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deer.core.files import write_json, write_table, write_text
+from deer.platform.files import write_json, write_table, write_text
 
 PAPER_POINTS = [
     {"pair": "deer vs lama", "model": "OPT-125M", "parameters": 125e6, "r": 0.37, "source": "DEER paper Table 4"},

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from deer.core.models import open_model
-from deer.core.templates import PromptTemplates
 from deer.integrations.training import DeerCallback, probe_during_training
+from deer.platform.models import open_model
+from deer.platform.templates import PromptTemplates
 from experiments import plots
 from experiments.report import ExperimentOutput
 from kg_data.load import load_kg

@@ -1,4 +1,4 @@
-"""The plain rank rule, written for clarity: the oracle the rank kernel (deer.core.ranking) is tested against."""
+"""The plain rank rule, written for clarity: the oracle the rank kernel (deer.platform.ranking) is tested against."""
 
 from __future__ import annotations
 

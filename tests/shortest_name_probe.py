@@ -20,17 +20,22 @@ class ShortestNameProbe:
     summary = "a baseline: shorter candidate names rank higher, whatever the query"
     options = {"by": "characters"}  # or "words"
     text_kind = None  # feeds the model nothing: no length guard needed
-    tasks = ("kg", "benchmark")
 
-    def score(self, request: ProbeRequest) -> ProbeScores:
+    def score(self, request: ProbeRequest) -> ProbeScores:  # a KG's queries: one candidate set
+        queries = request.queries
+        scores = self.minus_lengths(request, [queries.kg.entity_names[e] for e in queries.candidates])
+        return ProbeScores(scores=np.broadcast_to(scores, (len(queries), len(scores))).copy(), metadata=self.rule(request))
+
+    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:  # each query over its own candidate set
+        task = request.queries
+        return ProbeScores(scores={i: self.minus_lengths(request, task.candidate_set(q).labels) for i, q in enumerate(task.queries)},
+                           metadata=self.rule(request))
+
+    @staticmethod
+    def minus_lengths(request: ProbeRequest, names) -> np.ndarray:
         by_words = request.options["by"] == "words"
+        return -np.asarray([len(n.split()) if by_words else len(n) for n in names], dtype=np.float64)
 
-        def minus_lengths(names) -> np.ndarray:
-            return -np.asarray([len(n.split()) if by_words else len(n) for n in names], dtype=np.float64)
-
-        task, metadata = request.queries, {"rule": f"shorter name first, by {request.options['by']}"}
-        if hasattr(task, "candidate_sets"):  # a benchmark: each query over its own candidate set
-            return ProbeScores(scores={i: minus_lengths(task.candidate_set(q).labels) for i, q in enumerate(task.queries)},
-                               metadata=metadata)
-        scores = minus_lengths([task.kg.entity_names[e] for e in task.candidates])
-        return ProbeScores(scores=np.broadcast_to(scores, (len(task), len(scores))).copy(), metadata=metadata)
+    @staticmethod
+    def rule(request: ProbeRequest) -> dict:
+        return {"rule": f"shorter name first, by {request.options['by']}"}

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 import bear_ref
 import deer
-from deer.core.files import read_table
-from deer.core.result import find_ranks_table
+from deer.platform.files import read_table
+from deer.platform.result import find_ranks_table
 from experiments.cli import main
 from kg_data import build_queries, load_kg
 
@@ -163,8 +163,8 @@ def test_readme_python_example_runs_as_written(tiny_kg_dir, tiny_clm_dir, tmp_pa
 def test_loose_keywords_and_option_objects_are_one_thing(tiny_kg_dir):
     """run_probe gathers split=/k_shot=/token_budget= into QuerySelection/PromptTemplates/Budget; a
     keyword that its given object would override is refused by name before any model is loaded."""
-    from deer.core.templates import PromptTemplates
-    from deer.core.validate import OptionError
+    from deer.platform.templates import PromptTemplates
+    from deer.platform.validate import OptionError
     from deer.runner import Budget, QuerySelection, gather_options
 
     selection, templates, budget, rest = gather_options(None, None, None, {"split": "valid", "subset": 3, "k_shot": 2,
@@ -184,7 +184,7 @@ def test_a_result_prints_as_one_line():
     """Issue 22.7: repr(ProbeResult) printed the whole table and metadata (~10 kB in a notebook)."""
     import pandas as pd
 
-    from deer.core.result import Metrics, ProbeResult
+    from deer.platform.result import Metrics, ProbeResult
 
     result = ProbeResult("deer", pd.DataFrame({"deer_rank_raw": range(1000)}), Metrics({"filtered": {"n": 1000, "mrr": 0.25}}, "filtered"),
                          {"model": {"name": "smollm2-135m"}, "work": list(range(2000))})

@@ -12,7 +12,7 @@ import pytest
 import bear_ref
 import deer
 from deer.backends import backend_names, open_backend
-from deer.core.models import as_loaded_model
+from deer.platform.models import as_loaded_model
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
 from tests.test_equivalence import VECTOR_RTOL, tiny_model

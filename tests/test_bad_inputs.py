@@ -174,7 +174,7 @@ def test_bad_input_is_one_line_before_any_work(name, build, expected, tmp_path, 
     before = _snapshot(tmp_path)
 
     loads = []
-    import deer.core.models as models
+    import deer.platform.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a) or pytest.fail("a model was loaded"))
     result = CliRunner().invoke(main, args)
@@ -226,7 +226,7 @@ def test_long_descriptions_can_be_cut_to_fit(tmp_path, tiny_kg_dir, tiny_clm_dir
     from transformers import AutoTokenizer
 
     from deer.backends.tokenization import batch_token_ids
-    from deer.core.templates import PromptTemplates
+    from deer.platform.templates import PromptTemplates
 
     tokens = batch_token_ids(AutoTokenizer.from_pretrained(tiny_clm_dir), [PromptTemplates.tail_prompt(kg, 2)])[0]
     assert 2048 - 64 <= len(tokens) <= 2048
@@ -235,7 +235,7 @@ def test_long_descriptions_can_be_cut_to_fit(tmp_path, tiny_kg_dir, tiny_clm_dir
 def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_file(tmp_path, tiny_kg_dir, monkeypatch):
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("DEER_DEBUG", raising=False)
-    import deer.core.inputs as inputs
+    import deer.platform.inputs as inputs
 
     def broken(*args, **kwargs):
         raise TypeError("an internal bug")
@@ -254,7 +254,7 @@ def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_file(tmp_path, 
 
 def test_few_shot_shortfall_is_a_warning_and_recorded(tmp_path, tiny_kg_dir, tiny_clm):
     import deer
-    from deer.core.validate import DeerWarning
+    from deer.platform.validate import DeerWarning
 
     with pytest.warns(DeerWarning, match="4 of 4 queries get fewer than k_shot=20"):
         result = deer.probe(str(tiny_kg_dir), tiny_clm, k_shot=20, show_progress=False)

@@ -13,9 +13,9 @@ import bear_ref
 from bear_ref.kg_probe import bear_kg_scores
 from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import batch_token_ids
-from deer.core.models import open_model
-from deer.core.result import find_ranks_table
-from deer.core.templates import PromptTemplates
+from deer.platform.models import open_model
+from deer.platform.result import find_ranks_table
+from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data import build_queries, load_kg
 from tests.ranking_oracle import rank_of

@@ -9,7 +9,7 @@ from deer.backends.boundary import move_trailing_whitespace, split_statements
 from deer.backends.clm_scorer import SharedPrefixScorer
 from deer.backends.plain import plain_conditional_scores, statement_ids_and_start
 from deer.backends.tokenization import token_ids
-from deer.core.templates import PromptTemplates
+from deer.platform.templates import PromptTemplates
 from kg_data import build_queries, load_kg
 
 CONTEXT = "(dog, hypernym, mammal)\n(cat, hypernym, animal)\n(oak, hypernym,"

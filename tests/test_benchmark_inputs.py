@@ -16,8 +16,8 @@ from click.testing import CliRunner
 import bear_ref
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.statement_scorer import StatementScorer
-from deer.core import models
-from deer.core.length_guard import PromptTooLongError
+from deer.platform import models
+from deer.platform.length_guard import PromptTooLongError
 from experiments.benchmarks import probe_benchmark
 from experiments.cli import main
 from kg_data.bear import METADATA_FILE, load_bear_dataset

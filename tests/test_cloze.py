@@ -15,8 +15,8 @@ import torch
 
 from bear_ref.cloze_scoring import mask_fill_logprobs, single_token_words
 from deer.backends.tokenization import batch_token_ids
-from deer.core.models import LoadedModel
-from deer.core.templates import candidate_prompt
+from deer.platform.models import LoadedModel
+from deer.platform.templates import candidate_prompt
 from deer.runner import run_cloze
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
 from kg_data.bear import BearDataset, BearRelation, load_bear_dataset

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from deer.core.templates import PromptTemplates
+from deer.platform.templates import PromptTemplates
 from experiments.cli.options import kg_options, template_options
 from experiments.cli.probes import prepare_queries
 
@@ -156,7 +156,7 @@ def relative_errors(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 def test_embeddings_match_the_packages_encoder(tmp_path, tokenizer_adds_bos):
     from deer.backends.encoder import PromptEOLEncoder
     from deer.backends.tokenization import token_ids
-    from deer.core.models import load_model
+    from deer.platform.models import load_model
 
     kg, queries, templates = cli_setup("--template-style", "authors")
     prompts = [templates.query_prompt(kg, tuple(t)) for t in queries.triples.tolist()]

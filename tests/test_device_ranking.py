@@ -1,4 +1,4 @@
-"""The one rank kernel (deer.core.ranking.rank_chunk) on every device equals the plain rank rule.
+"""The one rank kernel (deer.platform.ranking.rank_chunk) on every device equals the plain rank rule.
 
 Given a score matrix the ranks must be those of the plain oracle (tests/ranking_oracle.py: ties,
 NaN/inf, filtered tails and an excluded head included), the top k its stable sort, and the head flags
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from deer.core.ranking import normalize_rows, rank_chunk, rank_cosine, rank_scores
+from deer.platform.ranking import normalize_rows, rank_chunk, rank_cosine, rank_scores
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
 from tests.ranking_oracle import plain_top_k, rank_of

@@ -9,8 +9,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from deer.core.extras import MissingExtraError, import_extra
-from deer.core.models import ModelUnavailableError, resolve_model
+from deer.platform.extras import MissingExtraError, import_extra
+from deer.platform.models import ModelUnavailableError, resolve_model
 from experiments.cli import main
 
 

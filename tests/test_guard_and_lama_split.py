@@ -17,9 +17,9 @@ from deer.backends import open_backend
 from deer.backends.boundary import move_trailing_whitespace, split_statements
 from deer.backends.plain import plain_logprobs
 from deer.backends.tokenization import token_ids
-from deer.core.length_guard import PromptTooLongError, guard_prompt_lengths
-from deer.core.models import as_loaded_model, open_model
-from deer.core.templates import PromptTemplates
+from deer.platform.length_guard import PromptTooLongError, guard_prompt_lengths
+from deer.platform.models import as_loaded_model, open_model
+from deer.platform.templates import PromptTemplates
 from deer.probes import ProbeRequest
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for

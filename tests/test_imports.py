@@ -6,11 +6,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("deer", "bear_ref", "kg_data", "experiments")
 
 # Layer of a module (by longest matching prefix) and the layers it may import.  Top to bottom:
-# cli -> experiments -> api -> probes -> core -> kg_data.
+# cli -> experiments -> api -> probes -> core (deer.platform, deer.backends, deer.probes) -> kg_data.
 LAYERS = {
     "experiments.cli": "cli",
     "experiments": "experiments",
@@ -22,7 +24,8 @@ LAYERS = {
     "deer.runner": "api",  # task + probes + model -> result, for every probe and both task shapes (KG, benchmark)
     "deer.probes": "core",  # the probe protocol and registry (names only; probes register through entry points)
     "deer.backends": "core",  # the model-facing kernels and the backends that hold them
-    "deer.core": "core",
+    "deer.platform": "core",  # the platform every probe and task shares
+    "deer.core": "package",  # its old name: a redirect that imports nothing of the project
     "deer": "package",  # deer/__init__.py and deer/lazy_exports.py: names only, imported lazily
     "kg_data": "data",
 }
@@ -112,7 +115,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_walk_sees_the_modules_and_their_imports():
     graph = import_graph()
-    assert {"experiments.cli", "deer.core.result", "bear_ref.api", "experiments.runs", "kg_data.fetch"} <= set(graph)
+    assert {"experiments.cli", "deer.platform.result", "bear_ref.api", "experiments.runs", "kg_data.fetch"} <= set(graph)
     assert "deer.probes" in graph["deer.embedding_probe"]
     assert "experiments.cli.options" in graph["experiments.cli.probes"]
 
@@ -155,3 +158,16 @@ def test_nothing_imports_the_cli():
     offenders = [f"{module} imports {target}" for module, targets in import_graph().items() for target in targets
                  if layer_of(target) == "cli" and layer_of(module) != "cli"]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_platforms_old_name_still_imports_the_same_modules():
+    import importlib
+
+    import deer.platform.ranking
+
+    with pytest.warns(DeprecationWarning, match="deer.core is now deer.platform"):
+        importlib.reload(importlib.import_module("deer.core"))
+    from deer.core.ranking import rank_chunk
+
+    assert rank_chunk is deer.platform.ranking.rank_chunk
+    assert importlib.import_module("deer.core.models") is importlib.import_module("deer.platform.models")

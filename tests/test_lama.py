@@ -15,9 +15,9 @@ import deer
 from bear_ref.lama_probe import first_token_ids, restrict_to_single_token
 from deer.backends.plain import statement_ids_and_start
 from deer.backends.tokenization import token_ids
-from deer.core.models import open_model
-from deer.core.result import find_ranks_table
-from deer.core.templates import PromptTemplates
+from deer.platform.models import open_model
+from deer.platform.result import find_ranks_table
+from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data import build_queries, load_kg
 from tests.ranking_oracle import rank_of

@@ -204,7 +204,7 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
     from transformers import AutoTokenizer
 
     from deer.backends.statement_scorer import StatementScorer
-    from deer.core.models import open_model
+    from deer.platform.models import open_model
 
     folder, spec = parity_dataset
     loaded = open_model(str(tiny_clm_dir))

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 
-from deer.core import files, models
+from deer.platform import files, models
 
 
 def test_a_bundled_model_is_converted_once_by_concurrent_processes(tmp_path, monkeypatch):

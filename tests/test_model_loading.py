@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 import deer
-from deer.core.model_spec import ModelSpec, with_loading
-from deer.core.models import ModelUnavailableError, open_model
-from deer.core.validate import OptionError
+from deer.platform.model_spec import ModelSpec, with_loading
+from deer.platform.models import ModelUnavailableError, open_model
+from deer.platform.validate import OptionError
 from experiments.cli import main
 
 peft = pytest.importorskip("peft")

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deer.core.files import read_table
-from deer.core.result import ProbeResult, find_ranks_table, load_results
-from deer.core.stores import EmbeddingStore, PendingParts, flush_seconds
 from deer.embedding_probe import encode_through_store
+from deer.platform.files import read_table
+from deer.platform.result import ProbeResult, find_ranks_table, load_results
+from deer.platform.stores import EmbeddingStore, PendingParts, flush_seconds
 
 # Entity encoding of this many synthetic entities takes a few seconds with the tiny model and a
 # small token budget: long enough to interrupt it after its first part.
@@ -170,7 +170,7 @@ def test_probe_and_lama_into_one_folder_at_once(tmp_path, tiny_kg_dir, tiny_clm_
 @pytest.fixture()
 def tiny_result(tiny_kg_dir, tiny_clm_dir) -> ProbeResult:
     import deer
-    from deer.core.templates import PromptTemplates
+    from deer.platform.templates import PromptTemplates
     from kg_data import build_queries
     from kg_data.textual import load_textual_kg
 
@@ -341,7 +341,7 @@ class InterruptedScorer:
 
 def test_bear_keeps_the_rows_scored_before_an_interrupt(tmp_path, tiny_kg_dir):
     from bear_ref.kg_probe import bear_kg_scores
-    from deer.core.templates import PromptTemplates
+    from deer.platform.templates import PromptTemplates
     from kg_data import build_queries
     from kg_data.textual import load_textual_kg
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import deer
-from deer.core.files import read_table
-from deer.core.models import open_model
-from deer.core.ranking import normalize_rows
-from deer.core.result import find_ranks_table
-from deer.core.stores import CacheKeyMismatch, EmbeddingStore
-from deer.core.templates import PromptTemplates
+from deer.platform.files import read_table
+from deer.platform.models import open_model
+from deer.platform.ranking import normalize_rows
+from deer.platform.result import find_ranks_table
+from deer.platform.stores import CacheKeyMismatch, EmbeddingStore
+from deer.platform.templates import PromptTemplates
 from kg_data import build_queries
 from kg_data.textual import load_textual_kg
 from tests.ranking_oracle import rank_of
@@ -88,8 +88,8 @@ def test_store_never_uses_a_mismatching_key(tmp_path):
 def test_different_template_or_model_gets_another_store(tmp_path, tiny_setup):
     """One prompt store per model (weights, tokenizer, dtype, BOS) and special-token policy; inside it each
     vector is keyed by its prompt's text, so other templates are other keys."""
-    from deer.core.templates import query_prompts
     from deer.embedding_probe import prompt_id, prompt_store
+    from deer.platform.templates import query_prompts
 
     kg, queries, loaded = tiny_setup
 
@@ -116,7 +116,7 @@ def test_atomic_writes_are_readable_files(tmp_path):
     import os
     import stat
 
-    from deer.core.files import atomic_write_bytes
+    from deer.platform.files import atomic_write_bytes
 
     target = tmp_path / "out.json"
     atomic_write_bytes(target, b"{}")
@@ -132,7 +132,7 @@ def test_atomic_writes_are_readable_files(tmp_path):
 def test_run_spec_round_trips_and_names_its_differences(tiny_setup):
     import dataclasses
 
-    from deer.core.run_spec import RunSpec
+    from deer.platform.run_spec import RunSpec
 
     kg, queries, loaded = tiny_setup
     spec = RunSpec.build(queries, loaded, PromptTemplates(k_shot=2))
@@ -151,7 +151,7 @@ def test_run_spec_round_trips_and_names_its_differences(tiny_setup):
 def test_default_folder_names_are_readable_and_differ_per_spec(tiny_setup):
     import dataclasses
 
-    from deer.core.run_spec import RunSpec, run_folder_name
+    from deer.platform.run_spec import RunSpec, run_folder_name
 
     kg, queries, loaded = tiny_setup
 
@@ -176,7 +176,7 @@ def test_default_folder_names_are_readable_and_differ_per_spec(tiny_setup):
 def test_a_folder_refuses_probes_of_another_spec(tmp_path, tiny_setup):
     import dataclasses
 
-    from deer.core.result import Metrics, ProbeResult
+    from deer.platform.result import Metrics, ProbeResult
 
     kg, queries, loaded = tiny_setup
     out = tmp_path / "run"
@@ -248,8 +248,8 @@ def test_the_python_api_caches_only_when_asked_and_never_on_a_training_identity(
     """Issue 22.8: the Python API writes nothing unless asked (cache=True reuses the stores as the CLI
     does); a model whose fingerprint is an identity given for it (a model in training) is never cached on."""
     import deer
-    from deer.core.models import LoadedModel, training_identity
-    from deer.core.validate import OptionError
+    from deer.platform.models import LoadedModel, training_identity
+    from deer.platform.validate import OptionError
 
     _, queries, loaded = tiny_setup
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deer.core.validate import DeerWarning
 from deer.embedding_probe import LARGE_ENCODING
+from deer.platform.validate import DeerWarning
 from tests.test_cloze import write_lama
 from tests.test_no_lost_work import CLI, cli_env, interrupt_after_first_part, run_cli
 

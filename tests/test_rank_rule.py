@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from bear_ref.dataset import score_relation
-from deer.core.ranking import rank_cosine
+from deer.platform.ranking import rank_cosine
 from kg_data.bear import BearRelation
 
 
@@ -57,11 +57,11 @@ def test_cosine_ranking_takes_ranks_and_top_k_from_one_score_chunk(monkeypatch):
 
 
 def test_benchmark_rows_ranked_in_chunks_equal_one_query_at_a_time():
-    """deer.core.benchmark_rows ranks rows of one width together; one query per kernel call (chunk_rows=1)
+    """deer.platform.benchmark_rows ranks rows of one width together; one query per kernel call (chunk_rows=1)
     gives the same table, with ties, NaN gold scores, unscored queries and two candidate-set widths."""
     import pandas as pd
 
-    from deer.core.benchmark_rows import ranks_from_scores
+    from deer.platform.benchmark_rows import ranks_from_scores
     from kg_data.bear import BearDataset
     from kg_data.cloze import bear_cloze_task
 

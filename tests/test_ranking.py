@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deer.core.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
-from deer.core.ranking import (
+from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
+from deer.platform.ranking import (
     candidate_counts,
     gold_ranks_from_scores,
     normalize_rows,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deer.core.templates import PromptTemplates
+from deer.platform.templates import PromptTemplates
 from experiments.runs import run_probes
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
@@ -43,8 +43,8 @@ def test_a_series_on_ray_equals_the_sequential_screen(three_checkpoints, tiny_kg
 
 def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir, tiny_kg_dir, tmp_path):
     import deer
-    from deer.core.models import open_model
     from deer.embedding_probe import prompt_id, prompt_store
+    from deer.platform.models import open_model
     from experiments.ray_runs import encode_entities_on_ray
 
     kg = load_kg(tiny_kg_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deer.core.templates import PromptTemplates
+from deer.platform.templates import PromptTemplates
 from kg_data.textual import load_textual_kg
 
 STYLES = [

@@ -17,8 +17,8 @@ from transformers import AutoTokenizer
 
 import deer
 from deer import probes
-from deer.core.models import as_loaded_model
-from deer.core.result import load_results
+from deer.platform.models import as_loaded_model
+from deer.platform.result import load_results
 from deer.runner import run_probe
 from experiments.cli import main
 from kg_data.load import load_kg

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-from deer.core.distributed import world
 from deer.integrations import DeerCallback
+from deer.platform.distributed import world
 from experiments.training_demo import line_dataset, triple_lines
 from kg_data.load import load_kg
 from kg_data.queries import build_queries

@@ -36,7 +36,7 @@ from deer.backends.encoder import next_token_log_softmax
 from deer.backends.packing import consecutive_packs, packed_attention_mask
 from deer.backends.tokenization import padding_id
 from deer.backends.trie_scorer import TrieRow, ancestor_mask, build_rows
-from deer.core.work import WorkCounter
+from deer.platform.work import WorkCounter
 
 
 class SharedPrefixScorer:

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from deer.backends.batching import auto_batch_limits, length_sorted_batches, pad_right
 from deer.backends.shared_prefix import hidden_after_prefix, prefix_groups
 from deer.backends.tokenization import batch_token_ids, padding_id
-from deer.core.work import WorkCounter
+from deer.platform.work import WorkCounter
 
 
 @dataclasses.dataclass
@@ -74,7 +74,7 @@ class PromptEOLEncoder:
 
         ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``.
         """
-        from deer.core.models import load_model
+        from deer.platform.models import load_model
 
         model, tokenizer, _ = load_model(name, dtype=dtype, device=device)
         return cls(model, tokenizer, **options)

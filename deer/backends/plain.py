@@ -20,8 +20,8 @@ from deer.backends.boundary import move_trailing_whitespace
 from deer.backends.encoder import EncoderOutput
 from deer.backends.pll import plain_pll
 from deer.backends.tokenization import batch_token_ids, bos_id, padding_id
-from deer.core.models import is_masked_lm
-from deer.core.work import WorkCounter
+from deer.platform.models import is_masked_lm
+from deer.platform.work import WorkCounter
 
 
 def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from deer.backends.batching import length_sorted_batches, pad_right
-from deer.core.work import WorkCounter
+from deer.platform.work import WorkCounter
 
 PLL_VARIANTS = ("original", "within_word_l2r")
 

@@ -19,7 +19,7 @@ import numpy as np
 from deer.backends.clm_scorer import SharedPrefixScorer
 from deer.backends.pll import PLLScorer
 from deer.backends.trie_scorer import PrefixTrieScorer
-from deer.core.models import is_masked_lm
+from deer.platform.models import is_masked_lm
 
 
 class StatementScorer:

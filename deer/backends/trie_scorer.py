@@ -31,7 +31,7 @@ from deer.backends.attention import backend_for_custom_masks, custom_attention_m
 from deer.backends.boundary import common_prefix_length
 from deer.backends.encoder import next_token_log_softmax
 from deer.backends.tokenization import batch_token_ids
-from deer.core.work import WorkCounter
+from deer.platform.work import WorkCounter
 
 
 @dataclasses.dataclass

@@ -1,3 +1,26 @@
-"""Run plumbing every probe shares: models and fingerprints, templates, the one rank kernel, metrics,
-the run spec, result types, the cloze benchmarks' per-query rows, stores, files, input checks and the length guard.  The model-facing
-kernels are in ``deer.backends``; the probe seam and the runner are ``deer.probes`` and ``deer.runner``."""
+"""The old name of ``deer.platform``: ``import deer.core.X`` still works and gives ``deer.platform.X``
+(the same module object), with a DeprecationWarning.  Remove in 0.3."""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+OLD, NEW = "deer.core.", "deer.platform."
+
+
+class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name.startswith(OLD) else None
+
+    def create_module(self, spec):
+        return importlib.import_module(NEW + spec.name[len(OLD):])
+
+    def exec_module(self, module):
+        pass  # already executed under its new name
+
+
+if not any(isinstance(finder, _Renamed) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _Renamed())
+warnings.warn("deer.core is now deer.platform; import from there", DeprecationWarning, stacklevel=2)

@@ -22,10 +22,10 @@ import torch
 from transformers import TrainerCallback
 
 from deer.api import load_queries, probe
-from deer.core.distributed import full_weights, world
-from deer.core.models import LoadedModel, training_identity
-from deer.core.result import ProbeResult
-from deer.core.templates import PromptTemplates
+from deer.platform.distributed import full_weights, world
+from deer.platform.models import LoadedModel, training_identity
+from deer.platform.result import ProbeResult
+from deer.platform.templates import PromptTemplates
 from kg_data.queries import QuerySet
 
 LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")

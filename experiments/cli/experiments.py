@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
-from deer.core.models import DEFAULT_MODEL
-from deer.core.tables import format_number
+from deer.platform.models import DEFAULT_MODEL
+from deer.platform.tables import format_number
 from experiments.cli.cloze import is_benchmark, run_benchmark_command
 from experiments.cli.options import (
     friendly_errors,
@@ -149,7 +149,7 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
                        k_shot, shots, query_trailing_space, template_style, token_budget, no_cache):
     """As ``_collect_runs`` with models, on LAMA's single-token protocol: per model (its tokenizer
     decides), only single-token candidates and the queries whose gold tail is one; LAMA is told."""
-    from deer.core.models import open_model
+    from deer.platform.models import open_model
     from experiments.reference import single_token_queries
     from experiments.runs import label_runs_apart, run_probes
 
@@ -366,9 +366,9 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     Each row's basis says exactly how it was extrapolated.
     Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
     """
-    from deer.core.inputs import check_inputs
-    from deer.core.models import open_model
-    from deer.core.templates import PromptTemplates
+    from deer.platform.inputs import check_inputs
+    from deer.platform.models import open_model
+    from deer.platform.templates import PromptTemplates
     from experiments.compute_time import run_compute_time
     from experiments.reference import TIMED_SCORERS
     from kg_data import load_kg

@@ -13,7 +13,7 @@ from experiments.cli.options import friendly_errors
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def models(as_json):
     """List model aliases, what they point to, and whether they are installed here."""
-    from deer.core.models import describe_models
+    from deer.platform.models import describe_models
 
     rows = describe_models()
     if as_json:

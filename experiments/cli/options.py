@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
-from deer.core.models import DEFAULT_MODEL
-from deer.core.validate import DTYPES
+from deer.platform.models import DEFAULT_MODEL
+from deer.platform.validate import DTYPES
 
 
 class UserFacingError(click.ClickException):
@@ -36,10 +36,10 @@ def friendly_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from deer.core.extras import MissingExtraError
-        from deer.core.models import ModelUnavailableError
-        from deer.core.stores import CacheKeyMismatch
-        from deer.core.validate import OptionError
+        from deer.platform.extras import MissingExtraError
+        from deer.platform.models import ModelUnavailableError
+        from deer.platform.stores import CacheKeyMismatch
+        from deer.platform.validate import OptionError
         from kg_data.errors import KGFormatError, KGNotFoundError
 
         try:
@@ -82,7 +82,7 @@ def write_traceback(error: BaseException) -> Path:
     import tempfile
     import traceback
 
-    from deer.core.files import write_text
+    from deer.platform.files import write_text
     from kg_data.locate import cache_root
 
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -102,7 +102,7 @@ def deer_warnings_as_lines():
 
     from tqdm.auto import tqdm
 
-    from deer.core.validate import DeerWarning
+    from deer.platform.validate import DeerWarning
 
     original = warnings.showwarning
 
@@ -131,7 +131,7 @@ def _remember_loading_option(ctx, param, value):
 
 def loading_of(ctx, name):
     """``name`` as a ``ModelSpec`` carrying the command's --model-arg and --adapter (as given when there are none)."""
-    from deer.core.model_spec import with_loading
+    from deer.platform.model_spec import with_loading
 
     return with_loading(name, ctx.meta.get("deer.model_args") or None, ctx.meta.get("deer.adapter"))
 

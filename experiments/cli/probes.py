@@ -30,9 +30,9 @@ def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trai
                     model_names=(), dtype=None, device=None, out_dir=None, token_budget=None, long_prompts="error",
                     out_name="out", exclude_head=False):
     """(queries, templates) from the shared options, after checking the options, the output
-    folder and the model folders (``deer.core.inputs.check_inputs``); says what will run.
+    folder and the model folders (``deer.platform.inputs.check_inputs``); says what will run.
     No model is loaded yet."""
-    from deer.core.inputs import as_query_set, as_templates, check_inputs
+    from deer.platform.inputs import as_query_set, as_templates, check_inputs
 
     for model_name in model_names or (None,):
         check_inputs(model_name, out=out_dir or RUNS_DIR, subset=subset, seed=seed, k_shot=k_shot,
@@ -47,9 +47,9 @@ def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trai
 
 def output_folder(out_dir, queries, loaded, templates, model_name: str, suffix: str = "", check: bool = True) -> Path:
     """``--out``, or by default runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec
-    (``deer.core.run_spec.run_folder_name``).  With ``check``, a folder holding another spec is refused
+    (``deer.platform.run_spec.run_folder_name``).  With ``check``, a folder holding another spec is refused
     now, before any work (saving would refuse it anyway)."""
-    from deer.core.run_spec import RunSpec, spec_folder
+    from deer.platform.run_spec import RunSpec, spec_folder
 
     spec = RunSpec.build(queries, loaded, templates)
     return spec_folder(out_dir, RUNS_DIR, queries.kg.name, model_name, spec, suffix, check)
@@ -93,7 +93,7 @@ def open_kg_run(given: dict, probe_name: str, *, long_prompts: str = "error", su
     --kg lama|bear|bear-big runs the benchmark path and gives None; else the queries and templates
     are built and checked, the model opened once and the output folder named (and, with ``check``,
     checked).  Returns (queries, templates, loaded, out)."""
-    from deer.core.models import open_model
+    from deer.platform.models import open_model
 
     g = given
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path
@@ -290,9 +290,9 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     """
     import bear_ref
     from bear_ref.dataset import resummarise_bear_dataset
-    from deer.core.inputs import check_inputs
-    from deer.core.models import open_model
-    from deer.core.run_spec import run_folder_name
+    from deer.platform.inputs import check_inputs
+    from deer.platform.models import open_model
+    from deer.platform.run_spec import run_folder_name
     from kg_data.bear import load_bear_dataset
 
     started = time.perf_counter()

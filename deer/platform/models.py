@@ -21,9 +21,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from deer.core.extras import MissingExtraError, import_extra
-from deer.core.files import folder_lock
-from deer.core.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix
+from deer.platform.extras import MissingExtraError, import_extra
+from deer.platform.files import folder_lock
+from deer.platform.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix
 from kg_data.locate import cache_root
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -251,7 +251,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
 def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device`` (see
     ``resolve_device``) in ``dtype`` (see ``resolve_dtype``).  A ``ModelSpec`` name brings its
-    ``from_pretrained`` keywords and a PEFT adapter, merged into the weights (``deer.core.model_spec``).
+    ``from_pretrained`` keywords and a PEFT adapter, merged into the weights (``deer.platform.model_spec``).
 
     Raises ModelUnavailableError with an install hint when the model cannot be had.
     """
@@ -496,10 +496,10 @@ class LoadedModel:
 def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kwargs: dict | None = None,
                adapter=None) -> LoadedModel:
     """Load ``name`` (alias, hub id, folder or ``ModelSpec``) in eval mode; see :func:`load_model`.
-    ``model_kwargs``, ``adapter``: loading options added to the name's (``deer.core.model_spec``)."""
+    ``model_kwargs``, ``adapter``: loading options added to the name's (``deer.platform.model_spec``)."""
     import time
 
-    from deer.core.model_spec import with_loading
+    from deer.platform.model_spec import with_loading
 
     name = with_loading(name, model_kwargs, adapter)
 

@@ -2,7 +2,7 @@
 
 A KG probe (DEER, BEAR, LAMA) gives a rank of the gold tail for every query; its result holds
 the per-query table (query columns, then ``{probe}_rank_raw``, ``{probe}_rank_filtered`` and
-``{probe}_top10``), its :class:`Metrics`, its metadata and the :class:`~deer.core.run_spec.RunSpec`
+``{probe}_top10``), its :class:`Metrics`, its metadata and the :class:`~deer.platform.run_spec.RunSpec`
 it ran under.  Results of several probes under one spec join into one table
 (:func:`join_results`), and a run folder holds exactly that: ``ranks.parquet|csv`` (every probe's
 columns beside each other), ``metrics.json`` and ``metadata.json`` keyed by probe, and
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deer.core.files import (
+from deer.platform.files import (
     default_table_suffix,
     folder_lock,
     json_default,
@@ -35,9 +35,9 @@ from deer.core.files import (
     write_table,
     write_text,
 )
-from deer.core.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
-from deer.core.ranking import GoldRanks, candidate_counts
-from deer.core.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
+from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
+from deer.platform.ranking import GoldRanks, candidate_counts
+from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
 from kg_data.queries import QuerySet
 
 KEY_COLUMNS = ["head_id", "relation_id", "tail_id"]
@@ -174,7 +174,7 @@ class ProbeResult:
 
 @dataclasses.dataclass
 class ClozeResult:
-    """Probes side by side on a cloze benchmark: one row per query (``deer.core.benchmark_rows``)."""
+    """Probes side by side on a cloze benchmark: one row per query (``deer.platform.benchmark_rows``)."""
 
     table: pd.DataFrame
     metadata: dict
@@ -336,7 +336,7 @@ def kg_result(
 
     ``top_candidates``: (n_queries, k) positions into ``queries.candidates``, best first.
     ``head_above_gold``: per query, whether its own head outranked the gold tail (see
-    ``deer.core.ranking.Ranking``); counted in ``metrics["head/head_above_gold"]``.
+    ``deer.platform.ranking.Ranking``); counted in ``metrics["head/head_above_gold"]``.
     ``metadata`` must hold ``run_spec`` (as :func:`run_metadata` gives it), built from these queries.
     """
     spec = RunSpec.from_dict(metadata["run_spec"])

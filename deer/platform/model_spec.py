@@ -2,7 +2,7 @@
 
 ``ModelSpec("org/model", model_kwargs={"trust_remote_code": True}, adapter="lora/")`` is the name
 ``"org/model"`` wherever a name is used (folder labels, checkpoint steps, messages), so every path
-that takes a model name takes it; ``deer.core.models.load_model`` reads its options:
+that takes a model name takes it; ``deer.platform.models.load_model`` reads its options:
 
 * ``model_kwargs`` go to ``from_pretrained`` (the model's; those that decide which files and code are
   read -- ``trust_remote_code``, ``revision``, ``token``, ``local_files_only`` -- to the config's and the
@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from deer.core.errors import OptionError
+from deer.platform.errors import OptionError
 
 RESERVED = {"dtype": "dtype (--dtype)", "torch_dtype": "dtype (--dtype)", "device_map": "device (--device)",
             "device": "device (--device)"}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.files import atomic_write_bytes, folder_lock
+from deer.platform.files import atomic_write_bytes, folder_lock
 
 FLUSH_COUNT = 2048
 FLUSH_SECONDS_ENV = "DEER_STORE_FLUSH_SECONDS"

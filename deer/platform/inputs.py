@@ -2,7 +2,7 @@
 
 Every probe function (``deer.probe``, ``bear_ref.bear``, ``bear_ref.lama``) takes a KG as a name,
 a folder, a ``TextualKG`` or a ready ``QuerySet``; a model as a name, a folder, a loaded
-:class:`~deer.core.models.LoadedModel` or a model object with its tokenizer; and the template
+:class:`~deer.platform.models.LoadedModel` or a model object with its tokenizer; and the template
 settings or a ``PromptTemplates``.  :func:`prepare` resolves them in that order, so a bad KG is
 reported before a model is loaded.
 """
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.core.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
-from deer.core.model_spec import check_adapter, loading_options
-from deer.core.models import LoadedModel, as_loaded_model
-from deer.core.result import ProbeResult
-from deer.core.run_spec import RunSpec, check_folder_spec
-from deer.core.templates import PromptTemplates
-from deer.core.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
+from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
+from deer.platform.model_spec import check_adapter, loading_options
+from deer.platform.models import LoadedModel, as_loaded_model
+from deer.platform.result import ProbeResult
+from deer.platform.run_spec import RunSpec, check_folder_spec
+from deer.platform.templates import PromptTemplates
+from deer.platform.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
 from kg_data.kg import TextualKG
 from kg_data.load import load_kg
 from kg_data.locate import cache_root

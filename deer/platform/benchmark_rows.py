@@ -16,7 +16,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from deer.core.ranking import rank_and_best
+from deer.platform.ranking import rank_and_best
 from kg_data.cloze import ClozeTask
 
 RANK_RULE = "realistic rank 1 + #higher + #tied/2 among the query's candidates; prediction = argmax (first on a tie)"
@@ -40,7 +40,7 @@ def query_frame(task: ClozeTask) -> pd.DataFrame:
 
 def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
     """Per query: rank of the gold, predicted label, correct (NaN/None where not scored).  The one
-    rank rule (``deer.core.ranking``): a failed (non-finite) score never beats the gold.  Rows of
+    rank rule (``deer.platform.ranking``): a failed (non-finite) score never beats the gold.  Rows of
     one width are ranked together, ``chunk_rows`` at a time (one kernel call per chunk, not per query)."""
     n = len(task.queries)
     rank = np.full(n, np.nan)

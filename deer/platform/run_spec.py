@@ -111,7 +111,7 @@ class RunSpec:
         return cls.from_json(path.read_text()) if path.exists() else None
 
     def write(self, folder: Path) -> None:
-        from deer.core.files import write_json
+        from deer.platform.files import write_json
 
         write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
 

@@ -13,7 +13,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from deer.core.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
+from deer.platform.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -104,7 +104,7 @@ def check_model_folder(folder: str | Path) -> None:
     Raises ``ModelUnavailableError`` naming the file.  Safetensors files are checked against their
     own header (a truncated download is refused here, not half-way through loading).
     """
-    from deer.core.models import ModelUnavailableError
+    from deer.platform.models import ModelUnavailableError
 
     folder = Path(folder)
     config = folder / "config.json"
@@ -131,7 +131,7 @@ def check_model_folder(folder: str | Path) -> None:
 
 
 def _index_shards(index: Path) -> list[str]:
-    from deer.core.models import ModelUnavailableError
+    from deer.platform.models import ModelUnavailableError
 
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
@@ -142,7 +142,7 @@ def _index_shards(index: Path) -> list[str]:
 
 def check_safetensors(path: Path) -> None:
     """The file is as long as its header says (8-byte length, JSON header, then the tensors)."""
-    from deer.core.models import ModelUnavailableError
+    from deer.platform.models import ModelUnavailableError
 
     size = path.stat().st_size
     broken = f"{path}: truncated or corrupt safetensors file ({size} bytes"
@@ -168,7 +168,7 @@ def check_model_source(model) -> None:
     now; a path that does not exist is refused; hub ids are checked when loaded."""
     if not isinstance(model, (str, os.PathLike)):
         return
-    from deer.core.models import BUNDLED_MODELS, ModelUnavailableError
+    from deer.platform.models import BUNDLED_MODELS, ModelUnavailableError
     from kg_data.locate import cache_root
 
     name = str(model)

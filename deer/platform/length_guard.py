@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from deer.backends.tokenization import batch_token_ids
-from deer.core.templates import candidate_prompt
+from deer.platform.templates import candidate_prompt
 from kg_data.cloze import LARGE_SET, ClozeTask, deer_query_text, lama_rules, mask_sentence, shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
