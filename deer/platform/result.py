@@ -1,4 +1,5 @@
-"""The one result type of every probe (:class:`ProbeResult`) and the run folder it is saved in.
+"""The result types, one per shape -- a probe's per-query ranks (:class:`ProbeResult`, with the run
+folder it is saved in) and a benchmark's rows with several probes side by side (:class:`ClozeResult`).
 
 A KG probe (DEER, BEAR, LAMA) gives a rank of the gold tail for every query; its result holds
 the per-query table (query columns, then ``{probe}_rank_raw``, ``{probe}_rank_filtered`` and
