@@ -29,7 +29,7 @@ from deer.platform.distributed import ShardedEncoder
 from deer.platform.models import LoadedModel
 from deer.platform.ranking import normalize_rows
 from deer.platform.stores import EmbeddingStore, PendingParts
-from deer.platform.templates import candidate_prompt, query_prompts
+from deer.platform.templates import candidate_prompts, query_prompts
 from deer.platform.validate import warn
 from deer.probes import ProbeRequest, ProbeScores
 from kg_data.cloze import deer_query_text
@@ -220,9 +220,7 @@ class DeerProbe:
             given = encoder.encode([deer_query_text(q) for q in task.queries], description="queries").embeddings
         query_vectors = normalize_rows(np.asarray(given, dtype=np.float32))
         queries_done = time.perf_counter()
-        set_prompts = {name: [candidate_prompt(label, description) for label, description
-                              in zip(s.labels, s.descriptions or (None,) * len(s), strict=True)]
-                       for name, s in task.candidate_sets.items()}
+        set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
         row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
         store = prompt_store(request.loaded, request.store_root) if request.store_root is not None else None
         vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from deer.backends.tokenization import batch_token_ids
-from deer.platform.templates import candidate_prompt
+from deer.platform.templates import candidate_prompts
 from kg_data.cloze import LARGE_SET, ClozeTask, deer_query_text, lama_rules, mask_sentence, shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
@@ -206,9 +206,7 @@ def guard_benchmark_lengths(task: ClozeTask, loaded, text_kinds: set, masked: bo
             raise _benchmark_fit(task, first, kind, long_texts[first], limit, len(long_texts) - 1)
     if "prompts" in text_kinds:
         for name, candidates in task.candidate_sets.items():
-            prompts = [candidate_prompt(label, description) for label, description
-                       in zip(candidates.labels, candidates.descriptions or (None,) * len(candidates), strict=True)]
-            long_prompts = token_counts(tokenizer, prompts, limit, "bos")
+            long_prompts = token_counts(tokenizer, candidate_prompts(candidates), limit, "bos")
             if long_prompts:
                 first = min(long_prompts)
                 raise too_long(f"answer {shorten(candidates.labels[first])!r} of candidate set {name}", "DEER prompt",

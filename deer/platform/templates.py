@@ -90,6 +90,12 @@ def candidate_prompt(label: str, description: str | None = None) -> str:
     return NAME_TAIL_TEMPLATE.format(name=label)
 
 
+def candidate_prompts(candidates) -> list[str]:
+    """DEER's prompt for every answer of a benchmark's candidate set (``kg_data.cloze.CandidateSet``)."""
+    descriptions = candidates.descriptions or (None,) * len(candidates)
+    return [candidate_prompt(label, description) for label, description in zip(candidates.labels, descriptions, strict=True)]
+
+
 def _shared_order(seed: int, n_train: int) -> np.ndarray:
     order = np.random.default_rng([seed]).permutation(n_train)
     order.flags.writeable = False
