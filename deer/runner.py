@@ -136,6 +136,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, split=selection.split, subset=selection.subset,
                   seed=selection.seed, data_dir=selection.data_dir, templates=templates, dtype=dtype, device=device, out=out,
                   token_budget=budget.token_budget, long_prompts=budget.long_prompts, exclude_head=selection.exclude_head)
+    check_model_kind(probe, run.loaded)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
     runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
     stores = store_root(resolve_cache(cache, run.loaded) and backend == DEFAULT_BACKEND, cache_dir)

@@ -60,3 +60,17 @@ def test_unknown_variant_is_rejected(tiny_mlm):
     model, tokenizer = tiny_mlm
     with pytest.raises(ValueError, match="PLL variant"):
         PLLScorer(model, tokenizer, variant="sentence_l2r")
+
+
+def test_deer_refuses_a_masked_lm_on_a_kg_and_bear_runs(tiny_mlm, tiny_kg_dir):
+    """PromptEOL reads a causal LM's last state: the KG path refuses DEER on a masked LM by name, as
+    the benchmark path does, and still runs BEAR (PLL) on it."""
+    from deer.platform.models import LoadedModel
+    from deer.runner import run_probe
+
+    model, tokenizer = tiny_mlm
+    loaded = LoadedModel.from_objects(model, tokenizer, "tiny-bert")
+    with pytest.raises(ValueError, match="the deer probe needs a causal LM; tiny-bert is a masked LM"):
+        run_probe("deer", str(tiny_kg_dir), loaded, show_progress=False)
+    result = run_probe("bear", str(tiny_kg_dir), loaded, show_progress=False)
+    assert result.metadata["scoring"].startswith("pll") and len(result.ranks()) == len(result.queries) > 0
