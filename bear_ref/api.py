@@ -23,9 +23,8 @@ def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2
 
     pll_variant: masked LMs' PLL variant ('within_word_l2r' or 'original').
     cache: store score rows under ``cache_dir`` so an interrupted run resumes.
-    Every other option as ``deer.probe`` (tokenizer, split, subset, seed, data_dir, templates, k_shot, shots,
-    query_trailing_space, template_style, dtype, device, backend, token_budget (None: 512 statement tokens per
-    batch), cache_dir, out, show_progress, exclude_head).  Work is queries x candidates statements.
+    Every other option as ``deer.probe`` (token_budget None: 512 statement tokens per batch).
+    Work is queries x candidates statements.
     """
     return run_probe("bear", kg, model, pll_variant=pll_variant, cache=cache, **options)
 
@@ -34,34 +33,18 @@ def lama(kg="wn18rr", model=DEFAULT_MODEL, *, single_token: bool = False, **opti
     """LAMA on a KG: rank candidates by log p(first token of ' t_name)') right after the query text.
 
     single_token: LAMA's own protocol, only candidates (and gold tails) whose name is one token;
-    ``result.queries`` are then those.  Every other option as ``deer.probe``.  The pass also
-    yields DEER's query vectors, kept as ``result.arrays["query_embeddings"]`` for
-    ``deer.probe(result.queries, model, query_embeddings=...)``.
+    ``result.queries`` are then those.  Every other option as ``deer.probe``.  DEER's query vectors
+    from the same pass are kept as ``result.arrays["query_embeddings"]`` (``deer.probe(..., query_embeddings=...)``).
     """
     return run_probe("lama", kg, model, single_token=single_token, **options)
 
 
-def bear_dataset(
-    dataset="bear",
-    model=DEFAULT_MODEL,
-    *,
-    tokenizer=None,
-    data_dir=None,
-    relations: Sequence[str] | None = None,
-    max_instances: int | None = None,
-    seed: int = 0,
-    dtype: str = "auto",
-    device: str = "auto",
-    token_budget: int = 512,
-    pll_variant: str = "within_word_l2r",
-    domain_support: str = DEFAULT_DOMAIN_SUPPORT,
-    ties: str = DEFAULT_TIES,
-    backend: str = DEFAULT_BACKEND,
-    out=None,
-    show_progress: bool = True,
-    model_kwargs: dict | None = None,
-    adapter=None,
-) -> ProbeResult:
+def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, tokenizer=None, data_dir=None,
+                 relations: Sequence[str] | None = None, max_instances: int | None = None, seed: int = 0,
+                 dtype: str = "auto", device: str = "auto", token_budget: int = 512,
+                 pll_variant: str = "within_word_l2r", domain_support: str = DEFAULT_DOMAIN_SUPPORT,
+                 ties: str = DEFAULT_TIES, backend: str = DEFAULT_BACKEND, out=None, show_progress: bool = True,
+                 model_kwargs: dict | None = None, adapter=None) -> ProbeResult:
     """The BEAR score of a data set in the lm-pub-quiz format ('bear', 'bear-big', a folder or a
     ``BearDataset``): accuracy per template, its mean and spread, per relation, domain and cardinality.
 
@@ -75,13 +58,11 @@ def bear_dataset(
     model = with_loading(model, model_kwargs, adapter)
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device,
                  max_instances=max_instances)
-    if isinstance(dataset, BearDataset):
-        data = dataset
-    else:
-        data = load_bear_dataset(dataset, data_dir, relations=list(relations) if relations else None,
-                                 max_instances=max_instances, seed=seed)
+    relations = list(relations) if relations else None
+    data = dataset if isinstance(dataset, BearDataset) else load_bear_dataset(
+        dataset, data_dir, relations=relations, max_instances=max_instances, seed=seed)
     loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
-    selection = {"relations": list(relations) if relations else None, "max_instances": max_instances, "seed": seed}
+    selection = {"relations": relations, "max_instances": max_instances, "seed": seed}
     with evaluation_mode(loaded.model):
         return run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant,
                                 show_progress=show_progress, domain_support=domain_support, ties=ties,

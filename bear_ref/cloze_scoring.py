@@ -1,13 +1,6 @@
-"""LAMA and BEAR scores on a cloze benchmark (``kg_data.cloze``).
-
-* LAMA, causal LM, "next-token" queries: log p(first token of " answer") after the answer
-  context (``answer_token_ids``), read in the pass that also gives DEER's query vectors.
-* LAMA, masked LM: the sentence with the answer slot replaced by the mask token (template-free:
-  the whole masked sentence), log p(answer token) at the mask (``mask_fill_logprobs``).
-* "statement" queries (the answer slot not at the end of a template) and BEAR: the summed
-  log-likelihood of each filled statement (PLL for masked LMs), through ``StatementScorer``; a
-  group of queries sharing template and candidate set goes to the scorer together, so the
-  prefix trie reads their shared prefixes once.
+"""LAMA and BEAR scores on a cloze benchmark (``kg_data.cloze``): LAMA's first answer token after the
+answer context (``answer_token_ids``) or at the mask of a masked LM (``mask_fill_logprobs``), and whole
+statements' log-likelihoods (``statement_scores``, grouped so the prefix trie reads shared prefixes once).
 """
 
 from __future__ import annotations

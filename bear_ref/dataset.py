@@ -1,27 +1,11 @@
 """The BEAR score over a data set in the lm-pub-quiz format (BEAR, BEAR-big).
 
-For each relation, template and instance, every answer of the relation's answer space fills
-[Y] and the whole statement is scored (summed log-likelihood of every token after BOS; PLL for
-masked LMs).  A template's statements (every instance x every answer) are scored together
-through a prefix trie (``deer.backends.trie_scorer``): every distinct prefix is read once, whether
-[X] or [Y] comes first.
-
-Metrics follow lm-pub-quiz 0.3.3's defaults unless asked otherwise (``metric_convention``):
-
-* the prediction is the highest-scoring answer, the first in answer-space order on a tie
-  (argmax, as ``lm_pub_quiz.metrics.basic.Accuracy``); an instance is correct iff prediction ==
-  gold.  ``ties="wrong"`` instead asks the gold answer to score strictly highest (rank 1).
-* per domain, a relation with k domains adds 1/k of its support to each of them
-  (``DatasetResults.get_metrics(accumulate="domains", divide_support=True)``), so the
-  support-weighted mean of the domains is the overall score.  ``domain_support="full"`` counts
-  such a relation fully in each of its domains.
-
-Results: a per-(instance, template) table, summary.md, and metrics: accuracy per template, the BEAR score
-(mean over templates) and its spread (std over templates), per relation, per domain and per
-cardinality, each with the random baseline (mean of 1/|answer space|).  The table is metric
-independent (gold score, argmax prediction, realistic rank), so either convention can be
-recomputed from it (``resummarise_bear_dataset``).  Finished relations are stored as parts in
-the output folder, so an interrupted run resumes where it stopped.
+Every answer of a relation's answer space fills [Y] and the whole statement is scored (summed
+log-likelihood after BOS; PLL for masked LMs), a template's statements together through a prefix trie.
+Metrics follow lm-pub-quiz 0.3.3 unless asked otherwise (``metric_convention``: ``TIES``,
+``DOMAIN_SUPPORT``).  The per-(instance, template) table is metric independent, so either convention
+can be recomputed from it (``resummarise_bear_dataset``); finished relations are stored as parts, so
+an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -40,7 +24,7 @@ from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.platform.benchmark_rows import query_frame, ranks_from_scores
 from deer.platform.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from deer.platform.length_guard import long_statements, max_positions, too_long
-from deer.platform.result import Metrics, ProbeResult, check_instances_folder
+from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
 from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement
@@ -51,8 +35,7 @@ STATEMENT_RULE = (
     "template with [X] filled and [Y] = each answer; first character capitalised; "
     "score = summed log-likelihood of the whole statement (every token after BOS), or its PLL"
 )
-# What a stored part holds (part of the resume key): per (instance, template) the gold answer's
-# score, the argmax prediction and the realistic rank; no metric convention enters it.
+# What a stored part holds (part of the resume key); no metric convention enters it.
 PART_COLUMNS = "gold_score, predicted_id = argmax (first answer on ties), rank = 1 + #higher + #tied/2"
 
 DOMAIN_SUPPORT = {
@@ -66,20 +49,16 @@ TIES = {
     "wrong": "correct iff the gold answer scores strictly highest (a tie with the gold counts as wrong)",
 }
 DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES = "divided", "first"
+CONVENTION_NAMES = {("divided", "first"): "lm-pub-quiz-0.3.3",
+                    ("full", "wrong"): "full-domain-support+strict-ties (this toolkit before issue 9)"}
 
 
 def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> dict:
     """The named convention the metrics are computed under (stored in metrics.json and metadata.json)."""
-    if domain_support not in DOMAIN_SUPPORT:
-        raise ValueError(f"domain_support must be one of {', '.join(DOMAIN_SUPPORT)}, not {domain_support!r}")
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}, not {ties!r}")
-    if (domain_support, ties) == ("divided", "first"):
-        name = "lm-pub-quiz-0.3.3"
-    elif (domain_support, ties) == ("full", "wrong"):
-        name = "full-domain-support+strict-ties (this toolkit before issue 9)"
-    else:
-        name = f"domain_support={domain_support}+ties={ties}"
+    for what, value, known in (("domain_support", domain_support, DOMAIN_SUPPORT), ("ties", ties, TIES)):
+        if value not in known:
+            raise ValueError(f"{what} must be one of {', '.join(known)}, not {value!r}")
+    name = CONVENTION_NAMES.get((domain_support, ties), f"domain_support={domain_support}+ties={ties}")
     return {"name": name, "domain_support": domain_support, "ties": ties,
             "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}
 
@@ -99,14 +78,8 @@ def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.Dat
 
 
 def score_relation(scorer, relation: BearRelation, progress: Callable[[int], object] | None = None) -> pd.DataFrame:
-    """One row per (template, instance): gold score, prediction, realistic rank, correctness.
-
-    BEAR's rows of the relation's cloze task (``kg_data.cloze.bear_cloze_task``), built as every
-    cloze run builds them: ``predicted_id`` is the argmax (first answer in answer-space order on a
-    tie) and ``correct`` is prediction == gold, as lm-pub-quiz; the strict reading (gold scores
-    strictly highest) is ``rank == 1``.  All statements of a template (every instance x every
-    answer) go to ``scorer`` together, so the prefixes they share, whichever slot comes first, are read once.
-    """
+    """One row per (template, instance): gold score, prediction (argmax, first answer on a tie),
+    realistic rank, correctness (prediction == gold, as lm-pub-quiz; the strict reading is ``rank == 1``)."""
     dataset = BearDataset(relation.code, relation.path or "", {relation.code: relation}, [])
     task = bear_cloze_task(dataset)
     scores = statement_scores(scorer, task, range(len(task.queries)), progress)
@@ -114,11 +87,8 @@ def score_relation(scorer, relation: BearRelation, progress: Callable[[int], obj
 
 
 def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:
-    """Per row: correct under ``ties`` ("first": argmax == gold; "wrong": gold strictly highest).
-
-    Derived from ``predicted_id``/``obj_id`` and ``rank``, never from a stored ``correct``
-    column, so tables written under either convention give the same answer.
-    """
+    """Per row: correct under ``ties`` ("first": argmax == gold; "wrong": gold strictly highest), never
+    from a stored ``correct`` column, so tables written under either convention give the same answer."""
     metric_convention(ties=ties)
     if ties == "first":
         return table["predicted_id"].astype(str) == table["obj_id"].astype(str)
@@ -132,15 +102,12 @@ def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
 def _accuracy_block(frame: pd.DataFrame) -> dict:
     """Accuracy per template, their mean (BEAR score) and spread, and the random baseline.
 
-    ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains
-    under divided support).  ``accuracy`` pools every (instance, template) row as lm-pub-quiz
-    does when it evaluates all templates at once; it equals ``accuracy_mean`` when every
-    relation of the group has the same number of templates (BEAR, BEAR-big: 3).  ``support`` is
-    lm-pub-quiz's: the weighted number of (instance, template) rows.
+    ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains under divided
+    support).  ``accuracy`` pools every row as lm-pub-quiz does; ``support`` is the weighted row count.
     """
     if not len(frame):
-        return {"instances": 0, "support": 0.0, "accuracy_per_template": {}, "accuracy_mean": None, "accuracy_std": None,
-                "accuracy_min": None, "accuracy_max": None, "accuracy": None, "random_baseline": None, "mean_rank": None}
+        empty = ["accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "accuracy", "random_baseline", "mean_rank"]
+        return {"instances": 0, "support": 0.0, "accuracy_per_template": {}, **dict.fromkeys(empty)}
     weights = frame["weight"]
     per_template = frame.groupby("template")[["is_correct", "weight"]].apply(
         lambda part: _weighted_mean(part["is_correct"], part["weight"]))
@@ -158,15 +125,10 @@ def _accuracy_block(frame: pd.DataFrame) -> dict:
     }
 
 
-def bear_metrics(
-    table: pd.DataFrame, dataset: BearDataset, domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES
-) -> dict:
-    """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention.
-
-    Defaults are lm-pub-quiz 0.3.3's (see the module docstring); ``domain_support="full"`` and
-    ``ties="wrong"`` give this toolkit's earlier convention.  A relation without domains is
-    grouped under "unknown".
-    """
+def bear_metrics(table: pd.DataFrame, dataset: BearDataset, domain_support: str = DEFAULT_DOMAIN_SUPPORT,
+                 ties: str = DEFAULT_TIES) -> dict:
+    """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention
+    (``metric_convention``); a relation without domains is grouped under "unknown"."""
     convention = metric_convention(domain_support, ties)
     domains = {code: relation.domains or ["unknown"] for code, relation in dataset.relations.items()}
     cardinality = {code: relation.cardinality for code, relation in dataset.relations.items()}
@@ -243,8 +205,7 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, scorer) -> dict:
 
 
 def guard_statement_lengths(dataset: BearDataset, loaded) -> None:
-    """Every statement of ``dataset`` fits the model's positions, checked before the first is scored
-    (an over-long subject would otherwise be scored past the last position, or run for minutes):
+    """Every statement of ``dataset`` fits the model's positions, checked before the first is scored:
     a PromptTooLongError names the first instance (file and line) or answer that does not."""
     limit = max_positions(loaded.model)
     if limit is None:
@@ -270,29 +231,18 @@ def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict) -> ProbeR
     return ProbeResult("bear", table, Metrics(metrics, "overall"), metadata, summary=summary_markdown(metrics))
 
 
-def run_bear_dataset(
-    dataset: BearDataset,
-    loaded,
-    out_dir: Path | None,
-    selection: dict,
-    token_budget: int = 512,
-    pll_variant: str = "within_word_l2r",
-    show_progress: bool = True,
-    domain_support: str = DEFAULT_DOMAIN_SUPPORT,
-    ties: str = DEFAULT_TIES,
-    backend: str = DEFAULT_BACKEND,
-) -> ProbeResult:
+def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selection: dict, token_budget: int = 512,
+                     pll_variant: str = "within_word_l2r", show_progress: bool = True,
+                     domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES,
+                     backend: str = DEFAULT_BACKEND) -> ProbeResult:
     """Score ``dataset`` and return its result.
 
-    ``out_dir``: finished relations are stored there as parts (an interrupted run resumes), and
-    the result is saved there at the end; None: nothing is written.
-    ``selection``: how the subset was chosen (relations, max_instances, seed), part of the resume key.
-    ``domain_support``/``ties``: the metric convention (default lm-pub-quiz 0.3.3's; see
-    ``metric_convention``); it does not enter the stored parts, so it can change on resume.
-    ``backend``: what scores the statements (``deer.backends``: 'hf' through a prefix trie, 'plain'
-    one whole forward pass per statement, a cross-check); its method enters the resume key.
-    A folder holding another kind of run (a KG probe's) is refused with a ValueError, a statement
-    longer than the model's positions with a PromptTooLongError, both before anything is scored or written.
+    ``out_dir``: finished relations are stored there as parts (an interrupted run resumes) and the
+    result saved at the end; None: nothing is written.  ``selection``: how the subset was chosen, part
+    of the resume key.  ``domain_support``/``ties``: the metric convention (``metric_convention``); not
+    in the stored parts, so it can change on resume.  ``backend``: 'hf' (prefix trie) or 'plain' (a cross-check).
+    A folder holding another kind of run is refused with a ValueError, a statement longer than the
+    model's positions with a PromptTooLongError, both before anything is scored or written.
     """
     convention = metric_convention(domain_support, ties)
     if not dataset.relations:
@@ -308,8 +258,7 @@ def run_bear_dataset(
     guard_statement_lengths(dataset, loaded)
     suffix = default_table_suffix()
     started = time.perf_counter()
-    frames, resumed = [], []
-    todo = []
+    frames, resumed, todo = [], [], []
     for code, relation in dataset.relations.items():
         # A part is named by its relation's content digest: an edited template or label is scored anew.
         part = parts_dir / f"{code}-{relation.digest()}{suffix}" if parts_dir is not None else None
@@ -354,24 +303,17 @@ def run_bear_dataset(
 
 
 def find_instances_table(out_dir: Path) -> Path:
-    for suffix in (".parquet", ".csv"):
-        if (Path(out_dir) / f"instances{suffix}").exists():
-            return Path(out_dir) / f"instances{suffix}"
+    path = find_table(out_dir, "instances")
+    if path is not None:
+        return path
     raise ValueError(f"{out_dir} holds no instances table (instances.parquet or instances.csv) of a BEAR data-set run")
 
 
-def resummarise_bear_dataset(
-    out_dir: Path,
-    dataset: BearDataset | None = None,
-    domain_support: str = DEFAULT_DOMAIN_SUPPORT,
-    ties: str = DEFAULT_TIES,
-) -> ProbeResult:
-    """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table.
-
-    No model is loaded and nothing is re-scored.  ``dataset`` (for domains and cardinalities)
-    defaults to the one metadata.json names, loaded with the stored selection; a given one must
-    hold the same relations and instances as the table.  The instances table is left as it is.
-    """
+def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
+                             domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> ProbeResult:
+    """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table
+    (left as it is; nothing is re-scored).  ``dataset`` defaults to the one metadata.json names, loaded
+    with the stored selection; a given one must hold the same relations and instances as the table."""
     out_dir = Path(out_dir)
     convention = metric_convention(domain_support, ties)
     check_out_dir(out_dir)
@@ -381,7 +323,8 @@ def resummarise_bear_dataset(
     metadata = json.loads(metadata_path.read_text()).get("bear")
     if not isinstance(metadata, dict) or metadata.get("probe") != PROBE:
         raise ValueError(f"{metadata_path} describes no BEAR data-set run")
-    table = read_table(find_instances_table(out_dir))
+    table_path = find_instances_table(out_dir)
+    table = read_table(table_path)
     if dataset is None:
         from kg_data.bear import load_bear_dataset
 
@@ -399,7 +342,7 @@ def resummarise_bear_dataset(
         **metadata,
         "metric_convention": convention,
         "resummarised": {
-            "from": find_instances_table(out_dir).name,
+            "from": table_path.name,
             "previous_metric_convention": previous.get("name") if isinstance(previous, dict) else previous,
             "versions": package_versions(),
         },

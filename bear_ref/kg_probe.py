@@ -1,20 +1,10 @@
-"""BEAR: score every candidate statement of every query by its summed log-likelihood.
+"""BEAR: score every candidate statement of every query by its summed log-likelihood (PLL for masked LMs).
 
-On a benchmark (``kg_data.cloze.ClozeTask``) the statements are the templates filled with each
-answer of the query's candidate set (``statement_scores``: a prefix trie per template and set),
-never against LAMA's common vocabulary (``LARGE_SET``).  On a KG, the statement for query (h, r, ?)
-and candidate t is the DEER query text closed with the candidate,
-``...(h_name, r_name, t_name)``; its score is the whole statement's summed log-likelihood.
-Causal LMs: the query text is read once per query, each candidate's " t_name)" is scored
-after it (``SharedPrefixScorer``) and the query's own log-likelihood is added.  That addition
-is the same for every candidate only when every statement splits exactly after the query
-text; where a token straddles the boundary (SentencePiece vocabularies can merge across it)
-the statement's shared prefix is shorter, so the conditional score alone would not rank like
-the whole statement.  Masked LMs: PLL of each whole statement (nothing can be shared).
-
-Work is quadratic (queries x candidates), so with a store root score rows are stored per chunk
-of queries in an append-only store keyed by model, KG, templates and candidates: an
-interrupted run resumes, and a rerun into another folder reuses them.
+On a benchmark (``kg_data.cloze.ClozeTask``) the statements are the templates filled with each answer
+of the query's candidate set, never LAMA's common vocabulary (``LARGE_SET``).  On a KG, the statement
+for (h, r, ?) and candidate t is the DEER query text closed with ``t_name)``; the whole statement is
+scored, since a token straddling the end of the query text makes the conditional score rank differently.
+Work is quadratic, so with a store root score rows are stored per chunk of queries: a run resumes.
 """
 
 from __future__ import annotations
@@ -57,20 +47,11 @@ def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplat
     return EmbeddingStore(Path(root) / "scores", "bear", key)
 
 
-def bear_kg_scores(
-    queries: QuerySet,
-    scorer: StatementScorer,
-    templates: PromptTemplates,
-    store: EmbeddingStore | None = None,
-    chunk_size: int = 8,
-    show_progress: bool = True,
-) -> tuple[np.ndarray, int]:
-    """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now.
-
-    With a store, each query's finished row is pending until ``chunk_size`` are or the store's
-    flush interval has passed (``PendingParts``; also written on Ctrl-C), under the store's lock
-    so a parallel run on the same store waits and then scores only what is still missing.
-    """
+def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: PromptTemplates,
+                   store: EmbeddingStore | None = None, chunk_size: int = 8,
+                   show_progress: bool = True) -> tuple[np.ndarray, int]:
+    """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now.  With a store,
+    rows are written in chunks (``PendingParts``, also on Ctrl-C) under its lock: a parallel run waits."""
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
     ids = queries.item_ids()
@@ -90,16 +71,15 @@ def bear_kg_scores(
             if pending is not None:
                 pending.add([ids[q]], scores[q : q + 1])
     if store is not None:
-        scored_now = set(missing)
-        done = [i for i in range(len(queries)) if i not in scored_now]
+        done = sorted(set(range(len(queries))) - set(missing))
         if done:
             scores[done] = store.get([ids[i] for i in done])
     return scores, len(missing)
 
 
 class BearProbe:
-    """BEAR on a KG: every (query, candidate) statement scored by its summed log-likelihood (PLL for
-    masked LMs).  Option ``pll_variant``: the masked-LM PLL variant."""
+    """BEAR on a KG: every (query, candidate) statement's summed log-likelihood.  Option ``pll_variant``:
+    the masked-LM PLL variant."""
 
     name = "bear"
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"

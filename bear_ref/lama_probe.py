@@ -1,21 +1,10 @@
 """LAMA: rank candidates by the log-probability of their first token after the query.
 
-On a KG: log p(first token of " t_name)") after the query text.  On a benchmark
-(``kg_data.cloze.ClozeTask``) each query is scored by its ``lama_rules`` rule: "next-token" (the
-answer's first token after the answer context), "mask-fill" (a masked LM: at the mask), or
-"statement" (the whole statement's log-likelihood, where the answer slot is not at the end).
-
-The log-probabilities come from the forward pass that DEER's query encoder makes
-(``encode_queries_with_next_token``); the result keeps that pass's query embeddings
-(``arrays["query_embeddings"]``), which DEER takes as they are (``deer.probe(...,
-query_embeddings=...)``), so a LAMA + DEER run reads every query once.  ``single_token`` keeps,
-as LAMA does, only candidates whose name is one token (and the queries whose gold tail is one).
-
-The first token is the whole statement's (``deer.backends.boundary``), split against each query's
-own text (``first_tokens``).  Where it straddles the end of the query text (a merge across the
-boundary), its log-probability is read after the statement's tokens before it, by a second pass
-over those prefixes (``score_straddling_tokens``); the paper-style query ends at a comma, so this
-pass normally has nothing to do.
+On a KG: log p(first token of " t_name)") after the query text, read in the forward pass that DEER's
+query encoder makes (its query embeddings are kept, so a LAMA + DEER run reads every query once).  On a
+benchmark (``kg_data.cloze.ClozeTask``) each query is scored by its ``lama_rules`` rule.  The first token
+is the whole statement's (``deer.backends.boundary``); one that straddles the end of the query text is
+read after the statement's tokens before it (``score_straddling_tokens``).
 """
 
 from __future__ import annotations
@@ -48,13 +37,8 @@ def boundary_region(context: str) -> tuple[bool, str, str]:
     whole text, the text from the whitespace run before the last word to the word's end, the
     whitespace after it, which ``split_statements`` moves to the continuation).
 
-    In byte-level BPE, SentencePiece and WordPiece vocabularies no token spans whitespace into the
-    word after it, except one that starts with the single whitespace character before the word
-    (" Paris"); how the run before it splits can depend on the whole run (SentencePiece's "▁▁") and
-    on whether it starts the text (its word-start piece).  So the tokens before this region are the
-    same with or without a continuation, and a continuation's first token, and how many of the
-    context's tokens it replaces, depend on the region only (not on its last word alone:
-    " Fran" + "ce)" starts with " France", "\nFran" + "ce)" with "France").
+    No BPE, SentencePiece or WordPiece token spans whitespace into the next word except one starting
+    with the single whitespace before it, so tokens before this region do not depend on the continuation.
     """
     stripped = context.rstrip()
     match = _LAST_WORD.search(stripped)
@@ -63,14 +47,9 @@ def boundary_region(context: str) -> tuple[bool, str, str]:
 
 @dataclasses.dataclass
 class FirstTokens:
-    """Each candidate's first token after each query's text, split once per ``boundary_region``.
-
-    ``group``: int64 (n_queries,), each query's row of ``ids`` and ``drops``;
-    ``ids``: int64 (n_groups, n_candidates), the first token of ``context + continuation`` that
-    touches the continuation (``deer.backends.boundary``: a token may straddle the boundary);
-    ``drops``: int64 (n_groups, n_candidates), how many of the context's last tokens that token
-    replaces (0 unless it straddles: it then follows all but the context's last ``drop`` tokens).
-    """
+    """Each candidate's first token after each query's text, split once per ``boundary_region``: ``group``
+    int64 (n_queries,), each query's row of ``ids`` (int64 (n_groups, n_candidates), the first token touching
+    the continuation) and ``drops`` (how many of the context's last tokens it replaces, 0 unless it straddles)."""
 
     group: np.ndarray
     ids: np.ndarray
@@ -99,8 +78,7 @@ def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> Fi
 
 
 def first_token_ids(tokenizer, queries: QuerySet, templates: PromptTemplates) -> np.ndarray:
-    """int64 (n_queries, n_candidates): each candidate's first token after each query's text
-    (``first_tokens``; ``deer.backends.boundary``)."""
+    """int64 (n_queries, n_candidates): each candidate's first token after each query's text (``first_tokens``)."""
     first = first_tokens(tokenizer, queries, templates)
     return first.ids[first.group]
 
@@ -117,20 +95,14 @@ def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
     if len(rows) == 0:
         raise ValueError("no query has a single-token gold tail")
     filters = [new_position[f][new_position[f] >= 0] for f in (queries.filter_tails[r] for r in rows)]
-    return dataclasses.replace(
-        queries, triples=queries.triples[rows], candidates=queries.candidates[keep], gold=new_position[queries.gold[rows]], filter_tails=filters
-    )
+    return dataclasses.replace(queries, triples=queries.triples[rows], candidates=queries.candidates[keep],
+                               gold=new_position[queries.gold[rows]], filter_tails=filters)
 
 
-def encode_queries_with_next_token(
-    encoder: PromptEOLEncoder, queries: QuerySet, templates: PromptTemplates, next_token_ids: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """One forward pass per query giving both the DEER embedding and log p(next token).
-
-    ``next_token_ids``: token ids whose log-probabilities are wanted at the position after the
-    query text (LAMA).  Requires ``query_trailing_space=False`` so both read the same position.
-    Returns (embeddings (n, d), log-probabilities (n, len(next_token_ids))).
-    """
+def encode_queries_with_next_token(encoder: PromptEOLEncoder, queries: QuerySet, templates: PromptTemplates,
+                                   next_token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One forward pass per query giving (embeddings (n, d), log p of each of ``next_token_ids`` after the
+    query text (n, len(next_token_ids))).  Requires ``query_trailing_space=False`` (the same position)."""
     if templates.query_trailing_space:
         raise ValueError("LAMA needs the query to end at the comma, but this DEER query prompt ends with ', ' "
                          "(--query-trailing-space or --template-style authors): use the paper style without it")
@@ -138,20 +110,11 @@ def encode_queries_with_next_token(
     return output.embeddings, output.next_token_logprobs
 
 
-def lama_scores_from_logprobs(logprobs: np.ndarray, first_ids: np.ndarray, unique_ids: np.ndarray) -> np.ndarray:
-    """(n_queries, n_candidates) scores: ``logprobs`` (n_queries, len(unique_ids)) at each query's
-    candidates' first tokens ``first_ids`` (n_queries, n_candidates)."""
-    return np.take_along_axis(logprobs, np.searchsorted(unique_ids, first_ids), axis=1)
-
-
 def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: PromptTemplates, first: FirstTokens,
                             scores: np.ndarray) -> int:
     """Put into ``scores`` the log-probability of each first token that straddles its query's end: it
-    follows the statement's tokens before it -- the context's, less the ``drop`` it replaces -- not
-    the whole context.  Returns the number of such prefixes (one per query and drop).
-
-    The encoder takes text: a prefix is the context up to the end of its last kept token, checked to
-    tokenise back to exactly those tokens.
+    follows the statement's tokens before it -- the context's, less the ``drop`` it replaces.  Returns
+    the number of such prefixes; each is text checked to tokenise back to exactly those tokens.
     """
     rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
     if len(rows) == 0:
@@ -180,12 +143,9 @@ def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: Pr
 
 
 class LamaProbe:
-    """LAMA on a KG: rank by log p(first token of " t_name)") after each query text.
-
-    Option ``single_token``: LAMA's protocol (see :func:`restrict_to_single_token`); the ranked
-    queries are then the restricted ones.  The pass's query vectors are kept as
-    ``arrays["query_embeddings"]`` for ``deer.probe(..., query_embeddings=...)``.
-    """
+    """LAMA on a KG: rank by log p(first token of " t_name)") after each query text.  Option
+    ``single_token``: LAMA's protocol (``restrict_to_single_token``).  The pass's query vectors are kept
+    as ``arrays["query_embeddings"]`` for ``deer.probe(..., query_embeddings=...)``."""
 
     name = "lama"
     summary = "log-probability of the tail's first token after the query"
@@ -202,7 +162,7 @@ class LamaProbe:
         unique_ids = np.unique(first.ids)
         encoder = request.backend.encoder()
         embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
-        scores = lama_scores_from_logprobs(logprobs, first.ids[first.group], unique_ids)
+        scores = np.take_along_axis(logprobs, np.searchsorted(unique_ids, first.ids[first.group]), axis=1)
         straddling = score_straddling_tokens(encoder, loaded.tokenizer, queries, templates, first, scores)
         metadata = {
             "single_token": single_token,

@@ -5,8 +5,6 @@ the reference likelihood probes (``bear_ref``) it is judged against.
     result = deer.probe("wn18rr", "smollm2-135m", subset=500)   # nothing written
     result.metrics["hit@10"], result.table, result.save("runs/mine")
 
-The README's "Python API" section shows DEER, BEAR and LAMA on one model object.
-
 The public names below are imported on first use, so ``import deer`` (and the CLI) stays fast.
 """
 
@@ -21,21 +19,14 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 # public name -> module that defines it
 _PUBLIC = {
-    "probe": "deer.api",
-    "load_result": "deer.api",
-    "load_queries": "deer.api",
-    "ProbeResult": "deer.platform.result",
-    "Metrics": "deer.platform.result",
-    "join_results": "deer.platform.result",
-    "load_results": "deer.platform.result",
-    "LoadedModel": "deer.platform.models",
-    "open_model": "deer.platform.models",
+    **dict.fromkeys(("probe", "load_result", "load_queries"), "deer.api"),
+    **dict.fromkeys(("ProbeResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
+    **dict.fromkeys(("LoadedModel", "open_model"), "deer.platform.models"),
     "ModelSpec": "deer.platform.model_spec",
     "PromptEOLEncoder": "deer.backends.encoder",
     "PromptTemplates": "deer.platform.templates",
     "RunSpec": "deer.platform.run_spec",
-    "DeerCallback": "deer.integrations.training",
-    "probe_during_training": "deer.integrations.training",
+    **dict.fromkeys(("DeerCallback", "probe_during_training"), "deer.integrations.training"),
 }
 
 __all__ = ["__version__", *_PUBLIC]

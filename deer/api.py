@@ -50,33 +50,28 @@ def probe(
         N triples with ``seed``; candidates are then the entities of those triples).
     model: an alias (``deer models``), hub id or folder, loaded with ``dtype`` on ``device``
         ('auto': CUDA when present); or a model object (with ``tokenizer=``), a ``(model,
-        tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype, in eval mode
-        for the probe and put back in train mode after if it was training.
+        tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype (in eval mode
+        for the probe, then put back in train mode if it was training).
     model_kwargs: for a model given by name, keywords for ``from_pretrained`` (``trust_remote_code``,
         ``attn_implementation``, ``revision``, ...; the CLI's ``--model-arg KEY=VALUE``).
     adapter: a PEFT adapter (folder or hub id) merged into the named model (``pip install '.[peft]'``).
     templates, or k_shot/shots/query_trailing_space/template_style: the prompts (``PromptTemplates``).
-    backend: 'hf' (default: batched, shared prefixes) or 'plain' (one whole forward pass per prompt: a
-        slow cross-check that reads and writes no cache; ``deer.backends``).
-    token_budget: padded tokens per forward batch (None: ``deer.backends.batching.auto_batch_limits``, CPU_TOKEN_BUDGET
-        on the CPU, from the free memory on a GPU).
+    backend: 'hf' (default) or 'plain' (one whole forward pass per prompt: a slow cross-check that
+        reads and writes no cache).
+    token_budget: padded tokens per forward batch (None: ``deer.backends.batching.auto_batch_limits``).
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
     out: a folder to save the result in (beside other probes' results of the same run spec);
         refused before any work if it holds another spec's results.  None: nothing is written.
     query_embeddings: the queries' vectors when already computed (``bear_ref.lama`` returns them).
-    exclude_head: leave each query's own head entity out of its candidates (the paper keeps it;
-        ``metrics["head/head_above_gold"]`` counts how often it outranks the gold tail either way).
-    long_prompts: a prompt longer than the model's positions is an error naming the entity or query
-        ('error'), or descriptions are cut to fit ('truncate-descriptions'; the cuts are listed in
-        ``metadata["length_guard"]`` and, changing the KG, in every cache key).
-
+    exclude_head: leave each query's own head entity out of its candidates (the paper keeps it).
+    long_prompts: a prompt longer than the model's positions is an error ('error'), or descriptions
+        are cut to fit ('truncate-descriptions'; the cuts are listed in ``metadata["length_guard"]``).
     distributed: inside a torch.distributed job (DDP), every process calls ``probe`` with the same
-        arguments and encodes its share of the prompts (``deer.platform.distributed``); each gets the
-        whole result, and only process 0 writes ``out``.  No ``cache`` then.
+        arguments and encodes its share of the prompts; each gets the whole result, and only
+        process 0 writes ``out``.  No ``cache`` then.
 
-    Every input is checked before the model is loaded (``deer.platform.inputs.prepare``): a bad option
-    raises ``OptionError`` naming it, a bad data file ``KGFormatError`` naming file and line.
-
+    Every input is checked before the model is loaded: a bad option raises ``OptionError`` naming
+    it, a bad data file ``KGFormatError`` naming file and line.
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
     return run_probe("deer", **locals())  # every argument above is run_probe's (loose keywords gathered there)

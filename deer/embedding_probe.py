@@ -1,16 +1,10 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
 On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
-description (``deer.platform.templates``); on a benchmark (``kg_data.cloze.ClozeTask``: LAMA, the BEAR
-data set) the query is ``deer_query_text`` (the statement up to the answer slot, or a
-fill-in-the-blank prompt when the answer comes first) and a candidate its answer's name and
-description (``candidate_prompt``), each query ranking its own candidate set.
-
-Work is |queries| + |candidates| forward passes.  With a store root, embeddings go through
-the model's prompt store (``prompt_store``: resumable, keyed by each prompt's text), so a second
-run -- or a resumed one, or another task with the same entities or candidates -- encodes only what
-is missing; without one nothing is written.  An encoding of more than ``LARGE_ENCODING``
-prompts says so before it starts, and how long it will take once a few seconds of it are done.
+description (``deer.platform.templates``); on a cloze benchmark (``kg_data.cloze.ClozeTask``) the
+query is ``deer_query_text`` and a candidate its answer's name and description, each query ranking
+its own candidate set.  With a store root, embeddings go through the model's prompt store
+(``prompt_store``: resumable, keyed by each prompt's text), so only what is missing is encoded.
 """
 
 from __future__ import annotations
@@ -39,23 +33,13 @@ LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, token
 ESTIMATE_AFTER_SECONDS = 3.0
 
 
-def _model_key(loaded: LoadedModel) -> dict:
-    """What a prompt's vector depends on besides the prompt's text."""
-    return {
-        "encoder": ENCODER_VERSION,
-        "model_fingerprint": loaded.fingerprint,
-        "tokenizer_fingerprint": loaded.tokenizer_fingerprint,
-        "dtype": loaded.dtype,
-        "bos": bos_policy(loaded.tokenizer),
-    }
-
-
 def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos") -> EmbeddingStore:
     """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
-    dtype and special tokens: every task that encodes the same prompt shares it -- a KG's entities
-    whatever the split, subset or KG name; LAMA's common vocabulary and a BEAR answer space whatever
-    relations, facts or ``max_facts`` chose the queries; a query prompt wherever it recurs."""
-    return EmbeddingStore(Path(root) / "embeddings", "prompts", {**_model_key(loaded), "special_tokens": special_tokens})
+    dtype and special tokens: every task that encodes the same prompt shares it."""
+    key = {"encoder": ENCODER_VERSION, "model_fingerprint": loaded.fingerprint,
+           "tokenizer_fingerprint": loaded.tokenizer_fingerprint, "dtype": loaded.dtype, "bos": bos_policy(loaded.tokenizer),
+           "special_tokens": special_tokens}
+    return EmbeddingStore(Path(root) / "embeddings", "prompts", key)
 
 
 def prompt_id(text: str) -> str:
@@ -64,8 +48,7 @@ def prompt_id(text: str) -> str:
 
 class EncodingForecast:
     """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning before the first forward
-    pass (how many prompts and tokens, and whether they are stored as they finish), and another once
-    ``ESTIMATE_AFTER_SECONDS`` of work are done: the time left at the token rate seen so far."""
+    pass, and another after ``ESTIMATE_AFTER_SECONDS``: the time left at the token rate seen so far."""
 
     def __init__(self, encoder, texts: Sequence[str], description: str, store: EmbeddingStore | None):
         self.active = len(texts) > LARGE_ENCODING
@@ -91,21 +74,11 @@ class EncodingForecast:
             self.active = False
 
 
-def encode_through_store(
-    encoder: PromptEOLEncoder,
-    store: EmbeddingStore | None,
-    ids: Sequence[str],
-    texts: Sequence[str],
-    description: str,
-) -> tuple[np.ndarray, int]:
-    """Vectors for ``ids``: stored ones reused, missing ones encoded and stored as they finish.
-
-    All missing prompts go through one ``encode`` call (length-sorted batches across all of
-    them); finished batches are written in parts by ``PendingParts`` (by count and by time, and
-    on any exception), under the store's lock, so a parallel run on this store waits and then
-    encodes only what is still missing.  Without a store every prompt is encoded and nothing kept.
-    A large encoding is announced (``EncodingForecast``).  Returns (vectors in ``ids`` order,
-    prompts encoded now).
+def encode_through_store(encoder: PromptEOLEncoder, store: EmbeddingStore | None, ids: Sequence[str], texts: Sequence[str],
+                         description: str) -> tuple[np.ndarray, int]:
+    """(vectors in ``ids`` order, prompts encoded now): stored ones reused, missing ones encoded
+    in one ``encode`` call and stored as they finish (``PendingParts``), under the store's lock, so a
+    parallel run waits and then encodes only what is still missing.  Without a store nothing is kept.
     """
     if store is None:
         if len(texts) <= LARGE_ENCODING:
@@ -144,10 +117,8 @@ class DeerProbe:
     """DEER: PromptEOL vectors of each query and each described candidate tail, ranked by cosine.
 
     Options: ``query_embeddings``, (n_queries, d) vectors already computed for these queries with
-    these templates (LAMA's pass makes them), so only the candidates are encoded.  With
-    ``distributed`` (set by the runner) the forward passes are shared between the processes of a
-    torch.distributed job (``deer.platform.distributed.ShardedEncoder``); every process gets every vector.
-    The result keeps ``arrays["query_embeddings"]`` and ``arrays["entity_embeddings"]``.
+    these templates (LAMA's pass makes them).  With ``distributed`` (set by the runner) the forward
+    passes are shared between the processes of a torch.distributed job (``ShardedEncoder``).
     """
 
     name = "deer"
@@ -211,8 +182,7 @@ class DeerProbe:
                            arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
 
     def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
-        """Every distinct candidate prompt of every set encoded once (through the prompt store: LAMA's
-        vocabulary is encoded once per model), each query ranked by cosine over its own set."""
+        """Every distinct candidate prompt of every set encoded once, each query ranked by cosine over its own set."""
         task, given = request.queries, request.options["query_embeddings"]
         encoder = request.backend.encoder()
         started = time.perf_counter()

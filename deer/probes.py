@@ -1,17 +1,10 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
-A probe says which texts it feeds the model (so the length guard can check them before any
-forward pass) and turns a model into scores for a task: a KG's query set (one candidate set, with
-known-true filters) -- a (queries x candidates) matrix, higher = better, or query and candidate
-vectors ranked by cosine (``score``) -- and, where it has ``score_benchmark``, a cloze benchmark
-(``kg_data.cloze.ClozeTask``: each query over its own named candidate set) -- a score row per query
-over its set.  It never ranks, saves or caches results: the runner (``deer.runner``) does that once
-for every probe and every task.  A probe may hand an array to a later probe of the same run: one it
-returns in ``arrays`` under the name of another probe's option (``query_embeddings``: LAMA's pass
-gives DEER its query vectors).
-
-Every probe -- DEER, BEAR and LAMA in this toolkit's pyproject.toml, and any probe from another
-package -- registers through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
+A probe names the texts it feeds the model (for the length guard) and turns a model into scores
+for a KG's queries (``score``) and, with ``score_benchmark``, for a cloze benchmark; it never ranks,
+saves or caches (the runner, ``deer.runner``, does).  An array it returns in ``arrays`` under another
+probe's option name is handed to that probe (LAMA's pass gives DEER its ``query_embeddings``).
+Probes register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
 
     [project.entry-points."deer.probes"]
     shortest = "my_package.shortest:ShortestNameProbe"
@@ -35,9 +28,8 @@ ENTRY_POINT_GROUP = "deer.probes"
 @dataclasses.dataclass
 class ProbeRequest:
     """Everything a probe scores with: the queries, the loaded model (for its identity: store keys),
-    the backend that runs it (``deer.backends``: the only way a probe reaches the model), the
-    templates, the store root for resumable work (None: nothing is stored), and the probe's own
-    options (its ``options`` defaults, updated by the caller)."""
+    the backend (the only way a probe reaches the model), the templates, the store root for
+    resumable work (None: nothing is stored), and the probe's own options."""
 
     queries: Any  # the task: kg_data.queries.QuerySet, or a benchmark's kg_data.cloze.ClozeTask
     loaded: Any  # deer.platform.models.LoadedModel
@@ -50,11 +42,10 @@ class ProbeRequest:
 
 @dataclasses.dataclass
 class ProbeScores:
-    """A probe's answer: ``scores`` (n_queries, n_candidates), higher = better -- on a benchmark
-    {query index: scores over its candidate set}, a query left out is not scored -- or ``query_vectors``
-    (n_queries, d) and ``candidate_vectors`` (n_candidates, d) to rank by cosine; ``metadata`` adds to
-    metadata.json (work, timings, caches); ``arrays`` are kept on the result (``ProbeResult.arrays``)
-    and handed to later probes; ``columns``: per-query columns for a benchmark's rows."""
+    """A probe's answer: ``scores`` (n_queries, n_candidates), higher = better (on a benchmark
+    {query index: scores over its candidate set}), or ``query_vectors`` and ``candidate_vectors`` to
+    rank by cosine; ``metadata`` adds to metadata.json; ``arrays`` are kept on the result and handed
+    to later probes; ``columns``: per-query columns for a benchmark's rows."""
 
     scores: np.ndarray | dict | None = None
     query_vectors: np.ndarray | None = None

@@ -1,17 +1,12 @@
 """The runner: probes, a task, a model and the options -> a result, the same way for every probe.
 
     check inputs -> read the data -> load the model -> length guard (the probes' texts)
-    -> probe.score -> rank (one kernel, ``deer.platform.ranking``) -> metrics -> save
+    -> probe.score -> rank (``deer.platform.ranking``) -> metrics -> save
 
-Probes (``deer.probes``) only score; ranking, metrics, the result types, stores and saving are
-made here once.  A task has one of two shapes, and a result the matching one:
-
-* a KG's queries (``run_probe``): one probe per call, per-query ranks with the known-true filter
-  (``ProbeResult``, a run folder under a run spec).  ``deer.probe``, ``bear_ref.bear`` and
-  ``bear_ref.lama`` are this call with their probe's name;
-* a cloze benchmark (``run_cloze``: LAMA, the BEAR data set, template-based or template-free): every
-  query over its own candidate set, the chosen probes side by side, one row per query
-  (``ClozeResult``); each finished probe's rows are kept, so a stopped run resumes.
+Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here.  A KG's
+queries go through ``run_probe`` (one probe, filtered ranks, a ``ProbeResult``; ``deer.probe``,
+``bear_ref.bear`` and ``bear_ref.lama`` call it), a cloze benchmark through ``run_cloze`` (the
+chosen probes side by side, one row per query, a resumable ``ClozeResult``).
 """
 
 from __future__ import annotations
@@ -75,9 +70,9 @@ BUDGET_KEYWORDS = tuple(field.name for field in dataclasses.fields(Budget))
 
 def gather_options(selection: QuerySelection | None, templates: PromptTemplates | None, budget: Budget | None,
                    options: Mapping[str, Any]) -> tuple[QuerySelection, PromptTemplates, Budget, dict]:
-    """The Python API's loose keywords (``split=``, ``k_shot=``, ``token_budget=``, ...) gathered into
-    their objects; what is left are the probe's own options.  A keyword set to other than its default
-    beside its object (``templates=`` and ``k_shot=3``) is refused by name: it would be ignored."""
+    """The Python API's loose keywords gathered into their objects; what is left are the probe's own
+    options.  A keyword set to other than its default beside its object (``templates=`` and
+    ``k_shot=3``) is refused by name: it would be ignored."""
     rest = dict(options)
 
     def gather(keywords, given, build, name):
@@ -110,21 +105,10 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
               model_kwargs: Mapping[str, Any] | None = None, adapter=None, **options) -> ProbeResult:
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
 
-    kg: a name ('wn18rr'), a folder, a ``TextualKG`` or a ``QuerySet`` (then ``selection`` is unused).
-    selection, templates, budget: which queries, the prompts, the batch size (each an object, or its
-        fields as loose keywords: ``split=``, ``subset=``, ``k_shot=``, ``token_budget=``, ... as ``deer.probe``).
-    model: an alias, hub id or folder (loaded with ``dtype`` on ``device``), or a model object with
-        ``tokenizer=``, a (model, tokenizer) pair or a ``LoadedModel``, used as it is.
-    model_kwargs, adapter: for a model given by name, keywords for ``from_pretrained`` (trust_remote_code,
-        attn_implementation, revision, ...) and a PEFT adapter merged into it (``deer.platform.model_spec``).
-    backend: what runs the model (``deer.backends``): 'hf' (the optimised kernels) or 'plain' (one whole
-        forward pass per prompt or statement, a cross-check: it never reads or writes stores).
-    cache: the probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` (default
-        $DEER_CACHE_DIR or ~/.cache/deer) and reused.  The Python API writes nothing unless asked
-        (cache=False by default; the CLI caches unless --no-cache).  out: a folder to save the result in.
-    distributed: in a torch.distributed job every process calls this with the same arguments; only
-        process 0 writes ``out``.  options: the probe's own (``get_probe(name).options``).
-    Every input is checked before the model is loaded.
+    The arguments are ``deer.probe``'s; ``selection``, ``templates`` and ``budget`` are each an object
+    or its fields as loose keywords (``split=``, ``k_shot=``, ``token_budget=``, ...).  ``cache``: the
+    probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` and reused (the
+    plain backend never reads or writes stores).  ``options``: the probe's own (``get_probe(name).options``).
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
     backend_class(backend)  # an unknown backend fails before any work
@@ -133,9 +117,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     options = probe_options(probe, options)
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, split=selection.split, subset=selection.subset,
-                  seed=selection.seed, data_dir=selection.data_dir, templates=templates, dtype=dtype, device=device, out=out,
-                  token_budget=budget.token_budget, long_prompts=budget.long_prompts, exclude_head=selection.exclude_head)
+    run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, templates=templates, dtype=dtype, device=device,
+                  out=out, **vars(selection), **vars(budget))
     check_model_kind(probe, run.loaded)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
     runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
@@ -207,15 +190,11 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per
     query and probe the gold's realistic rank among the query's candidates (a non-finite score never
     beats the gold), the argmax prediction (first on a tie), whether it is the gold, and the gold's score;
-    NaN where a probe does not score a query (BEAR and statement-scored LAMA never run against LAMA's
-    common vocabulary).
+    NaN where a probe does not score a query.  Bad inputs are refused before anything is scored.
 
-    Refused before anything is scored or written: a probe that scores no benchmark, a masked LM for a
-    probe that needs a causal one, a task without queries, a text longer than the model's positions.
     With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
-    model, tokenizer, dtype and the task's queries and candidates, so a stopped run resumes and a stored
-    probe is reused only for the same inputs.  With ``store_root``, DEER's candidate vectors go into the
-    model's prompt store (``deer.embedding_probe.prompt_store``).  The plain backend stores nothing.
+    model, tokenizer, dtype and the task, so a stopped run resumes.  With ``store_root``, DEER's
+    candidate vectors go into the model's prompt store.  The plain backend stores nothing.
     """
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
@@ -243,10 +222,12 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
         started = time.perf_counter()
         with evaluation_mode(loaded.model):
             scored = probe.score_benchmark(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
-        frame = ranks_from_scores(task, scored.scores, probe.name)
-        for column, values in scored.columns.items():  # named by the probe (``lama_rule``)
-            frame[column] = values
-        frames[probe.name] = _store_part(parts, probe.name, frame, key)
+        frame = ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)  # columns named by the probe
+        frames[probe.name] = frame
+        if parts is not None:
+            if not (parts / "key.json").exists():
+                write_json(parts / "key.json", key)
+            write_table(parts / f"{probe.name}.parquet", frame)
         handed.update(scored.arrays)
         probe_metadata[probe.name] = scored.metadata
         timings[f"{probe.name}_seconds"] = round(time.perf_counter() - started, 3)
@@ -267,11 +248,3 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     if out is not None:
         result.save(out)
     return result
-
-
-def _store_part(parts: Path | None, probe: str, frame: pd.DataFrame, key: dict) -> pd.DataFrame:
-    if parts is not None:
-        if not (parts / "key.json").exists():
-            write_json(parts / "key.json", key)
-        write_table(parts / f"{probe}.parquet", frame)
-    return frame

@@ -1,16 +1,11 @@
 """Agreement between probes: do DEER, BEAR and LAMA rank the same gold tails high?
 
-Per run (model) and probe pair: Pearson r (with p) of the gold ranks in linear and log scale,
-Spearman rho, a bootstrap interval for the log-rank r, and how often the two probes agree on a
-Hit@k; Hit@1/10/100 of every probe side by side with standard errors; scatter plots of log
-rank vs log rank with the Hit@k quadrants marked, faceted by model.
+Per run (model) and probe pair: Pearson r of the gold ranks (linear and log, log with a bootstrap
+interval), Spearman rho and the Hit@k quadrants; each probe's Hit@1/10/100; log-rank scatter plots.
 
 Paper (DEER): Pearson r of log ranks, DEER vs LAMA, from 0.50 (OPT-350M) to 0.80 (OPT-6.7B),
-with LAMA's own protocol: single-token names only (596 WN18RR test queries x 4,948 entities).
-LAMA is defined for single-token names; a run can also rank every name by its first token.
-Which protocol a run's LAMA used (its metadata's ``single_token``) is written beside every
-number that involves LAMA and beside the paper's, since the two are comparable only when they
-match.  With the single-token protocol every probe of the run ranks the same restricted set.
+with LAMA's own single-token protocol.  Which protocol a run's LAMA used (its metadata's
+``single_token``; else every name ranked by its first token) is written beside every LAMA number.
 """
 
 from __future__ import annotations
@@ -55,9 +50,9 @@ def lama_protocol(run: ProbeRun) -> str | None:
 def run_candidates(run: ProbeRun) -> int | None:
     """Candidates ranked per query in the run (from any probe's metadata)."""
     for probe in run.probes():
-        value = run.metadata.get(probe, {}).get("candidates") if isinstance(run.metadata.get(probe), dict) else None
-        if value is not None:
-            return int(value)
+        block = run.metadata.get(probe)
+        if isinstance(block, dict) and block.get("candidates") is not None:
+            return int(block["candidates"])
     return None
 
 
@@ -66,29 +61,21 @@ def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int,
     both = np.isfinite(x) & np.isfinite(y)
     x, y = x[both], y[both]
     correlation = rank_correlations(x, y)
+    linear, log = correlation["linear"], correlation["log"]
     interval = bootstrap_interval(pearson_r, np.log10(x), np.log10(y), n_resamples=bootstrap, seed=seed) if bootstrap else {}
     x_hit, y_hit = x <= hit_k, y <= hit_k
+    quadrants = {"both": x_hit & y_hit, f"only_{first}": x_hit & ~y_hit, f"only_{second}": ~x_hit & y_hit,
+                 "neither": ~x_hit & ~y_hit}
     pair = f"{first} vs {second}"
     protocol = lama_protocol(run) if "lama" in (first, second) else None
     return {
-        "model": run.label,
-        "pair": pair,
-        "lama_protocol": protocol,
-        "n": correlation["log"]["n"],
-        "caveat": small_sample_note(correlation["log"]["n"]),
+        "model": run.label, "pair": pair, "lama_protocol": protocol, "n": log["n"], "caveat": small_sample_note(log["n"]),
         "candidates": run_candidates(run),
-        "pearson_r": correlation["linear"]["pearson_r"],
-        "pearson_p": correlation["linear"]["pearson_p"],
-        "pearson_r_log": correlation["log"]["pearson_r"],
-        "pearson_p_log": correlation["log"]["pearson_p"],
-        "pearson_r_log_ci_low": interval.get("low", float("nan")),
-        "pearson_r_log_ci_high": interval.get("high", float("nan")),
-        "spearman_rho": correlation["linear"]["spearman_rho"],
-        "spearman_p": correlation["linear"]["spearman_p"],
-        f"both_hit@{hit_k}": float(np.mean(x_hit & y_hit)) if len(x) else float("nan"),
-        f"only_{first}_hit@{hit_k}": float(np.mean(x_hit & ~y_hit)) if len(x) else float("nan"),
-        f"only_{second}_hit@{hit_k}": float(np.mean(~x_hit & y_hit)) if len(x) else float("nan"),
-        f"neither_hit@{hit_k}": float(np.mean(~x_hit & ~y_hit)) if len(x) else float("nan"),
+        "pearson_r": linear["pearson_r"], "pearson_p": linear["pearson_p"],
+        "pearson_r_log": log["pearson_r"], "pearson_p_log": log["pearson_p"],
+        "pearson_r_log_ci_low": interval.get("low", float("nan")), "pearson_r_log_ci_high": interval.get("high", float("nan")),
+        "spearman_rho": linear["spearman_rho"], "spearman_p": linear["spearman_p"],
+        **{f"{name}_hit@{hit_k}": float(np.mean(hit)) if len(x) else float("nan") for name, hit in quadrants.items()},
         "paper_pearson_r_log": PAPER_PAIRS.get(pair),
         "paper_protocol": PAPER_PAIR_PROTOCOL if pair in PAPER_PAIRS else None,
         "same_protocol_as_paper": (protocol == PAPER["lama_protocol"]) if pair in PAPER_PAIRS else None,
@@ -99,23 +86,16 @@ def hits_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
     ranks = run.ranks(probe, rank_type)
     metrics = rank_metrics(ranks[np.isfinite(ranks)], ks=HIT_KS)
     row = {"model": run.label, "probe": probe, "n": metrics["n"]}
-    for k in HIT_KS:
-        row[f"hit@{k}"] = metrics.get(f"hit@{k}", float("nan"))
-        row[f"hit@{k}_se"] = metrics.get(f"hit@{k}_se", float("nan"))
-    row["mrr"] = metrics.get("mrr", float("nan"))
-    row["mrr_se"] = metrics.get("mrr_se", float("nan"))
-    row["candidates"] = run_candidates(run)
-    row["lama_protocol"] = lama_protocol(run) if probe == "lama" else None
-    return row
+    for name in (*(f"hit@{k}" for k in HIT_KS), "mrr"):
+        row[name] = metrics.get(name, float("nan"))
+        row[f"{name}_se"] = metrics.get(f"{name}_se", float("nan"))
+    return {**row, "candidates": run_candidates(run), "lama_protocol": lama_protocol(run) if probe == "lama" else None}
 
 
 def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
                   bootstrap: int = 1000, seed: int = 0, settings: dict | None = None) -> dict:
-    """Compare the probes present in each run; write agreement tables, hits table, scatter plot.
-
-    Writes agreement.csv/.md (model x probe pair), hits.csv/.md (model x probe),
-    agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's dict.
-    """
+    """Compare the probes present in each run: write agreement.csv/.md (model x probe pair), hits.csv/.md
+    (model x probe), agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's dict."""
     check_distinct_labels(runs)  # the rows, facets and JSON keys name runs by label
     output = ExperimentOutput(out_dir, "agreement")
     pair_rows, hit_rows, panels = [], [], []
@@ -133,8 +113,7 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
                            "x_label": plots.probe_label(first), "y_label": plots.probe_label(second), "r": row["pearson_r_log"]})
         hit_rows += [hits_row(run, probe, rank_type) for probe in present]
     output.figure("agreement_scatter", lambda: plots.log_rank_scatter(panels, hit_k=hit_k))
-    protocols = sorted({p for p in (lama_protocol(run) for run in runs) if p})
-    protocol_note = "; ".join(f"{p} = {LAMA_PROTOCOLS[p]}" for p in protocols)
+    protocol_note = "; ".join(f"{p} = {LAMA_PROTOCOLS[p]}" for p in sorted({lama_protocol(run) for run in runs} - {None}))
     pairs_frame = pd.DataFrame(pair_rows)
     paper_columns = ["paper_pearson_r_log", "paper_protocol", "same_protocol_as_paper"]
     pairs_frame = pairs_frame[[c for c in pairs_frame.columns if c not in paper_columns] + paper_columns]
@@ -146,13 +125,6 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
                       f"the row can be set beside the paper's number.")
     output.table("hits", pd.DataFrame(hit_rows),
                  note=f"{rank_type} ranks; *_se = standard error of the mean; lama_protocol as in agreement.md.")
-    result = {
-        **result_header("agreement", runs, rank_type, settings),
-        "hit_k": hit_k,
-        "lama_protocols": {run.label: lama_protocol(run) for run in runs},
-        "lama_protocol_descriptions": LAMA_PROTOCOLS,
-        "pairs": pair_rows,
-        "hits": hit_rows,
-        "paper": PAPER,
-    }
-    return output.finish(result)
+    return output.finish({**result_header("agreement", runs, rank_type, settings), "hit_k": hit_k,
+                          "lama_protocols": {run.label: lama_protocol(run) for run in runs},
+                          "lama_protocol_descriptions": LAMA_PROTOCOLS, "pairs": pair_rows, "hits": hit_rows, "paper": PAPER})

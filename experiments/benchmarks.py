@@ -1,15 +1,9 @@
 """Probing on BEAR's and LAMA's own benchmarks, one model or several (what `deer cloze` calls).
 
-``probe_benchmark("lama" | "bear" | "bear-big" | folder, model, probes=...)`` loads the data,
-builds the cloze queries (``kg_data.cloze``), runs the probes side by side
-(``deer.runner.run_cloze``) and writes, under ``out``: queries.parquet (every query's rank per
-probe), metrics.json, agreement.json, summary.md, metadata.json.  For the BEAR data set with
-DEER, the BEAR-format comparison (``experiments.cloze_bear``) is written too.
-
-``compare_models(..., models=[...])`` runs it per model (``out/<model>/``) and orders the models
-by each probe's headline score (LAMA: P@1 over its queries; BEAR data set: the mean accuracy
-over templates), with the Spearman/Kendall agreement of the orderings between probes.  With
-three or four models an ordering agreement is a handful of pairs: its p-values say how little it can show.
+``probe_benchmark("lama" | "bear" | "bear-big" | folder, model, probes=...)`` runs the probes side by
+side on the benchmark's cloze queries and writes, under ``out``: the cloze run, metrics.json,
+agreement.json, summary.md (and, for DEER on the BEAR data set, ``experiments.cloze_bear``'s
+comparison).  ``compare_models`` runs it per model and compares the probes' orderings of the models.
 """
 
 from __future__ import annotations
@@ -67,10 +61,9 @@ def load_benchmark(dataset, data_dir=None, relations: Sequence[str] | None = Non
 
 @contextlib.contextmanager
 def nothing_left_on_failure(out):
-    """On an error (Ctrl-C too), remove what this run created in ``out``, so a failed run leaves no
-    half-written results; finished probes (``cloze/parts/KEY/``), from which the same command
-    resumes, are kept.  The run holds a lock beside ``out`` (``.NAME.lock``) throughout, so a second
-    run into the same folder waits (then resumes) and what is removed was written by this run only."""
+    """On an error (Ctrl-C too), remove what this run created in ``out`` except finished probes
+    (``cloze/parts/KEY/``, from which the same command resumes).  A lock beside ``out`` (``.NAME.lock``)
+    makes a second run into the same folder wait, so what is removed was written by this run only."""
     if out is None:
         yield
         return
@@ -115,13 +108,10 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
                     bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf", cache: bool = False,
                     cache_dir=None, model_kwargs: dict | None = None, adapter=None) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
-    (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: what runs the model
-    ('hf', or 'plain': one whole forward pass per text, a cross-check).  ``cache`` (the CLI's default;
-    off in Python unless asked): DEER's candidate vectors (LAMA's vocabulary, the answers) are kept in the
-    model's prompt store under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer) and reused by
-    every later run.  See the module doc."""
-    # Every input before the model: the options and --out, then the data (a bad file names itself) and a
-    # stored BEAR run's data digests; after loading, the texts' lengths (run_cloze) before any forward pass.
+    (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: 'hf', or 'plain' (one whole
+    forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the model's prompt
+    store under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
+    # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     model = with_loading(model, model_kwargs, adapter)  # model_kwargs, adapter: as ``deer.probe``'s
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
     probes = [probe.name for probe in benchmark_probes(probes)]
@@ -161,8 +151,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
 
 
 def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
-    block = metrics.get(kind, {}).get(mode, {}).get(probe, {}).get("overall", {})
-    return block.get("p@1")
+    return metrics.get(kind, {}).get(mode, {}).get(probe, {}).get("overall", {}).get("p@1")
 
 
 def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = BENCHMARK_PROBES, **options) -> dict:
@@ -174,8 +163,7 @@ def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = 
                for name, label in zip(models, distinct_labels(models), strict=True)}
     names = list(reports)
     rows, headline_rows = [], []
-    groups = sorted({(k, m) for r in reports.values() for k, modes in r["metrics"].items() for m in modes})
-    for kind, mode in groups:
+    for kind, mode in sorted({(k, m) for r in reports.values() for k, modes in r["metrics"].items() for m in modes}):
         scores = {p: [headline(reports[n]["metrics"], kind, mode, p) for n in names] for p in probes}
         for p, values in scores.items():
             headline_rows.append({"candidates": kind, "mode": mode, "probe": p, **dict(zip(names, values, strict=True))})

@@ -1,10 +1,6 @@
-"""A series of checkpoints to screen: a Trainer output folder, or names with revisions.
-
-A Hugging Face ``Trainer`` writes ``checkpoint-<step>`` folders into its output folder (and the
-final model into the folder itself after ``save_model``).  Hub series publish steps as revisions
-(``EleutherAI/pythia-160m@step1000``).  Either way each checkpoint gets a label and, where it
-can be read, its training step, so a screen can draw every metric against the step.
-"""
+"""A series of checkpoints to screen: a Trainer output folder (``checkpoint-<step>`` folders and the
+final model), or names with revisions (``EleutherAI/pythia-160m@step1000``); each gets a label and,
+where it can be read, its training step."""
 
 from __future__ import annotations
 
@@ -28,9 +24,8 @@ class Checkpoint:
 
 
 def _final_step(folder: Path) -> int | None:
-    state = folder / "trainer_state.json"
     try:
-        return int(json.loads(state.read_text())["global_step"])
+        return int(json.loads((folder / "trainer_state.json").read_text())["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -59,9 +54,8 @@ def trainer_checkpoints(folder: str | Path) -> list[Checkpoint]:
 
 
 def named_checkpoints(names: Sequence[str]) -> list[Checkpoint]:
-    """Checkpoints given by name, in the order given: folders (step from a ``checkpoint-<step>``
-    name or their trainer_state.json) or hub ids with an ``@revision`` (step from a revision such
-    as ``step1000``)."""
+    """Checkpoints given by name, in the order given: folders (step from a ``checkpoint-<step>`` name or their
+    trainer_state.json) or hub ids with an ``@revision`` (step from a revision such as ``step1000``)."""
     series = []
     for name in names:
         path = Path(name).expanduser()
@@ -69,7 +63,6 @@ def named_checkpoints(names: Sequence[str]) -> list[Checkpoint]:
             match = CHECKPOINT_FOLDER.match(path.name)
             series.append(Checkpoint(path.name, name, int(match.group(1)) if match else _final_step(path)))
             continue
-        _, _, revision = name.partition("@")
-        match = STEP_IN_REVISION.search(revision) if revision else None
+        match = STEP_IN_REVISION.search(name.partition("@")[2])  # the step in an @revision
         series.append(Checkpoint(name, name, int(match.group(1)) if match else None))
     return series

@@ -1,13 +1,9 @@
 """DEER on the BEAR data set, beside BEAR's own likelihood score for the same model.
 
-DEER ranks each (relation, template, instance)'s answer space by cosine
-(``deer.runner.run_cloze`` on ``kg_data.cloze.bear_cloze_task``); its columns are written
-in the BEAR data-set format, so ``bear_ref.dataset.bear_metrics`` gives DEER's BEAR-style
-accuracy per template, relation, domain and cardinality under lm-pub-quiz's convention.  BEAR's
-ranks come from a finished ``deer bear-dataset`` folder of the same model and data (checked:
-weights, tokenizer, dtype and each relation's content digest), or from the same cloze run's bear
-columns.  Agreement is per instance and template: Pearson r of log ranks (bootstrap CI),
-Spearman, and accuracy agreement.
+DEER's cloze columns, written in the BEAR data-set format, get BEAR-style metrics
+(``bear_ref.dataset.bear_metrics``).  BEAR's ranks come from the same cloze run, or from a finished
+``deer bear-dataset`` folder of the same model and data (checked).  Agreement is per instance and
+template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreement.
 """
 
 from __future__ import annotations
@@ -31,9 +27,8 @@ KEYS = ["relation", "template", "row"]
 
 
 def legacy_sample_fingerprint(model) -> str:
-    """The weights fingerprint that runs recorded before the every-byte one (``tensors_fingerprint``): sha256 of
-    each tensor's name, shape and first 2,048 values.  Lets a BEAR run of that time be matched to
-    the weights it scored (results/bear-dataset-all-smollm2 records one)."""
+    """The weights fingerprint runs recorded before ``tensors_fingerprint`` (sha256 of each tensor's name, shape
+    and first 2,048 values), to match a BEAR run of that time to the weights it scored."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -45,10 +40,8 @@ def legacy_sample_fingerprint(model) -> str:
 
 
 def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
-    """The metadata of a finished ``deer bear-dataset`` run in ``folder``, refused (ValueError) unless it
-    scored this data: every relation's content digest (templates, answer space ids and labels,
-    instances, gold) must match, and a run that recorded none (made before they were kept) cannot
-    show that it does.  Needs no model, so it is checked before one is loaded."""
+    """The metadata of a finished ``deer bear-dataset`` run in ``folder``; ValueError unless every relation's
+    content digest (templates, answer space, instances, gold) matches ``dataset``.  Needs no model."""
     folder = Path(folder)
     path = folder / "metadata.json"
     try:
@@ -75,8 +68,8 @@ def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
 
 
 def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
-    """BEAR's instances from a finished ``deer bear-dataset`` run, refused unless it scored the same
-    weights and tokenizer in the same dtype on the same data (``check_bear_run``)."""
+    """BEAR's instances from a finished ``deer bear-dataset`` run; ValueError unless it scored the same weights
+    and tokenizer in the same dtype on the same data (``check_bear_run``)."""
     folder = Path(folder)
     model = check_bear_run(folder, dataset).get("model", {})
     problems = []
@@ -85,7 +78,8 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
         problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
     if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
         problems.append("tokenizer fingerprint differs")
-    if model.get("dtype", str(loaded.dtype).replace("torch.", "")) != str(loaded.dtype).replace("torch.", ""):
+    dtype = str(loaded.dtype).replace("torch.", "")
+    if model.get("dtype", dtype) != dtype:
         problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
     if problems:
         raise ValueError(f"{folder} is not a BEAR run of this model: " + "; ".join(problems))
@@ -123,9 +117,9 @@ def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, s
 def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedModel, out: str | Path,
                       bear_run: str | Path | None = None, bootstrap: int = 1000, seed: int = 0,
                       bear_table: pd.DataFrame | None = None) -> dict:
-    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own columns, or ``bear_run``'s:
-    ``bear_table`` when the caller has read and checked it already with ``stored_bear_table``):
-    BEAR-style metrics for both, per-instance agreement; writes tables, report.json, summary.md."""
+    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own, or ``bear_run``'s; ``bear_table``:
+    that run's table already read with ``stored_bear_table``): BEAR-style metrics for both and per-instance
+    agreement; writes deer_instances.parquet, report.json, summary.md."""
     out = Path(out)
     deer_table = bear_format(result.table, dataset, "deer")
     if bear_run is None and "bear_rank" not in result.table:
@@ -137,9 +131,8 @@ def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedM
     if len(joined) != len(deer_table):
         raise ValueError(f"BEAR's table covers {len(joined)} of DEER's {len(deer_table)} (instance, template) rows")
     agreement = agreement_rows(joined, dataset, bootstrap, seed)
-    timings = result.metadata["timings"]
-    report = {"metrics": metrics, "agreement": agreement, "timings": timings, "bear_run": str(bear_run) if bear_run else None,
-              "model": loaded.metadata(), "dataset": dataset.summary()}
+    report = {"metrics": metrics, "agreement": agreement, "timings": result.metadata["timings"],
+              "bear_run": str(bear_run) if bear_run else None, "model": loaded.metadata(), "dataset": dataset.summary()}
     write_table(out / "deer_instances.parquet", deer_table)
     write_json(out / "report.json", report)
     lines = [f"DEER on {dataset.name} ({dataset.n_instances} instances x {len(next(iter(dataset.relations.values())).templates)} templates), "

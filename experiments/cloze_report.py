@@ -1,13 +1,8 @@
 """Metrics and agreement for a cloze run's table (``deer.runner.run_cloze``).
 
-* ``cloze_metrics``: P@1 (argmax is the gold), P@10 (rank <= 10) and MRR (mean 1/rank) per
-  probe, per candidate kind (LAMA's common vocabulary, or the relation's objects) and mode
-  (template, template-free), per relation and per source.  A source's ``p@1_macro`` is the mean
-  over its relations (how LAMA reports T-REx and Google-RE); ``p@1`` pools its queries.
-* ``pair_agreement``: per-query agreement of two rank columns -- Pearson r of log10 ranks (the
-  paper's statistic) with a bootstrap interval, Pearson of ranks, Spearman, Kendall -- and of
-  two correctness columns (both / only one / neither right, Cohen's kappa).
-* ``mode_agreement``: the same between a fact's template-based and template-free ranks, per probe.
+``cloze_metrics``: P@1, P@10 and MRR per probe, candidate kind (LAMA's common vocabulary, or the
+relation's objects), mode (template, template-free), relation and source; a source's ``p@1_macro`` is the
+mean over its relations (as LAMA reports T-REx and Google-RE), its ``p@1`` pools its queries.
 """
 
 from __future__ import annotations
@@ -20,8 +15,6 @@ import pandas as pd
 
 from deer.platform.tables import format_number, markdown_table
 from experiments.stats import bootstrap_interval, caveat_lines, pearson_r, rank_correlations, small_sample_note
-
-KS = (1, 10)
 
 
 def candidate_kind(candidates: pd.Series) -> pd.Series:
@@ -52,11 +45,9 @@ def cloze_metrics(table: pd.DataFrame) -> dict:
             per_relation = {f"{s}/{r}": _block(p, probe) for (s, r), p in part.groupby(["source", "relation"], sort=True)}
             per_source = {}
             for source, p in part.groupby("source", sort=True):
-                block = _block(p, probe)
                 relation_p1 = [v["p@1"] for k, v in per_relation.items() if k.startswith(f"{source}/") and v["n"]]
-                block["p@1_macro"] = float(np.mean(relation_p1)) if relation_p1 else None
-                block["relations"] = len(relation_p1)
-                per_source[source] = block
+                per_source[source] = {**_block(p, probe), "p@1_macro": float(np.mean(relation_p1)) if relation_p1 else None,
+                                      "relations": len(relation_p1)}
             out.setdefault(kind, {}).setdefault(mode, {})[probe] = {"overall": _block(part, probe), "per_source": per_source,
                                                                     "per_relation": per_relation}
     return out
@@ -64,8 +55,7 @@ def cloze_metrics(table: pd.DataFrame) -> dict:
 
 def accuracy_agreement(correct_a, correct_b) -> dict:
     """Shares of queries both / only a / only b / neither probe got right, and Cohen's kappa."""
-    a = np.asarray(correct_a, dtype=bool)
-    b = np.asarray(correct_b, dtype=bool)
+    a, b = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
     n = len(a)
     if n == 0:
         return {"n": 0}
@@ -81,20 +71,17 @@ def pair_agreement(ranks_a, ranks_b, correct_a, correct_b, bootstrap: int = 1000
     """Rank and accuracy agreement of two probes on the same queries (rows with both scored)."""
     ranks_a, ranks_b = np.asarray(ranks_a, dtype=float), np.asarray(ranks_b, dtype=float)
     keep = np.isfinite(ranks_a) & np.isfinite(ranks_b)
-    if keep.sum() < 3:
-        return {"n": int(keep.sum())}
+    n = int(keep.sum())
+    if n < 3:
+        return {"n": n}
     a, b = ranks_a[keep], ranks_b[keep]
     correlations = rank_correlations(a, b)
     log = correlations["log"]
     interval = bootstrap_interval(pearson_r, np.log10(a), np.log10(b), n_resamples=bootstrap, seed=seed) if bootstrap else {}
     return {
-        "n": int(keep.sum()),
-        "caveat": small_sample_note(int(keep.sum())),
-        "pearson_r_log": log["pearson_r"],
+        "n": n, "caveat": small_sample_note(n), "pearson_r_log": log["pearson_r"],
         "pearson_r_log_ci": [interval.get("low"), interval.get("high")] if bootstrap else None,
-        "pearson_r": correlations["linear"]["pearson_r"],
-        "spearman_rho": log["spearman_rho"],
-        "kendall_tau": log["kendall_tau"],
+        "pearson_r": correlations["linear"]["pearson_r"], "spearman_rho": log["spearman_rho"], "kendall_tau": log["kendall_tau"],
         "accuracy": accuracy_agreement(np.asarray(correct_a, dtype=float)[keep] == 1, np.asarray(correct_b, dtype=float)[keep] == 1),
     }
 

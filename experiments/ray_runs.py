@@ -1,12 +1,9 @@
 """Scale-out on Ray (optional: ``pip install .[ray]``): one task per checkpoint of a screen, and one
 KG's entity encoding split over workers into one embedding store.
 
-Without Ray everything runs in one process (``experiments.runs.run_probes``).  With it, each task
-runs that same function (one checkpoint) or the same encoder (a slice of the entities), so the
-results are those of the one-process path.  A task asks for one GPU where the cluster has GPUs,
-else for one CPU.  On a cluster the workers need the toolkit installed, the data and the model
-reachable at the same paths, and ``--runs-dir`` / the cache on a shared file system (the run
-folders and stores are written by the workers).
+Each task runs the one-process code (``experiments.runs.run_probes``, or the encoder on a slice of the
+entities) on one GPU where the cluster has GPUs, else one CPU.  On a cluster the workers need the
+toolkit, the data and the model at the same paths, and ``--runs-dir`` / the cache on a shared file system.
 """
 
 from __future__ import annotations
@@ -73,10 +70,9 @@ def _encode_task(model_name: str, dtype: str, device: str, texts: Sequence[str],
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
                            dtype: str = "auto", device: str = "auto", token_budget: int | None = None, cache_dir=None,
                            address: str | None = None, loaded=None) -> Path:
-    """Encode ``entities`` (default: all) of ``kg`` split over ``workers`` Ray tasks into the model's
-    prompt store that ``deer.probe(..., cache=True)`` reads, encoding only what it does not hold yet.
-    ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again).
-    Returns the store's folder."""
+    """Encode the ``entities`` (default: all) of ``kg`` that the model's prompt store (what
+    ``deer.probe(..., cache=True)`` reads) lacks, split over ``workers`` Ray tasks; returns the store's folder.
+    ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again)."""
     from deer.embedding_probe import prompt_id, prompt_store
     from deer.platform.inputs import store_root
     from deer.platform.models import open_model

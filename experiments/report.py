@@ -1,12 +1,5 @@
-"""Where an experiment's results go: tables (CSV + markdown), figures (PNG), one JSON of numbers.
-
-Every experiment writes into one output folder through :class:`ExperimentOutput`, so the
-layout is the same for all of them:
-
-    OUT/NAME.json            all numbers of the experiment (plus its settings)
-    OUT/TABLE.csv, TABLE.md  each table, machine- and human-readable
-    OUT/FIGURE.png           each figure
-"""
+"""Where an experiment's results go (:class:`ExperimentOutput`): OUT/NAME.json (all numbers and settings),
+OUT/TABLE.csv and TABLE.md per table, OUT/FIGURE.png per figure."""
 
 from __future__ import annotations
 
@@ -45,19 +38,14 @@ class ExperimentOutput:
 
     def table(self, name: str, table: pd.DataFrame, note: str | None = None) -> pd.DataFrame:
         """Write ``name``.csv and ``name``.md (with ``note`` under the markdown table)."""
-        csv_path = write_table(self.folder / f"{name}.csv", table)
-        markdown = markdown_table(table)
-        if note:
-            markdown += f"\n{note}\n"
         md_path = self.folder / f"{name}.md"
-        write_text(md_path, markdown)
-        self.files += [csv_path, md_path]
+        self.files += [write_table(self.folder / f"{name}.csv", table), md_path]
+        write_text(md_path, markdown_table(table) + (f"\n{note}\n" if note else ""))
         return table
 
     def figure(self, name: str, draw: Callable[[], Any]) -> Path | None:
-        """Save ``draw()``'s matplotlib figure as ``name``.png.  Without the plots extra the figure is
-        skipped (named in the JSON's ``figures_skipped``, with the install line) and every table and
-        number is still written: a run of minutes is not lost to a missing plotting library."""
+        """Save ``draw()``'s matplotlib figure as ``name``.png; without the plots extra it is skipped (named in the
+        JSON's ``figures_skipped``) and every table and number is still written."""
         try:
             figure = draw()
         except MissingExtraError as error:
@@ -69,16 +57,11 @@ class ExperimentOutput:
         return path
 
     def finish(self, result: dict) -> dict:
-        """Write ``result`` as the experiment's JSON and return it with ``out_dir`` added."""
+        """Write ``result`` as ``<experiment name>.json`` (listing the other files) and return it with ``out_dir``."""
         if self.skipped:
             result["figures_skipped"] = dict(self.skipped)
-        self.numbers(result)
+        path = self.folder / f"{self.name}.json"
+        write_json(path, {**result, "files": sorted(str(p.name) for p in self.files)})
+        self.files.append(path)
         result["out_dir"] = str(self.folder)
         return result
-
-    def numbers(self, payload: dict) -> Path:
-        """Write all numbers as ``<experiment name>.json`` (listing the other files too)."""
-        path = self.folder / f"{self.name}.json"
-        write_json(path, {**payload, "files": sorted(str(p.name) for p in self.files)})
-        self.files.append(path)
-        return path

@@ -1,9 +1,8 @@
 """Probe runs the experiments build on: read existing run folders, or run the probes into one.
 
-A run folder is what ``ProbeResult.save`` writes (``deer probe`` and the bear_ref probes): ``ranks.parquet|csv`` with
-a row per query and ``{probe}_rank_raw|filtered`` columns, plus ``metrics.json`` and
-``metadata.json`` keyed by probe, and ``run_spec.json``: the one run spec (``deer.platform.run_spec``)
-every probe in the folder was run with.  Experiments only read those; they never rank anything.
+A run folder is what ``ProbeResult.save`` writes: ``ranks.parquet|csv`` (a row per query,
+``{probe}_rank_raw|filtered`` columns), ``metrics.json`` and ``metadata.json`` keyed by probe, and
+``run_spec.json`` (``deer.platform.run_spec``) that every probe in the folder was run with.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from deer.platform.models import LoadedModel, open_model
 from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results
 from deer.platform.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
+from experiments.report import distinct_labels
 from kg_data.queries import QuerySet, queries_for
 
 RANK_TYPES = ("filtered", "raw")
@@ -44,13 +44,9 @@ class ProbeRun:
         return sorted(present, key=lambda name: (order.get(name, len(order)), name))
 
     def ranks(self, probe: str, rank_type: str = "filtered") -> np.ndarray:
-        return self.table[rank_column(probe, rank_type)].to_numpy(dtype=np.float64)
-
-
-def rank_column(probe: str, rank_type: str = "filtered") -> str:
-    if rank_type not in RANK_TYPES:
-        raise ValueError(f"rank type must be one of {RANK_TYPES}")
-    return f"{probe}_rank_{rank_type}"
+        if rank_type not in RANK_TYPES:
+            raise ValueError(f"rank type must be one of {RANK_TYPES}")
+        return self.table[f"{probe}_rank_{rank_type}"].to_numpy(dtype=np.float64)
 
 
 def _read_json(path: Path) -> dict:
@@ -75,14 +71,10 @@ def run_label(metadata: dict, folder: Path) -> str:
 
 
 def label_runs_apart(runs: Sequence[ProbeRun], names: Sequence[str] | None = None) -> None:
-    """Relabel ``runs`` in place when two share a label (checkpoint-10 of two training runs), so every
-    table, figure and JSON key names one run: each label becomes the shortest trailing part of its
-    model's path that tells the models apart (run-a/checkpoint-10, run-b/checkpoint-10); runs of one
-    model in several folders (two KGs or seeds) keep theirs and add as much of their folder's path as tells
-    those apart.
-    ``names``: the models as given, one per run (default: the name each run's metadata records)."""
-    from experiments.report import distinct_labels
-
+    """Relabel ``runs`` in place when two share a label: each becomes the shortest trailing part of its model's
+    path that tells the models apart (run-a/checkpoint-10); runs of one model in several folders keep theirs
+    plus as much of their folder's path as tells those apart.  ``names``: the models as given, one per run
+    (default: the name each run's metadata records)."""
     if len({run.label for run in runs}) == len(runs):
         return
     if names is None:
@@ -120,43 +112,27 @@ def load_run(folder: Path, label: str | None = None) -> ProbeRun:
 
 
 def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | None:
-    """``probe``'s result in the folder if it was made with this very run spec (weights, tokenizer,
-    dtype, KG, queries, templates, BOS policy): the folder's ``run_spec.json`` and the probe's
-    metadata must both match ``spec`` in every field, never the weight fingerprint alone."""
+    """``probe``'s result in the folder if the folder's ``run_spec.json`` and the probe's metadata both
+    match ``spec`` in every field (never the weight fingerprint alone)."""
     stored = RunSpec.read(folder)
     if stored is None or find_ranks_table(folder) is None:
         return None
     result = load_results(folder).get(probe)
     recorded = result.metadata.get("run_spec") if result is not None else None
-    if not isinstance(recorded, dict):
-        return None
-    if stored.differences(spec) or RunSpec.from_dict(recorded).differences(spec):
+    if not isinstance(recorded, dict) or stored.differences(spec) or RunSpec.from_dict(recorded).differences(spec):
         return None
     return result
 
 
-def run_probes(
-    queries: QuerySet,
-    model: str | LoadedModel,
-    probes: Sequence[str],
-    folder: Path | None,
-    templates,
-    dtype: str = "auto",
-    device: str = "auto",
-    token_budget: int | None = None,
-    use_cache: bool = True,
-    show_progress: bool = False,
-    log=print,
-    runs_dir: Path = Path("runs"),
-    probe_options: dict | None = None,
-) -> ProbeRun:
+def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates,
+               dtype: str = "auto", device: str = "auto", token_budget: int | None = None, use_cache: bool = True,
+               show_progress: bool = False, log=print, runs_dir: Path = Path("runs"),
+               probe_options: dict | None = None) -> ProbeRun:
     """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
 
-    ``folder=None``: the default folder for this run's spec under ``runs_dir`` (the name
-    ``deer probe`` gives it, so the two share and reuse run folders).  DEER goes through its
-    embedding cache (a repeat encodes nothing new); a reference probe whose ranks for this very
-    run spec are already in the folder is loaded, not run again.  ``probe_options``: {probe:
-    keyword options of that probe}, e.g. ``{"lama": {"single_token": True}}``; any registered probe runs.
+    ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  DEER goes through
+    its embedding cache; a probe whose ranks for this very run spec are already in the folder is read
+    back, not run again.  ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.
     """
     from deer.runner import Budget, run_probe
 
@@ -170,9 +146,8 @@ def run_probes(
     results: list[ProbeResult] = []
     for probe in probes:
         started = time.perf_counter()
-        # A probe's ranks of this very run spec already in the folder are read back, not run again.
-        if use_cache and (stored := _stored_result(folder, probe, spec)) is not None:
-            result = stored
+        result = _stored_result(folder, probe, spec) if use_cache else None
+        if result is not None:
             reused.append(probe)
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
         else:
@@ -195,34 +170,25 @@ def model_label(model_name: str) -> str:
     return Path(model_name).name if Path(model_name).exists() else str(model_name)
 
 
-def run_identity(run: ProbeRun) -> RunSpec | None:
-    """The run spec a run's DEER ranks were made under (weights fingerprint, tokenizer, dtype, queries,
-    templates; ``deer.platform.run_spec``); None where the metadata does not record it."""
-    spec = run.metadata.get("deer", {}).get("run_spec")
-    return RunSpec.from_dict(spec) if spec else None
-
-
 def same_weights(runs: Sequence[ProbeRun]) -> dict[str, str]:
-    """{label: label of the first run with the same run spec} for every run that repeats an earlier
-    one: byte-identical weights under two names (hub revisions that serve one set of weights)."""
+    """{label: label of the first run with the same run spec} for every run repeating an earlier one (same weights)."""
     first: dict[RunSpec, str] = {}
     repeats = {}
     for run in runs:
-        identity = run_identity(run)
-        if identity is None:
+        spec = run.metadata.get("deer", {}).get("run_spec")  # the run spec its DEER ranks were made under
+        if not spec:
             continue
+        identity = RunSpec.from_dict(spec)
         if identity in first:
             repeats[run.label] = first[identity]
-        else:
-            first[identity] = run.label
+        first.setdefault(identity, run.label)
     return repeats
 
 
 def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str = "auto",
                  device: str = "auto", log=print, **options) -> list[ProbeRun]:
-    """``run_probes`` for each model of a series, each opened once; a model whose run spec (weights,
-    tokenizer, dtype) repeats an earlier one's is not probed again: its run is the earlier run's under
-    its own name, marked ``experiment.same_weights_as``."""
+    """``run_probes`` for each model of a series, each opened once; a model whose run spec repeats an earlier
+    one's is not probed again: its run is the earlier one's under its own name, marked ``experiment.same_weights_as``."""
     runs: list[ProbeRun] = []
     done: dict[RunSpec, ProbeRun] = {}
     for name in names:
@@ -236,20 +202,14 @@ def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str],
             metadata.setdefault("experiment", {}).update(same_weights_as=earlier.label, probe_seconds={})
             runs.append(dataclasses.replace(earlier, label=model_label(name), metadata=metadata))
             continue
-        run = run_probes(queries, loaded, probes, None, templates, dtype=dtype, device=device, log=log, **options)
-        done[identity] = run
-        runs.append(run)
+        done[identity] = run_probes(queries, loaded, probes, None, templates, dtype=dtype, device=device, log=log, **options)
+        runs.append(done[identity])
     return runs
 
 
 def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: int | None, seed: int) -> QuerySet:
-    """The queries at ``rows`` ranked among ``n_candidates`` entities (their gold tails included).
-
-    ``n_candidates=None`` keeps the candidate set of ``queries``.  Other candidates are sampled
-    uniformly (with ``seed``) from the original candidates; the filter is rebuilt for the new set.
-    Used for timing: work per query grows linearly with the number of candidates.
-    """
-    kg = queries.kg
+    """The queries at ``rows`` ranked among ``n_candidates`` entities: their gold tails plus others sampled
+    uniformly with ``seed`` (None: the candidates of ``queries``); the filter is rebuilt for the new set."""
     triples = queries.triples[np.asarray(rows, dtype=np.int64)]
     candidates = queries.candidates
     if n_candidates is not None and n_candidates < len(candidates):
@@ -258,4 +218,4 @@ def restrict_queries(queries: QuerySet, rows: Sequence[int], n_candidates: int |
         extra = max(0, n_candidates - len(gold_entities))
         sampled = np.random.default_rng(seed).choice(others, size=min(extra, len(others)), replace=False)
         candidates = np.unique(np.concatenate([gold_entities, sampled]))
-    return queries_for(kg, queries.split, triples, candidates, seed)
+    return queries_for(queries.kg, queries.split, triples, candidates, seed)

@@ -1,9 +1,7 @@
 """Checkpoint screening: which of many models knows most of the KG, by DEER (and a reference)?
 
-Every model is probed on the same queries (DEER through its embedding cache, so a repeat
-costs nothing); the leaderboard ranks models by one metric.  When a reference probe (BEAR or
-LAMA) also ran, the Spearman and Kendall correlations between the two model orderings say
-whether the cheap probe would have picked the same checkpoints.
+The leaderboard ranks models probed on the same queries by one metric; with a reference probe (BEAR
+or LAMA) the Spearman and Kendall correlations of the two orderings say whether DEER picks the same.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
 def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
     ranks = run.ranks(probe, rank_type)
     metrics = rank_metrics(ranks[np.isfinite(ranks)])
-    deer_metadata = run.metadata.get(probe, {})
-    model = deer_metadata.get("model", {})
-    cache = deer_metadata.get("cache", {})
+    probe_metadata = run.metadata.get(probe, {})
+    cache = probe_metadata.get("cache", {})
     row = {"model": run.label, "probe": probe, "n": metrics["n"]}
     for name in METRICS:
         row[name] = metrics.get(name, float("nan"))
@@ -39,7 +36,7 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
     baseline = run.metrics.get(probe, {}).get("random_baseline", {}).get(rank_type)
     if baseline and baseline.get("n") == metrics["n"]:
         row.update({f"{name}_adjusted": value for name, value in adjusted_index(metrics, baseline).items()})
-    row["parameters"] = model.get("parameters")
+    row["parameters"] = probe_metadata.get("model", {}).get("parameters")
     row["seconds"] = run.metadata.get("experiment", {}).get("probe_seconds", {}).get(probe)
     if probe == "deer":
         encoded = (cache.get("entities_encoded_now", 0) or 0) + (cache.get("queries_encoded_now", 0) or 0)
@@ -52,13 +49,11 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
 
 def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
                rank_type: str = "filtered", settings: dict | None = None, steps: dict[str, int | None] | None = None) -> dict:
-    """Leaderboard of ``runs`` by DEER ``metric``; ordering agreement with ``reference`` if given.
+    """Leaderboard of ``runs`` (each under its own label) by DEER ``metric``; ordering agreement with ``reference``.
 
-    Writes leaderboard.csv/.md (DEER, best first), leaderboard_<reference>.csv/.md,
-    leaderboard.png and screen.json into ``out_dir``; returns the JSON's dict.  ``steps``
-    ({run label: training step}, a checkpoint series): also curves.csv/.md and curves.png, every
-    metric of every probe against the step.  Every run needs its own label (a checkpoint's name, unique
-    within the screen: ``experiments.runs.label_runs_apart``); two runs under one label are refused.
+    Writes leaderboard.csv/.md (best first), leaderboard.png, leaderboard_<reference>.csv/.md,
+    ordering_agreement.csv/.md and screen.json into ``out_dir``; returns the JSON's dict.  ``steps``
+    ({run label: training step}): also curves.csv/.md and curves.png, every metric against the step.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
@@ -80,12 +75,8 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     output.figure("leaderboard", lambda: plots.leaderboard_bars(
         [r["model"] for r in deer_rows], [r[metric] for r in deer_rows],
         [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))
-    result = {
-        **result_header("screen", runs, rank_type, settings),
-        "metric": metric,
-        "leaderboard": deer_rows,
-        "same_weights": repeats,
-    }
+    result = {**result_header("screen", runs, rank_type, settings), "metric": metric, "leaderboard": deer_rows,
+              "same_weights": repeats}
     if reference:
         lacking = [run.label for run in runs if reference not in run.probes()]
         if lacking:
@@ -96,13 +87,9 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
         output.table(f"leaderboard_{reference}", pd.DataFrame(reference_rows))
         reference_scores = {r["model"]: r for r in reference_rows}
         labels = [r["model"] for r in deer_rows]
-        orderings = {}
-        for name in METRICS:
-            orderings[name] = ordering_agreement([r[name] for r in deer_rows],
-                                                 [reference_scores[label][name] for label in labels], labels)
-        result["reference"] = reference
-        result["reference_leaderboard"] = reference_rows
-        result["ordering_agreement"] = orderings
+        orderings = {name: ordering_agreement([r[name] for r in deer_rows], [reference_scores[label][name] for label in labels],
+                                              labels) for name in METRICS}
+        result.update(reference=reference, reference_leaderboard=reference_rows, ordering_agreement=orderings)
         output.table("ordering_agreement", pd.DataFrame(
             [{"metric": name, "n_models": o["n_models"], "spearman_rho": o["spearman_rho"], "spearman_p": o["spearman_p"],
               "kendall_tau": o["kendall_tau"], "kendall_p": o["kendall_p"],

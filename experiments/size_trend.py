@@ -1,12 +1,8 @@
 """The size trend: agreement between DEER and the likelihood probes against parameter count.
 
-Reads an agreement output (``deer experiment agreement``: agreement.json) made over several
-models on the same queries, takes each model's parameter count from its run folder's metadata,
-and writes size_trend.csv/.md/.json and size_trend.png beside the paper's points.
-
-The paper's points are the ones cited in this project's issues and design notes (OPT family,
-LAMA single-token protocol for DEER vs LAMA, its Tables 4 and 7); the toolkit's own rows say which
-LAMA protocol they used, since the two protocols are not the same measurement.
+Reads an agreement.json (``deer experiment agreement`` over several models on the same queries), takes
+each model's parameter count from its run folder's metadata, and writes size_trend.csv/.md/.json and
+size_trend.png beside the paper's points (OPT family, its Tables 4 and 7; LAMA single-token protocol).
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from deer.platform.files import write_json, write_table, write_text
+from deer.platform.tables import markdown_table
 
 PAPER_POINTS = [
     {"pair": "deer vs lama", "model": "OPT-125M", "parameters": 125e6, "r": 0.37, "source": "DEER paper Table 4"},
@@ -35,15 +32,11 @@ def model_parameters(run_folder: str | Path) -> int:
 
 def size_trend_table(agreement_json: str | Path) -> pd.DataFrame:
     report = json.loads(Path(agreement_json).read_text())
-    runs = dict(report["runs"]) if not isinstance(report["runs"], dict) else report["runs"]
-    rows = []
-    for pair in report["pairs"]:
-        if pair["pair"] not in PAIRS:
-            continue
-        rows.append({"model": pair["model"], "parameters": model_parameters(runs[pair["model"]]), "pair": pair["pair"],
-                     "n": pair["n"], "candidates": pair.get("candidates"), "lama_protocol": pair.get("lama_protocol"),
-                     "r": pair["pearson_r_log"], "ci_low": pair["pearson_r_log_ci_low"], "ci_high": pair["pearson_r_log_ci_high"],
-                     "spearman_rho": pair.get("spearman_rho")})
+    runs = dict(report["runs"])
+    rows = [{"model": pair["model"], "parameters": model_parameters(runs[pair["model"]]), "pair": pair["pair"],
+             "n": pair["n"], "candidates": pair.get("candidates"), "lama_protocol": pair.get("lama_protocol"),
+             "r": pair["pearson_r_log"], "ci_low": pair["pearson_r_log_ci_low"], "ci_high": pair["pearson_r_log_ci_high"],
+             "spearman_rho": pair.get("spearman_rho")} for pair in report["pairs"] if pair["pair"] in PAIRS]
     return pd.DataFrame(rows).sort_values(["pair", "parameters"], ignore_index=True)
 
 
@@ -54,14 +47,13 @@ def write_size_trend(agreement_json: str | Path, out: str | Path) -> pd.DataFram
     out.mkdir(parents=True, exist_ok=True)
     table = size_trend_table(agreement_json)
     write_table(out / "size_trend.csv", table)
-    lines = ["| pair | model | parameters | n | r (log ranks) | 95% CI | Spearman | LAMA protocol |", "|---|---|---:|---:|---:|---|---:|---|"]
-    for row in table.itertuples():
-        lines.append(f"| {row.pair} | {row.model} | {row.parameters / 1e6:,.0f}M | {row.n} | {row.r:.3f} | [{row.ci_low:.2f}, {row.ci_high:.2f}] | "
-                     f"{row.spearman_rho:.3f} | {row.lama_protocol if isinstance(row.lama_protocol, str) else '-'} |")
-    lines += ["", "Paper (OPT family; DEER vs LAMA with LAMA's single-token protocol):", "",
-              "| pair | model | r | source |", "|---|---|---:|---|"]
-    lines += [f"| {p['pair']} | {p['model']} | {p['r']:.2f} | {p['source']} |" for p in PAPER_POINTS]
-    write_text(out / "size_trend.md", "\n".join(lines) + "\n")
+    rows = [{"pair": row.pair, "model": row.model, "parameters": f"{row.parameters / 1e6:,.0f}M", "n": row.n,
+             "r (log ranks)": row.r, "95% CI": f"[{row.ci_low:.2f}, {row.ci_high:.2f}]", "Spearman": row.spearman_rho,
+             "LAMA protocol": row.lama_protocol} for row in table.itertuples()]
+    paper = pd.DataFrame(PAPER_POINTS)[["pair", "model", "r", "source"]]
+    write_text(out / "size_trend.md", markdown_table(rows, {"r (log ranks)": ".3f", "Spearman": ".3f"})
+               + "\nPaper (OPT family; DEER vs LAMA with LAMA's single-token protocol):\n\n"
+               + markdown_table(paper, {"r": ".2f"}))
     write_json(out / "size_trend.json", {"points": table.to_dict(orient="records"), "paper": PAPER_POINTS,
                                         "agreement": str(agreement_json)})
     size_trend(table.to_dict(orient="records"), PAPER_POINTS).savefig(out / "size_trend.png", dpi=130, bbox_inches="tight")

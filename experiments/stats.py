@@ -1,9 +1,7 @@
-"""Statistics the experiments report: correlations with p-values, linear fits, spreads.
+"""Statistics the experiments report: correlations with p-values, linear fits, spreads (pure functions).
 
-Pure functions of numbers (no models, no files), so they can be tested on constructed inputs.
-Correlations come from scipy; an input that makes a coefficient undefined (fewer than three
-pairs, a constant column) gives NaN rather than an exception, because experiments on small or
-degenerate subsets should still write their other numbers.
+An input that makes a coefficient undefined (too few pairs, a constant column) gives NaN rather than an
+exception, so experiments on small or degenerate subsets still write their other numbers.
 """
 
 from __future__ import annotations
@@ -17,12 +15,13 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 NAN = float("nan")
+# coefficient key -> scipy test; each coefficient comes with its two-sided p under "<name>_p"
+_TESTS = {"pearson_r": "pearsonr", "spearman_rho": "spearmanr", "kendall_tau": "kendalltau"}
 
 
 def _paired(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """Float arrays with every pair holding a NaN/inf dropped."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.shape != y.shape:
         raise ValueError(f"paired inputs differ in shape: {x.shape} vs {y.shape}")
     keep = np.isfinite(x) & np.isfinite(y)
@@ -31,6 +30,13 @@ def _paired(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndar
 
 def _defined(x: np.ndarray, y: np.ndarray, min_n: int) -> bool:
     return len(x) >= max(min_n, 2) and np.ptp(x) > 0 and np.ptp(y) > 0
+
+
+def _scipy(test: str, x: np.ndarray, y: np.ndarray):
+    """``scipy.stats.<test>(x, y)`` with its warnings silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(scipy_stats, test)(x, y)
 
 
 def _float(value) -> float:
@@ -54,38 +60,21 @@ def caveat_lines(rows: Sequence[dict], *names: str) -> list[str]:
 
 
 def correlations(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> dict:
-    """Pearson r, Spearman rho and Kendall tau (tau-b) of paired values, each with its two-sided p.
-
-    Pairs with a non-finite value are dropped; ``n`` is the number of pairs used.  With fewer
-    than ``min_n`` pairs (or a constant column) every value is NaN.
-    """
+    """Pearson r, Spearman rho and Kendall tau (tau-b) of paired values, each with its two-sided p; ``n``: the
+    pairs used (non-finite ones dropped).  With fewer than ``min_n`` pairs or a constant column every value is NaN."""
     x, y = _paired(x, y)
     result = {"n": int(len(x))}
-    if not _defined(x, y, min_n):
-        return {**result, **{k: NAN for k in ("pearson_r", "pearson_p", "spearman_rho", "spearman_p", "kendall_tau", "kendall_p")}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pearson = scipy_stats.pearsonr(x, y)
-        spearman = scipy_stats.spearmanr(x, y)
-        kendall = scipy_stats.kendalltau(x, y)
-    return {
-        **result,
-        "pearson_r": _float(pearson.statistic),
-        "pearson_p": _float(pearson.pvalue),
-        "spearman_rho": _float(spearman.statistic),
-        "spearman_p": _float(spearman.pvalue),
-        "kendall_tau": _float(kendall.statistic),
-        "kendall_p": _float(kendall.pvalue),
-    }
+    defined = _defined(x, y, min_n)
+    for key, test in _TESTS.items():
+        found = _scipy(test, x, y) if defined else None
+        result[key] = _float(found.statistic) if defined else NAN
+        result[key.split("_")[0] + "_p"] = _float(found.pvalue) if defined else NAN
+    return result
 
 
 def rank_correlations(ranks_a: Sequence[float], ranks_b: Sequence[float], base: float = 10.0) -> dict:
-    """Correlations of two rank vectors in linear scale and in log scale (``log_base`` of rank).
-
-    Returns {"linear": correlations(a, b), "log": correlations(log a, log b)}.  Spearman and
-    Kendall are invariant under the (monotone) log; Pearson is not, and the paper reports
-    Pearson of log ranks because ranks span orders of magnitude.
-    """
+    """{"linear": correlations(a, b), "log": correlations(log a, log b)} of two rank vectors (log to ``base``):
+    the paper reports Pearson of log ranks, as ranks span orders of magnitude."""
     a, b = _paired(ranks_a, ranks_b)
     if np.any(a <= 0) or np.any(b <= 0):
         raise ValueError("ranks must be positive (1 = best) to take logs")
@@ -117,10 +106,8 @@ class LinearFit:
 
 
 def linear_fit(x: Sequence[float], y: Sequence[float]) -> LinearFit:
-    """Ordinary least squares of y on x; needs at least two distinct x.
-
-    Standard errors use the residual variance with n - 2 degrees of freedom (zero when n = 2).
-    """
+    """Ordinary least squares of y on x (at least two distinct x); standard errors from the residual variance
+    with n - 2 degrees of freedom (zero when n = 2)."""
     x, y = _paired(x, y)
     if len(x) < 2 or np.ptp(x) == 0:
         raise ValueError("a linear fit needs at least two distinct x values")
@@ -136,42 +123,23 @@ def spread(values: Sequence[float]) -> dict:
     values = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if len(values) == 0:
         return {"n": 0, "mean": NAN, "std": NAN, "min": NAN, "max": NAN}
-    return {
-        "n": int(len(values)),
-        "mean": float(values.mean()),
-        "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-        "min": float(values.min()),
-        "max": float(values.max()),
-    }
+    return {"n": int(len(values)), "mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+            "min": float(values.min()), "max": float(values.max())}
 
 
 def repeated_fit_extrapolation(sizes: Sequence[float], times_by_repeat: Sequence[Sequence[float]], target: float) -> dict:
-    """Fit time = a + b * size per repeat and on all repeats pooled; extrapolate to ``target``.
-
-    ``times_by_repeat``: one list of times (aligned with ``sizes``) per repeated run.
-    Returns the pooled fit, its prediction at ``target`` with standard error, and the spread of
-    the per-repeat predictions (the uncertainty over repeated runs the paper's fit lacks).
-    """
+    """Fit time = a + b * size per repeat (``times_by_repeat``: one list aligned with ``sizes`` each) and
+    pooled; the pooled prediction at ``target`` with its standard error, and the per-repeat predictions' spread."""
     sizes = np.asarray(sizes, dtype=np.float64)
     per_repeat = [linear_fit(sizes, times) for times in times_by_repeat]
     pooled = linear_fit(np.tile(sizes, len(times_by_repeat)), np.concatenate([np.asarray(t, float) for t in times_by_repeat]))
-    return {
-        "target": float(target),
-        "pooled_fit": pooled.as_dict(),
-        "prediction": pooled.predict(target),
-        "prediction_se": pooled.predict_se(target),
-        "per_repeat_fits": [fit.as_dict() for fit in per_repeat],
-        "per_repeat_predictions": spread([fit.predict(target) for fit in per_repeat]),
-    }
+    return {"target": float(target), "pooled_fit": pooled.as_dict(), "prediction": pooled.predict(target),
+            "prediction_se": pooled.predict_se(target), "per_repeat_fits": [fit.as_dict() for fit in per_repeat],
+            "per_repeat_predictions": spread([fit.predict(target) for fit in per_repeat])}
 
 
-def bootstrap_interval(
-    statistic: Callable[..., float],
-    *arrays: Sequence[float],
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> dict:
+def bootstrap_interval(statistic: Callable[..., float], *arrays: Sequence[float], n_resamples: int = 1000,
+                       confidence: float = 0.95, seed: int = 0) -> dict:
     """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows jointly
     (``scipy.stats.bootstrap``, paired); resamples where the statistic is undefined are left out."""
     arrays = [np.asarray(a) for a in arrays]
@@ -187,34 +155,21 @@ def bootstrap_interval(
     alpha = (1 - confidence) / 2
     return {"low": float(np.quantile(values, alpha)), "high": float(np.quantile(values, 1 - alpha)), "resamples": len(values)}
 
+
 def pearson_r(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> float:
-    """Pearson r alone (NaN where undefined, as in :func:`correlations`): the bootstrap's statistic,
-    which computes nothing else per resample."""
+    """Pearson r alone (NaN where undefined, as in :func:`correlations`): the bootstrap's cheap statistic."""
     x, y = _paired(x, y)
-    if not _defined(x, y, min_n):
-        return NAN
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _float(scipy_stats.pearsonr(x, y).statistic)
+    return _float(_scipy("pearsonr", x, y).statistic) if _defined(x, y, min_n) else NAN
 
 
 def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Sequence[str] | None = None) -> dict:
-    """How alike two probes order the same models: Spearman and Kendall between their scores.
-
-    ``scores_*``: one number per model (higher = knows more).  Also reports each ordering.
-    """
-    a = np.asarray(scores_a, dtype=np.float64)
-    b = np.asarray(scores_b, dtype=np.float64)
+    """How alike two probes order the same models (``scores_*``: one number per model, higher = knows more):
+    Spearman and Kendall between their scores, and each ordering."""
+    a, b = np.asarray(scores_a, dtype=np.float64), np.asarray(scores_b, dtype=np.float64)
     labels = list(labels) if labels is not None else [str(i) for i in range(len(a))]
     # Two models already give an ordering (rho = +-1); p-values then say it means little.
     result = correlations(a, b, min_n=2)
-    return {
-        "n_models": int(len(a)),
-        "caveat": small_sample_note(len(a)),
-        "spearman_rho": result["spearman_rho"],
-        "spearman_p": result["spearman_p"],
-        "kendall_tau": result["kendall_tau"],
-        "kendall_p": result["kendall_p"],
-        "order_a": [labels[i] for i in np.argsort(-a, kind="stable")],
-        "order_b": [labels[i] for i in np.argsort(-b, kind="stable")],
-    }
+    return {"n_models": int(len(a)), "caveat": small_sample_note(len(a)),
+            **{key: result[key] for key in ("spearman_rho", "spearman_p", "kendall_tau", "kendall_p")},
+            "order_a": [labels[i] for i in np.argsort(-a, kind="stable")],
+            "order_b": [labels[i] for i in np.argsort(-b, kind="stable")]}

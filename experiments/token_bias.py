@@ -1,11 +1,7 @@
 """Token-length bias: does a probe rank gold tails with longer names worse?
 
-For each run (model) and probe: Pearson r (and Spearman rho) between the gold tail's token
-count and its rank, plus a box plot of rank by token length (the paper's Figure 4).  A summed
-log-likelihood (BEAR) pays for every extra token, so it should show a positive r; DEER ranks
-one vector per entity and should show none.
-
-Paper (DEER, 500 WN18RR test queries): BEAR r = 0.48, DEER r = 0.005.
+Per run and probe: Pearson r (and Spearman rho) between the gold tail's token count and its rank, and a
+box plot of rank by token length (paper Fig. 4).  Paper (500 WN18RR test queries): BEAR r = 0.48, DEER r = 0.005.
 """
 
 from __future__ import annotations
@@ -37,27 +33,20 @@ def token_bias_rows(run: ProbeRun, probes: Sequence[str], rank_type: str) -> tup
         log = correlations(lengths, np.log10(ranks))
         correlation_rows.append({
             "model": run.label, "probe": probe, "n": linear["n"], "caveat": small_sample_note(linear["n"]),
-            "pearson_r": linear["pearson_r"], "pearson_p": linear["pearson_p"],
-            "spearman_rho": linear["spearman_rho"], "spearman_p": linear["spearman_p"],
-            "pearson_r_log_rank": log["pearson_r"], "pearson_p_log_rank": log["pearson_p"],
-        })
+            "pearson_r": linear["pearson_r"], "pearson_p": linear["pearson_p"], "spearman_rho": linear["spearman_rho"],
+            "spearman_p": linear["spearman_p"], "pearson_r_log_rank": log["pearson_r"], "pearson_p_log_rank": log["pearson_p"]})
         for length in sorted(set(lengths[np.isfinite(ranks)].astype(int).tolist())):
             group = ranks[(lengths == length) & np.isfinite(ranks)]
-            length_rows.append({
-                "model": run.label, "probe": probe, "tail_tokens": length, "n": len(group),
-                "median_rank": float(np.median(group)), "mean_rank": float(np.mean(group)),
-                "hit@10": float(np.mean(group <= 10)),
-            })
+            length_rows.append({"model": run.label, "probe": probe, "tail_tokens": length, "n": len(group),
+                                "median_rank": float(np.median(group)), "mean_rank": float(np.mean(group)),
+                                "hit@10": float(np.mean(group <= 10))})
     return correlation_rows, length_rows
 
 
 def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered",
                    probes: Sequence[str] | None = None, settings: dict | None = None) -> dict:
-    """Correlate tail token length with rank for every probe of every run; write tables and plots.
-
-    Writes token_bias.csv/.md (one row per model x probe), token_bias_by_length.csv/.md,
-    token_bias[_MODEL].png and token_bias.json into ``out_dir``.  Returns the JSON's dict.
-    """
+    """Correlate tail token length with rank for every probe of every run: write token_bias.csv/.md (model x
+    probe), token_bias_by_length.csv/.md, token_bias[_MODEL].png and token_bias.json; returns the JSON's dict."""
     check_distinct_labels(runs)  # a figure per label: two runs under one name would overwrite each other's
     output = ExperimentOutput(out_dir, "token_bias")
     all_correlations, all_lengths = [], []
@@ -77,13 +66,8 @@ def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fi
             f"Paper ({PAPER['setting']}): BEAR r = 0.48, DEER r = 0.005.")
     output.table("token_bias", pd.DataFrame(all_correlations), note=note)
     output.table("token_bias_by_length", pd.DataFrame(all_lengths))
-    result = {
-        **result_header("token-bias", runs, rank_type, settings),
-        "correlations": all_correlations,
-        "by_length": all_lengths,
-        "paper": PAPER,
-    }
-    return output.finish(result)
+    return output.finish({**result_header("token-bias", runs, rank_type, settings), "correlations": all_correlations,
+                          "by_length": all_lengths, "paper": PAPER})
 
 
 def _slug(label: str) -> str:

@@ -1,12 +1,7 @@
-"""Probing while training, demonstrated: fine-tune a causal LM on verbalised KG triples with the
-Hugging Face Trainer and watch DEER on the triples it trains on and on held-out ones.
-
-The model is trained on the lines ``(head, relation, tail)`` (``PromptTemplates.example_line``, the
-form of DEER's few-shot examples) of ``n_queries`` sampled train triples.  Two ``DeerCallback``s
-probe, before the first step and every ``every`` steps: the *seen* set (queries made of those very
-triples) and the *held-out* set (``n_queries`` sampled test triples).  Each set's candidates are
-the entities of its own triples.  At the end BEAR (bear_ref) probes the held-out set once with the
-final weights, for the cost ratio of one callback evaluation to one BEAR evaluation.
+"""Probing while training, demonstrated: fine-tune a causal LM with the Hugging Face Trainer on the lines
+``(head, relation, tail)`` of ``n_queries`` sampled train triples, while two ``DeerCallback``s probe (at
+the start and every ``every`` steps) the *seen* set (those triples) and the *held-out* set (``n_queries``
+test triples).  At the end BEAR probes the held-out set once, for the cost ratio of the two probes.
 """
 
 from __future__ import annotations
@@ -53,8 +48,7 @@ def line_dataset(lines: list[str], tokenizer):
 def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn18rr", n_queries: int = 50, steps: int = 200,
                       every: int = 25, batch_size: int = 8, learning_rate: float = 1e-4, seed: int = 0, data_dir=None,
                       bear: bool = True) -> dict:
-    """Train, probe both sets every ``every`` steps, write curves.csv/.md, curves.png and
-    training_demo.json into ``out_dir``; returns the JSON's dict."""
+    """Train, probe both sets every ``every`` steps; write curves.csv/.md, curves.png, training_demo.json."""
     import tempfile
 
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
@@ -85,8 +79,8 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     rows = []
     for name, callback in callbacks.items():
         for step, result in sorted(callback.results.items()):
-            rows.append({"set": name, "step": step, "queries": len(result.table), "hit@1": result.metrics["hit@1"],
-                         "hit@10": result.metrics["hit@10"], "mrr": result.metrics["mrr"], "mr": result.metrics["mr"],
+            rows.append({"set": name, "step": step, "queries": len(result.table),
+                         **{metric: result.metrics[metric] for metric in ("hit@1", "hit@10", "mrr", "mr")},
                          "probe_seconds": callback.seconds[step]})
     table = pd.DataFrame(rows)
     output.table("curves", table, note=f"DEER (filtered ranks) while fine-tuning {model} on the seen set's {n_queries} triple "
@@ -103,11 +97,8 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
         "settings": {"model": model, "kg": graph.name, "n_queries": n_queries, "steps": steps, "every": every,
                      "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
                      "train_lines": len(query_sets["seen"]), "example_line": triple_lines(query_sets["seen"])[0]},
-        "rows": rows,
-        "loss_first_last": [losses[0], losses[-1]] if losses else None,
-        "wall_seconds": wall,
-        "probe_seconds_total": probe_seconds,
-        "train_seconds_per_step": (wall - probe_seconds) / steps,
+        "rows": rows, "loss_first_last": [losses[0], losses[-1]] if losses else None,
+        "wall_seconds": wall, "probe_seconds_total": probe_seconds, "train_seconds_per_step": (wall - probe_seconds) / steps,
         "probe_seconds_per_evaluation": {name: float(table[table["set"] == name]["probe_seconds"].mean()) for name in SETS},
     }
     if bear:  # BEAR on the held-out set with the final weights, against one callback evaluation of it

@@ -6,15 +6,5 @@ from kg_data.load import load_kg
 from kg_data.locate import describe_datasets, find_dataset
 from kg_data.queries import QuerySet, build_queries, known_tails
 
-__all__ = [
-    "KGFormatError",
-    "KGNotFoundError",
-    "KGSplitError",
-    "QuerySet",
-    "TextualKG",
-    "build_queries",
-    "describe_datasets",
-    "find_dataset",
-    "known_tails",
-    "load_kg",
-]
+__all__ = ["KGFormatError", "KGNotFoundError", "KGSplitError", "QuerySet", "TextualKG", "build_queries", "describe_datasets",
+           "find_dataset", "known_tails", "load_kg"]

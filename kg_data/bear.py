@@ -1,26 +1,13 @@
 """Reader for BEAR / BEAR-big in the lm-pub-quiz format.
 
-A data set folder holds ``metadata_relations.json`` ({relation: {"templates": [...],
-optionally "answer_space_labels"/"answer_space_ids"}}) and one ``<relation>.jsonl`` per
-relation (``sub_id``, ``sub_label``, ``obj_id``, ``obj_label``, optionally ``answer_idx``).
-Templates hold ``[X]`` (subject) and ``[Y]`` (answer) anywhere in the sentence.  Without an
-answer space in the metadata (BEAR-big), the answer space is the relation's distinct objects
-in order of first appearance, as lm-pub-quiz builds it.  ``relation_info.json`` (next to the
-folder or inside it) gives each relation's domains.
-
-Cardinality, from the full relation file (before any subsampling): no subject appears twice
-within a relation, so a subject always has exactly one answer; a relation is ``N:1`` when some
-answer is the object of more than one subject, else ``1:1``.  This is lm-pub-quiz's derived
-cardinality ("multiple" vs "single instance per answer"); what is loosely called 1:N in BEAR
-discussions is this N:1 (many subjects sharing an answer).
-
-Subsets (``relations``, ``max_instances`` seeded per relation) keep each relation's full
-answer space, so a subset asks the same multiple-choice questions as the full set.
-
-Everything is checked as it is read, before any model sees it; an error names the file, the line
-(or the relation and position in the metadata) and the problem.  Labels and ids are strings, or
-integers read as their decimal strings (a subject called 1984 is data); null, booleans, fractions
-and lone UTF-16 surrogates (a JSON escape such as "\\ud800" without its pair) are refused.
+A folder holds ``metadata_relations.json`` ({relation: {"templates": [...], optionally
+"answer_space_labels"/"answer_space_ids"}}) and one ``<relation>.jsonl`` per relation (``sub_id``,
+``sub_label``, ``obj_id``, ``obj_label``, optionally ``answer_idx``); ``relation_info.json`` (inside
+the folder or next to it) gives domains.  Without an answer space in the metadata (BEAR-big) it is the
+relation's distinct objects in order of first appearance, as lm-pub-quiz builds it.  Cardinality, from
+the full relation file: ``N:1`` when some answer is the object of more than one subject, else ``1:1``.
+Subsets keep each relation's full answer space.  Everything is checked as it is read; an error names
+the file and line (or the relation and position in the metadata).
 """
 
 from __future__ import annotations
@@ -43,11 +30,8 @@ RELATION_INFO_FILE = "relation_info.json"
 
 
 def fill_statement(template: str, subject: str, answer: str) -> str:
-    """The statement for one (subject, answer): [X] and [Y] filled, first character capitalised.
-
-    [Y] is placed after [X] is filled around it, so a label containing "[X]" is not rewritten.
-    Capitalising the sentence's first character is what lm-pub-quiz does.
-    """
+    """The statement for one (subject, answer): [X] and [Y] filled, first character capitalised (as
+    lm-pub-quiz).  [X] is filled around [Y], so an answer label containing "[X]" is not rewritten."""
     before, after = template.split(ANSWER)
     statement = before.replace(SUBJECT, subject) + answer + after.replace(SUBJECT, subject)
     return statement[:1].upper() + statement[1:]
@@ -55,12 +39,8 @@ def fill_statement(template: str, subject: str, answer: str) -> str:
 
 @dataclasses.dataclass
 class BearRelation:
-    """One relation's templates, answer space and instances.
-
-    ``gold``: int64 (n_instances,), each instance's answer position in ``answer_ids``.
-    ``rows``: int64 (n_instances,), 0-based row of each instance in the relation file.
-    ``lines``: int64 (n_instances,), each instance's 1-based line in ``path`` (for messages), when read from a file.
-    """
+    """One relation's templates, answer space and instances.  Per instance, int64: ``gold`` (answer
+    position in ``answer_ids``), ``rows`` (0-based row in the relation file), ``lines`` (1-based line in ``path``)."""
 
     code: str
     templates: list[str]
@@ -86,8 +66,7 @@ class BearRelation:
         return len(self.subject_ids)
 
     def digest(self) -> str:
-        """What this relation's scores depend on, hashed: templates, answer space (ids and labels),
-        instances (ids, labels, rows) and gold answers.  Any edit changes it."""
+        """What this relation's scores depend on, hashed: templates, answer space, instances and gold answers."""
         content = [self.code, self.templates, self.answer_ids, self.answer_labels, self.subject_ids, self.subject_labels,
                    self.gold.tolist(), self.rows.tolist()]
         return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()[:16]
@@ -114,14 +93,8 @@ class BearDataset:
         return sum(len(r) * len(r.answer_ids) * len(r.templates) for r in self.relations.values())
 
     def summary(self) -> dict:
-        return {
-            "name": self.name,
-            "path": self.path,
-            "relations": len(self.relations),
-            "instances": self.n_instances,
-            "statements": self.n_statements,
-            "relations_without_file": self.relations_without_file,
-        }
+        return {"name": self.name, "path": self.path, "relations": len(self.relations), "instances": self.n_instances,
+                "statements": self.n_statements, "relations_without_file": self.relations_without_file}
 
 
 def _read_json(path: Path):
@@ -132,9 +105,8 @@ def _read_json(path: Path):
 
 
 def _text(path: Path, line: int | None, value, what: str, *, empty: bool = False) -> str:
-    """A label or id from JSON as text: a string, or an integer read as its decimal string ("1984" is a
-    fine label); null, a boolean, a fraction, a list or an object is an error naming ``what``.  A
-    subject label may be empty (BEAR-big's P291 has one), nothing else."""
+    """A label or id from JSON as text: a string, or an integer read as its decimal string; any other type
+    is an error naming ``what``.  Only a subject label may be empty (BEAR-big's P291 has one)."""
     if type(value) is int:
         value = str(value)
     if not isinstance(value, str) or not (empty or value.strip()):
@@ -228,35 +200,18 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
     cardinality = "N:1" if len(np.unique(gold)) < len(gold) else "1:1"
     rows = sample_rows(code, len(records), max_instances, seed)
     domains = info.get(code, {}).get("domains", []) if isinstance(info.get(code), dict) else []
-    return BearRelation(
-        code=code,
-        templates=templates,
-        answer_ids=list(answer_ids),
-        answer_labels=list(answer_labels),
-        subject_ids=[records[r][1]["sub_id"] for r in rows],
-        subject_labels=[records[r][1]["sub_label"] for r in rows],
-        gold=gold[rows],
-        rows=rows,
-        domains=list(domains),
-        cardinality=cardinality,
-        total_instances=len(records),
-        path=str(path),
-        lines=np.asarray([records[r][0] for r in rows], dtype=np.int64),
-    )
+    return BearRelation(code=code, templates=templates, answer_ids=list(answer_ids), answer_labels=list(answer_labels),
+                        subject_ids=[records[r][1]["sub_id"] for r in rows],
+                        subject_labels=[records[r][1]["sub_label"] for r in rows], gold=gold[rows], rows=rows,
+                        domains=list(domains), cardinality=cardinality, total_instances=len(records), path=str(path),
+                        lines=np.asarray([records[r][0] for r in rows], dtype=np.int64))
 
 
-def load_bear_dataset(
-    name_or_path: str | Path,
-    data_dir: str | Path | None = None,
-    relations: Sequence[str] | None = None,
-    max_instances: int | None = None,
-    seed: int = 0,
-) -> BearDataset:
-    """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.
-
-    ``relations``: codes to keep (default: every relation with a file); ``max_instances``:
-    at most this many instances per relation, sampled with ``seed``.
-    """
+def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = None,
+                      relations: Sequence[str] | None = None, max_instances: int | None = None,
+                      seed: int = 0) -> BearDataset:
+    """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.  ``relations``: codes to keep
+    (default: every relation with a file); ``max_instances``: at most N per relation, sampled with ``seed``."""
     from kg_data.fetch import ensure_dataset
 
     if isinstance(name_or_path, str) and name_or_path.lower() in ("bear", "bear-big"):
@@ -283,18 +238,15 @@ def load_bear_dataset(
         raise KGFormatError(folder / METADATA_FILE, None, "lists no relations" if not wanted else
                             f"none of its {len(wanted)} relations has a data file (CODE.jsonl in {folder})")
     info = _relation_info(folder)
-    loaded = {
-        code: load_relation(folder, code, metadata[code], info, max_instances, seed) for code in wanted if code not in without_file
-    }
+    loaded = {code: load_relation(folder, code, metadata[code], info, max_instances, seed)
+              for code in wanted if code not in without_file}
     return BearDataset(name, str(folder), loaded, without_file)
 
 
 def save_lm_pub_quiz_folder(dataset: BearDataset, folder: str | Path) -> Path:
-    """Write ``dataset`` -- a subset too: its kept instances, each relation's whole answer space --
-    in the lm-pub-quiz format (``metadata_relations.json``, one ``<code>.jsonl`` per relation,
-    ``relation_info.json`` inside the folder), so lm-pub-quiz can evaluate exactly these
-    statements.  Reading the folder back gives the same relations and instances (cardinality is
-    then derived from the written instances)."""
+    """Write ``dataset`` (a subset too: its kept instances, each relation's whole answer space) in the
+    lm-pub-quiz format, so lm-pub-quiz can evaluate exactly these statements; reading it back gives the
+    same relations and instances (cardinality is then derived from the written instances)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=False)
     metadata = {code: {"templates": r.templates, "answer_space_ids": r.answer_ids, "answer_space_labels": r.answer_labels}

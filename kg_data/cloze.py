@@ -1,23 +1,9 @@
 """Cloze benchmarks (the BEAR data set, LAMA) as one list of queries over candidate sets.
 
-A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and the subject slot ``[X]``
-where it has one), the gold answer's position in a named candidate set, and how LAMA scores it.
-Template-based queries use the relation's template; template-free ones a masked evidence
-sentence whose ``[MASK]`` became ``[Y]`` (the subject is already in the text).
-
-Text rules (model-independent, tested exactly):
-
-* ``statement(query, answer)``: [X] and [Y] filled, first character capitalised -- BEAR's
-  statement, as lm-pub-quiz builds it (``kg_data.bear.fill_statement``).
-* ``answer_context(query)``: that statement up to the answer slot, trailing spaces removed --
-  what LAMA's next token and DEER's query embedding read ("The capital of France is").
-* ``deer_query_text(query)``: the answer context; when the answer comes first (nothing before
-  [Y], as in "[Y] is the capital of [X].") there is no context, so DEER reads a fill-in-the-blank
-  prompt instead: ``Fill in the blank: ___ is the capital of France.\\nAnswer:``.
-* ``lama_scoring``: "next-token" (log p of the answer's first token after the answer context)
-  for a template whose [Y] ends the sentence (only spaces and final punctuation after it) and
-  for every template-free sentence (cut at the mask, as LAMA does for causal LMs); otherwise
-  "statement" (the whole statement's log-likelihood), marked in every result row.
+A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and ``[X]`` where it has one: a
+template-free query is a masked evidence sentence whose ``[MASK]`` became ``[Y]``), the gold answer's
+position in a named candidate set, and how LAMA scores it: "next-token" where [Y] ends the sentence
+(and for every template-free sentence), else "statement" (the whole statement's log-likelihood).
 """
 
 from __future__ import annotations
@@ -102,6 +88,7 @@ def answer_context(query: ClozeQuery) -> str:
 
 
 def deer_query_text(query: ClozeQuery) -> str:
+    """The answer context, or where the answer comes first a fill-in-the-blank prompt (``BLANK_PROMPT``)."""
     context = answer_context(query)
     if context:
         return context
@@ -122,14 +109,10 @@ def lama_rules(task: ClozeTask, masked: bool) -> list[str]:
             else "statement (not scored on the common vocabulary)" for q in task.queries]
 
 
-def answer_at_end(template: str) -> bool:
-    """True when only spaces and final punctuation follow [Y]."""
-    return not template.split(ANSWER)[1].strip(END_PUNCTUATION)
-
-
 def template_scoring(template: str) -> str:
-    before = template.split(ANSWER)[0]
-    return "next-token" if before.strip() and answer_at_end(template) else "statement"
+    """LAMA's scoring: "next-token" when text precedes [Y] and only spaces and final punctuation follow it."""
+    parts = template.split(ANSWER)
+    return "next-token" if parts[0].strip() and not parts[1].strip(END_PUNCTUATION) else "statement"
 
 
 # -- the BEAR data set ---------------------------------------------------------------------------
@@ -162,9 +145,8 @@ def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
 
 
 def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> None:
-    """Refuse data that gives no query at all in ``modes``: no relation with a template (SQuAD has
-    none), and no masked sentence holding [MASK] exactly once.  Checked before the model is loaded;
-    a single fact or relation without a usable sentence is counted, not refused, as LAMA does."""
+    """Refuse data that gives no query at all in ``modes`` (checked before the model is loaded); a
+    single fact or relation without a usable sentence is counted, not refused, as LAMA does."""
     check_modes(modes, CANDIDATE_KINDS)
     relations = list(dataset.relations.values())
     if "template" in modes and any(r.template is not None for r in relations):
@@ -178,20 +160,12 @@ def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> No
     raise KGFormatError(where, None, f"no query to score in mode(s) {', '.join(modes)}: {'; '.join(reasons)}")
 
 
-def lama_cloze_task(
-    dataset: LamaDataset,
-    vocabulary: Sequence[str],
-    modes: Sequence[str] = MODES,
-    candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
-    causal: bool = True,
-) -> ClozeTask:
-    """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that
-    are one token for the model; the caller decides that) are kept, the others counted as dropped.
-
-    Candidates: "common-vocab" ranks ``vocabulary``; "relation" the relation's objects (from its
-    whole file) that are in ``vocabulary``.  Modes: "template" (not for SQuAD, which has none) and
-    "template-free" (the fact's first masked sentence with one [MASK] -- and, for a causal model,
-    text before it; a fact without one gets no template-free query, counted).
+def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequence[str] = MODES,
+                    candidate_kinds: Sequence[str] = CANDIDATE_KINDS, causal: bool = True) -> ClozeTask:
+    """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are
+    one token for the model, the caller's choice) are kept, the others counted as dropped.  Candidates:
+    "common-vocab" ranks ``vocabulary``; "relation" the relation's objects in it.  Modes: "template" and
+    "template-free" (the first masked sentence with one [MASK] and, for a causal model, text before it).
     """
     check_modes(modes, candidate_kinds)
     vocab = tuple(dict.fromkeys(vocabulary))

@@ -1,10 +1,9 @@
 """Download the public data sets (wn18rr, bear, bear-big, lama) pinned in ``manifest.json``.
 
-Each file comes from its upstream repository at a pinned commit (or from a mirror given by
-``base_url`` / $DEER_DATA_BASE_URL), and is checked against the manifest's size and sha256.
-Files are written as ``.part`` files in a staging folder beside their destination and renamed
-into place only once verified; the marker file that ``find_dataset`` looks for comes last, so a
-half-fetched data set is never found.  Stdlib only (urllib), plus tqdm for the progress bar.
+Each file comes from its upstream repository at a pinned commit (or a mirror: ``base_url`` /
+$DEER_DATA_BASE_URL), is checked against the manifest's size and sha256, and is renamed into place
+from a staging ``.part`` file only once verified; the marker file that ``find_dataset`` looks for
+comes last, so a half-fetched data set is never found.
 """
 
 from __future__ import annotations
@@ -42,11 +41,7 @@ def load_manifest() -> dict:
 
 def data_root(data_dir: str | Path | None = None) -> Path:
     """Where data sets are fetched to: ``data_dir``, else $DEER_DATA_DIR, else ``fetched_data_root``."""
-    if data_dir:
-        return Path(data_dir).expanduser()
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    return fetched_data_root()
+    return Path(data_dir or os.environ.get(DATA_DIR_ENV) or fetched_data_root()).expanduser()
 
 
 HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face convention, honoured too
@@ -62,10 +57,6 @@ def offline_reason() -> str | None:
     if os.environ.get(OFFLINE_ENV, "").strip():
         return f"{OFFLINE_ENV}={os.environ[OFFLINE_ENV]}" if _truthy(os.environ[OFFLINE_ENV]) else None
     return next((f"{name}={os.environ[name]}" for name in HUB_OFFLINE_ENVS if _truthy(os.environ.get(name, ""))), None)
-
-
-def is_offline() -> bool:
-    return offline_reason() is not None
 
 
 def sha256_of(path: Path) -> str:
@@ -185,25 +176,18 @@ def _remove_empty_folders(root: Path, files: list[dict]) -> None:
             pass  # absent, or not empty
 
 
-def fetch_dataset(
-    name: str,
-    data_dir: str | Path | None = None,
-    base_url: str | None = None,
-    offline: bool | None = None,
-    show_progress: bool = True,
-    manifest: dict | None = None,
-) -> Path:
+def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str | None = None,
+                  offline: bool | None = None, show_progress: bool = True, manifest: dict | None = None) -> Path:
     """Download data set ``name`` into the data root and return its folder (root/NAMED_DATASETS[name]).
 
-    Files already there with the right sha256 are kept.  ``base_url`` (or $DEER_DATA_BASE_URL)
-    replaces the upstream: URL = base_url + "/" + path relative to the data root.  ``manifest``
-    replaces ``manifest.json`` (same layout).  Raises DataFetchError when offline, on network
-    failure, or on a checksum mismatch.
+    Files already there with the right sha256 are kept.  ``base_url`` (or $DEER_DATA_BASE_URL) replaces
+    the upstream (URL = base_url + "/" + path under the data root); ``manifest`` replaces ``manifest.json``.
+    Raises DataFetchError when offline, on network failure, or on a checksum mismatch.
     """
     entry = _entry(name, manifest)
     root = data_root(data_dir)
     base_url = base_url or os.environ.get(BASE_URL_ENV) or None
-    offline = is_offline() if offline is None else offline
+    offline = offline_reason() is not None if offline is None else offline
     # The marker last: until it is in place, find_dataset does not see the data set.
     files = sorted(entry["files"], key=lambda spec: spec["path"] == entry["marker"])
     missing = [spec for spec in files if not _is_valid(root / spec["path"], spec)]
@@ -242,13 +226,10 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     except KGNotFoundError as not_found:
         entry = _entry(name, None)
         root = data_root(data_dir)
-        if is_offline():
+        if offline_reason():
             raise DataFetchError(
                 f"{not_found}\nFetching is off ({offline_reason()}; {OFFLINE_ENV}=0 turns it on). {_how_to_get(name, entry, root)}"
             ) from None
-        print(
-            f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "
-            f"{root / NAMED_DATASETS[name]} (set {OFFLINE_ENV}=1 to prevent)",
-            file=sys.stderr,
-        )
+        print(f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "
+              f"{root / NAMED_DATASETS[name]} (set {OFFLINE_ENV}=1 to prevent)", file=sys.stderr)
         return fetch_dataset(name, data_dir)

@@ -19,11 +19,8 @@ SPLIT_STEMS = {"train": ("train",), "valid": ("valid", "dev"), "test": ("test",)
 
 @dataclasses.dataclass
 class TextualKG:
-    """Entities, relations and (head, relation, tail) triples stored as integer indices.
-
-    ``splits[name]`` is an int64 array of shape (n_triples, 3) holding (head, relation, tail)
-    indices into ``entity_ids`` / ``relation_ids``; ``split_files[name]`` the file it was read from.
-    """
+    """Entities, relations and triples: ``splits[name]`` is int64 (n_triples, 3) of (head, relation, tail)
+    indices into ``entity_ids`` / ``relation_ids``; ``split_files[name]`` the file it was read from."""
 
     name: str
     entity_ids: list[str]
@@ -84,32 +81,22 @@ class TextualKG:
         }
 
 
-def build_kg(
-    name: str,
-    entities: Iterable[tuple[Path, int, str, str, str]],
-    relations: Iterable[tuple[Path, int, str, str]],
-    split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]],
-    source: str,
-    split_files: dict[str, str] | None = None,
-) -> TextualKG:
-    """Assemble a TextualKG from parsed rows, validating ids.
+def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]],
+             relations: Iterable[tuple[Path, int, str, str]],
+             split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]], source: str,
+             split_files: dict[str, str] | None = None) -> TextualKG:
+    """Assemble a TextualKG from parsed rows, validating ids (errors name file and line).
 
-    ``entities`` yields (path, line, id, name, description); ``relations`` (path, line, id, name);
-    each split yields (path, line, head id, relation id, tail id); ``split_files`` names each
-    split's file (kept on the KG for messages about a split).  Errors name file and line.
+    ``entities`` yields (path, line, id, name, description); ``relations`` (path, line, id, name); each
+    split (path, line, head id, relation id, tail id); ``split_files`` names each split's file.
     """
     entity_list = list(entities)
-    entity_rows = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
-    entity_ids = [row_id for row_id, _ in entity_rows]
-    entity_names = [name for _, name in entity_rows]
+    entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
     entity_descriptions = [row[4].strip() or EMPTY_DESCRIPTION for row in entity_list]
-    relation_rows = _validated_named_rows(relations, "relation")
-    relation_ids = [row_id for row_id, _ in relation_rows]
-    relation_names = [name for _, name in relation_rows]
-
-    entity_index = {e: i for i, e in enumerate(entity_ids)}
-    relation_index = {r: i for i, r in enumerate(relation_ids)}
-    splits: dict[str, np.ndarray] = {}
+    relation_ids, relation_names = _validated_named_rows(relations, "relation")
+    kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
+                   dict(split_files or {}))
+    entity_index, relation_index = kg.entity_index, kg.relation_index
     for split, rows in split_rows.items():
         indices: list[tuple[int, int, int]] = []
         for path, line, head, relation, tail in rows:
@@ -120,15 +107,14 @@ def build_kg(
             if relation not in relation_index:
                 raise KGFormatError(path, line, f"unknown relation id '{relation}'")
             indices.append((entity_index[head], relation_index[relation], entity_index[tail]))
-        splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
-    return TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, splits, source,
-                     dict(split_files or {}))
+        kg.splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
+    return kg
 
 
-def _validated_named_rows(rows, kind: str) -> list[tuple[str, str]]:
-    """(id, name) pairs from (path, line, id, name) rows; empty or duplicate ids and empty names fail."""
+def _validated_named_rows(rows, kind: str) -> tuple[list[str], list[str]]:
+    """(ids, names) from (path, line, id, name) rows; empty or duplicate ids and empty names fail."""
     seen: dict[str, tuple[Path, int]] = {}
-    validated = []
+    names = []
     for path, line, row_id, name in rows:
         row_id = row_id.strip()
         if not row_id:
@@ -139,8 +125,8 @@ def _validated_named_rows(rows, kind: str) -> list[tuple[str, str]]:
         if not name.strip():
             raise KGFormatError(path, line, f"empty name for {kind} '{row_id}'")
         seen[row_id] = (path, line)
-        validated.append((row_id, name.strip()))
-    return validated
+        names.append(name.strip())
+    return list(seen), names
 
 
 def relation_display_name(relation_id: str) -> str:

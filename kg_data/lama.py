@@ -1,32 +1,20 @@
 """Reader for the LAMA probe data as shipped (facebookresearch/LAMA ``data/``).
 
-A LAMA folder holds ``relations.jsonl`` (T-REx relation templates, ``[X]``/``[Y]``),
-``common_vocab_cased.txt`` (one word per line), ``TREx/<relation>.jsonl``,
-``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``.  Every fact has a subject label,
-an object label and masked sentences (T-REx: ``evidences[].masked_sentence``; the others:
-``masked_sentences``), where ``[MASK]`` stands for the object.
-
-Google-RE's templates are not in ``relations.jsonl``; LAMA's ``scripts/run_experiments.py``
-uses the three below.  SQuAD has no template (its masked sentence is the question).  A relation
-of ``relations.jsonl`` without a data file is listed in ``relations_without_file`` (the copy in
-../shared/data/lama lacks 13 T-REx files).
-
-``max_facts`` keeps at most N facts per relation, drawn with (seed, source, relation); a
-relation's ``objects`` always come from the whole file (the per-relation candidate set).
-
-Labels and ids are strings, or integers read as their decimal strings; any other JSON type, an
-empty label and a lone UTF-16 surrogate are errors naming the file and line.
+A LAMA folder holds ``relations.jsonl`` (T-REx templates), ``common_vocab_cased.txt``,
+``TREx/<relation>.jsonl``, ``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``; each fact has
+a subject, an object and masked sentences where ``[MASK]`` stands for the object.  Google-RE's templates
+are LAMA's ``scripts/run_experiments.py``'s; SQuAD has none.  A relation without a data file is listed in
+``relations_without_file``.  A relation's ``objects`` always come from the whole file, even with
+``max_facts``.  Errors name the file and line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
+from kg_data.bear import sample_rows
 from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates, some_of
 from kg_data.lines import json_text, read_jsonl, read_lines
 
@@ -98,8 +86,8 @@ class LamaDataset:
 
 
 def _text(path: Path, line: int, record: dict, key: str) -> str:
-    """``record[key]`` as a non-empty string; an integer is read as its decimal string (a subject or
-    object labelled 1984 is data, not an error); any other type, and a lone surrogate, is refused."""
+    """``record[key]`` as a non-empty string (an integer read as its decimal string); any other type,
+    and a lone surrogate, is refused."""
     value = json_text(path, line, record, key, integer=True)
     if not value.strip():
         raise KGFormatError(path, line, f"key '{key}' must be a non-empty string")
@@ -153,18 +141,6 @@ def read_relation_templates(path: Path) -> dict[str, dict]:
     return templates
 
 
-def read_common_vocab(path: Path) -> list[str]:
-    return [text.strip() for _, text in read_lines(path)]
-
-
-def sample_facts(facts: list[LamaFact], key: str, max_facts: int | None, seed: int) -> list[LamaFact]:
-    """All facts, or ``max_facts`` of them drawn with (seed, key), in file order."""
-    if max_facts is None or max_facts >= len(facts):
-        return facts
-    rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
-    return [facts[i] for i in np.sort(rng.choice(len(facts), size=max_facts, replace=False))]
-
-
 def relation_file(folder: str | Path, source: str, code: str) -> Path:
     """The data file of one relation of ``source`` in a LAMA folder."""
     return Path(folder) / source / ({"TREx": f"{code}.jsonl", "Google_RE": f"{code}_test.jsonl", "Squad": "test.jsonl"}[source])
@@ -173,37 +149,24 @@ def relation_file(folder: str | Path, source: str, code: str) -> Path:
 def _relation(folder: Path, source: str, code: str, template: str | None, label: str, max_facts, seed) -> LamaRelation:
     path = relation_file(folder, source, code)
     facts = read_facts(path, source)
-    objects = list(dict.fromkeys(f.answer for f in facts))
-    key = f"{source}/{code}"
-    return LamaRelation(source, code, template, label, str(path), sample_facts(facts, key, max_facts, seed), objects, len(facts))
+    kept = [facts[i] for i in sample_rows(f"{source}/{code}", len(facts), max_facts, seed)]  # drawn with (seed, key)
+    return LamaRelation(source, code, template, label, str(path), kept, list(dict.fromkeys(f.answer for f in facts)), len(facts))
 
 
-def locate_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = None) -> Path:
+def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = None,
+              sources: Sequence[str] | None = None, relations: Sequence[str] | None = None,
+              max_facts: int | None = None, seed: int = 0) -> LamaDataset:
+    """Load LAMA ('lama' from the data folder, or a folder in its layout).  ``sources``: some of
+    TREx, Google_RE, Squad (default: those present); ``relations``: codes to keep (e.g. P19,
+    place_of_birth, squad); ``max_facts``: at most N facts per relation, sampled with ``seed``."""
     if isinstance(name_or_path, str) and name_or_path.lower() == "lama":
         from kg_data.fetch import ensure_dataset
 
-        return ensure_dataset("lama", data_dir)
-    folder = Path(name_or_path).expanduser()
-    if not (folder / RELATIONS_FILE).is_file():
-        raise KGNotFoundError(f"{folder} holds no {RELATIONS_FILE}; not a LAMA data folder")
-    return folder
-
-
-def load_lama(
-    name_or_path: str | Path = "lama",
-    data_dir: str | Path | None = None,
-    sources: Sequence[str] | None = None,
-    relations: Sequence[str] | None = None,
-    max_facts: int | None = None,
-    seed: int = 0,
-) -> LamaDataset:
-    """Load LAMA ('lama' from the data folder, or a folder in its layout).
-
-    ``sources``: some of TREx, Google_RE, Squad (default: those present).  ``relations``:
-    relation codes to keep (e.g. P19, place_of_birth, squad).  ``max_facts``: at most N facts
-    per relation, sampled with ``seed``.
-    """
-    folder = locate_lama(name_or_path, data_dir)
+        folder = ensure_dataset("lama", data_dir)
+    else:
+        folder = Path(name_or_path).expanduser()
+        if not (folder / RELATIONS_FILE).is_file():
+            raise KGNotFoundError(f"{folder} holds no {RELATIONS_FILE}; not a LAMA data folder")
     wanted_sources = list(sources) if sources else [s for s in SOURCES if (folder / s).is_dir()]
     unknown = [s for s in wanted_sources if s not in SOURCES]
     if unknown:
@@ -215,21 +178,16 @@ def load_lama(
     without_file = []
     for source in wanted_sources:
         if source == "TREx":
-            for code, meta in trex.items():
-                if relation_file(folder, "TREx", code).is_file():
-                    plan.append(("TREx", code, meta["template"], meta["label"]))
-                else:
-                    without_file.append(f"TREx/{code}")
+            entries = [(code, meta["template"], meta["label"]) for code, meta in trex.items()]
         elif source == "Google_RE":
-            for code, template in GOOGLE_RE_TEMPLATES.items():
-                if relation_file(folder, "Google_RE", code).is_file():
-                    plan.append(("Google_RE", code, template, code.replace("_", " ")))
-                else:
-                    without_file.append(f"Google_RE/{code}")
-        elif relation_file(folder, "Squad", "squad").is_file():
-            plan.append(("Squad", "squad", None, "SQuAD cloze questions"))
+            entries = [(code, template, code.replace("_", " ")) for code, template in GOOGLE_RE_TEMPLATES.items()]
         else:
-            without_file.append("Squad/squad")
+            entries = [("squad", None, "SQuAD cloze questions")]
+        for code, template, label in entries:
+            if relation_file(folder, source, code).is_file():
+                plan.append((source, code, template, label))
+            else:
+                without_file.append(f"{source}/{code}")
     if not plan:  # an empty relations.jsonl, or no relation with its data file
         raise KGFormatError(folder / RELATIONS_FILE, None,
                             f"no relation of sources {', '.join(wanted_sources) or 'none'} has a data file "
@@ -241,12 +199,10 @@ def load_lama(
             raise ValueError(f"relation(s) {', '.join(missing)} have no data file in {folder} (sources {', '.join(wanted_sources)}); "
                              f"relations with one: {some_of(known)}")
         plan = [p for p in plan if p[1] in set(relations)]
-    loaded = {}
-    for source, code, template, label in plan:
-        relation = _relation(folder, source, code, template, label, max_facts, seed)
-        loaded[relation.key] = relation
+    read = [_relation(folder, *entry, max_facts, seed) for entry in plan]
+    loaded = {relation.key: relation for relation in read}
     vocab_path = folder / COMMON_VOCAB_FILE
-    common_vocab = read_common_vocab(vocab_path) if vocab_path.is_file() else []
+    common_vocab = [text.strip() for _, text in read_lines(vocab_path)] if vocab_path.is_file() else []
     selection = {"sources": wanted_sources, "relations": list(relations) if relations else None, "max_facts": max_facts, "seed": seed}
     return LamaDataset(str(folder), loaded, common_vocab, without_file, selection)
 

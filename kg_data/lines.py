@@ -14,11 +14,8 @@ JSON_TYPE_NAMES = {type(None): "null", bool: "boolean", int: "integer", float: "
 
 
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text with its newline) of a UTF-8 file, every line.
-
-    A UTF-8 byte-order mark is dropped; UTF-16 (a UTF-16 byte-order mark, or NUL bytes in a
-    line) is refused.  Decoding happens per line so that a bad byte is reported with its line.
-    """
+    """(1-based line number, text with its newline) of a UTF-8 file, every line; a UTF-8 byte-order mark
+    is dropped, UTF-16 refused.  Decoding happens per line so that a bad byte is reported with its line."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1 and raw.startswith(UTF8_BOM):
@@ -86,10 +83,8 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
 
 
 def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = False, optional: bool = False) -> str:
-    """``record[key]`` checked as text: a string, or with ``integer`` an integer (as its decimal
-    string; not a boolean), or with ``optional`` null or missing (as "").  Tabs and line breaks,
-    which a TSV file cannot hold, are refused too.
-    """
+    """``record[key]`` checked as text: a string, or with ``integer`` an integer (as its decimal string;
+    not a boolean), or with ``optional`` null or missing (as "").  Tabs and line breaks are refused too."""
     value = record.get(key)
     if optional and value is None:
         return ""

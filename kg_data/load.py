@@ -20,11 +20,9 @@ def _has(folder: Path, stem: str) -> bool:
 
 
 def dataset_kind(name_or_folder) -> str:
-    """'kg' (WN18RR, a KG folder), 'lama' (LAMA's layout) or 'bear' (the lm-pub-quiz format), by name or
-    by what a folder holds -- the one rule the CLI and the API share.  A KG folder has an entities file
-    and a train or test split (its relations may be relations.jsonl, as LAMA's are); a LAMA folder has
-    relations.jsonl without them; a BEAR-format folder has metadata_relations.json.  Anything else is
-    'kg' (its loader then says what is missing)."""
+    """'kg', 'lama' or 'bear' (the lm-pub-quiz format), by name or by what a folder holds (the rule the CLI
+    and the API share).  A KG folder may hold relations.jsonl too, so its entities and a split decide first;
+    anything unrecognised is 'kg' (its loader then says what is missing)."""
     text = str(name_or_folder).lower()
     if text in BENCHMARK_NAMES:
         return BENCHMARK_NAMES[text]

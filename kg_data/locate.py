@@ -33,22 +33,9 @@ def default_data_dirs() -> list[Path]:
 
 
 def candidate_data_dirs(data_dir: str | Path | None = None) -> list[Path]:
-    """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then defaults.
-
-    The defaults are `shared/data` next to (or above) the current folder and this checkout,
-    and `<cache root>/data` (``cache_root``) for data fetched on a networked machine.
-    """
-    roots: list[Path] = []
-    if data_dir:
-        roots.append(Path(data_dir).expanduser())
-    if os.environ.get(DATA_DIR_ENV):
-        roots.append(Path(os.environ[DATA_DIR_ENV]).expanduser())
-    roots += default_data_dirs()
-    unique: list[Path] = []
-    for root in roots:
-        if root not in unique:
-            unique.append(root)
-    return unique
+    """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then ``default_data_dirs``."""
+    roots = [Path(root).expanduser() for root in (data_dir, os.environ.get(DATA_DIR_ENV)) if root]
+    return list(dict.fromkeys(roots + default_data_dirs()))
 
 
 def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
@@ -69,17 +56,9 @@ def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
 
 
 def _looks_like(name: str, folder: Path) -> bool:
-    markers = {
-        "wn18rr": "entity2text.txt",
-        "bear": "metadata_relations.json",
-        "bear-big": "metadata_relations.json",
-        "lama": "relations.jsonl",
-    }
+    markers = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear-big": "metadata_relations.json",
+               "lama": "relations.jsonl"}
     return (folder / markers[name]).is_file()
-
-
-# Named data sets found on disk that no probe reads yet, and why (``deer data`` says so).
-NOT_YET_USABLE: dict[str, str] = {}  # data sets found but not yet readable (none since the LAMA reader)
 
 
 def describe_datasets(data_dir: str | Path | None = None) -> list[dict]:
@@ -87,10 +66,8 @@ def describe_datasets(data_dir: str | Path | None = None) -> list[dict]:
     rows = []
     for name in NAMED_DATASETS:
         try:
-            row = {"name": name, "found": True, "path": str(find_dataset(name, data_dir))}
+            path = str(find_dataset(name, data_dir))
         except KGNotFoundError:
-            row = {"name": name, "found": False, "path": ""}
-        row["usable"] = row["found"] and name not in NOT_YET_USABLE
-        row["note"] = NOT_YET_USABLE.get(name, "")
-        rows.append(row)
+            path = ""
+        rows.append({"name": name, "found": bool(path), "path": path, "usable": bool(path), "note": ""})
     return rows

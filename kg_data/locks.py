@@ -1,8 +1,7 @@
 """The one cross-process lock (``filelock``): fetches, model conversions, run folders and stores use it.
 
-The lock file is removed by its holder while still holding it, so nothing is left behind, and that
-is safe: a process that opened the file before and then locks it finds it unlinked (filelock
-checks ``st_nlink``) and starts over on the new file.
+The holder removes the lock file while still holding it, so nothing is left behind; that is safe because
+a process that then locks the old file finds it unlinked (filelock checks ``st_nlink``) and starts over.
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ from pathlib import Path
 
 @contextmanager
 def held_lock(path: Path, wait_message: str | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on the file ``path`` while the block runs, waiting for another holder.
+    """Hold an exclusive lock (flock: a killed run leaves no stale lock) on ``path`` while the block runs.
 
-    The kernel's lock (flock), released however the holder exits, so a killed run never leaves a
-    stale lock.  If another process holds it, ``wait_message`` (when given) is printed to stderr once
-    with the holder's pid (written into the lock file while held), and the call waits.
+    If another process holds it, ``wait_message`` (when given) is printed to stderr once with the
+    holder's pid (written into the lock file while held), and the call waits.
     """
     from filelock import FileLock, Timeout
 

@@ -15,14 +15,10 @@ from kg_data.kg import TextualKG
 class QuerySet:
     """The (head, relation, gold tail) triples to rank and the candidates to rank them among.
 
-    ``triples``: int64 (n_queries, 3) of entity/relation indices into the KG.
-    ``candidates``: int64 (n_candidates,) entity indices, sorted; ranks are among these.
-    ``filter_tails``: for each query, candidate positions (into ``candidates``) of the *other*
-    known-true tails of (h, r) over all splits, removed in the filtered setting.
-    ``gold``: position of each query's gold tail within ``candidates``.
-    ``exclude_head``: the query's own head entity is no candidate for it (off by default, as in
-    the DEER paper, which keeps it; an embedding probe may rank the head high, its name being
-    in the query).
+    ``triples``: int64 (n_queries, 3) indices into the KG; ``candidates``: int64 sorted entity indices;
+    ``gold``: each gold tail's position in ``candidates``; ``filter_tails``: per query, candidate positions
+    of the *other* known-true tails of (h, r) over all splits (removed in the filtered setting).
+    ``exclude_head``: the query's own head is no candidate for it (off by default, as in the DEER paper).
     """
 
     kg: TextualKG
@@ -86,12 +82,9 @@ def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
 
 def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0,
                   exclude_head: bool = False) -> QuerySet:
-    """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``).
-
-    Without a subset the candidates are all entities; with one they are the entities that
-    appear (as head or tail) in the sampled triples, as in the DEER paper.  A missing or empty
-    split raises KGSplitError; a bad ``subset`` or ``seed`` ValueError naming it.
-    """
+    """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``), ranked among all
+    entities, or with a subset among those in its triples (as in the DEER paper).  A missing or empty
+    split raises KGSplitError; a bad ``subset`` or ``seed`` ValueError naming it."""
     _check_integer("seed", seed, 0)
     triples = kg.triples(split)
     if len(triples) == 0:
@@ -107,11 +100,7 @@ def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None,
 
 
 def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.ndarray, subset_seed: int | None = None) -> QuerySet:
-    """A QuerySet ranking ``triples`` among ``candidates`` (entity indices; must hold every gold tail).
-
-    The filter holds, per query, the candidate positions of the other true tails of (h, r)
-    over all splits.
-    """
+    """A QuerySet ranking ``triples`` among ``candidates`` (entity indices; must hold every gold tail)."""
     triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
     candidates = np.unique(np.asarray(candidates, dtype=np.int64))
     position = np.full(kg.n_entities, -1, dtype=np.int64)

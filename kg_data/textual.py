@@ -8,13 +8,9 @@ Folder layout (each file either .tsv or .jsonl):
     valid.tsv       (optional; dev.tsv also accepted)
     test.tsv
 
-Each part comes from exactly one file: entities.tsv next to entities.jsonl, or valid.* next
-to dev.*, is refused as ambiguous.  Lines are UTF-8 (a leading byte-order mark is dropped;
-UTF-16 is refused); blank lines are skipped.  An empty description becomes "-".
-
-In JSONL, ids (id, head, relation, tail) are strings or integers (written as decimal
-strings), a name is a string, a description a string, null or missing.  No value may hold a
-tab or a line break (a TSV file cannot hold one either).
+Each part comes from exactly one file (entities.tsv next to entities.jsonl, or valid.* next to dev.*,
+is ambiguous).  Lines are UTF-8; blank lines are skipped; an empty description becomes "-".  In JSONL,
+ids may be integers, a description null or missing; no value may hold a tab or a line break.
 """
 
 from __future__ import annotations
@@ -37,33 +33,16 @@ def _find(folder: Path, *stems: str) -> Path | None:
     return found[0] if found else None
 
 
-def _entities(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
+def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
+    """(path, line, *values) per row: the JSONL ``keys`` or the TSV columns in that order.  Ids may be
+    integers, a name must be a string; a description may be null or missing (TSV: an absent last column)."""
     if path.suffix == ".jsonl":
-        for line, record in read_jsonl(path, ("id", "name")):
-            yield (path, line, json_text(path, line, record, "id", integer=True), json_text(path, line, record, "name"),
-                   json_text(path, line, record, "description", optional=True))
+        for line, record in read_jsonl(path, tuple(key for key in keys if key != "description")):
+            yield (path, line, *(json_text(path, line, record, key, integer=key not in ("name", "description"),
+                                           optional=key == "description") for key in keys))
     else:
-        for line, fields in read_tsv(path, 3, min_columns=2):
-            yield path, line, fields[0], fields[1], fields[2] if len(fields) > 2 else ""
-
-
-def _relations(path: Path) -> Iterator[tuple[Path, int, str, str]]:
-    if path.suffix == ".jsonl":
-        for line, record in read_jsonl(path, ("id", "name")):
-            yield path, line, json_text(path, line, record, "id", integer=True), json_text(path, line, record, "name")
-    else:
-        for line, (relation_id, name) in read_tsv(path, 2):
-            yield path, line, relation_id, name
-
-
-def _triples(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
-    if path.suffix == ".jsonl":
-        for line, record in read_jsonl(path, ("head", "relation", "tail")):
-            head, relation, tail = (json_text(path, line, record, key, integer=True) for key in ("head", "relation", "tail"))
-            yield path, line, head, relation, tail
-    else:
-        for line, (head, relation, tail) in read_tsv(path, 3):
-            yield path, line, head, relation, tail
+        for line, fields in read_tsv(path, len(keys), min_columns=len(keys) - 1 if "description" in keys else len(keys)):
+            yield (path, line, *fields, *[""] * (len(keys) - len(fields)))
 
 
 def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
@@ -77,11 +56,6 @@ def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     split_files = {split: path for split, stems in SPLIT_STEMS.items() if (path := _find(folder, *stems)) is not None}
     if "test" not in split_files and "train" not in split_files:
         raise KGFormatError(folder / "test.tsv", None, "missing file: a KG needs at least train.tsv or test.tsv")
-    return build_kg(
-        name or folder.name,
-        _entities(entities),
-        _relations(relations),
-        {split: _triples(path) for split, path in split_files.items()},
-        source=str(folder),
-        split_files={split: str(path) for split, path in split_files.items()},
-    )
+    return build_kg(name or folder.name, read_rows(entities, "id", "name", "description"), read_rows(relations, "id", "name"),
+                    {split: read_rows(path, "head", "relation", "tail") for split, path in split_files.items()},
+                    source=str(folder), split_files={split: str(path) for split, path in split_files.items()})

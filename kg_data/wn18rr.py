@@ -8,6 +8,7 @@ from pathlib import Path
 from kg_data.errors import KGFormatError
 from kg_data.kg import TextualKG, build_kg, relation_display_name
 from kg_data.lines import read_tsv
+from kg_data.textual import read_rows
 
 REQUIRED_FILES = ("entity2text.txt", "train.tsv", "dev.tsv", "test.tsv")
 SPLIT_FILES = {"train": "train.tsv", "valid": "dev.tsv", "test": "test.tsv"}
@@ -32,21 +33,13 @@ def _relations(folder: Path, relation_ids: list[str]) -> Iterator[tuple[Path, in
         yield path, line, relation_id, relation_display_name(relation_id)
 
 
-def _triples(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
-    for line, (head, relation, tail) in read_tsv(path, 3):
-        yield path, line, head, relation, tail
-
-
 def _relation_ids(folder: Path) -> list[str]:
     """Relations in first-seen order over the split files (relations.txt is optional)."""
     listed = folder / "relations.txt"
     if listed.exists():
         return [fields[0] for _, fields in read_tsv(listed, 1)]
-    seen: dict[str, None] = {}
-    for file_name in SPLIT_FILES.values():
-        for _, (_, relation, _) in read_tsv(folder / file_name, 3):
-            seen.setdefault(relation.strip(), None)
-    return list(seen)
+    rows = (fields for file_name in SPLIT_FILES.values() for _, fields in read_tsv(folder / file_name, 3))
+    return list(dict.fromkeys(relation.strip() for _, relation, _ in rows))
 
 
 def load_wn18rr(folder: Path) -> TextualKG:
@@ -55,12 +48,7 @@ def load_wn18rr(folder: Path) -> TextualKG:
     for file_name in REQUIRED_FILES:
         if not (folder / file_name).exists():
             raise KGFormatError(folder / file_name, None, "missing WN18RR file")
-    relation_ids = _relation_ids(folder)
-    return build_kg(
-        "wn18rr",
-        _entities(folder / "entity2text.txt"),
-        _relations(folder, relation_ids),
-        {split: _triples(folder / file_name) for split, file_name in SPLIT_FILES.items()},
-        source=str(folder),
-        split_files={split: str(folder / file_name) for split, file_name in SPLIT_FILES.items()},
-    )
+    paths = {split: folder / file_name for split, file_name in SPLIT_FILES.items()}
+    return build_kg("wn18rr", _entities(folder / "entity2text.txt"), _relations(folder, _relation_ids(folder)),
+                    {split: read_rows(path, "head", "relation", "tail") for split, path in paths.items()},
+                    source=str(folder), split_files={split: str(path) for split, path in paths.items()})

@@ -1,24 +1,15 @@
 """The backend seam: the model-facing operations every probe needs, behind one interface.
 
-A probe asks a backend for two things and never touches the model itself:
+* ``backend.encoder(special_tokens)``: ``encode(texts, next_token_ids=..., progress=..., on_batch=...)``
+  gives each prompt's last-layer state at its last token (PromptEOL) and, when asked, log p(next
+  token) for chosen ids there (LAMA); with ``stats``, ``token_budget``, ``max_batch_size``, ``device``;
+* ``backend.statement_scorer(pll_variant)``: ``score(context, continuations)`` and
+  ``score_statements(statements, progress)`` give whole statements' summed log-likelihoods (every
+  token after the first; PLL for a masked LM), with ``method``, ``statements_method`` and ``work()``.
 
-* ``backend.encoder(special_tokens)``: an encoder whose ``encode(texts, next_token_ids=...,
-  progress=..., on_batch=...)`` gives each prompt's last-layer state at its last token (PromptEOL)
-  and, when asked, log p(next token) for chosen token ids there (LAMA); with ``stats``,
-  ``token_budget``, ``max_batch_size`` and ``device`` for the run's metadata;
-* ``backend.statement_scorer(pll_variant)``: a scorer whose ``score(context, continuations)`` gives the whole
-  statement ``context + continuation``'s summed log-likelihood for each continuation (every token
-  after the first; PLL for a masked LM), whose ``score_statements(statements, progress)`` gives
-  the same for whole statements, with ``method``, ``statements_method`` and ``work()``.
-
-Backends, by name (``--backend``):
-
-* ``hf`` (default): today's kernels on a Hugging Face model -- length-sorted batches, the shared
-  few-shot prefix run once, the query's cache shared by its candidates' continuations, prefix tries.
-* ``plain``: one whole forward pass per prompt or statement, as the model's own ``forward`` gives
-  it.  Slow; it is the oracle of the equivalence tests and a cross-check a user can select.
-
-Another package adds a backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
+Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
+forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
+backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
 """
 
 from __future__ import annotations

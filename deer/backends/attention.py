@@ -1,19 +1,11 @@
 """Custom attention masks that every attention back-end honours.
 
-The likelihood scorers lay several sequences into one row (packed continuations, a prefix
-trie) and say who may attend to whom with a 4-D mask and explicit position ids.  transformers
-hands a 4-D mask to the attention function unchanged, and the back-ends read it differently:
-
-* eager *adds* the mask to the attention scores, so a boolean mask (+1/+0) masks nothing;
-  an additive float mask (0 = may attend, dtype minimum = may not) works for eager and SDPA;
-* FlashAttention (and other kernels without arbitrary masks) ignores a custom mask: for
-  those calls the model is switched to SDPA (eager where SDPA is unsupported) and back, and
-  the scorers record which back-end they used;
-* sliding-window layers (Mistral; Gemma-2/3 and Qwen2 with ``layer_types``) get their window
-  from transformers' own mask, which a custom mask replaces: the window is applied here, by
-  position id (a key at position k is visible from position q only if q - k < window, as
-  transformers' ``sliding_window_overlay``), per layer kind.  Models with per-layer kinds
-  accept a dict {layer kind: mask}.
+The likelihood scorers lay several sequences into one row and say who may attend to whom with a
+4-D mask and explicit position ids, which transformers hands to the attention function unchanged.
+The mask is additive float (0 = may attend, dtype minimum = may not: eager adds it to the scores,
+so a boolean mask would mask nothing).  FlashAttention ignores custom masks, so for those calls
+the model is switched to SDPA (or eager) and back.  A custom mask replaces transformers' own, so
+sliding windows are applied here by position id (q - k < window), per layer kind.
 """
 
 from __future__ import annotations
@@ -30,11 +22,6 @@ SLIDING = "sliding_attention"
 MASK_HONOURING_BACKENDS = ("eager", "sdpa")
 
 
-def _text_config(model):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def attention_windows(model) -> int | None | dict[str, int | None]:
     """The sliding window the model's layers use: one window (None = full attention) shared by
     every layer, or a dict {layer kind: window} when layers differ (``config.layer_types``).
@@ -42,7 +29,7 @@ def attention_windows(model) -> int | None | dict[str, int | None]:
     Raises NotImplementedError for layer kinds whose masks are not causal or sliding
     (chunked or linear attention), rather than scoring them wrongly.
     """
-    config = _text_config(model)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
@@ -62,26 +49,13 @@ def attention_windows(model) -> int | None | dict[str, int | None]:
     return int(window)
 
 
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, q, k) float mask in ``dtype``: 0 where ``allowed`` (bool (q, k)), the dtype's minimum elsewhere."""
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
-
-
-def custom_attention_mask(
-    model,
-    allowed: np.ndarray,
-    query_positions: np.ndarray,
-    key_positions: np.ndarray,
-    device: str | torch.device,
-) -> torch.Tensor | dict[str, torch.Tensor]:
+def custom_attention_mask(model, allowed: np.ndarray, query_positions: np.ndarray, key_positions: np.ndarray,
+                          device: str | torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
     """The ``attention_mask`` argument for a forward pass with a custom attention pattern.
 
-    ``allowed``: bool (q, k), True where query token i may attend to key j (keys include any
-    cached ones first).  ``query_positions`` (q,) and ``key_positions`` (k,): position ids,
-    used for sliding windows.  Returns a (1, 1, q, k) additive mask in the model's dtype, or a
-    dict of them per layer kind for models with mixed layers.
+    ``allowed``: bool (q, k), True where query token i may attend to key j (cached keys first);
+    ``query_positions`` (q,) and ``key_positions`` (k,): position ids, for sliding windows.  Returns a
+    (1, 1, q, k) additive mask in the model's dtype, or a dict of them per layer kind.
     """
     dtype = next(model.parameters()).dtype
     if not dtype.is_floating_point:
@@ -92,7 +66,9 @@ def custom_attention_mask(
     )
 
     def mask_for(window: int | None) -> torch.Tensor:
-        return additive_mask(allowed_t if window is None else allowed_t & (distance < window), dtype)
+        visible = allowed_t if window is None else allowed_t & (distance < window)
+        mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+        return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
 
     windows = attention_windows(model)
     if isinstance(windows, dict):
@@ -126,8 +102,7 @@ def mask_backend(model) -> str:
 def backend_for_custom_masks(model) -> Iterator[str]:
     """Within the block the model attends with ``mask_backend(model)``; yields its name.
 
-    Switching writes the configs' back-end field directly (what ``set_attn_implementation``
-    does after its checks) and restores it afterwards, even on error.
+    Writes the configs' back-end field directly (as ``set_attn_implementation`` does after its checks).
     """
     wanted = mask_backend(model)
     configs = _configs(model)

@@ -1,8 +1,5 @@
-"""Group variable-length inputs into batches under a token budget, longest first.
-
-Sorting by length keeps padding small; the caller scatters results back to input order
-(the pattern of sentence-transformers' ``encode`` and lm-evaluation-harness' collator).
-"""
+"""Group variable-length inputs into batches under a token budget, longest first (little padding;
+the caller scatters results back to input order, as sentence-transformers' ``encode`` does)."""
 
 from __future__ import annotations
 
@@ -17,9 +14,7 @@ def length_sorted_batches(
     """Index arrays, each a batch whose padded size (rows x longest) fits ``token_budget``.
 
     Inputs are taken longest first; a batch also closes when its padded slots would exceed
-    ``max_padding`` of its size (otherwise a small input set that fits the budget in one
-    batch would be padded to its longest prompt).  An input longer than the budget still
-    gets a batch of its own.
+    ``max_padding`` of its size.  An input longer than the budget gets a batch of its own.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
@@ -40,10 +35,7 @@ def length_sorted_batches(
 
 
 def pad_right(id_lists: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad token lists: (input_ids, attention_mask), both int64 of shape (n, longest).
-
-    Right padding leaves every real token's position id and causal context unchanged.
-    """
+    """Right-pad token lists (real tokens keep their position ids): (input_ids, attention_mask), int64 (n, longest)."""
     longest = max(len(ids) for ids in id_lists)
     input_ids = np.full((len(id_lists), longest), pad_id, dtype=np.int64)
     attention_mask = np.zeros((len(id_lists), longest), dtype=np.int64)

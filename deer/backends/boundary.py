@@ -1,18 +1,10 @@
 """The token boundary between a shared context (query text) and scored continuations.
 
-A whole statement ``context + continuation`` is what the model is said to score.  Likelihood
-probes tokenise the context once and each continuation after it, so the two tokenisations
-must meet where the whole-statement tokenisation puts the boundary:
-
-* Whitespace at the end of the context belongs to the continuation (" Paris", not " " +
-  "Paris"): BPE vocabularies attach a space to the following word, as lm-evaluation-harness
-  also assumes.
-* The context ids are ``token_ids(context)`` (BOS policy of ``deer.backends.tokenization``); each
-  continuation's ids are the rest of ``token_ids(context + continuation)`` after the longest
-  prefix it shares with them.  Normally that prefix is the whole context; if a token
-  straddles the boundary (a merge across it), the continuation starts at that token and
-  follows a shorter prefix (``shared_lengths``).  That is lm-pub-quiz's conditional score:
-  every token from the first one touching the answer to the end.
+The context is tokenised once and each continuation after it, meeting where the whole statement's
+tokenisation puts the boundary.  Whitespace at the end of the context belongs to the continuation
+(" Paris", as lm-evaluation-harness assumes).  A continuation's ids are the rest of its whole
+statement's ids after the longest prefix shared with the context's; a token straddling the boundary
+starts the continuation (``shared_lengths``): lm-pub-quiz's conditional score.
 """
 
 from __future__ import annotations
@@ -50,11 +42,7 @@ class SplitStatements:
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def split_statements(tokenizer, context: str, continuations: Sequence[str]) -> SplitStatements:
@@ -63,12 +51,12 @@ def split_statements(tokenizer, context: str, continuations: Sequence[str]) -> S
     Raises ValueError when a statement would have no context token to condition on (an empty
     context with a tokenizer that has no BOS token): its first token cannot be scored.
     """
-    pairs = [move_trailing_whitespace(context, c) for c in continuations]
-    stripped = pairs[0][0] if pairs else context.rstrip()
+    stripped = context.rstrip()
+    tails = [move_trailing_whitespace(context, c)[1] for c in continuations]
     context_ids = token_ids(tokenizer, stripped)
-    wholes = batch_token_ids(tokenizer, [stripped + continuation for _, continuation in pairs])
+    wholes = batch_token_ids(tokenizer, [stripped + tail for tail in tails])
     continuation_ids, shared_lengths = [], []
-    for whole, (_, continuation) in zip(wholes, pairs, strict=True):
+    for whole, continuation in zip(wholes, tails, strict=True):
         shared = common_prefix_length(context_ids, whole)
         if shared == len(whole):  # continuation adds no token (e.g. empty): keep the last token scored
             shared = len(whole) - 1

@@ -1,25 +1,11 @@
 """Shared-prefix scoring for causal LMs: the context once, every continuation after it.
 
-For one context of P tokens and n continuations the plain way (one forward pass per whole
-statement) reads n x (P + m) tokens.  Here the context is read once (keeping its 1-row
-key/value cache); the continuations are then packed side by side into single rows on top of
-that cache, with a block-diagonal causal mask and explicit position ids, so there is no
-padding and the context cache is never copied.  Tokens passed through the model:
-P + sum(m_i - 1), because
-
-* the first continuation token is predicted by the context's last hidden state, and
-* the last continuation token is only ever a target, never an input;
-
-and the LM head is applied only to rows whose next token is scored.  Packs are kept short
-(``token_budget`` tokens) because each packed token attends over the whole pack.
-
-``layout="trie"`` (the default) goes further: the continuations' tokens form a prefix trie
-(WN18RR names share first tokens: " a", " the", ...), and every distinct continuation prefix is
-fed once.  A trie node sees the context positions its statements share and its own ancestors
-(``deer.backends.trie_scorer.ancestor_mask``), at position id = shared length + depth, so it sees
-exactly what it would in its own statement; only nodes with a child are fed (a node's
-log-probs score its children's tokens).  Tokens fed: P + (trie nodes with a child); on WN18RR
-with SmolLM2 that is 11% fewer than packing and 1.2x faster (``benchmarks/bench_bear.py``).
+The context is read once (its 1-row key/value cache) and the continuations follow on top of it.
+The first continuation token is predicted by the context's last state, the last one is only a
+target; the LM head runs only on rows whose next token is scored.  ``layout="packed"``:
+continuations side by side in rows (``deer.backends.packing``).  ``layout="trie"`` (default): every
+distinct continuation prefix fed once, as a prefix trie whose nodes see the context positions
+their statements share and their ancestors (11% fewer tokens on WN18RR, ``benchmarks/bench_bear.py``).
 """
 
 from __future__ import annotations
@@ -28,13 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
-from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
+from deer.backends.attention import backend_for_custom_masks
 from deer.backends.boundary import SplitStatements, split_statements
-from deer.backends.encoder import next_token_log_softmax
-from deer.backends.packing import consecutive_packs, packed_attention_mask
-from deer.backends.tokenization import padding_id
+from deer.backends.encoder import next_token_log_softmax, token_logprobs
+from deer.backends.packing import consecutive_packs
+from deer.backends.shared_prefix import context_cache, forward_on_cache, packed_forward
 from deer.backends.trie_scorer import TrieRow, ancestor_mask, build_rows
 from deer.platform.work import WorkCounter
 
@@ -42,13 +27,9 @@ from deer.platform.work import WorkCounter
 class SharedPrefixScorer:
     """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode).
 
-    ``layout``: "packed" (continuations side by side) or "trie" (distinct continuation prefixes
-    once).  ``token_budget``: continuation tokens (trie: trie nodes, leaves included) per forward
-    pass (attention inside a pass is quadratic in its length, so a few hundred is the sweet spot
-    on CPU); ``max_batch_size`` is kept for interface compatibility with the masked-LM scorer.
-
-    ``stats``: ``continuation_tokens`` is what the packed layout feeds after the context
-    (whichever layout ran), ``trie_nodes`` what the trie layout fed instead.
+    ``token_budget``: continuation tokens (trie: trie nodes, leaves included) per forward pass;
+    ``max_batch_size`` is kept for interface compatibility with the masked-LM scorer.  ``stats``:
+    ``continuation_tokens`` is what the packed layout feeds (whichever ran), ``trie_nodes`` what the trie fed.
     """
 
     LAYOUTS = ("packed", "trie")
@@ -62,17 +43,14 @@ class SharedPrefixScorer:
         self.max_batch_size = max_batch_size
         self.layout = layout
         self.device = next(model.parameters()).device
-        self.pad_id = padding_id(tokenizer)
         self.stats = WorkCounter("contexts", "statements", "context_tokens", "continuation_tokens", "trie_nodes", "tokens",
                                  "padded_tokens", "scored_tokens")
 
     def score_texts(self, context: str, continuations: Sequence[str], whole: bool = False) -> np.ndarray:
         """Summed log p(continuation tokens | context) per continuation: float64 (n,), nats.
 
-        ``whole=True``: the whole statement's summed log-likelihood (every token after the
-        first) instead.  The two rank alike only when every statement splits exactly after the
-        context; where a token straddles the boundary (SentencePiece vocabularies merge across
-        it), statements condition on different prefixes and only the whole score is comparable.
+        ``whole=True``: the whole statement's summed log-likelihood (every token after the first)
+        instead: the only comparable score where a token straddles the boundary (``deer.backends.boundary``).
         """
         return self.score_split(split_statements(self.tokenizer, context, continuations), whole)
 
@@ -80,18 +58,12 @@ class SharedPrefixScorer:
         return self.score_ids(split.context_ids, split.continuation_ids, split.shared_lengths, whole)
 
     @torch.inference_mode()
-    def score_ids(
-        self,
-        context_ids: Sequence[int],
-        continuation_ids: Sequence[Sequence[int]],
-        shared_lengths: Sequence[int] | None = None,
-        whole: bool = False,
-    ) -> np.ndarray:
+    def score_ids(self, context_ids: Sequence[int], continuation_ids: Sequence[Sequence[int]],
+                  shared_lengths: Sequence[int] | None = None, whole: bool = False) -> np.ndarray:
         """As ``score_texts`` for token ids; statement i is ``context_ids[:shared_lengths[i]] + continuation_ids[i]``."""
         n = len(continuation_ids)
-        scores = np.zeros(n, dtype=np.float64)
         if n == 0:
-            return scores
+            return np.zeros(0, dtype=np.float64)
         shared_lengths = [len(context_ids)] * n if shared_lengths is None else list(shared_lengths)
         # One back-end for the whole call: the context's cache and the packs read it alike.
         with self.stats.forward(), backend_for_custom_masks(self.model) as backend:
@@ -103,18 +75,13 @@ class SharedPrefixScorer:
 
     def _score_after_context(self, context_ids, continuation_ids, shared_lengths, whole: bool) -> np.ndarray:
         scores = np.zeros(len(continuation_ids), dtype=np.float64)
-        base = self.model.base_model
-        output = base(
-            input_ids=torch.as_tensor([list(context_ids)], device=self.device),
-            past_key_values=DynamicCache(),
-            use_cache=True,
-        )
+        output = context_cache(self.model, context_ids)
         context_hidden = output.last_hidden_state[0]  # (P, d)
-        cache = output.past_key_values
-        self.stats.add(contexts=1, context_tokens=len(context_ids), tokens=len(context_ids))
+        cache, context_length = output.past_key_values, len(context_ids)
+        self.stats.add(contexts=1, context_tokens=context_length, tokens=context_length)
         if whole:
             # Statement i's own prefix, context_ids[:shared_lengths[i]], scored once for all.
-            prefix_logprob = np.concatenate([[0.0], np.cumsum(self._token_logprobs(context_hidden[:-1], context_ids[1:]))])
+            prefix_logprob = np.concatenate([[0.0], np.cumsum(token_logprobs(self.model, context_hidden[:-1], context_ids[1:]))])
             scores += prefix_logprob[np.asarray(shared_lengths) - 1]
 
         # Each statement's first token comes from the context state just before it; the LM head
@@ -130,35 +97,24 @@ class SharedPrefixScorer:
             # equal prefixes merge.
             keyed = [[length, *ids] for length, ids in zip(shared_lengths, continuation_ids, strict=True)]
             for row in build_rows(keyed, self.token_budget):
-                node_logprobs = self._trie_logprobs(base, cache, len(context_ids), row)
+                node_logprobs = self._trie_logprobs(cache, context_length, row)
                 for index, path in zip(row.statements, row.paths, strict=True):
                     scores[index] += node_logprobs[path].sum()
             return scores
 
-        # The rest: continuations packed side by side into one row on top of the 1-row context
-        # cache; a block mask keeps them apart, so the context cache is never copied.
+        # Tokens 2.. of the continuations, packed side by side into rows on the context cache.
         inputs = [i for i, ids in enumerate(continuation_ids) if len(ids) > 1]
         for pack in consecutive_packs([len(continuation_ids[i]) - 1 for i in inputs], self.token_budget):
             rows = [inputs[k] for k in pack]
-            scores[rows] += self._score_pack(base, cache, len(context_ids), rows, continuation_ids, shared_lengths)
+            widths = [len(continuation_ids[i]) - 1 for i in rows]
+            hidden = packed_forward(self.model, cache, context_length, [continuation_ids[i][:-1] for i in rows],
+                                    [shared_lengths[i] for i in rows])
+            logprobs = token_logprobs(self.model, hidden, [t for i in rows for t in continuation_ids[i][1:]])
+            self.stats.add(tokens=sum(widths), padded_tokens=sum(widths))
+            scores[rows] += np.bincount(np.repeat(np.arange(len(rows)), widths), weights=logprobs, minlength=len(rows))
         return scores
 
-    def _score_pack(self, base, cache, context_length, rows, continuation_ids, shared_lengths) -> np.ndarray:
-        """Summed log-probs of tokens 2.. of each continuation in ``rows``, in one forward pass."""
-        inputs = [list(continuation_ids[i][:-1]) for i in rows]
-        targets = [list(continuation_ids[i][1:]) for i in rows]
-        widths = [len(ids) for ids in inputs]
-        starts = [shared_lengths[i] for i in rows]
-        positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts, strict=True)])
-        key_positions = np.concatenate([np.arange(context_length), positions])
-        mask = custom_attention_mask(self.model, packed_attention_mask(context_length, starts, widths), positions, key_positions, self.device)
-        hidden = self._forward_on_context(base, cache, context_length, sum(inputs, []), positions, mask)
-        token_logprobs = self._token_logprobs(hidden, sum(targets, []))
-        owner = np.repeat(np.arange(len(rows)), widths)
-        self.stats.add(tokens=sum(widths), padded_tokens=sum(widths))
-        return np.bincount(owner, weights=token_logprobs, minlength=len(rows))
-
-    def _trie_logprobs(self, base, cache, context_length: int, row: TrieRow) -> np.ndarray:
+    def _trie_logprobs(self, cache, context_length: int, row: TrieRow) -> np.ndarray:
         """log p(node's token | its statement's prefix) per node of ``row`` (``_score_after_context``'s
         keyed trie), from one forward pass; 0 for roots and first tokens (scored from the context)."""
         parents = np.asarray(row.parents, dtype=np.int64)
@@ -177,41 +133,9 @@ class SharedPrefixScorer:
         fed_index[fed] = np.arange(len(fed))
         positions = shared[fed] + depths[fed] - 1
         allowed = np.hstack([np.arange(context_length)[None, :] < shared[fed][:, None], ancestor_mask(fed_index[parents[fed]])])
-        key_positions = np.concatenate([np.arange(context_length), positions])
-        mask = custom_attention_mask(self.model, allowed, positions, key_positions, self.device)
-        hidden = self._forward_on_context(base, cache, context_length, tokens[fed].tolist(), positions, mask)
+        hidden = forward_on_cache(self.model, cache, context_length, tokens[fed].tolist(), positions, allowed)
         self.stats.add(trie_nodes=len(fed), tokens=len(fed), padded_tokens=len(fed))
         # Tokens 2.. of each continuation: read from the parent's row (the LM head once per fed node).
         targets = np.flatnonzero(depths >= 2)
-        logprobs[targets] = self._token_logprobs(hidden, tokens[targets], rows=fed_index[parents[targets]])
+        logprobs[targets] = token_logprobs(self.model, hidden, tokens[targets], fed_index[parents[targets]])
         return logprobs
-
-    def _forward_on_context(self, base, cache, context_length: int, input_ids, positions, mask) -> torch.Tensor:
-        """Final hidden states (L, d) of one row on top of the context cache, which is left as it was."""
-        hidden = base(
-            input_ids=torch.as_tensor([list(input_ids)], device=self.device),
-            position_ids=torch.as_tensor(positions[None], device=self.device),
-            attention_mask=mask,
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state[0]
-        # Drop the row again so the next one sees only the context (negative = tokens to remove).
-        cache.crop(context_length - cache.get_seq_length())
-        return hidden
-
-    def _token_logprobs(self, hidden: torch.Tensor, targets: Sequence[int], rows: np.ndarray | None = None) -> np.ndarray:
-        """log p(targets[j] | hidden row rows[j]) (rows default: row j) for hidden rows (k, d): float64.
-
-        The LM head runs once per hidden row, in chunks of rows, so the (rows x vocabulary)
-        logits stay small for large vocabularies.
-        """
-        targets = np.asarray(targets, dtype=np.int64)
-        rows = np.arange(len(targets)) if rows is None else np.asarray(rows, dtype=np.int64)
-        out = np.zeros(len(targets), dtype=np.float64)
-        for start in range(0, len(hidden), 256):
-            here = np.flatnonzero((rows >= start) & (rows < start + 256))
-            if len(here):
-                logprobs = next_token_log_softmax(self.model, hidden[start : start + 256])
-                picked = logprobs[torch.as_tensor(rows[here] - start, device=self.device), torch.as_tensor(targets[here], device=self.device)]
-                out[here] = picked.double().cpu().numpy()
-        return out

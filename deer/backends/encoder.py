@@ -1,11 +1,9 @@
 """PromptEOL encoder: last-layer hidden state at the last real token of each prompt.
 
-Prompts are tokenised (BOS policy in ``deer.backends.tokenization``), sorted by length, right-padded in
-batches under a token budget and run through the model's base transformer only: the LM head
-is applied to nothing, or -- when next-token log-probabilities are asked for (LAMA) -- to the
-one selected position per prompt.  Results come back in input order.  Identical prompts are
-encoded once; prompts that share a long token prefix (one few-shot block for all queries) run
-it once (``deer.backends.shared_prefix``).
+Prompts are tokenised (``deer.backends.tokenization``), deduplicated, sorted by length and
+right-padded in batches under a token budget, through the base transformer only: the LM head runs
+only on rows asked for (LAMA's next-token log-probs).  Prompts sharing a long token prefix run it
+once (``deer.backends.shared_prefix``).  Results come back in input order.
 """
 
 from __future__ import annotations
@@ -35,13 +33,30 @@ class EncoderOutput:
 def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
     """log p(next token) from final hidden states (n, d), applying the LM head only to these rows."""
     logits = model.get_output_embeddings()(hidden).float()
-    # Gemma-style logit soft-capping is part of the model's distribution.  The model's own
-    # forward applies it to its logits; here the LM head is called directly, so it is applied
-    # here, once (plain full forward passes must not apply it again).
+    # Gemma-style logit soft-capping: the model's own forward applies it; here the LM head is
+    # called directly, so it is applied here (plain full forward passes must not apply it again).
     softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     return torch.log_softmax(logits, dim=-1)
+
+
+def token_logprobs(model, hidden: torch.Tensor, targets: Sequence[int], rows: np.ndarray | None = None) -> np.ndarray:
+    """log p(targets[j] | hidden row rows[j]) (rows default: row j) for final hidden states (k, d): float64.
+
+    The LM head runs once per hidden row, in chunks of 256 rows, so the logits stay small for large vocabularies.
+    """
+    targets = np.asarray(targets, dtype=np.int64)
+    rows = np.arange(len(targets)) if rows is None else np.asarray(rows, dtype=np.int64)
+    out = np.zeros(len(targets), dtype=np.float64)
+    for start in range(0, len(hidden), 256):
+        here = np.flatnonzero((rows >= start) & (rows < start + 256))
+        if len(here):
+            logprobs = next_token_log_softmax(model, hidden[start : start + 256])
+            picked = logprobs[torch.as_tensor(rows[here] - start, device=hidden.device),
+                              torch.as_tensor(targets[here], device=hidden.device)]
+            out[here] = picked.double().cpu().numpy()
+    return out
 
 
 class PromptEOLEncoder:
@@ -51,11 +66,10 @@ class PromptEOLEncoder:
         self, model, tokenizer, token_budget: int | None = None, max_batch_size: int | None = None, show_progress: bool = True,
         special_tokens: str = "bos", reuse_prefix: bool = True,
     ):
-        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: CPU_TOKEN_BUDGET and 128
-        on the CPU, from the free memory on a GPU; see ``deer.backends.batching.auto_batch_limits``).
-        ``special_tokens``: "bos" (the project's BOS policy) or "tokenizer" (its own; see deer.backends.tokenization).
-        ``reuse_prefix``: when all prompts of a call share a long token prefix (one few-shot block
-        for every query), run it once and only each prompt's tail after it (``deer.backends.shared_prefix``)."""
+        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: what the device
+        holds, ``deer.backends.batching.auto_batch_limits``).  ``special_tokens``: "bos" (the project's
+        BOS policy) or "tokenizer" (its own).  ``reuse_prefix``: run a long token prefix shared by
+        prompts once, then only each prompt's tail (``deer.backends.shared_prefix``)."""
         self.model = model
         self.special_tokens = special_tokens
         self.tokenizer = tokenizer
@@ -70,20 +84,17 @@ class PromptEOLEncoder:
 
     @classmethod
     def from_pretrained(cls, name: str, dtype: str = "auto", device: str = "auto", **options) -> PromptEOLEncoder:
-        """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode.
-
-        ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``.
-        """
+        """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode;
+        ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``."""
         from deer.platform.models import load_model
 
         model, tokenizer, _ = load_model(name, dtype=dtype, device=device)
         return cls(model, tokenizer, **options)
 
     def embed(self, texts: Sequence[str], normalize: bool = False) -> np.ndarray:
-        """float32 (len(texts), d): the last-layer state at each text's last token, in input order
-        (texts are length-sorted into batches and put back).  The text is the whole prompt: wrap
-        it in a PromptEOL template yourself (``PromptTemplates`` builds DEER's).  ``normalize``:
-        unit length, so dot products are cosines."""
+        """float32 (len(texts), d): the last-layer state at each text's last token, in input order.
+        The text is the whole prompt: wrap it in a PromptEOL template yourself (``PromptTemplates``
+        builds DEER's).  ``normalize``: unit length, so dot products are cosines."""
         vectors = self.encode(texts, description="embedding").embeddings
         if normalize:
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
@@ -98,32 +109,20 @@ class PromptEOLEncoder:
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return batch_token_ids(self.tokenizer, texts, self.special_tokens)
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        next_token_ids: np.ndarray | None = None,
-        description: str = "encoding",
-        progress: tqdm | None = None,
-        on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None,
-    ) -> EncoderOutput:
+    def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
+               progress: tqdm | None = None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
         """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``
         (``on_batch``: see ``encode_ids``)."""
         return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
 
     @torch.inference_mode()
-    def encode_ids(
-        self,
-        id_lists: Sequence[Sequence[int]],
-        next_token_ids: np.ndarray | None = None,
-        description: str = "encoding",
-        progress: tqdm | None = None,
-        on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None,
-    ) -> EncoderOutput:
+    def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
+                   description: str = "encoding", progress: tqdm | None = None,
+                   on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
         """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given.
 
         ``on_batch(positions, vectors)``: called after each batch with its input positions and
-        float32 embeddings (a store saves them as they come); the embeddings are then not
-        gathered (``embeddings`` is None), so they are held once, by the caller.
+        float32 embeddings; these are then not gathered (``embeddings`` is None).
         """
         n = len(id_lists)
         if n and min(len(ids) for ids in id_lists) == 0:
@@ -132,9 +131,8 @@ class PromptEOLEncoder:
         distinct: dict[tuple[int, ...], list[int]] = {}
         for position, ids in enumerate(id_lists):
             distinct.setdefault(tuple(ids), []).append(position)
-        unique = list(distinct)
         copies = list(distinct.values())
-        self.stats.add(duplicate_prompts=n - len(unique))
+        self.stats.add(duplicate_prompts=n - len(copies))
 
         embeddings = None  # sized by the first batch's hidden states
         logprobs = None
@@ -145,7 +143,7 @@ class PromptEOLEncoder:
         own_progress = progress is None
         if own_progress:
             progress = tqdm(total=n, desc=description, unit="prompt", disable=not self.show_progress, leave=False)
-        batches = self._hidden_batches(unique)
+        batches = self._hidden_batches(list(distinct))
         while True:
             with self.stats.forward():
                 step = next(batches, None)
@@ -168,16 +166,13 @@ class PromptEOLEncoder:
             progress.update(len(positions))
         if own_progress:
             progress.close()
-        if on_batch is not None:
-            return EncoderOutput(None, logprobs)
-        if embeddings is None:
+        if embeddings is None and on_batch is None:
             embeddings = np.zeros((0, self.output_size), dtype=np.float32)
         return EncoderOutput(embeddings, logprobs)
 
     def _hidden_batches(self, id_lists: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-        """(indices, last-token states) per forward pass: prompts sharing a long prefix
-        (``reuse_prefix``) after that prefix, run once per group; the rest in length-sorted,
-        right-padded batches."""
+        """(indices, last-token states) per forward pass: prompt groups sharing a long prefix
+        after it (``reuse_prefix``); the rest in length-sorted, right-padded batches."""
         groups, rest = prefix_groups(id_lists) if self.reuse_prefix else ([], np.arange(len(id_lists)))
         for shared, members in groups:
             tails = [id_lists[i][shared:] for i in members]

@@ -11,9 +11,7 @@ STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none 
 class HFBackend:
     """Batched kernels: shared few-shot prefixes, shared query caches, prefix tries (the default).
 
-    PromptEOL states from ``PromptEOLEncoder`` (length-sorted batches, a shared few-shot prefix run
-    once, the LM head only on the rows asked for); statement scores from ``StatementScorer`` (the
-    context's cache shared by its continuations, fed as a prefix trie; PLL for masked LMs)."""
+    PromptEOL states from ``PromptEOLEncoder``; statement scores from ``StatementScorer``."""
 
     name = "hf"
 

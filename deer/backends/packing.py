@@ -1,11 +1,8 @@
 """Several sequences in one row after a shared context: which go together, and who sees whom.
 
-Used wherever many short sequences follow one context (BEAR's candidate continuations after a
-query, DEER's query tails after a shared few-shot block): the context is run once (a 1-row
-key/value cache), the sequences are laid side by side in one row on top of it, and a
-block-diagonal causal mask (turned into what the model's attention back-end needs by
-``deer.backends.attention.custom_attention_mask``) keeps them apart, so nothing is padded and the
-context cache is never copied.
+The context is run once (a 1-row key/value cache), the sequences are laid side by side in one row
+on top of it, and a block-diagonal causal mask keeps them apart: nothing is padded and the context
+cache is never copied (BEAR's candidates after a query, DEER's query tails after a few-shot block).
 """
 
 from __future__ import annotations
@@ -18,16 +15,13 @@ import numpy as np
 def consecutive_packs(widths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Consecutive groups of items whose widths sum to at most ``token_budget`` (at least one item)."""
     packs: list[list[int]] = []
-    current: list[int] = []
     used = 0
     for k, width in enumerate(widths):
-        if current and used + width > token_budget:
-            packs.append(current)
-            current, used = [], 0
-        current.append(k)
+        if not packs or used + width > token_budget:
+            packs.append([])
+            used = 0
+        packs[-1].append(k)
         used += width
-    if current:
-        packs.append(current)
     return packs
 
 
@@ -36,7 +30,6 @@ def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], wi
 
     Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
     tokens 0..j of its own continuation, nothing of the others (True = may attend).
-    ``deer.backends.attention.custom_attention_mask`` turns it into what the model's back-end needs.
     """
     total = int(sum(widths))
     owner = np.repeat(np.arange(len(widths)), widths)

@@ -1,11 +1,9 @@
 """The plain backend: one whole forward pass per prompt or statement, as lm-pub-quiz scores.
 
-Written for clarity, not speed: no batching, no padding, no custom mask, no shared prefix, the
-model's own ``forward``.  It is the oracle the equivalence tests hold every optimised path to, and
-``--backend plain`` cross-checks a result.  ``plain_conditional_scores`` finds the continuation's
-tokens independently of ``deer.backends.boundary``: from the tokenizer's character offsets, every
-token from the first one that touches the continuation's text to the end (lm-pub-quiz's
-conditional score).
+Written for clarity, not speed (no shared prefix, no custom mask, the model's own ``forward``): the
+oracle of the equivalence tests, and ``--backend plain``.  ``plain_conditional_scores`` finds the
+continuation's tokens independently of ``deer.backends.boundary``, from the tokenizer's character
+offsets: every token from the first one touching the continuation's text to the end.
 """
 
 from __future__ import annotations
@@ -27,12 +25,10 @@ from deer.platform.work import WorkCounter
 def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
     """(BOS + tokens of the whole statement, index of its first continuation token)."""
     context, continuation = move_trailing_whitespace(context, continuation)
-    text = context + continuation
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = list(encoded["input_ids"]), encoded["offset_mapping"]
-    boundary = len(context)
+    encoded = tokenizer(context + continuation, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(encoded["input_ids"])
     # First token whose character span ends inside the continuation text.
-    start = next(i for i, (_, end) in enumerate(offsets) if end > boundary)
+    start = next(i for i, (_, end) in enumerate(encoded["offset_mapping"]) if end > len(context))
     bos = bos_id(tokenizer)
     if bos is not None:
         ids, start = [bos, *ids], start + 1
@@ -40,18 +36,16 @@ def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple
 
 
 @torch.inference_mode()
-def plain_conditional_scores(
-    model, tokenizer, context: str, continuations: Sequence[str], batch_size: int = 8, stats: WorkCounter | None = None
-) -> np.ndarray:
+def plain_conditional_scores(model, tokenizer, context: str, continuations: Sequence[str], batch_size: int = 8,
+                             stats: WorkCounter | None = None) -> np.ndarray:
     """Summed log p of each statement's continuation tokens from a full pass: float64 (n,)."""
     device = next(model.parameters()).device
-    pad = padding_id(tokenizer)
     statements = [statement_ids_and_start(tokenizer, context, c) for c in continuations]
     scores = np.zeros(len(statements), dtype=np.float64)
+    stats = WorkCounter() if stats is None else stats
     for first in range(0, len(statements), batch_size):
         chunk = statements[first : first + batch_size]
-        inputs, mask = pad_right([ids for ids, _ in chunk], pad)
-        stats = stats if stats is not None else WorkCounter()
+        inputs, mask = pad_right([ids for ids, _ in chunk], padding_id(tokenizer))
         with stats.forward():
             # The model's forward already soft-caps its logits (Gemma): nothing to add here.
             logits = model(input_ids=torch.as_tensor(inputs, device=device), attention_mask=torch.as_tensor(mask, device=device)).logits

@@ -1,12 +1,8 @@
 """Pseudo log-likelihood (PLL) of statements under a masked LM, batched.
 
-PLL(S) = sum over scored tokens t of log p(t | S with t masked) (Salazar et al. 2020,
-``original``).  ``within_word_l2r`` (Kauf & Ivanova 2023) also masks the tokens of t's word
-to its right, so a multi-token word is not scored from its own later pieces.  Scored tokens:
-every non-special token (lm-pub-quiz's default for masked LMs).
-
-One masked copy per scored token; copies of all statements are length-sorted into batches
-under a token budget, and the MLM head is applied only to each copy's masked row.
+PLL(S) = sum over scored (non-special) tokens t of log p(t | S with t masked) (Salazar et al. 2020,
+``original``); ``within_word_l2r`` (Kauf & Ivanova 2023) also masks the tokens of t's word to its
+right.  One masked copy per scored token, length-sorted into batches, the MLM head only on the masked row.
 """
 
 from __future__ import annotations
@@ -51,17 +47,6 @@ def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence, 
     return copies
 
 
-def tokenize_statements(tokenizer, statements: Sequence[str]) -> list[tuple[list[int], list, list[bool]]]:
-    """(input_ids with special tokens, word ids, scored mask) per statement."""
-    encoded = tokenizer(list(statements), return_special_tokens_mask=True)
-    rows = []
-    for i in range(len(statements)):
-        ids = list(encoded["input_ids"][i])
-        scored = [not s for s in encoded["special_tokens_mask"][i]]
-        rows.append((ids, encoded.word_ids(i), scored))
-    return rows
-
-
 def _mlm_head(model):
     """The MLM head module applied to final hidden states, when the model exposes one."""
     for name in ("cls", "lm_head", "predictions"):
@@ -88,9 +73,11 @@ class PLLScorer:
     @torch.inference_mode()
     def score(self, statements: Sequence[str]) -> np.ndarray:
         """PLL per statement: float64 (n,), nats."""
+        encoded = self.tokenizer(list(statements), return_special_tokens_mask=True)
         copies = []
-        for i, (ids, words, scored) in enumerate(tokenize_statements(self.tokenizer, statements)):
-            copies += masked_copies(i, ids, words, scored, self.tokenizer.mask_token_id, self.variant)
+        for i, ids in enumerate(encoded["input_ids"]):
+            scored = [not s for s in encoded["special_tokens_mask"][i]]
+            copies += masked_copies(i, list(ids), encoded.word_ids(i), scored, self.tokenizer.mask_token_id, self.variant)
         scores = np.zeros(len(statements), dtype=np.float64)
         head = _mlm_head(self.model)
         for batch in length_sorted_batches([len(c.input_ids) for c in copies], self.token_budget, self.max_batch_size):

@@ -1,11 +1,7 @@
-"""Prompts that share a long token prefix: the prefix is run once, only the tails after it.
-
-With one few-shot block for every query (``--shots shared``, the authors' template style), ~95
-of a query prompt's ~108 tokens are the same for every query (a few queries get another block:
-prompts are grouped by their shared prefix, ``prefix_groups``).  The prefix is run once (a 1-row
-key/value cache); the prompts' own tails are then laid side by side in rows on top of it
-(``deer.backends.packing``), each seeing the whole prefix and its own earlier tokens, with position
-ids continuing after the prefix -- exactly what a whole forward pass per prompt computes.
+"""Prompts that share a long token prefix (one few-shot block for every query): the prefix is run
+once (a 1-row key/value cache), and the tails are packed side by side in rows on top of it
+(``deer.backends.packing``), with position ids continuing after the prefix -- exactly what a whole
+forward pass per prompt computes.  ``deer.backends.clm_scorer`` runs its contexts the same way.
 """
 
 from __future__ import annotations
@@ -28,11 +24,9 @@ PACK_TOKENS = 512
 def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_TOKENS) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """Prompts grouped by a shared token prefix: ([(shared length, member indices)], the others).
 
-    Most queries share one few-shot block, but a query whose (head, relation) occurs among the
-    examples gets another block, so there are a few groups.  Sorted lexicographically, a group
-    is a run of neighbours sharing at least T tokens (a sorted run's common prefix is the least of
-    its neighbours' ones); T is chosen among those values to save the most tokens.  Groups share
-    at least ``min_shared`` tokens and have two members or more; each member keeps a token of its own.
+    Sorted lexicographically, a group is a run of neighbours sharing at least T tokens, T chosen to
+    save the most tokens.  Groups share at least ``min_shared`` tokens and have two members or more;
+    each member keeps a token of its own.
     """
     n = len(id_lists)
     if n < 2:
@@ -72,34 +66,53 @@ def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARE
     return groups, np.flatnonzero(~grouped)
 
 
+def context_cache(model, ids: Sequence[int]):
+    """The base transformer's output for one context row, with its key/value cache (``past_key_values``)."""
+    device = next(model.parameters()).device
+    return model.base_model(input_ids=torch.as_tensor([list(ids)], device=device), past_key_values=DynamicCache(),
+                            use_cache=True)
+
+
+def forward_on_cache(model, cache, context_length: int, input_ids, positions: np.ndarray, allowed: np.ndarray) -> torch.Tensor:
+    """Final hidden states (L, d) of one row on top of a context cache, which is left as it was.
+
+    ``positions``: the row's position ids; ``allowed``: bool (L, context_length + L), who may attend to whom.
+    """
+    device = next(model.parameters()).device
+    key_positions = np.concatenate([np.arange(context_length), positions])
+    hidden = model.base_model(
+        input_ids=torch.as_tensor([list(input_ids)], device=device),
+        position_ids=torch.as_tensor(positions[None], device=device),
+        attention_mask=custom_attention_mask(model, allowed, positions, key_positions, device),
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state[0]
+    # Drop the row again so the next one sees only the context (negative = tokens to remove).
+    cache.crop(context_length - cache.get_seq_length())
+    return hidden
+
+
+def packed_forward(model, cache, context_length: int, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> torch.Tensor:
+    """Final hidden states of ``sequences`` packed in one row on the cache, sequence i after the
+    first ``starts[i]`` context tokens (``deer.backends.packing.packed_attention_mask``)."""
+    widths = [len(ids) for ids in sequences]
+    positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts, strict=True)])
+    allowed = packed_attention_mask(context_length, starts, widths)
+    return forward_on_cache(model, cache, context_length, [t for ids in sequences for t in ids], positions, allowed)
+
+
 def hidden_after_prefix(model, prefix: Sequence[int], tails: Sequence[Sequence[int]],
                         pack_tokens: int = PACK_TOKENS) -> Iterator[tuple[np.ndarray, torch.Tensor, int]]:
     """Yield (tail indices, last-layer states at each tail's last token (k, d), tokens fed) per
-    pack, after running ``prefix`` once; the first pack's count includes the prefix.
-
-    The model's base transformer only (no LM head); a back-end that honours custom masks.
-    """
-    device = next(model.parameters()).device
-    base = model.base_model
+    pack, after running ``prefix`` once; the first pack's count includes the prefix."""
     length = len(prefix)
     with backend_for_custom_masks(model):
-        cache = base(input_ids=torch.as_tensor([list(prefix)], device=device), past_key_values=DynamicCache(),
-                     use_cache=True).past_key_values
+        cache = context_cache(model, prefix).past_key_values
         prefix_fed = length
         widths = [len(ids) for ids in tails]
         for pack in consecutive_packs(widths, pack_tokens):
+            hidden = packed_forward(model, cache, length, [tails[i] for i in pack], [length] * len(pack))
             pack_widths = [widths[i] for i in pack]
-            positions = np.concatenate([np.arange(w) + length for w in pack_widths])
-            mask = custom_attention_mask(model, packed_attention_mask(length, [length] * len(pack), pack_widths), positions,
-                                         np.concatenate([np.arange(length), positions]), device)
-            hidden = base(
-                input_ids=torch.as_tensor([[t for i in pack for t in tails[i]]], device=device),
-                position_ids=torch.as_tensor(positions[None], device=device),
-                attention_mask=mask,
-                past_key_values=cache,
-                use_cache=True,
-            ).last_hidden_state[0]
-            cache.crop(length - cache.get_seq_length())  # drop the pack (negative: tokens to remove)
-            last = torch.as_tensor(np.cumsum(pack_widths) - 1, device=device)
+            last = torch.as_tensor(np.cumsum(pack_widths) - 1, device=hidden.device)
             yield np.asarray(pack), hidden[last], prefix_fed + int(sum(pack_widths))
             prefix_fed = 0

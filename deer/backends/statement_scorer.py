@@ -1,13 +1,9 @@
 """One interface over the likelihood scorers: causal LMs (shared prefix, prefix trie) and masked LMs (PLL).
 
-``score(context, continuations)`` (BEAR on a KG: one query, many candidates) returns the whole
-statement's summed log-likelihood per continuation (every token after the first): for a causal
-LM the context is read once and its own log-likelihood added to each continuation's (per
-statement, since a token straddling the boundary gives a statement a shorter shared prefix);
-the full PLL of ``context + continuation`` for a masked LM (bidirectional: nothing is shared).
-
-``score_statements(statements)`` (the BEAR data set: a template filled with every subject and
-answer) returns each whole statement's summed log-likelihood (causal LM, prefix trie) or PLL.
+``score(context, continuations)`` (BEAR on a KG) and ``score_statements(statements)`` (the BEAR
+data set) return each whole statement's summed log-likelihood (every token after the first): for
+a causal LM with the context read once (``SharedPrefixScorer``) or as a prefix trie
+(``PrefixTrieScorer``); for a masked LM the full PLL (bidirectional: nothing is shared).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Tokenisation with an explicit BOS policy, shared by the encoder and the likelihood scorers.
 
-Policy (the one lm-pub-quiz uses for causal LMs): every prompt starts with the tokenizer's BOS
-token when it defines one, whether or not the tokenizer adds it by itself, and never twice.
-Without a BOS token (some vocabularies have none) the text's tokens stand alone.
-
-One exception, for reproducing the DEER authors' package (template style ``authors``): its
-prompts are tokenised as ``tokenizer(text)`` does by itself (``special_tokens="tokenizer"``),
-so GPT-2-style tokenizers, which add no BOS, give prompts without one.
+Policy (lm-pub-quiz's for causal LMs): every prompt starts with the tokenizer's BOS token when it
+defines one, whether or not the tokenizer adds it by itself, and never twice.  The exception
+(``special_tokens="tokenizer"``, for the DEER authors' template style): ``tokenizer(text)`` as is.
 """
 
 from __future__ import annotations
@@ -35,10 +31,7 @@ SPECIAL_TOKEN_MODES = ("bos", "tokenizer")
 
 
 def batch_token_ids(tokenizer, texts: Sequence[str], special_tokens: str = "bos") -> list[list[int]]:
-    """``token_ids`` for many texts at once (the fast tokenizer batches internally).
-
-    ``special_tokens="tokenizer"``: whatever special tokens the tokenizer adds by itself instead.
-    """
+    """``token_ids`` for many texts at once; ``special_tokens="tokenizer"``: the tokenizer's own special tokens."""
     if special_tokens not in SPECIAL_TOKEN_MODES:
         raise ValueError(f"special_tokens must be one of {SPECIAL_TOKEN_MODES}, got '{special_tokens}'")
     if not texts:

@@ -1,22 +1,10 @@
 """Whole-statement log-likelihoods of many statements that share prefixes (causal LMs).
 
-BEAR's statements come in large families: one template filled with every (subject, answer)
-pair of a relation.  Scoring each whole statement on its own (lm-pub-quiz) reads every token
-of every statement.  Here the statements are tokenised whole (BOS policy of
-``deer.backends.tokenization``), merged into a prefix trie, and the trie is fed to the model: every
-distinct prefix is read once, whichever slot comes first in the template ("[X] is the capital
-of [Y]" shares the text up to [Y]; "[Y] is the capital of [X]" shares it up to [X], per answer).
-
-How a trie goes through a transformer: its nodes are laid out in one row; each node attends to
-its ancestors only (a tree-shaped attention mask) and sits at position id = its depth, so it
-sees exactly what it would see in its own statement.  Nodes without children (last tokens)
-are only targets and are not fed.  The LM head runs once per fed node; a token's log-prob is
-read from its parent's row.  Rows hold at most ``token_budget`` nodes (attention inside a row
-is quadratic in its length); statements are sorted so neighbours share the longest prefixes,
-and a row that is full starts the next one afresh (repeating the shared prefix once).
-
-Score of a statement = sum of log p(token_t | tokens_<t) for t >= 1: the first token (BOS, or
-the first text token for a vocabulary without BOS) is given, not scored.
+BEAR's statements come in families (one template filled with every (subject, answer) pair): they
+are tokenised whole, merged into a prefix trie, and every distinct prefix is read once.  A trie's
+nodes lie in one row, each attending to its ancestors only at position id = its depth; only nodes
+with a child are fed, and a token's log-prob is read from its parent's row.  Rows hold at most
+``token_budget`` nodes.  Score = sum of log p(token_t | tokens_<t) for t >= 1 (the first is given).
 """
 
 from __future__ import annotations
@@ -29,17 +17,15 @@ import torch
 
 from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
 from deer.backends.boundary import common_prefix_length
-from deer.backends.encoder import next_token_log_softmax
+from deer.backends.encoder import token_logprobs
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.work import WorkCounter
 
 
 @dataclasses.dataclass
 class TrieRow:
-    """One forward pass: trie nodes (token, parent node or -1, depth) and each statement's path.
-
-    ``paths[k]`` are the node indices of statement ``statements[k]``'s tokens, root first.
-    """
+    """One forward pass: trie nodes (token, parent node or -1, depth); ``paths[k]``: the node
+    indices of statement ``statements[k]``'s tokens, root first."""
 
     tokens: list[int] = dataclasses.field(default_factory=list)
     parents: list[int] = dataclasses.field(default_factory=list)
@@ -68,25 +54,20 @@ def build_rows(sequences: Sequence[Sequence[int]], token_budget: int) -> list[Tr
     """Prefix tries over ``sequences`` (sorted), each of at most ``token_budget`` nodes where possible."""
     order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
     rows: list[TrieRow] = []
-    row, previous = None, None
+    previous: Sequence[int] = []
     for index in order:
         ids = sequences[index]
-        shared = common_prefix_length(sequences[previous], ids) if row is not None else 0
-        if row is not None and len(row.tokens) + len(ids) - shared > token_budget:
-            row, shared = None, 0
-        if row is None:
-            row = TrieRow()
-            rows.append(row)
-        row.add(index, ids, shared, row.paths[-1] if row.paths else [])
-        previous = index
+        shared = common_prefix_length(previous, ids)
+        if not rows or len(rows[-1].tokens) + len(ids) - shared > token_budget:
+            rows.append(TrieRow())
+            shared = 0
+        rows[-1].add(index, ids, shared, rows[-1].paths[-1] if rows[-1].paths else [])
+        previous = ids
     return rows
 
 
 def ancestor_mask(parents: np.ndarray) -> np.ndarray:
-    """Boolean (n, n): node i may attend to node j iff j is i or one of its ancestors.
-
-    Requires parents[i] < i (true for nodes created root first).
-    """
+    """Boolean (n, n): node i may attend to node j iff j is i or one of its ancestors (parents[i] < i)."""
     n = len(parents)
     mask = np.zeros((n, n), dtype=bool)
     for i, parent in enumerate(parents):
@@ -109,10 +90,8 @@ class PrefixTrieScorer:
         self.stats = WorkCounter("statements", "statement_tokens", "fed_tokens", "tokens", "rows")
 
     def score_texts(self, statements: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
-        """float64 (n,): summed log p of every token after the first, in nats.
-
-        ``progress(k)`` is called after each forward pass with the statements it finished.
-        """
+        """float64 (n,): summed log p of every token after the first, in nats; ``progress(k)`` is
+        called after each forward pass with the statements it finished."""
         return self.score_ids(batch_token_ids(self.tokenizer, list(statements)), progress)
 
     @torch.inference_mode()
@@ -151,10 +130,5 @@ class PrefixTrieScorer:
         self.stats.add(rows=1, fed_tokens=len(fed_nodes), tokens=len(fed_nodes))
         # LM head once per fed node; every child reads its token's log-prob from its parent's row.
         targets = np.flatnonzero(parents >= 0)
-        source_rows = fed_index[parents[targets]]
-        for start in range(0, len(fed_nodes), 256):
-            chunk = next_token_log_softmax(self.model, hidden[start : start + 256])
-            here = (source_rows >= start) & (source_rows < start + 256)
-            picked = chunk[torch.as_tensor(source_rows[here] - start), torch.as_tensor(tokens[targets[here]])]
-            logprobs[targets[here]] = picked.double().cpu().numpy()
+        logprobs[targets] = token_logprobs(self.model, hidden, tokens[targets], fed_index[parents[targets]])
         return logprobs

@@ -3,10 +3,6 @@
 
 from deer.lazy_exports import lazy_exports
 
-_PUBLIC = {
-    "DeerCallback": "deer.integrations.training",
-    "probe_during_training": "deer.integrations.training",
-    "logged_metrics": "deer.integrations.training",
-}
+_PUBLIC = dict.fromkeys(("DeerCallback", "probe_during_training", "logged_metrics"), "deer.integrations.training")
 __all__ = list(_PUBLIC)
 __getattr__, __dir__ = lazy_exports(globals(), _PUBLIC)

@@ -1,14 +1,9 @@
-"""Probing a model while it trains: one function for any training loop, and a Hugging Face
-``TrainerCallback`` around it.
+"""Probing a model while it trains: ``probe_during_training`` for any loop, and ``DeerCallback``
+(a Hugging Face ``TrainerCallback``) around it.
 
-Both run DEER on a fixed query set with the model being trained: eval mode and no gradients for
-the probe, then back to train mode (gradients, optimizer state and RNG untouched); the model's own
-device and dtype.  In a torch.distributed job every process calls it and encodes its share of the
-prompts; sharded weights (FSDP, ZeRO-3) are gathered for the probe first.  Every process gets the
-same result; metrics go through ``trainer.log``, so they reach TensorBoard, W&B and
-``trainer_state.json`` like the Trainer's own (whose loss entry at the same step is kept), and
-after an evaluation they join its metrics as ``eval_deer/...``, so ``metric_for_best_model="deer/mrr"``,
-``load_best_model_at_end`` and ``EarlyStoppingCallback`` (added after this callback) can use them.
+Both run DEER on a fixed query set with the model in eval mode without gradients, then back to
+train mode (gradients, optimizer state and RNG untouched).  In a torch.distributed job every
+process calls it and encodes its share; sharded weights (FSDP, ZeRO-3) are gathered first.
 """
 
 from __future__ import annotations
@@ -33,14 +28,13 @@ LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
 
 def probe_during_training(model, tokenizer, queries: QuerySet, templates: PromptTemplates | None = None, *,
                           token_budget: int | None = None, show_progress: bool = False, step: int | None = None) -> ProbeResult:
-    """DEER on ``model`` as it is now (the plain-PyTorch call; the callback uses it too).
+    """DEER on ``model`` as it is now.
 
-    Call it from every process of a distributed job (all with the same queries): the forward
-    passes are shared between them.  Python's, numpy's and torch's random states (CPU and every
-    CUDA device) are restored after, so the probe does not change the training run that follows.
-    The weights are not hashed (they change every step; nothing is cached): the run is identified
-    by ``training_identity`` (class, name, parameter count, ``step``)."""
-    rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), _cuda_rng_states()
+    Call it from every process of a distributed job (all with the same queries).  Python's, numpy's
+    and torch's random states are restored after.  The weights are not hashed (nothing is cached):
+    the run is identified by ``training_identity`` (class, name, parameter count, ``step``)."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # else no CUDA generator state to restore
+    rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
     distributed = world()[1] > 1
     try:
         with full_weights(model):
@@ -55,13 +49,6 @@ def probe_during_training(model, tokenizer, queries: QuerySet, templates: Prompt
             torch.cuda.set_rng_state_all(rng_states[3])
 
 
-def _cuda_rng_states():
-    """Every CUDA device's generator state, where CUDA is in use (None otherwise: nothing to restore)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.get_rng_state_all()
-    return None
-
-
 def logged_metrics(result: ProbeResult, prefix: str = "deer", names=LOGGED_METRICS) -> dict[str, float]:
     """``{"deer/hit@10": ..., "deer/mrr": ...}``: the filtered metrics (the probe's headline ones)."""
     return {f"{prefix}/{name}": float(result.metrics[name]) for name in names}
@@ -69,16 +56,14 @@ def logged_metrics(result: ProbeResult, prefix: str = "deer", names=LOGGED_METRI
 
 class DeerCallback(TrainerCallback):
     """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with
-    ``at_start``, once before the first step: the step-0 baseline).
+    ``at_start``, once before the first step).
 
     ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split`` and
-    ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets
-    it); without one they go into ``state.log_history`` only.  ``out``: a folder where process 0
-    saves each evaluation's result (ranks table, metrics) as ``step-N``; every result is also kept
-    in ``self.results`` ({step: ProbeResult}).  ``every_n_steps`` needs no eval data set.  After an
-    evaluation the metrics are added to the Trainer's evaluation metrics (``eval_deer/hit@10``, ...):
-    pick checkpoints with ``metric_for_best_model="deer/mrr"``; an ``EarlyStoppingCallback`` must
-    come after this callback to see them.
+    ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it);
+    without one they go into ``state.log_history`` only.  ``out``: a folder where process 0 saves
+    each result as ``step-N``; results are also kept in ``self.results`` ({step: ProbeResult}).
+    After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
+    ``metric_for_best_model="deer/mrr"``; an ``EarlyStoppingCallback`` must come after this callback.
     """
 
     def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,

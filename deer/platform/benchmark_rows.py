@@ -1,9 +1,6 @@
 """A cloze benchmark's rows (``kg_data.cloze.ClozeTask``): one per query, its fields, and per probe
-the gold answer's realistic rank, the argmax prediction and whether it is the gold.
-
-Every benchmark path builds its rows here: the cloze runner (``deer.runner.run_cloze``) for DEER,
-LAMA and BEAR side by side, and the BEAR data-set score (``bear_ref.dataset``), which is BEAR's
-columns of these rows with lm-pub-quiz's metrics on top.
+the gold answer's realistic rank, the argmax prediction and whether it is the gold (used by
+``deer.runner.run_cloze`` and the BEAR data-set score).
 """
 
 from __future__ import annotations
@@ -39,15 +36,12 @@ def query_frame(task: ClozeTask) -> pd.DataFrame:
 
 
 def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
-    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored).  The one
-    rank rule (``deer.platform.ranking``): a failed (non-finite) score never beats the gold.  Rows of
-    one width are ranked together, ``chunk_rows`` at a time (one kernel call per chunk, not per query)."""
+    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored), by the one rank
+    rule (``deer.platform.ranking``).  Rows of one width are ranked together, ``chunk_rows`` at a time."""
     n = len(task.queries)
-    rank = np.full(n, np.nan)
-    correct = np.full(n, np.nan)
+    rank, correct, gold_score = (np.full(n, np.nan) for _ in range(3))
     predicted = [None] * n
     predicted_index = np.full(n, -1, dtype=np.int64)
-    gold_score = np.full(n, np.nan)
     by_width: dict[int, list[int]] = defaultdict(list)
     for i, row in scores.items():
         by_width[len(row)].append(i)

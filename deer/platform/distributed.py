@@ -1,13 +1,8 @@
 """DEER's forward passes shared between the processes of a data-parallel job (torch.distributed).
 
-Under DDP every process holds the whole model, so each can encode a share of the prompts: the
-prompts are ordered by token count and dealt out like cards (process r takes every world_size-th,
-starting at r), so every share has about the same number of prompts and tokens.  The vectors are
-then all-gathered, so every process holds all of them in input order and ranks them itself (cheap
-next to the forward passes, deterministic, and no process waits on another's ranking).
-
-Sharded weights (FSDP, DeepSpeed ZeRO-3) are gathered for the probe first (``full_weights``), so
-each process then runs its share on the whole model like under DDP.
+Each process encodes a share of the prompts (ordered by token count and dealt out like cards, so
+shares are even), then the vectors are all-gathered and every process ranks them itself.  Sharded
+weights (FSDP, DeepSpeed ZeRO-3) are gathered for the probe first (``full_weights``).
 """
 
 from __future__ import annotations
@@ -36,9 +31,8 @@ def my_share(lengths: Sequence[int], rank: int, world_size: int) -> np.ndarray:
 
 
 class ShardedEncoder:
-    """A ``PromptEOLEncoder`` whose ``encode`` runs only this process's share of the prompts and
-    returns every prompt's results (all-gathered).  Every process must call ``encode`` with the
-    same texts, in the same order of calls.  ``stats`` count this process's own work."""
+    """A ``PromptEOLEncoder`` whose ``encode`` runs this process's share of the prompts and returns every
+    prompt's results; every process must call ``encode`` with the same texts, in the same order."""
 
     def __init__(self, encoder: PromptEOLEncoder):
         self.inner = encoder
@@ -54,11 +48,10 @@ class ShardedEncoder:
         id_lists = self.inner.tokenize(texts)
         mine = my_share([len(ids) for ids in id_lists], self.rank, self.world_size)
         out = self.inner.encode_ids([id_lists[i] for i in mine], next_token_ids, description)
-        parts: list = [None] * self.world_size
+        parts: list = [(mine, out.embeddings, out.next_token_logprobs)]
         if self.world_size > 1:
+            parts = [None] * self.world_size
             dist.all_gather_object(parts, (mine, out.embeddings, out.next_token_logprobs))
-        else:
-            parts = [(mine, out.embeddings, out.next_token_logprobs)]
         width = next(p[1].shape[1] for p in parts)
         embeddings = np.zeros((len(texts), width), dtype=np.float32)
         logprobs = None if next_token_ids is None else np.zeros((len(texts), len(next_token_ids)), dtype=np.float32)
@@ -76,9 +69,7 @@ class ShardedEncoder:
 
 @contextlib.contextmanager
 def full_weights(model):
-    """The whole weights on every process for the enclosed probe: FSDP's ``summon_full_params``
-    (read-only), DeepSpeed ZeRO-3's ``GatheredParameters``; a replicated (DDP) or single-process
-    model as it is."""
+    """The whole weights on every process for the enclosed probe (FSDP, DeepSpeed ZeRO-3; others as they are)."""
     if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3 partitions
         import deepspeed
 

@@ -1,8 +1,6 @@
-"""The one atomic writer: bytes, text (markdown), JSON, tables (parquet/CSV) and figures, each
-written to a temp file in the target folder and renamed into place, so no reader ever sees a
-half-written file; and the one folder lock (:func:`folder_lock`), under which a
-read-modify-write of a folder (a run folder's merged tables, a store's missing items, a model's
-conversion) is done by one process at a time."""
+"""The one atomic writer (bytes, text, JSON, tables, figures: a temp file renamed into place, so no
+reader sees a half-written file) and the one folder lock, under which a read-modify-write of a
+folder is done by one process at a time."""
 
 from __future__ import annotations
 
@@ -95,10 +93,7 @@ def write_table(path: Path, table: pd.DataFrame) -> Path:
     """Write ``table`` as parquet (if pyarrow is installed and the suffix asks) or CSV."""
     path = Path(path)
     buffer = io.BytesIO()
-    if path.suffix == ".parquet":
-        table.to_parquet(buffer, index=False)
-    else:
-        table.to_csv(buffer, index=False)
+    (table.to_parquet if path.suffix == ".parquet" else table.to_csv)(buffer, index=False)
     atomic_write_bytes(path, buffer.getvalue())
     return path
 

@@ -1,10 +1,6 @@
-"""What the Python API accepts, turned into what the probes take.
-
-Every probe function (``deer.probe``, ``bear_ref.bear``, ``bear_ref.lama``) takes a KG as a name,
-a folder, a ``TextualKG`` or a ready ``QuerySet``; a model as a name, a folder, a loaded
-:class:`~deer.platform.models.LoadedModel` or a model object with its tokenizer; and the template
-settings or a ``PromptTemplates``.  :func:`prepare` resolves them in that order, so a bad KG is
-reported before a model is loaded.
+"""What the Python API accepts (a KG, a model and template settings in their several forms), turned
+into what the probes take; :func:`prepare` resolves them in that order, so a bad KG is reported
+before a model is loaded.
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ from kg_data.queries import QuerySet, build_queries
 
 def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,
                  exclude_head: bool = False) -> QuerySet:
-    """A QuerySet as given, or the queries of ``split`` (``subset`` sampled with ``seed``) of a KG
-    given as a ``TextualKG``, a name ('wn18rr') or a folder (str or Path).  ``exclude_head``
-    (also applied to a given QuerySet): no query ranks its own head entity."""
+    """A QuerySet as given, or the queries of ``split`` (``subset`` sampled with ``seed``) of a KG given as
+    a ``TextualKG``, a name or a folder.  ``exclude_head`` (also for a QuerySet): no query ranks its own head."""
     if isinstance(kg, QuerySet):
         return dataclasses.replace(kg, exclude_head=True) if exclude_head else kg
     knowledge_graph = kg if isinstance(kg, TextualKG) else load_kg(kg, data_dir)
@@ -50,8 +45,7 @@ def as_templates(templates: PromptTemplates | None = None, *, k_shot: int = 8, s
 
 @dataclasses.dataclass
 class PreparedRun:
-    """What a probe runs on, checked: the queries (their KG's descriptions cut to fit where
-    ``long_prompts`` allows it), the model, the templates, and what the checks found."""
+    """What a probe runs on, checked: the queries, the model, the templates, and the length guard's report."""
 
     queries: QuerySet
     loaded: LoadedModel
@@ -59,8 +53,7 @@ class PreparedRun:
     length_report: LengthReport
 
     def finish(self, result: ProbeResult) -> ProbeResult:
-        """Add what the run was given besides its spec: the few-shot examples each query got
-        (``k_shot_used`` column; asked vs used in the metadata) and the length guard's report."""
+        """Add the few-shot examples each query got (``k_shot_used`` column and metadata) and the length report."""
         used = self.templates.examples_used(result.queries.kg, result.queries.triples)
         result.table.insert(result.table.columns.get_loc("n_filtered") + 1, "k_shot_used", used)
         result.metadata["k_shot"] = few_shot_summary(self.templates.k_shot, used)
@@ -70,8 +63,7 @@ class PreparedRun:
 
 def few_shot_summary(asked: int, used: np.ndarray) -> dict:
     return {"asked": int(asked), "used_min": int(used.min()) if len(used) else None,
-            "used_max": int(used.max()) if len(used) else None,
-            "queries_with_fewer": int(np.sum(used < asked))}
+            "used_max": int(used.max()) if len(used) else None, "queries_with_fewer": int(np.sum(used < asked))}
 
 
 def warn_about_few_shot(queries: QuerySet, templates: PromptTemplates) -> None:
@@ -94,8 +86,7 @@ def warn_about_few_shot(queries: QuerySet, templates: PromptTemplates) -> None:
 def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | None = None, token_budget: int | None = None,
                  dtype: str | None = None, device: str | None = None, long_prompts: str = "error",
                  max_instances: int | None = None, out_option: str = "out") -> None:
-    """Everything that can be checked without reading the data or loading the model: the options,
-    the output folder's writability and (for a model given by name) the model folder's files."""
+    """Check the options, the output folder and (for a model given by name) the model folder's files."""
     named_model = isinstance(model, (str, os.PathLike))
     check_run_options(subset=subset, seed=seed, k_shot=k_shot, token_budget=token_budget, max_instances=max_instances,
                       dtype=dtype if named_model else None, device=device if named_model else None)
@@ -112,10 +103,8 @@ def prepare(kg, model, *, text_kind: str | None, tokenizer=None, split: str = "t
             query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "auto",
             device: str = "auto", out=None, token_budget: int | None = None, long_prompts: str = "error",
             exclude_head: bool = False) -> PreparedRun:
-    """Check everything, then load: options, the output folder and the model folder
-    (:func:`check_inputs`), the data and templates, and last the model; then every text of
-    ``text_kind`` the probe will feed is checked against the model's positions.  A bad input fails here,
-    before any forward pass."""
+    """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model, then check
+    every text of ``text_kind`` against the model's positions: a bad input fails before any forward pass."""
     check_inputs(model, out=out, subset=subset, seed=seed, k_shot=None if templates is not None else k_shot,
                  token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts)
     queries = as_query_set(kg, split, subset, seed, data_dir, exclude_head)

@@ -1,21 +1,15 @@
-"""Every prompt and statement fits the model, checked before the first forward pass.
+"""Every prompt and statement fits the model, checked before the first forward pass (or, with
+``long_prompts="truncate-descriptions"``, a description that makes a prompt too long is cut to fit).
 
-A text longer than the model's positions is refused with the entity or query it belongs to (an
-entity name of 1 MB would otherwise become a 300k-token forward pass that takes minutes and
-gigabytes before anything fails).  Optionally (``long_prompts="truncate-descriptions"``) an
-entity description that makes a prompt too long is cut, at a token boundary, to fit; the KG then
-holds the cut text, so its fingerprint -- and every cache key and run spec -- says so, and the
-result's metadata lists each cut.
-
-Only texts that could be too long are tokenised: a token covers at least one byte of UTF-8 in
-every tokenizer family here (byte-level BPE, SentencePiece, WordPiece), so a text of B bytes has
-at most B + ``SLACK`` tokens with its special tokens.
+Only texts that could be too long are tokenised: a token covers at least one byte of UTF-8 in every
+tokenizer family here, so a text of B bytes has at most B + ``SLACK`` tokens with its special tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.templates import candidate_prompts
@@ -79,10 +73,9 @@ def _query_label(kg: TextualKG, triple) -> str:
 
 
 def long_statements(tokenizer, stems: Sequence[str], answers: Sequence[str], limit: int) -> tuple[dict[int, int], dict[int, int]]:
-    """The statements that cannot fit ``limit`` positions, counted one way for a KG and the
-    benchmarks: ({answer index: tokens} of the answers too long by themselves, {stem index: tokens} of the
-    stems -- statements with an empty answer slot -- too long with the longest answer (in tokens), BOS
-    and a masked LM's [CLS] and [SEP]).  Only texts whose length in bytes could exceed the limit are tokenised."""
+    """The statements that cannot fit ``limit`` positions: ({answer index: tokens} of the answers too
+    long by themselves, {stem index: tokens} of the stems -- statements with an empty answer slot --
+    too long with the longest answer, BOS and a masked LM's [CLS] and [SEP])."""
     long_answers = token_counts(tokenizer, answers, limit, "tokenizer")
     if long_answers or not answers:
         return long_answers, {}
@@ -96,18 +89,22 @@ def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: s
     return PromptTooLongError(f"{what}: its {kind} is {n_tokens} tokens, more than the model's {limit} positions{others}; {hint}")
 
 
+def _refuse_first(found: dict[int, int], limit: int, what: Callable[[int], str], kind: str, hint: str) -> None:
+    """Raise :func:`too_long` for the first of ``found`` ({index: tokens}), named by ``what(index)``."""
+    if found:
+        first = min(found)
+        raise too_long(what(first), kind, found[first], limit, len(found) - 1, hint)
+
+
 NAME_HINT = "shorten the names in the KG (few-shot examples repeat train triples' names)"
 DESCRIPTION_HINT = "shorten its description, or cut descriptions to fit with --long-prompts truncate-descriptions"
 
 
 def guard_prompt_lengths(queries: QuerySet, loaded, templates, text_kind: str | None, mode: str = "error") -> tuple[QuerySet, LengthReport]:
-    """Check the texts a probe will feed, by the ``text_kind`` it declares (``deer.probes.Probe``): "prompts"
-    (query and tail prompts, DEER), "contexts" (query texts, LAMA), "statements" (query text + longest
-    continuation, BEAR) or None (nothing to check); return the queries (with a KG
-    whose too-long descriptions are cut in ``truncate-descriptions`` mode) and a report.
-
-    Raises PromptTooLongError naming the first entity or query that does not fit.
-    """
+    """Check the texts of a probe's ``text_kind``: "prompts" (query and tail prompts, DEER), "contexts"
+    (query texts, LAMA), "statements" (query text + longest continuation, BEAR) or None (nothing to
+    check); return the queries (descriptions cut in ``truncate-descriptions`` mode) and a report.
+    Raises PromptTooLongError naming the first entity or query that does not fit."""
     if mode not in LONG_PROMPT_MODES:
         raise ValueError(f"long_prompts must be one of {LONG_PROMPT_MODES}, got '{mode}'")
     limit = max_positions(loaded.model)
@@ -132,24 +129,17 @@ def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) 
             long_name = len(kg.entity_names[entity]) > len(kg.entity_descriptions[entity])
             raise too_long(_entity_label(kg, entity), "tail prompt", long_tails[first], limit, len(long_tails) - 1,
                           "shorten its name" if long_name else DESCRIPTION_HINT)
-    texts = [
-        templates.query_prompt(kg, tuple(t)) if text_kind == "prompts" else templates.query_context(kg, tuple(t))
-        for t in queries.triples.tolist()
-    ]
+    query_text = templates.query_prompt if text_kind == "prompts" else templates.query_context
+    texts = [query_text(kg, tuple(t)) for t in queries.triples.tolist()]
     if text_kind == "statements":  # the statement: the query context, then the longest candidate continuation
         continuations = [templates.continuation(kg, e) for e in queries.candidates]
         long_names, long_texts = long_statements(tokenizer, texts, continuations, limit)
-        if long_names:
-            first = min(long_names)
-            raise too_long(_entity_label(kg, queries.candidates[first]), "statement continuation", long_names[first], limit,
-                           len(long_names) - 1, NAME_HINT)
+        _refuse_first(long_names, limit, lambda i: _entity_label(kg, queries.candidates[i]), "statement continuation", NAME_HINT)
     else:
         long_texts = token_counts(tokenizer, texts, limit, special)
-    if long_texts:
-        first = min(long_texts)
-        kind = {"prompts": "query prompt", "contexts": "query text", "statements": "longest statement"}[text_kind]
-        hint = DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
-        raise too_long(_query_label(kg, queries.triples[first]), kind, long_texts[first], limit, len(long_texts) - 1, hint)
+    kind = {"prompts": "query prompt", "contexts": "query text", "statements": "longest statement"}[text_kind]
+    hint = DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
+    _refuse_first(long_texts, limit, lambda i: _query_label(kg, queries.triples[i]), kind, hint)
 
 
 def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: int, report: LengthReport) -> QuerySet:
@@ -179,18 +169,24 @@ def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: 
     return dataclasses.replace(queries, kg=dataclasses.replace(kg, entity_descriptions=descriptions))
 
 
-def _benchmark_fit(task: ClozeTask, index: int, kind: str, n_tokens: int, limit: int, more: int) -> PromptTooLongError:
+FACT_HINT = "shorten the subject label (or the sentence)"
+ANSWER_HINT = "shorten the answer label"
+
+
+def _fact(task: ClozeTask, index: int) -> str:
     q = task.queries[index]
-    what = f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
-    return too_long(what, kind, n_tokens, limit, more, "shorten the subject label (or the sentence)")
+    return f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
+
+
+def _answer(labels: Sequence[str], name: str, index: int) -> str:
+    return f"answer {shorten(labels[index])!r} of candidate set {name}"
 
 
 def guard_benchmark_lengths(task: ClozeTask, loaded, text_kinds: set, masked: bool) -> None:
-    """The benchmark counterpart of ``guard_prompt_lengths``: every text of the probes' ``text_kinds`` fits
-    the model's positions -- "prompts" (DEER: query texts and answer prompts), "contexts" (LAMA: query
-    texts, masked sentences, or whole statements where ``lama_rules`` says so), "statements" (BEAR: every
-    statement on a relation's candidates).  Raises PromptTooLongError naming the first fact (file and
-    line) or answer that does not fit."""
+    """The benchmark counterpart of ``guard_prompt_lengths`` for the probes' ``text_kinds`` -- "prompts"
+    (DEER: query texts and answer prompts), "contexts" (LAMA: query texts, masked sentences, or whole
+    statements where ``lama_rules`` says so), "statements" (BEAR).  Raises PromptTooLongError naming
+    the first fact (file and line) or answer that does not fit."""
     limit = max_positions(loaded.model)
     if limit is None:
         return
@@ -201,16 +197,11 @@ def guard_benchmark_lengths(task: ClozeTask, loaded, text_kinds: set, masked: bo
     if masked and "contexts" in text_kinds:
         texts["masked sentence"] = token_counts(tokenizer, [mask_sentence(tokenizer, q) for q in task.queries], limit, "tokenizer")
     for kind, long_texts in texts.items():
-        if long_texts:
-            first = min(long_texts)
-            raise _benchmark_fit(task, first, kind, long_texts[first], limit, len(long_texts) - 1)
+        _refuse_first(long_texts, limit, functools.partial(_fact, task), kind, FACT_HINT)
     if "prompts" in text_kinds:
         for name, candidates in task.candidate_sets.items():
             long_prompts = token_counts(tokenizer, candidate_prompts(candidates), limit, "bos")
-            if long_prompts:
-                first = min(long_prompts)
-                raise too_long(f"answer {shorten(candidates.labels[first])!r} of candidate set {name}", "DEER prompt",
-                               long_prompts[first], limit, len(long_prompts) - 1, "shorten the answer label")
+            _refuse_first(long_prompts, limit, functools.partial(_answer, candidates.labels, name), "DEER prompt", ANSWER_HINT)
     rules = lama_rules(task, masked) if "contexts" in text_kinds else [None] * len(task.queries)
     groups: dict[str, list[int]] = {}  # the statements scored, per candidate set
     for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)):
@@ -219,10 +210,6 @@ def guard_benchmark_lengths(task: ClozeTask, loaded, text_kinds: set, masked: bo
     for name, rows in groups.items():
         labels = task.candidate_sets[name].labels
         long_answers, long_stems = long_statements(tokenizer, [statement(task.queries[i], "") for i in rows], labels, limit)
-        if long_answers:
-            first = min(long_answers)
-            raise too_long(f"answer {shorten(labels[first])!r} of candidate set {name}", "text", long_answers[first], limit,
-                           len(long_answers) - 1, "shorten the answer label")
-        if long_stems:
-            first = min(long_stems)
-            raise _benchmark_fit(task, rows[first], "longest statement", long_stems[first], limit, len(long_stems) - 1)
+        _refuse_first(long_answers, limit, functools.partial(_answer, labels, name), "text", ANSWER_HINT)
+        _refuse_first({rows[i]: n for i, n in long_stems.items()}, limit, functools.partial(_fact, task), "longest statement",
+                      FACT_HINT)

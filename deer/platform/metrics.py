@@ -44,10 +44,8 @@ def random_baseline(n_competitors: np.ndarray, ks: Sequence[int] = HIT_KS) -> di
 
 
 def adjusted_index(metrics: dict, baseline: dict) -> dict:
-    """PyKEEN's adjusted index of each metric (Hoyt et al. 2022): (value - expected) / (best - expected),
-    expected under random ranking (``random_baseline``, per query's candidate count), best = 1 for
-    Hit@k, MRR and MR alike.  0 = chance, 1 = perfect, below 0 = worse than chance; for MR this is
-    AMRI = 1 - (MR - 1) / (E[MR] - 1).  It makes runs over different candidate counts comparable.
+    """PyKEEN's adjusted index of each metric (Hoyt et al. 2022): (value - expected) / (1 - expected),
+    expected under random ranking (``random_baseline``).  0 = chance, 1 = perfect; for MR this is AMRI.
     None where chance is already perfect (Hit@k with k >= every query's candidate count)."""
     adjusted = {}
     for name, expected in baseline.items():

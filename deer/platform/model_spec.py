@@ -1,18 +1,8 @@
 """A model name with its loading options, as lm-evaluation-harness's ``--model_args`` gives them.
 
-``ModelSpec("org/model", model_kwargs={"trust_remote_code": True}, adapter="lora/")`` is the name
-``"org/model"`` wherever a name is used (folder labels, checkpoint steps, messages), so every path
-that takes a model name takes it; ``deer.platform.models.load_model`` reads its options:
-
-* ``model_kwargs`` go to ``from_pretrained`` (the model's; those that decide which files and code are
-  read -- ``trust_remote_code``, ``revision``, ``token``, ``local_files_only`` -- to the config's and the
-  tokenizer's too).  The dtype and device have their own options and are refused here.
-* ``adapter``: a PEFT adapter (a folder with ``adapter_config.json``, or a hub id) merged into the
-  base weights after loading (``merge_and_unload``), so the probes see a plain model and the
-  fingerprint hashes the merged weights.  Needs the ``peft`` extra.
-
-Loading options that change numbers without changing weights (``attn_implementation``) are part of the
-model's fingerprint (``loading_suffix``), so stores never mix vectors made under different ones.
+``ModelSpec("org/model", model_kwargs={...}, adapter="lora/")`` is the name ``"org/model"`` wherever a
+name is used; ``load_model`` passes ``model_kwargs`` to ``from_pretrained`` and merges the PEFT
+``adapter``.  Loading options are part of the model's fingerprint (``loading_suffix``).
 """
 
 from __future__ import annotations
@@ -51,8 +41,7 @@ class ModelSpec(str):
 
 
 def with_loading(model, model_kwargs: Mapping | None = None, adapter=None):
-    """``model`` with these loading options (a ``ModelSpec``), or as it is when there are none.  Only a
-    model given by name can take them (an object in memory is loaded already)."""
+    """``model`` with these loading options (a ``ModelSpec``), or as it is when there are none (only a name takes them)."""
     if not model_kwargs and adapter is None:
         return model
     if not isinstance(model, (str, os.PathLike)):

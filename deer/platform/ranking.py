@@ -1,22 +1,8 @@
-"""Gold-tail ranks among candidates: the one rank kernel every probe and every device uses.
+"""Gold-tail ranks among candidates: the one rank kernel (:func:`rank_chunk`, torch, any device).
 
-A rank is computed exactly from scores (higher = better):
-  optimistic  = 1 + #candidates scoring strictly higher than the gold tail
-  pessimistic = #candidates scoring at least as high (the gold tail included)
-  realistic   = their mean (the expected rank under random tie-breaking; reported)
-Filtered ranks drop the other known-true tails of (h, r) from the competitors (PyKEEN's
-"filtered" setting).
-
-Non-finite scores (NaN, +inf, -inf) are invalid, not extreme: a candidate with one never
-counts as beating or tying the gold tail (as PyKEEN, whose comparisons are false for NaN), and
-a gold tail with one gets the worst rank, behind every competitor (rank = number of
-competitors, itself included: n_candidates raw, n_candidates - filtered tails filtered), so a
-failed score can never look like knowledge.  In top-k lists invalid scores come last.
-
-The kernel (:func:`rank_chunk`) is written once in torch, so the same code ranks on the CPU and
-on a GPU; a (queries x candidates) chunk of scores is made once and gives the ranks, the top k and
-the head-above-gold flags together.  FAISS is not on this path: exact ranks need every score of a
-row, which the chunk's matrix product already holds (benchmarks/bench_ranking.py measures both).
+Optimistic = 1 + #candidates strictly higher than the gold tail, pessimistic = #candidates at least
+as high (gold included), realistic = their mean; filtered ranks drop the other true tails of (h, r).
+Non-finite scores never beat or tie the gold tail, and a non-finite gold tail ranks last.
 """
 
 from __future__ import annotations
@@ -27,7 +13,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-RANK_TYPES = ("optimistic", "pessimistic", "realistic")
 SCORE_BYTES_PER_CHUNK = 1 << 28  # 256 MiB of scores per chunk (plus boolean masks of a quarter each)
 
 
@@ -59,16 +44,8 @@ class GoldRanks:
 
 @dataclasses.dataclass
 class Ranking:
-    """A probe's ranking of its queries' candidates.
-
-    ``ranks``: the gold ranks; ``top``: (n_queries, k) candidate positions, best first (k is at most
-    the number of candidates, one fewer when a head is excluded);
-    ``head_above_gold``: per query, True when the query's own head entity (a candidate other
-    than the gold tail) scores strictly above the gold tail -- its name is in the query text, so
-    an embedding probe may find it "similar".  With ``queries.exclude_head`` the head is no
-    competitor (not counted in any rank, never in ``top``); ``head_above_gold`` still says how
-    often it would have outranked the gold.
-    """
+    """A probe's ranking: gold ranks, (n_queries, k) top candidate positions (best first), and per query
+    whether its own head entity (not the gold tail) scores strictly above the gold tail."""
 
     ranks: GoldRanks
     top: np.ndarray
@@ -85,11 +62,10 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
     """The rank kernel: (ranks, top k, head above gold) of a (rows, candidates) score tensor on any device.
 
     ``gold``: int64 (rows,) gold positions; ``filter_tails[i]``: candidate positions of the other
-    true tails of row i (never gold); ``excluded`` (rows,): a candidate position that is no
-    competitor of row i at all, raw or filtered (the query's own head with ``exclude_head``), or -1;
-    ``heads`` (rows,): the query's head position for ``head_above_gold``, or -1.  Non-finite scores
-    never beat or tie the gold; a non-finite gold ranks last.  ``top``: the ``k`` best candidates
-    per row (invalid scores last, the excluded one never), ties in candidate order.
+    true tails of row i (never gold); ``excluded`` (rows,): a candidate that is no competitor of row i
+    at all, or -1; ``heads`` (rows,): the query's head position for ``head_above_gold``, or -1.
+    ``top``: the ``k`` best candidates per row (invalid scores last, the excluded one never), ties in
+    candidate order.
     """
     n_rows, n_candidates = scores.shape
     device = scores.device
@@ -162,24 +138,16 @@ def _chunk_rows(n_candidates: int, chunk_size: int | None) -> int:
     return chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
 
 
-def _query_tensors(queries) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (torch.as_tensor(queries.gold, dtype=torch.int64), torch.as_tensor(queries.excluded_positions(), dtype=torch.int64),
-            torch.as_tensor(queries.head_positions(), dtype=torch.int64))
-
-
 def _ranked_chunks(chunks, queries, k: int, n_candidates: int) -> Ranking:
     """Concatenate :func:`rank_chunk` over (query slice, score tensor) chunks."""
-    gold, excluded, heads = _query_tensors(queries)
+    gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
+                             for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
     width = min(k, n_candidates - bool((excluded >= 0).any()))  # one top-k width for every chunk
-    ranks, tops, above = [], [], []
-    for part, scores in chunks:
-        part_ranks, part_top, part_above = rank_chunk(scores, gold[part], queries.filter_tails[part], excluded[part],
-                                                      heads[part], width)
-        ranks.append(part_ranks)
-        tops.append(part_top)
-        above.append(part_above)
-    if not ranks:  # no queries
+    parts = [rank_chunk(scores, gold[part], queries.filter_tails[part], excluded[part], heads[part], width)
+             for part, scores in chunks]
+    if not parts:  # no queries
         return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
+    ranks, tops, above = zip(*parts, strict=True)
     return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
 
 
@@ -193,9 +161,8 @@ def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None
 
 def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, k: int = 10,
                 chunk_size: int | None = None, device: str | torch.device = "cpu") -> Ranking:
-    """As :func:`rank_scores` for cosine similarity: each chunk of queries' scores is made once on
-    ``device`` (its matrix product), ranked and cut to its top k there; only ranks and positions
-    come back (None: as many rows as ``SCORE_BYTES_PER_CHUNK`` of float32 scores holds)."""
+    """As :func:`rank_scores` for cosine similarity: each chunk's scores are made, ranked and cut to
+    the top k on ``device``; ``chunk_size`` None: as many rows as ``SCORE_BYTES_PER_CHUNK`` holds."""
     device = torch.device(device)
     entities = torch.nn.functional.normalize(torch.as_tensor(np.asarray(entity_vectors, dtype=np.float32), device=device), dim=1)
     query_tensor = torch.as_tensor(np.asarray(query_vectors, dtype=np.float32))
@@ -234,8 +201,7 @@ def normalize_rows(vectors: np.ndarray) -> np.ndarray:
 
 def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
                      excluded: np.ndarray | None = None) -> np.ndarray:
-    """Competitors each query's gold tail is ranked among (for the random baseline); an
-    ``excluded`` candidate (-1: none) is no competitor, filtered or not."""
+    """Competitors each query's gold tail is ranked among (an ``excluded`` candidate, -1: none, is none)."""
     counts = np.full(len(filter_tails), n_candidates, dtype=np.float64)
     if filtered:
         counts -= np.asarray([len(f) for f in filter_tails], dtype=np.float64)
@@ -248,8 +214,7 @@ def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filt
 
 def rank_and_best(scores: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unfiltered realistic ranks of ``gold`` in each row of ``scores`` and each row's best position
-    (the first of the highest valid scores): :func:`rank_chunk` without filters, for benchmarks whose
-    questions have one true answer each."""
+    (the first of the highest valid scores), for benchmarks whose questions have one true answer."""
     scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
     gold = np.atleast_1d(np.asarray(gold, dtype=np.int64))
     ranks, top, _ = rank_chunk(torch.from_numpy(scores), torch.from_numpy(gold), [()] * len(scores), k=1)

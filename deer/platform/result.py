@@ -1,18 +1,8 @@
-"""The result types, one per shape -- a probe's per-query ranks (:class:`ProbeResult`, with the run
-folder it is saved in) and a benchmark's rows with several probes side by side (:class:`ClozeResult`).
+"""The result types (:class:`ProbeResult`, :class:`ClozeResult`) and the run folders they are saved in.
 
-A KG probe (DEER, BEAR, LAMA) gives a rank of the gold tail for every query; its result holds
-the per-query table (query columns, then ``{probe}_rank_raw``, ``{probe}_rank_filtered`` and
-``{probe}_top10``), its :class:`Metrics`, its metadata and the :class:`~deer.platform.run_spec.RunSpec`
-it ran under.  Results of several probes under one spec join into one table
-(:func:`join_results`), and a run folder holds exactly that: ``ranks.parquet|csv`` (every probe's
-columns beside each other), ``metrics.json`` and ``metadata.json`` keyed by probe, and
-``run_spec.json``.  A result with another spec is refused, so ranks of different settings are
-never mixed or reused.
-
-The BEAR data-set score gives one row per (instance, template) instead; its result is saved as
-``instances.parquet|csv``, ``metrics.json``, ``metadata.json`` and ``summary.md``.  A cloze
-benchmark run (:class:`ClozeResult`) holds several probes' columns of those rows side by side.
+A KG run folder holds ``ranks.parquet|csv`` (the query columns, then every probe's rank and top-10
+columns), ``metrics.json`` and ``metadata.json`` keyed by probe, and ``run_spec.json``; a result of
+another spec is refused.  The BEAR data-set score saves ``instances.parquet|csv`` and ``summary.md``.
 """
 
 from __future__ import annotations
@@ -48,18 +38,11 @@ TOP_K = 10
 
 
 class Metrics(Mapping):
-    """A probe's metrics: the nested dict of ``metrics.json``, read by name.
-
-    ``metrics["hit@10"]`` reads the default block (``filtered`` for KG probes, ``overall`` for
-    the BEAR data set); a path names any value: ``metrics["raw/hit@10"]``,
-    ``metrics["random_baseline/filtered/mrr"]``, ``metrics["adjusted_index/filtered/mrr"]`` (chance-adjusted:
-    0 = random, 1 = perfect), ``metrics["per_relation/hypernym/filtered/mrr"]``.
-    Iterating gives every value's path; :meth:`to_dict` the nested dict; :meth:`to_frame` a table.
-    """
+    """A probe's metrics: the nested dict of ``metrics.json``, read by name: ``metrics["hit@10"]`` from the
+    default block (``filtered``, ``overall``), or by path: ``metrics["random_baseline/filtered/mrr"]``."""
 
     def __init__(self, tree: dict, default: str | None = None):
-        # Held as metrics.json holds it (string keys, plain numbers), so a saved and reloaded
-        # result reads exactly like the one in memory.
+        # Held as metrics.json holds it, so a saved and reloaded result reads like the one in memory.
         self._tree = json.loads(json.dumps(tree, default=json_default))
         self.default = default
 
@@ -101,8 +84,7 @@ class Metrics(Mapping):
         return self._tree
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per block of values (``raw``, ``filtered``, ``random_baseline/filtered``,
-        ``per_relation/NAME/filtered``, ...), one column per metric."""
+        """One row per block of values (``raw``, ``random_baseline/filtered``, ...), one column per metric."""
         rows: dict[str, dict] = {}
         for path, value in self.flat().items():
             block, _, name = path.rpartition("/")
@@ -112,14 +94,8 @@ class Metrics(Mapping):
 
 @dataclasses.dataclass
 class ProbeResult:
-    """What a probe produced.  Nothing is written until :meth:`save`.
-
-    ``table``: KG probes: one row per query (:func:`query_frame` columns and this probe's
-    ``{probe}_rank_raw|filtered``, ``{probe}_top10``); the BEAR data set: one row per
-    (instance, template).  ``spec``: the run spec (KG probes; None for the data set).
-    ``queries``: the QuerySet that was ranked (in memory only).  ``arrays``: large outputs kept in
-    memory only, e.g. DEER's ``query_embeddings`` and ``entity_embeddings``.
-    """
+    """What a probe produced (written by :meth:`save` only): for KG probes a row per query and the run
+    ``spec``; for the BEAR data set a row per (instance, template).  ``queries``, ``arrays``: in memory only."""
 
     probe: str
     table: pd.DataFrame
@@ -131,7 +107,6 @@ class ProbeResult:
     arrays: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
-        """One line (the dataclass repr printed the whole table and metadata: ~10 kB in a notebook)."""
         rows = "queries" if self.is_kg else "rows"
         model = self.metadata.get("model", {}).get("name") if isinstance(self.metadata.get("model"), dict) else None
         return f"ProbeResult(probe={self.probe!r}, model={model!r}, {len(self.table)} {rows}, {self.metrics!r})"
@@ -154,10 +129,7 @@ class ProbeResult:
         """Write into ``folder`` (created): KG probes add their columns to the folder's ranks table
         beside other probes of the same run spec; another spec's folder is refused (ValueError)."""
         folder = Path(folder)
-        if self.is_kg:
-            _save_kg_result(self, folder)
-        else:
-            _save_instances_result(self, folder)
+        (_save_kg_result if self.is_kg else _save_instances_result)(self, folder)
         return folder
 
     @classmethod
@@ -182,17 +154,13 @@ class ClozeResult:
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_table(folder / "queries.parquet", self.table)
+        write_table(folder / "queries.parquet", self.table)  # the atomic writer creates the folder
         write_json(folder / "metadata.json", self.metadata)
         return folder
 
 
 def join_results(results: Sequence[ProbeResult]) -> pd.DataFrame:
-    """One table with every result's rank columns beside the shared query columns.
-
-    All results must be KG results with the same run spec (same model, KG, queries, templates).
-    """
+    """One table with every result's rank columns beside the shared query columns (KG results of one run spec)."""
     results = list(results)
     if not results:
         raise ValueError("nothing to join")
@@ -235,9 +203,6 @@ def load_results(folder: str | Path) -> dict[str, ProbeResult]:
     raise ValueError(f"{folder} holds no probe result (no ranks.parquet/csv or instances.parquet/csv)")
 
 
-# -- building KG results --------------------------------------------------------------------------
-
-
 def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
     """Tokens in " name" (as the tail appears after the query), per name."""
     if tokenizer is None:
@@ -251,34 +216,26 @@ def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
     kg = queries.kg
     heads, relations, tails = queries.triples.T
     tail_names = [kg.entity_names[t] for t in tails]
-    return pd.DataFrame(
-        {
-            "query": np.arange(len(queries)),
-            "head_id": [kg.entity_ids[h] for h in heads],
-            "head": [kg.entity_names[h] for h in heads],
-            "relation_id": [kg.relation_ids[r] for r in relations],
-            "relation": [kg.relation_names[r] for r in relations],
-            "tail_id": [kg.entity_ids[t] for t in tails],
-            "tail": tail_names,
-            "tail_tokens": tail_token_lengths(tokenizer, tail_names),
-            "n_candidates": len(queries.candidates),
-            "n_filtered": [len(f) for f in queries.filter_tails],
-        }
-    )
+    return pd.DataFrame({
+        "query": np.arange(len(queries)),
+        "head_id": [kg.entity_ids[h] for h in heads],
+        "head": [kg.entity_names[h] for h in heads],
+        "relation_id": [kg.relation_ids[r] for r in relations],
+        "relation": [kg.relation_names[r] for r in relations],
+        "tail_id": [kg.entity_ids[t] for t in tails],
+        "tail": tail_names,
+        "tail_tokens": tail_token_lengths(tokenizer, tail_names),
+        "n_candidates": len(queries.candidates),
+        "n_filtered": [len(f) for f in queries.filter_tails],
+    })
 
 
 def run_metadata(probe: str, queries: QuerySet, loaded, templates) -> dict:
     """The part of metadata.json every KG probe shares: what was probed, with what, on which queries."""
     return {
-        "probe": probe,
-        "model": loaded.metadata(),
-        "kg": queries.kg.summary(),
-        "split": queries.split,
-        "queries": len(queries),
-        "candidates": int(len(queries.candidates)),
-        "subset_seed": queries.subset_seed,
-        "exclude_head": bool(queries.exclude_head),
-        "templates": templates.to_metadata(),
+        "probe": probe, "model": loaded.metadata(), "kg": queries.kg.summary(), "split": queries.split,
+        "queries": len(queries), "candidates": int(len(queries.candidates)), "subset_seed": queries.subset_seed,
+        "exclude_head": bool(queries.exclude_head), "templates": templates.to_metadata(),
         "run_spec": RunSpec.build(queries, loaded, templates).to_dict(),
         "versions": package_versions(),
     }
@@ -289,16 +246,13 @@ def head_metrics(queries: QuerySet, head_above_gold: np.ndarray | None) -> dict:
     heads = queries.head_positions()
     with_head = int(np.sum((heads >= 0) & (heads != queries.gold)))
     above = None if head_above_gold is None else int(np.sum(head_above_gold))
-    return {
-        "excluded": bool(queries.exclude_head),
-        "queries_with_head_candidate": with_head,
-        "head_above_gold": above,
-        "head_above_gold_fraction": above / len(queries) if above is not None and len(queries) else None,
-    }
+    return {"excluded": bool(queries.exclude_head), "queries_with_head_candidate": with_head, "head_above_gold": above,
+            "head_above_gold_fraction": above / len(queries) if above is not None and len(queries) else None}
 
 
 def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarray | None = None) -> dict:
     relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
+    raw_by_relation, filtered_by_relation = grouped_metrics(ranks.raw, relations), grouped_metrics(ranks.filtered, relations)
     n = len(queries.candidates)
     excluded = queries.excluded_positions()
     observed = {"raw": rank_metrics(ranks.raw), "filtered": rank_metrics(ranks.filtered)}
@@ -314,32 +268,15 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarr
             "mean_raw_optimistic": float(np.mean(ranks.raw_optimistic)) if len(ranks.raw) else None,
             "mean_raw_pessimistic": float(np.mean(ranks.raw_pessimistic)) if len(ranks.raw) else None,
         },
-        "per_relation": {
-            relation: {"raw": raw, "filtered": filtered}
-            for (relation, raw), filtered in zip(
-                grouped_metrics(ranks.raw, relations).items(), grouped_metrics(ranks.filtered, relations).values(), strict=True
-            )
-        },
+        "per_relation": {relation: {"raw": raw, "filtered": filtered_by_relation[relation]}
+                         for relation, raw in raw_by_relation.items()},
     }
 
 
-def kg_result(
-    probe: str,
-    queries: QuerySet,
-    ranks: GoldRanks,
-    top_candidates: np.ndarray | None,
-    metadata: dict,
-    tokenizer=None,
-    arrays: dict | None = None,
-    head_above_gold: np.ndarray | None = None,
-) -> ProbeResult:
-    """A KG probe's result from its gold ranks.
-
-    ``top_candidates``: (n_queries, k) positions into ``queries.candidates``, best first.
-    ``head_above_gold``: per query, whether its own head outranked the gold tail (see
-    ``deer.platform.ranking.Ranking``); counted in ``metrics["head/head_above_gold"]``.
-    ``metadata`` must hold ``run_spec`` (as :func:`run_metadata` gives it), built from these queries.
-    """
+def kg_result(probe: str, queries: QuerySet, ranks: GoldRanks, top_candidates: np.ndarray | None, metadata: dict,
+              tokenizer=None, arrays: dict | None = None, head_above_gold: np.ndarray | None = None) -> ProbeResult:
+    """A KG probe's result from its gold ranks; ``top_candidates``: (n_queries, k) positions into
+    ``queries.candidates``; ``metadata`` must hold the ``run_spec`` of these queries (:func:`run_metadata`)."""
     spec = RunSpec.from_dict(metadata["run_spec"])
     if spec.queries != queries_fingerprint(queries):
         raise ValueError("the run spec describes other queries than the ones ranked; build it from these queries")
@@ -355,14 +292,9 @@ def kg_result(
                        queries=queries, arrays=dict(arrays or {}))
 
 
-# -- run folders ----------------------------------------------------------------------------------
-
-
 def find_table(folder: Path, name: str) -> Path | None:
-    for suffix in (".parquet", ".csv"):
-        if (Path(folder) / f"{name}{suffix}").exists():
-            return Path(folder) / f"{name}{suffix}"
-    return None
+    paths = (Path(folder) / f"{name}{suffix}" for suffix in (".parquet", ".csv"))
+    return next((path for path in paths if path.exists()), None)
 
 
 def find_ranks_table(folder: Path) -> Path | None:
@@ -388,20 +320,17 @@ def _with_probe_columns(table: pd.DataFrame, result: ProbeResult) -> pd.DataFram
 
 
 def _probe_columns(table: pd.DataFrame, probe: str) -> list[str]:
-    return [c for c in table.columns if c.startswith(f"{probe}_") and c.split(f"{probe}_", 1)[1] in ("rank_raw", "rank_filtered", "top10")]
+    return [c for c in table.columns if c in {f"{probe}_rank_raw", f"{probe}_rank_filtered", f"{probe}_top10"}]
 
 
 def _save_kg_result(result: ProbeResult, folder: Path) -> None:
     metadata = {**result.metadata, "run_spec": result.spec.to_dict()}
-    # Read-modify-write of the folder's shared files under its lock, everything (spec check
-    # included) read inside it, so two probes saving here at once both end up in them.
+    # Everything (spec check included) read under the lock, so two probes saving at once both end up in it.
     with folder_lock(folder):
         check_folder_spec(folder, result.spec)
-        table = _existing_table(folder, result.table)
+        table = _base_table(folder, result.table)
         if not (folder / RUN_SPEC_FILE).exists():
             result.spec.write(folder)
-        if table is None:
-            table = result.table[_query_columns(result.table)].copy()
         table = _with_probe_columns(table, result)
         for old in folder.glob(f"{RANKS_TABLE}.*"):
             if old.suffix != default_table_suffix():
@@ -411,15 +340,13 @@ def _save_kg_result(result: ProbeResult, folder: Path) -> None:
         _merge_json(folder / "metadata.json", result.probe, metadata)
 
 
-def _existing_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame | None:
-    """The folder's table if it holds exactly these queries (same order); else None."""
+def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
+    """The folder's table if it holds exactly these queries (same order), else ``fresh``'s query columns."""
     path = find_ranks_table(folder)
     if path is None:
-        return None
+        return fresh[_query_columns(fresh)].copy()
     table = read_table(path)
-    if len(table) != len(fresh) or any(
-        table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS
-    ):
+    if len(table) != len(fresh) or any(table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS):
         raise ValueError(
             f"{path} holds ranks for different queries; use another --out folder "
             "(or the same --kg/--split/--subset/--seed as the run that wrote it)"
@@ -428,12 +355,8 @@ def _existing_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | None) -> str | None:
-    """Why ``folder`` holds another kind of run than an instances result (None if it does not).
-
-    Such a result owns the folder's metrics.json and metadata.json (one key, ``probe``), so the
-    folder may hold only that: metadata whose ``probe`` field is ``kind`` and metrics with
-    ``block`` (e.g. "overall").  A KG run's ranks table or run spec is another kind of run.
-    """
+    """Why ``folder`` holds another kind of run than an instances result (None if it does not): its
+    metrics.json and metadata.json may hold only ``probe`` (of ``kind``, with a ``block`` of metrics)."""
     for name in (f"{RANKS_TABLE}.parquet", f"{RANKS_TABLE}.csv", RUN_SPEC_FILE):
         if (folder / name).exists():
             return f"a KG probe run ({name})"
@@ -463,10 +386,8 @@ def check_instances_folder(folder: Path, probe: str, kind: str, block: str | Non
     overwrite; ``label`` names this run in the message (default: 'a KIND run')."""
     conflict = instances_folder_conflict(Path(folder), probe, kind, block)
     if conflict:
-        raise ValueError(
-            f"{folder} already holds {conflict}; {label or f'a {kind} run'} writes its own metrics.json and metadata.json "
-            "there and would overwrite that run's. Use another --out folder."
-        )
+        raise ValueError(f"{folder} already holds {conflict}; {label or f'a {kind} run'} writes its own metrics.json and "
+                         "metadata.json there and would overwrite that run's. Use another --out folder.")
 
 
 def _save_instances_result(result: ProbeResult, folder: Path) -> None:
@@ -484,6 +405,4 @@ def _read_json(path: Path) -> dict:
 
 
 def _merge_json(path: Path, probe: str, payload: dict) -> None:
-    merged = _read_json(path)
-    merged[probe] = payload
-    write_json(path, merged)
+    write_json(path, {**_read_json(path), probe: payload})

@@ -1,14 +1,5 @@
-"""What a run folder holds ranks *for*: one run spec per folder, and the folder names it gives.
-
-A run folder (``deer probe``, ``deer bear``, ``deer lama`` and the experiments write them) keeps
-one ranks table shared by every probe run into it.  Ranks are only comparable, or reusable, when
-they were made with the same weights, tokenizer, dtype, KG, queries, prompts and BOS policy, so
-the folder stores that :class:`RunSpec` in ``run_spec.json`` and every later write must carry the
-same spec (``ProbeResult.save`` refuses others).
-
-Default folder names come from :func:`run_folder_name` only: readable parts
-(KG-SPLIT-SUBSET|all-MODEL) and a short digest of the spec's other fields, so two different
-specs never share a default folder.
+"""What a run folder holds ranks *for*: its :class:`RunSpec` (``run_spec.json``), which every later
+write must match, and the default folder names, which hold a short digest of the spec.
 """
 
 from __future__ import annotations
@@ -29,8 +20,7 @@ def _canonical(value) -> str:
 
 
 def queries_fingerprint(queries) -> str:
-    """Hash of the query triples, the candidate set (which entities are ranked, in what order) and
-    whether each query's own head is left out of its candidates."""
+    """Hash of the query triples, the candidates (in order) and whether each query's own head is left out."""
     import numpy as np
 
     digest = hashlib.sha256()
@@ -44,13 +34,8 @@ def queries_fingerprint(queries) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """Everything that determines a probe's ranks on a set of queries (device and batch sizes aside).
-
-    ``subset_seed`` is the seed that sampled ``--subset`` (None without one); the seed of the
-    few-shot examples is ``templates["seed"]``.  ``templates`` is ``PromptTemplates.to_metadata()``
-    as a whole, ``bos`` is ``deer.backends.tokenization.bos_policy``.  ``queries`` hashes the query triples
-    and candidates (a LAMA single-token run ranks fewer of them than the plain one).
-    """
+    """Everything that determines a probe's ranks on a set of queries (device and batch sizes aside);
+    ``subset_seed`` is the seed that sampled ``--subset`` (None without one)."""
 
     model_fingerprint: str
     tokenizer_fingerprint: str
@@ -68,24 +53,17 @@ class RunSpec:
 
     @classmethod
     def build(cls, queries, loaded, templates) -> RunSpec:
-        """The spec of probing ``queries`` with ``loaded`` (a ``deer.embedding_probe.LoadedModel``) and ``templates``."""
+        """The spec of probing ``queries`` with ``loaded`` (a ``LoadedModel``) and ``templates``."""
         from deer.backends.tokenization import bos_policy
 
         subset_seed = queries.subset_seed
         return cls(
-            model_fingerprint=str(loaded.fingerprint),
-            tokenizer_fingerprint=str(loaded.tokenizer_fingerprint),
-            dtype=str(loaded.dtype),
-            kg_fingerprint=queries.kg.fingerprint(),
-            split=str(queries.split),
+            model_fingerprint=str(loaded.fingerprint), tokenizer_fingerprint=str(loaded.tokenizer_fingerprint),
+            dtype=str(loaded.dtype), kg_fingerprint=queries.kg.fingerprint(), split=str(queries.split),
             subset=len(queries) if subset_seed is not None else None,
-            subset_seed=None if subset_seed is None else int(subset_seed),
-            queries=queries_fingerprint(queries),
-            templates=json.loads(_canonical(templates.to_metadata())),
-            bos=json.loads(_canonical(bos_policy(loaded.tokenizer))),
+            subset_seed=None if subset_seed is None else int(subset_seed), queries=queries_fingerprint(queries),
+            templates=json.loads(_canonical(templates.to_metadata())), bos=json.loads(_canonical(bos_policy(loaded.tokenizer))),
         )
-
-    # -- JSON ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
@@ -115,11 +93,8 @@ class RunSpec:
 
         write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
 
-    # -- comparing and naming ------------------------------------------------------------------
-
     def differences(self, other: RunSpec) -> dict[str, tuple[Any, Any]]:
-        """``{field: (self's value, other's value)}`` for every field that differs; nested dicts
-        (templates, bos) are named down to the key, e.g. ``templates.k_shot``."""
+        """``{field: (self's value, other's value)}`` for every field that differs (``templates.k_shot``: down to the key)."""
         found: dict[str, tuple[Any, Any]] = {}
         for field in dataclasses.fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
@@ -147,8 +122,7 @@ class RunSpec:
 
 
 def _short(value, limit: int = 60) -> str:
-    text = value if isinstance(value, str) else _canonical(value)
-    text = repr(text) if isinstance(value, str) else text
+    text = repr(value) if isinstance(value, str) else _canonical(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -163,16 +137,8 @@ NAMED_FIELDS = ("split", "subset")
 
 def run_folder_name(kg: str, model: str, spec: RunSpec | None = None, *, split: str | None = None,
                     subset: int | None = None) -> str:
-    """The default name of a run folder: ``KG-SPLIT-SUBSET|all-MODEL-DIGEST``.
-
-    ``kg`` and ``model`` are what the user called them (a folder's last part, a hub id with '/'
-    as '--'); split and subset come from ``spec``; DIGEST hashes the spec's other fields (weights,
-    tokenizer, dtype, KG content, seed, queries, templates, BOS), so two different specs never
-    share a default folder and the same spec always finds its folder again.
-
-    Runs that are not KG query runs (the BEAR data set) pass ``spec=None`` with their own
-    ``split``/``subset`` labels and get the readable part only.
-    """
+    """The default name of a run folder: ``KG-SPLIT-SUBSET|all-MODEL-DIGEST``, DIGEST hashing the spec's
+    other fields.  Without a ``spec`` (the BEAR data set), ``split``/``subset`` label it and there is no digest."""
     if spec is not None:
         split, subset = spec.split, spec.subset
     name = f"{_label(kg)}-{split}-{subset if subset is not None else 'all'}-{_label(model)}"
@@ -181,8 +147,7 @@ def run_folder_name(kg: str, model: str, spec: RunSpec | None = None, *, split: 
 
 def spec_folder(folder: Path | None, runs_dir: Path, kg: str, model: str, spec: RunSpec, suffix: str = "",
                 check: bool = True) -> Path:
-    """``folder``, or the default one for ``spec`` under ``runs_dir`` (``run_folder_name`` + ``suffix``);
-    with ``check``, a folder holding another spec is refused now, before any work is done."""
+    """``folder``, or the default one for ``spec`` under ``runs_dir``; with ``check``, another spec's is refused now."""
     out = Path(folder) if folder else Path(runs_dir) / (run_folder_name(kg, model, spec) + suffix)
     if check:
         check_folder_spec(out, spec)
@@ -194,8 +159,7 @@ def check_folder_spec(folder: Path, spec: RunSpec, what: str = "ranks") -> None:
     folder = Path(folder)
     stored = RunSpec.read(folder)
     if stored is None:
-        # Ranks, or the metrics/metadata of another kind of run (a BEAR data-set folder), that
-        # this write would merge into without any way to check them.
+        # Ranks, or another kind of run's metrics/metadata, that this write would merge into unchecked.
         held = sorted(p.name for p in folder.glob("*") if p.name.startswith("ranks.") or p.name in ("metrics.json", "metadata.json"))
         if held:
             raise ValueError(

@@ -1,20 +1,8 @@
 """Append-only, resumable store of embeddings, keyed by everything that determines them.
 
-A store is a folder named by the hash of its key (model fingerprint, template, KG
-fingerprint, dtype, ...); ``key.json`` inside repeats the key and is checked on open, so a
-store is never used for a different configuration.  Vectors arrive in parts (one ``.npz`` per
-encoded chunk, written to a temp file and renamed, the writer's pid in its name), so an
-interrupted run keeps every finished part and resumes with the rest, and two processes writing
-into one store never corrupt it.
-
-Writers hold finished vectors in :class:`PendingParts`, which writes a part when 2,048 items are
-pending or ``DEER_STORE_FLUSH_SECONDS`` seconds (default 60) have passed since its last write, and
-writes whatever is pending when the work stops with any exception (Ctrl-C included).  So an
-interrupt loses nothing and a killed run at most that interval of work.
-
-A process encoding a store's missing items holds its lock (:meth:`EmbeddingStore.locked`); a
-second run on the same store waits (saying so on stderr), then reads the parts written
-meanwhile and encodes only what is still missing.
+A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Vectors
+arrive in parts (one ``.npz`` each, written atomically), so an interrupted run keeps every finished
+part; a process encoding a store's missing items holds its lock, so two never encode the same items.
 """
 
 from __future__ import annotations
@@ -53,8 +41,7 @@ class EmbeddingStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         key_file = self.folder / "key.json"
         if key_file.exists():
-            stored = json.loads(key_file.read_text())
-            if stored != json.loads(json.dumps(self.key)):
+            if json.loads(key_file.read_text()) != json.loads(json.dumps(self.key)):
                 raise CacheKeyMismatch(f"{key_file} holds a different key; refusing to reuse {self.folder}")
         else:
             atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
@@ -72,8 +59,7 @@ class EmbeddingStore:
                 ids, vectors = data["ids"], data["vectors"]
             if len(ids) != len(vectors):
                 raise CacheKeyMismatch(f"{part} is inconsistent ({len(ids)} ids, {len(vectors)} vectors)")
-            for item_id, vector in zip(ids.tolist(), vectors, strict=True):
-                self._vectors[item_id] = vector
+            self._vectors.update(zip(ids.tolist(), vectors, strict=True))
 
     def __len__(self) -> int:
         return len(self._vectors)
@@ -93,8 +79,7 @@ class EmbeddingStore:
         name = f"part-{part_number:06d}-{os.getpid()}.npz"
         atomic_write_bytes(self.folder / name, buffer.getvalue())
         self._parts_seen.add(name)
-        for item_id, vector in zip(ids, vectors, strict=True):
-            self._vectors[item_id] = vector
+        self._vectors.update(zip(ids, vectors, strict=True))
 
     def get(self, ids: Sequence[str]) -> np.ndarray:
         """Stacked vectors for ``ids`` (all must be present)."""
@@ -102,8 +87,7 @@ class EmbeddingStore:
 
     @contextmanager
     def locked(self) -> Iterator[EmbeddingStore]:
-        """Hold the store's lock (waiting for another process's encoding to finish), then
-        refresh, so ``missing`` names only what nobody has stored yet."""
+        """Hold the store's lock (waiting for another process's encoding), then refresh."""
         with folder_lock(self.folder, wait_message=f"waiting for another run encoding into {self.folder}"):
             self.refresh()
             yield self
@@ -120,9 +104,8 @@ def flush_seconds() -> float:
 
 class PendingParts:
     """Finished items on their way into a store: a part is written when ``count`` are pending or
-    ``seconds`` (default :func:`flush_seconds`) have passed since the last write, checked as items
-    arrive.  As a context manager it writes what is pending on exit, also when the block raises
-    (Ctrl-C included), so the work done before an interrupt is kept.
+    ``seconds`` (default :func:`flush_seconds`) have passed since the last write.  As a context
+    manager it writes what is pending on exit, also when the block raises (Ctrl-C included).
     """
 
     def __init__(self, store: EmbeddingStore, count: int = FLUSH_COUNT, seconds: float | None = None, clock=time.monotonic):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -37,3 +38,22 @@ def markdown_table(table: pd.DataFrame | Sequence[Mapping], formats: Mapping[str
     for row in frame.itertuples(index=False):
         lines.append("| " + " | ".join(format_number(v, formats.get(c), digits) for c, v in zip(columns, row, strict=True)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def text_table(rows: Sequence, columns: Sequence[tuple]) -> str:
+    """A fixed-width text table: a header line and a line per row (no final newline).  ``columns``:
+    (title, spec[, get[, text]]) each; ``spec`` the cell's format spec ('<24', '>8.3f'), whose alignment
+    and width also place the title; ``get`` a row's key (default: the title in lower case) or a function
+    of the row; ``text`` a function giving the value's text, padded by ``spec``.  None shows as '-'."""
+
+    def cell(row, title, spec, get=None, text=None):
+        value = get(row) if callable(get) else row[get or title.lower()]
+        if text is not None:
+            return format(text(value), width(spec))
+        return format("-", width(spec)) if value is None else format(value, spec)
+
+    def width(spec):
+        return re.match(r"[<>^]?\d*", spec).group()
+
+    lines = ["".join(format(title, width(spec)) for title, spec, *_ in columns)]
+    return "\n".join(lines + ["".join(cell(row, *column) for column in columns) for row in rows])

@@ -1,48 +1,14 @@
 """The DEER prompt templates: few-shot query text and described-tail text, in one place.
 
-Two query styles (``style``), one tail template.
+``style="paper"`` (default) is the paper's text (``EXAMPLE_LINE`` x k, then ``QUERY_LINE``), examples
+resampled per query; ``style="authors"`` is byte for byte what the DEER authors' package ``deer-probe``
+0.1.1 builds (one shared few-shot block, then ``AUTHORS_QUERY_LINES``).  The tail prompt
+(``TAIL_TEMPLATE``, PromptEOL) is the same in both.
 
-``style="paper"`` (default) -- the paper's text; examples resampled for every query
-(``shots="per-query"``) unless ``shots="shared"``:
-
-    (name, relation name, name)        x k, one per line
-    (h_name, r_name,
-
-``style="authors"`` -- byte for byte what the DEER authors' package ``deer-probe`` 0.1.1 builds
-(``deer/prompt_templates.py``, ``query2prompts`` with ``entity_id2definition``): one few-shot
-block shared by every query (``shots="shared"``), the head's definition, a trailing space:
-
-    (name, relation name, name)        x k, one per line (the package's ``fewshot_prompt``)
-    h_name - h_description
-    (h_name, r_name,<space>
-
-The package writes ``f"{fewshot_prompt}\\n{h} - {definition}\\n({h}, {r}, "``, and with an empty
-few-shot block (k = 0) only ``f"{h} - {definition}\\n({h}, {r}, "``: no blank line anywhere.
-It takes the few-shot block as a string from its caller; here it is k example lines joined by
-newlines (no newline after the last), drawn once from the train split.
-
-Tail (PromptEOL over the entity's name and description; the braces in the middle line are
-literal), the same in both styles -- the package's ``tail_entities2prompts`` with definitions:
-
-    e_name - e_desc
-    This sentence: "{word}" means in one word: "{one word}"
-    This sentence: "e_name" means in one word: "
-
-Examples.  A query's examples never include a train triple with the query's head and relation
-(so never the query itself, nor another answer to the same question); k examples whenever the
-train split has at least k other triples.  Per-query examples are drawn by a generator seeded
-with (seed, head, relation) -- never the tail, so queries that differ only in their gold tail
-get the same prompt.  Shared examples are the first k of one permutation of the train split
-seeded by ``seed``, the same for every query (a query whose (head, relation) occurs among them
-gets the next ones instead).
-
-Whitespace at the query/tail boundary: a whole statement "(h, r, t)" is tokenised with the
-space attached to the tail's first token (" t" in BPE vocabularies).  So ``query_context`` --
-what the likelihood probes (BEAR's continuation " t)", LAMA's next token) condition on -- ends at
-the comma in both styles.  ``query_prompt`` -- whose last-token state is the DEER embedding --
-is that context in the paper style (one forward pass then serves DEER and LAMA), or the context
-plus " " with ``query_trailing_space=True`` (the paper's literal ", ") and always in the
-authors' style (the package's text), where DEER and LAMA therefore read different positions.
+A query's examples never include a train triple with its head and relation; per-query examples are
+drawn with a generator seeded by (seed, head, relation), never the tail.  ``query_context`` (what BEAR
+and LAMA condition on) ends at the comma in both styles, since a statement "(h, r, t)" tokenises the
+space with the tail; ``query_prompt`` (the DEER embedding's text) adds " " with ``query_trailing_space``.
 """
 
 from __future__ import annotations
@@ -64,12 +30,9 @@ QUERY_LINE = "({head}, {relation},"
 #   if fewshot_prompt: text = f'''{fewshot_prompt}\n{text}'''
 AUTHORS_QUERY_LINES = "{head} - {head_description}\n({head}, {relation}, "
 CONTINUATION = " {tail})"
-TAIL_TEMPLATE = (
-    '{name} - {description}\nThis sentence: "{{word}}" means in one word: "{{one word}}"\n'
-    'This sentence: "{name}" means in one word: "'
-)
-# The same PromptEOL text for a candidate without a description (the BEAR and LAMA data sets).
+# The PromptEOL text for a candidate without a description (the BEAR and LAMA data sets).
 NAME_TAIL_TEMPLATE = 'This sentence: "{{word}}" means in one word: "{{one word}}"\nThis sentence: "{name}" means in one word: "'
+TAIL_TEMPLATE = "{name} - {description}\n" + NAME_TAIL_TEMPLATE
 SHOT_MODES = ("per-query", "shared")
 STYLES = ("paper", "authors")
 # Recorded in the metadata (and so in every cache key): change it whenever the examples a query
@@ -104,17 +67,8 @@ def _shared_order(seed: int, n_train: int) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class PromptTemplates:
-    """How query and tail prompts are built; recorded in every run's metadata.
-
-    k_shot: number of train examples before each query (paper: 8).
-    shots: "per-query" resamples the examples for every query (seeded by (seed, h, r)); "shared"
-        uses one set for all.  Default: per-query for the paper style, shared for the authors'.
-    seed: seeds the example sampling.
-    query_trailing_space: end the DEER query prompt with ", " instead of ",".  Default False for
-        the paper style; the authors' style always has it.
-    style: "paper" (the paper's text) or "authors" (the text of the DEER authors' package
-        deer-probe 0.1.1: head definition line, one shared few-shot set, trailing space).
-    """
+    """How query and tail prompts are built; recorded in every run's metadata.  ``shots`` ("per-query" or
+    "shared") and ``query_trailing_space`` default to the ``style``'s (``STYLE_DEFAULTS``)."""
 
     k_shot: int = 8
     shots: str | None = None
@@ -126,11 +80,9 @@ class PromptTemplates:
         if self.style not in STYLES:
             raise ValueError(f"style must be one of {STYLES}, got '{self.style}'")
         default_shots, default_space = STYLE_DEFAULTS[self.style]
-        if self.shots is None:
-            object.__setattr__(self, "shots", default_shots)
-        if self.query_trailing_space is None:
-            object.__setattr__(self, "query_trailing_space", default_space)
-        object.__setattr__(self, "query_trailing_space", bool(self.query_trailing_space))
+        object.__setattr__(self, "shots", default_shots if self.shots is None else self.shots)
+        space = default_space if self.query_trailing_space is None else self.query_trailing_space
+        object.__setattr__(self, "query_trailing_space", bool(space))
         if self.shots not in SHOT_MODES:
             raise ValueError(f"shots must be one of {SHOT_MODES}, got '{self.shots}'")
         if self.k_shot < 0:
@@ -142,20 +94,12 @@ class PromptTemplates:
             raise ValueError("the authors' template style ends the query with ', ' (deer-probe 0.1.1); "
                              "a query ending at the comma is the paper style")
 
-    # -- text pieces ---------------------------------------------------------------------------
-
     @staticmethod
     def example_line(kg: TextualKG, head: int, relation: int, tail: int) -> str:
-        return EXAMPLE_LINE.format(
-            head=kg.entity_names[head], relation=kg.relation_names[relation], tail=kg.entity_names[tail]
-        )
+        return EXAMPLE_LINE.format(head=kg.entity_names[head], relation=kg.relation_names[relation], tail=kg.entity_names[tail])
 
     def example_rows(self, kg: TextualKG, triple: tuple[int, int, int]) -> np.ndarray:
-        """Rows of the train split used as examples for this query (see the module doc).
-
-        Depends on (seed, head, relation) only; k rows whenever the train split has at least k
-        triples whose (head, relation) differs from the query's.
-        """
+        """Rows of the train split used as examples for this query (see the module doc)."""
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(0, dtype=np.int64)
@@ -173,8 +117,7 @@ class PromptTemplates:
         return np.asarray(rows, dtype=np.int64)
 
     def examples_used(self, kg: TextualKG, triples: np.ndarray) -> np.ndarray:
-        """int64 (n,): how many examples each query's prompt holds (``example_rows``' count, without
-        drawing them): k, unless the train split has fewer triples outside the query's (head, relation)."""
+        """int64 (n,): how many examples each query's prompt holds (``example_rows``' count, without drawing them)."""
         triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
@@ -193,27 +136,22 @@ class PromptTemplates:
         head, relation, _ = triple
         examples = self.examples_text(kg, triple)
         if self.style == "authors":
-            text = AUTHORS_QUERY_LINES.format(
-                head=kg.entity_names[head], head_description=kg.entity_descriptions[head], relation=kg.relation_names[relation]
-            )
-            return f"{examples}\n{text}" if examples else text
-        line = QUERY_LINE.format(head=kg.entity_names[head], relation=kg.relation_names[relation])
-        text = f"{examples}\n{line}" if examples else line
-        return text + " " if self.query_trailing_space else text
+            line = AUTHORS_QUERY_LINES.format(head=kg.entity_names[head], head_description=kg.entity_descriptions[head],
+                                              relation=kg.relation_names[relation])
+        else:
+            line = QUERY_LINE.format(head=kg.entity_names[head], relation=kg.relation_names[relation])
+            line += " " if self.query_trailing_space else ""
+        return f"{examples}\n{line}" if examples else line
 
     def query_context(self, kg: TextualKG, triple: tuple[int, int, int]) -> str:
-        """What the likelihood probes (BEAR, LAMA) condition on: the query prompt ending at the comma.
-
-        ``query_context + continuation(t)`` is the whole statement "... (h, r, t)".
-        """
+        """What BEAR and LAMA condition on: the query prompt ending at the comma (+ ``continuation(t)``: the statement)."""
         prompt = self.query_prompt(kg, triple)
         return prompt[:-1] if self.query_trailing_space else prompt
 
     @property
     def prompt_special_tokens(self) -> str:
-        """How DEER's prompts are tokenised (``deer.backends.tokenization``): the authors' package calls
-        ``tokenizer(text)`` (its own special tokens; no BOS for GPT-2-style tokenizers), the
-        paper style follows the project's BOS policy."""
+        """How DEER's prompts are tokenised: the authors' package calls ``tokenizer(text)`` (its own special
+        tokens), the paper style follows the project's BOS policy."""
         return "tokenizer" if self.style == "authors" else "bos"
 
     @property
@@ -231,13 +169,9 @@ class PromptTemplates:
         """The described-tail prompt; the same text in both styles."""
         return TAIL_TEMPLATE.format(name=kg.entity_names[entity], description=kg.entity_descriptions[entity])
 
-    # -- bookkeeping ---------------------------------------------------------------------------
-
     def to_metadata(self) -> dict:
-        if self.style == "authors":
-            query_line = AUTHORS_QUERY_LINES
-        else:
-            query_line = QUERY_LINE + (" " if self.query_trailing_space else "")
+        trailing = " " if self.query_trailing_space else ""
+        query_line = AUTHORS_QUERY_LINES if self.style == "authors" else QUERY_LINE + trailing
         return {
             **dataclasses.asdict(self),
             "example_line": EXAMPLE_LINE,
@@ -250,11 +184,7 @@ class PromptTemplates:
         }
 
     def tail_template_key(self) -> str:
-        """Identifies the tail prompts' text and tokenisation, for the entity-embedding cache key.
-
-        Both styles share one tail text; they share entity embeddings where they also tokenise
-        alike (a tokenizer that adds BOS by itself), never otherwise.
-        """
+        """Identifies the tail prompts' text and tokenisation, for the entity-embedding cache key."""
         return hashlib.sha256(f"{TAIL_TEMPLATE}|{self.prompt_special_tokens}".encode()).hexdigest()[:12]
 
     def fingerprint(self) -> str:

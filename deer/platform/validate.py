@@ -1,8 +1,5 @@
-"""Checks made before any model is loaded or any prompt is encoded.
-
-Every probe entry point (the Python API and so the CLI) runs them first, so a bad option, an
-unusable device, a broken model folder or an output folder that cannot be written is refused in
-a second with one line naming the option and its value (or the file), never after an hour of work.
+"""Checks made before any model is loaded or any prompt is encoded: a bad option, device, model folder
+or output folder is refused at once with one line naming the option and its value (or the file).
 """
 
 from __future__ import annotations
@@ -14,6 +11,8 @@ import warnings
 from pathlib import Path
 
 from deer.platform.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
+from deer.platform.models import BUNDLED_MODELS, ModelUnavailableError
+from kg_data.locate import cache_root
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -39,11 +38,10 @@ def check_count(option: str, value, minimum: int, allow_none: bool = False) -> N
 def check_run_options(*, subset=None, seed=0, k_shot=None, token_budget=None, dtype=None, device=None,
                       max_instances=None) -> None:
     """The numeric and named options shared by the probes (those given; None is not checked)."""
-    check_count("subset", subset, 1, allow_none=True)
-    check_count("seed", seed, 0)
-    check_count("k_shot", k_shot, 0, allow_none=True)
-    check_count("token_budget", token_budget, 1, allow_none=True)
-    check_count("max_instances", max_instances, 1, allow_none=True)
+    counts = (("subset", subset, 1), ("seed", seed, 0), ("k_shot", k_shot, 0), ("token_budget", token_budget, 1),
+              ("max_instances", max_instances, 1))
+    for option, value, minimum in counts:
+        check_count(option, value, minimum, allow_none=option != "seed")
     if dtype is not None and dtype not in DTYPES:
         raise OptionError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     if device is not None:
@@ -99,13 +97,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "voc
 
 
 def check_model_folder(folder: str | Path) -> None:
-    """A local Hugging Face folder holds a readable config, weights that are whole, and a tokenizer.
-
-    Raises ``ModelUnavailableError`` naming the file.  Safetensors files are checked against their
-    own header (a truncated download is refused here, not half-way through loading).
-    """
-    from deer.platform.models import ModelUnavailableError
-
+    """A local Hugging Face folder holds a readable config, whole weights (safetensors checked against
+    their header) and a tokenizer; raises ``ModelUnavailableError`` naming the file."""
     folder = Path(folder)
     config = folder / "config.json"
     if not config.exists():
@@ -131,8 +124,6 @@ def check_model_folder(folder: str | Path) -> None:
 
 
 def _index_shards(index: Path) -> list[str]:
-    from deer.platform.models import ModelUnavailableError
-
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         return [str(shard) for shard in weight_map.values()]
@@ -142,8 +133,6 @@ def _index_shards(index: Path) -> list[str]:
 
 def check_safetensors(path: Path) -> None:
     """The file is as long as its header says (8-byte length, JSON header, then the tensors)."""
-    from deer.platform.models import ModelUnavailableError
-
     size = path.stat().st_size
     broken = f"{path}: truncated or corrupt safetensors file ({size} bytes"
     advice = "download or save the model again"
@@ -164,13 +153,9 @@ def check_safetensors(path: Path) -> None:
 
 
 def check_model_source(model) -> None:
-    """For a model given by name: a local folder (or an existing converted bundled model) is checked
-    now; a path that does not exist is refused; hub ids are checked when loaded."""
+    """A model given by name: a local (or converted bundled) folder is checked now, a missing path refused."""
     if not isinstance(model, (str, os.PathLike)):
         return
-    from deer.platform.models import BUNDLED_MODELS, ModelUnavailableError
-    from kg_data.locate import cache_root
-
     name = str(model)
     if name in BUNDLED_MODELS:
         converted = cache_root() / "models" / name

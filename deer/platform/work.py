@@ -8,11 +8,8 @@ from contextlib import contextmanager
 
 
 class WorkCounter:
-    """Named counts (prompts, statements, tokens, padded_tokens, ...), seconds spent in forward
-    passes, and the attention back-end the passes ran under.
-
-    A count never added reads as 0 (``work.statements``); ``as_dict()`` is what metadata records.
-    """
+    """Named counts (prompts, tokens, ...; one never added reads as 0), seconds spent in forward
+    passes, and the attention back-end the passes ran under; ``as_dict()`` is what metadata records."""
 
     def __init__(self, *names: str) -> None:
         # Names listed up front appear in as_dict() even while still 0, in this order.

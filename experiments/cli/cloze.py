@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import click
 
+from deer.platform.models import DEFAULT_MODEL
+from deer.platform.tables import text_table
 from experiments.cli.options import backend_option, data_dir_option, friendly_errors, model_options, token_budget_option
-
-SUMMARY_HINT = "summary.md (P@1 / P@10 / MRR per source, agreement tables)"
 
 
 def is_benchmark(kg: str) -> bool:
@@ -23,7 +23,7 @@ def is_benchmark(kg: str) -> bool:
     return True
 
 
-def _split(text: str | None) -> list[str] | None:
+def comma_list(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
 
@@ -38,22 +38,25 @@ def run_benchmark_command(kg, model_names, probes, out_dir, **options) -> None:
         return
     report = probe_benchmark(kg, model_names[0], probes=probes, out=out_dir, **options)
     echo_headline(report["metrics"])
-    click.echo(f"{len(report['table'])} queries; wrote {out_dir}/{SUMMARY_HINT}")
+    click.echo(f"{len(report['table'])} queries; wrote {out_dir}/summary.md (P@1 / P@10 / MRR per source, agreement tables)")
     if "bear_dataset" in report:
         click.echo(f"DEER vs BEAR on the data set: {out_dir}/bear_dataset/summary.md")
 
 
+def run_benchmark_of(given: dict, model_names, probes, out_dir, **options) -> None:
+    """``run_benchmark_command`` from the KG options of `deer probe|bear|lama|experiment` (--subset: facts per relation)."""
+    run_benchmark_command(given["kg"], list(model_names) or [DEFAULT_MODEL], probes, out_dir, data_dir=given["data_dir"],
+                          dtype=given["dtype"], device=given["device"], max_facts=given["subset"], seed=given["seed"],
+                          token_budget=given["token_budget"], cache=not given["no_cache"], **options)
+
+
 def echo_headline(metrics: dict) -> None:
     """The headline numbers: P@1, P@10 and MRR per candidate set, mode and probe, pooled over queries."""
-    click.echo(f"\n{'candidates':<14}{'mode':<15}{'probe':<7}{'n':>6}{'P@1':>8}{'P@10':>8}{'MRR':>8}{'random P@1':>12}")
-    for kind, modes in metrics.items():
-        for mode, probes in modes.items():
-            for probe, block in probes.items():
-                o = block["overall"]
-                if o["n"]:
-                    click.echo(f"{kind:<14}{mode:<15}{probe:<7}{o['n']:>6}{o['p@1']:>8.3f}{o['p@10']:>8.3f}{o['mrr']:>8.4f}"
-                               f"{o['random_p@1']:>12.4f}")
-    click.echo("")
+    rows = [{**block["overall"], "kind": kind, "mode": mode, "probe": probe} for kind, modes in metrics.items()
+            for mode, probes in modes.items() for probe, block in probes.items() if block["overall"]["n"]]
+    columns = (("candidates", "<14", "kind"), ("mode", "<15"), ("probe", "<7"), ("n", ">6"), ("P@1", ">8.3f"), ("P@10", ">8.3f"),
+               ("MRR", ">8.4f"), ("random P@1", ">12.4f", "random_p@1"))
+    click.echo("\n" + text_table(rows, columns) + "\n")
 
 
 @click.command()
@@ -101,11 +104,11 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     """
     from deer.runner import benchmark_probe_names
 
-    probe_list, known = _split(probes), benchmark_probe_names()
+    probe_list, known = comma_list(probes), benchmark_probe_names()
     unknown = [p for p in probe_list or [] if p not in known]
     if not probe_list or unknown:
         raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")
-    run_benchmark_command(kg, list(model_names) or ["smollm2-135m"], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
-                          device=device, modes=_split(modes), candidate_kinds=_split(candidate_kinds), sources=_split(sources),
-                          relations=_split(relations), max_facts=max_facts, seed=seed, bear_run=bear_run, bootstrap=bootstrap,
-                          token_budget=token_budget, backend=backend, cache=not no_cache)
+    run_benchmark_command(kg, list(model_names) or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
+                          device=device, modes=comma_list(modes), candidate_kinds=comma_list(candidate_kinds),
+                          sources=comma_list(sources), relations=comma_list(relations), max_facts=max_facts, seed=seed,
+                          bear_run=bear_run, bootstrap=bootstrap, token_budget=token_budget, backend=backend, cache=not no_cache)

@@ -1,9 +1,7 @@
-"""`deer experiment ...`: compute-time, token-bias, agreement, screen.
+"""`deer experiment ...`: compute-time, token-bias, agreement, screen, training-demo, size-trend.
 
-Each subcommand either reads existing run folders (``--run DIR``, as written by ``deer probe``
-and the bear_ref probes) or runs the probes itself through the API (``--kg --model --subset``) into
-``--runs-dir`` (default ``runs/``, the folders ``deer probe`` uses), so expensive runs are shared.
-Results (CSV + markdown tables, PNG figures, one JSON) go to ``--out``.
+Each reads run folders (``--run DIR``) or runs the probes itself into ``--runs-dir`` (the folders
+``deer probe`` uses), so expensive runs are shared; results (CSV, markdown, PNG, JSON) go to ``--out``.
 """
 
 from __future__ import annotations
@@ -15,18 +13,19 @@ import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.platform.models import DEFAULT_MODEL
-from deer.platform.tables import format_number
-from experiments.cli.cloze import is_benchmark, run_benchmark_command
+from deer.platform.tables import format_number, text_table
+from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
     friendly_errors,
     kg_options,
     kg_run_options,
     model_options,
     out_option,
+    stacked,
     template_options,
     token_budget_option,
 )
-from experiments.cli.probes import prepare_queries
+from experiments.cli.probes import QUERY_OPTIONS, prepare_queries
 
 
 def echo_results(result: dict) -> None:
@@ -36,40 +35,38 @@ def echo_results(result: dict) -> None:
     click.echo(f"results: {result['out_dir']}")
 
 
-def run_source_options(command):
-    """--run (repeatable), --runs-dir, --probes, --rank-type, --token-budget, --no-cache."""
-    command = click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs.")(command)
-    command = token_budget_option(None, f"DEER: max padded tokens per batch (default: {CPU_TOKEN_BUDGET} on the CPU, from the free memory on a GPU).")(command)
-    command = click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True)(command)
-    command = click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
-                           help="Where probe runs made by this command go (one folder per model).")(command)
-    command = click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
-                           help="Existing run folder (ranks table); repeat for several models. Skips running probes.")(command)
-    return command
+# --run (repeatable), --runs-dir, --rank-type, --token-budget, --no-cache
+run_source_options = stacked(
+    click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+                 help="Existing run folder (ranks table); repeat for several models. Skips running probes."),
+    click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
+                 help="Where probe runs made by this command go (one folder per model)."),
+    click.option("--rank-type", type=click.Choice(["filtered", "raw"]), default="filtered", show_default=True),
+    token_budget_option(None, f"DEER: max padded tokens per batch (default: {CPU_TOKEN_BUDGET} on the CPU, "
+                              "from the free memory on a GPU)."),
+    click.option("--no-cache", is_flag=True, help="Re-encode and re-score instead of reusing caches/runs."),
+)
 
 
 def results_out(default: str):
     return out_option("Folder for the tables, figures and JSON.", default=default)
 
 
-def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
-                  k_shot, shots, query_trailing_space, template_style, token_budget, no_cache, ray_address=None):
+def _collect_runs(given: dict, probes, ray_address=None):
     """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
     model; "" a local Ray); returns (runs, settings)."""
     from experiments.runs import label_runs_apart, load_run, probe_series
 
-    if run_dirs:
-        if model_names:
+    if given["run_dirs"]:
+        if given["model_names"]:
             raise click.UsageError("give either --run folders or --model names, not both")
-        runs = [load_run(Path(d)) for d in run_dirs]
+        runs = [load_run(Path(d)) for d in given["run_dirs"]]
         label_runs_apart(runs)  # two checkpoint-10 of two training runs, or one model's runs in two folders, stay apart
-        return runs, {"source": "run folders", "runs": list(run_dirs)}
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
-                                         model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
-                                         out_dir=runs_dir, out_name="runs_dir", token_budget=token_budget)
+        return runs, {"source": "run folders", "runs": list(given["run_dirs"])}
+    names, queries, templates = _prepare(given)
     click.echo(f"probes {', '.join(probes)}")
-    names = list(model_names or (DEFAULT_MODEL,))
-    options = {"dtype": dtype, "device": device, "token_budget": token_budget, "use_cache": not no_cache, "runs_dir": Path(runs_dir)}
+    options = {"dtype": given["dtype"], "device": given["device"], "token_budget": given["token_budget"],
+               "use_cache": not given["no_cache"], "runs_dir": Path(given["runs_dir"])}
     if ray_address is not None:
         from experiments.ray_runs import run_probes_on_ray
 
@@ -77,22 +74,37 @@ def _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, prob
     else:
         runs = probe_series(queries, names, probes, templates, log=click.echo, **options)  # identical weights probed once
     label_runs_apart(runs, names)  # two checkpoint-10 of two training runs stay apart
-    settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
-                "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
-                "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs]}
-    return runs, settings
+    return runs, _settings(given, queries, templates, names, probes, runs)
+
+
+def _prepare(given: dict):
+    """(model names, queries, templates) of the probes run now: --model, or the default model."""
+    names = list(given["model_names"] or (DEFAULT_MODEL,))
+    queries, templates = prepare_queries(*(given[key] for key in QUERY_OPTIONS), model_names=names, dtype=given["dtype"],
+                                         device=given["device"], out_dir=given["runs_dir"], out_name="runs_dir",
+                                         token_budget=given["token_budget"])
+    return names, queries, templates
+
+
+def _settings(given: dict, queries, templates, names, probes, runs, **more) -> dict:
+    return {"source": "probes run now", "kg": queries.kg.name, "split": given["split"], "subset": given["subset"],
+            "seed": given["seed"], "models": names, "probes": list(probes), "templates": templates.to_metadata(),
+            "runs": [str(r.folder) for r in runs], **more}
 
 
 def _parse_probes(text: str) -> list[str]:
     """Comma-separated names of registered probes (``deer probes``)."""
     from deer.probes import probe_names
 
-    allowed = probe_names()
-    probes = [p.strip().lower() for p in text.split(",") if p.strip()]
-    unknown = [p for p in probes if p not in allowed]
+    return _known(text.lower(), probe_names(), "probe")
+
+
+def _known(text: str, allowed, kind: str) -> list[str]:
+    names = comma_list(text) or []
+    unknown = [name for name in names if name not in allowed]
     if unknown:
-        raise click.BadParameter(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(allowed)}")
-    return probes
+        raise click.BadParameter(f"unknown {kind}(s) {', '.join(unknown)}; choose from {', '.join(allowed)}")
+    return names
 
 
 def _parse_ints(text: str) -> list[int]:
@@ -104,6 +116,14 @@ def _parse_ints(text: str) -> list[int]:
 
 def _fmt(value, digits: int = 3) -> str:
     return format_number(value, f".{digits}f")
+
+
+def _seconds(value) -> str:
+    return "-" if math.isnan(value) else f"{value:.3g} s"
+
+
+# Columns of the printed tables (deer.platform.tables.text_table)
+MODEL_24, PROBE_7, N_6 = ("model", "<24", lambda row: row["model"][:23]), ("probe", "<7"), ("n", ">6")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -125,8 +145,7 @@ def experiment():
 @click.option("--probes", default="deer,bear", show_default=True, help="Probes to run/compare (deer, bear, lama).")
 @results_out("results/token-bias")
 @friendly_errors
-def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
-                       run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, out_dir):
+def token_bias_command(rank_type, probes, out_dir, **given):
     """Pearson r / Spearman rho between gold tail token length and rank, per probe; box plot.
 
     Paper: 500 WN18RR test queries (--subset 500), BEAR r = 0.48, DEER r = 0.005.
@@ -134,45 +153,35 @@ def token_bias_command(kg, data_dir, split, subset, seed, model_names, dtype, de
     from experiments.token_bias import run_token_bias
 
     probe_list = _parse_probes(probes)
-    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                   device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
+    runs, settings = _collect_runs(given, probe_list)
     result = run_token_bias(runs, Path(out_dir), rank_type=rank_type, probes=probe_list, settings=settings)
     click.echo(f"\ntoken length vs {rank_type} rank (paper: BEAR r=0.48, DEER r=0.005)")
-    click.echo(f"{'model':<24}{'probe':<7}{'n':>6}{'pearson r':>11}{'p':>11}{'spearman':>10}")
-    for row in result["correlations"]:
-        click.echo(f"{row['model'][:23]:<24}{row['probe']:<7}{row['n']:>6}{_fmt(row['pearson_r']):>11}"
-                   f"{row['pearson_p']:>11.2g}{_fmt(row['spearman_rho']):>10}")
+    click.echo(text_table(result["correlations"], (MODEL_24, PROBE_7, N_6, ("pearson r", ">11", "pearson_r", _fmt),
+                                                   ("p", ">11.2g", "pearson_p"), ("spearman", ">10", "spearman_rho", _fmt))))
     echo_results(result)
 
 
-def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, runs_dir, dtype, device,
-                       k_shot, shots, query_trailing_space, template_style, token_budget, no_cache):
+def _single_token_runs(given: dict, probes):
     """As ``_collect_runs`` with models, on LAMA's single-token protocol: per model (its tokenizer
     decides), only single-token candidates and the queries whose gold tail is one; LAMA is told."""
     from deer.platform.models import open_model
     from experiments.reference import single_token_queries
     from experiments.runs import label_runs_apart, run_probes
 
-    queries, templates = prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style,
-                                         model_names=model_names or (DEFAULT_MODEL,), dtype=dtype, device=device,
-                                         out_dir=runs_dir, out_name="runs_dir", token_budget=token_budget)
+    names, queries, templates = _prepare(given)
     click.echo(f"probes {', '.join(probes)}, single-token names only")
     runs, sizes = [], {}
-    for model_name in model_names or (DEFAULT_MODEL,):
-        loaded = open_model(model_name, dtype=dtype, device=device)  # once: its tokenizer decides, then it runs
+    for model_name in names:
+        loaded = open_model(model_name, dtype=given["dtype"], device=given["device"])  # once: its tokenizer decides, then it runs
         restricted = single_token_queries(queries, loaded.tokenizer)
         click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
         sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
-        runs.append(run_probes(restricted, loaded, probes, None, templates, dtype=dtype, device=device,
-                               token_budget=token_budget, use_cache=not no_cache, log=click.echo, runs_dir=Path(runs_dir),
-                               probe_options={"lama": {"single_token": True}}))
-    label_runs_apart(runs, list(model_names or (DEFAULT_MODEL,)))
-    settings = {"source": "probes run now", "kg": queries.kg.name, "split": split, "subset": subset, "seed": seed,
-                "models": list(model_names or (DEFAULT_MODEL,)), "probes": list(probes),
-                "templates": templates.to_metadata(), "runs": [str(r.folder) for r in runs],
-                "single_token_sizes": sizes, "queries_before_restriction": len(queries),
-                "candidates_before_restriction": int(len(queries.candidates))}
-    return runs, settings
+        runs.append(run_probes(restricted, loaded, probes, None, templates, dtype=given["dtype"], device=given["device"],
+                               token_budget=given["token_budget"], use_cache=not given["no_cache"], log=click.echo,
+                               runs_dir=Path(given["runs_dir"]), probe_options={"lama": {"single_token": True}}))
+    label_runs_apart(runs, names)
+    return runs, _settings(given, queries, templates, names, probes, runs, single_token_sizes=sizes,
+                           queries_before_restriction=len(queries), candidates_before_restriction=int(len(queries.candidates)))
 
 
 @experiment.command("agreement")
@@ -187,8 +196,7 @@ def _single_token_runs(kg, data_dir, split, subset, seed, model_names, probes, r
                    "folders' LAMA must have been run so (e.g. `deer lama --single-token --with-deer`).")
 @results_out("results/agreement")
 @friendly_errors
-def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
-                      run_dirs, runs_dir, rank_type, token_budget, no_cache, probes, hit_k, bootstrap, single_token, out_dir):
+def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir, **given):
     """Pearson r of gold ranks between probes (linear and log), Hit@1/10/100 side by side, scatter plots.
 
     Paper: DEER vs LAMA log-rank r = 0.50 (OPT-350M) to 0.80 (OPT-6.7B), LAMA on single-token
@@ -200,40 +208,31 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
     from experiments.agreement import lama_protocol, run_agreement
 
     probe_list = _parse_probes(probes)
-    if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: per-fact agreement per model, and model orderings
-        return run_benchmark_command(kg, list(model_names) or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
-                                     device=device, max_facts=subset, seed=seed, token_budget=token_budget, bootstrap=bootstrap,
-                                     cache=not no_cache)
-    if single_token and not run_dirs:
-        runs, settings = _single_token_runs(kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir, dtype,
-                                            device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
-    else:
-        runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, model_names, probe_list, runs_dir,
-                                       dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache)
+    if not given["run_dirs"] and is_benchmark(given["kg"]):  # LAMA / BEAR data set: per-fact agreement per model, and orderings
+        return run_benchmark_of(given, given["model_names"], probe_list, out_dir, bootstrap=bootstrap)
+    collect = _single_token_runs if single_token and not given["run_dirs"] else _collect_runs
+    runs, settings = collect(given, probe_list)
     if single_token:
         other = [str(run.folder) for run in runs if lama_protocol(run) != "single-token"]
         if other:
             raise click.UsageError(f"--single-token: the LAMA ranks in {', '.join(other)} were not made with the "
                                    "single-token protocol (or are missing); run `deer lama --single-token --with-deer` "
                                    "or this command with --single-token --model")
-    result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=seed,
+    result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=given["seed"],
                            settings={**settings, "single_token": single_token})
     click.echo(f"\nagreement of {rank_type} gold ranks (paper: DEER vs LAMA log-rank r = 0.50 .. 0.80, "
                f"{result['paper']['lama_protocol_detail']})")
-    click.echo(f"{'model':<24}{'pair':<16}{'n':>6}{'r':>8}{'r (log)':>9}{'p (log)':>10}{'95% CI (log)':>18}  LAMA protocol")
-    for row in result["pairs"]:
-        interval = f"[{_fmt(row['pearson_r_log_ci_low'], 2)}, {_fmt(row['pearson_r_log_ci_high'], 2)}]"
-        click.echo(f"{row['model'][:23]:<24}{row['pair']:<16}{row['n']:>6}{_fmt(row['pearson_r']):>8}"
-                   f"{_fmt(row['pearson_r_log']):>9}{row['pearson_p_log']:>10.2g}{interval:>18}  "
-                   f"{row['lama_protocol'] or '-'}")
+    click.echo(text_table(result["pairs"], (
+        MODEL_24, ("pair", "<16"), N_6, ("r", ">8", "pearson_r", _fmt), ("r (log)", ">9", "pearson_r_log", _fmt),
+        ("p (log)", ">10.2g", "pearson_p_log"),
+        ("95% CI (log)", ">18", lambda row: f"[{_fmt(row['pearson_r_log_ci_low'], 2)}, {_fmt(row['pearson_r_log_ci_high'], 2)}]"),
+        ("  LAMA protocol", "", lambda row: f"  {row['lama_protocol'] or '-'}"))))
     from experiments.stats import caveat_lines
 
     for line in caveat_lines(result["pairs"], "model", "pair"):
         click.echo(line)
-    click.echo(f"\n{'model':<24}{'probe':<7}{'Hit@1':>14}{'Hit@10':>14}{'Hit@100':>14}")
-    for row in result["hits"]:
-        cells = "".join(f"{_fmt(row[f'hit@{k}']) + '±' + _fmt(row[f'hit@{k}_se']):>14}" for k in (1, 10, 100))
-        click.echo(f"{row['model'][:23]:<24}{row['probe']:<7}{cells}")
+    hits = [(f"Hit@{k}", ">14", lambda row, k=k: f"{_fmt(row[f'hit@{k}'])}±{_fmt(row[f'hit@{k}_se'])}") for k in (1, 10, 100)]
+    click.echo("\n" + text_table(result["hits"], (MODEL_24, PROBE_7, *hits)))
     echo_results(result)
 
 
@@ -253,9 +252,7 @@ def agreement_command(kg, data_dir, split, subset, seed, model_names, dtype, dev
 @click.option("--ray-address", default=None, help="One Ray task per checkpoint on this running Ray cluster (implies --ray).")
 @results_out("results/screen")
 @friendly_errors
-def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device, k_shot, shots, query_trailing_space, template_style,
-                   run_dirs, runs_dir, rank_type, token_budget, no_cache, reference, metric, checkpoint_dir, base_model, use_ray,
-                   ray_address, out_dir):
+def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use_ray, ray_address, out_dir, **given):
     """Leaderboard of many checkpoints by DEER, reusing cached work: repeat --model (folders, aliases
     or hub ids, a revision as id@revision), give --checkpoints DIR (a Trainer output folder), or --run.
 
@@ -270,29 +267,25 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
 
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
-    series = named_checkpoints(model_names) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
+    series = named_checkpoints(given["model_names"]) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
     if base_model:  # the series' step 0 (its --model-arg / --adapter as every --model's)
         from experiments.checkpoints import Checkpoint
         from experiments.cli.options import loading_of
         from experiments.runs import model_label
 
         series.insert(0, Checkpoint(model_label(base_model), loading_of(click.get_current_context(), base_model), 0))
-    if not run_dirs and is_benchmark(kg):  # LAMA / BEAR data set: every checkpoint on the benchmark, and the orderings
-        return run_benchmark_command(kg, [c.model for c in series] or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir,
-                                     dtype=dtype, device=device, max_facts=subset, seed=seed, token_budget=token_budget,
-                                     cache=not no_cache)
+    if not given["run_dirs"] and is_benchmark(given["kg"]):  # LAMA / BEAR data set: every checkpoint on it, and the orderings
+        return run_benchmark_of(given, [c.model for c in series], probe_list, out_dir)
     ray_address = ray_address if ray_address else ("" if use_ray else None)
-    runs, settings = _collect_runs(run_dirs, kg, data_dir, split, subset, seed, tuple(c.model for c in series), probe_list, runs_dir,
-                                   dtype, device, k_shot, shots, query_trailing_space, template_style, token_budget, no_cache,
-                                   ray_address)
+    runs, settings = _collect_runs({**given, "model_names": tuple(c.model for c in series)}, probe_list, ray_address)
     steps = {run.label: checkpoint.step for run, checkpoint in zip(runs, series, strict=False)} if series else None
     result = run_screen(runs, Path(out_dir), reference=reference, metric=metric, rank_type=rank_type, settings=settings, steps=steps)
     click.echo(f"\nDEER leaderboard by {metric} ({rank_type})")
-    click.echo(f"{'#':>3} {'model':<28}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'±se':>7}{'MRR':>8}{'cached':>8}")
-    for row in result["leaderboard"]:
-        click.echo(f"{row['place']:>3} {row['model'][:27]:<28}{row['n']:>6}{row['hit@1']:>8.3f}{row['hit@10']:>8.3f}"
-                   f"{row['hit@10_se']:>7.3f}{row['mrr']:>8.4f}{row.get('from_cache', 0):>8}"
-                   + (f"  same weights as {row['same_weights_as']}" if row.get("same_weights_as") else ""))
+    click.echo(text_table(result["leaderboard"], (
+        ("#", ">3", "place"), (" model", "<29", lambda row: f" {row['model'][:27]}"), N_6, ("Hit@1", ">8.3f"),
+        ("Hit@10", ">8.3f"), ("±se", ">7.3f", "hit@10_se"), ("MRR", ">8.4f"),
+        ("cached", ">8", lambda row: row.get("from_cache", 0)),
+        ("", "", lambda row: f"  same weights as {row['same_weights_as']}" if row.get("same_weights_as") else ""))))
     if reference:
         for name in ("hit@10", "mrr"):
             o = result["ordering_agreement"][name]
@@ -316,16 +309,15 @@ def screen_command(kg, data_dir, split, subset, seed, model_names, dtype, device
 @click.option("--no-bear", is_flag=True, help="Skip the final BEAR run on the held-out set (the cost comparison).")
 @results_out("results/probe-while-training")
 @friendly_errors
-def training_demo_command(model_name, kg, data_dir, n_queries, steps, every, batch_size, learning_rate, seed, no_bear, out_dir):
+def training_demo_command(model_name, no_bear, out_dir, **options):
     """Fine-tune a model on verbalised KG triples with the HF Trainer while DeerCallback probes the
     triples it trains on (seen) and held-out test triples: curves of Hit@10 and MRR against the step."""
     from experiments.training_demo import run_training_demo
 
-    result = run_training_demo(Path(out_dir), model=model_name, kg=kg, n_queries=n_queries, steps=steps, every=every,
-                               batch_size=batch_size, learning_rate=learning_rate, seed=seed, data_dir=data_dir, bear=not no_bear)
-    click.echo(f"{'set':<9}{'step':>6}{'Hit@1':>8}{'Hit@10':>8}{'MRR':>8}{'probe s':>9}")
-    for row in result["rows"]:
-        click.echo(f"{row['set']:<9}{row['step']:>6}{row['hit@1']:>8.3f}{row['hit@10']:>8.3f}{row['mrr']:>8.4f}{row['probe_seconds']:>9.1f}")
+    result = run_training_demo(Path(out_dir), model=model_name, bear=not no_bear, **options)
+    columns = (("set", "<9"), ("step", ">6"), ("Hit@1", ">8.3f"), ("Hit@10", ">8.3f"), ("MRR", ">8.4f"),
+               ("probe s", ">9.1f", "probe_seconds"))
+    click.echo(text_table(result["rows"], columns))
     click.echo(f"training {result['train_seconds_per_step']:.2f} s/step")
     echo_results(result)
 
@@ -354,10 +346,8 @@ def training_demo_command(model_name, kg, data_dir, n_queries, steps, every, bat
                            "from the free memory on a GPU).")
 @results_out("results/compute-time")
 @friendly_errors
-def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailing_space, template_style, model_name, dtype,
-                         device,
-                         query_sizes, candidates, repeats, plain_statements, deer_queries, deer_candidates, target, scorers,
-                         no_warmup, token_budget, out_dir):
+def compute_time_command(kg, data_dir, seed, k_shot, shots, query_trailing_space, template_style, model_name, dtype, device,
+                         query_sizes, scorers, no_warmup, token_budget, out_dir, **timing):
     """DEER timed directly vs BEAR timed on query subsets and extrapolated by a linear fit (Table 1).
 
     BEAR: OLS of time on |Q| over independent random query subsets (--query-sizes x --repeats).
@@ -373,30 +363,24 @@ def compute_time_command(kg, data_dir, split, seed, k_shot, shots, query_trailin
     from experiments.reference import TIMED_SCORERS
     from kg_data import load_kg
 
-    scorer_list = [s.strip() for s in scorers.split(",") if s.strip()]
-    unknown = [s for s in scorer_list if s not in TIMED_SCORERS]
-    if unknown:
-        raise click.BadParameter(f"unknown scorer(s) {', '.join(unknown)}; choose from {', '.join(TIMED_SCORERS)}")
+    scorer_list = _known(scorers, TIMED_SCORERS, "scorer")
     check_inputs(model_name, out=out_dir, seed=seed, k_shot=k_shot, dtype=dtype, device=device, token_budget=token_budget)
     knowledge_graph = load_kg(kg, data_dir)
     templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
                                 style=template_style)
     loaded = open_model(model_name, dtype=dtype, device=device)
-    result = run_compute_time(
-        knowledge_graph, loaded, templates, Path(out_dir), split=split, query_sizes=_parse_ints(query_sizes),
-        candidates=candidates, repeats=repeats, plain_statements=plain_statements, deer_queries=deer_queries,
-        deer_candidates=deer_candidates, target=target, scorers=scorer_list, seed=seed, warmup=not no_warmup,
-        settings={"model": model_name}, log=click.echo, token_budget=token_budget,
-    )
+    result = run_compute_time(knowledge_graph, loaded, templates, Path(out_dir), query_sizes=_parse_ints(query_sizes),
+                              scorers=scorer_list, seed=seed, warmup=not no_warmup, settings={"model": model_name},
+                              log=click.echo, token_budget=token_budget, **timing)
     click.echo(f"\ncompute time for {result['target_queries']} queries x {result['entities']} entities "
                f"(paper: DEER 16 min, BEAR 330 days)")
-    click.echo(f"{'method':<40}{'s/query':>11}{'total':>14}{'± se (fit)':>12}{'± runs':>12}{'vs DEER':>10}")
-    for row in result["table"]:
-        se_text, spread_text = ("-" if math.isnan(row[key]) else f"{row[key]:.3g} s"
-                                for key in ("total_se_fit", "total_std_over_runs"))
-        click.echo(f"{row['method']:<40}{row['time_per_query_s']:>11.3g}{row['total']:>14}{se_text:>12}"
-                   f"{spread_text:>12}{row['speed_up_vs_deer']:>9.3g}x")
-        click.echo(f"{'':<4}{row['basis']}")
+    lines = text_table(result["table"], (
+        ("method", "<40"), ("s/query", ">11.3g", "time_per_query_s"), ("total", ">14"),
+        ("± se (fit)", ">12", "total_se_fit", _seconds), ("± runs", ">12", "total_std_over_runs", _seconds),
+        ("vs DEER", ">10", lambda row: f"{row['speed_up_vs_deer']:.3g}x"))).split("\n")
+    click.echo(lines[0])
+    for line, row in zip(lines[1:], result["table"], strict=True):
+        click.echo(f"{line}\n    {row['basis']}")
     echo_results(result)
 
 

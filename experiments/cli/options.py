@@ -47,24 +47,18 @@ def friendly_errors(command):
                 return command(*args, **kwargs)
         except click.ClickException:
             raise
-        except KeyboardInterrupt:
-            if debug_requested():
-                raise
-            click.echo("\nInterrupted. Finished work is kept in the caches; run the same command again to resume.", err=True)
-            sys.exit(130)
-        except OptionError as error:
-            if debug_requested():
-                raise
-            raise UserFacingError(error.cli_message()) from None
-        except (ModelUnavailableError, MissingExtraError, KGFormatError, KGNotFoundError, CacheKeyMismatch, ValueError,
-                OSError) as error:
+        except (KeyboardInterrupt, Exception) as error:
             if debug_requested():
                 raise  # the whole traceback: an internal ValueError is a bug, not bad input
-            raise UserFacingError(str(error)) from None
-        except Exception as error:  # noqa: BLE001 - a bug: one line here, the traceback in a file
-            if debug_requested():
-                raise
-            where = write_traceback(error)
+            if isinstance(error, KeyboardInterrupt):
+                click.echo("\nInterrupted. Finished work is kept in the caches; run the same command again to resume.", err=True)
+                sys.exit(130)
+            if isinstance(error, OptionError):
+                raise UserFacingError(error.cli_message()) from None
+            if isinstance(error, (ModelUnavailableError, MissingExtraError, KGFormatError, KGNotFoundError, CacheKeyMismatch,
+                                  ValueError, OSError)):
+                raise UserFacingError(str(error)) from None
+            where = write_traceback(error)  # a bug: one line here, the traceback in a file
             raise UserFacingError(
                 f"unexpected {type(error).__name__}: {_one_line(error)} (traceback in {where}; "
                 "rerun with `deer --debug ...` to see it, and please report it)") from None
@@ -141,31 +135,42 @@ def _with_loading_options(ctx, param, value):
     return tuple(loading_of(ctx, name) for name in value) if isinstance(value, tuple) else loading_of(ctx, value)
 
 
-def model_options(multiple: bool = False):
-    """--model (repeatable with ``multiple``) / --model-arg / --adapter / --dtype / --device."""
+def stacked(*options):
+    """One decorator applying ``options`` as if each were written above the command, in this order."""
 
     def decorate(command):
-        command = click.option("--device", default="auto", show_default=True,
-                               help="torch device: auto (cuda:0 when torch sees a GPU, else cpu), cpu, cuda:0, ...")(command)
-        command = click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
-                               help="Weights and activations dtype; auto: float32 on the CPU, bfloat16 on a GPU "
-                                    "that supports it, else float16.")(command)
-        command = click.option("--adapter", type=click.Path(), default=None, is_eager=True, expose_value=False,
-                               callback=_remember_loading_option,
-                               help="A PEFT adapter (LoRA, ...; folder or hub id) merged into the model's weights "
-                                    "(pip install '.[peft]'); with several --model, into each.")(command)
-        command = click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", is_eager=True,
-                               expose_value=False, callback=_remember_loading_option,
-                               help="A from_pretrained keyword, repeatable, as lm-eval's --model_args: trust_remote_code=true, "
-                                    "attn_implementation=eager, revision=step1000 (values read as JSON where they parse); "
-                                    "recorded in metadata.json and part of the model's fingerprint.")(command)
-        if multiple:
-            return click.option("--model", "model_names", multiple=True, callback=_with_loading_options,
-                                help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")(command)
-        return click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, callback=_with_loading_options,
-                            help="Alias (see `deer models`), hub id (facebook/opt-1.3b) or local folder.")(command)
+        for option in reversed(options):
+            command = option(command)
+        return command
 
     return decorate
+
+
+def model_options(multiple: bool = False):
+    """--model (repeatable with ``multiple``) / --model-arg / --adapter / --dtype / --device."""
+    if multiple:
+        model = click.option("--model", "model_names", multiple=True, callback=_with_loading_options,
+                             help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")
+    else:
+        model = click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, callback=_with_loading_options,
+                             help="Alias (see `deer models`), hub id (facebook/opt-1.3b) or local folder.")
+    return stacked(
+        model,
+        click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", is_eager=True, expose_value=False,
+                     callback=_remember_loading_option,
+                     help="A from_pretrained keyword, repeatable, as lm-eval's --model_args: trust_remote_code=true, "
+                          "attn_implementation=eager, revision=step1000 (values read as JSON where they parse); "
+                          "recorded in metadata.json and part of the model's fingerprint."),
+        click.option("--adapter", type=click.Path(), default=None, is_eager=True, expose_value=False,
+                     callback=_remember_loading_option,
+                     help="A PEFT adapter (LoRA, ...; folder or hub id) merged into the model's weights "
+                          "(pip install '.[peft]'); with several --model, into each."),
+        click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
+                     help="Weights and activations dtype; auto: float32 on the CPU, bfloat16 on a GPU "
+                          "that supports it, else float16."),
+        click.option("--device", default="auto", show_default=True,
+                     help="torch device: auto (cuda:0 when torch sees a GPU, else cpu), cpu, cuda:0, ..."),
+    )
 
 
 def data_dir_option(command):
@@ -182,23 +187,21 @@ def seed_option(command):
 
 def kg_options(subset: bool = True):
     """--kg/--data-dir/--split/--seed (and --subset), shared by the KG probes and experiments."""
-
-    def decorate(command):
-        command = seed_option(command)
-        if subset:
-            command = click.option(
-                "--subset", type=click.IntRange(min=1), default=None,
-                help="Sample N triples of the split (paper protocol: candidates = entities of those triples); "
-                     "with --kg lama|bear|bear-big: at most N facts per relation.",
-            )(command)
-        command = click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True,
-                               help="Split whose triples are the queries.")(command)
-        command = data_dir_option(command)
-        return click.option("--kg", default="wn18rr", show_default=True,
-                            help="'wn18rr' or a folder with a KG in the TSV/JSONL format; or a cloze benchmark: 'lama', "
-                                 "'bear', 'bear-big' (see `deer cloze`; --subset is then at most N facts per relation).")(command)
-
-    return decorate
+    subset_option = click.option(
+        "--subset", type=click.IntRange(min=1), default=None,
+        help="Sample N triples of the split (paper protocol: candidates = entities of those triples); "
+             "with --kg lama|bear|bear-big: at most N facts per relation.",
+    )
+    return stacked(
+        click.option("--kg", default="wn18rr", show_default=True,
+                     help="'wn18rr' or a folder with a KG in the TSV/JSONL format; or a cloze benchmark: 'lama', "
+                          "'bear', 'bear-big' (see `deer cloze`; --subset is then at most N facts per relation)."),
+        data_dir_option,
+        click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True,
+                     help="Split whose triples are the queries."),
+        *[subset_option] * subset,
+        seed_option,
+    )
 
 
 def template_options(command):
@@ -227,24 +230,16 @@ def template_options(command):
                              "is recorded as k_shot_used).")(command)
 
 
-def exclude_head_option(command):
-    return click.option(
-        "--exclude-head", is_flag=True,
-        help="Leave each query's own head entity out of its candidates (the paper keeps it; metrics.json counts "
-             "under head/ how often it outranks the gold tail either way).")(command)
+exclude_head_option = click.option(
+    "--exclude-head", is_flag=True,
+    help="Leave each query's own head entity out of its candidates (the paper keeps it; metrics.json counts "
+         "under head/ how often it outranks the gold tail either way).")
 
 
 def kg_run_options(multiple_models: bool = False, exclude_head: bool = True):
     """What every command that probes a KG takes: --kg/--data-dir/--split/--subset/--seed,
     --model/--dtype/--device, the template options and (with ``exclude_head``) --exclude-head."""
-    stack = [kg_options(), model_options(multiple=multiple_models), template_options] + [exclude_head_option] * exclude_head
-
-    def decorate(command):
-        for option in reversed(stack):
-            command = option(command)
-        return command
-
-    return decorate
+    return stacked(kg_options(), model_options(multiple=multiple_models), template_options, *[exclude_head_option] * exclude_head)
 
 
 def out_option(help_text: str, default=None):
@@ -264,10 +259,6 @@ def backend_option(command):
     return click.option("--backend", default=DEFAULT_BACKEND, show_default=True,
                         help="What runs the model: 'hf' (batched, shared prefixes, tries) or 'plain' (one whole forward pass per "
                              "prompt or statement: a slow cross-check that reads and writes no cache); `deer backends` lists them.")(command)
-
-
-def parse_probe_options(pairs) -> dict:
-    return parse_key_values(pairs, "--probe-option")
 
 
 def parse_key_values(pairs, option: str) -> dict:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from experiments.cli.cloze import is_benchmark, run_benchmark_command
+from deer.platform.tables import text_table
+from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
     backend_option,
     data_dir_option,
@@ -16,7 +17,7 @@ from experiments.cli.options import (
     kg_run_options,
     model_options,
     out_option,
-    parse_probe_options,
+    parse_key_values,
     refuse_options_the_benchmarks_ignore,
     seed_option,
     token_budget_option,
@@ -24,6 +25,7 @@ from experiments.cli.options import (
 
 RUNS_DIR = Path("runs")
 KG_OUT_HELP = "Output folder (default runs/KG-SPLIT-SUBSET-MODEL-DIGEST, DIGEST naming the other settings)."
+QUERY_OPTIONS = ("kg", "data_dir", "split", "subset", "seed", "k_shot", "shots", "query_trailing_space", "template_style")
 
 
 def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style, *,
@@ -45,67 +47,50 @@ def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trai
     return queries, templates
 
 
-def output_folder(out_dir, queries, loaded, templates, model_name: str, suffix: str = "", check: bool = True) -> Path:
-    """``--out``, or by default runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec
-    (``deer.platform.run_spec.run_folder_name``).  With ``check``, a folder holding another spec is refused
-    now, before any work (saving would refuse it anyway)."""
-    from deer.platform.run_spec import RunSpec, spec_folder
-
-    spec = RunSpec.build(queries, loaded, templates)
-    return spec_folder(out_dir, RUNS_DIR, queries.kg.name, model_name, spec, suffix, check)
-
-
 def print_metrics_table(results) -> None:
-    """Short summary per result: Hit@1/10/100, MRR, MR raw and filtered, the random baseline and the
+    """After a blank line, a short summary per result: Hit@1/10/100, MRR, MR raw and filtered, the random baseline and the
     chance-adjusted index (0 = random, 1 = perfect; '-' where chance is already perfect)."""
-    header = f"{'probe':<10}{'setting':<10}{'n':>6}{'Hit@1':>8}{'Hit@10':>8}{'Hit@100':>9}{'MRR':>8}{'MR':>10}"
-    click.echo(header)
-    click.echo("-" * len(header))
+    rows = []
     for result in results:
         metrics = result.metrics.to_dict()
-        rows = [(result.probe, "raw", metrics["raw"]), (result.probe, "filtered", metrics["filtered"]),
-                ("random", "filtered", metrics["random_baseline"]["filtered"])]
+        rows += [{**metrics["raw"], "probe": result.probe, "setting": "raw"},
+                 {**metrics["filtered"], "probe": result.probe, "setting": "filtered"},
+                 {**metrics["random_baseline"]["filtered"], "probe": "random", "setting": "filtered"}]
         if "adjusted_index" in metrics:
-            rows.append(("adjusted", "filtered", {"n": metrics["filtered"]["n"], **metrics["adjusted_index"]["filtered"]}))
-        for name, setting, m in rows:
-            cells = [_cell(m[key], width, digits) for key, width, digits in
-                     (("hit@1", 8, 3), ("hit@10", 8, 3), ("hit@100", 9, 3), ("mrr", 8, 4), ("mr", 10, 3 if name == "adjusted" else 1))]
-            click.echo(f"{name:<10}{setting:<10}{m['n']:>6}" + "".join(cells))
+            adjusted = {"n": metrics["filtered"]["n"], **metrics["adjusted_index"]["filtered"]}
+            rows.append({**adjusted, "probe": "adjusted", "setting": "filtered"})
+    header, _, body = text_table(rows, METRIC_COLUMNS).partition("\n")
+    click.echo(f"\n{header}\n{'-' * len(header)}\n{body}")
     click.echo("adjusted: chance-adjusted index (PyKEEN's), 0 = random ranking, 1 = perfect; for MR it is AMRI. "
                "A tie at the cut-off counts as a miss for Hit@k (rank 1.5 is no Hit@1).")
 
 
-def _cell(value, width: int, digits: int) -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+def _mr_text(row):
+    return None if row["mr"] is None else format(row["mr"], ".3f" if row["probe"] == "adjusted" else ".1f")
 
 
-def run_on_benchmark(kg, probe_name, model_name, out_dir, data_dir, dtype, device, subset, seed, token_budget, backend,
-                     no_cache) -> None:
-    """--kg lama|bear|bear-big: one probe on the cloze benchmark (--subset: facts per relation); every
-    other option given is refused by name first."""
-    refuse_options_the_benchmarks_ignore(kg)
-    run_benchmark_command(kg, [model_name], [probe_name], out_dir, data_dir=data_dir, dtype=dtype, device=device,
-                          max_facts=subset, seed=seed, token_budget=token_budget, backend=backend, cache=not no_cache)
+METRIC_COLUMNS = (("probe", "<10"), ("setting", "<10"), ("n", ">6"), ("Hit@1", ">8.3f"), ("Hit@10", ">8.3f"),
+                  ("Hit@100", ">9.3f"), ("MRR", ">8.4f"), ("MR", ">10", _mr_text))
 
 
-def open_kg_run(given: dict, probe_name: str, *, long_prompts: str = "error", suffix: str = "", check: bool = True):
-    """The start `deer probe`, `deer bear` and `deer lama` share, from their options (``given``):
-    --kg lama|bear|bear-big runs the benchmark path and gives None; else the queries and templates
-    are built and checked, the model opened once and the output folder named (and, with ``check``,
-    checked).  Returns (queries, templates, loaded, out)."""
+def open_kg_run(g: dict, probe_name: str, *, long_prompts: str = "error", suffix: str = "", check: bool = True):
+    """The start `deer probe`, `deer bear` and `deer lama` share, from their options ``g``: --kg lama|bear|bear-big
+    runs the benchmark path and gives None; else (queries, templates, loaded, out), the model opened once and
+    ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec (with ``check``, a
+    folder holding another spec is refused now, before any work)."""
     from deer.platform.models import open_model
+    from deer.platform.run_spec import RunSpec, spec_folder
 
-    g = given
-    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path
-        run_on_benchmark(g["kg"], probe_name, g["model_name"], g["out_dir"], g["data_dir"], g["dtype"], g["device"], g["subset"],
-                         g["seed"], g["token_budget"], g["backend"], g["no_cache"])
+    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path; other options given are refused
+        refuse_options_the_benchmarks_ignore(g["kg"])
+        run_benchmark_of(g, [g["model_name"]], [probe_name], g["out_dir"], backend=g["backend"])
         return None
-    queries, templates = prepare_queries(g["kg"], g["data_dir"], g["split"], g["subset"], g["seed"], g["k_shot"], g["shots"],
-                                         g["query_trailing_space"], g["template_style"], model_names=[g["model_name"]],
-                                         dtype=g["dtype"], device=g["device"], out_dir=g["out_dir"], token_budget=g["token_budget"],
+    queries, templates = prepare_queries(*(g[key] for key in QUERY_OPTIONS), model_names=[g["model_name"]], dtype=g["dtype"],
+                                         device=g["device"], out_dir=g["out_dir"], token_budget=g["token_budget"],
                                          long_prompts=long_prompts, exclude_head=g["exclude_head"])
     loaded = open_model(g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray workers
-    return queries, templates, loaded, output_folder(g["out_dir"], queries, loaded, templates, g["model_name"], suffix, check)
+    spec = RunSpec.build(queries, loaded, templates)
+    return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, check)
 
 
 @click.command()
@@ -142,7 +127,7 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
         chosen = get_probe(probe_name)
     except KeyError as error:
         raise click.BadParameter(error.args[0], param_hint="--probe") from None
-    options = probe_options(chosen, parse_probe_options(probe_option_pairs))
+    options = probe_options(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
     if ray_workers and (no_cache or probe_name != "deer"):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
     opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, probe_name,
@@ -159,7 +144,6 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
                        cache=not no_cache, out=out, **options)
-    click.echo("")
     print_metrics_table([result])
     cache = result.metadata.get("cache", {})
     if "entities_encoded_now" in cache:  # DEER's encoding, in a line
@@ -203,7 +187,6 @@ def bear(pll_variant, backend, token_budget, no_cache, **given):
     click.echo(f"= {len(queries) * len(queries.candidates)} statements")
     result = bear_ref.bear(queries, loaded, templates=templates, token_budget=token_budget, pll_variant=pll_variant,
                            backend=backend, cache=not no_cache, out=out)
-    click.echo("")
     print_metrics_table([result])
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
     click.echo(f"results: {out}")
@@ -241,7 +224,6 @@ def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
         lama_result = results[0]
         results.append(deer.probe(lama_result.queries, loaded, templates=templates, token_budget=token_budget, backend=backend,
                                   cache=not no_cache, out=out, query_embeddings=lama_result.arrays["query_embeddings"]))
-    click.echo("")
     print_metrics_table(results)
     click.echo(f"\ntotal {time.perf_counter() - started:.1f}s\nresults: {out}")
 
@@ -250,15 +232,16 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
     overall = metrics["overall"]
     per_template = ", ".join(f"t{t}={a:.3f}" for t, a in overall["accuracy_per_template"].items())
     click.echo(
-        f"BEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
+        f"\nBEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
         f"random baseline {overall['random_baseline']:.4f}; {overall['instances']} instances"
     )
     if metrics.get("convention"):
         click.echo(f"metric convention: {metrics['convention']['name']}")
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality")):
-        click.echo(f"\n{title:<16}{'acc':>8}{'std':>8}{'random':>8}{'n':>7}")
-        for name, block in metrics[key].items():
-            click.echo(f"{name:<16}{block['accuracy_mean']:>8.3f}{block['accuracy_std']:>8.3f}{block['random_baseline']:>8.3f}{block['instances']:>7}")
+        rows = [{**block, "name": name} for name, block in metrics[key].items()]
+        columns = ((title, "<16", "name"), ("acc", ">8.3f", "accuracy_mean"), ("std", ">8.3f", "accuracy_std"),
+                   ("random", ">8.3f", "random_baseline"), ("n", ">7", "instances"))
+        click.echo("\n" + text_table(rows, columns))
 
 
 @click.command("bear-dataset")
@@ -298,14 +281,13 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     started = time.perf_counter()
     check_inputs(None if resummarise else model_name, out=out_dir or RUNS_DIR, seed=seed, token_budget=token_budget,
                  dtype=dtype, device=device, max_instances=max_instances)
-    codes = [c.strip() for c in relations.split(",") if c.strip()] if relations else None
+    codes = comma_list(relations)
     data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
     click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")
     out = Path(out_dir) if out_dir else RUNS_DIR / run_folder_name(
         data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, split="dataset", subset=max_instances)
     if resummarise:
         result = resummarise_bear_dataset(out, data, domain_support=domain_support, ties=ties)
-        click.echo("")
         _print_bear_dataset_summary(result.metrics.to_dict())
         click.echo(f"\nrecomputed from the instances table: {out}")
         return
@@ -313,7 +295,6 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     result = bear_ref.bear_dataset(data, loaded, relations=codes, max_instances=max_instances, seed=seed,
                                    token_budget=token_budget, pll_variant=pll_variant, domain_support=domain_support,
                                    ties=ties, backend=backend, out=out)
-    click.echo("")
     _print_bear_dataset_summary(result.metrics.to_dict())
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
     click.echo(f"results: {out}")
