@@ -19,8 +19,8 @@ from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import count_statements, statement_scores
 from deer.backends.statement_scorer import StatementScorer
-from deer.backends.tokenization import bos_policy
 from deer.platform.models import LoadedModel
+from deer.platform.run_spec import model_identity
 from deer.platform.stores import EmbeddingStore, PendingParts
 from deer.platform.templates import PromptTemplates
 from deer.probes import ProbeRequest, ProbeScores
@@ -33,17 +33,8 @@ SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional aft
 def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path) -> EmbeddingStore:
     """Store of score rows (one float32 per candidate) keyed by everything that determines them."""
     candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
-    key = {
-        "scorer": SCORER_VERSION,
-        "method": method,
-        "model_fingerprint": loaded.fingerprint,
-        "tokenizer_fingerprint": loaded.tokenizer_fingerprint,
-        "dtype": loaded.dtype,
-        "bos": bos_policy(loaded.tokenizer),
-        "kg_fingerprint": queries.kg.fingerprint(),
-        "templates": templates.to_metadata(),
-        "candidates": candidates,
-    }
+    key = {"scorer": SCORER_VERSION, "method": method, **model_identity(loaded), "kg_fingerprint": queries.kg.fingerprint(),
+           "templates": templates.to_metadata(), "candidates": candidates}
     return EmbeddingStore(Path(root) / "scores", "bear", key)
 
 

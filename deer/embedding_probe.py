@@ -18,10 +18,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from deer.backends.encoder import PromptEOLEncoder
-from deer.backends.tokenization import bos_policy
 from deer.platform.distributed import ShardedEncoder
 from deer.platform.models import LoadedModel
 from deer.platform.ranking import normalize_rows
+from deer.platform.run_spec import model_identity
 from deer.platform.stores import EmbeddingStore, PendingParts
 from deer.platform.templates import candidate_prompts, query_prompts
 from deer.platform.validate import warn
@@ -36,9 +36,7 @@ ESTIMATE_AFTER_SECONDS = 3.0
 def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos") -> EmbeddingStore:
     """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
     dtype and special tokens: every task that encodes the same prompt shares it."""
-    key = {"encoder": ENCODER_VERSION, "model_fingerprint": loaded.fingerprint,
-           "tokenizer_fingerprint": loaded.tokenizer_fingerprint, "dtype": loaded.dtype, "bos": bos_policy(loaded.tokenizer),
-           "special_tokens": special_tokens}
+    key = {"encoder": ENCODER_VERSION, **model_identity(loaded), "special_tokens": special_tokens}
     return EmbeddingStore(Path(root) / "embeddings", "prompts", key)
 
 

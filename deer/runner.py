@@ -33,6 +33,7 @@ from deer.platform.model_spec import with_loading
 from deer.platform.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
 from deer.platform.ranking import rank_cosine, rank_scores
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
+from deer.platform.run_spec import model_identity
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError
 from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, scores_benchmarks
@@ -205,8 +206,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
         raise _empty_task_error(task)
     guard_benchmark_lengths(task, loaded, {probe.text_kind for probe in chosen}, is_masked_lm(loaded.model))
     digest = task_digest(task)
-    key = {"model": loaded.fingerprint, "tokenizer": loaded.tokenizer_fingerprint, "dtype": str(loaded.dtype),
-           "task": digest, "rank_rule": RANK_RULE}
+    key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE}
     parts = None
     if out is not None and not plain:  # created with the first finished probe: a failed start leaves nothing behind
         parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]

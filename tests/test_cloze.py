@@ -301,6 +301,29 @@ def test_bear_in_a_cloze_run_equals_the_bear_data_set_probe(tmp_path, smollm2_to
     np.testing.assert_allclose(ours["gold_score"], reference["gold_score"], atol=1e-6)
 
 
+def test_a_cloze_run_resumes_only_under_the_same_model_identity(tmp_path, smollm2_tokenizer):
+    """The stored rows of a cloze run are keyed by the run spec's model identity (weights, vocabulary,
+    dtype and BOS policy): the same tokenizer with another BOS token (same vocabulary, other scores) is
+    scored anew and equals a fresh run, never handed the stored rows."""
+    import copy
+
+    from deer.platform.run_spec import model_identity
+
+    model = build_tiny_model("llama", "sdpa", smollm2_tokenizer)
+    other_bos = copy.deepcopy(smollm2_tokenizer)
+    other_bos.bos_token = other_bos.eos_token
+    first, changed = (LoadedModel.from_objects(model, tok, "tiny-llama") for tok in (smollm2_tokenizer, other_bos))
+    assert first.tokenizer_fingerprint == changed.tokenizer_fingerprint and model_identity(first) != model_identity(changed)
+    task = bear_cloze_task(hand_built_bear())
+    run_cloze(task, first, ["bear"], out=tmp_path, show_progress=False)
+    assert run_cloze(task, first, ["bear"], out=tmp_path, show_progress=False).metadata["resumed_probes"] == ["bear"]
+    rerun = run_cloze(task, changed, ["bear"], out=tmp_path, show_progress=False)
+    fresh = run_cloze(task, changed, ["bear"], show_progress=False)
+    assert rerun.metadata["resumed_probes"] == []
+    np.testing.assert_array_equal(rerun.table["bear_gold_score"], fresh.table["bear_gold_score"])
+    assert len(list((tmp_path / "parts").iterdir())) == 2
+
+
 def test_masked_lm_lama_equals_one_forward_per_sentence():
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 

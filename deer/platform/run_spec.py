@@ -32,6 +32,15 @@ def queries_fingerprint(queries) -> str:
     return digest.hexdigest()[:16]
 
 
+def model_identity(loaded) -> dict:
+    """The model's side of every run identity: weights, vocabulary, dtype and BOS policy.  A run spec
+    holds these fields; each store and resume key is this plus what else decides its content."""
+    from deer.backends.tokenization import bos_policy
+
+    return {"model_fingerprint": str(loaded.fingerprint), "tokenizer_fingerprint": str(loaded.tokenizer_fingerprint),
+            "dtype": str(loaded.dtype), "bos": json.loads(_canonical(bos_policy(loaded.tokenizer)))}
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """Everything that determines a probe's ranks on a set of queries (device and batch sizes aside);
@@ -54,15 +63,12 @@ class RunSpec:
     @classmethod
     def build(cls, queries, loaded, templates) -> RunSpec:
         """The spec of probing ``queries`` with ``loaded`` (a ``LoadedModel``) and ``templates``."""
-        from deer.backends.tokenization import bos_policy
-
         subset_seed = queries.subset_seed
         return cls(
-            model_fingerprint=str(loaded.fingerprint), tokenizer_fingerprint=str(loaded.tokenizer_fingerprint),
-            dtype=str(loaded.dtype), kg_fingerprint=queries.kg.fingerprint(), split=str(queries.split),
+            **model_identity(loaded), kg_fingerprint=queries.kg.fingerprint(), split=str(queries.split),
             subset=len(queries) if subset_seed is not None else None,
             subset_seed=None if subset_seed is None else int(subset_seed), queries=queries_fingerprint(queries),
-            templates=json.loads(_canonical(templates.to_metadata())), bos=json.loads(_canonical(bos_policy(loaded.tokenizer))),
+            templates=json.loads(_canonical(templates.to_metadata())),
         )
 
     def to_dict(self) -> dict:
