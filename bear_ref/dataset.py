@@ -25,9 +25,10 @@ from deer.platform.benchmark_rows import query_frame, ranks_from_scores
 from deer.platform.files import default_table_suffix, package_versions, read_table, write_json, write_table
 from deer.platform.length_guard import long_statements, max_positions, too_long
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
+from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
-from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement
+from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement, load_bear_dataset
 from kg_data.cloze import bear_cloze_task, shorten
 
 PROBE = "bear-dataset"
@@ -188,14 +189,9 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def resume_key(dataset: BearDataset, loaded, selection: dict, scorer) -> dict:
-    """What a stored part depends on: weights, tokenizer, dtype, BOS policy, data set, subset and scoring."""
-    from deer.backends.tokenization import bos_policy
-
+    """What a stored part depends on: the model identity (``model_identity``), data set, subset and scoring."""
     return {
-        "model": loaded.fingerprint,
-        "tokenizer": loaded.tokenizer_fingerprint,
-        "dtype": str(loaded.dtype),
-        "bos": bos_policy(loaded.tokenizer),
+        **model_identity(loaded),
         "dataset": dataset.name,  # its content enters per relation: each part is named by its relation's digest
         "selection": selection,
         "method": scorer.statements_method,
@@ -226,9 +222,13 @@ def guard_statement_lengths(dataset: BearDataset, loaded) -> None:
                                long_stems[first], limit, len(long_stems) - 1, "shorten the subject label")
 
 
-def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict) -> ProbeResult:
-    """The data-set score as a :class:`ProbeResult` (saved as instances table, metrics, summary.md, metadata)."""
-    return ProbeResult("bear", table, Metrics(metrics, "overall"), metadata, summary=summary_markdown(metrics))
+def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: Path | None) -> ProbeResult:
+    """The data-set score as a :class:`ProbeResult` (saved as instances table, metrics, summary.md, metadata),
+    saved in ``out_dir`` unless it is None."""
+    result = ProbeResult("bear", table, Metrics(metrics, "overall"), metadata, summary=summary_markdown(metrics))
+    if out_dir is not None:
+        result.save(out_dir)
+    return result
 
 
 def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selection: dict, token_budget: int = 512,
@@ -266,16 +266,16 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
             frames.append(read_table(part))
             resumed.append(code)
         else:
-            todo.append(relation)
-    total = sum(len(r) * len(r.answer_ids) * len(r.templates) for r in todo)
+            todo.append((relation, part))
+    total = sum(len(r) * len(r.answer_ids) * len(r.templates) for r, _ in todo)
     with tqdm(total=total, desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
-        for relation in todo:
+        for relation, part in todo:
             bar.set_postfix_str(relation.code)
             frame = score_relation(scorer, relation, bar.update)
-            if parts_dir is not None:
+            if part is not None:
                 if not (parts_dir / "key.json").exists():  # created with the first finished part: a failed start leaves nothing
                     write_json(parts_dir / "key.json", key)
-                write_table(parts_dir / f"{relation.code}-{relation.digest()}{suffix}", frame)  # atomic: a resumed run trusts it
+                write_table(part, frame)  # atomic: a resumed run trusts it
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
@@ -296,10 +296,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         "timings": {"seconds": round(elapsed, 3), "statements_per_second": total / elapsed if elapsed and total else None},
         "versions": package_versions(),
     }
-    result = dataset_result(table, metrics, metadata)
-    if out_dir is not None:
-        result.save(out_dir)
-    return result
+    return dataset_result(table, metrics, metadata, out_dir)
 
 
 def find_instances_table(out_dir: Path) -> Path:
@@ -326,8 +323,6 @@ def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
     table_path = find_instances_table(out_dir)
     table = read_table(table_path)
     if dataset is None:
-        from kg_data.bear import load_bear_dataset
-
         selection = metadata.get("selection") or {}
         dataset = load_bear_dataset(metadata["dataset"]["path"], relations=selection.get("relations"),
                                     max_instances=selection.get("max_instances"), seed=selection.get("seed", 0))
@@ -347,6 +342,4 @@ def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
             "versions": package_versions(),
         },
     }
-    result = dataset_result(table, metrics, metadata)
-    result.save(out_dir)
-    return result
+    return dataset_result(table, metrics, metadata, out_dir)

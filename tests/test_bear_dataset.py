@@ -252,7 +252,7 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     metadata = run_bear_dataset(data, loaded, out, selection, show_progress=False).metadata
     (key_file,) = (out / "parts").glob("*/key.json")
     key = json.loads(key_file.read_text())
-    assert key["dtype"] == "float32" and key["tokenizer"] == loaded.tokenizer_fingerprint
+    assert key["dtype"] == "float32" and key["tokenizer_fingerprint"] == loaded.tokenizer_fingerprint
     assert key["bos"] == bos_policy(loaded.tokenizer) and key["method"] == metadata["scoring"] == "clm-prefix-trie-sum-logprob"
     assert key_file.parent.name == metadata["resume_key"] and metadata["metric_convention"]["name"] == "lm-pub-quiz-0.3.3"
     scorer = StatementScorer(loaded.model, loaded.tokenizer)
