@@ -94,12 +94,8 @@ def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence
     context_/statement_times_by_repeat parts, and one work record per point.
     """
     n_entities = all_queries.kg.n_entities
-    keys = ("raw_times_by_repeat", "times_by_repeat", "context_times_by_repeat", "statement_times_by_repeat")
-    series: dict = {key: [] for key in keys}
-    work = []
+    points, work = [], []  # points: (raw, all entities, context, statements) seconds per (repeat, size)
     for repeat in range(repeats):
-        for key in keys:
-            series[key].append([])
         for size_index, size in enumerate(sizes):
             sample_seed = _sample_seed(seed, repeat, size_index)
             rows = np.sort(np.random.default_rng(sample_seed).choice(len(all_queries), size=size, replace=False))
@@ -126,9 +122,10 @@ def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence
             record.update({"scaling": scaling, "seconds_all_entities": context + statements,
                            "query_rows": rows.tolist()})
             work.append(record)
-            for key, value in zip(keys, (seconds, context + statements, context, statements), strict=True):
-                series[key][-1].append(value)
-    return {"sizes": list(sizes), **series, "work": work}
+            points.append((seconds, context + statements, context, statements))
+    keys = ("raw_times_by_repeat", "times_by_repeat", "context_times_by_repeat", "statement_times_by_repeat")
+    series = np.array(points, dtype=np.float64).reshape(repeats, len(sizes), len(keys))
+    return {"sizes": list(sizes), **{key: series[..., i].tolist() for i, key in enumerate(keys)}, "work": work}
 
 
 def extrapolation_method(scorer: str, timing: dict, n_entities: int, n_target: int, repeats: int) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates, some_of
+from kg_data.errors import KGFormatError, refuse_lone_surrogates, some_of
 from kg_data.lines import JSON_TYPE_NAMES, read_jsonl, read_text
 
 SUBJECT, ANSWER = "[X]", "[Y]"
@@ -97,11 +97,14 @@ class BearDataset:
                 "statements": self.n_statements, "relations_without_file": self.relations_without_file}
 
 
-def _read_json(path: Path):
+def _read_object(path: Path, shape: str) -> dict:
     try:
-        return json.loads(read_text(path))
+        value = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise KGFormatError(path, error.lineno, f"invalid JSON ({error.msg})") from None
+    if not isinstance(value, dict):
+        raise KGFormatError(path, None, f"expected a JSON object {shape}")
+    return value
 
 
 def _text(path: Path, line: int | None, value, what: str, *, empty: bool = False) -> str:
@@ -142,17 +145,15 @@ def _answer_space(path: Path, code: str, meta: dict) -> tuple[list[str], list[st
     return ids, labels
 
 
-def _relation_info(folder: Path) -> dict:
+def _relation_domains(folder: Path) -> dict[str, list[str]]:
     for candidate in (folder / RELATION_INFO_FILE, folder.parent / RELATION_INFO_FILE):
         if candidate.is_file():
-            info = _read_json(candidate)
-            if not isinstance(info, dict):
-                raise KGFormatError(candidate, None, "expected a JSON object {relation: {\"domains\": [...]}}")
-            for code, entry in info.items():
-                domains = entry.get("domains", []) if isinstance(entry, dict) else []
-                if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+            info = _read_object(candidate, "{relation: {\"domains\": [...]}}")
+            domains = {code: entry.get("domains", []) if isinstance(entry, dict) else [] for code, entry in info.items()}
+            for code, listed in domains.items():
+                if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
                     raise KGFormatError(candidate, None, f"relation {code}: 'domains' must be a list of strings")
-            return info
+            return domains
     return {}
 
 
@@ -164,7 +165,8 @@ def sample_rows(code: str, n_rows: int, max_instances: int | None, seed: int) ->
     return np.sort(rng.choice(n_rows, size=max_instances, replace=False)).astype(np.int64)
 
 
-def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances: int | None = None, seed: int = 0) -> BearRelation:
+def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instances: int | None = None,
+                  seed: int = 0) -> BearRelation:
     metadata_path = folder / METADATA_FILE
     if not isinstance(meta, dict):
         raise KGFormatError(metadata_path, None, f"relation {code}: expected an object with 'templates'")
@@ -199,12 +201,11 @@ def load_relation(folder: Path, code: str, meta: dict, info: dict, max_instances
     gold = np.asarray(gold, dtype=np.int64)
     cardinality = "N:1" if len(np.unique(gold)) < len(gold) else "1:1"
     rows = sample_rows(code, len(records), max_instances, seed)
-    domains = info.get(code, {}).get("domains", []) if isinstance(info.get(code), dict) else []
     return BearRelation(code=code, templates=templates, answer_ids=list(answer_ids), answer_labels=list(answer_labels),
                         subject_ids=[records[r][1]["sub_id"] for r in rows],
                         subject_labels=[records[r][1]["sub_label"] for r in rows], gold=gold[rows], rows=rows,
-                        domains=list(domains), cardinality=cardinality, total_instances=len(records), path=str(path),
-                        lines=np.asarray([records[r][0] for r in rows], dtype=np.int64))
+                        domains=list(domains.get(code, [])), cardinality=cardinality, total_instances=len(records),
+                        path=str(path), lines=np.asarray([records[r][0] for r in rows], dtype=np.int64))
 
 
 def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = None,
@@ -212,19 +213,10 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
                       seed: int = 0) -> BearDataset:
     """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.  ``relations``: codes to keep
     (default: every relation with a file); ``max_instances``: at most N per relation, sampled with ``seed``."""
-    from kg_data.fetch import ensure_dataset
+    from kg_data.fetch import named_or_folder
 
-    if isinstance(name_or_path, str) and name_or_path.lower() in ("bear", "bear-big"):
-        folder = ensure_dataset(name_or_path.lower(), data_dir)
-        name = name_or_path.lower()
-    else:
-        folder = Path(name_or_path).expanduser()
-        name = folder.name
-        if not (folder / METADATA_FILE).is_file():
-            raise KGNotFoundError(f"{folder} holds no {METADATA_FILE}; not a BEAR-format data set")
-    metadata = _read_json(folder / METADATA_FILE)
-    if not isinstance(metadata, dict):
-        raise KGFormatError(folder / METADATA_FILE, None, "expected a JSON object {relation: {...}}")
+    name, folder = named_or_folder(name_or_path, ("bear", "bear-big"), data_dir, METADATA_FILE, "BEAR-format data set")
+    metadata = _read_object(folder / METADATA_FILE, "{relation: {...}}")
     if relations:
         unknown = [r for r in relations if r not in metadata]
         if unknown:
@@ -237,8 +229,8 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
     if not wanted or len(without_file) == len(wanted):
         raise KGFormatError(folder / METADATA_FILE, None, "lists no relations" if not wanted else
                             f"none of its {len(wanted)} relations has a data file (CODE.jsonl in {folder})")
-    info = _relation_info(folder)
-    loaded = {code: load_relation(folder, code, metadata[code], info, max_instances, seed)
+    domains = _relation_domains(folder)
+    loaded = {code: load_relation(folder, code, metadata[code], domains, max_instances, seed)
               for code in wanted if code not in without_file}
     return BearDataset(name, str(folder), loaded, without_file)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from kg_data.bear import ANSWER, SUBJECT, BearDataset, fill_statement
+from kg_data.bear import ANSWER, BearDataset, fill_statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import MASK, LamaDataset, first_usable_sentence, relation_file
 
@@ -83,16 +83,12 @@ def statement(query: ClozeQuery, answer: str) -> str:
 
 def answer_context(query: ClozeQuery) -> str:
     """The statement up to the answer slot, right-stripped ("" when the answer comes first)."""
-    before = query.template.split(ANSWER)[0].replace(SUBJECT, query.subject)
-    return (before[:1].upper() + before[1:]).rstrip()
+    return fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "").rstrip()
 
 
 def deer_query_text(query: ClozeQuery) -> str:
     """The answer context, or where the answer comes first a fill-in-the-blank prompt (``BLANK_PROMPT``)."""
-    context = answer_context(query)
-    if context:
-        return context
-    return BLANK_PROMPT.format(sentence=statement(query, BLANK))
+    return answer_context(query) or BLANK_PROMPT.format(sentence=statement(query, BLANK))
 
 
 def mask_sentence(tokenizer, query: ClozeQuery) -> str:

@@ -16,6 +16,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 
 from kg_data.errors import KGNotFoundError
@@ -113,14 +114,13 @@ def _download(url: str, part: Path, spec: dict, progress) -> None:
         progress.update(start)
         with open(part, "ab" if start else "wb") as out:
             written = start
-            # Never read much past the expected size: a wrong file is refused by its checksum anyway.
-            while written <= spec["bytes"]:
-                block = response.read(CHUNK)
-                if not block:
-                    break
+            for block in iter(lambda: response.read(CHUNK), b""):
                 out.write(block)
                 written += len(block)
                 progress.update(len(block))
+                # Never read much past the expected size: a wrong file is refused by its checksum anyway.
+                if written > spec["bytes"]:
+                    break
         # http.client's read(n) returns b"" on a dropped connection instead of raising, so a short
         # body is only noticed here: bytes the server announced (Content-Length) never came.
         if response.length:
@@ -170,10 +170,8 @@ def _remove_empty_folders(root: Path, files: list[dict]) -> None:
     folders = {_part_path(root, spec).parent for spec in files}
     folders |= {parent for spec in files for parent in (root / spec["path"]).parents if root in parent.parents}
     for folder in sorted(folders, key=lambda path: len(path.parts), reverse=True):  # the deepest first
-        try:
+        with suppress(OSError):  # absent, or not empty
             folder.rmdir()
-        except OSError:
-            pass  # absent, or not empty
 
 
 def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str | None = None,
@@ -233,3 +231,15 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
         print(f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "
               f"{root / NAMED_DATASETS[name]} (set {OFFLINE_ENV}=1 to prevent)", file=sys.stderr)
         return fetch_dataset(name, data_dir)
+
+
+def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: str | Path | None, marker: str,
+                    what: str) -> tuple[str, Path]:
+    """(name, folder) of a data set named in ``names`` (``ensure_dataset``) or of a folder, which must hold
+    ``marker`` (else KGNotFoundError: 'FOLDER holds no MARKER; not a WHAT')."""
+    if isinstance(name_or_path, str) and name_or_path.lower() in names:
+        return name_or_path.lower(), ensure_dataset(name_or_path.lower(), data_dir)
+    folder = Path(name_or_path).expanduser()
+    if not (folder / marker).is_file():
+        raise KGNotFoundError(f"{folder} holds no {marker}; not a {what}")
+    return folder.name, folder

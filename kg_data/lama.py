@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kg_data.bear import sample_rows
-from kg_data.errors import KGFormatError, KGNotFoundError, refuse_lone_surrogates, some_of
+from kg_data.errors import KGFormatError, refuse_lone_surrogates, some_of
 from kg_data.lines import json_text, read_jsonl, read_lines
 
 RELATIONS_FILE = "relations.jsonl"
@@ -159,14 +159,9 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
     """Load LAMA ('lama' from the data folder, or a folder in its layout).  ``sources``: some of
     TREx, Google_RE, Squad (default: those present); ``relations``: codes to keep (e.g. P19,
     place_of_birth, squad); ``max_facts``: at most N facts per relation, sampled with ``seed``."""
-    if isinstance(name_or_path, str) and name_or_path.lower() == "lama":
-        from kg_data.fetch import ensure_dataset
+    from kg_data.fetch import named_or_folder
 
-        folder = ensure_dataset("lama", data_dir)
-    else:
-        folder = Path(name_or_path).expanduser()
-        if not (folder / RELATIONS_FILE).is_file():
-            raise KGNotFoundError(f"{folder} holds no {RELATIONS_FILE}; not a LAMA data folder")
+    _, folder = named_or_folder(name_or_path, ("lama",), data_dir, RELATIONS_FILE, "LAMA data folder")
     wanted_sources = list(sources) if sources else [s for s in SOURCES if (folder / s).is_dir()]
     unknown = [s for s in wanted_sources if s not in SOURCES]
     if unknown:
@@ -174,16 +169,15 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
     if max_facts is not None and (not isinstance(max_facts, int) or max_facts < 1):
         raise ValueError(f"max_facts must be a positive integer, not {max_facts!r}")
     trex = read_relation_templates(folder / RELATIONS_FILE)
+    entries = {  # (code, template, label) per source
+        "TREx": [(code, meta["template"], meta["label"]) for code, meta in trex.items()],
+        "Google_RE": [(code, template, code.replace("_", " ")) for code, template in GOOGLE_RE_TEMPLATES.items()],
+        "Squad": [("squad", None, "SQuAD cloze questions")],
+    }
     plan: list[tuple[str, str, str | None, str]] = []
     without_file = []
     for source in wanted_sources:
-        if source == "TREx":
-            entries = [(code, meta["template"], meta["label"]) for code, meta in trex.items()]
-        elif source == "Google_RE":
-            entries = [(code, template, code.replace("_", " ")) for code, template in GOOGLE_RE_TEMPLATES.items()]
-        else:
-            entries = [("squad", None, "SQuAD cloze questions")]
-        for code, template, label in entries:
+        for code, template, label in entries[source]:
             if relation_file(folder, source, code).is_file():
                 plan.append((source, code, template, label))
             else:

@@ -54,16 +54,14 @@ def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iter
     """Yield (line number, fields) for a tab-separated file, checking the column count; a first
     line made only of column names (``HEADER_WORDS``) is refused: these files have no header."""
     min_columns = n_columns if min_columns is None else min_columns
-    first = True
-    for number, text in read_lines(path):
+    for index, (number, text) in enumerate(read_lines(path)):
         fields = text.split("\t")
         if not min_columns <= len(fields) <= n_columns:
             expected = n_columns if min_columns == n_columns else f"{min_columns}-{n_columns}"
             raise KGFormatError(path, number, f"expected {expected} tab-separated columns, found {len(fields)}")
-        if first and all(field.strip().lower() in HEADER_WORDS for field in fields):
+        if index == 0 and all(field.strip().lower() in HEADER_WORDS for field in fields):
             raise KGFormatError(path, number, f"looks like a header line ({', '.join(fields)}); the file has no header: "
                                               "delete the line")
-        first = False
         yield number, fields
 
 

@@ -48,9 +48,7 @@ def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
         return load_wn18rr(ensure_dataset("wn18rr", data_dir))
     folder = Path(kg).expanduser()
     if folder.is_dir():
-        if (folder / "entity2text.txt").exists():
-            return load_wn18rr(folder)
-        return load_textual_kg(folder)
+        return load_wn18rr(folder) if (folder / "entity2text.txt").exists() else load_textual_kg(folder)
     raise KGNotFoundError(
         f"Unknown KG '{kg}': not a named KG (wn18rr) and not a folder. "
         "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README)."

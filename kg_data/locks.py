@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -29,10 +29,9 @@ def held_lock(path: Path, wait_message: str | None = None) -> Iterator[None]:
         lock.acquire(timeout=0)
     except Timeout:
         if wait_message:
-            try:
+            holder = ""
+            with suppress(OSError):
                 holder = path.read_text().strip()
-            except OSError:
-                holder = ""
             print(f"{wait_message} (pid {holder or '?'})", file=sys.stderr, flush=True)
         lock.acquire()
     try:

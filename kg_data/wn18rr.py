@@ -26,20 +26,17 @@ def _entities(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
         yield path, line, entity_id, name, description
 
 
-def _relations(folder: Path, relation_ids: list[str]) -> Iterator[tuple[Path, int, str, str]]:
-    """Relation names derived from the ids ("_has_part" -> "has part"), as relation2text.txt has them."""
+def _relations(folder: Path) -> list[tuple[Path, int, str, str]]:
+    """Relations in first-seen order over the split files (relations.txt is optional), named from the
+    ids ("_has_part" -> "has part") as relation2text.txt has them."""
     path = folder / "relations.txt"
-    for line, relation_id in enumerate(relation_ids, start=1):
-        yield path, line, relation_id, relation_display_name(relation_id)
-
-
-def _relation_ids(folder: Path) -> list[str]:
-    """Relations in first-seen order over the split files (relations.txt is optional)."""
-    listed = folder / "relations.txt"
-    if listed.exists():
-        return [fields[0] for _, fields in read_tsv(listed, 1)]
-    rows = (fields for file_name in SPLIT_FILES.values() for _, fields in read_tsv(folder / file_name, 3))
-    return list(dict.fromkeys(relation.strip() for _, relation, _ in rows))
+    if path.exists():
+        relation_ids = [fields[0] for _, fields in read_tsv(path, 1)]
+    else:
+        rows = (fields for file_name in SPLIT_FILES.values() for _, fields in read_tsv(folder / file_name, 3))
+        relation_ids = list(dict.fromkeys(relation.strip() for _, relation, _ in rows))
+    return [(path, line, relation_id, relation_display_name(relation_id))
+            for line, relation_id in enumerate(relation_ids, start=1)]
 
 
 def load_wn18rr(folder: Path) -> TextualKG:
@@ -49,6 +46,6 @@ def load_wn18rr(folder: Path) -> TextualKG:
         if not (folder / file_name).exists():
             raise KGFormatError(folder / file_name, None, "missing WN18RR file")
     paths = {split: folder / file_name for split, file_name in SPLIT_FILES.items()}
-    return build_kg("wn18rr", _entities(folder / "entity2text.txt"), _relations(folder, _relation_ids(folder)),
+    return build_kg("wn18rr", _entities(folder / "entity2text.txt"), _relations(folder),
                     {split: read_rows(path, "head", "relation", "tail") for split, path in paths.items()},
                     source=str(folder), split_files={split: str(path) for split, path in paths.items()})

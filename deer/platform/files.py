@@ -4,6 +4,7 @@ folder is done by one process at a time."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import io
 import json
@@ -23,12 +24,10 @@ from kg_data.locks import held_lock
 def _process_umask() -> int:
     """The process umask, read once: from /proc where Linux shows it, else by the set-and-restore
     that is the only portable way (done here, at import, never per write: it races other threads)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -74,14 +73,9 @@ VERSIONED_PACKAGES = ("deer-probe-toolkit", "torch", "transformers", "faiss-cpu"
 
 def json_default(value):
     """JSON for numpy scalars and arrays and paths (``json.dumps(..., default=json_default)``)."""
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
+    for kind, convert in ((np.integer, int), (np.floating, float), (np.ndarray, np.ndarray.tolist), (Path, str)):
+        if isinstance(value, kind):
+            return convert(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
@@ -104,19 +98,16 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def default_table_suffix() -> str:
-    try:
+    with contextlib.suppress(ImportError):
         import pyarrow  # noqa: F401
 
         return ".parquet"
-    except ImportError:
-        return ".csv"
+    return ".csv"
 
 
 def package_versions() -> dict:
     versions = {"python": platform.python_version()}
     for package in VERSIONED_PACKAGES:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return versions

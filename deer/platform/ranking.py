@@ -104,11 +104,9 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
     head_scores = scores[rows, heads.clamp(min=0)]
     above = (has_head & torch.isfinite(head_scores) & (head_scores > scores[rows, gold])).cpu().numpy()
 
-    cleaned = scores
-    if not all_valid:
-        cleaned = torch.where(valid, scores, torch.tensor(float("-inf"), device=device, dtype=scores.dtype))
+    # invalid scores last; a copy wherever one is changed (never the caller's scores)
+    cleaned = scores if all_valid and not len(out) else scores.masked_fill(~valid, float("-inf"))
     if len(out):
-        cleaned = cleaned.clone() if cleaned is scores else cleaned  # never write into the caller's scores
         cleaned[out, excluded[out]] = float("-inf")
     width = min(k, n_candidates - bool(len(out)))  # every row has this many competitors
     return ranks, _top_k(cleaned, width, excluded), above
@@ -167,14 +165,10 @@ def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, 
     entities = torch.nn.functional.normalize(torch.as_tensor(np.asarray(entity_vectors, dtype=np.float32), device=device), dim=1)
     query_tensor = torch.as_tensor(np.asarray(query_vectors, dtype=np.float32))
     rows = _chunk_rows(len(entities), chunk_size)
-
-    def chunks():
-        for start in range(0, len(query_tensor), rows):
-            part = slice(start, min(start + rows, len(query_tensor)))
-            yield part, torch.nn.functional.normalize(query_tensor[part].to(device), dim=1) @ entities.T
-
+    chunks = ((slice(s, s + rows), torch.nn.functional.normalize(query_tensor[s:s + rows].to(device), dim=1) @ entities.T)
+              for s in range(0, len(query_tensor), rows))
     with torch.inference_mode():
-        return _ranked_chunks(chunks(), queries, k, len(entities))
+        return _ranked_chunks(chunks, queries, k, len(entities))
 
 
 def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray],

@@ -328,10 +328,9 @@ def _save_kg_result(result: ProbeResult, folder: Path) -> None:
     # Everything (spec check included) read under the lock, so two probes saving at once both end up in it.
     with folder_lock(folder):
         check_folder_spec(folder, result.spec)
-        table = _base_table(folder, result.table)
+        table = _with_probe_columns(_base_table(folder, result.table), result)
         if not (folder / RUN_SPEC_FILE).exists():
             result.spec.write(folder)
-        table = _with_probe_columns(table, result)
         for old in folder.glob(f"{RANKS_TABLE}.*"):
             if old.suffix != default_table_suffix():
                 old.unlink()

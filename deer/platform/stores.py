@@ -40,11 +40,10 @@ class EmbeddingStore:
         self.folder = Path(root) / kind / key_digest(self.key)
         self.folder.mkdir(parents=True, exist_ok=True)
         key_file = self.folder / "key.json"
-        if key_file.exists():
-            if json.loads(key_file.read_text()) != json.loads(json.dumps(self.key)):
-                raise CacheKeyMismatch(f"{key_file} holds a different key; refusing to reuse {self.folder}")
-        else:
+        if not key_file.exists():
             atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
+        elif json.loads(key_file.read_text()) != json.loads(json.dumps(self.key)):
+            raise CacheKeyMismatch(f"{key_file} holds a different key; refusing to reuse {self.folder}")
         self._vectors: dict[str, np.ndarray] = {}
         self._parts_seen: set[str] = set()
         self.refresh()

@@ -59,12 +59,6 @@ def candidate_prompts(candidates) -> list[str]:
     return [candidate_prompt(label, description) for label, description in zip(candidates.labels, descriptions, strict=True)]
 
 
-def _shared_order(seed: int, n_train: int) -> np.ndarray:
-    order = np.random.default_rng([seed]).permutation(n_train)
-    order.flags.writeable = False
-    return order
-
-
 @dataclasses.dataclass(frozen=True)
 class PromptTemplates:
     """How query and tail prompts are built; recorded in every run's metadata.  ``shots`` ("per-query" or
@@ -108,7 +102,7 @@ class PromptTemplates:
         n_excluded = len(train) - int(eligible.sum())
         k = min(self.k_shot, len(train) - n_excluded)
         if self.shots == "shared":
-            candidates = _shared_order(int(self.seed), len(train))[: k + n_excluded]
+            candidates = np.random.default_rng([int(self.seed)]).permutation(len(train))[: k + n_excluded]
             rows = candidates[eligible[candidates]][:k]
         else:
             rng = np.random.default_rng([int(self.seed), head, relation])
@@ -135,13 +129,12 @@ class PromptTemplates:
         """Text whose last-token state is the DEER query embedding (the style's exact text)."""
         head, relation, _ = triple
         examples = self.examples_text(kg, triple)
-        if self.style == "authors":
-            line = AUTHORS_QUERY_LINES.format(head=kg.entity_names[head], head_description=kg.entity_descriptions[head],
-                                              relation=kg.relation_names[relation])
-        else:
-            line = QUERY_LINE.format(head=kg.entity_names[head], relation=kg.relation_names[relation])
-            line += " " if self.query_trailing_space else ""
+        line = self._query_line().format(head=kg.entity_names[head], head_description=kg.entity_descriptions[head],
+                                         relation=kg.relation_names[relation])
         return f"{examples}\n{line}" if examples else line
+
+    def _query_line(self) -> str:
+        return AUTHORS_QUERY_LINES if self.style == "authors" else QUERY_LINE + (" " if self.query_trailing_space else "")
 
     def query_context(self, kg: TextualKG, triple: tuple[int, int, int]) -> str:
         """What BEAR and LAMA condition on: the query prompt ending at the comma (+ ``continuation(t)``: the statement)."""
@@ -170,12 +163,10 @@ class PromptTemplates:
         return TAIL_TEMPLATE.format(name=kg.entity_names[entity], description=kg.entity_descriptions[entity])
 
     def to_metadata(self) -> dict:
-        trailing = " " if self.query_trailing_space else ""
-        query_line = AUTHORS_QUERY_LINES if self.style == "authors" else QUERY_LINE + trailing
         return {
             **dataclasses.asdict(self),
             "example_line": EXAMPLE_LINE,
-            "query_line": query_line,
+            "query_line": self._query_line(),
             "query_layout": "example lines joined by '\\n', then '\\n' + query_line (no examples: query_line alone)",
             "shot_sampling": SHOT_SAMPLING,
             "continuation": CONTINUATION,

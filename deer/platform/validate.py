@@ -64,10 +64,9 @@ def check_device(device: str) -> None:
             raise OptionError("device", device, f"CUDA is not available here ({build}); use --device auto or cpu")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise OptionError("device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
-    elif parsed.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise OptionError("device", device, "MPS is not available here; use --device auto or cpu")
-    elif parsed.type != "cpu":
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise OptionError("device", device, "MPS is not available here; use --device auto or cpu")
+    elif parsed.type not in ("cpu", "mps"):
         raise OptionError("device", device, "only cpu, cuda and mps devices are supported")
 
 

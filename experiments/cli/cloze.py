@@ -14,13 +14,9 @@ from experiments.cli.options import backend_option, data_dir_option, friendly_er
 
 def is_benchmark(kg: str) -> bool:
     """True for a cloze benchmark (LAMA, BEAR) rather than a KG: a name, or a folder in their layout."""
-    from experiments.benchmarks import benchmark_kind
+    from kg_data.load import dataset_kind
 
-    try:
-        benchmark_kind(kg)
-    except ValueError:
-        return False
-    return True
+    return dataset_kind(kg) != "kg"
 
 
 def comma_list(text: str | None) -> list[str] | None:

@@ -19,6 +19,7 @@ from experiments.cli.options import (
     friendly_errors,
     kg_options,
     kg_run_options,
+    loading_of,
     model_options,
     out_option,
     stacked,
@@ -52,9 +53,9 @@ def results_out(default: str):
     return out_option("Folder for the tables, figures and JSON.", default=default)
 
 
-def _collect_runs(given: dict, probes, ray_address=None):
+def _collect_runs(given: dict, probes, ray_address=None, single_token=False):
     """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
-    model; "" a local Ray); returns (runs, settings)."""
+    model; "" a local Ray; ``single_token``: LAMA's single-token protocol); returns (runs, settings)."""
     from experiments.runs import label_runs_apart, load_run, probe_series
 
     if given["run_dirs"]:
@@ -63,33 +64,46 @@ def _collect_runs(given: dict, probes, ray_address=None):
         runs = [load_run(Path(d)) for d in given["run_dirs"]]
         label_runs_apart(runs)  # two checkpoint-10 of two training runs, or one model's runs in two folders, stay apart
         return runs, {"source": "run folders", "runs": list(given["run_dirs"])}
-    names, queries, templates = _prepare(given)
-    click.echo(f"probes {', '.join(probes)}")
+    names = list(given["model_names"] or (DEFAULT_MODEL,))
+    queries, templates = prepare_queries(*(given[key] for key in QUERY_OPTIONS), model_names=names, dtype=given["dtype"],
+                                         device=given["device"], out_dir=given["runs_dir"], out_name="runs_dir",
+                                         token_budget=given["token_budget"])
+    click.echo(f"probes {', '.join(probes)}" + (", single-token names only" if single_token else ""))
     options = {"dtype": given["dtype"], "device": given["device"], "token_budget": given["token_budget"],
                "use_cache": not given["no_cache"], "runs_dir": Path(given["runs_dir"])}
-    if ray_address is not None:
+    more = {}
+    if single_token:
+        runs, more = _single_token_runs(queries, names, probes, templates, options)
+    elif ray_address is not None:
         from experiments.ray_runs import run_probes_on_ray
 
         runs = run_probes_on_ray(queries, names, probes, templates, address=ray_address or None, **options)
     else:
         runs = probe_series(queries, names, probes, templates, log=click.echo, **options)  # identical weights probed once
     label_runs_apart(runs, names)  # two checkpoint-10 of two training runs stay apart
-    return runs, _settings(given, queries, templates, names, probes, runs)
+    return runs, {"source": "probes run now", "kg": queries.kg.name, "split": given["split"], "subset": given["subset"],
+                  "seed": given["seed"], "models": names, "probes": list(probes), "templates": templates.to_metadata(),
+                  "runs": [str(r.folder) for r in runs], **more}
 
 
-def _prepare(given: dict):
-    """(model names, queries, templates) of the probes run now: --model, or the default model."""
-    names = list(given["model_names"] or (DEFAULT_MODEL,))
-    queries, templates = prepare_queries(*(given[key] for key in QUERY_OPTIONS), model_names=names, dtype=given["dtype"],
-                                         device=given["device"], out_dir=given["runs_dir"], out_name="runs_dir",
-                                         token_budget=given["token_budget"])
-    return names, queries, templates
+def _single_token_runs(queries, names, probes, templates, options: dict):
+    """``run_probes`` per model on LAMA's single-token protocol: per model (its tokenizer decides), only
+    single-token candidates and the queries whose gold tail is one; LAMA is told.  (runs, settings to add)."""
+    from deer.platform.models import open_model
+    from experiments.reference import single_token_queries
+    from experiments.runs import run_probes
 
-
-def _settings(given: dict, queries, templates, names, probes, runs, **more) -> dict:
-    return {"source": "probes run now", "kg": queries.kg.name, "split": given["split"], "subset": given["subset"],
-            "seed": given["seed"], "models": names, "probes": list(probes), "templates": templates.to_metadata(),
-            "runs": [str(r.folder) for r in runs], **more}
+    runs, sizes = [], {}
+    for model_name in names:
+        # opened once: its tokenizer decides, then it runs
+        loaded = open_model(model_name, dtype=options["dtype"], device=options["device"])
+        restricted = single_token_queries(queries, loaded.tokenizer)
+        click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
+        sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
+        runs.append(run_probes(restricted, loaded, probes, None, templates, log=click.echo,
+                               probe_options={"lama": {"single_token": True}}, **options))
+    return runs, {"single_token_sizes": sizes, "queries_before_restriction": len(queries),
+                  "candidates_before_restriction": int(len(queries.candidates))}
 
 
 def _parse_probes(text: str) -> list[str]:
@@ -161,29 +175,6 @@ def token_bias_command(rank_type, probes, out_dir, **given):
     echo_results(result)
 
 
-def _single_token_runs(given: dict, probes):
-    """As ``_collect_runs`` with models, on LAMA's single-token protocol: per model (its tokenizer
-    decides), only single-token candidates and the queries whose gold tail is one; LAMA is told."""
-    from deer.platform.models import open_model
-    from experiments.reference import single_token_queries
-    from experiments.runs import label_runs_apart, run_probes
-
-    names, queries, templates = _prepare(given)
-    click.echo(f"probes {', '.join(probes)}, single-token names only")
-    runs, sizes = [], {}
-    for model_name in names:
-        loaded = open_model(model_name, dtype=given["dtype"], device=given["device"])  # once: its tokenizer decides, then it runs
-        restricted = single_token_queries(queries, loaded.tokenizer)
-        click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
-        sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
-        runs.append(run_probes(restricted, loaded, probes, None, templates, dtype=given["dtype"], device=given["device"],
-                               token_budget=given["token_budget"], use_cache=not given["no_cache"], log=click.echo,
-                               runs_dir=Path(given["runs_dir"]), probe_options={"lama": {"single_token": True}}))
-    label_runs_apart(runs, names)
-    return runs, _settings(given, queries, templates, names, probes, runs, single_token_sizes=sizes,
-                           queries_before_restriction=len(queries), candidates_before_restriction=int(len(queries.candidates)))
-
-
 @experiment.command("agreement")
 @kg_run_options(multiple_models=True, exclude_head=False)
 @run_source_options
@@ -206,12 +197,12 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
     and, with several --model, orderings.md (the models ordered by each probe).
     """
     from experiments.agreement import lama_protocol, run_agreement
+    from experiments.stats import caveat_lines
 
     probe_list = _parse_probes(probes)
     if not given["run_dirs"] and is_benchmark(given["kg"]):  # LAMA / BEAR data set: per-fact agreement per model, and orderings
         return run_benchmark_of(given, given["model_names"], probe_list, out_dir, bootstrap=bootstrap)
-    collect = _single_token_runs if single_token and not given["run_dirs"] else _collect_runs
-    runs, settings = collect(given, probe_list)
+    runs, settings = _collect_runs(given, probe_list, single_token=single_token)
     if single_token:
         other = [str(run.folder) for run in runs if lama_protocol(run) != "single-token"]
         if other:
@@ -227,8 +218,6 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
         ("p (log)", ">10.2g", "pearson_p_log"),
         ("95% CI (log)", ">18", lambda row: f"[{_fmt(row['pearson_r_log_ci_low'], 2)}, {_fmt(row['pearson_r_log_ci_high'], 2)}]"),
         ("  LAMA protocol", "", lambda row: f"  {row['lama_protocol'] or '-'}"))))
-    from experiments.stats import caveat_lines
-
     for line in caveat_lines(result["pairs"], "model", "pair"):
         click.echo(line)
     hits = [(f"Hit@{k}", ">14", lambda row, k=k: f"{_fmt(row[f'hit@{k}'])}±{_fmt(row[f'hit@{k}_se'])}") for k in (1, 10, 100)]
@@ -270,7 +259,6 @@ def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use
     series = named_checkpoints(given["model_names"]) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
     if base_model:  # the series' step 0 (its --model-arg / --adapter as every --model's)
         from experiments.checkpoints import Checkpoint
-        from experiments.cli.options import loading_of
         from experiments.runs import model_label
 
         series.insert(0, Checkpoint(model_label(base_model), loading_of(click.get_current_context(), base_model), 0))

@@ -173,16 +173,11 @@ def model_options(multiple: bool = False):
     )
 
 
-def data_dir_option(command):
-    return click.option(
-        "--data-dir", type=click.Path(file_okay=False), default=None,
-        help="Folder holding the data sets (wn18rr/, bear/, ...); default: $DEER_DATA_DIR, ../shared/data, $DEER_CACHE_DIR/data (~/.cache/deer/data).",
-    )(command)
-
-
-def seed_option(command):
-    return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-                        help="Seed for the subset and the few-shot examples.")(command)
+data_dir_option = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                               help="Folder holding the data sets (wn18rr/, bear/, ...); default: $DEER_DATA_DIR, "
+                                    "../shared/data, $DEER_CACHE_DIR/data (~/.cache/deer/data).")
+seed_option = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                           help="Seed for the subset and the few-shot examples.")
 
 
 def kg_options(subset: bool = True):

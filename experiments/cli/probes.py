@@ -221,9 +221,8 @@ def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
     results = [bear_ref.lama(queries, loaded, templates=templates, single_token=single_token, token_budget=token_budget,
                              backend=backend, out=out)]
     if with_deer:
-        lama_result = results[0]
-        results.append(deer.probe(lama_result.queries, loaded, templates=templates, token_budget=token_budget, backend=backend,
-                                  cache=not no_cache, out=out, query_embeddings=lama_result.arrays["query_embeddings"]))
+        results.append(deer.probe(results[0].queries, loaded, templates=templates, token_budget=token_budget, backend=backend,
+                                  cache=not no_cache, out=out, query_embeddings=results[0].arrays["query_embeddings"]))
     print_metrics_table(results)
     click.echo(f"\ntotal {time.perf_counter() - started:.1f}s\nresults: {out}")
 
