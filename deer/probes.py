@@ -1,8 +1,9 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
-A probe names the texts it feeds the model (for the length guard) and turns a model into scores
-for a KG's queries (``score``) and, with ``score_benchmark``, for a cloze benchmark; it never ranks,
-saves or caches (the runner, ``deer.runner``, does).  An array it returns in ``arrays`` under another
+A probe names the texts it feeds the model (for the length guard) and scores the one task shape,
+queries over named candidate sets (``score_benchmark``: a cloze benchmark, or a KG's queries as
+``deer.platform.templates.kg_benchmark_task`` gives them); ``score`` is an optional KG fast path.  It
+never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
 probe's option name is handed to that probe (LAMA's pass gives DEER its ``query_embeddings``).
 Probes register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
 
@@ -67,10 +68,11 @@ class Probe(Protocol):
     summary: str  # one line for --help and listings
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
-    # Optional: ``score_benchmark(request)`` (it scores a cloze benchmark: ``request.queries`` is a
-    # ClozeTask) and ``causal_lm_only`` (default False: True refuses a masked LM before any work).
+    # Optional: ``score(request)``, a KG fast path (``request.queries`` is a QuerySet: a score matrix or
+    # vectors; without it a KG's queries come as ``kg_benchmark_task``), and ``causal_lm_only`` (default
+    # False: True refuses a masked LM before any work).
 
-    def score(self, request: ProbeRequest) -> ProbeScores: ...
+    def score_benchmark(self, request: ProbeRequest) -> ProbeScores: ...  # request.queries: a ClozeTask
 
 
 _REGISTERED: dict[str, Callable[[], Probe]] = {}
@@ -105,12 +107,24 @@ def get_probe(name: str) -> Probe:
     probe = _REGISTERED[name]()
     if probe.name != name:
         raise ValueError(f"probe registered as '{name}' calls itself '{probe.name}'")
+    if not callable(getattr(probe, "score_benchmark", None)):
+        raise ValueError(f"probe '{name}' has no score_benchmark(request): every probe scores the general task shape")
     return probe
 
 
-def scores_benchmarks(probe: Probe) -> bool:
-    """Whether ``probe`` scores a cloze benchmark (it has ``score_benchmark``)."""
-    return callable(getattr(probe, "score_benchmark", None))
+def score_kg(probe: Probe, request: ProbeRequest) -> ProbeScores:
+    """A KG's queries scored by ``probe``: its fast path, or as the general task shape
+    (``kg_benchmark_task``) with its rows stacked into the score matrix the runner ranks with the
+    known-true filters (a query left unscored gets NaN: the worst rank)."""
+    if callable(getattr(probe, "score", None)):  # the probe's own KG fast path
+        return probe.score(request)
+    from deer.platform.templates import kg_benchmark_task
+
+    queries = request.queries
+    scored = probe.score_benchmark(dataclasses.replace(request, queries=kg_benchmark_task(queries, request.templates)))
+    unscored = np.full(len(queries.candidates), np.nan)
+    matrix = np.stack([np.asarray(scored.scores.get(i, unscored), dtype=np.float64) for i in range(len(queries))])
+    return dataclasses.replace(scored, scores=matrix, columns={})
 
 
 def check_model_kind(probe: Probe, loaded) -> None:

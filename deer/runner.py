@@ -1,7 +1,7 @@
 """The runner: probes, a task, a model and the options -> a result, the same way for every probe.
 
     check inputs -> read the data -> load the model -> length guard (the probes' texts)
-    -> probe.score -> rank (``deer.platform.ranking``) -> metrics -> save
+    -> the probe scores -> rank (``deer.platform.ranking``) -> metrics -> save
 
 Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here.  A KG's
 queries go through ``run_probe`` (one probe, filtered ranks, a ``ProbeResult``; ``deer.probe``,
@@ -36,7 +36,7 @@ from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metada
 from deer.platform.run_spec import model_identity
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError
-from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, scores_benchmarks
+from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, score_kg
 from kg_data.cloze import ClozeTask
 
 BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when none are named
@@ -126,7 +126,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     stores = store_root(resolve_cache(cache, run.loaded) and backend == DEFAULT_BACKEND, cache_dir)
     request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with evaluation_mode(run.loaded.model):
-        scored = probe.score(request)
+        scored = score_kg(probe, request)
     scored.metadata["backend"] = backend
     result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates)
     result = run.finish(result)
@@ -160,20 +160,12 @@ def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResul
                      arrays=scored.arrays, head_above_gold=ranking.head_above_gold)
 
 
-def benchmark_probe_names() -> list[str]:
-    """The registered probes that score a cloze benchmark."""
-    return [name for name in probe_names() if scores_benchmarks(get_probe(name))]
-
-
 def benchmark_probes(names: Sequence[str]) -> list[Probe]:
-    """The probes named (in that order, once each); an unknown one, or one that does not score a
-    benchmark, is a ValueError naming those that do."""
-    names = list(dict.fromkeys(names))
-    known = benchmark_probe_names()
+    """The probes named (in that order, once each); an unknown name is a ValueError naming the registered ones."""
+    names, known = list(dict.fromkeys(names)), probe_names()
     unknown = [name for name in names if name not in known]
     if unknown or not names:
-        raise ValueError(f"probes must be some of {', '.join(known)} (the registered probes that score a benchmark); "
-                         f"got {', '.join(unknown) or 'none'}")
+        raise ValueError(f"probes must be some of {', '.join(known)}; got {', '.join(unknown) or 'none'}")
     return [get_probe(name) for name in names]
 
 

@@ -1,8 +1,10 @@
 """A toy third probe, as another package would write it: "the shortest name first".
 
 It ranks every query's candidates by the length of their names (shorter = better), the same
-for every query, reading no model at all: a baseline any probe should beat.  It scores both task
-shapes: a KG's queries and a cloze benchmark's (LAMA, the BEAR data set: ``deer cloze --probes``).  It is registered
+for every query, reading no model at all: a baseline any probe should beat.  It scores the general
+task shape only (``score_benchmark``: each query over its candidate set), so it runs on a cloze
+benchmark (LAMA, the BEAR data set: ``deer cloze --probes``) and on a KG, whose queries the runner
+hands it in that shape (``deer.platform.templates.kg_benchmark_task``).  It is registered
 in tests/test_third_probe.py with ``deer.probes.register_probe`` (a package would declare the
 ``deer.probes`` entry point instead) and runs through the API, the CLI, the run folder,
 ``join_results`` and ``deer experiment agreement`` with no edit anywhere else.
@@ -20,11 +22,6 @@ class ShortestNameProbe:
     summary = "a baseline: shorter candidate names rank higher, whatever the query"
     options = {"by": "characters"}  # or "words"
     text_kind = None  # feeds the model nothing: no length guard needed
-
-    def score(self, request: ProbeRequest) -> ProbeScores:  # a KG's queries: one candidate set
-        queries = request.queries
-        scores = self.minus_lengths(request, [queries.kg.entity_names[e] for e in queries.candidates])
-        return ProbeScores(scores=np.broadcast_to(scores, (len(queries), len(scores))).copy(), metadata=self.rule(request))
 
     def score_benchmark(self, request: ProbeRequest) -> ProbeScores:  # each query over its own candidate set
         task = request.queries

@@ -23,6 +23,7 @@ from deer.platform.files import read_table
 from deer.platform.metrics import rank_metrics
 from deer.platform.result import find_ranks_table, tail_token_lengths
 from deer.platform.run_spec import RunSpec
+from deer.platform.templates import KG_CANDIDATE_SET
 from deer.probes import ProbeScores
 from experiments.cli import main
 from experiments.report import markdown_table
@@ -106,18 +107,17 @@ class StandInProbe:
     def __init__(self, name: str):
         self.name = self.summary = name
 
-    def score(self, request):
-        queries, loaded = request.queries, request.loaded
-        kg = queries.kg
-        names = [kg.entity_names[e] for e in queries.candidates]
+    def score_benchmark(self, request):  # a KG's queries come as one candidate set (``kg_benchmark_task``)
+        task, loaded = request.queries, request.loaded
+        names = list(task.candidate_sets[KG_CANDIDATE_SET].labels)
         lengths = tail_token_lengths(loaded.tokenizer, names).astype(np.float64)
         # Ties broken per model, so two models get (slightly) different ranks.
-        jitter = np.random.default_rng(int(loaded.fingerprint[:8], 16)).uniform(0, 0.1, size=(len(queries), len(names)))
+        jitter = np.random.default_rng(int(loaded.fingerprint[:8], 16)).uniform(0, 0.1, size=(len(task.queries), len(names)))
         if self.name == "bear":
             scores = -lengths[None, :] + jitter
         else:
             scores = -np.arange(len(names), dtype=np.float64)[None, :] + jitter
-        return ProbeScores(scores=scores, metadata={"stand_in": True})
+        return ProbeScores(scores=dict(enumerate(scores)), metadata={"stand_in": True})
 
 
 @pytest.fixture()

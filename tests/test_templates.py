@@ -53,7 +53,7 @@ def test_authors_style_text(tiny_kg_dir):
     assert templates.query_prompt(kg, oak) == examples + "\noak - a deciduous tree of the genus Quercus\n(oak, hypernym, "
     # The likelihood probes' context ends at the comma; the continuation carries the space.
     assert templates.query_context(kg, berlin) == examples + "\nberlin - the capital of Germany\n(berlin, capital of,"
-    assert not templates.query_prompt_is_context and PromptTemplates().query_prompt_is_context
+    assert templates.query_trailing_space and not PromptTemplates().query_trailing_space
     # No examples: the definition line opens the prompt (no leading newline).
     assert PromptTemplates(k_shot=0, style="authors").query_prompt(kg, berlin) == "berlin - the capital of Germany\n(berlin, capital of, "
 
@@ -114,9 +114,8 @@ def test_style_is_in_metadata_and_fingerprint():
     assert same_settings.fingerprint() != authors.fingerprint()
     assert len({paper.fingerprint(), authors.fingerprint(), same_settings.fingerprint()}) == 3
     assert PromptTemplates(seed=0).fingerprint() == PromptTemplates(seed=0, shots="per-query", query_trailing_space=False).fingerprint()
-    # One tail text, tokenised as the style says: the entity cache keys differ with the tokenisation.
-    assert paper.tail_template_key() == same_settings.tail_template_key() != authors.tail_template_key()
-    assert (paper.prompt_special_tokens, authors.prompt_special_tokens) == ("bos", "tokenizer")
+    # One tail text, tokenised as the style says (the prompt store is keyed by the tokenisation too).
+    assert (paper.prompt_special_tokens, same_settings.prompt_special_tokens, authors.prompt_special_tokens) == ("bos", "bos", "tokenizer")
 
 
 def test_style_settings_are_checked():

@@ -21,6 +21,8 @@ from collections import Counter
 
 import numpy as np
 
+from kg_data.bear import ANSWER, SUBJECT
+from kg_data.cloze import CandidateSet, ClozeQuery, ClozeTask
 from kg_data.kg import TextualKG
 
 EXAMPLE_LINE = "({head}, {relation}, {tail})"
@@ -147,11 +149,6 @@ class PromptTemplates:
         tokens), the paper style follows the project's BOS policy."""
         return "tokenizer" if self.style == "authors" else "bos"
 
-    @property
-    def query_prompt_is_context(self) -> bool:
-        """True when the DEER query prompt is the likelihood probes' context (one shared pass)."""
-        return not self.query_trailing_space
-
     @staticmethod
     def continuation(kg: TextualKG, tail: int) -> str:
         """What BEAR scores after the query context: " t_name)"."""
@@ -174,10 +171,6 @@ class PromptTemplates:
             "prompt_special_tokens": self.prompt_special_tokens,
         }
 
-    def tail_template_key(self) -> str:
-        """Identifies the tail prompts' text and tokenisation, for the entity-embedding cache key."""
-        return hashlib.sha256(f"{TAIL_TEMPLATE}|{self.prompt_special_tokens}".encode()).hexdigest()[:12]
-
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_metadata(), sort_keys=True).encode()).hexdigest()[:12]
 
@@ -185,3 +178,25 @@ class PromptTemplates:
 def query_prompts(queries, templates: PromptTemplates) -> list[str]:
     """DEER query texts, one per query of a QuerySet (few-shot examples + open query line)."""
     return [templates.query_prompt(queries.kg, tuple(triple)) for triple in queries.triples.tolist()]
+
+
+KG_CANDIDATE_SET = "entities"  # the one candidate set of a KG's queries seen as a benchmark task
+
+
+def kg_benchmark_task(queries, templates: PromptTemplates) -> ClozeTask:
+    """A KG's queries as the general task shape (``ClozeTask``): every query over the one candidate set,
+    with the template ``query_context + " [Y])"`` (``kg_data.cloze.statement`` then gives BEAR's statement,
+    first character capitalised).  A text holding [X] or [Y] is refused: it would be read as a slot."""
+    kg = queries.kg
+    candidates = CandidateSet(tuple(kg.entity_names[e] for e in queries.candidates),
+                              tuple(kg.entity_descriptions[e] for e in queries.candidates))
+    found = []
+    for i, ((head, relation, tail), fact) in enumerate(zip(queries.triples.tolist(), queries.item_ids(), strict=True)):
+        context = templates.query_context(kg, (head, relation, tail))
+        if SUBJECT in context or ANSWER in context:
+            raise ValueError(f"query {fact!r}: its text holds {SUBJECT} or {ANSWER}, which a benchmark task reads "
+                             "as a slot; this probe needs a KG without them")
+        found.append(ClozeQuery(kg.name, kg.relation_names[relation], fact, i, "template", 0,
+                                context + CONTINUATION.format(tail=ANSWER), kg.entity_names[head], kg.entity_names[tail],
+                                KG_CANDIDATE_SET, int(queries.gold[i]), "next-token"))
+    return ClozeTask(kg.name, found, {KG_CANDIDATE_SET: candidates}, {"from_kg": kg.name, "split": queries.split})

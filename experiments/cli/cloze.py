@@ -98,9 +98,9 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     Several --model: one folder per model and orderings.md (the models ordered by each probe).
     Python: experiments.benchmarks.probe_benchmark / compare_models.
     """
-    from deer.runner import benchmark_probe_names
+    from deer.probes import probe_names
 
-    probe_list, known = comma_list(probes), benchmark_probe_names()
+    probe_list, known = comma_list(probes), probe_names()
     unknown = [p for p in probe_list or [] if p not in known]
     if not probe_list or unknown:
         raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")

@@ -1,0 +1,77 @@
+"""One task shape for every probe: a KG's queries expressed as queries over a named candidate set
+(``deer.platform.templates.kg_benchmark_task``) give the text rules the same statements and prompts
+as the KG templates, and a probe scoring only that shape ranks a KG as its fast path does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deer.platform.models import as_loaded_model
+from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchmark_task
+from deer.probes import get_probe
+from deer.runner import run_probe
+from kg_data import load_kg
+from kg_data.cloze import deer_query_text, statement
+from kg_data.queries import build_queries
+
+
+class GeneralShapeOnly:
+    """A built-in probe with its KG fast path (``score``) hidden: the runner hands it the KG's queries
+    in the general shape."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.name, self.summary, self.options, self.text_kind = probe.name, probe.summary, probe.options, probe.text_kind
+
+    def score_benchmark(self, request):
+        return self.probe.score_benchmark(request)
+
+
+def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
+    queries = build_queries(load_kg(tiny_kg_dir), "train")
+    templates = PromptTemplates(k_shot=2)
+    task = kg_benchmark_task(queries, templates)
+    kg = queries.kg
+    assert [q.gold for q in task.queries] == queries.gold.tolist() and list(task.candidate_sets) == [KG_CANDIDATE_SET]
+    assert task.candidate_sets[KG_CANDIDATE_SET].labels == tuple(kg.entity_names[e] for e in queries.candidates)
+    for query, triple in zip(task.queries, queries.triples.tolist(), strict=True):
+        for position, entity in enumerate(queries.candidates):
+            label = task.candidate_sets[KG_CANDIDATE_SET].labels[position]
+            assert statement(query, label) == templates.query_context(kg, triple) + templates.continuation(kg, entity)
+        assert deer_query_text(query) == templates.query_prompt(kg, tuple(triple))
+
+
+def test_a_slot_marker_in_a_kg_text_is_refused_by_query(tiny_kg_dir):
+    kg = load_kg(tiny_kg_dir)
+    kg.entity_names[int(build_queries(kg, "train").triples[0, 0])] = "a [Y] name"
+    with pytest.raises(ValueError, match="its text holds .X. or .Y."):
+        kg_benchmark_task(build_queries(kg, "train"), PromptTemplates(k_shot=0))
+
+
+@pytest.mark.parametrize("name", ["bear", "deer"])
+def test_a_probe_scoring_only_the_general_shape_ranks_a_kg_as_its_fast_path(name, tiny_kg_dir, tiny_clm):
+    """BEAR (whole-statement log-likelihood) and DEER (cosine of PromptEOL vectors) read the same texts
+    either way, so every raw and filtered rank is equal (they spread from 1 to 10 of 12 here)."""
+    model, tokenizer = tiny_clm
+    queries = build_queries(load_kg(tiny_kg_dir), "train")
+    loaded = as_loaded_model(model, tokenizer)
+    fast = run_probe(name, queries, loaded, k_shot=2, show_progress=False)
+    general = run_probe(GeneralShapeOnly(get_probe(name)), queries, loaded, k_shot=2, show_progress=False)
+    for rank_type in ("raw", "filtered"):
+        np.testing.assert_array_equal(general.ranks(rank_type), fast.ranks(rank_type))
+    assert general.probe == fast.probe == name and len(set(fast.ranks("raw"))) > 3
+
+
+def test_a_probe_without_the_general_shape_is_refused_by_name(monkeypatch):
+    import deer.probes
+
+    class KgOnly:
+        name, summary, options, text_kind = "kg-only", "scores a KG's queries only", {}, None
+
+        def score(self, request):
+            raise AssertionError("never called")
+
+    monkeypatch.setitem(deer.probes._REGISTERED, "kg-only", KgOnly)
+    with pytest.raises(ValueError, match=r"probe 'kg-only' has no score_benchmark\(request\)"):
+        get_probe("kg-only")
