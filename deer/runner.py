@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import inspect
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +32,7 @@ from deer.platform.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is
 from deer.platform.ranking import rank_cosine, rank_scores
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
 from deer.platform.run_spec import model_identity
+from deer.platform.stores import key_digest
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError
 from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, score_kg
@@ -202,7 +201,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE}
     parts = None
     if out is not None and not plain:  # created with the first finished probe: a failed start leaves nothing behind
-        parts = Path(out) / "parts" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        parts = Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     stores = None if plain or store_root is None else Path(store_root)
     frames, handed, probe_metadata, timings, resumed = {}, {}, {}, {}, []
