@@ -34,8 +34,17 @@ from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer, build_rows
 from deer.platform.files import package_versions, write_json
 from deer.platform.models import open_model
+from deer.platform.tables import text_table
 from deer.platform.work import WorkCounter
 from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset, save_lm_pub_quiz_folder
+
+# The printed tables (deer.platform.tables.text_table): (title, format spec[, key[, text]]).
+WORK_COLUMNS = [("template form", "<16", "form"), ("templates", ">10"), ("statements", ">12"),
+                ("plain tokens", ">14", "plain_tokens"), ("trie tokens", ">13", "trie_tokens"),
+                ("reduction", ">11", "token_reduction", lambda v: f"{v:.2f}x")]
+TIMING_COLUMNS = [("method", "<32"), ("stmts", ">7", "statements"), ("seconds", ">9.1f"),
+                  ("stmt/s", ">9.1f", "statements_per_second"), ("tokens", ">9", "tokens_through_model"),
+                  ("full set (h)", ">14.1f", "full_dataset_hours")]
 
 
 def template_statements(dataset: BearDataset):
@@ -116,10 +125,7 @@ def main(model_name, dataset_name, relations, max_instances, count_relations, pl
     full = load_bear_dataset(dataset_name, relations=count_relations.split(",") if count_relations else None)
     work = count_work(full, tokenizer, token_budget)
     click.echo(f"Work over {full.n_statements} statements of {dataset_name} ({model_name} tokenizer, exact counts):")
-    click.echo(f"{'template form':<16}{'templates':>10}{'statements':>12}{'plain tokens':>14}{'trie tokens':>13}{'reduction':>11}")
-    for form, counts in work.items():
-        click.echo(f"{form:<16}{counts['templates']:>10}{counts['statements']:>12}{counts['plain_tokens']:>14}"
-                   f"{counts['trie_tokens']:>13}{counts['token_reduction']:>10.2f}x")
+    click.echo(text_table([{"form": form, **counts} for form, counts in work.items()], WORK_COLUMNS))
     result = {
         "benchmark": "bear-dataset",
         "model": loaded.metadata(),
@@ -182,10 +188,7 @@ def main(model_name, dataset_name, relations, max_instances, count_relations, pl
     write_json(Path(out_path), result)
     click.echo(f"\nTimed on {relations} x {max_instances} instances ({len(statements)} statements, "
                f"{torch.get_num_threads()} torch threads):")
-    click.echo(f"{'method':<32}{'stmts':>7}{'seconds':>9}{'stmt/s':>9}{'tokens':>9}{'full set (h)':>14}")
-    for row in rows:
-        click.echo(f"{row['method']:<32}{row['statements']:>7}{row['seconds']:>9.1f}{row['statements_per_second']:>9.1f}"
-                   f"{row['tokens_through_model']:>9}{row['full_dataset_hours']:>14.1f}")
+    click.echo(text_table(rows, TIMING_COLUMNS))
     click.echo(f"speed-up {result['speedup_statements_per_second']:.1f}x in statements/s; "
                f"max |plain - trie| on the sample {max_diff:.2e} nats")
     for row in rows[2:]:

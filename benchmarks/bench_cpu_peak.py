@@ -29,6 +29,7 @@ from bench_gpu import matmul_parameters, measured_peak  # run as a script: bench
 from deer.backends.encoder import PromptEOLEncoder
 from deer.platform.files import package_versions, write_json
 from deer.platform.models import open_model
+from deer.platform.tables import text_table
 from deer.platform.templates import PromptTemplates
 from kg_data import load_kg
 
@@ -80,10 +81,9 @@ def main(model_name, n_entities, rounds, peak_size, out_path):
     write_json(Path(out_path), report)
     click.echo(f"{model_name}, {n_entities} entity prompts, {rounds} rounds, {torch.get_num_threads()} threads, "
                f"load average at start {load_at_start:.2f}; compiling took {compile_seconds:.0f} s")
-    click.echo(f"{'variant':<12}{'GFLOP/s':>9}{'share of peak':>15}   rounds")
-    for row in rows:
-        click.echo(f"{row['variant']:<12}{row['gflops_median']:>9.1f}{row['share_of_peak']:>15.2f}   "
-                   + " ".join(f"{v:.1f}" for v in row["gflops"]))
+    columns = [("variant", "<12"), ("GFLOP/s", ">9.1f", "gflops_median"), ("share of peak", ">15.2f", "share_of_peak"),
+               ("   rounds", "", "gflops", lambda values: "   " + " ".join(f"{v:.1f}" for v in values))]
+    click.echo(text_table(rows, columns))
     click.echo(f"max |compiled - eager| = {difference:.2e}; JSON: {out_path}")
 
 
