@@ -17,6 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from experiments.cli import main
+from tests.refusals import assert_refused_before_loading
 
 TEST_LINE = "e6\tcapital_of\te7\n"
 
@@ -156,38 +157,13 @@ def test_there_are_at_least_30_cases():
     assert len(CASES) >= 30
 
 
-def _snapshot(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
-
-
 @pytest.mark.parametrize("name, build, expected", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_before_any_work(name, build, expected, tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
     if "CUDA is not available" in expected and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)  # the default output folder (runs/) would appear here
-    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("DEER_DEBUG", raising=False)
     model = _model_copy(tiny_clm_dir, tmp_path)
     args = build(str(tmp_path), str(tiny_kg_dir), str(model))
-    before = _snapshot(tmp_path)
-
-    loads = []
-    import deer.platform.models as models
-
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a) or pytest.fail("a model was loaded"))
-    result = CliRunner().invoke(main, args)
-
-    assert result.exit_code != 0, result.output
-    assert "Traceback" not in result.output
-    error_lines = [line for line in result.output.splitlines() if line.startswith("Error")]
-    assert len(error_lines) == 1, result.output
-    line = error_lines[0]
-    for part in expected:
-        assert part in line, f"{name}: {part!r} not in {line!r}"
-    assert not loads
-    assert _snapshot(tmp_path) == before, "something was written"
+    assert_refused_before_loading(args, expected, tmp_path, monkeypatch, name)
 
 
 def test_a_runaway_entity_name_is_refused_before_any_forward_pass(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
