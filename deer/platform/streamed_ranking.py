@@ -1,0 +1,188 @@
+"""Exact cosine ranks streamed over blocks of candidate vectors: no score matrix of all candidates.
+
+A query block meets one candidate block at a time (on any device).  Each query keeps counts of the
+candidates that score above its gold tail (raw and filtered), the candidates whose score lies within
+``TIE_BAND`` of the gold's (their exact scores, resolved once the gold's own score is known), its
+head's score and a running top k.  The gold's score is the one computed in its own block's matrix
+product, as in :func:`deer.platform.ranking.rank_chunk`, so ranks, ties and the top k equal that
+kernel's on the whole score matrix (``tests/test_streamed_ranking.py``, several block sizes).
+
+The band: before the gold's block is reached its score is known only approximately (a row-wise dot
+product, rounded differently from a matrix product by far less than the band), so a candidate is
+counted as higher at once only when it is clearly higher; near-ties wait for the exact score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+
+from deer.platform.ranking import GoldRanks, Ranking, _top_k
+
+TIE_BAND = 1e-4  # cosine units; float32 rounding of a 4,096-wide dot product stays well inside it
+
+
+@dataclasses.dataclass
+class _QueryBlockState:
+    """What one block of queries accumulates over the candidate blocks (tensors on the ranking device)."""
+
+    higher: torch.Tensor  # (B,) candidates clearly above the gold, gold and excluded never counted
+    higher_filtered: torch.Tensor  # (B,) of those, the known-true others (subtracted for filtered ranks)
+    gold_score: torch.Tensor  # (B,) the exact score, NaN until the gold's block
+    head_score: torch.Tensor  # (B,) NaN until the head's block (or no head)
+    band_rows: list  # near-ties: query row, score, whether the candidate is a filtered tail
+    band_scores: list
+    band_filtered: list
+    top_values: np.ndarray  # (B, <=k) best first
+    top_positions: np.ndarray
+
+
+def _filter_pairs(filter_tails, rows: range) -> tuple[np.ndarray, np.ndarray]:
+    """(query row within the block, candidate position) of every known-true other tail of ``rows``."""
+    lengths = [len(filter_tails[i]) for i in rows]
+    if not sum(lengths):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    block_rows = np.repeat(np.arange(len(lengths)), lengths)
+    return block_rows, np.concatenate([np.asarray(filter_tails[i], dtype=np.int64) for i in rows])
+
+
+def _merge_top(values: np.ndarray, positions: np.ndarray, new_values: np.ndarray, new_positions: np.ndarray,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of two (B, *) top lists, best first, ties by candidate position."""
+    values, positions = np.concatenate([values, new_values], 1), np.concatenate([positions, new_positions], 1)
+    order = np.lexsort((positions, -values), axis=1)[:, :k]
+    return np.take_along_axis(values, order, 1), np.take_along_axis(positions, order, 1)
+
+
+def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray, candidate_blocks: Iterable[tuple[int, np.ndarray]],
+                       n_candidates: int, queries, k: int = 10, query_block: int = 4096,
+                       device: str | torch.device = "cpu") -> Ranking:
+    """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(start, (n, d) array)``
+    blocks in position order; the same result as ``rank_chunk`` on the whole cosine matrix.
+
+    ``query_vectors`` (n_queries, d); ``gold_vectors`` (n_queries, d): each query's gold candidate's
+    vector (to place the tie band); ``queries``: what a QuerySet gives the kernel (``gold``,
+    ``filter_tails``, ``excluded_positions()``, ``head_positions()``).  Candidate blocks are read once
+    per block of ``query_block`` queries (once in all for up to that many queries).
+    """
+    device = torch.device(device)
+    n_queries = len(query_vectors)
+    gold = np.asarray(queries.gold, dtype=np.int64)
+    excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
+    width = min(k, n_candidates - bool((excluded >= 0).any()))
+    normalize = torch.nn.functional.normalize
+    query_tensor = normalize(torch.as_tensor(np.asarray(query_vectors, np.float32)), dim=1)
+    approx_gold = (query_tensor * normalize(torch.as_tensor(np.asarray(gold_vectors, np.float32)), dim=1)).sum(1)
+    block_starts = range(0, n_queries, query_block) if n_queries else []
+    states = {start: _new_state(min(query_block, n_queries - start), device) for start in block_starts}
+    blocks = iter(candidate_blocks) if len(block_starts) == 1 else None
+    with torch.inference_mode():
+        for start in block_starts:  # one pass over the candidates per block of queries
+            rows = range(start, min(start + query_block, n_queries))
+            source = blocks if blocks is not None else iter(candidate_blocks)
+            _scan(states[start], query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
+                  source, rows, gold, excluded, heads, queries.filter_tails, width, device)
+    if not n_queries:
+        return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
+    parts = [_finish(states[start], range(start, min(start + query_block, n_queries)), n_candidates, excluded, heads,
+                     gold, queries.filter_tails) for start in block_starts]
+    ranks, tops, above = zip(*parts, strict=True)
+    return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+
+
+def _new_state(n: int, device) -> _QueryBlockState:
+    zeros = torch.zeros(n, dtype=torch.int64, device=device)
+    nan = torch.full((n,), float("nan"), device=device)
+    return _QueryBlockState(zeros, zeros.clone(), nan, nan.clone(), [], [], [], np.zeros((n, 0), np.float32),
+                            np.zeros((n, 0), np.int64))
+
+
+def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
+          filter_tails, width: int, device) -> None:
+    """Accumulate one block of queries over every candidate block."""
+    filter_rows, filter_positions = _filter_pairs(filter_tails, rows)
+    block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
+                                               for a in (gold, excluded, heads))
+    for start, vectors in candidate_blocks:
+        vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
+        stop = start + len(vectors)
+        scores = block_queries @ torch.nn.functional.normalize(vectors, dim=1).T
+        valid = torch.isfinite(scores)
+        # the queries whose gold, excluded candidate or head falls in this block
+        has_gold, has_excluded, has_head = (((p >= start) & (p < stop)).nonzero().flatten()
+                                            for p in (block_gold, block_excluded, block_heads))
+        state.gold_score[has_gold] = scores[has_gold, block_gold[has_gold] - start]
+        state.head_score[has_head] = scores[has_head, block_heads[has_head] - start]
+        counted = valid.clone()
+        counted[has_gold, block_gold[has_gold] - start] = False
+        counted[has_excluded, block_excluded[has_excluded] - start] = False
+        clearly_higher = counted & (scores > approx_gold[:, None] + TIE_BAND)
+        near = counted & ((scores - approx_gold[:, None]).abs() <= TIE_BAND)
+        state.higher += clearly_higher.sum(1)
+        in_block = (filter_positions >= start) & (filter_positions < stop)
+        is_filter = torch.zeros_like(counted)
+        if in_block.any():
+            f_rows = torch.as_tensor(filter_rows[in_block], device=device)
+            f_cols = torch.as_tensor(filter_positions[in_block] - start, device=device)
+            is_filter[f_rows, f_cols] = True
+            state.higher_filtered += (clearly_higher & is_filter).sum(1)
+        near_rows, near_cols = near.nonzero(as_tuple=True)
+        if len(near_rows):
+            state.band_rows.append(near_rows.cpu().numpy())
+            state.band_scores.append(scores[near_rows, near_cols].cpu().numpy())
+            state.band_filtered.append(is_filter[near_rows, near_cols].cpu().numpy())
+        # the running top k: invalid scores last, the excluded candidate never (as ``rank_chunk``)
+        cleaned = scores.masked_fill(~valid, float("-inf"))
+        cleaned[has_excluded, block_excluded[has_excluded] - start] = float("-inf")
+        block_excluded_local = torch.where((block_excluded >= start) & (block_excluded < stop), block_excluded - start,
+                                           torch.full_like(block_excluded, -1))
+        local_width = min(width + 1, len(vectors))  # one more: the excluded candidate may take a place
+        positions = _top_k(cleaned, local_width, block_excluded_local)
+        values = torch.gather(cleaned, 1, torch.as_tensor(positions, device=device)).cpu().numpy()
+        positions = positions + start
+        is_out = positions == excluded[rows.start:rows.stop, None]  # marked NaN: it sorts last and leaves at the end
+        state.top_values, state.top_positions = _merge_top(state.top_values, state.top_positions,
+                                                           np.where(is_out, np.nan, values), positions, width + 1)
+
+
+def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, heads, gold, filter_tails):
+    """Resolve the near-ties against each gold's exact score; the block's (ranks, top, head above gold)."""
+    n = len(rows)
+    gold_score = state.gold_score.cpu().numpy().astype(np.float64)
+    higher = state.higher.cpu().numpy().astype(np.int64)
+    higher_filtered = state.higher_filtered.cpu().numpy().astype(np.int64)
+    at_least, at_least_filtered = higher.copy(), higher_filtered.copy()
+    if state.band_rows:
+        band_rows = np.concatenate(state.band_rows)
+        band_scores = np.concatenate(state.band_scores).astype(np.float64)
+        band_filtered = np.concatenate(state.band_filtered)
+        above = band_scores > gold_score[band_rows]
+        tied = band_scores >= gold_score[band_rows]
+        np.add.at(higher, band_rows, above)
+        np.add.at(at_least, band_rows, tied)
+        np.add.at(higher_filtered, band_rows, above & band_filtered)
+        np.add.at(at_least_filtered, band_rows, tied & band_filtered)
+    block_excluded = excluded[rows.start:rows.stop]
+    filters = [np.asarray(filter_tails[i]) for i in rows]
+    n_filters = np.array([len(f) for f in filters], dtype=np.int64)
+    excluded_in_filters = np.array([e >= 0 and e in f for e, f in zip(block_excluded, filters, strict=True)])
+    invalid_gold = ~np.isfinite(gold_score)
+    if invalid_gold.any():  # every competitor beats an invalid gold: the worst rank (``rank_chunk``'s rule)
+        competitors = n_candidates - 1 - (block_excluded >= 0)
+        higher[invalid_gold] = at_least[invalid_gold] = competitors[invalid_gold]
+        filtered_competitors = n_filters - excluded_in_filters
+        higher_filtered[invalid_gold] = at_least_filtered[invalid_gold] = filtered_competitors[invalid_gold]
+    raw_opt, raw_pes = 1 + higher, 1 + at_least
+    ranks = GoldRanks(*(a.astype(np.float64) for a in (raw_opt, raw_pes, raw_opt - higher_filtered, raw_pes - at_least_filtered)))
+    block_heads = heads[rows.start:rows.stop]
+    head_score = state.head_score.cpu().numpy().astype(np.float64)
+    has_head = (block_heads >= 0) & (block_heads != gold[rows.start:rows.stop])
+    with np.errstate(invalid="ignore"):
+        head_above = has_head & np.isfinite(head_score) & (head_score > gold_score)
+    width = state.top_positions.shape[1] - 1 if n else 0
+    keep = ~np.isnan(state.top_values)  # the excluded candidate, marked NaN, leaves the list
+    top = np.stack([state.top_positions[i][keep[i]][:width] for i in range(n)]) if n else np.zeros((0, width), np.int64)
+    return ranks, top.astype(np.int64), head_above

@@ -1,0 +1,82 @@
+"""The streamed cosine kernel equals the whole-matrix kernel: ranks (raw, filtered, optimistic and
+pessimistic), top k and head flags, for every block size, with ties, filters, excluded heads and
+invalid vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deer.platform.ranking import rank_cosine
+from deer.platform.streamed_ranking import rank_cosine_blocks
+
+
+class _Queries:
+    """What the rank kernels read of a QuerySet."""
+
+    def __init__(self, gold, filters, heads, exclude_head):
+        self.gold, self.filter_tails, self.heads, self.exclude_head = np.asarray(gold), filters, np.asarray(heads), exclude_head
+
+    def head_positions(self):
+        return self.heads
+
+    def excluded_positions(self):
+        if not self.exclude_head:
+            return np.full(len(self.gold), -1)
+        return np.where(self.heads == self.gold, -1, self.heads)
+
+
+def _problem(seed, n_queries=37, n_candidates=211, dim=24, exclude_head=False, invalid=False):
+    rng = np.random.default_rng(seed)
+    entities = rng.normal(size=(n_candidates, dim)).astype(np.float32)
+    entities[50:60] = entities[7]  # exact duplicates: ties with the gold and inside the top k
+    queries = rng.normal(size=(n_queries, dim)).astype(np.float32)
+    queries[3] = entities[7]  # a query whose gold ties with ten others at the top
+    gold = rng.integers(0, n_candidates, size=n_queries)
+    gold[3], gold[4], gold[5] = 7, 55, 120
+    heads = rng.integers(-1, n_candidates, size=n_queries)
+    heads[5] = 120  # head == gold: never excluded
+    filters = []
+    for i, g in enumerate(gold):
+        others = rng.choice(n_candidates, size=rng.integers(0, 8), replace=False)
+        if i == 4:
+            others = np.arange(50, 60)
+        filters.append(np.sort(others[others != g]))
+    if invalid:
+        queries[8] = np.nan  # every score invalid: the worst rank
+        entities[gold[9]] = np.nan  # an invalid gold vector
+        entities[100] = np.inf
+    return queries, entities, _Queries(gold, filters, heads, exclude_head)
+
+
+def _blocks(entities, size):
+    return [(start, entities[start:start + size]) for start in range(0, len(entities), size)]
+
+
+@pytest.mark.parametrize("exclude_head", [False, True])
+@pytest.mark.parametrize("invalid", [False, True])
+@pytest.mark.parametrize("block, query_block", [(211, 4096), (1, 4096), (7, 5), (64, 1), (100, 37), (210, 16)])
+def test_streamed_ranks_equal_the_whole_matrix_kernel(block, query_block, exclude_head, invalid):
+    vectors, entities, queries = _problem(0, exclude_head=exclude_head, invalid=invalid)
+    expected = rank_cosine(vectors, entities, queries, k=10)
+    got = rank_cosine_blocks(vectors, entities[queries.gold], _blocks(entities, block), len(entities), queries, k=10,
+                             query_block=query_block)
+    for field in ("raw_optimistic", "raw_pessimistic", "filtered_optimistic", "filtered_pessimistic"):
+        assert np.array_equal(getattr(got.ranks, field), getattr(expected.ranks, field)), field
+    assert np.array_equal(got.top, expected.top)
+    assert np.array_equal(got.head_above_gold, expected.head_above_gold)
+    assert got.ranks.raw_pessimistic[3] - got.ranks.raw_optimistic[3] >= 10  # the ties were there to be counted
+
+
+def test_no_queries_and_fewer_candidates_than_k():
+    rng = np.random.default_rng(1)
+    vectors, entities = rng.normal(size=(6, 24)).astype(np.float32), rng.normal(size=(5, 24)).astype(np.float32)
+    gold = np.array([0, 1, 2, 3, 4, 1])
+    queries = _Queries(gold, [np.zeros(0, np.int64)] * 5 + [np.array([0, 4])], rng.integers(0, 5, 6), True)
+    expected = rank_cosine(vectors, entities, queries, k=10)
+    got = rank_cosine_blocks(vectors, entities[queries.gold], _blocks(entities, 2), len(entities), queries, k=10)
+    assert np.array_equal(got.top, expected.top) and got.top.shape == (6, 4)
+    assert np.array_equal(got.ranks.filtered, expected.ranks.filtered)
+    empty = _Queries(np.zeros(0, np.int64), [], np.zeros(0, np.int64), False)
+    none = rank_cosine_blocks(np.zeros((0, 24), np.float32), np.zeros((0, 24), np.float32), _blocks(entities, 2), 5, empty)
+    assert none.top.shape == (0, 5) and len(none.ranks.raw) == 0
