@@ -31,6 +31,7 @@ class TextualKG:
     splits: dict[str, np.ndarray]
     source: str = ""
     split_files: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: dict = dataclasses.field(default_factory=dict)  # what a reader counted (rows dropped, texts missing, ...)
 
     @property
     def n_entities(self) -> int:
@@ -78,6 +79,7 @@ class TextualKG:
             "entities": self.n_entities,
             "relations": self.n_relations,
             **{f"{split}_triples": int(len(triples)) for split, triples in self.splits.items()},
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 

@@ -1,0 +1,94 @@
+"""Wikidata5M (Wang et al. 2021, KEPLER), transductive setting, from its published files.
+
+    wikidata5m_entity.txt     Q-id <TAB> alias <TAB> alias ...    (wikidata5m_alias.tar.gz)
+    wikidata5m_relation.txt   P-id <TAB> alias <TAB> alias ...
+    wikidata5m_text.txt       Q-id <TAB> description              (wikidata5m_text.txt.gz)
+    wikidata5m_transductive_{train,valid,test}.txt   head <TAB> relation <TAB> tail
+
+The same rules every time, counted in ``TextualKG.notes``:
+- the entities are those named by a triple of the three splits (4,594,485 in the release; the alias
+  file also lists the inductive setting's), in the alias file's order;
+- an entity's name is its first alias; the other aliases are counted, not used;
+- an entity without a line in the text file gets the empty description ("-");
+- a triple naming an entity or relation with no alias is dropped (it has no text to probe).
+Files are read in bulk (``kg_data.id_columns``); a line that is not plain is named with its file and line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kg_data.errors import KGFormatError
+from kg_data.id_columns import indices_in, read_columns, split_first
+from kg_data.kg import EMPTY_DESCRIPTION, TextualKG
+from kg_data.lines import read_tsv
+
+ENTITY_FILE, RELATION_FILE, TEXT_FILE = "wikidata5m_entity.txt", "wikidata5m_relation.txt", "wikidata5m_text.txt"
+SPLIT_FILES = {split: f"wikidata5m_transductive_{split}.txt" for split in ("train", "valid", "test")}
+REQUIRED_FILES = (ENTITY_FILE, RELATION_FILE, TEXT_FILE, *SPLIT_FILES.values())
+
+
+def is_wikidata5m(folder: Path) -> bool:
+    return (Path(folder) / ENTITY_FILE).is_file() and (Path(folder) / SPLIT_FILES["test"]).is_file()
+
+
+def _columns(path: Path, n_columns: int | None) -> pa.Table:
+    """The file's columns; a file pyarrow cannot read plainly is read line by line to name the line."""
+    if not path.is_file():
+        raise KGFormatError(path, None, "missing Wikidata5M file (see `deer data`)")
+    table = read_columns(path, n_columns)
+    if table is None:
+        for _ in read_tsv(path, n_columns or 2, min_columns=n_columns or 1):
+            pass  # raises naming the first bad line
+        raise KGFormatError(path, None, "not a plain tab-separated UTF-8 file")
+    return table
+
+
+def _named(path: Path) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """(ids, first aliases, whether a line has more aliases) of an alias file; a line whose first
+    alias is blank names nothing and is left out."""
+    ids, aliases = split_first(_columns(path, None).column(0).combine_chunks())
+    names, others = split_first(aliases)
+    names = pc.utf8_trim_whitespace(names)
+    named = np.flatnonzero(pc.not_equal(names, "").to_numpy(zero_copy_only=False))
+    if len(named) == 0:
+        raise KGFormatError(path, None, "no entries with a name")
+    more = pc.not_equal(others, "").to_numpy(zero_copy_only=False)
+    return ids.take(named), names.take(named), more[named]
+
+
+def load_wikidata5m(folder: str | Path) -> TextualKG:
+    """Read the transductive Wikidata5M from ``folder`` (the six files above)."""
+    folder = Path(folder)
+    tables = {split: _columns(folder / name, 3) for split, name in SPLIT_FILES.items()}
+    listed_ids, listed_names, more_aliases = _named(folder / ENTITY_FILE)
+    relation_ids, relation_names, _ = _named(folder / RELATION_FILE)
+    used = pc.unique(pa.chunked_array([c for t in tables.values() for c in (t.column(0).chunks + t.column(2).chunks)],
+                                      type=pa.string()))
+    keep = np.flatnonzero(pc.is_in(listed_ids, value_set=used).to_numpy(zero_copy_only=False))
+    entity_ids, entity_names = listed_ids.take(keep), listed_names.take(keep)
+    text_ids, texts = split_first(_columns(folder / TEXT_FILE, None).column(0).combine_chunks())
+    texts = pc.utf8_trim_whitespace(texts)
+    text_row = indices_in(entity_ids, text_ids)
+    text_row[text_row >= 0] = np.where(pc.equal(texts.take(text_row[text_row >= 0]), "").to_numpy(zero_copy_only=False),
+                                       -1, text_row[text_row >= 0])  # a blank text is no description
+    described = text_row >= 0
+    descriptions = np.full(len(entity_ids), EMPTY_DESCRIPTION, dtype=object)
+    descriptions[described] = texts.take(text_row[described]).to_pylist()
+    splits, dropped = {}, {}
+    for split, table in tables.items():
+        triples = np.stack([indices_in(table.column(i), vocabulary) for i, vocabulary in
+                            enumerate((entity_ids, relation_ids, entity_ids))], axis=1) if table.num_rows else np.zeros((0, 3), np.int64)
+        known = (triples >= 0).all(axis=1)
+        splits[split], dropped[split] = triples[known], int((~known).sum())
+    notes = {"alias_file_entities_not_in_a_triple": int(len(listed_ids) - len(keep)),
+             "entities_without_description": int((~described).sum()),
+             "entities_with_more_aliases": int(more_aliases[keep].sum()),
+             "entities_without_alias": int(len(used) - len(keep)), "triples_dropped_without_alias": dropped}
+    return TextualKG("wikidata5m", entity_ids.to_pylist(), entity_names.to_pylist(), descriptions.tolist(),
+                     relation_ids.to_pylist(), relation_names.to_pylist(), splits, str(folder),
+                     {split: str(folder / name) for split, name in SPLIT_FILES.items()}, notes)
