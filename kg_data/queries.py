@@ -107,9 +107,25 @@ def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.n
     position[candidates] = np.arange(len(candidates))
     if len(triples) and np.any(position[triples[:, 2]] < 0):
         raise ValueError("every gold tail must be among the candidates")
-    true_tails = known_tails(kg)
-    filter_tails = []
-    for head, relation, tail in triples.tolist():
-        others = [position[t] for t in true_tails[(head, relation)] if t != tail and position[t] >= 0]
-        filter_tails.append(np.asarray(sorted(others), dtype=np.int64))
+    filter_tails = other_true_tails(kg, triples, position)
     return QuerySet(kg, split, triples, candidates, position[triples[:, 2]], filter_tails, subset_seed)
+
+
+def other_true_tails(kg: TextualKG, triples: np.ndarray, position: np.ndarray) -> list[np.ndarray]:
+    """Per query (h, r, t): the sorted candidate positions (``position[entity]``, -1: no candidate) of
+    the other tails of (h, r) in any split.  Built from arrays for the (h, r) pairs asked only, so a
+    KG of 20M triples costs a pass over its splits, not a dictionary of them all."""
+    width = max(kg.n_relations, 1)
+    query_keys = triples[:, 0] * width + triples[:, 1]
+    wanted = np.unique(query_keys)
+    found = [split_triples[np.isin(split_triples[:, 0] * width + split_triples[:, 1], wanted)]
+             for split_triples in kg.splits.values() if len(split_triples)]
+    known = np.concatenate(found) if found else np.zeros((0, 3), np.int64)
+    known = known[np.lexsort((known[:, 2], known[:, 0] * width + known[:, 1]))]
+    known_keys = known[:, 0] * width + known[:, 1]
+    starts, stops = np.searchsorted(known_keys, query_keys, "left"), np.searchsorted(known_keys, query_keys, "right")
+    filter_tails = []
+    for start, stop, tail in zip(starts.tolist(), stops.tolist(), triples[:, 2].tolist(), strict=True):
+        others = position[np.unique(known[start:stop, 2])]
+        filter_tails.append(np.sort(others[(others >= 0) & (others != position[tail])]).astype(np.int64))
+    return filter_tails

@@ -1,0 +1,61 @@
+"""The known-true filters built from arrays for the queries' (h, r) pairs equal the plain dictionary
+of every triple's tails (``kg_data.known_tails``), on the tiny KG, a synthetic KG with many repeated
+(h, r) pairs, and WN18RR where the data is present."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kg_data.queries import build_queries, known_tails
+
+
+def _plain_filters(queries):
+    tails, position = known_tails(queries.kg), np.full(queries.kg.n_entities, -1)
+    position[queries.candidates] = np.arange(len(queries.candidates))
+    return [np.asarray(sorted(position[t] for t in tails[(h, r)] if t != tail and position[t] >= 0), dtype=np.int64)
+            for h, r, tail in queries.triples.tolist()]
+
+
+def _assert_equal_filters(kg, split, subset=None, seed=0):
+    queries = build_queries(kg, split, subset=subset, seed=seed)
+    plain = _plain_filters(queries)
+    assert len(plain) == len(queries.filter_tails)
+    for expected, got in zip(plain, queries.filter_tails, strict=True):
+        assert got.dtype == np.int64 and np.array_equal(expected, got)
+    return sum(len(f) for f in plain)
+
+
+def test_tiny_kg(tiny_kg_dir):
+    from kg_data.textual import load_textual_kg
+
+    kg = load_textual_kg(tiny_kg_dir)
+    assert _assert_equal_filters(kg, "test") > 0  # e0 _hypernym has e2 and e3
+    _assert_equal_filters(kg, "train", subset=4, seed=1)
+
+
+def test_synthetic_kg_with_repeated_pairs(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from synthetic_kg import write_synthetic_kg
+
+    from kg_data.textual import load_textual_kg
+
+    write_synthetic_kg(tmp_path / "kg", 5_000, seed=2)
+    kg = load_textual_kg(tmp_path / "kg")
+    assert _assert_equal_filters(kg, "test") > 0
+    assert _assert_equal_filters(kg, "train", subset=400, seed=5) > 0
+
+
+def test_wn18rr():
+    from kg_data.errors import KGNotFoundError
+    from kg_data.load import load_kg
+
+    try:
+        kg = load_kg("wn18rr")
+    except KGNotFoundError:
+        pytest.skip("WN18RR is not here")
+    assert _assert_equal_filters(kg, "test") == 17627
+    _assert_equal_filters(kg, "valid", subset=500, seed=3)
