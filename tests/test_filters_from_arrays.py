@@ -59,3 +59,38 @@ def test_wn18rr():
         pytest.skip("WN18RR is not here")
     assert _assert_equal_filters(kg, "test") == 17627
     _assert_equal_filters(kg, "valid", subset=500, seed=3)
+
+
+def _plain_example_rows(templates, kg, triple):
+    """The examples as first written: a pass over the train split per query."""
+    train = kg.splits["train"]
+    head, relation = int(triple[0]), int(triple[1])
+    eligible = (train[:, 0] != head) | (train[:, 1] != relation)
+    k = min(templates.k_shot, int(eligible.sum()))
+    if templates.shots == "shared":
+        order = np.random.default_rng([templates.seed]).permutation(len(train))[: k + len(train) - int(eligible.sum())]
+        return order[eligible[order]][:k]
+    positions = np.random.default_rng([templates.seed, head, relation]).choice(int(eligible.sum()), size=k, replace=False)
+    return np.flatnonzero(eligible)[positions]
+
+
+@pytest.mark.parametrize("shots, seed, k_shot", [("per-query", 0, 8), ("shared", 3, 8), ("per-query", 7, 40)])
+def test_few_shot_rows_from_the_pair_index_equal_a_pass_over_train(tmp_path, shots, seed, k_shot):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from synthetic_kg import write_synthetic_kg
+
+    from deer.platform.templates import PromptTemplates
+    from kg_data.textual import load_textual_kg
+
+    write_synthetic_kg(tmp_path / "kg", 2_000, seed=4)
+    kg = load_textual_kg(tmp_path / "kg")
+    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed)
+    train = kg.splits["train"]
+    keys = train[:, 0] * kg.n_relations + train[:, 1]
+    popular = train[np.flatnonzero(keys == np.argmax(np.bincount(keys)))[0]]  # a pair with several rows
+    triples = np.concatenate([kg.splits["test"][:60], train[:60], popular[None]])
+    for triple in triples:
+        assert np.array_equal(templates.example_rows(kg, triple), _plain_example_rows(templates, kg, triple))
+    same_pair = [int(((train[:, 0] == h) & (train[:, 1] == r)).sum()) for h, r, _ in triples.tolist()]
+    assert same_pair[-1] > 1
+    assert templates.examples_used(kg, triples).tolist() == [min(k_shot, len(train) - n) for n in same_pair]

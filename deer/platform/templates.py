@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections import Counter
 
 import numpy as np
 
@@ -99,17 +98,16 @@ class PromptTemplates:
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(0, dtype=np.int64)
-        head, relation = int(triple[0]), int(triple[1])
-        eligible = (train[:, 0] != head) | (train[:, 1] != relation)
-        n_excluded = len(train) - int(eligible.sum())
-        k = min(self.k_shot, len(train) - n_excluded)
+        excluded = train_rows_of_pair(kg, int(triple[0]), int(triple[1]))  # sorted: the query's own (h, r) rows
+        k = min(self.k_shot, len(train) - len(excluded))
         if self.shots == "shared":
-            candidates = np.random.default_rng([int(self.seed)]).permutation(len(train))[: k + n_excluded]
-            rows = candidates[eligible[candidates]][:k]
+            candidates = _shared_order(int(self.seed), len(train))[: k + len(excluded)]
+            rows = candidates[~np.isin(candidates, excluded)][:k]
         else:
-            rng = np.random.default_rng([int(self.seed), head, relation])
-            positions = rng.choice(len(train) - n_excluded, size=k, replace=False)
-            rows = np.flatnonzero(eligible)[positions]
+            rng = np.random.default_rng([int(self.seed), int(triple[0]), int(triple[1])])
+            positions = rng.choice(len(train) - len(excluded), size=k, replace=False)
+            # the positions-th eligible row: skip every excluded row at or before it
+            rows = positions + np.searchsorted(excluded - np.arange(len(excluded)), positions, side="right")
         return np.asarray(rows, dtype=np.int64)
 
     def examples_used(self, kg: TextualKG, triples: np.ndarray) -> np.ndarray:
@@ -118,9 +116,10 @@ class PromptTemplates:
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(len(triples), dtype=np.int64)
-        same_pair = Counter(zip(train[:, 0].tolist(), train[:, 1].tolist(), strict=True))
-        return np.asarray([min(self.k_shot, len(train) - same_pair.get((h, r), 0)) for h, r, _ in triples.tolist()],
-                          dtype=np.int64)
+        keys, _ = _train_pair_index(kg)
+        query_keys = triples[:, 0] * max(kg.n_relations, 1) + triples[:, 1]
+        same_pair = np.searchsorted(keys, query_keys, "right") - np.searchsorted(keys, query_keys, "left")
+        return np.minimum(self.k_shot, len(train) - same_pair).astype(np.int64)
 
     def examples_text(self, kg: TextualKG, triple: tuple[int, int, int]) -> str:
         """The few-shot block: one example line per row, joined by newlines ("" for none)."""
@@ -173,6 +172,32 @@ class PromptTemplates:
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_metadata(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_order(seed: int, n_train: int) -> np.ndarray:
+    """The shared examples' draw order: one permutation of the train rows per seed (made once)."""
+    return np.random.default_rng([seed]).permutation(n_train)
+
+
+def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted (head, relation) keys of the train rows, the rows in that order), made once per KG:
+    a query's own pair's rows are then found by binary search, not by a pass over the train split."""
+    train = kg.splits["train"]
+    cached = kg.__dict__.get("_train_pair_index")
+    if cached is None or cached[0] is not train:
+        keys = train[:, 0] * max(kg.n_relations, 1) + train[:, 1]
+        order = np.argsort(keys, kind="stable")
+        cached = (train, keys[order], order)
+        kg.__dict__["_train_pair_index"] = cached
+    return cached[1], cached[2]
+
+
+def train_rows_of_pair(kg: TextualKG, head: int, relation: int) -> np.ndarray:
+    """Sorted train rows whose (head, relation) is the given pair."""
+    keys, order = _train_pair_index(kg)
+    key = head * max(kg.n_relations, 1) + relation
+    return order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]  # stable: rows ascending
 
 
 def query_prompts(queries, templates: PromptTemplates) -> list[str]:
