@@ -42,6 +42,8 @@ def _problem(seed, n_queries=37, n_candidates=211, dim=24, exclude_head=False, i
         if i == 4:
             others = np.arange(50, 60)
         filters.append(np.sort(others[others != g]))
+    filters[6] = np.array([p for p in (20, 30) if p != gold[6]])
+    heads[6] = filters[6][0]  # an excluded head that is also a known-true tail
     if invalid:
         queries[8] = np.nan  # every score invalid: the worst rank
         entities[gold[9]] = np.nan  # an invalid gold vector

@@ -102,50 +102,86 @@ def _new_state(n: int, device) -> _QueryBlockState:
 
 def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
           filter_tails, width: int, device) -> None:
-    """Accumulate one block of queries over every candidate block."""
+    """Accumulate one block of queries over every candidate block: a few passes over each block's
+    scores (two counts and a top k) besides the matrix product; near-ties are read row by row."""
     filter_rows, filter_positions = _filter_pairs(filter_tails, rows)
+    filter_excluded = excluded[rows.start + filter_rows]  # a filtered tail that is excluded is no competitor at all
     block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
                                                for a in (gold, excluded, heads))
+    queries_finite = bool(torch.isfinite(block_queries).all())
+    lower, upper = (approx_gold - TIE_BAND)[:, None], (approx_gold + TIE_BAND)[:, None]
     for start, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         stop = start + len(vectors)
         scores = block_queries @ torch.nn.functional.normalize(vectors, dim=1).T
-        valid = torch.isfinite(scores)
-        # the queries whose gold, excluded candidate or head falls in this block
-        has_gold, has_excluded, has_head = (((p >= start) & (p < stop)).nonzero().flatten()
-                                            for p in (block_gold, block_excluded, block_heads))
-        state.gold_score[has_gold] = scores[has_gold, block_gold[has_gold] - start]
-        state.head_score[has_head] = scores[has_head, block_heads[has_head] - start]
-        counted = valid.clone()
-        counted[has_gold, block_gold[has_gold] - start] = False
-        counted[has_excluded, block_excluded[has_excluded] - start] = False
-        clearly_higher = counted & (scores > approx_gold[:, None] + TIE_BAND)
-        near = counted & ((scores - approx_gold[:, None]).abs() <= TIE_BAND)
-        state.higher += clearly_higher.sum(1)
-        in_block = (filter_positions >= start) & (filter_positions < stop)
-        is_filter = torch.zeros_like(counted)
-        if in_block.any():
-            f_rows = torch.as_tensor(filter_rows[in_block], device=device)
-            f_cols = torch.as_tensor(filter_positions[in_block] - start, device=device)
-            is_filter[f_rows, f_cols] = True
-            state.higher_filtered += (clearly_higher & is_filter).sum(1)
-        near_rows, near_cols = near.nonzero(as_tuple=True)
-        if len(near_rows):
-            state.band_rows.append(near_rows.cpu().numpy())
-            state.band_scores.append(scores[near_rows, near_cols].cpu().numpy())
-            state.band_filtered.append(is_filter[near_rows, near_cols].cpu().numpy())
-        # the running top k: invalid scores last, the excluded candidate never (as ``rank_chunk``)
-        cleaned = scores.masked_fill(~valid, float("-inf"))
-        cleaned[has_excluded, block_excluded[has_excluded] - start] = float("-inf")
-        block_excluded_local = torch.where((block_excluded >= start) & (block_excluded < stop), block_excluded - start,
-                                           torch.full_like(block_excluded, -1))
-        local_width = min(width + 1, len(vectors))  # one more: the excluded candidate may take a place
-        positions = _top_k(cleaned, local_width, block_excluded_local)
-        values = torch.gather(cleaned, 1, torch.as_tensor(positions, device=device)).cpu().numpy()
+        if not (queries_finite and bool(torch.isfinite(vectors).all())):  # an invalid score never counts, and sorts last
+            scores = scores.masked_fill(~torch.isfinite(scores), float("-inf"))
+        # the queries whose gold, excluded candidate or head falls in this block, and those columns
+        (has_gold, gold_col), (has_excluded, excluded_col), (has_head, head_col) = (
+            (here, positions[here] - start) for positions in (block_gold, block_excluded, block_heads)
+            for here in [((positions >= start) & (positions < stop)).nonzero().flatten()])
+        state.gold_score[has_gold] = scores[has_gold, gold_col]
+        state.head_score[has_head] = scores[has_head, head_col]
+        clearly_higher = (scores > upper).sum(1)
+        near = (scores >= lower).sum(1) - clearly_higher
+        for here, columns in ((has_gold, gold_col), (has_excluded, excluded_col)):  # never competitors
+            own = scores[here, columns]
+            clearly = own > upper[here, 0]
+            clearly_higher.index_add_(0, here, -clearly.long())
+            near.index_add_(0, here, -((own >= lower[here, 0]) & ~clearly).long())
+        state.higher += clearly_higher
+        in_block = (filter_positions >= start) & (filter_positions < stop) & (filter_positions != filter_excluded)
+        f_rows, f_cols = filter_rows[in_block], filter_positions[in_block] - start
+        if len(f_rows):
+            f_rows_t = torch.as_tensor(f_rows, device=device)
+            clearly = (scores[f_rows_t, torch.as_tensor(f_cols, device=device)] > upper[f_rows_t, 0]).long()
+            state.higher_filtered.index_add_(0, f_rows_t, clearly)
+        _keep_near_ties(state, scores, near, lower, upper, start, (has_gold, gold_col), (has_excluded, excluded_col),
+                        f_rows * (stop - start) + f_cols)
+        scores[has_excluded, excluded_col] = float("-inf")
+        positions = _block_top(scores, min(width + 1, len(vectors)), block_excluded, start, stop)  # one more: the excluded
+        values = torch.gather(scores, 1, torch.as_tensor(positions, device=device)).cpu().numpy()
         positions = positions + start
         is_out = positions == excluded[rows.start:rows.stop, None]  # marked NaN: it sorts last and leaves at the end
         state.top_values, state.top_positions = _merge_top(state.top_values, state.top_positions,
                                                            np.where(is_out, np.nan, values), positions, width + 1)
+
+
+def _keep_near_ties(state, scores, near, lower, upper, start, gold_cells, excluded_cells, filter_keys) -> None:
+    """Keep the scores within the band (other than the gold's and the excluded candidate's), with
+    whether each is a filtered tail, for the rows that have any."""
+    rows = (near > 0).nonzero().flatten()
+    if not len(rows):
+        return
+    width = scores.shape[1]
+    block = scores[rows]
+    in_band = (block >= lower[rows]) & (block <= upper[rows])
+    local_rows, columns = in_band.nonzero(as_tuple=True)
+    query_rows = rows[local_rows]
+    keys = (query_rows * width + columns).cpu().numpy()
+    skipped = np.concatenate([(here * width + cols).cpu().numpy() for here, cols in (gold_cells, excluded_cells)])
+    kept = ~np.isin(keys, skipped)
+    state.band_rows.append(query_rows.cpu().numpy()[kept])
+    state.band_scores.append(block[local_rows, columns].cpu().numpy()[kept])
+    state.band_filtered.append(np.isin(keys[kept], filter_keys))
+
+
+def _block_top(scores: torch.Tensor, k: int, block_excluded: torch.Tensor, start: int, stop: int, extra: int = 8) -> np.ndarray:
+    """``_top_k`` of a block (ties by position, the excluded candidate never filling a tie): one
+    ``topk`` of ``k + extra``, sorted by value then position; the rows whose ties at the k-th value
+    may reach past it (rare) go through ``_top_k`` itself."""
+    n_rows, n = scores.shape
+    taken = min(k + extra, n)
+    values, positions = torch.topk(scores, taken, dim=1)
+    order = np.lexsort((positions.cpu().numpy(), -values.cpu().numpy().astype(np.float64)), axis=1)[:, :k]
+    top = np.take_along_axis(positions.cpu().numpy(), order, 1).astype(np.int64)
+    if taken < n:
+        unsure = (values[:, taken - 1] == values[:, k - 1]).nonzero().flatten()
+        if len(unsure):
+            local = torch.where((block_excluded >= start) & (block_excluded < stop), block_excluded - start,
+                                torch.full_like(block_excluded, -1))
+            top[unsure.cpu().numpy()] = _top_k(scores[unsure], k, local[unsure])
+    return top
 
 
 def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, heads, gold, filter_tails):
@@ -181,7 +217,7 @@ def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, h
     head_score = state.head_score.cpu().numpy().astype(np.float64)
     has_head = (block_heads >= 0) & (block_heads != gold[rows.start:rows.stop])
     with np.errstate(invalid="ignore"):
-        head_above = has_head & np.isfinite(head_score) & (head_score > gold_score)
+        head_above = has_head & np.isfinite(head_score) & np.isfinite(gold_score) & (head_score > gold_score)
     width = state.top_positions.shape[1] - 1 if n else 0
     keep = ~np.isnan(state.top_values)  # the excluded candidate, marked NaN, leaves the list
     top = np.stack([state.top_positions[i][keep[i]][:width] for i in range(n)]) if n else np.zeros((0, width), np.int64)
