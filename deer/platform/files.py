@@ -38,11 +38,17 @@ NEW_FILE_MODE = 0o666 & ~_process_umask()  # what a plain new file gets (mkstemp
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, then rename: never a half-written file."""
+    atomic_write_with(path, lambda handle: handle.write(data))
+
+
+def atomic_write_with(path: Path, write) -> None:
+    """``write(handle)`` into a temp file in the same folder, then rename (for data too large to hold as bytes)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
         os.chmod(tmp, NEW_FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
@@ -84,17 +90,22 @@ def write_json(path: Path, payload) -> None:
 
 
 def write_table(path: Path, table: pd.DataFrame) -> Path:
-    """Write ``table`` as parquet (if pyarrow is installed and the suffix asks) or CSV."""
+    """Write ``table`` as parquet (if pyarrow is installed and the suffix asks; with page checksums, so
+    that ``read_table`` notices a damaged byte) or CSV."""
     path = Path(path)
     buffer = io.BytesIO()
-    (table.to_parquet if path.suffix == ".parquet" else table.to_csv)(buffer, index=False)
+    if path.suffix == ".parquet":
+        table.to_parquet(buffer, index=False, write_page_checksum=True)
+    else:
+        table.to_csv(buffer, index=False)
     atomic_write_bytes(path, buffer.getvalue())
     return path
 
 
 def read_table(path: Path) -> pd.DataFrame:
+    """A table written by ``write_table``; a parquet page whose checksum does not match raises (OSError)."""
     path = Path(path)
-    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    return pd.read_parquet(path, page_checksum_verification=True) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
 def default_table_suffix() -> str:

@@ -1,0 +1,102 @@
+"""The sharded store on its own: lookups, blocks, shards from other processes, and every damage
+named, set aside and its items missing again (the CLI-level checks are in test_read_back.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from deer.platform.shard_store import ShardStore, StoreDamaged
+from deer.platform.validate import DeerWarning
+
+IDS = [f"item-{i}" for i in range(12)]
+VECTORS = np.arange(12 * 5, dtype=np.float32).reshape(12, 5) / 7
+
+
+def _store(root, width=5, **options):
+    return ShardStore(root, "prompts", {"model": "m"}, width=width, **options)
+
+
+def test_rows_come_back_in_the_order_asked_from_any_shard(tmp_path):
+    store = _store(tmp_path)
+    store.add(IDS[:7], VECTORS[:7])
+    store.add(IDS[5:], VECTORS[5:])  # two ids stored twice: the first copy is kept
+    order = [11, 0, 6, 5, 3]
+    assert np.array_equal(store.get([IDS[i] for i in order]), VECTORS[order])
+    assert store.missing(IDS + ["other"]) == [12] and len(store) == 12
+    blocks = list(store.blocks(IDS, 5))
+    assert [start for start, _ in blocks] == [0, 5, 10]
+    assert np.array_equal(np.concatenate([b for _, b in blocks]), VECTORS)
+
+
+def test_a_second_process_sees_new_shards_after_refresh(tmp_path):
+    first, second = _store(tmp_path), _store(tmp_path)
+    first.add(IDS[:4], VECTORS[:4])
+    assert second.missing(IDS[:4]) == [0, 1, 2, 3]
+    with second.locked():
+        assert second.missing(IDS[:4]) == []
+    assert np.array_equal(second.get(IDS[:4]), VECTORS[:4])
+
+
+def test_rows_with_nan_are_not_stored_and_minus_inf_is_a_value_where_allowed(tmp_path):
+    bad = VECTORS[:3].copy()
+    bad[1, 2] = np.nan
+    store = _store(tmp_path)
+    with pytest.warns(DeerWarning, match="1 of 3 results hold NaN"):
+        store.add(IDS[:3], bad)
+    assert store.missing(IDS[:3]) == [1]
+    scores = _store(tmp_path / "scores", minus_inf=True)
+    rows = VECTORS[:2].copy()
+    rows[0, 0] = -np.inf
+    scores.add(IDS[:2], rows)
+    assert np.array_equal(_store(tmp_path / "scores", minus_inf=True).get(IDS[:2]), rows)
+
+
+def _damage(path, how):
+    data = bytearray(path.read_bytes())
+    if how == "flip":
+        data[-5] ^= 0xFF
+    elif how == "truncate":
+        data = data[: len(data) // 2]
+    elif how == "empty":
+        data = b""
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "empty", "narrow", "nan", "index-pickle", "index-missing"])
+def test_every_damage_is_named_set_aside_and_its_items_missing_again(tmp_path, how):
+    store = _store(tmp_path)
+    store.add(IDS[:6], VECTORS[:6])
+    store.add(IDS[6:], VECTORS[6:])
+    vectors_file = sorted(store.folder.glob("*.vectors.npy"))[0]
+    index_file = vectors_file.with_name(vectors_file.name.replace(".vectors.", ".index."))
+    if how == "narrow":
+        np.save(vectors_file, VECTORS[:6, :3])
+    elif how == "nan":  # written as a writer would (checksums match), yet holds NaN
+        np.save(vectors_file, np.where(VECTORS[:6] > 1, np.nan, VECTORS[:6]).astype(np.float32))
+    elif how == "index-pickle":
+        np.save(index_file, np.array([{"not": "an index"}], dtype=object), allow_pickle=True)
+    elif how == "index-missing":
+        index_file.rename(tmp_path / "elsewhere.npy")
+    else:
+        _damage(vectors_file, how)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reopened = _store(tmp_path)  # damage to a file's form is found on opening,
+        if not reopened.missing(IDS):
+            with pytest.raises(StoreDamaged):  # damage to its values when they are read
+                reopened.get(IDS)
+    if how == "index-missing":  # an index-less shard is an unfinished write: never read, nothing to say
+        assert reopened.missing(IDS) == list(range(6))
+        return
+    messages = [str(w.message) for w in caught if issubclass(w.category, DeerWarning)]
+    assert len(messages) == 1 and vectors_file.name.split(".")[0] in messages[0], messages
+    assert reopened.missing(IDS) == list(range(6))
+    assert not vectors_file.exists() and not index_file.exists()
+    assert sorted(p.name for p in store.folder.glob("*.bad")) == sorted([vectors_file.name + ".bad", index_file.name + ".bad"])
+    reopened.add(IDS[:6], VECTORS[:6])  # computed again: the store is whole, and a new store reads it silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.array_equal(_store(tmp_path).get(IDS), VECTORS)
