@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, run_bear_dataset
+from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, check_out_dir, run_bear_dataset
+from bear_ref.kg_probe import BearProbe
 from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.platform.inputs import check_inputs
 from deer.platform.model_spec import with_loading
@@ -55,12 +56,15 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, tokenizer=None, data_di
     model_kwargs, adapter: loading options of a model given by name (as ``deer.probe``).
     """
     backend_class(backend)  # an unknown backend fails before any work
+    BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it
     model = with_loading(model, model_kwargs, adapter)
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device,
                  max_instances=max_instances)
     relations = list(relations) if relations else None
     data = dataset if isinstance(dataset, BearDataset) else load_bear_dataset(
         dataset, data_dir, relations=relations, max_instances=max_instances, seed=seed)
+    if out is not None:
+        check_out_dir(out)  # another kind of run there: refused before the model loads
     loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
     selection = {"relations": relations, "max_instances": max_instances, "seed": seed}
     with evaluation_mode(loaded.model):

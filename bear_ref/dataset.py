@@ -10,7 +10,6 @@ an interrupted run resumes.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +21,9 @@ from tqdm.auto import tqdm
 from bear_ref.cloze_scoring import statement_scores
 from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.platform.benchmark_rows import query_frame, ranks_from_scores
-from deer.platform.files import default_table_suffix, package_versions, read_table, write_json, write_table
+from deer.platform.files import default_table_suffix, package_versions, write_json, write_table
 from deer.platform.length_guard import long_statements, max_positions, too_long
+from deer.platform.read_back import read_json_object, read_stored_table, reusable_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
@@ -62,6 +62,11 @@ def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = 
     name = CONVENTION_NAMES.get((domain_support, ties), f"domain_support={domain_support}+ties={ties}")
     return {"name": name, "domain_support": domain_support, "ties": ties,
             "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}
+
+
+# The columns of an instances table (``bear_format``), which a stored part must hold.
+INSTANCE_COLUMNS = ("relation", "template", "row", "sub_id", "sub_label", "obj_id", "obj_label", "n_answers", "gold_score",
+                    "predicted_id", "predicted_label", "rank", "correct")
 
 
 def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.DataFrame:
@@ -262,10 +267,12 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     for code, relation in dataset.relations.items():
         # A part is named by its relation's content digest: an edited template or label is scored anew.
         part = parts_dir / f"{code}-{relation.digest()}{suffix}" if parts_dir is not None else None
-        if part is not None and part.exists():
-            frames.append(read_table(part))
+        stored = None if part is None else reusable_table(part, INSTANCE_COLUMNS, len(relation) * len(relation.templates),
+                                                          f"relation {code} is scored again")
+        if stored is not None:
+            frames.append(stored)
             resumed.append(code)
-        else:
+        else:  # not stored yet, or a bad part set aside with a warning
             todo.append((relation, part))
     total = sum(len(r) * len(r.answer_ids) * len(r.templates) for r, _ in todo)
     with tqdm(total=total, desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
@@ -275,7 +282,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
             if part is not None:
                 if not (parts_dir / "key.json").exists():  # created with the first finished part: a failed start leaves nothing
                     write_json(parts_dir / "key.json", key)
-                write_table(part, frame)  # atomic: a resumed run trusts it
+                write_table(part, frame)  # atomic; a resumed run checks it all the same (``reusable_table``)
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
@@ -317,14 +324,16 @@ def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
     metadata_path = out_dir / "metadata.json"
     if not metadata_path.exists():
         raise ValueError(f"{out_dir} holds no metadata.json of a BEAR data-set run")
-    metadata = json.loads(metadata_path.read_text()).get("bear")
+    metadata = read_json_object(metadata_path).get("bear")
     if not isinstance(metadata, dict) or metadata.get("probe") != PROBE:
         raise ValueError(f"{metadata_path} describes no BEAR data-set run")
     table_path = find_instances_table(out_dir)
-    table = read_table(table_path)
+    table = read_stored_table(table_path, INSTANCE_COLUMNS)
     if dataset is None:
-        selection = metadata.get("selection") or {}
-        dataset = load_bear_dataset(metadata["dataset"]["path"], relations=selection.get("relations"),
+        selection, recorded = metadata.get("selection") or {}, metadata.get("dataset")
+        if not isinstance(selection, dict) or not isinstance(recorded, dict) or not isinstance(recorded.get("path"), str):
+            raise ValueError(f"{metadata_path} records no data set path and selection; pass the data set")
+        dataset = load_bear_dataset(recorded["path"], relations=selection.get("relations"),
                                     max_instances=selection.get("max_instances"), seed=selection.get("seed", 0))
     expected = {code: len(relation) for code, relation in dataset.relations.items()}
     found = (table[table["template"] == 0].groupby("relation").size().to_dict()) if len(table) else {}

@@ -18,12 +18,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import count_statements, statement_scores
+from deer.backends.pll import PLL_VARIANTS
 from deer.backends.statement_scorer import StatementScorer
 from deer.platform.models import LoadedModel
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import EmbeddingStore, PendingParts
 from deer.platform.templates import PromptTemplates
-from deer.probes import ProbeRequest, ProbeScores
+from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.cloze import LARGE_SET
 from kg_data.queries import QuerySet
 
@@ -31,11 +32,12 @@ SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional aft
 
 
 def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path) -> EmbeddingStore:
-    """Store of score rows (one float32 per candidate) keyed by everything that determines them."""
+    """Store of score rows (one float32 per candidate, -inf a possible log-likelihood) keyed by everything
+    that determines them; a stored row of another width is damage (``EmbeddingStore``)."""
     candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
     key = {"scorer": SCORER_VERSION, "method": method, **model_identity(loaded), "kg_fingerprint": queries.kg.fingerprint(),
            "templates": templates.to_metadata(), "candidates": candidates}
-    return EmbeddingStore(Path(root) / "scores", "bear", key)
+    return EmbeddingStore(Path(root) / "scores", "bear", key, width=len(queries.candidates), minus_inf=True)
 
 
 def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: PromptTemplates,
@@ -75,6 +77,7 @@ class BearProbe:
     name = "bear"
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
     options = {"pll_variant": "within_word_l2r"}
+    option_values = {"pll_variant": OptionValues(str, PLL_VARIANTS)}
     text_kind = "statements"
 
     def score(self, request: ProbeRequest) -> ProbeScores:

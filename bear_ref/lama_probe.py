@@ -23,7 +23,7 @@ from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.models import is_masked_lm
 from deer.platform.result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
-from deer.probes import ProbeRequest, ProbeScores
+from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.cloze import deer_query_text, lama_rules, mask_sentence
 from kg_data.queries import QuerySet
 
@@ -99,13 +99,18 @@ def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
                                gold=new_position[queries.gold[rows]], filter_tails=filters)
 
 
+def check_query_end(templates: PromptTemplates) -> None:
+    """LAMA reads the tail's first token where DEER's query ends: at the comma, with no trailing space."""
+    if templates.query_trailing_space:
+        raise ValueError("LAMA needs the query to end at the comma, but this DEER query prompt ends with ', ' "
+                         "(--query-trailing-space or --template-style authors): use the paper style without it")
+
+
 def encode_queries_with_next_token(encoder: PromptEOLEncoder, queries: QuerySet, templates: PromptTemplates,
                                    next_token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One forward pass per query giving (embeddings (n, d), log p of each of ``next_token_ids`` after the
     query text (n, len(next_token_ids))).  Requires ``query_trailing_space=False`` (the same position)."""
-    if templates.query_trailing_space:
-        raise ValueError("LAMA needs the query to end at the comma, but this DEER query prompt ends with ', ' "
-                         "(--query-trailing-space or --template-style authors): use the paper style without it")
+    check_query_end(templates)
     output = encoder.encode(query_prompts(queries, templates), next_token_ids=next_token_ids, description="queries")
     return output.embeddings, output.next_token_logprobs
 
@@ -150,7 +155,11 @@ class LamaProbe:
     name = "lama"
     summary = "log-probability of the tail's first token after the query"
     options = {"single_token": False}
+    option_values = {"single_token": OptionValues(bool)}
     text_kind = "contexts"
+
+    def check_before_loading(self, options, queries, templates) -> None:
+        check_query_end(templates)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         queries, loaded, templates = request.queries, request.loaded, request.templates

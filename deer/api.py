@@ -48,6 +48,8 @@ def probe(
     kg: 'wn18rr', a KG folder (str or Path), a ``TextualKG`` or a ``QuerySet`` (then split,
         subset and data_dir are not used).  split/subset/seed: which queries (``subset`` samples
         N triples with ``seed``; candidates are then the entities of those triples).
+    data_dir: the folder holding the named data sets ('wn18rr/'); when given, the only one searched
+        (default: $DEER_DATA_DIR, then ../shared/data and $DEER_CACHE_DIR/data).
     model: an alias (``deer models``), hub id or folder, loaded with ``dtype`` on ``device``
         ('auto': CUDA when present); or a model object (with ``tokenizer=``), a ``(model,
         tokenizer)`` pair or a ``LoadedModel``, used on its own device and dtype (in eval mode
@@ -62,7 +64,8 @@ def probe(
     cache: reuse and store embeddings under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer).
     out: a folder to save the result in (beside other probes' results of the same run spec);
         refused before any work if it holds another spec's results.  None: nothing is written.
-    query_embeddings: the queries' vectors when already computed (``bear_ref.lama`` returns them).
+    query_embeddings: the queries' vectors when already computed (``bear_ref.lama`` returns them): one row
+        per query (checked before the model loads), as wide as the model's vectors (checked before encoding).
     exclude_head: leave each query's own head entity out of its candidates (the paper keeps it).
     long_prompts: a prompt longer than the model's positions is an error ('error'), or descriptions
         are cut to fit ('truncate-descriptions'; the cuts are listed in ``metadata["length_guard"]``).
@@ -71,7 +74,8 @@ def probe(
         process 0 writes ``out``.  No ``cache`` then.
 
     Every input is checked before the model is loaded: a bad option raises ``OptionError`` naming
-    it, a bad data file ``KGFormatError`` naming file and line.
+    it, a bad data file ``KGFormatError`` naming file and line, a kg or model of no accepted type
+    ``TypeError`` naming the argument.
     Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
     return run_probe("deer", **locals())  # every argument above is run_probe's (loose keywords gathered there)

@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.encoder import PromptEOLEncoder, output_size
 from deer.platform.distributed import ShardedEncoder
 from deer.platform.models import LoadedModel
 from deer.platform.ranking import normalize_rows
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import EmbeddingStore, PendingParts
 from deer.platform.templates import candidate_prompts, query_prompts
-from deer.platform.validate import warn
-from deer.probes import ProbeRequest, ProbeScores
+from deer.platform.validate import OptionError, warn
+from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.cloze import deer_query_text
 
 ENCODER_VERSION = "prompteol-last-token-v1"
@@ -33,11 +33,12 @@ LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, token
 ESTIMATE_AFTER_SECONDS = 3.0
 
 
-def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos") -> EmbeddingStore:
+def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos", width: int | None = None) -> EmbeddingStore:
     """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
-    dtype and special tokens: every task that encodes the same prompt shares it."""
+    dtype and special tokens: every task that encodes the same prompt shares it.  ``width``: the
+    encoder's ``output_size``, which every stored vector must have (None: not checked)."""
     key = {"encoder": ENCODER_VERSION, **model_identity(loaded), "special_tokens": special_tokens}
-    return EmbeddingStore(Path(root) / "embeddings", "prompts", key)
+    return EmbeddingStore(Path(root) / "embeddings", "prompts", key, width=width)
 
 
 def prompt_id(text: str) -> str:
@@ -111,6 +112,19 @@ def encode_through_store(encoder: PromptEOLEncoder, store: EmbeddingStore | None
     return store.get(ids), len(missing)
 
 
+def check_query_embeddings(given, queries: int, loaded: LoadedModel | None = None) -> None:
+    """``query_embeddings`` (where given) has one row per query and, once the model is known (``loaded``),
+    its vectors' width; else an OptionError, before any prompt is encoded."""
+    if given is None:
+        return
+    rows, columns = np.shape(given)
+    shape = f"{rows}x{columns} array"
+    if rows != queries:
+        raise OptionError("query_embeddings", shape, f"{rows} rows for {queries} queries (one row per query, in their order)")
+    if loaded is not None and columns != output_size(loaded.model):
+        raise OptionError("query_embeddings", shape, f"{columns} columns; this model's vectors have {output_size(loaded.model)}")
+
+
 class DeerProbe:
     """DEER: PromptEOL vectors of each query and each described candidate tail, ranked by cosine.
 
@@ -122,12 +136,17 @@ class DeerProbe:
     name = "deer"
     summary = "PromptEOL embeddings of queries and described tails, cosine ranking"
     options = {"query_embeddings": None}
+    option_values = {"query_embeddings": OptionValues("vectors", optional=True)}
     text_kind = "prompts"
     causal_lm_only = True  # PromptEOL reads a causal LM's last state
+
+    def check_before_loading(self, options, queries, templates) -> None:
+        check_query_embeddings(options["query_embeddings"], len(queries))
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         queries, loaded, templates = request.queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
+        check_query_embeddings(query_embeddings, len(queries), loaded)  # before any encoding
         kg = queries.kg
         encoder = request.backend.encoder(templates.prompt_special_tokens)
         if request.options.get("distributed"):
@@ -135,7 +154,8 @@ class DeerProbe:
         timings: dict = {}
 
         started = time.perf_counter()
-        store = prompt_store(loaded, store_root, templates.prompt_special_tokens) if store_root is not None else None
+        store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size)
+                 if store_root is not None else None)
         entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
         entity_ids = [prompt_id(text) for text in entity_texts]
         entity_vectors, entities_encoded = encode_through_store(encoder, store, entity_ids, entity_texts, "entities")
@@ -145,8 +165,6 @@ class DeerProbe:
         started = time.perf_counter()
         query_texts = query_prompts(queries, templates)
         if query_embeddings is not None:
-            if len(query_embeddings) != len(queries):
-                raise ValueError(f"query_embeddings has {len(query_embeddings)} rows for {len(queries)} queries")
             query_vectors, queries_encoded = np.asarray(query_embeddings, dtype=np.float32), 0
         else:
             query_ids = [prompt_id(text) for text in query_texts]
@@ -182,6 +200,7 @@ class DeerProbe:
     def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
         """Every distinct candidate prompt of every set encoded once, each query ranked by cosine over its own set."""
         task, given = request.queries, request.options["query_embeddings"]
+        check_query_embeddings(given, len(task.queries), request.loaded)
         encoder = request.backend.encoder()
         started = time.perf_counter()
         if given is None:
@@ -190,7 +209,8 @@ class DeerProbe:
         queries_done = time.perf_counter()
         set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
         row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
-        store = prompt_store(request.loaded, request.store_root) if request.store_root is not None else None
+        store = (prompt_store(request.loaded, request.store_root, width=encoder.output_size)
+                 if request.store_root is not None else None)
         vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
         if row_of:
             vectors, encoded = encode_through_store(encoder, store, [prompt_id(p) for p in row_of], list(row_of), "candidates")

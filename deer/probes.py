@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from deer.platform.errors import OptionError
+
 ENTRY_POINT_GROUP = "deer.probes"
 
 
@@ -61,16 +63,68 @@ class ProbeScores:
             raise ValueError("a probe returns either scores or query and candidate vectors")
 
 
+@dataclasses.dataclass(frozen=True)
+class OptionValues:
+    """What a probe option accepts, declared beside its default: values of ``kind`` (bool, int, float, str,
+    or "vectors": a 2-D numeric array), one of ``choices`` where given, numbers within ``minimum`` and
+    ``maximum`` where given; None too where ``optional``."""
+
+    kind: type | str
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False
+
+    def check(self, option: str, value):
+        """``value`` as the probe takes it, or an OptionError naming ``option``.  A boolean's text, true or
+        false in any case, is read as the boolean: ``--probe-option single_token=False`` is not the truthy 'False'."""
+        if self.kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        if not (value is None and self.optional) and not self.fits(value):
+            raise OptionError(option, value, f"must be {self.describe()}")
+        return value
+
+    def fits(self, value) -> bool:
+        if self.kind == "vectors":  # its rows and width are the probe's to check (queries, model)
+            try:
+                array = np.asarray(value)
+            except (ValueError, TypeError):  # ragged rows
+                return False
+            return array.ndim == 2 and np.issubdtype(array.dtype, np.number)
+        if (isinstance(value, bool) and self.kind in (int, float)) or not isinstance(value, (int, float) if self.kind is float else self.kind):
+            return False  # True is no number here (Python's bool is an int)
+        return ((not self.choices or value in self.choices) and (self.minimum is None or value >= self.minimum)
+                and (self.maximum is None or value <= self.maximum))
+
+    def describe(self) -> str:
+        """What fits, in words: 'true or false', 'one of a, b', 'an integer >= 1', ..."""
+        if self.choices:
+            text = "one of " + ", ".join(map(str, self.choices))
+        else:
+            names = {bool: "true or false", int: "an integer", float: "a number", str: "a text", "vectors": "a 2-D numeric array"}
+            bounds = [f"{sign} {bound}" for sign, bound in ((">=", self.minimum), ("<=", self.maximum)) if bound is not None]
+            text = " ".join([names.get(self.kind, getattr(self.kind, "__name__", str(self.kind))), *bounds])
+        return text + (" or None" if self.optional else "")
+
+
+def option_values(probe: Probe, name: str) -> OptionValues:
+    """What ``probe``'s option ``name`` accepts: its declaration, else (a probe that declares none) its default's type."""
+    default = probe.options[name]
+    return getattr(probe, "option_values", {}).get(name) or OptionValues(object if default is None else type(default))
+
+
 class Probe(Protocol):
     """What the runner asks of a probe (a class with these attributes; see ``deer.embedding_probe``)."""
 
     name: str  # registry name, column prefix in tables (``NAME_rank_filtered``) and results' probe name
     summary: str  # one line for --help and listings
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
+    option_values: Mapping[str, OptionValues]  # what each option accepts; a value that does not fit is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
     # Optional: ``score(request)``, a KG fast path (``request.queries`` is a QuerySet: a score matrix or
-    # vectors; without it a KG's queries come as ``kg_benchmark_task``), and ``causal_lm_only`` (default
-    # False: True refuses a masked LM before any work).
+    # vectors; without it a KG's queries come as ``kg_benchmark_task``), ``causal_lm_only`` (default
+    # False: True refuses a masked LM before any work), and ``check_before_loading(options, queries,
+    # templates)``: raises on options that do not fit the KG's queries or the templates, before the model loads.
 
     def score_benchmark(self, request: ProbeRequest) -> ProbeScores: ...  # request.queries: a ClozeTask
 
@@ -125,6 +179,14 @@ def score_kg(probe: Probe, request: ProbeRequest) -> ProbeScores:
     unscored = np.full(len(queries.candidates), np.nan)
     matrix = np.stack([np.asarray(scored.scores.get(i, unscored), dtype=np.float64) for i in range(len(queries))])
     return dataclasses.replace(scored, scores=matrix, columns={})
+
+
+def check_probe_inputs(probe: Probe, options: Mapping[str, Any], queries, templates) -> None:
+    """The probe's own checks of its ``options`` against a KG's ``queries`` and the ``templates``
+    (``check_before_loading``, where it has one): made before the model loads."""
+    check = getattr(probe, "check_before_loading", None)
+    if check is not None:
+        check(options, queries, templates)
 
 
 def check_model_kind(probe: Probe, loaded) -> None:

@@ -22,20 +22,30 @@ from typing import Any
 import pandas as pd
 
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
-from deer.platform.benchmark_rows import RANK_RULE, query_frame, ranks_from_scores, task_digest
+from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
 from deer.platform.distributed import world
-from deer.platform.files import package_versions, read_table, write_json, write_table
+from deer.platform.files import package_versions, write_json, write_table
 from deer.platform.inputs import as_templates, checked_out_folder, prepare, store_root
 from deer.platform.length_guard import guard_benchmark_lengths
 from deer.platform.model_spec import with_loading
 from deer.platform.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
 from deer.platform.ranking import rank_cosine, rank_scores
+from deer.platform.read_back import reusable_table
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError
-from deer.probes import Probe, ProbeRequest, check_model_kind, get_probe, probe_names, score_kg
+from deer.probes import (
+    Probe,
+    ProbeRequest,
+    check_model_kind,
+    check_probe_inputs,
+    get_probe,
+    option_values,
+    probe_names,
+    score_kg,
+)
 from kg_data.cloze import ClozeTask
 
 BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when none are named
@@ -89,13 +99,14 @@ def gather_options(selection: QuerySelection | None, templates: PromptTemplates 
 
 
 def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
-    """The probe's own options: its defaults updated by ``given``; an option it does not have is
-    refused by name, listing the ones it has."""
+    """The probe's own options: its defaults updated by ``given``, each value checked against what the
+    probe declares (``deer.probes.OptionValues``; a boolean's text read as the boolean); an option it
+    does not have, or a value that does not fit, is refused by name."""
     unknown = sorted(set(given) - set(probe.options))
     if unknown:
         known = ", ".join(probe.options) or "none"
         raise OptionError(unknown[0], given[unknown[0]], f"the {probe.name} probe has no such option (its options: {known})")
-    return {**probe.options, **given}
+    return {**probe.options, **{name: option_values(probe, name).check(name, value) for name, value in given.items()}}
 
 
 def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer=None,
@@ -118,7 +129,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
     run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, templates=templates, dtype=dtype, device=device,
-                  out=out, **vars(selection), **vars(budget))
+                  out=out, before_loading=lambda queries, templates: check_probe_inputs(probe, options, queries, templates),
+                  **vars(selection), **vars(budget))
     check_model_kind(probe, run.loaded)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
     runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
@@ -186,8 +198,9 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     scores no benchmark, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
 
     With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
-    model, tokenizer, dtype and the task, so a stopped run resumes.  With ``store_root``, DEER's
-    candidate vectors go into the model's prompt store.  The plain backend stores nothing.
+    model, tokenizer, dtype and the task, so a stopped run resumes (a part that is unreadable or lacks
+    rows or columns is set aside and scored again: ``deer.platform.read_back.reusable_table``).  With
+    ``store_root``, DEER's candidate vectors go into the model's prompt store.  The plain backend stores nothing.
     """
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
@@ -206,8 +219,10 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     stores = None if plain or store_root is None else Path(store_root)
     frames, handed, probe_metadata, timings, resumed = {}, {}, {}, {}, []
     for probe in sorted(chosen, key=lambda p: HANDED_ON in p.options):  # a probe taking another's vectors runs after it
-        if parts is not None and (parts / f"{probe.name}.parquet").exists():
-            frames[probe.name] = read_table(parts / f"{probe.name}.parquet")
+        stored = None if parts is None else reusable_table(parts / f"{probe.name}.parquet", rank_columns(probe.name),
+                                                           len(task.queries), f"the {probe.name} probe is scored again")
+        if stored is not None:  # a bad part was set aside with a warning: scored again below
+            frames[probe.name] = stored
             resumed.append(probe.name)
             continue
         options = {**probe.options, **{name: array for name, array in handed.items() if name in probe.options}}

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bear_ref.cloze_scoring import single_token_words
+from deer.backends import backend_class
 from deer.platform.files import write_json, write_text
 from deer.platform.inputs import check_inputs, store_root
 from deer.platform.model_spec import with_loading
@@ -113,6 +114,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
     store under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     model = with_loading(model, model_kwargs, adapter)  # model_kwargs, adapter: as ``deer.probe``'s
+    backend_class(backend)
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
     probes = [probe.name for probe in benchmark_probes(probes)]
     bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
@@ -158,6 +160,8 @@ def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = 
     """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
     orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
     out = Path(out)
+    for name in models:  # every model's folder, adapter and config, before the first is probed
+        check_inputs(with_loading(name, options.get("model_kwargs"), options.get("adapter")))
     # One folder per model, named so that two checkpoints called alike (a/checkpoint-10, b/checkpoint-10) never share one.
     reports = {name: probe_benchmark(dataset, name, probes=probes, out=out / label, **options)
                for name, label in zip(models, distinct_labels(models), strict=True)}

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bear_ref.dataset import PROBE, bear_format, bear_metrics, find_instances_table
-from deer.platform.files import read_table, write_json, write_table, write_text
+from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, bear_format, bear_metrics, find_instances_table
+from deer.platform.files import write_json, write_table, write_text
 from deer.platform.models import LoadedModel
+from deer.platform.read_back import read_stored_table
 from deer.platform.result import ClozeResult
 from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
@@ -50,6 +51,9 @@ def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
         metadata = None
     if not isinstance(metadata, dict) or metadata.get("probe") != PROBE:
         raise ValueError(f"{folder} is not a finished `deer bear-dataset` run ({path} is missing or describes none)")
+    odd = [field for field in ("dataset", "model") if not isinstance(metadata.get(field, {}), dict)]
+    if odd:
+        raise ValueError(f"{path}: its {odd[0]} entry is not a JSON object, so it describes no finished `deer bear-dataset` run")
     problems = []
     stored_digests = metadata.get("relation_digests")
     if not isinstance(stored_digests, dict):
@@ -83,7 +87,8 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
         problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
     if problems:
         raise ValueError(f"{folder} is not a BEAR run of this model: " + "; ".join(problems))
-    return read_table(find_instances_table(folder))
+    rows = sum(len(relation) * len(relation.templates) for relation in dataset.relations.values())  # one per (instance, template)
+    return read_stored_table(find_instances_table(folder), INSTANCE_COLUMNS, rows)
 
 
 def _side_by_side(deer_metrics: dict, bear_m: dict) -> list[str]:

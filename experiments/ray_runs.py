@@ -73,13 +73,14 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     """Encode the ``entities`` (default: all) of ``kg`` that the model's prompt store (what
     ``deer.probe(..., cache=True)`` reads) lacks, split over ``workers`` Ray tasks; returns the store's folder.
     ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again)."""
+    from deer.backends.encoder import output_size
     from deer.embedding_probe import prompt_id, prompt_store
     from deer.platform.inputs import store_root
     from deer.platform.models import open_model
 
     if loaded is None:  # the store's key: weights, tokenizer, dtype
         loaded = open_model(model_name, dtype=dtype, device=device)
-    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens)
+    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, output_size(loaded.model))
     positions = list(range(kg.n_entities)) if entities is None else list(entities)
     texts = [templates.tail_prompt(kg, e) for e in positions]
     ids = [prompt_id(text) for text in texts]

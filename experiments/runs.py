@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.platform.files import read_table
 from deer.platform.models import LoadedModel, open_model
-from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results
+from deer.platform.read_back import read_json_object
+from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results, read_ranks_table
 from deer.platform.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
 from experiments.report import distinct_labels
@@ -50,7 +50,7 @@ class ProbeRun:
 
 
 def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json_object(path) if path.exists() else {}
 
 
 def recorded_model_name(metadata: dict) -> str | None:
@@ -102,13 +102,15 @@ def result_header(experiment: str, runs: Sequence[ProbeRun], rank_type: str, set
 
 
 def load_run(folder: Path, label: str | None = None) -> ProbeRun:
-    """Read a run folder; raises ValueError (shown to CLI users) if it holds no ranks table."""
+    """Read a run folder; raises ValueError (shown to CLI users) naming the file if it holds no ranks table,
+    or one of its files is unreadable or lacks what a run has (``read_ranks_table``)."""
     folder = Path(folder)
     path = find_ranks_table(folder)
     if path is None:
         raise ValueError(f"{folder} holds no ranks table (ranks.parquet or ranks.csv); run `deer probe --out {folder}` first")
     metadata = _read_json(folder / "metadata.json")
-    return ProbeRun(label or run_label(metadata, folder), folder, read_table(path), _read_json(folder / "metrics.json"), metadata)
+    return ProbeRun(label or run_label(metadata, folder), folder, read_ranks_table(path), _read_json(folder / "metrics.json"),
+                    metadata)
 
 
 def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | None:

@@ -87,11 +87,11 @@ class LamaDataset:
 
 def _text(path: Path, line: int, record: dict, key: str) -> str:
     """``record[key]`` as a non-empty string (an integer read as its decimal string); any other type,
-    and a lone surrogate, is refused."""
+    and a lone surrogate (``json_text``), is refused."""
     value = json_text(path, line, record, key, integer=True)
     if not value.strip():
         raise KGFormatError(path, line, f"key '{key}' must be a non-empty string")
-    return refuse_lone_surrogates(path, line, value, f"key '{key}'")
+    return value
 
 
 def _masked_sentences(path: Path, line: int, record: dict) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from kg_data.errors import KGFormatError
+from kg_data.errors import KGFormatError, refuse_lone_surrogates
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
@@ -82,7 +82,7 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
 
 def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = False, optional: bool = False) -> str:
     """``record[key]`` checked as text: a string, or with ``integer`` an integer (as its decimal string;
-    not a boolean), or with ``optional`` null or missing (as "").  Tabs and line breaks are refused too."""
+    not a boolean), or with ``optional`` null or missing (as "").  Tabs, line breaks and lone surrogates are refused too."""
     value = record.get(key)
     if optional and value is None:
         return ""
@@ -94,4 +94,4 @@ def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = 
         raise KGFormatError(path, line, f"key '{key}' must be {allowed}, got {got}")
     if any(c in value for c in "\t\n\r"):
         raise KGFormatError(path, line, f"key '{key}' must not contain a tab or line break")
-    return value
+    return refuse_lone_surrogates(path, line, value, f"key '{key}'")  # else it fails only when a tokenizer meets it

@@ -33,13 +33,16 @@ def default_data_dirs() -> list[Path]:
 
 
 def candidate_data_dirs(data_dir: str | Path | None = None) -> list[Path]:
-    """Data roots in the order they are searched: --data-dir, $DEER_DATA_DIR, then ``default_data_dirs``."""
-    roots = [Path(root).expanduser() for root in (data_dir, os.environ.get(DATA_DIR_ENV)) if root]
+    """Data roots in the order they are searched: --data-dir alone when given (a folder named on purpose
+    is not silently swapped for another copy), else $DEER_DATA_DIR, then ``default_data_dirs``."""
+    if data_dir:
+        return [Path(data_dir).expanduser()]
+    roots = [Path(root).expanduser() for root in (os.environ.get(DATA_DIR_ENV),) if root]
     return list(dict.fromkeys(roots + default_data_dirs()))
 
 
 def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
-    """Folder of a named data set; KGNotFoundError lists every place that was tried."""
+    """Folder of a named data set; KGNotFoundError names the folder given, else lists every place tried."""
     sub = NAMED_DATASETS[name]
     tried = []
     for root in candidate_data_dirs(data_dir):
@@ -48,6 +51,12 @@ def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
             tried.append(folder)
             if _looks_like(name, folder):
                 return folder
+    if data_dir:
+        root, marker = Path(data_dir).expanduser(), MARKERS[name]
+        raise KGNotFoundError(
+            f"--data-dir {root} holds no '{name}' data set (expected {root / sub / marker}, or {root / marker}); "
+            f"a data folder given is the only one searched. Fetch it there with `deer data fetch {name} --data-dir {root}`; "
+            "`deer data` lists where the data sets are found without one.")
     listing = "\n  ".join(str(p) for p in tried)
     raise KGNotFoundError(
         f"Could not find the '{name}' data. Looked in:\n  {listing}\n"
@@ -55,10 +64,13 @@ def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     )
 
 
+# The file that marks each named data set's folder (``deer data fetch`` installs it last).
+MARKERS = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear-big": "metadata_relations.json",
+           "lama": "relations.jsonl"}
+
+
 def _looks_like(name: str, folder: Path) -> bool:
-    markers = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear-big": "metadata_relations.json",
-               "lama": "relations.jsonl"}
-    return (folder / markers[name]).is_file()
+    return (folder / MARKERS[name]).is_file()
 
 
 def describe_datasets(data_dir: str | Path | None = None) -> list[dict]:

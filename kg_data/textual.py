@@ -15,7 +15,7 @@ ids may be integers, a description null or missing; no value may hold a tab or a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kg_data.errors import KGFormatError
@@ -45,6 +45,17 @@ def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
             yield (path, line, *fields, *[""] * (len(keys) - len(fields)))
 
 
+def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
+    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (an empty entities or
+    relations file would otherwise surface as an unknown id in the first split line)."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise KGFormatError(path, None, f"no {what}")
+
+
 def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     """Read a KG folder in the format above; raises KGFormatError naming file and line."""
     folder = Path(folder)
@@ -56,6 +67,7 @@ def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     split_files = {split: path for split, stems in SPLIT_STEMS.items() if (path := _find(folder, *stems)) is not None}
     if "test" not in split_files and "train" not in split_files:
         raise KGFormatError(folder / "test.tsv", None, "missing file: a KG needs at least train.tsv or test.tsv")
-    return build_kg(name or folder.name, read_rows(entities, "id", "name", "description"), read_rows(relations, "id", "name"),
+    return build_kg(name or folder.name, nonempty(read_rows(entities, "id", "name", "description"), entities, "entities"),
+                    nonempty(read_rows(relations, "id", "name"), relations, "relations"),
                     {split: read_rows(path, "head", "relation", "tail") for split, path in split_files.items()},
                     source=str(folder), split_files={split: str(path) for split, path in split_files.items()})

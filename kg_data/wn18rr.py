@@ -8,7 +8,7 @@ from pathlib import Path
 from kg_data.errors import KGFormatError
 from kg_data.kg import TextualKG, build_kg, relation_display_name
 from kg_data.lines import read_tsv
-from kg_data.textual import read_rows
+from kg_data.textual import nonempty, read_rows
 
 REQUIRED_FILES = ("entity2text.txt", "train.tsv", "dev.tsv", "test.tsv")
 SPLIT_FILES = {"train": "train.tsv", "valid": "dev.tsv", "test": "test.tsv"}
@@ -31,7 +31,7 @@ def _relations(folder: Path) -> list[tuple[Path, int, str, str]]:
     ids ("_has_part" -> "has part") as relation2text.txt has them."""
     path = folder / "relations.txt"
     if path.exists():
-        relation_ids = [fields[0] for _, fields in read_tsv(path, 1)]
+        relation_ids = [fields[0] for _, fields in nonempty(read_tsv(path, 1), path, "relations")]
     else:
         rows = (fields for file_name in SPLIT_FILES.values() for _, fields in read_tsv(folder / file_name, 3))
         relation_ids = list(dict.fromkeys(relation.strip() for _, relation, _ in rows))
@@ -46,6 +46,7 @@ def load_wn18rr(folder: Path) -> TextualKG:
         if not (folder / file_name).exists():
             raise KGFormatError(folder / file_name, None, "missing WN18RR file")
     paths = {split: folder / file_name for split, file_name in SPLIT_FILES.items()}
-    return build_kg("wn18rr", _entities(folder / "entity2text.txt"), _relations(folder),
+    entities = folder / "entity2text.txt"
+    return build_kg("wn18rr", nonempty(_entities(entities), entities, "entities"), _relations(folder),
                     {split: read_rows(path, "head", "relation", "tail") for split, path in paths.items()},
                     source=str(folder), split_files={split: str(path) for split, path in paths.items()})

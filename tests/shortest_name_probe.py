@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from deer.probes import ProbeRequest, ProbeScores
+from deer.probes import OptionValues, ProbeRequest, ProbeScores
 
 
 class ShortestNameProbe:
     name = "shortest"
     summary = "a baseline: shorter candidate names rank higher, whatever the query"
-    options = {"by": "characters"}  # or "words"
+    options = {"by": "characters"}
+    option_values = {"by": OptionValues(str, ("characters", "words"))}
     text_kind = None  # feeds the model nothing: no length guard needed
 
     def score_benchmark(self, request: ProbeRequest) -> ProbeScores:  # each query over its own candidate set

@@ -12,6 +12,7 @@ import pytest
 import bear_ref
 import deer
 from deer.backends import backend_names, open_backend
+from deer.platform.errors import OptionError
 from deer.platform.models import as_loaded_model
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
@@ -33,7 +34,7 @@ def _relative_error(a, b) -> float:
 
 def test_the_built_in_backends_are_registered():
     assert backend_names()[:2] == ["hf", "plain"]
-    with pytest.raises(KeyError, match="unknown backend 'vllm'; known: hf, plain"):
+    with pytest.raises(OptionError, match="backend='vllm': unknown backend; known: hf, plain"):
         deer.probe("wn18rr", ("model", "tokenizer"), backend="vllm")
 
 

@@ -86,7 +86,7 @@ def test_no_cache_reaches_the_benchmark_path(monkeypatch):
 def test_the_python_api_names_the_benchmark_path():
     """Bug 2: deer.probe("lama") raised an unrelated 'unknown KG' error."""
     with pytest.raises(KGNotFoundError, match="'lama' is a cloze benchmark .LAMA format., not a KG: probe it with `deer cloze"):
-        deer.probe("lama", ("model", "tokenizer"))
+        deer.probe("lama", "smollm2-135m")  # a name: the KG is refused before any model loads
 
 
 @pytest.mark.parametrize("command", ["probe", "bear", "lama"])

@@ -222,7 +222,7 @@ def test_hugging_face_offline_variables_are_honoured_and_a_failed_fetch_leaves_n
 def test_ensure_dataset_fetches_when_missing(tmp_path, serve, monkeypatch, capsys):
     server = serve()
     root = tmp_path / "data"
-    with pytest.raises(DataFetchError, match="Looked in"):  # DEER_OFFLINE=1: the usual not-found message
+    with pytest.raises(DataFetchError, match="holds no 'wn18rr' data set"):  # DEER_OFFLINE=1: the usual not-found message
         ensure_dataset("wn18rr", root)
     monkeypatch.delenv("DEER_OFFLINE")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # honoured too (test_hugging_face_offline_variables_are_honoured)

@@ -46,8 +46,14 @@ def test_missing_data_names_where_it_looked(tmp_path, monkeypatch):
 
     with pytest.raises(KGNotFoundError) as error:
         find_dataset("wn18rr", data_dir=tmp_path / "given")
-    assert str(tmp_path / "given") in str(error.value)
-    assert "--data-dir" in str(error.value) and str(tmp_path / "default") in str(error.value)
+    # a folder given is the only one searched: the message names it and what it lacks, no other root
+    assert f"--data-dir {tmp_path / 'given'} holds no 'wn18rr' data set" in str(error.value)
+    assert str(tmp_path / "given" / "wn18rr" / "entity2text.txt") in str(error.value)
+    assert str(tmp_path / "default") not in str(error.value) and str(tmp_path / "nowhere") not in str(error.value)
+    with pytest.raises(KGNotFoundError) as error:
+        find_dataset("wn18rr")
+    assert str(tmp_path / "nowhere") in str(error.value) and str(tmp_path / "default") in str(error.value)
+    assert "--data-dir" in str(error.value)
 
 
 def test_generic_tsv_reader(tiny_kg_dir):

@@ -18,6 +18,8 @@ from importlib import import_module
 from importlib import metadata as importlib_metadata
 from typing import Any, Protocol
 
+from deer.platform.errors import OptionError  # an unknown name is a bad option (--backend), not a KeyError
+
 ENTRY_POINT_GROUP = "deer.backends"
 BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
 DEFAULT_BACKEND = "hf"
@@ -42,14 +44,14 @@ def backend_names() -> list[str]:
 
 
 def backend_class(name: str):
-    """The backend class registered as ``name``; an unknown name is an error listing the known ones."""
+    """The backend class registered as ``name``; an unknown name is an OptionError listing the known ones."""
     if name in BUILT_IN:
         module, attribute = BUILT_IN[name].split(":")
         return getattr(import_module(module), attribute)
     for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry.name == name:
             return entry.load()
-    raise KeyError(f"unknown backend '{name}'; known: {', '.join(backend_names())}")
+    raise OptionError("backend", name, f"unknown backend; known: {', '.join(backend_names())}")
 
 
 def open_backend(name: str, loaded, *, token_budget: int | None = None, show_progress: bool = True) -> Backend:

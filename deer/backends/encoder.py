@@ -59,6 +59,12 @@ def token_logprobs(model, hidden: torch.Tensor, targets: Sequence[int], rows: np
     return out
 
 
+def output_size(model) -> int:
+    """Width of a causal LM's last hidden state: what its LM head reads, not ``config.hidden_size``
+    (OPT-350M projects its 1024-wide layers to ``word_embed_proj_dim`` = 512)."""
+    return int(model.get_output_embeddings().weight.shape[-1])
+
+
 class PromptEOLEncoder:
     """Batched PromptEOL embeddings for a causal LM (model in eval mode)."""
 
@@ -102,9 +108,8 @@ class PromptEOLEncoder:
 
     @property
     def output_size(self) -> int:
-        """Width of the last hidden state: what the LM head reads, not ``config.hidden_size``
-        (OPT-350M projects its 1024-wide layers to ``word_embed_proj_dim`` = 512)."""
-        return int(self.model.get_output_embeddings().weight.shape[-1])
+        """Width of the vectors: ``output_size(model)``."""
+        return output_size(self.model)
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return batch_token_ids(self.tokenizer, texts, self.special_tokens)

@@ -21,6 +21,7 @@ from deer.platform.distributed import full_weights, world
 from deer.platform.models import LoadedModel, training_identity
 from deer.platform.result import ProbeResult
 from deer.platform.templates import PromptTemplates
+from deer.platform.validate import OptionError, check_count, check_out_folder
 from kg_data.queries import QuerySet
 
 LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
@@ -63,14 +64,15 @@ class DeerCallback(TrainerCallback):
     without one they go into ``state.log_history`` only.  ``out``: a folder where process 0 saves
     each result as ``step-N``; results are also kept in ``self.results`` ({step: ProbeResult}).
     After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
-    ``metric_for_best_model="deer/mrr"``; an ``EarlyStoppingCallback`` must come after this callback.
+    ``metric_for_best_model="deer/mrr"`` (checked against the names reported when attached and when
+    training begins); an ``EarlyStoppingCallback`` must come after this callback.
     """
 
     def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,
                  templates: PromptTemplates | None = None, split: str = "test", subset: int | None = None, seed: int = 0,
                  token_budget: int | None = None, out=None, prefix: str = "deer", keep_results: bool = True):
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        check_count("every_n_steps", every_n_steps, 1, allow_none=True)  # 2.5, True or 0 would probe never or oddly
+        check_out_folder(out)  # an existing file would fail only at the first probe's save
         self.queries = queries if isinstance(queries, QuerySet) else load_queries(queries, split=split, subset=subset, seed=seed)
         self.every_n_steps, self.on_evaluate_too, self.at_start = every_n_steps, on_evaluate, at_start
         self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(), token_budget
@@ -85,10 +87,30 @@ class DeerCallback(TrainerCallback):
     def attach(cls, trainer, queries, **options) -> DeerCallback:
         """A callback logging through ``trainer``, added to it."""
         callback = cls(queries, trainer=trainer, **options)
+        callback.check_best_metric(getattr(trainer, "args", None))  # before training, not at its first evaluation
         trainer.add_callback(callback)
         return callback
 
+    def reported_metrics(self) -> list[str]:
+        """The names this callback logs (after an evaluation also as ``eval_<name>``)."""
+        return [f"{self.prefix}/{name}" for name in (*LOGGED_METRICS, "seconds")]
+
+    def check_best_metric(self, args) -> None:
+        """``args.metric_for_best_model`` naming one of this callback's metrics (``deer/...`` or
+        ``eval_deer/...``) must be one it adds to the evaluation metrics: a typo would surface only at
+        the first evaluation, after training steps."""
+        metric = getattr(args, "metric_for_best_model", None) or ""
+        name = metric.removeprefix("eval_")
+        if not name.startswith(f"{self.prefix}/"):
+            return
+        if name not in self.reported_metrics():
+            raise OptionError("metric_for_best_model", metric, f"DeerCallback reports {', '.join(self.reported_metrics())} "
+                                                               "(each also as eval_<name>)")
+        if not self.on_evaluate_too:
+            raise OptionError("metric_for_best_model", metric, "DeerCallback(on_evaluate=False) adds no metric to the evaluations")
+
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self.check_best_metric(args)
         if self.at_start:
             self._probe(state, control, model, processing_class)
 

@@ -17,6 +17,12 @@ from deer.platform.ranking import rank_and_best
 from kg_data.cloze import ClozeTask
 
 RANK_RULE = "realistic rank 1 + #higher + #tied/2 among the query's candidates; prediction = argmax (first on a tie)"
+RANK_COLUMNS = ("rank", "predicted", "correct", "predicted_index", "gold_score")  # each as {probe}_{column}
+
+
+def rank_columns(probe: str) -> list[str]:
+    """The columns ``ranks_from_scores`` gives ``probe``, in order."""
+    return [f"{probe}_{column}" for column in RANK_COLUMNS]
 
 
 def task_digest(task: ClozeTask) -> str:
@@ -56,5 +62,4 @@ def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str
             gold_score[rows] = matrix[np.arange(len(rows)), gold]
     for i in scores:
         predicted[i] = task.candidate_set(task.queries[i]).labels[predicted_index[i]]
-    return pd.DataFrame({f"{probe}_rank": rank, f"{probe}_predicted": predicted, f"{probe}_correct": correct,
-                         f"{probe}_predicted_index": predicted_index, f"{probe}_gold_score": gold_score})
+    return pd.DataFrame(dict(zip(rank_columns(probe), (rank, predicted, correct, predicted_index, gold_score), strict=True)))

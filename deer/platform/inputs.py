@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import reprlib
 from pathlib import Path
 
 import numpy as np
 
 from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
 from deer.platform.model_spec import check_adapter, loading_options
-from deer.platform.models import LoadedModel, as_loaded_model
+from deer.platform.models import LoadedModel, as_loaded_model, check_model_config
 from deer.platform.result import ProbeResult
 from deer.platform.run_spec import RunSpec, check_folder_spec
+from deer.platform.stores import flush_seconds
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
 from kg_data.kg import TextualKG
@@ -23,11 +25,28 @@ from kg_data.load import load_kg
 from kg_data.locate import cache_root
 from kg_data.queries import QuerySet, build_queries
 
+KG_ACCEPTED = "a KG name ('wn18rr'), a KG folder (str or Path), a TextualKG or a QuerySet"
+MODEL_ACCEPTED = "an alias (`deer models`), a hub id, a model folder (str or Path), open_model(...) or a (model, tokenizer) pair"
+
+
+def wrong_type(argument: str, value, accepted: str) -> TypeError:
+    """The error for an argument of a type nothing accepts, naming it (pathlib's own error names neither)."""
+    return TypeError(f"{argument} must be {accepted}; got {type(value).__name__} {reprlib.repr(value)}")
+
+
+def check_model_argument(model) -> None:
+    """``model`` is a name or folder, a ``LoadedModel``, or a model object alone or in a (model, tokenizer) pair."""
+    first = model[0] if isinstance(model, tuple) and len(model) == 2 else model
+    if not (isinstance(model, (LoadedModel, str, os.PathLike)) or hasattr(first, "parameters") and hasattr(first, "config")):
+        raise wrong_type("model", model, MODEL_ACCEPTED)
+
 
 def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,
                  exclude_head: bool = False) -> QuerySet:
     """A QuerySet as given, or the queries of ``split`` (``subset`` sampled with ``seed``) of a KG given as
     a ``TextualKG``, a name or a folder.  ``exclude_head`` (also for a QuerySet): no query ranks its own head."""
+    if not isinstance(kg, (str, os.PathLike, TextualKG, QuerySet)):
+        raise wrong_type("kg", kg, KG_ACCEPTED)
     if isinstance(kg, QuerySet):
         return dataclasses.replace(kg, exclude_head=True) if exclude_head else kg
     knowledge_graph = kg if isinstance(kg, TextualKG) else load_kg(kg, data_dir)
@@ -93,24 +112,30 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
     if long_prompts not in LONG_PROMPT_MODES:
         raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(LONG_PROMPT_MODES)}")
     check_out_folder(out, out_option)
+    flush_seconds()  # $DEER_STORE_FLUSH_SECONDS read now, not when the first store part is written
     check_model_source(model)
-    if named_model:  # a ModelSpec's loading options: reserved keywords, the adapter folder
+    if named_model:  # a ModelSpec's loading options (reserved keywords, the adapter), then the config they make
         check_adapter(loading_options(model)[1])
+        check_model_config(model)
 
 
 def prepare(kg, model, *, text_kind: str | None, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,
             data_dir=None, templates: PromptTemplates | None = None, k_shot: int = 8, shots: str | None = None,
             query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "auto",
             device: str = "auto", out=None, token_budget: int | None = None, long_prompts: str = "error",
-            exclude_head: bool = False) -> PreparedRun:
+            exclude_head: bool = False, before_loading=None) -> PreparedRun:
     """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model, then check
-    every text of ``text_kind`` against the model's positions: a bad input fails before any forward pass."""
+    every text of ``text_kind`` against the model's positions: a bad input fails before any forward pass.
+    ``before_loading(queries, templates)``: more checks (a probe's), made before the model loads."""
+    check_model_argument(model)
     check_inputs(model, out=out, subset=subset, seed=seed, k_shot=None if templates is not None else k_shot,
                  token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts)
     queries = as_query_set(kg, split, subset, seed, data_dir, exclude_head)
     templates = as_templates(templates, k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
                              template_style=template_style)
     warn_about_few_shot(queries, templates)
+    if before_loading is not None:
+        before_loading(queries, templates)
     loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
     queries, report = guard_prompt_lengths(queries, loaded, templates, text_kind, long_prompts)
     return PreparedRun(queries, loaded, templates, report)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -63,12 +64,33 @@ def loading_options(name) -> tuple[dict, str | None]:
 
 
 def check_adapter(adapter) -> None:
-    """A local adapter folder must hold ``adapter_config.json`` (a hub id is checked when loaded)."""
+    """Before any model loads: peft is installed; a local adapter folder holds ``adapter_config.json``; a name
+    that is no folder here is a hub id (``name`` or ``namespace/name``), one the hub cache holds when offline."""
     if adapter is None:
         return
-    path = Path(adapter).expanduser()
-    if (path.exists() or str(adapter).startswith((".", "/", "~"))) and not (path / ADAPTER_CONFIG).is_file():
-        raise OptionError("adapter", str(adapter), f"not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)")
+    from deer.platform.extras import require_extra
+
+    require_extra("peft", "peft", f"--adapter {adapter}")
+    path, text = Path(adapter).expanduser(), str(adapter)
+    if path.exists():
+        if not (path / ADAPTER_CONFIG).is_file():
+            raise OptionError("adapter", text, f"not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)")
+        return
+    if text.startswith((".", "~")) or not HUB_ID.fullmatch(text):  # a path (./a, a/b/c, /a) is no hub id: a missing folder
+        raise OptionError("adapter", text, "no such adapter folder")
+    if not _hub_has(text):
+        raise OptionError("adapter", text, "no such adapter folder, nor a hub adapter in the local hub cache "
+                                           "(offline: HF_HUB_OFFLINE is set)")
+
+
+HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def _hub_has(repo_id: str) -> bool:
+    """True online (the hub is asked when loading), else whether the hub cache holds the adapter's config."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    return not constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(repo_id, ADAPTER_CONFIG), str)
 
 
 def loading_suffix(model_kwargs: Mapping) -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from deer.platform.errors import OptionError
 from deer.platform.extras import MissingExtraError, import_extra
 from deer.platform.files import folder_lock
 from deer.platform.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix, with_loading
@@ -214,6 +215,47 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
 
+def check_model_config(model) -> None:
+    """The config of a model given by name validates with the loading options that set its fields, checked
+    before any model loads (transformers validates it only while loading, so a series of checkpoints failed
+    at the first bad one, after the others were probed): a ``config.json`` whose sizes contradict each
+    other is a ModelUnavailableError naming the model, a ``model_kwargs`` value the config refuses an
+    OptionError naming it.  A model that cannot be had (not installed, hub offline) is left to the loader."""
+    name = str(model)
+    if not isinstance(model, (str, os.PathLike)) or (name in BUNDLED_MODELS and not (cache_root() / "models" / name / "config.json").exists()):
+        return  # not loaded by name here, or a bundled GGUF not converted yet: nothing to read without converting it
+    try:
+        resolved = resolve_model(name)
+    except ModelUnavailableError:
+        return
+    kwargs = loading_options(model)[0]
+    source = {**({"revision": resolved.revision} if resolved.revision else {}),
+              **{key: kwargs[key] for key in SOURCE_KWARGS if key in kwargs}}
+    overrides = {key: value for key, value in kwargs.items() if key not in SOURCE_KWARGS}
+    problem = _config_problem(resolved.source, source, overrides)
+    if problem is None:
+        return
+    if overrides and _config_problem(resolved.source, source, {}) is None:
+        given = ", ".join(f"{key}={value!r}" for key, value in overrides.items())
+        raise OptionError("model_kwargs", given, f"the config of {name} refuses it: {problem}")
+    raise ModelUnavailableError(f"{name}: its config.json does not validate: {problem}")
+
+
+def _config_problem(source: str, source_kwargs: dict, overrides: dict) -> str | None:
+    """What ``AutoConfig.from_pretrained`` refuses in the config (its last line: the validator's message), or None."""
+    from huggingface_hub import errors
+    from transformers import AutoConfig
+
+    strict = getattr(errors, "StrictDataclassError", ValueError)  # huggingface_hub < 0.33: transformers raised ValueError
+    try:
+        AutoConfig.from_pretrained(source, **source_kwargs, **overrides)
+    except OSError:
+        return None  # not reachable (hub offline, no such revision): the loader says so
+    except (strict, ValueError, TypeError) as error:
+        return (str(error).strip().splitlines() or [type(error).__name__])[-1].strip()
+    return None
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     """Load (model, tokenizer, resolved) for ``name`` (a ``ModelSpec``'s options included), eval mode, on ``device``
     in ``dtype``; raises ModelUnavailableError with an install hint when the model cannot be had."""
@@ -222,6 +264,7 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
 
     model_kwargs, adapter = loading_options(name)
     check_adapter(adapter)
+    check_model_config(name)  # a config transformers refuses, said as such (also where no pre-load check ran)
     resolved = resolve_model(name)
     device = resolve_device(device)
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[resolve_dtype(dtype, device)]

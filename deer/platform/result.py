@@ -21,13 +21,13 @@ from deer.platform.files import (
     folder_lock,
     json_default,
     package_versions,
-    read_table,
     write_json,
     write_table,
     write_text,
 )
 from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
 from deer.platform.ranking import GoldRanks, candidate_counts
+from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
 from kg_data.queries import QuerySet
 
@@ -178,29 +178,53 @@ def join_results(results: Sequence[ProbeResult]) -> pd.DataFrame:
 
 
 def load_results(folder: str | Path) -> dict[str, ProbeResult]:
-    """Every probe's result in a run folder, by probe name."""
+    """Every probe's result in a run folder, by probe name.  A file there that is unreadable or lacks what
+    the result needs is refused with a ValueError naming it (``deer.platform.read_back``)."""
     folder = Path(folder)
-    metrics = _read_json(folder / "metrics.json")
-    metadata = _read_json(folder / "metadata.json")
+    metrics = _probe_entries(folder / "metrics.json")
+    metadata = _probe_entries(folder / "metadata.json")
     ranks = find_table(folder, RANKS_TABLE)
     if ranks is not None:
-        table = read_table(ranks)
+        table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
-        return {
-            probe: ProbeResult(probe, table[_query_columns(table) + _probe_columns(table, probe)],
-                               Metrics(metrics.get(probe, {}), "filtered"), metadata.get(probe, {}),
-                               spec or RunSpec.from_dict(metadata[probe]["run_spec"]))
-            for probe in _probes_in(table)
-        }
+        results = {}
+        for probe in _probes_in(table):
+            recorded = metadata.get(probe, {}).get("run_spec")
+            if spec is None and not isinstance(recorded, dict):
+                raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
+            results[probe] = ProbeResult(probe, table[_query_columns(table) + _probe_columns(table, probe)],
+                                         Metrics(metrics.get(probe, {}), "filtered"), metadata.get(probe, {}),
+                                         spec or RunSpec.from_dict(recorded))
+        return results
     instances = find_table(folder, INSTANCES_TABLE)
     if instances is not None:
         summary = folder / "summary.md"
         return {
-            probe: ProbeResult(probe, read_table(instances), Metrics(metrics[probe], "overall"), metadata.get(probe, {}),
+            probe: ProbeResult(probe, read_stored_table(instances), Metrics(metrics[probe], "overall"), metadata.get(probe, {}),
                                summary=summary.read_text() if summary.exists() else None)
             for probe in metrics
         }
     raise ValueError(f"{folder} holds no probe result (no ranks.parquet/csv or instances.parquet/csv)")
+
+
+def read_ranks_table(path: Path) -> pd.DataFrame:
+    """A run folder's ranks table: readable, with the query ids and, for every probe in it, numeric raw and
+    filtered rank columns (a ValueError naming the file otherwise)."""
+    table = read_stored_table(path, KEY_COLUMNS)
+    for probe in _probes_in(table):
+        for column in (f"{probe}_rank_raw", f"{probe}_rank_filtered"):
+            if column not in table.columns or not pd.api.types.is_numeric_dtype(table[column]):
+                raise StoredFileError(path, f"has no numeric {column} column")
+    return table
+
+
+def _probe_entries(path: Path) -> dict[str, dict]:
+    """metrics.json or metadata.json of a run folder: an object holding an object per probe ({} if absent)."""
+    stored = _read_json(path)
+    odd = [probe for probe, entry in stored.items() if not isinstance(entry, dict)]
+    if odd:
+        raise StoredFileError(path, f"its entry for {odd[0]} is not a JSON object")
+    return stored
 
 
 def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
@@ -344,7 +368,7 @@ def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
     path = find_ranks_table(folder)
     if path is None:
         return fresh[_query_columns(fresh)].copy()
-    table = read_table(path)
+    table = read_ranks_table(path)
     if len(table) != len(fresh) or any(table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS):
         raise ValueError(
             f"{path} holds ranks for different queries; use another --out folder "
@@ -400,7 +424,7 @@ def _save_instances_result(result: ProbeResult, folder: Path) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json_object(path) if path.exists() else {}
 
 
 def _merge_json(path: Path, probe: str, payload: dict) -> None:

@@ -90,9 +90,11 @@ class RunSpec:
 
     @classmethod
     def read(cls, folder: Path) -> RunSpec | None:
-        """The spec stored in ``folder`` (None if it has none)."""
+        """The spec stored in ``folder`` (None if it has none; a file that is no JSON object: a ValueError naming it)."""
+        from deer.platform.read_back import read_json_object
+
         path = Path(folder) / RUN_SPEC_FILE
-        return cls.from_json(path.read_text()) if path.exists() else None
+        return cls.from_dict(read_json_object(path)) if path.exists() else None
 
     def write(self, folder: Path) -> None:
         from deer.platform.files import write_json

@@ -7,9 +7,16 @@ from __future__ import annotations
 
 import click
 
-from deer.platform.models import DEFAULT_MODEL
 from deer.platform.tables import text_table
-from experiments.cli.options import backend_option, data_dir_option, friendly_errors, model_options, token_budget_option
+from experiments.cli.options import (
+    backend_option,
+    data_dir_option,
+    friendly_errors,
+    model_options,
+    models_or_default,
+    refuse_options_the_benchmarks_ignore,
+    token_budget_option,
+)
 
 
 def is_benchmark(kg: str) -> bool:
@@ -39,9 +46,11 @@ def run_benchmark_command(kg, model_names, probes, out_dir, **options) -> None:
         click.echo(f"DEER vs BEAR on the data set: {out_dir}/bear_dataset/summary.md")
 
 
-def run_benchmark_of(given: dict, model_names, probes, out_dir, **options) -> None:
-    """``run_benchmark_command`` from the KG options of `deer probe|bear|lama|experiment` (--subset: facts per relation)."""
-    run_benchmark_command(given["kg"], list(model_names) or [DEFAULT_MODEL], probes, out_dir, data_dir=given["data_dir"],
+def run_benchmark_of(given: dict, model_names, probes, out_dir, honoured=(), **options) -> None:
+    """``run_benchmark_command`` from the KG options of `deer probe|bear|lama|experiment` (--subset: facts per relation);
+    any other option given is refused by name (``honoured``: the command's own that this path reads)."""
+    refuse_options_the_benchmarks_ignore(given["kg"], honoured)
+    run_benchmark_command(given["kg"], models_or_default(model_names), probes, out_dir, data_dir=given["data_dir"],
                           dtype=given["dtype"], device=given["device"], max_facts=given["subset"], seed=given["seed"],
                           token_budget=given["token_budget"], cache=not given["no_cache"], **options)
 
@@ -104,7 +113,7 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     unknown = [p for p in probe_list or [] if p not in known]
     if not probe_list or unknown:
         raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")
-    run_benchmark_command(kg, list(model_names) or [DEFAULT_MODEL], probe_list, out_dir, data_dir=data_dir, dtype=dtype,
+    run_benchmark_command(kg, models_or_default(model_names), probe_list, out_dir, data_dir=data_dir, dtype=dtype,
                           device=device, modes=comma_list(modes), candidate_kinds=comma_list(candidate_kinds),
                           sources=comma_list(sources), relations=comma_list(relations), max_facts=max_facts, seed=seed,
                           bear_run=bear_run, bootstrap=bootstrap, token_budget=token_budget, backend=backend, cache=not no_cache)

@@ -6,6 +6,7 @@ Each reads run folders (``--run DIR``) or runs the probes itself into ``--runs-d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -21,12 +22,14 @@ from experiments.cli.options import (
     kg_run_options,
     loading_of,
     model_options,
+    models_or_default,
     out_option,
+    refuse_given,
     stacked,
     template_options,
     token_budget_option,
 )
-from experiments.cli.probes import QUERY_OPTIONS, prepare_queries
+from experiments.cli.probes import MODEL_RUN_OPTIONS, QUERY_OPTIONS, prepare_queries
 
 
 def echo_results(result: dict) -> None:
@@ -59,12 +62,11 @@ def _collect_runs(given: dict, probes, ray_address=None, single_token=False):
     from experiments.runs import label_runs_apart, load_run, probe_series
 
     if given["run_dirs"]:
-        if given["model_names"]:
-            raise click.UsageError("give either --run folders or --model names, not both")
+        refuse_run_making_options(given)
         runs = [load_run(Path(d)) for d in given["run_dirs"]]
         label_runs_apart(runs)  # two checkpoint-10 of two training runs, or one model's runs in two folders, stay apart
         return runs, {"source": "run folders", "runs": list(given["run_dirs"])}
-    names = list(given["model_names"] or (DEFAULT_MODEL,))
+    names = models_or_default(given["model_names"])
     queries, templates = prepare_queries(*(given[key] for key in QUERY_OPTIONS), model_names=names, dtype=given["dtype"],
                                          device=given["device"], out_dir=given["runs_dir"], out_name="runs_dir",
                                          token_budget=given["token_budget"])
@@ -84,6 +86,16 @@ def _collect_runs(given: dict, probes, ray_address=None, single_token=False):
     return runs, {"source": "probes run now", "kg": queries.kg.name, "split": given["split"], "subset": given["subset"],
                   "seed": given["seed"], "models": names, "probes": list(probes), "templates": templates.to_metadata(),
                   "runs": [str(r.folder) for r in runs], **more}
+
+
+# What only making runs reads: with --run (finished runs read back) each is refused by name, not dropped.
+RUN_MAKING_OPTIONS = (MODEL_RUN_OPTIONS | set(QUERY_OPTIONS) | {"model_names", "runs_dir", "checkpoint_dir", "base_model", "use_ray",
+                                                                 "ray_address"}) - {"seed"}  # seed: also the bootstrap's
+
+
+def refuse_run_making_options(given: dict) -> None:
+    if given["run_dirs"]:
+        refuse_given(RUN_MAKING_OPTIONS, "not read with --run, which reads finished runs instead of making them")
 
 
 def _single_token_runs(queries, names, probes, templates, options: dict):
@@ -201,7 +213,7 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
 
     probe_list = _parse_probes(probes)
     if not given["run_dirs"] and is_benchmark(given["kg"]):  # LAMA / BEAR data set: per-fact agreement per model, and orderings
-        return run_benchmark_of(given, given["model_names"], probe_list, out_dir, bootstrap=bootstrap)
+        return run_benchmark_of(given, given["model_names"], probe_list, out_dir, honoured=("probes", "bootstrap"), bootstrap=bootstrap)
     runs, settings = _collect_runs(given, probe_list, single_token=single_token)
     if single_token:
         other = [str(run.folder) for run in runs if lama_protocol(run) != "single-token"]
@@ -254,16 +266,20 @@ def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use
     from experiments.checkpoints import named_checkpoints, trainer_checkpoints
     from experiments.screen import run_screen
 
+    refuse_run_making_options(given)  # before the series is read: --checkpoints with --run is refused by name
     reference = None if reference == "none" else reference
     probe_list = ["deer"] + ([reference] if reference else [])
     series = named_checkpoints(given["model_names"]) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
-    if base_model:  # the series' step 0 (its --model-arg / --adapter as every --model's)
+    if base_model:  # the series' step 0
         from experiments.checkpoints import Checkpoint
         from experiments.runs import model_label
 
-        series.insert(0, Checkpoint(model_label(base_model), loading_of(click.get_current_context(), base_model), 0))
+        series.insert(0, Checkpoint(model_label(base_model), base_model, 0))
+    # Every checkpoint takes the --model-arg / --adapter: a --checkpoints folder's and --base-model as each --model.
+    series = [dataclasses.replace(c, model=loading_of(click.get_current_context(), c.model)) for c in series]
     if not given["run_dirs"] and is_benchmark(given["kg"]):  # LAMA / BEAR data set: every checkpoint on it, and the orderings
-        return run_benchmark_of(given, [c.model for c in series], probe_list, out_dir)
+        return run_benchmark_of(given, [c.model for c in series], probe_list, out_dir,
+                                honoured=("reference", "checkpoint_dir", "base_model"))
     ray_address = ray_address if ray_address else ("" if use_ray else None)
     runs, settings = _collect_runs({**given, "model_names": tuple(c.model for c in series)}, probe_list, ray_address)
     steps = {run.label: checkpoint.step for run, checkpoint in zip(runs, series, strict=False)} if series else None

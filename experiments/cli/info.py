@@ -29,11 +29,12 @@ def models(as_json):
 @click.command()
 def probes():
     """List the registered probes (this toolkit's and other packages' `deer.probes` entry points) with their options."""
-    from deer.probes import get_probe, probe_names
+    from deer.probes import get_probe, option_values, probe_names
 
     for name in probe_names():
         probe = get_probe(name)
-        options = ", ".join(f"{key}={value!r}" for key, value in probe.options.items()) or "none"
+        options = ", ".join(f"{key}={value!r} ({option_values(probe, key).describe()})" for key, value in probe.options.items())
+        options = options or "none"
         click.echo(f"{name:<12}{probe.summary}\n{'':<12}options: {options}")
 
 
@@ -47,7 +48,7 @@ def backends():
 
 
 @click.group(invoke_without_command=True)
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Extra folder to search first.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the data sets (the only one searched when given).")
 @click.pass_context
 def data(ctx, data_dir):
     """Show which data sets were found and where; `deer data fetch NAME` downloads one."""

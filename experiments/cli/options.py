@@ -135,6 +135,12 @@ def _with_loading_options(ctx, param, value):
     return tuple(loading_of(ctx, name) for name in value) if isinstance(value, tuple) else loading_of(ctx, value)
 
 
+def models_or_default(model_names) -> list:
+    """The repeated --model names, or (none given) the default model, which takes the --model-arg / --adapter too:
+    the one place a command falls back to it."""
+    return list(model_names) or [loading_of(click.get_current_context(), DEFAULT_MODEL)]
+
+
 def stacked(*options):
     """One decorator applying ``options`` as if each were written above the command, in this order."""
 
@@ -159,7 +165,8 @@ def model_options(multiple: bool = False):
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", is_eager=True, expose_value=False,
                      callback=_remember_loading_option,
                      help="A from_pretrained keyword, repeatable, as lm-eval's --model_args: trust_remote_code=true, "
-                          "attn_implementation=eager, revision=step1000 (values read as JSON where they parse); "
+                          "attn_implementation=eager, revision=step1000; true/false/null and numbers, in JSON's or Python's spelling "
+                          "(True/False/None), are read typed, any other value as text; "
                           "recorded in metadata.json and part of the model's fingerprint."),
         click.option("--adapter", type=click.Path(), default=None, is_eager=True, expose_value=False,
                      callback=_remember_loading_option,
@@ -248,24 +255,37 @@ def token_budget_option(default: int | None, help_text: str = f"Max padded token
                         help=help_text)
 
 
+def _known_backend(ctx, param, value):
+    """An unknown --backend is refused while the options are read, before anything loads."""
+    from deer.backends import backend_names
+
+    if value not in backend_names():
+        raise click.BadParameter(f"unknown backend '{value}'; known: {', '.join(backend_names())}", ctx, param)
+    return value
+
+
 def backend_option(command):
     from deer.backends import DEFAULT_BACKEND
 
-    return click.option("--backend", default=DEFAULT_BACKEND, show_default=True,
+    return click.option("--backend", default=DEFAULT_BACKEND, show_default=True, callback=_known_backend,
                         help="What runs the model: 'hf' (batched, shared prefixes, tries) or 'plain' (one whole forward pass per "
                              "prompt or statement: a slow cross-check that reads and writes no cache); `deer backends` lists them.")(command)
 
 
+PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # Python's spellings, beside JSON's true/false/null
+
+
 def parse_key_values(pairs, option: str) -> dict:
-    """``("by=words", "pll_variant=original")`` -> ``{"by": "words", ...}``; a value is read as JSON where it parses
-    (numbers, true/false, null), else kept as text."""
+    """``("by=words", "single_token=False")`` -> ``{"by": "words", "single_token": False}``: a value is read
+    as JSON where it parses (numbers, true/false, null) or as Python's True/False/None, else kept as text
+    (a 'False' kept as text would be truthy)."""
     options = {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key.strip():
             raise click.BadParameter(f"'{pair}' is not KEY=VALUE", param_hint=option)
         try:
-            options[key.strip()] = json.loads(value)
+            options[key.strip()] = PYTHON_LITERALS[value.strip()] if value.strip() in PYTHON_LITERALS else json.loads(value)
         except json.JSONDecodeError:
             options[key.strip()] = value
     return options
@@ -273,18 +293,31 @@ def parse_key_values(pairs, option: str) -> dict:
 
 # What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as
 # facts per relation); any other option given there is refused by name instead of dropped.
-BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "dtype", "device", "out_dir", "token_budget", "probe_name",
-                     "backend", "no_cache", "model_args", "adapter"}
+BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "model_names", "dtype", "device", "out_dir", "token_budget",
+                     "probe_name", "backend", "no_cache", "model_args", "adapter"}
 
 
-def refuse_options_the_benchmarks_ignore(kg: str) -> None:
-    """Raise a UsageError naming every option given on the command line that the benchmark path cannot honour."""
+def given_on_command_line(names) -> list[str]:
+    """The options among ``names`` (parameter names) that the command line gave, as spelt there (--model-arg)."""
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
-    ignored = [param.opts[0] for param in ctx.command.params
-               if param.name not in BENCHMARK_OPTIONS and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE]
-    if ignored:
-        honoured = ", ".join(param.opts[0] for param in ctx.command.params if param.name in BENCHMARK_OPTIONS)
-        raise click.UsageError(f"{', '.join(ignored)}: not for --kg {kg}, a cloze benchmark (options that apply there: "
-                               f"{honoured}; `deer cloze --help` has the rest)")
+    return [param.opts[0] for param in ctx.command.params
+            if param.name in names and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE]
+
+
+def refuse_given(names, why: str) -> None:
+    """A UsageError naming each of ``names`` given on the command line: a path of the command that does not read them."""
+    given = given_on_command_line(names)
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {why}")
+
+
+def refuse_options_the_benchmarks_ignore(kg: str, honoured=()) -> None:
+    """Raise a UsageError naming every option given on the command line that the benchmark path cannot honour
+    (``honoured``: the command's own options it does honour there, beside ``BENCHMARK_OPTIONS``)."""
+    params = click.get_current_context().command.params
+    applies = BENCHMARK_OPTIONS | set(honoured)
+    refuse_given({param.name for param in params} - applies,
+                 f"not for --kg {kg}, a cloze benchmark (options that apply there: "
+                 f"{', '.join(param.opts[0] for param in params if param.name in applies)}; `deer cloze --help` has the rest)")

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
 import click
 
+from deer.platform.errors import OptionError
 from deer.platform.tables import text_table
 from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
@@ -18,7 +20,7 @@ from experiments.cli.options import (
     model_options,
     out_option,
     parse_key_values,
-    refuse_options_the_benchmarks_ignore,
+    refuse_given,
     seed_option,
     token_budget_option,
 )
@@ -26,6 +28,8 @@ from experiments.cli.options import (
 RUNS_DIR = Path("runs")
 KG_OUT_HELP = "Output folder (default runs/KG-SPLIT-SUBSET-MODEL-DIGEST, DIGEST naming the other settings)."
 QUERY_OPTIONS = ("kg", "data_dir", "split", "subset", "seed", "k_shot", "shots", "query_trailing_space", "template_style")
+# How a model is loaded and run: dropped silently where no model runs (--resummarise, --run), so refused there by name.
+MODEL_RUN_OPTIONS = {"model_args", "adapter", "dtype", "device", "backend", "token_budget", "pll_variant", "no_cache"}
 
 
 def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style, *,
@@ -73,21 +77,35 @@ METRIC_COLUMNS = (("probe", "<10"), ("setting", "<10"), ("n", ">6"), ("Hit@1", "
                   ("Hit@100", ">9.3f"), ("MRR", ">8.4f"), ("MR", ">10", _mr_text))
 
 
-def open_kg_run(g: dict, probe_name: str, *, long_prompts: str = "error", suffix: str = "", check: bool = True):
+@contextlib.contextmanager
+def spelled_as_probe_option():
+    """An OptionError about a probe's own option names it as the command line gave it: --probe-option KEY=VALUE."""
+    try:
+        yield
+    except OptionError as error:
+        raise OptionError("probe_option", f"{error.option}={error.value}", error.problem) from None
+
+
+def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_prompts: str = "error", suffix: str = "",
+                check: bool = True):
     """The start `deer probe`, `deer bear` and `deer lama` share, from their options ``g``: --kg lama|bear|bear-big
     runs the benchmark path and gives None; else (queries, templates, loaded, out), the model opened once and
     ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec (with ``check``, a
-    folder holding another spec is refused now, before any work)."""
+    folder holding another spec is refused now, before any work).  The probe's ``options`` (its defaults
+    where None) are checked against the queries and templates before the model opens."""
     from deer.platform.models import open_model
     from deer.platform.run_spec import RunSpec, spec_folder
+    from deer.probes import check_probe_inputs, get_probe
 
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path; other options given are refused
-        refuse_options_the_benchmarks_ignore(g["kg"])
         run_benchmark_of(g, [g["model_name"]], [probe_name], g["out_dir"], backend=g["backend"])
         return None
     queries, templates = prepare_queries(*(g[key] for key in QUERY_OPTIONS), model_names=[g["model_name"]], dtype=g["dtype"],
                                          device=g["device"], out_dir=g["out_dir"], token_budget=g["token_budget"],
                                          long_prompts=long_prompts, exclude_head=g["exclude_head"])
+    probe = get_probe(probe_name)
+    with spelled_as_probe_option():
+        check_probe_inputs(probe, {**probe.options, **(options or {})}, queries, templates)
     loaded = open_model(g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray workers
     spec = RunSpec.build(queries, loaded, templates)
     return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, check)
@@ -98,7 +116,8 @@ def open_kg_run(g: dict, probe_name: str, *, long_prompts: str = "error", suffix
 @click.option("--probe", "probe_name", default="deer", show_default=True,
               help="Which registered probe runs: deer, bear, lama, or one another package registered (`deer probes` lists them).")
 @click.option("--probe-option", "probe_option_pairs", multiple=True, metavar="KEY=VALUE",
-              help="An option of the probe, repeatable (e.g. single_token=true for lama); `deer probes` lists each probe's options.")
+              help="An option of the probe, repeatable (e.g. single_token=true for lama; values read as --model-arg's); "
+                   "`deer probes` lists each probe's options and the values they take, any other is refused.")
 @backend_option
 @out_option(KG_OUT_HELP)
 @token_budget_option(None)
@@ -127,11 +146,12 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
         chosen = get_probe(probe_name)
     except KeyError as error:
         raise click.BadParameter(error.args[0], param_hint="--probe") from None
-    options = probe_options(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
+    with spelled_as_probe_option():
+        options = probe_options(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
     if ray_workers and (no_cache or probe_name != "deer"):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
     opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, probe_name,
-                         long_prompts=long_prompts)
+                         options=options, long_prompts=long_prompts)
     if opened is None:
         return
     queries, templates, loaded, out = opened
@@ -271,13 +291,15 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     are stored, so an interrupted run resumes.  Python: bear_ref.bear_dataset(...).
     """
     import bear_ref
-    from bear_ref.dataset import resummarise_bear_dataset
+    from bear_ref.dataset import check_out_dir, resummarise_bear_dataset
     from deer.platform.inputs import check_inputs
     from deer.platform.models import open_model
     from deer.platform.run_spec import run_folder_name
     from kg_data.bear import load_bear_dataset
 
     started = time.perf_counter()
+    if resummarise:  # no model runs: what only loads or runs one is refused, not dropped
+        refuse_given(MODEL_RUN_OPTIONS, "not read with --resummarise, which recomputes the metrics from the instances table")
     check_inputs(None if resummarise else model_name, out=out_dir or RUNS_DIR, seed=seed, token_budget=token_budget,
                  dtype=dtype, device=device, max_instances=max_instances)
     codes = comma_list(relations)
@@ -290,6 +312,7 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
         _print_bear_dataset_summary(result.metrics.to_dict())
         click.echo(f"\nrecomputed from the instances table: {out}")
         return
+    check_out_dir(out)  # a folder holding another kind of run: refused now, not once the model is loaded
     loaded = open_model(model_name, dtype=dtype, device=device)
     result = bear_ref.bear_dataset(data, loaded, relations=codes, max_instances=max_instances, seed=seed,
                                    token_budget=token_budget, pll_variant=pll_variant, domain_support=domain_support,

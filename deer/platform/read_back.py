@@ -1,0 +1,117 @@
+"""Checked readers for what a run reads back from disk: nothing read back is used before it is checked.
+
+Two kinds of file, two treatments:
+
+* the toolkit's own stored work (store parts, resume parts) is a cache: a file that cannot be read, or
+  holds what its writer never writes, is named in a ``DeerWarning``, set aside (renamed ``<name>.bad``:
+  never read again, kept for inspection) and its work done again, so it is never trusted and never
+  fatal to a later run (``set_aside``, ``reusable_table``);
+* a run folder is a user's input: a bad file there is refused with a ``StoredFileError`` (a ValueError,
+  shown by the CLI as one 'Error: ...' line) that names the file (``read_json_object``, ``read_stored_table``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from deer.platform.files import read_table
+from deer.platform.validate import warn
+
+BAD_SUFFIX = ".bad"
+ZIP_MAGIC = b"PK\x03\x04"  # every .npz is a zip archive
+
+
+class StoredFileError(ValueError):
+    """A file read back that cannot be trusted; the message names the file and the problem."""
+
+    def __init__(self, path, problem: str):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+def set_aside(error: StoredFileError, redo: str) -> None:
+    """Rename the bad file to ``<name>.bad`` and say so in a DeerWarning, with ``redo``: what is done again."""
+    target = error.path.with_name(error.path.name + BAD_SUFFIX)
+    try:
+        os.replace(error.path, target)
+        kept = f"set aside as {target.name}"
+    except FileNotFoundError:  # another process reading the same store set it aside first
+        kept = f"set aside as {target.name} by another run"
+    except OSError as failure:  # still never used by this run; a later one tries again
+        kept = f"not used (it could not be set aside: {failure.strerror or failure})"
+    warn(f"{error}; {kept}, {redo}")
+
+
+def _parse_failure(path: Path, what: str, error: Exception, limit: int = 200) -> StoredFileError:
+    """The reader's error in one line (the path, already in front, shortened to the file's name)."""
+    text = " ".join(str(error).replace(str(path), path.name).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return StoredFileError(path, f"not a readable {what} ({type(error).__name__}{': ' + text if text else ''})")
+
+
+def read_arrays(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of an ``.npz`` file, read whole (so the zip's checksums are checked); a
+    StoredFileError if it is empty, no zip archive (never unpickled), damaged or lacks one of them."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(ZIP_MAGIC))
+        if head != ZIP_MAGIC:  # checked first: np.load would take anything else for a pickle
+            raise StoredFileError(path, "an empty file" if not head else "not an .npz archive (it does not start as a zip file)")
+        with np.load(path, allow_pickle=False) as data:
+            missing = [name for name in names if name not in data.files]
+            if missing:
+                raise StoredFileError(path, f"holds no {', '.join(missing)} array (it has {', '.join(data.files) or 'none'})")
+            return {name: data[name] for name in names}
+    except StoredFileError:
+        raise
+    except Exception as error:  # whatever a damaged archive raises (BadZipFile, EOFError, zlib.error, OSError, ...)
+        if isinstance(error, ValueError) and "allow_pickle" in str(error):  # numpy's words would invite unpickling it
+            raise StoredFileError(path, "holds pickled Python objects, which are never loaded") from None
+        raise _parse_failure(path, ".npz archive", error) from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; StoredFileError naming it otherwise."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise _parse_failure(path, "JSON file", error) from None
+    if not isinstance(value, dict):
+        raise StoredFileError(path, f"holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None = None) -> pd.DataFrame:
+    """A table (parquet or CSV) holding at least ``columns`` and, if given, exactly ``rows`` rows;
+    StoredFileError naming it otherwise."""
+    path = Path(path)
+    try:
+        table = read_table(path)
+    except Exception as error:  # whatever a damaged file raises (ArrowInvalid, OSError, ParserError, ...)
+        raise _parse_failure(path, "table", error) from None
+    missing = [column for column in columns if column not in table.columns]
+    if missing:
+        raise StoredFileError(path, f"lacks the column(s) {', '.join(missing)}")
+    if rows is not None and len(table) != rows:
+        raise StoredFileError(path, f"holds {len(table)} rows where {rows} are expected")
+    return table
+
+
+def reusable_table(path: Path, columns: Sequence[str], rows: int, redo: str) -> pd.DataFrame | None:
+    """A stored resume part (``read_stored_table``) to reuse; None if there is none or it is bad (then set
+    aside with a warning saying ``redo``): either way the caller does its work again."""
+    if not Path(path).exists():
+        return None
+    try:
+        return read_stored_table(path, columns, rows)
+    except StoredFileError as error:
+        set_aside(error, redo)
+        return None

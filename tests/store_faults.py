@@ -1,0 +1,116 @@
+"""Every way the tests damage stored work, in one place.
+
+The tests say what they damage (a cache's stored vectors or score rows, a run's resume parts) and how;
+only this module knows how that work is laid out on disk, so a new store layout (memory-mapped shards)
+changes this module and no test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# Damage that a store must notice in what it reads back.
+VECTOR_FAULTS = ("narrow", "nan", "truncate", "flip", "empty", "not-numpy", "pickle")
+# Damage that a run must notice in a resume part (a table of finished rows).
+TABLE_FAULTS = ("truncate", "flip", "empty", "not-a-table", "rows", "columns")
+NARROW = 7  # the width of 'narrow' vectors: never a model's hidden size or a tiny KG's candidate count
+
+
+def stored_vector_files(root) -> list[Path]:
+    """The files holding stored vectors or score rows under ``root`` (a cache root or one store's folder)."""
+    return sorted(Path(root).rglob("part-*.npz"))
+
+
+def set_aside_vector_files(root) -> list[Path]:
+    """The stored vector files under ``root`` that a store set aside."""
+    return sorted(Path(root).rglob("part-*.npz.bad"))
+
+
+def _arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(path) as data:
+        return data["ids"], data["vectors"]
+
+
+def _rewrite(path: Path, **arrays) -> None:
+    with open(path, "wb") as handle:  # a handle, so that numpy adds no suffix
+        np.savez(handle, **arrays)
+
+
+def _value_byte(path: Path) -> int:
+    """The position of a byte of stored values: in a parquet table the last of its first column's
+    pages (its middle is often the footer's schema text, which no value depends on), else the middle."""
+    if path.suffix != ".parquet":
+        return path.stat().st_size // 2
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    return (column.dictionary_page_offset or column.data_page_offset) + column.total_compressed_size - 1
+
+
+def damage_bytes(path: Path, how: str) -> None:
+    """Damage a file whatever it holds: 'truncate' (its first half kept), 'flip' (a byte of its stored
+    values inverted), 'empty', or 'not-numpy' / 'not-a-table' (replaced by a line of text)."""
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "flip":
+        flipped = bytearray(data)
+        flipped[_value_byte(path)] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how in ("not-numpy", "not-a-table"):
+        path.write_text("this is not what was stored here\n")
+    else:
+        raise ValueError(f"unknown damage {how!r}")
+
+
+def corrupt_stored_vectors(root, how: str) -> list[Path]:
+    """Damage every stored vector file under ``root`` (``VECTOR_FAULTS``): 'narrow' vectors 7 wide,
+    'nan' (one value of each file NaN), 'pickle' (ids stored as pickled objects), or the bytes damaged
+    (``damage_bytes``); also 'minus-inf' (one value -inf, a possible log-likelihood).  Returns the
+    damaged files: the names the warnings must give."""
+    files = stored_vector_files(root)
+    assert files, f"nothing stored under {root}"
+    for path in files:
+        if how in ("narrow", "nan", "minus-inf", "pickle"):
+            ids, vectors = _arrays(path)
+            if how == "narrow":
+                vectors = np.ascontiguousarray(vectors[:, :NARROW])
+            elif how == "pickle":
+                ids = ids.astype(object)  # an object array: numpy pickles it into the file
+            else:
+                vectors = vectors.copy()
+                vectors[0, 0] = np.nan if how == "nan" else -np.inf
+            _rewrite(path, ids=ids, vectors=vectors)
+        else:
+            damage_bytes(path, how)
+    return files
+
+
+def resume_parts(out) -> list[Path]:
+    """A run's resume parts under its output folder ``out`` (a cloze run's per-probe rows, a BEAR data
+    set's per-relation rows)."""
+    return sorted(Path(out).rglob("parts/*/*.parquet"))
+
+
+def set_aside_resume_parts(out) -> list[Path]:
+    return sorted(Path(out).rglob("parts/*/*.parquet.bad"))
+
+
+def corrupt_resume_parts(out, how: str) -> list[Path]:
+    """Damage every resume part under ``out`` (``TABLE_FAULTS``): 'rows' (its last row dropped), 'columns'
+    (its first column dropped), or the bytes damaged (``damage_bytes``).  Returns the damaged files."""
+    parts = resume_parts(out)
+    assert parts, f"no resume part under {out}"
+    for path in parts:
+        if how in ("rows", "columns"):
+            table = pd.read_parquet(path)
+            table = table.iloc[:-1] if how == "rows" else table.drop(columns=table.columns[0])
+            table.to_parquet(path, index=False)
+        else:
+            damage_bytes(path, how)
+    return parts

@@ -1,0 +1,246 @@
+"""Every value read back from disk is checked before use: a bad stored file is named in a warning, set
+aside and its work done again (never trusted, never fatal to a later run), and a bad file in a run
+folder given as input is refused by name.  Each test runs the CLI on the tiny fixtures, damages what
+the first run stored (``tests.store_faults``: the only module that knows the layout) and runs again:
+exit 0, one warning per damaged file naming it, the same numbers as the first run, the file set aside,
+and a third run silent (the cache healed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import deer
+from deer.platform.stores import EmbeddingStore
+from deer.platform.validate import DeerWarning
+from experiments.cli import main
+from tests.conftest import write_tiny_kg
+from tests.store_faults import (
+    TABLE_FAULTS,
+    VECTOR_FAULTS,
+    corrupt_resume_parts,
+    corrupt_stored_vectors,
+    damage_bytes,
+    resume_parts,
+    set_aside_resume_parts,
+    set_aside_vector_files,
+)
+from tests.test_bear_dataset import write_dataset
+from tests.test_cloze import write_lama
+
+
+def invoke(args: list[str], cache: Path):
+    """The CLI with ``cache`` as its cache root; its exit code must be 0."""
+    result = CliRunner().invoke(main, args, env={"DEER_CACHE_DIR": str(cache)})
+    assert result.exit_code == 0, result.output
+    assert "unexpected" not in result.output and "Traceback" not in result.output, result.output
+    return result
+
+
+def warnings_in(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("Warning: ")]
+
+
+def assert_each_named_once(output: str, damaged: list[Path]) -> None:
+    """One warning per damaged file, starting with its path and saying it was set aside."""
+    for path in damaged:
+        named = [line for line in warnings_in(output) if line.startswith(f"Warning: {path}: ")]
+        assert len(named) == 1 and "set aside as" in named[0], (path, output)
+
+
+RANK_COLUMNS = ["deer_rank_raw", "deer_rank_filtered", "deer_top10"]
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory, tiny_clm_dir):
+    """`deer probe` once on the tiny KG: (args without --out, the filled cache, its ranks)."""
+    root = tmp_path_factory.mktemp("probed")
+    args = ["probe", "--kg", str(write_tiny_kg(root / "kg")), "--model", str(tiny_clm_dir), "--k-shot", "2", "--token-budget", "256"]
+    first = invoke([*args, "--out", str(root / "first")], root / "cache")
+    assert not warnings_in(first.output)
+    return args, root / "cache", pd.read_parquet(root / "first" / "ranks.parquet")[RANK_COLUMNS]
+
+
+@pytest.mark.parametrize("how", VECTOR_FAULTS)
+def test_damaged_stored_vectors_are_set_aside_and_encoded_again(tmp_path, probed, how):
+    args, filled, ranks = probed
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)
+    damaged = corrupt_stored_vectors(cache, how)
+
+    second = invoke([*args, "--out", str(tmp_path / "second")], cache)
+    assert_each_named_once(second.output, damaged)
+    assert len(set_aside_vector_files(cache)) == len(damaged)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "second" / "ranks.parquet")[RANK_COLUMNS], ranks)
+
+    third = invoke([*args, "--out", str(tmp_path / "third")], cache)
+    assert not warnings_in(third.output), third.output
+    assert "encoded 0 entities + 0 queries" in third.output  # everything read back from the healed store
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "third" / "ranks.parquet")[RANK_COLUMNS], ranks)
+
+
+@pytest.mark.parametrize("how", ["narrow", "nan", "truncate", "pickle"])
+def test_damaged_bear_score_rows_are_set_aside_and_scored_again(tmp_path, tiny_clm_dir, how):
+    cache = tmp_path / "cache"
+    args = ["bear", "--kg", str(write_tiny_kg(tmp_path / "kg")), "--model", str(tiny_clm_dir), "--k-shot", "2"]
+    invoke([*args, "--out", str(tmp_path / "first")], cache)
+    ranks = pd.read_parquet(tmp_path / "first" / "ranks.parquet")
+    damaged = corrupt_stored_vectors(cache, how)
+
+    second = invoke([*args, "--out", str(tmp_path / "second")], cache)
+    assert_each_named_once(second.output, damaged)
+    assert len(set_aside_vector_files(cache)) == len(damaged)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "second" / "ranks.parquet"), ranks)
+
+    third = invoke([*args, "--out", str(tmp_path / "third")], cache)
+    assert not warnings_in(third.output), third.output
+    assert json.loads((tmp_path / "third" / "metadata.json").read_text())["bear"]["cache"]["queries_scored_now"] == 0
+
+
+def test_minus_inf_is_a_log_likelihood_but_damage_in_a_vector(tmp_path):
+    """A score row may hold -inf (an impossible statement's log-likelihood): kept; a vector never does: set aside."""
+    for kind, minus_inf in (("bear", True), ("prompts", False)):
+        store = EmbeddingStore(tmp_path, kind, {"model": "m"}, width=3, minus_inf=minus_inf)
+        store.add(["a", "b"], np.ones((2, 3), dtype=np.float32))
+        (part,) = corrupt_stored_vectors(store.folder, "minus-inf")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reopened = EmbeddingStore(tmp_path, kind, {"model": "m"}, width=3, minus_inf=minus_inf)
+        messages = [str(w.message) for w in caught if w.category is DeerWarning]
+        if minus_inf:
+            assert not messages and reopened.get(["a"])[0, 0] == -np.inf and not set_aside_vector_files(store.folder)
+        else:
+            assert len(messages) == 1 and messages[0].startswith(f"{part}: 1 of its 2 vectors hold NaN or infinity; set aside")
+            assert reopened.missing(["a", "b"]) == [0, 1] and len(set_aside_vector_files(store.folder)) == 1
+
+
+def test_a_store_never_writes_what_it_would_set_aside(tmp_path):
+    """A NaN row (a model's overflow) is used in this run but not stored, so the next run is not
+    warned about a part this one wrote: it computes that row again."""
+    store = EmbeddingStore(tmp_path, "prompts", {"model": "m"}, width=2)
+    with pytest.warns(DeerWarning, match="1 of 2 results hold NaN or infinity: not stored"):
+        store.add(["a", "b"], np.array([[1, 2], [np.nan, 0]], dtype=np.float32))
+    assert store.missing(["a", "b"]) == []
+    reopened = EmbeddingStore(tmp_path, "prompts", {"model": "m"}, width=2)
+    assert reopened.missing(["a", "b"]) == [1] and not set_aside_vector_files(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def lama_folder(tmp_path_factory) -> Path:
+    return write_lama(tmp_path_factory.mktemp("lama") / "lama")
+
+
+@pytest.mark.parametrize("how", TABLE_FAULTS)
+def test_damaged_cloze_resume_parts_are_set_aside_and_scored_again(tmp_path, lama_folder, tiny_clm_dir, how):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    args = ["cloze", "--dataset", str(lama_folder), "--model", str(tiny_clm_dir), "--candidates", "relation",
+            "--probes", "deer,lama", "--bootstrap", "0", "--out", str(out)]
+    invoke(args, cache)
+    table = pd.read_parquet(out / "cloze" / "queries.parquet")
+    damaged = corrupt_resume_parts(out, how)
+    assert len(damaged) == 2  # one per probe
+
+    second = invoke(args, cache)
+    assert_each_named_once(second.output, damaged)
+    assert len(set_aside_resume_parts(out)) == len(damaged)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "cloze" / "queries.parquet"), table)
+    assert json.loads((out / "cloze" / "metadata.json").read_text())["resumed_probes"] == []
+
+    third = invoke(args, cache)
+    assert not warnings_in(third.output), third.output
+    assert json.loads((out / "cloze" / "metadata.json").read_text())["resumed_probes"] == ["deer", "lama"]
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "cloze" / "queries.parquet"), table)
+
+
+@pytest.mark.parametrize("how", TABLE_FAULTS)
+def test_damaged_bear_data_set_parts_are_set_aside_and_scored_again(tmp_path, tiny_clm_dir, how):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    args = ["bear-dataset", "--dataset", str(write_dataset(tmp_path / "BEARmini")), "--model", str(tiny_clm_dir),
+            "--out", str(out)]
+    invoke(args, cache)
+    table = pd.read_parquet(out / "instances.parquet")
+    damaged = corrupt_resume_parts(out, how)
+    assert len(damaged) == 2  # one per relation
+
+    second = invoke(args, cache)
+    assert_each_named_once(second.output, damaged)
+    assert len(set_aside_resume_parts(out)) == len(damaged)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "instances.parquet"), table)
+
+    third = invoke(args, cache)
+    assert not warnings_in(third.output), third.output
+    assert json.loads((out / "metadata.json").read_text())["bear"]["relations_resumed"] == ["P36", "P37"]
+    assert len(resume_parts(out)) == 2
+
+
+# -- run folders given as input: a bad file is refused by name ---------------------------------------
+
+
+def damage_run_file(path: Path, how: str) -> None:
+    """A run folder's file damaged: its bytes (``damage_bytes``), a JSON list, a probe entry that is no
+    object, a ranks table without its filtered ranks, or a table without its last row."""
+    if how == "list":
+        path.write_text("[]")
+    elif how == "probe-entry":
+        path.write_text(json.dumps({"deer": 3}))
+    elif how == "columns":
+        pd.read_parquet(path).drop(columns=["deer_rank_filtered"]).to_parquet(path, index=False)
+    elif how == "rows":
+        pd.read_parquet(path).iloc[:-1].to_parquet(path, index=False)
+    else:
+        damage_bytes(path, how)
+
+
+@pytest.fixture()
+def probe_run(tmp_path, probed) -> Path:
+    args, filled, _ = probed
+    invoke([*args, "--out", str(tmp_path / "run")], filled)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize(("name", "how"), [("ranks.parquet", "truncate"), ("ranks.parquet", "not-a-table"),
+                                           ("ranks.parquet", "columns"), ("metadata.json", "not-a-table"),
+                                           ("metadata.json", "probe-entry"), ("metrics.json", "empty"),
+                                           ("run_spec.json", "list")])
+def test_a_bad_file_in_a_run_folder_is_refused_by_name(probe_run, name, how):
+    damage_run_file(probe_run / name, how)
+    with pytest.raises(ValueError, match=f"^{probe_run / name}: "):
+        deer.load_result(probe_run)
+
+
+@pytest.mark.parametrize(("name", "how"), [("ranks.parquet", "flip"), ("ranks.parquet", "columns"),
+                                           ("metadata.json", "truncate"), ("metrics.json", "list")])
+def test_an_experiment_refuses_a_bad_run_folder_file_by_name(tmp_path, probe_run, name, how):
+    damage_run_file(probe_run / name, how)
+    result = CliRunner().invoke(main, ["experiment", "agreement", "--run", str(probe_run), "--bootstrap", "0",
+                                       "--out", str(tmp_path / "agreement")])
+    assert result.exit_code == 1 and f"Error: {probe_run / name}: " in result.output, result.output
+    assert "unexpected" not in result.output
+
+
+@pytest.fixture(scope="module")
+def bear_run(tmp_path_factory, tiny_clm_dir) -> tuple[Path, Path]:
+    """A finished `deer bear-dataset` run: (its data set, its folder)."""
+    root = tmp_path_factory.mktemp("bear-run")
+    folder = write_dataset(root / "BEARmini")
+    invoke(["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--out", str(root / "run")], root / "cache")
+    return folder, root / "run"
+
+
+@pytest.mark.parametrize("how", ["truncate", "rows", "empty"])
+def test_cloze_refuses_a_bad_bear_run_table_by_name(tmp_path, bear_run, tiny_clm_dir, how):
+    dataset, finished = bear_run
+    run = shutil.copytree(finished, tmp_path / "bear-run")
+    damage_run_file(run / "instances.parquet", how)
+    result = CliRunner().invoke(main, ["cloze", "--dataset", str(dataset), "--model", str(tiny_clm_dir), "--probes", "deer",
+                                       "--bootstrap", "0", "--bear-run", str(run), "--out", str(tmp_path / "out")],
+                                env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.exit_code == 1 and f"Error: {run / 'instances.parquet'}: " in result.output, result.output
+    assert "unexpected" not in result.output
