@@ -22,7 +22,7 @@ from deer.backends.pll import PLL_VARIANTS
 from deer.backends.statement_scorer import StatementScorer
 from deer.platform.models import LoadedModel
 from deer.platform.run_spec import model_identity
-from deer.platform.stores import EmbeddingStore, PendingParts
+from deer.platform.stores import READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged
 from deer.platform.templates import PromptTemplates
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.cloze import LARGE_SET
@@ -44,11 +44,30 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
                    store: EmbeddingStore | None = None, chunk_size: int = 8,
                    show_progress: bool = True) -> tuple[np.ndarray, int]:
     """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now.  With a store,
-    rows are written in chunks (``PendingParts``, also on Ctrl-C) under its lock: a parallel run waits."""
+    rows are written in chunks (``PendingParts``, also on Ctrl-C) under its lock: a parallel run waits;
+    stored rows that fail their checks when read back are scored again."""
+    ids = queries.item_ids()
+    scores = np.zeros((len(queries), len(queries.candidates)), dtype=np.float32)
+    scored = _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids)
+    if store is None:
+        return scores, scored
+    for attempt in range(READ_ATTEMPTS + 1):
+        done = sorted(set(range(len(queries))) - set(store.missing(ids)))
+        try:
+            if done:
+                scores[done] = store.get([ids[i] for i in done])
+            return scores, scored
+        except StoreDamaged:  # set aside by the store, with a warning naming it: its rows are missing again
+            if attempt == READ_ATTEMPTS:
+                raise
+            scored += _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids)
+    return scores, scored
+
+
+def _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids) -> int:
+    """Score the queries the store lacks (all without one) into ``scores``; how many."""
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    ids = queries.item_ids()
-    scores = np.zeros((len(queries), len(continuations)), dtype=np.float32)
     with contextlib.ExitStack() as stack:
         pending = None
         if store is not None and store.missing(ids):
@@ -63,11 +82,7 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
             bar.update(len(continuations))
             if pending is not None:
                 pending.add([ids[q]], scores[q : q + 1])
-    if store is not None:
-        done = sorted(set(range(len(queries))) - set(missing))
-        if done:
-            scores[done] = store.get([ids[i] for i in done])
-    return scores, len(missing)
+    return len(missing)
 
 
 class BearProbe:

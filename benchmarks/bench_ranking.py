@@ -1,7 +1,7 @@
 """Benchmark (issue 21): where FAISS earns its place in the cosine ranking, on the CPU.
 
 Exact ranks need every score of a query's row, so the ranking makes each (queries x entities)
-chunk of cosines once and takes the ranks and the top 10 from it (``deer.platform.ranking.rank_cosine``).
+chunk of cosines once and takes the ranks and the top 10 from it (``deer.platform.cosine_ranking.rank_cosine``).
 The path before issue 21 made the matrix twice: numpy chunks for the ranks, then a FAISS
 ``IndexFlatIP`` search over all queries for the top 10.  This times, in one run and interleaved:
 
@@ -24,8 +24,9 @@ import click
 import numpy as np
 import torch
 
+from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.files import package_versions, write_json
-from deer.platform.ranking import normalize_rows, rank_cosine
+from deer.platform.ranking import normalize_rows
 
 
 class _NoFilters:

@@ -4,7 +4,7 @@ DEER needs each query's exact gold rank (a count over every candidate's score) a
 entities arrive as blocks of a sharded store; per block of candidates this times, in one run:
 
 - ``matmul floor``: the block products alone (the least any exact-rank method pays);
-- ``streamed kernel``: ``deer.platform.streamed_ranking.rank_cosine_blocks`` (ranks, ties, filters,
+- ``streamed kernel``: ``deer.platform.cosine_ranking.rank_cosine_blocks`` (ranks, ties, filters,
   head flags and the top 10 from the same products);
 - ``faiss top-10``: FAISS's exact search (``IndexFlatIP`` per block, results merged), which gives the
   top k only: an exact rank would still need the products (FAISS's range search takes one radius for
@@ -25,8 +25,8 @@ import click
 import numpy as np
 import torch
 
+from deer.platform.cosine_ranking import rank_cosine_blocks
 from deer.platform.files import package_versions, write_json
-from deer.platform.streamed_ranking import rank_cosine_blocks
 from deer.platform.tables import text_table
 
 

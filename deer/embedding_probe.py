@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from deer.backends.encoder import PromptEOLEncoder, output_size
+from deer.backends.encoder import output_size
 from deer.platform.distributed import ShardedEncoder
 from deer.platform.models import LoadedModel
 from deer.platform.ranking import normalize_rows
 from deer.platform.run_spec import model_identity
-from deer.platform.stores import EmbeddingStore, PendingParts
+from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged, item_keys
 from deer.platform.templates import candidate_prompts, query_prompts
 from deer.platform.validate import OptionError, warn
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
@@ -30,6 +30,7 @@ from kg_data.cloze import deer_query_text
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
+STREAM_CHUNK = 65_536  # prompts made, tokenized and encoded at a time: no stage holds a KG's every prompt
 ESTIMATE_AFTER_SECONDS = 3.0
 
 
@@ -46,70 +47,137 @@ def prompt_id(text: str) -> str:
 
 
 class EncodingForecast:
-    """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning before the first forward
-    pass, and another after ``ESTIMATE_AFTER_SECONDS``: the time left at the token rate seen so far."""
+    """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning before the first forward pass
+    (the count, and the tokens: exact for one chunk, extrapolated from the first chunk's for more), and
+    another after ``ESTIMATE_AFTER_SECONDS``: the time left at the token rate seen so far."""
 
-    def __init__(self, encoder, texts: Sequence[str], description: str, store: EmbeddingStore | None):
-        self.active = len(texts) > LARGE_ENCODING
-        if not self.active:
+    def __init__(self, total: int, description: str, store: EmbeddingStore | None):
+        self.total, self.description, self.store = total, description, store
+        self.active, self.announced = total > LARGE_ENCODING, False
+        self.prompts_done = self.tokens_done = 0
+        self.lengths: list[int] = []
+
+    def chunk(self, lengths: list[int]) -> None:
+        """The next chunk's token counts (the first one announces the encoding)."""
+        self.lengths = lengths
+        if not self.active or self.announced:
             return
-        self.description = description
-        self.lengths = [len(ids) for ids in encoder.tokenize(texts)]
-        self.tokens_left = sum(self.lengths)
-        kept = (f"each finished batch is stored in {store.folder} (an interrupted run keeps it)" if store is not None
+        exact = len(lengths) == self.total
+        tokens = sum(lengths) if exact else round(sum(lengths) / len(lengths) * self.total)
+        kept = (f"each finished batch is stored in {self.store.folder} (an interrupted run keeps it)" if self.store is not None
                 else "nothing is stored: a rerun encodes them again (cache=True in Python, or drop --no-cache, keeps them)")
-        warn(f"{description}: {len(texts):,} prompts ({self.tokens_left:,} tokens) to encode; {kept}")
-        self.started, self.tokens_done = time.perf_counter(), 0
+        warn(f"{self.description}: {self.total:,} prompts ({'' if exact else 'about '}{tokens:,} tokens) to encode; {kept}")
+        self.started, self.announced = time.perf_counter(), True
 
     def batch_done(self, rows) -> None:
         if not self.active:
             return
-        done = sum(self.lengths[r] for r in rows)
-        self.tokens_done, self.tokens_left = self.tokens_done + done, self.tokens_left - done
+        self.tokens_done += sum(self.lengths[r] for r in rows)
+        self.prompts_done += len(rows)
         elapsed = time.perf_counter() - self.started
-        if elapsed >= ESTIMATE_AFTER_SECONDS and self.tokens_left > 0:
+        if elapsed >= ESTIMATE_AFTER_SECONDS and self.prompts_done < self.total:
             rate = self.tokens_done / elapsed
-            warn(f"{self.description}: about {self.tokens_left / rate / 60:.1f} min left at {rate:,.0f} tokens/s")
+            left = self.tokens_done / self.prompts_done * (self.total - self.prompts_done)
+            warn(f"{self.description}: about {left / rate / 60:.1f} min left at {rate:,.0f} tokens/s")
             self.active = False
 
 
-def encode_through_store(encoder: PromptEOLEncoder, store: EmbeddingStore | None, ids: Sequence[str], texts: Sequence[str],
-                         description: str) -> tuple[np.ndarray, int]:
-    """(vectors in ``ids`` order, prompts encoded now): stored ones reused, missing ones encoded
-    in one ``encode`` call and stored as they finish (``PendingParts``), under the store's lock, so a
-    parallel run waits and then encodes only what is still missing.  Without a store nothing is kept.
-    """
+def prompt_keys(texts: Sequence[str]) -> np.ndarray:
+    """The store's keys of prompts: their texts' digests (``prompt_id``)."""
+    return item_keys([prompt_id(text) for text in texts])
+
+
+def encode_chunked(encoder, texts_of: Callable[[np.ndarray], list[str]], rows: np.ndarray, description: str,
+                   store: EmbeddingStore | None, on_vectors: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    """Encode the prompts ``texts_of(rows)`` ``STREAM_CHUNK`` at a time (made and tokenized once, per chunk);
+    ``on_vectors(rows, vectors)`` gets each batch.  No chunk's texts, tokens or vectors outlive it."""
+    forecast = EncodingForecast(len(rows), description, store)
+    with tqdm(total=len(rows), desc=description, unit="prompt", disable=not encoder.show_progress or not len(rows)) as bar:
+        for start in range(0, len(rows), STREAM_CHUNK):
+            chunk = rows[start:start + STREAM_CHUNK]
+            token_lists = encoder.tokenize(texts_of(chunk))
+            forecast.chunk([len(ids) for ids in token_lists])
+
+            def keep(positions, vectors, chunk=chunk):
+                on_vectors(chunk[positions], vectors)
+                forecast.batch_done(positions)
+
+            encoder.encode_ids(token_lists, progress=bar, on_batch=keep)
+
+
+def store_prompts(encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int,
+                  description: str) -> tuple[np.ndarray, int]:
+    """(the keys of prompts ``texts_of(0..n-1)`` in the store, prompts encoded now): the prompts the store
+    lacks are encoded chunk by chunk and stored as they finish, under its lock (a parallel run waits,
+    then encodes only what is still missing).  Texts are made a chunk at a time, twice: for the keys,
+    then for the missing prompts' tokens."""
+    keys = np.concatenate([np.zeros(0, KEY_DTYPE)] + [prompt_keys(texts_of(np.arange(s, min(s + STREAM_CHUNK, n))))
+                                                       for s in range(0, n, STREAM_CHUNK)])
+    if not store.missing(keys):
+        return keys, 0
+    with store.locked(), PendingParts(store) as pending:
+        missing = np.asarray(store.missing(keys), dtype=np.int64)  # less if another run stored some while this one waited
+        encode_chunked(encoder, texts_of, missing, description, store, lambda rows, vectors: pending.add(keys[rows], vectors))
+    return keys, len(missing)
+
+
+def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[str], description: str) -> tuple[np.ndarray, int]:
+    """(vectors of ``texts`` in order, prompts encoded now), read back from the store (``store_prompts``;
+    a shard that fails its checks when read is encoded again), or encoded in memory without one."""
     if store is None:
-        if len(texts) <= LARGE_ENCODING:
-            return encoder.encode(texts, description=description).embeddings, len(texts)
-        forecast, vectors = EncodingForecast(encoder, texts, description, None), None
+        vectors = None
 
         def keep(rows, batch):
             nonlocal vectors
             if vectors is None:
                 vectors = np.zeros((len(texts), batch.shape[1]), dtype=np.float32)
             vectors[rows] = batch
-            forecast.batch_done(rows)
 
-        encoder.encode(texts, description=description, on_batch=keep)
-        return vectors, len(texts)
-    missing = store.missing(ids)
-    if missing:
-        with store.locked():
-            missing = store.missing(ids)  # less if another run stored some while this one waited
-            todo = [texts[i] for i in missing]
-            forecast = EncodingForecast(encoder, todo, description, store)
+        encode_chunked(encoder, lambda rows: [texts[i] for i in rows], np.arange(len(texts)), description, None, keep)
+        return (vectors if vectors is not None else np.zeros((0, encoder.output_size), np.float32)), len(texts)
+    stored = StoredPrompts(encoder, store, lambda rows: [texts[i] for i in rows], len(texts), description)
+    return np.asarray(stored), stored.encoded
 
-            def keep(rows, vectors):
-                pending.add([ids[missing[r]] for r in rows], vectors)
-                forecast.batch_done(rows)
 
-            with (
-                tqdm(total=len(missing), desc=description, unit="prompt", disable=not encoder.show_progress or not missing) as bar,
-                PendingParts(store) as pending,
-            ):
-                encoder.encode(todo, progress=bar, on_batch=keep)
-    return store.get(ids), len(missing)
+class StoredPrompts:
+    """The vectors of ``n`` prompts kept in a store, never all in memory: ``blocks`` streams them in order,
+    ``rows`` reads some; a shard that fails its checks when read is set aside, its prompts encoded again
+    (``repair``) and the read repeated.  ``np.asarray`` of it reads them all."""
+
+    def __init__(self, encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int, description: str):
+        self.encoder, self.store, self.texts_of, self.description = encoder, store, texts_of, description
+        self.keys, self.encoded = store_prompts(encoder, store, texts_of, n, description)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.keys), self.store.width
+
+    def repair(self) -> None:
+        """Encode again what a damaged shard held (``store_prompts`` finds it missing)."""
+        self.encoded += store_prompts(self.encoder, self.store, self.texts_of, len(self.keys), self.description)[1]
+
+    def _read(self, read):
+        for _ in range(READ_ATTEMPTS):
+            try:
+                return read()
+            except StoreDamaged:  # set aside by the store, with a warning naming it
+                self.repair()
+        return read()
+
+    def rows(self, positions) -> np.ndarray:
+        return self._read(lambda: self.store.get(self.keys[np.asarray(positions, dtype=np.int64)]))
+
+    def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, vectors)`` blocks of ``size`` rows in order (a damaged shard met on the way: repaired, then read)."""
+        for start in range(0, len(self.keys), size):
+            yield start, self.rows(np.arange(start, min(start + size, len(self.keys))))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        vectors = self.rows(np.arange(len(self.keys)))
+        return vectors if dtype is None else vectors.astype(dtype)
 
 
 def check_query_embeddings(given, queries: int, loaded: LoadedModel | None = None) -> None:
@@ -156,9 +224,17 @@ class DeerProbe:
         started = time.perf_counter()
         store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size)
                  if store_root is not None else None)
-        entity_texts = [templates.tail_prompt(kg, e) for e in queries.candidates]
-        entity_ids = [prompt_id(text) for text in entity_texts]
-        entity_vectors, entities_encoded = encode_through_store(encoder, store, entity_ids, entity_texts, "entities")
+        candidates = queries.candidates
+
+        def entity_texts(rows):  # made a chunk at a time: a KG's every prompt is never held
+            return [templates.tail_prompt(kg, e) for e in candidates[rows].tolist()]
+
+        if store is not None:  # the vectors stay in the store, streamed to the ranking
+            entity_vectors = StoredPrompts(encoder, store, entity_texts, len(candidates), "entities")
+            entities_encoded = entity_vectors.encoded
+        else:
+            entity_vectors, entities_encoded = encode_through_store(encoder, None, entity_texts(np.arange(len(candidates))),
+                                                                    "entities")
         timings["entities_seconds"] = time.perf_counter() - started
         entity_stats = encoder.stats.as_dict()
 
@@ -167,20 +243,19 @@ class DeerProbe:
         if query_embeddings is not None:
             query_vectors, queries_encoded = np.asarray(query_embeddings, dtype=np.float32), 0
         else:
-            query_ids = [prompt_id(text) for text in query_texts]
-            query_vectors, queries_encoded = encode_through_store(encoder, store, query_ids, query_texts, "queries")
+            query_vectors, queries_encoded = encode_through_store(encoder, store, query_texts, "queries")
         timings["queries_seconds"] = time.perf_counter() - started
 
         stats = encoder.stats.as_dict()
         encode_seconds = stats["forward_seconds"]
         metadata = {
             "example_query_prompt": query_texts[0] if query_texts else None,
-            "example_tail_prompt": entity_texts[0] if entity_texts else None,
+            "example_tail_prompt": entity_texts(np.arange(1))[0] if len(candidates) else None,
             "token_budget": encoder.token_budget,
             "max_batch_size": encoder.max_batch_size,
             "cache": {
                 "entities_encoded_now": entities_encoded,
-                "entities_from_cache": len(entity_ids) - entities_encoded,
+                "entities_from_cache": len(candidates) - entities_encoded,
                 "queries_encoded_now": queries_encoded,
                 "queries_from_cache": len(query_texts) - queries_encoded,
                 "entity_store": str(store.folder) if store else None,  # the prompt store: entities and queries
@@ -213,7 +288,7 @@ class DeerProbe:
                  if request.store_root is not None else None)
         vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
         if row_of:
-            vectors, encoded = encode_through_store(encoder, store, [prompt_id(p) for p in row_of], list(row_of), "candidates")
+            vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")
             vectors = normalize_rows(vectors)
         set_vectors = {name: vectors[[row_of[p] for p in prompts]] for name, prompts in set_prompts.items()}
         scores = {i: (set_vectors[q.candidates] @ query_vectors[i]).astype(np.float64) for i, q in enumerate(task.queries)}

@@ -23,13 +23,14 @@ import pandas as pd
 
 from deer.backends import DEFAULT_BACKEND, backend_class, open_backend
 from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
+from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.distributed import world
 from deer.platform.files import package_versions, write_json, write_table
 from deer.platform.inputs import as_templates, checked_out_folder, prepare, store_root
 from deer.platform.length_guard import guard_benchmark_lengths
 from deer.platform.model_spec import with_loading
 from deer.platform.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
-from deer.platform.ranking import rank_cosine, rank_scores
+from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
 from deer.platform.run_spec import model_identity

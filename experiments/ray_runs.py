@@ -56,44 +56,92 @@ def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Seq
         return ray.get([task.remote(queries, name, list(probes), templates, options) for name in model_names])
 
 
-def _encode_task(model_name: str, dtype: str, device: str, texts: Sequence[str], special_tokens: str,
-                 token_budget: int | None) -> tuple[str, np.ndarray]:
-    from deer.backends.encoder import PromptEOLEncoder
-    from deer.platform.models import open_model
+class _EncodingWorker:
+    """A Ray actor: the model loaded once, then batches of prompts encoded into the store's folder as
+    shards of its own (the driver never holds their vectors).  A worker that dies leaves no half shard
+    (each is written atomically, its index last): its prompts are simply still missing."""
 
-    loaded = open_model(model_name, dtype=dtype, device=device)
-    encoder = PromptEOLEncoder(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=False,
-                               special_tokens=special_tokens)
-    return loaded.fingerprint, encoder.encode(texts).embeddings
+    def __init__(self, model_name: str, dtype: str, device: str, special_tokens: str, token_budget: int | None,
+                 store_root: str, store_key: dict, width: int):
+        from deer.backends.encoder import PromptEOLEncoder
+        from deer.platform.models import open_model
+        from deer.platform.stores import EmbeddingStore
+
+        self.loaded = open_model(model_name, dtype=dtype, device=device)
+        self.encoder = PromptEOLEncoder(self.loaded.model, self.loaded.tokenizer, token_budget=token_budget,
+                                        show_progress=False, special_tokens=special_tokens)
+        key = {name: value for name, value in store_key.items() if name != "kind"}
+        self.store = EmbeddingStore(Path(store_root), store_key["kind"], key, width=width)
+
+    def encode(self, texts: list[str], keys: np.ndarray) -> tuple[str, int]:
+        """Encode ``texts`` into shards keyed by ``keys``; (the weights' fingerprint, prompts encoded)."""
+        from deer.platform.stores import PendingParts
+
+        with PendingParts(self.store) as pending:
+            self.encoder.encode(texts, on_batch=lambda rows, vectors: pending.add(keys[rows], vectors))
+        return self.loaded.fingerprint, len(texts)
 
 
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
                            dtype: str = "auto", device: str = "auto", token_budget: int | None = None, cache_dir=None,
-                           address: str | None = None, loaded=None) -> Path:
+                           address: str | None = None, loaded=None, batch: int = 16_384) -> Path:
     """Encode the ``entities`` (default: all) of ``kg`` that the model's prompt store (what
-    ``deer.probe(..., cache=True)`` reads) lacks, split over ``workers`` Ray tasks; returns the store's folder.
-    ``loaded``: the driver's ``LoadedModel`` of ``model_name`` when it has one (not opened again)."""
+    ``deer.probe(..., cache=True)`` reads) lacks, on ``workers`` Ray actors (one GPU each where the cluster
+    has GPUs), each writing its own shards into the store; returns the store's folder.  The driver makes
+    the prompts ``batch`` at a time with a few batches in flight, and never holds the vectors; prompts a
+    failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
+    ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again)."""
     from deer.backends.encoder import output_size
-    from deer.embedding_probe import prompt_id, prompt_store
+    from deer.embedding_probe import prompt_keys, prompt_store
     from deer.platform.inputs import store_root
     from deer.platform.models import open_model
 
     if loaded is None:  # the store's key: weights, tokenizer, dtype
         loaded = open_model(model_name, dtype=dtype, device=device)
-    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, output_size(loaded.model))
-    positions = list(range(kg.n_entities)) if entities is None else list(entities)
-    texts = [templates.tail_prompt(kg, e) for e in positions]
-    ids = [prompt_id(text) for text in texts]
+    width = output_size(loaded.model)
+    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width)
+    positions = np.arange(kg.n_entities) if entities is None else np.asarray(entities, dtype=np.int64)
+
+    def texts_of(rows):
+        return [templates.tail_prompt(kg, int(e)) for e in positions[rows]]
+
+    keys = np.concatenate([prompt_keys(texts_of(np.arange(s, min(s + batch, len(positions)))))
+                           for s in range(0, len(positions), batch)] or [prompt_keys([])])
     with store.locked():
-        missing = store.missing(ids)
-        chunks = [chunk for chunk in np.array_split(np.asarray(missing, dtype=np.int64), workers) if len(chunk)]
-        if chunks:
-            with ray_session(address, workers) as ray:
-                task = ray.remote(**task_resources(ray))(_encode_task)
-                futures = [task.remote(model_name, dtype, device, [texts[i] for i in chunk],
-                                       templates.prompt_special_tokens, token_budget) for chunk in chunks]
-                for chunk, (fingerprint, vectors) in zip(chunks, ray.get(futures), strict=True):
-                    if fingerprint != loaded.fingerprint:
-                        raise RuntimeError(f"a Ray worker loaded other weights for {model_name} ({fingerprint} != {loaded.fingerprint})")
-                    store.add([ids[i] for i in chunk], vectors)
+        missing = np.asarray(store.missing(keys), dtype=np.int64)
+        if not len(missing):
+            return store.folder
+        with ray_session(address, workers) as ray:
+            actor = ray.remote(max_restarts=3, **task_resources(ray))(_EncodingWorker)  # a dead worker is started again
+            pool = [actor.remote(str(model_name), dtype, device, templates.prompt_special_tokens, token_budget,
+                                 str(store.folder.parent.parent), store.key, width) for _ in range(workers)]
+            for _ in range(3):  # a failed worker's prompts are still missing: handed out again
+                _encode_over(ray, pool, missing, batch, texts_of, keys, loaded.fingerprint, model_name)
+                store.refresh()
+                missing = np.asarray(store.missing(keys), dtype=np.int64)
+                if not len(missing):
+                    break
+        if len(missing):
+            raise RuntimeError(f"{len(missing)} entities were not encoded by the Ray workers (they failed three times); "
+                               "rerun to encode only those")
     return store.folder
+
+
+def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.ndarray, fingerprint: str, model_name: str) -> None:
+    """Hand ``missing`` out in batches to the actors, at most two batches in flight per actor; a batch whose
+    worker failed is left (its prompts stay missing); other weights on a worker are an error."""
+    batches = [missing[start:start + batch] for start in range(0, len(missing), batch)]
+    in_flight: dict = {}
+    while batches or in_flight:
+        while batches and len(in_flight) < 2 * len(pool):
+            rows = batches.pop(0)
+            worker = pool[len(in_flight) % len(pool)]
+            in_flight[worker.encode.remote(texts_of(rows), keys[rows])] = rows
+        done, _ = ray.wait(list(in_flight), num_returns=1)
+        in_flight.pop(done[0])
+        try:
+            seen, _ = ray.get(done[0])
+        except ray.exceptions.RayError:
+            continue  # a dead or failed worker: its prompts stay missing and go out again
+        if seen != fingerprint:
+            raise RuntimeError(f"a Ray worker loaded other weights for {model_name} ({seen} != {fingerprint})")

@@ -19,24 +19,43 @@ TABLE_FAULTS = ("truncate", "flip", "empty", "not-a-table", "rows", "columns")
 NARROW = 7  # the width of 'narrow' vectors: never a model's hidden size or a tiny KG's candidate count
 
 
+SHARD_INDEXES = "shard-*.index.npy"  # one per written shard: what exists once a shard is whole
+
+
 def stored_vector_files(root) -> list[Path]:
     """The files holding stored vectors or score rows under ``root`` (a cache root or one store's folder)."""
-    return sorted(Path(root).rglob("part-*.npz"))
+    return sorted(Path(root).rglob("shard-*.vectors.npy"))
 
 
 def set_aside_vector_files(root) -> list[Path]:
     """The stored vector files under ``root`` that a store set aside."""
-    return sorted(Path(root).rglob("part-*.npz.bad"))
+    return sorted(Path(root).rglob("shard-*.vectors.npy.bad"))
 
 
-def _arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(path) as data:
-        return data["ids"], data["vectors"]
+def stored_parts(root) -> list[Path]:
+    """One path per whole stored part (shard) under ``root``: what an interrupted run has kept."""
+    return sorted(Path(root).rglob(SHARD_INDEXES))
 
 
-def _rewrite(path: Path, **arrays) -> None:
-    with open(path, "wb") as handle:  # a handle, so that numpy adds no suffix
-        np.savez(handle, **arrays)
+def stored_keys(root) -> list[bytes]:
+    """The item keys (``deer.platform.stores.item_keys``) stored under ``root``, part by part, in order."""
+    return [key for index in stored_parts(root) for key in np.load(index)["key"].tolist()]
+
+
+def _index_of(vectors_file: Path) -> Path:
+    return vectors_file.with_name(vectors_file.name.replace(".vectors.npy", ".index.npy"))
+
+
+def _rewrite(path: Path, vectors: np.ndarray, as_written: bool) -> None:
+    """New vectors in place of a shard's; ``as_written``: with its index's checksums made to match (as if the
+    writer had stored them), else the checksums of what was written stay."""
+    np.save(path, vectors)
+    if as_written:
+        from deer.platform.stores import row_checksums
+
+        index = np.load(_index_of(path))
+        index["checksum"] = row_checksums(vectors)
+        np.save(_index_of(path), index)
 
 
 def _value_byte(path: Path) -> int:
@@ -70,25 +89,24 @@ def damage_bytes(path: Path, how: str) -> None:
 
 def corrupt_stored_vectors(root, how: str) -> list[Path]:
     """Damage every stored vector file under ``root`` (``VECTOR_FAULTS``): 'narrow' vectors 7 wide,
-    'nan' (one value of each file NaN), 'pickle' (ids stored as pickled objects), or the bytes damaged
-    (``damage_bytes``); also 'minus-inf' (one value -inf, a possible log-likelihood).  Returns the
-    damaged files: the names the warnings must give."""
+    'nan' (one value of each file NaN, as if written so), 'pickle' (the ids stored as pickled objects), or
+    the bytes damaged (``damage_bytes``); also 'minus-inf' (one value -inf as if written so: a possible
+    log-likelihood).  Returns the damaged files: the names the warnings must give."""
     files = stored_vector_files(root)
     assert files, f"nothing stored under {root}"
     for path in files:
-        if how in ("narrow", "nan", "minus-inf", "pickle"):
-            ids, vectors = _arrays(path)
+        if how == "pickle":  # the file a store reads first: named in its warning
+            np.save(_index_of(path), np.load(_index_of(path)).astype(object), allow_pickle=True)
+        elif how in ("narrow", "nan", "minus-inf"):
+            vectors = np.load(path)
             if how == "narrow":
-                vectors = np.ascontiguousarray(vectors[:, :NARROW])
-            elif how == "pickle":
-                ids = ids.astype(object)  # an object array: numpy pickles it into the file
+                _rewrite(path, np.ascontiguousarray(vectors[:, :NARROW]), as_written=True)
             else:
-                vectors = vectors.copy()
                 vectors[0, 0] = np.nan if how == "nan" else -np.inf
-            _rewrite(path, ids=ids, vectors=vectors)
+                _rewrite(path, vectors, as_written=True)
         else:
             damage_bytes(path, how)
-    return files
+    return [_index_of(path) for path in files] if how == "pickle" else files
 
 
 def resume_parts(out) -> list[Path]:

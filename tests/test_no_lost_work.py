@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deer.embedding_probe import encode_through_store
+from deer.embedding_probe import encode_through_store, prompt_keys
 from deer.platform.files import read_table
 from deer.platform.result import ProbeResult, find_ranks_table, load_results
-from deer.platform.stores import EmbeddingStore, PendingParts, flush_seconds
+from deer.platform.stores import EmbeddingStore, PendingParts, flush_seconds, item_keys
+from tests.store_faults import SHARD_INDEXES, stored_keys
 
 # Entity encoding of this many synthetic entities takes a few seconds with the tiny model and a
 # small token budget: long enough to interrupt it after its first part.
@@ -63,14 +64,9 @@ def run_cli(args: list[str], env: dict, log: Path) -> subprocess.CompletedProces
     return done
 
 
-def stored_ids(cache: Path) -> set[str]:
-    """The prompt ids in the cache's prompt stores (entities and queries, keyed by their text)."""
-    ids: set[str] = set()
-    for part in cache.glob("embeddings/prompts/*/part-*.npz"):
-        with np.load(part) as data:
-            assert len(data["ids"]) == len(data["vectors"])
-            ids.update(data["ids"].tolist())
-    return ids
+def stored_ids(cache: Path) -> set[bytes]:
+    """The prompt keys in the cache's prompt stores (entities and queries, keyed by their text)."""
+    return set(stored_keys(cache / "embeddings" / "prompts"))
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +108,7 @@ def test_interrupted_probe_keeps_its_parts_and_resumes(tmp_path, large_kg, tiny_
     cache, out = tmp_path / "cache", tmp_path / "out"
     env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
     args = probe_args(large_kg, tiny_clm_dir, out)
-    returncode = interrupt_after_first_part(args, env, "embeddings/prompts/*/part-*.npz", cache, tmp_path / "stderr.txt", sig)
+    returncode = interrupt_after_first_part(args, env, f"embeddings/prompts/*/{SHARD_INDEXES}", cache, tmp_path / "stderr.txt", sig)
     kept = stored_ids(cache)
     assert 0 < len(kept) < N_ENTITIES, f"{len(kept)} entities stored: the interrupt did not land mid-encoding"
     assert not out.exists() or not (out / "metrics.json").exists()
@@ -227,13 +223,10 @@ class Clock:
         return self.now
 
 
-def parts(store: EmbeddingStore) -> list[list[str]]:
-    """Ids of each part, in write order."""
-    found = []
-    for part in sorted(store.folder.glob("part-*.npz")):
-        with np.load(part) as data:
-            found.append(data["ids"].tolist())
-    return found
+def parts(store: EmbeddingStore, ids="abcdef") -> list[list[str]]:
+    """Ids (among ``ids``) of each shard, in write order."""
+    by_key = dict(zip(item_keys(list(ids)).tolist(), ids, strict=True))
+    return [[by_key[key] for key in np.load(index)["key"].tolist()] for index in sorted(store.folder.glob("shard-*.index.npy"))]
 
 
 def test_pending_parts_write_by_count_and_by_time(tmp_path):
@@ -285,7 +278,7 @@ def test_two_stores_on_one_folder(tmp_path):
     second.refresh()
     for store in (first, second, EmbeddingStore(tmp_path, "entities", {"model": "m"})):
         assert store.get(["a", "c", "d"]).tolist() == [[1, 1, 1], [2, 2, 2], [3, 3, 3]]
-    assert len(set(p.name for p in first.folder.glob("part-*.npz"))) == 3
+    assert len(parts(first)) == 3
 
 
 class FakeEncoder:
@@ -296,20 +289,23 @@ class FakeEncoder:
     def __init__(self):
         self.encoded: list[str] = []
 
-    def encode(self, texts, progress=None, on_batch=None, **_):
-        for i, text in enumerate(texts):
-            self.encoded.append(text)
-            on_batch(np.array([i]), np.full((1, 2), float(len(text))))
+    def tokenize(self, texts):
+        return [list(text) for text in texts]
+
+    def encode_ids(self, id_lists, progress=None, on_batch=None, **_):
+        for i, ids in enumerate(id_lists):
+            self.encoded.append("".join(ids))
+            on_batch(np.array([i]), np.full((1, 2), float(len(ids))))
 
 
 def test_a_run_waits_for_the_store_and_encodes_only_what_is_missing(tmp_path, capfd):
     key = {"model": "m"}
     holder, waiter = EmbeddingStore(tmp_path, "entities", key), EmbeddingStore(tmp_path, "entities", key)
     encoder, result = FakeEncoder(), {}
-    ids, texts = ["a", "b", "c"], ["x", "yy", "zzz"]
+    texts = ["x", "yy", "zzz"]
 
     def other_run():
-        result["vectors"], result["encoded"] = encode_through_store(encoder, waiter, ids, texts, "entities")
+        result["vectors"], result["encoded"] = encode_through_store(encoder, waiter, texts, "entities")
 
     with holder.locked():
         thread = threading.Thread(target=other_run)
@@ -319,7 +315,7 @@ def test_a_run_waits_for_the_store_and_encodes_only_what_is_missing(tmp_path, ca
         while f"waiting for another run encoding into {holder.folder} (pid {os.getpid()})" not in capfd.readouterr().err:
             assert time.monotonic() < deadline, "the second run did not wait"
             time.sleep(0.01)
-        holder.add(["a", "c"], np.full((2, 2), 9.0))
+        holder.add(prompt_keys(["x", "zzz"]), np.full((2, 2), 9.0))
     thread.join(timeout=10)
     assert result["encoded"] == 1 and encoder.encoded == ["yy"]
     assert result["vectors"].tolist() == [[9, 9], [2, 2], [9, 9]]

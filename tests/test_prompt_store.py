@@ -15,6 +15,7 @@ import pytest
 
 from deer.embedding_probe import LARGE_ENCODING
 from deer.platform.validate import DeerWarning
+from tests.store_faults import SHARD_INDEXES, stored_keys
 from tests.test_cloze import write_lama
 from tests.test_no_lost_work import CLI, cli_env, interrupt_after_first_part, run_cli
 
@@ -72,12 +73,12 @@ def test_an_interrupted_vocabulary_encoding_resumes_with_what_is_missing(tmp_pat
     env = cli_env(cache, DEER_STORE_FLUSH_SECONDS="0.2")
     args = [*CLI, "cloze", "--dataset", str(big_vocabulary_lama), "--model", str(tiny_clm_dir), "--probes", "deer",
             "--candidates", "common-vocab", "--max-facts", "1", "--bootstrap", "0", "--token-budget", "64", "--out", str(out)]
-    returncode = interrupt_after_first_part(args, env, "embeddings/prompts/*/part-*.npz", cache, tmp_path / "stderr.txt",
+    returncode = interrupt_after_first_part(args, env, f"embeddings/prompts/*/{SHARD_INDEXES}", cache, tmp_path / "stderr.txt",
                                             signal.SIGINT)
     log = (tmp_path / "stderr.txt").read_text()
     assert returncode == 130, log
     assert "prompts (" in log and "to encode; each finished batch is stored in" in log and "Traceback" not in log
-    kept = sum(len(np.load(part)["ids"]) for part in cache.glob("embeddings/prompts/*/part-*.npz"))
+    kept = len(stored_keys(cache / "embeddings" / "prompts"))
 
     run_cli(args, env, tmp_path / "rerun.txt")
     prompts = json.loads((out / "cloze" / "metadata.json").read_text())["candidate_prompts"]

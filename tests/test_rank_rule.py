@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from bear_ref.dataset import score_relation
-from deer.platform.ranking import rank_cosine
+from deer.platform.cosine_ranking import rank_cosine
 from kg_data.bear import BearRelation
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
 from deer.platform.ranking import (
     candidate_counts,
     gold_ranks_from_scores,
     normalize_rows,
-    rank_cosine,
     top_k_from_scores,
 )
 from tests.ranking_oracle import rank_of

@@ -42,22 +42,42 @@ def test_a_series_on_ray_equals_the_sequential_screen(three_checkpoints, tiny_kg
 
 
 def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """Two local Ray workers each write their own shards; the store, and the ranks read from it, equal one
+    process's.  A worker killed mid-shard leaves no index for it (the index is written last): the rerun
+    encodes only that shard's prompts again and the ranks stay identical."""
     import deer
-    from deer.embedding_probe import prompt_id, prompt_store
+    from deer.embedding_probe import prompt_keys, prompt_store
     from deer.platform.models import open_model
     from experiments.ray_runs import encode_entities_on_ray
+    from tests.store_faults import stored_parts
 
     kg = load_kg(tiny_kg_dir)
     templates = PromptTemplates()
-    folder = encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", address=None)
-    deer.probe(build_queries(kg, "test"), str(tiny_clm_dir), templates=templates, cache=True, cache_dir=tmp_path / "one-cache",
-               show_progress=False)
+    queries = build_queries(kg, "test")
+    folder = encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache",
+                                    address=None, batch=6)
+    one = deer.probe(queries, str(tiny_clm_dir), templates=templates, cache=True, cache_dir=tmp_path / "one-cache",
+                     show_progress=False)
     loaded = open_model(str(tiny_clm_dir))
     split = prompt_store(loaded, tmp_path / "ray-cache", templates.prompt_special_tokens)
     single = prompt_store(loaded, tmp_path / "one-cache", templates.prompt_special_tokens)
-    assert split.folder == folder and len(list(folder.glob("part-*.npz"))) == 2  # one part per worker
-    ids = [prompt_id(templates.tail_prompt(kg, e)) for e in range(kg.n_entities)]
-    assert split.missing(ids) == [] and single.missing(ids) == []
-    np.testing.assert_allclose(split.get(ids), single.get(ids), rtol=1e-6, atol=1e-6)
-    again = encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache")
-    assert again == folder and len(list(folder.glob("part-*.npz"))) == 2  # nothing missing: no task, no new part
+    assert split.folder == folder and len(stored_parts(folder)) == 2  # one shard per batch of 6, written by the workers
+    keys = prompt_keys([templates.tail_prompt(kg, e) for e in range(kg.n_entities)])
+    assert split.missing(keys) == [] and single.missing(keys) == []
+    np.testing.assert_allclose(split.get(keys), single.get(keys), rtol=1e-6, atol=1e-6)
+
+    def ray_ranks():
+        result = deer.probe(queries, str(tiny_clm_dir), templates=templates, cache=True, cache_dir=tmp_path / "ray-cache",
+                            show_progress=False)
+        assert result.metadata["cache"]["entities_encoded_now"] == 0
+        return result.table[["deer_rank_raw", "deer_rank_filtered"]]
+
+    assert ray_ranks().equals(one.table[["deer_rank_raw", "deer_rank_filtered"]])
+    shards = len(stored_parts(folder))  # the two of the entities and one of the queries the probe encoded
+    again = encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", batch=6)
+    assert again == folder and len(stored_parts(folder)) == shards  # nothing missing: no task, no new shard
+
+    stored_parts(folder)[0].unlink()  # a worker killed after writing a shard's vectors, before its index
+    assert len(prompt_store(loaded, tmp_path / "ray-cache", templates.prompt_special_tokens).missing(keys)) == 6
+    encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", batch=6)
+    assert len(stored_parts(folder)) == shards and ray_ranks().equals(one.table[["deer_rank_raw", "deer_rank_filtered"]])

@@ -15,7 +15,7 @@ import torch
 
 from deer.backends.batching import pad_right
 from deer.backends.boundary import move_trailing_whitespace
-from deer.backends.encoder import EncoderOutput
+from deer.backends.encoder import EncoderOutput, output_size
 from deer.backends.pll import plain_pll
 from deer.backends.tokenization import batch_token_ids, bos_id, padding_id
 from deer.platform.models import is_masked_lm
@@ -94,9 +94,16 @@ class PlainEncoder:
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return batch_token_ids(self.tokenizer, texts, self.special_tokens)
 
+    @property
+    def output_size(self) -> int:
+        return output_size(self.model)
+
     def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
                progress=None, on_batch=None) -> EncoderOutput:
-        id_lists = self.tokenize(texts)
+        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
+
+    def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
+                   description: str = "encoding", progress=None, on_batch=None) -> EncoderOutput:
         vectors, logprobs = [], []
         for position, ids in enumerate(id_lists):
             with self.stats.forward():

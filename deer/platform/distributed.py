@@ -43,9 +43,14 @@ class ShardedEncoder:
 
     def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
                progress=None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
+        return self.encode_ids(self.inner.tokenize(texts), next_token_ids, description, progress, on_batch)
+
+    def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
+                   description: str = "encoding", progress=None,
+                   on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
         import torch.distributed as dist
 
-        id_lists = self.inner.tokenize(texts)
+        texts = id_lists  # one result per prompt, as ``encode``'s texts
         mine = my_share([len(ids) for ids in id_lists], self.rank, self.world_size)
         out = self.inner.encode_ids([id_lists[i] for i in mine], next_token_ids, description)
         parts: list = [(mine, out.embeddings, out.next_token_logprobs)]

@@ -157,20 +157,6 @@ def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None
     return _ranked_chunks(chunks, queries, k, scores.shape[1])
 
 
-def rank_cosine(query_vectors: np.ndarray, entity_vectors: np.ndarray, queries, k: int = 10,
-                chunk_size: int | None = None, device: str | torch.device = "cpu") -> Ranking:
-    """As :func:`rank_scores` for cosine similarity: each chunk's scores are made, ranked and cut to
-    the top k on ``device``; ``chunk_size`` None: as many rows as ``SCORE_BYTES_PER_CHUNK`` holds."""
-    device = torch.device(device)
-    entities = torch.nn.functional.normalize(torch.as_tensor(np.asarray(entity_vectors, dtype=np.float32), device=device), dim=1)
-    query_tensor = torch.as_tensor(np.asarray(query_vectors, dtype=np.float32))
-    rows = _chunk_rows(len(entities), chunk_size)
-    chunks = ((slice(s, s + rows), torch.nn.functional.normalize(query_tensor[s:s + rows].to(device), dim=1) @ entities.T)
-              for s in range(0, len(query_tensor), rows))
-    with torch.inference_mode():
-        return _ranked_chunks(chunks, queries, k, len(entities))
-
-
 def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray],
                            excluded: np.ndarray | None = None) -> GoldRanks:
     """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates): :func:`rank_chunk`'s ranks."""

@@ -1,46 +1,73 @@
-"""Append-only, resumable store of embeddings, keyed by everything that determines them.
+"""The append-only, resumable store of vectors (embeddings, score rows), keyed by everything that
+determines them: shards on disk, memory-mapped, with an index from item id to (shard, row).
 
-A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Vectors
-arrive in parts (one ``.npz`` each, written atomically), so an interrupted run keeps every finished
-part; a process encoding a store's missing items holds its lock, so two never encode the same items.
-Every part is checked when read (``deer.platform.read_back``): one that is unreadable or holds what
-``add`` never writes is named in a warning, set aside as ``<name>.bad`` and its items are missing again.
+A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Each
+``add`` writes one shard: ``<name>.vectors.npy`` (float32 rows) and ``<name>.index.npy`` (per row the
+item's 16-byte id digest and a checksum of its bytes), each written atomically, the index last, so
+a shard exists only once both are whole.  Opening a store reads the index files, never the vectors;
+``get`` and ``blocks`` read only the rows asked for, through a memory map.
+
+Nothing read back is trusted (``deer.platform.read_back``): a shard whose files cannot be read, whose
+shape, dtype or width is not what ``add`` writes, or whose rows fail their checksum or hold NaN or
+infinity when read, is named in a warning, set aside (``<file>.bad``) and its items are missing again:
+the reader raises ``StoreDamaged``, and the caller computes them again.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from deer.platform.files import atomic_write_bytes, folder_lock
-from deer.platform.read_back import StoredFileError, read_arrays, read_json_object, set_aside
+from deer.platform.files import atomic_write_bytes, atomic_write_with, folder_lock
+from deer.platform.read_back import StoredFileError, read_json_object, set_aside
 from deer.platform.validate import warn
 
-FLUSH_COUNT = 2048
+KEY_DTYPE = np.dtype("S16")
+INDEX_DTYPE = np.dtype([("key", KEY_DTYPE), ("checksum", "<u8")])
+VECTORS, INDEX = ".vectors.npy", ".index.npy"
+FLUSH_COUNT = 2048  # rows pending before a shard is written (more for narrow rows: FLUSH_BYTES)
+FLUSH_BYTES = 1 << 28
 FLUSH_SECONDS_ENV = "DEER_STORE_FLUSH_SECONDS"
+READ_ATTEMPTS = 2  # a damaged shard is computed again and read again this many times before the error stands
 
 
 class CacheKeyMismatch(RuntimeError):
     """A cache folder's key.json does not match the key it was opened with."""
 
 
+class StoreDamaged(RuntimeError):
+    """Stored rows failed their checks when read; the shard was set aside and its items are missing again."""
+
+
 def key_digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
-class EmbeddingStore:
-    """Vectors for string item ids (entity ids, query keys) under one configuration key.
+def item_keys(ids) -> np.ndarray:
+    """(n,) 16-byte digests of item ids (strings); an array of digests as it is."""
+    if isinstance(ids, np.ndarray) and ids.dtype == KEY_DTYPE:
+        return ids
+    return np.array([hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest() for i in ids],
+                    dtype=KEY_DTYPE)
 
-    ``width``: the length of every vector (the model's hidden size, a score row's candidates), checked
-    in every part read; None: not checked.  ``minus_inf``: -inf is a value here (a log-likelihood), not damage.
+
+def row_checksums(vectors: np.ndarray) -> np.ndarray:
+    """Per row, the sum of its 32-bit words (uint64): any changed word changes it."""
+    return np.ascontiguousarray(vectors).view(np.uint32).sum(axis=1, dtype=np.uint64)
+
+
+class EmbeddingStore:
+    """Vectors for item ids under one configuration key.
+
+    ``width``: every vector's length (the model's output size, a score row's candidates), checked in
+    every shard; None: not checked.  ``minus_inf``: -inf is a value here (a log-likelihood), not damage.
     """
 
     def __init__(self, root: Path, kind: str, key: dict, width: int | None = None, minus_inf: bool = False):
@@ -59,82 +86,173 @@ class EmbeddingStore:
             atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
         elif stored != json.loads(json.dumps(self.key)):
             raise CacheKeyMismatch(f"{key_file} holds a different key; refusing to reuse {self.folder}")
-        self._vectors: dict[str, np.ndarray] = {}
-        self._parts_seen: set[str] = set()
+        self._shards: list[str] = []  # shard names, by number
+        self._entries: dict[int, np.ndarray] = {}  # each usable shard's index entries
+        self._maps: dict[int, np.ndarray] = {}  # each usable shard's vectors, memory-mapped
+        self._keys = np.zeros(0, KEY_DTYPE)  # sorted; rebuilt from _entries when _stale
+        self._where = np.zeros((0, 2), np.int64)  # (shard number, row) per sorted key
+        self._checksums = np.zeros(0, np.uint64)
+        self._stale = False
+        self._unstored: dict[bytes, np.ndarray] = {}  # rows holding NaN or infinity: used by this process, never written
         self.refresh()
 
+    # -- opening -------------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Load the parts not seen yet (written by another process since this one looked); a bad one is
-        set aside with a warning and its items stay missing, so they are computed again."""
-        for part in sorted(self.folder.glob("part-*.npz")):
-            if part.name in self._parts_seen:
+        """Index the shards not seen yet (written by another process since this one looked); one that
+        fails its checks is set aside with a warning and its items stay missing."""
+        seen = set(self._shards)
+        for index_file in sorted(self.folder.glob(f"shard-*{INDEX}")):
+            name = index_file.name[: -len(INDEX)]
+            if name in seen:
                 continue
-            self._parts_seen.add(part.name)
             try:
-                ids, vectors = self._read_part(part)
+                entries, vectors = self._read_shard_index(name)
             except StoredFileError as error:
-                set_aside(error, "its items are computed again")
+                self._set_aside(name, error)
                 continue
-            self._vectors.update(zip(ids.tolist(), vectors, strict=True))
+            self._shards.append(name)
+            number = len(self._shards) - 1
+            self._entries[number], self._maps[number], self._stale = entries, vectors, True
 
-    def _read_part(self, part: Path) -> tuple[np.ndarray, np.ndarray]:
-        """A part's ids and vectors if they are what ``add`` writes: a 1-D string array of distinct ids and
-        one float32 row per id, of this store's width, without NaN or infinity; StoredFileError if not."""
-        arrays = read_arrays(part, ("ids", "vectors"))
-        ids, vectors = arrays["ids"], arrays["vectors"]
+    def _read_shard_index(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """A shard's (index entries, memory-mapped vectors), after checking both files' headers against
+        each other and the store."""
+        index_path, vectors_path = self.folder / f"{name}{INDEX}", self.folder / f"{name}{VECTORS}"
+        entries = _load_npy(index_path)
+        if entries.dtype != INDEX_DTYPE or entries.ndim != 1:
+            raise StoredFileError(index_path, f"holds {entries.dtype} of shape {entries.shape}, not a shard index")
+        if len(np.unique(entries["key"])) != len(entries):
+            raise StoredFileError(index_path, "some of its ids repeat")
+        vectors = _load_npy(vectors_path, mmap=True)
+        if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(entries):
+            raise StoredFileError(vectors_path, f"holds {vectors.dtype} of shape {vectors.shape}, not float32 rows "
+                                                f"for its {len(entries)} ids")
+        if self.width is not None and vectors.shape[1] != self.width:
+            raise StoredFileError(vectors_path, f"its vectors are {vectors.shape[1]} wide where this store's are {self.width}")
+        return entries, vectors
+
+    def _index(self) -> None:
+        """The sorted index over every usable shard, made again only after shards came or went."""
+        if not self._stale:
+            return
+        numbers = sorted(self._entries)
+        keys = np.concatenate([np.zeros(0, KEY_DTYPE), *(self._entries[n]["key"] for n in numbers)])
+        where = np.concatenate([np.zeros((0, 2), np.int64),
+                                *(np.stack([np.full(len(self._entries[n]), n), np.arange(len(self._entries[n]))], 1)
+                                  for n in numbers)])
+        checksums = np.concatenate([np.zeros(0, np.uint64), *(self._entries[n]["checksum"] for n in numbers)])
+        keys, first = np.unique(keys, return_index=True)  # an item stored twice (two runs): its first copy
+        self._keys, self._where, self._checksums, self._stale = keys, where[first], checksums[first], False
+
+    def _set_aside(self, name: str, error: StoredFileError) -> None:
+        """Set aside both files of a shard (the one named in ``error`` with the warning), drop its rows."""
+        set_aside(error, "its items are computed again")
+        for suffix in (INDEX, VECTORS):
+            path = self.folder / f"{name}{suffix}"
+            if path != error.path and path.exists():
+                os.replace(path, path.with_name(path.name + ".bad"))
+        if name in self._shards:  # its items may still be in another shard
+            number = self._shards.index(name)
+            self._entries.pop(number, None)
+            self._maps.pop(number, None)
+            self._stale = True
+
+    # -- reading -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        self._index()
+        return len(self._keys)
+
+    def _positions(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's position in the sorted index, -1 where it is not stored."""
+        self._index()
+        positions = np.searchsorted(self._keys, keys)
+        found = positions < len(self._keys)
+        found[found] = self._keys[positions[found]] == keys[found]
+        return np.where(found, positions, -1)
+
+    def missing(self, ids) -> list[int]:
+        """Positions in ``ids`` with no stored vector (nor one this process holds unstored)."""
+        keys = item_keys(ids)
+        absent = np.flatnonzero(self._positions(keys) < 0)
+        return [int(i) for i in absent if keys[i] not in self._unstored]
+
+    def get(self, ids) -> np.ndarray:
+        """float32 (len(ids), width) vectors for ``ids`` (all must be stored), each row checked as read;
+        StoreDamaged if a shard fails (it is then set aside and its items are missing)."""
+        keys = item_keys(ids)
+        positions = self._positions(keys)
+        held = np.flatnonzero(positions < 0)
+        if any(keys[i] not in self._unstored for i in held):
+            raise KeyError(f"{len(self.missing(keys))} of {len(positions)} items are not in {self.folder}")
+        if not len(positions):
+            return np.zeros((0, self.width or 0), np.float32)
+        width = self.width or (len(next(iter(self._unstored.values()))) if len(held) == len(positions) else self._row_width(positions))
+        out = np.empty((len(positions), width), np.float32)
+        for i in held:
+            out[i] = self._unstored[keys[i]]
+        stored = np.flatnonzero(positions >= 0)
+        shards = self._where[positions[stored], 0]
+        for shard in np.unique(shards):
+            here = stored[shards == shard]
+            order = here[np.argsort(self._where[positions[here], 1])]  # ascending rows: the memory map is read front to back
+            out[order] = self._checked_rows(int(shard), self._where[positions[order], 1], self._checksums[positions[order]])
+        return out
+
+    def blocks(self, ids, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, vectors of ids[start:start + size])`` in order: the store read block by block."""
+        keys = item_keys(ids)
+        for start in range(0, len(keys), size):
+            yield start, self.get(keys[start:start + size])
+
+    def _row_width(self, positions: np.ndarray) -> int:
+        stored = positions[positions >= 0]
+        return self.width if self.width is not None else self._maps[int(self._where[stored[0], 0])].shape[1]
+
+    def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
+        vectors = np.asarray(self._maps[shard][rows])
         problem = None
-        if ids.ndim != 1 or ids.dtype.kind != "U":
-            problem = f"its ids are {ids.dtype} of shape {ids.shape}, not a list of strings"
-        elif len(set(ids.tolist())) != len(ids):
-            problem = f"{len(ids) - len(set(ids.tolist()))} of its ids repeat"
-        elif vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(ids):
-            problem = f"its vectors are {vectors.dtype} of shape {vectors.shape}, not float32 rows for its {len(ids)} ids"
-        elif self.width is not None and vectors.shape[1] != self.width:
-            problem = f"its vectors are {vectors.shape[1]} wide where this store's are {self.width}"
-        elif (invalid := self._invalid_rows(vectors)).any():
-            problem = f"{int(invalid.sum())} of its {len(ids)} vectors hold NaN or infinity"
+        if (row_checksums(vectors) != checksums).any():
+            problem = f"{int((row_checksums(vectors) != checksums).sum())} of the rows read differ from what was written"
+        elif self._invalid_rows(vectors).any():
+            problem = f"{int(self._invalid_rows(vectors).sum())} of the rows read hold NaN or infinity"
         if problem:
-            raise StoredFileError(part, problem)
-        return ids, vectors
+            name = self._shards[shard]
+            self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
+            raise StoreDamaged(f"{self.folder / name}{VECTORS}: {problem}")
+        return vectors
 
     def _invalid_rows(self, vectors: np.ndarray) -> np.ndarray:
-        """Per row: whether it holds a value no part may hold (NaN, +inf, and -inf unless it is a value here)."""
+        """Per row: whether it holds a value no shard may hold (NaN, +inf, and -inf unless it is a value here)."""
         bad = np.isnan(vectors) | (vectors == np.inf)
         return (bad if self.minus_inf else bad | (vectors == -np.inf)).any(axis=1)
 
-    def __len__(self) -> int:
-        return len(self._vectors)
-
-    def missing(self, ids: Sequence[str]) -> list[int]:
-        """Positions in ``ids`` with no stored vector."""
-        return [i for i, item_id in enumerate(ids) if item_id not in self._vectors]
-
-    def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Persist one part (atomically) and keep it in memory.  Rows holding NaN or infinity (a model's
-        overflow) are kept in memory only: read back, a part holding them would be set aside."""
-        if len(ids) == 0:
+    # -- writing -------------------------------------------------------------------------------
+    def add(self, ids, vectors: np.ndarray) -> None:
+        """Write one shard (vectors first, the index last, each atomically).  Rows holding NaN or
+        infinity (a model's overflow) are not stored, with a warning: they are computed again next time."""
+        keys = item_keys(ids)
+        if len(keys) == 0:
             return
-        vectors = np.asarray(vectors, dtype=np.float32)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if self.width is not None and vectors.shape[1:] != (self.width,):
             raise ValueError(f"vectors of shape {vectors.shape} for a store of width {self.width}")
-        self._vectors.update(zip(ids, vectors, strict=True))
         keep = ~self._invalid_rows(vectors)
         if not keep.all():
-            warn(f"{int((~keep).sum())} of {len(ids)} results hold NaN or infinity: not stored in {self.folder}, "
+            warn(f"{int((~keep).sum())} of {len(keys)} results hold NaN or infinity: not stored in {self.folder}, "
                  "so they are computed again next time")
-            ids, vectors = [item for item, kept in zip(ids, keep, strict=True) if kept], vectors[keep]
-            if not len(ids):
-                return
-        part_number = len(list(self.folder.glob("part-*.npz*")))  # set-aside parts count too: no name is reused
-        buffer = io.BytesIO()
-        np.savez(buffer, ids=np.asarray(list(ids), dtype=str), vectors=vectors)
-        name = f"part-{part_number:06d}-{os.getpid()}.npz"
-        atomic_write_bytes(self.folder / name, buffer.getvalue())
-        self._parts_seen.add(name)
-
-    def get(self, ids: Sequence[str]) -> np.ndarray:
-        """Stacked vectors for ``ids`` (all must be present)."""
-        return np.stack([self._vectors[item_id] for item_id in ids]) if len(ids) else np.zeros((0, 0), np.float32)
+            self._unstored.update(zip(keys[~keep].tolist(), vectors[~keep], strict=True))
+            keys, vectors = keys[keep], vectors[keep]
+        first = np.sort(np.unique(keys, return_index=True)[1])  # an id given twice: its first row, in the order given
+        keys, vectors = keys[first], vectors[first]
+        if not len(keys):
+            return
+        number = len(list(self.folder.glob(f"shard-*{INDEX}*")))  # set-aside shards count too: no name is reused
+        name = f"shard-{number:06d}-{os.getpid()}-{os.urandom(3).hex()}"
+        entries = np.empty(len(keys), INDEX_DTYPE)
+        entries["key"], entries["checksum"] = keys, row_checksums(vectors)
+        atomic_write_with(self.folder / f"{name}{VECTORS}", lambda handle: np.save(handle, vectors))
+        atomic_write_with(self.folder / f"{name}{INDEX}", lambda handle: np.save(handle, entries))
+        self.refresh()  # indexed lazily: many adds in a row cost one sort, at the next lookup
 
     @contextmanager
     def locked(self) -> Iterator[EmbeddingStore]:
@@ -142,6 +260,19 @@ class EmbeddingStore:
         with folder_lock(self.folder, wait_message=f"waiting for another run encoding into {self.folder}"):
             self.refresh()
             yield self
+
+
+def _load_npy(path: Path, mmap: bool = False) -> np.ndarray:
+    """An ``.npy`` array (memory-mapped with ``mmap``), never unpickled; StoredFileError naming the file otherwise."""
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError:
+        raise StoredFileError(path, "missing (its shard is incomplete)") from None
+    except Exception as error:  # whatever a damaged file raises (ValueError, EOFError, OSError, ...)
+        if isinstance(error, ValueError) and "allow_pickle" in str(error):
+            raise StoredFileError(path, "holds pickled Python objects, which are never loaded") from None
+        text = " ".join(str(error).split())[:200]
+        raise StoredFileError(path, f"not a readable .npy array ({type(error).__name__}: {text})") from None
 
 
 def flush_seconds() -> float:
@@ -159,29 +290,32 @@ class PendingParts:
     manager it writes what is pending on exit, also when the block raises (Ctrl-C included).
     """
 
-    def __init__(self, store: EmbeddingStore, count: int = FLUSH_COUNT, seconds: float | None = None, clock=time.monotonic):
+    def __init__(self, store: EmbeddingStore, count: int | None = None, seconds: float | None = None, clock=time.monotonic):
         self.store = store
-        self.count = count
+        self.count = count if count is not None else max(FLUSH_COUNT, FLUSH_BYTES // (4 * (store.width or 1)))
         self.seconds = flush_seconds() if seconds is None else seconds
         self.clock = clock
-        self._ids: list[str] = []
+        self._keys: list[np.ndarray] = []
         self._vectors: list[np.ndarray] = []
+        self._pending = 0
         self._last_write = clock()
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._pending
 
-    def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
-        self._ids.extend(ids)
+    def add(self, ids, vectors: np.ndarray) -> None:
+        """Queue rows for ``ids`` (strings or ``item_keys``); a shard is written when enough are pending."""
+        self._keys.append(item_keys(ids))
         self._vectors.append(np.asarray(vectors, dtype=np.float32))
-        if len(self._ids) >= self.count or self.clock() - self._last_write >= self.seconds:
+        self._pending += len(self._keys[-1])
+        if self._pending >= self.count or self.clock() - self._last_write >= self.seconds:
             self.flush()
 
     def flush(self) -> None:
-        """Write what is pending as one part (nothing if nothing is)."""
-        if self._ids:
-            self.store.add(self._ids, np.concatenate(self._vectors))
-        self._ids, self._vectors = [], []
+        """Write what is pending as one shard (nothing if nothing is)."""
+        if self._pending:
+            self.store.add(np.concatenate(self._keys), np.concatenate(self._vectors))
+        self._keys, self._vectors, self._pending = [], [], 0
         self._last_write = self.clock()
 
     def __enter__(self) -> PendingParts:

@@ -1,11 +1,12 @@
-"""Exact cosine ranks streamed over blocks of candidate vectors: no score matrix of all candidates.
+"""Exact cosine ranks (DEER's), streamed over blocks of candidate vectors: no score matrix of all
+candidates, and candidates that stay in a store on disk (``rank_cosine``).
 
 A query block meets one candidate block at a time (on any device).  Each query keeps counts of the
 candidates that score above its gold tail (raw and filtered), the candidates whose score lies within
 ``TIE_BAND`` of the gold's (their exact scores, resolved once the gold's own score is known), its
 head's score and a running top k.  The gold's score is the one computed in its own block's matrix
 product, as in :func:`deer.platform.ranking.rank_chunk`, so ranks, ties and the top k equal that
-kernel's on the whole score matrix (``tests/test_streamed_ranking.py``, several block sizes).
+kernel's on the whole score matrix (``tests/test_cosine_ranking.py``, several block sizes).
 
 The band: before the gold's block is reached its score is known only approximately (a row-wise dot
 product, rounded differently from a matrix product by far less than the band), so a candidate is
@@ -15,14 +16,45 @@ counted as higher at once only when it is clearly higher; near-ties wait for the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
 
-from deer.platform.ranking import GoldRanks, Ranking, _top_k
+from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
 
 TIE_BAND = 1e-4  # cosine units; float32 rounding of a 4,096-wide dot product stays well inside it
+MAX_QUERY_BLOCK = 65_536  # queries scored against one candidate block at a time (all of a KG's test split)
+
+
+def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 10, chunk_size: int | None = None,
+                device: str | torch.device = "cpu") -> Ranking:
+    """Rank each query's gold tail by cosine among ``candidate_vectors``: an (n, d) array, or vectors kept in a
+    store (``rows(positions)`` and ``blocks(size)``, as ``deer.embedding_probe.StoredPrompts``, which
+    makes again what a damaged shard held), read block by block.  ``chunk_size``: queries per pass over the candidates (None: all, up to
+    ``MAX_QUERY_BLOCK``); candidate blocks as many rows as keep a block's scores within ``SCORE_BYTES_PER_CHUNK``."""
+    source = candidate_vectors if hasattr(candidate_vectors, "blocks") else _ArrayBlocks(candidate_vectors)
+    query_block = chunk_size or max(1, min(len(query_vectors), MAX_QUERY_BLOCK))
+    rows = max(1, min(len(source), SCORE_BYTES_PER_CHUNK // (4 * query_block)))
+    gold_vectors = source.rows(np.asarray(queries.gold, dtype=np.int64))
+    return rank_cosine_blocks(query_vectors, gold_vectors, lambda: source.blocks(rows), len(source), queries, k, query_block,
+                              device)
+
+
+class _ArrayBlocks:
+    """An (n, d) array seen as a block source."""
+
+    def __init__(self, vectors):
+        self.vectors = np.asarray(vectors, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    def rows(self, positions) -> np.ndarray:
+        return self.vectors[positions]
+
+    def blocks(self, size: int):
+        return ((start, self.vectors[start:start + size]) for start in range(0, len(self.vectors), size))
 
 
 @dataclasses.dataclass
@@ -57,11 +89,13 @@ def _merge_top(values: np.ndarray, positions: np.ndarray, new_values: np.ndarray
     return np.take_along_axis(values, order, 1), np.take_along_axis(positions, order, 1)
 
 
-def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray, candidate_blocks: Iterable[tuple[int, np.ndarray]],
+def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
+                       candidate_blocks: Iterable[tuple[int, np.ndarray]] | Callable[[], Iterable[tuple[int, np.ndarray]]],
                        n_candidates: int, queries, k: int = 10, query_block: int = 4096,
                        device: str | torch.device = "cpu") -> Ranking:
     """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(start, (n, d) array)``
-    blocks in position order; the same result as ``rank_chunk`` on the whole cosine matrix.
+    blocks in position order (a list, or a function giving them anew for each pass); the same result
+    as ``rank_chunk`` on the whole cosine matrix.
 
     ``query_vectors`` (n_queries, d); ``gold_vectors`` (n_queries, d): each query's gold candidate's
     vector (to place the tie band); ``queries``: what a QuerySet gives the kernel (``gold``,
@@ -78,11 +112,11 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray, cand
     approx_gold = (query_tensor * normalize(torch.as_tensor(np.asarray(gold_vectors, np.float32)), dim=1)).sum(1)
     block_starts = range(0, n_queries, query_block) if n_queries else []
     states = {start: _new_state(min(query_block, n_queries - start), device) for start in block_starts}
-    blocks = iter(candidate_blocks) if len(block_starts) == 1 else None
+    read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
     with torch.inference_mode():
         for start in block_starts:  # one pass over the candidates per block of queries
             rows = range(start, min(start + query_block, n_queries))
-            source = blocks if blocks is not None else iter(candidate_blocks)
+            source = read()
             _scan(states[start], query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
                   source, rows, gold, excluded, heads, queries.filter_tails, width, device)
     if not n_queries:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from deer.platform.ranking import rank_cosine
-from deer.platform.streamed_ranking import rank_cosine_blocks
+from deer.platform.cosine_ranking import rank_cosine, rank_cosine_blocks
+from deer.platform.ranking import Ranking, rank_chunk
 
 
 class _Queries:
@@ -51,6 +52,18 @@ def _problem(seed, n_queries=37, n_candidates=211, dim=24, exclude_head=False, i
     return queries, entities, _Queries(gold, filters, heads, exclude_head)
 
 
+def _whole_matrix(vectors, entities, queries, k=10) -> Ranking:
+    """The plain path: every cosine in one matrix, ranked by the one kernel (``rank_chunk``)."""
+    scores = torch.nn.functional.normalize(torch.from_numpy(vectors), dim=1) @ \
+        torch.nn.functional.normalize(torch.from_numpy(entities), dim=1).T
+    as_tensor = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int64)  # noqa: E731
+    excluded = queries.excluded_positions()
+    width = min(k, len(entities) - bool((excluded >= 0).any()))
+    ranks, top, above = rank_chunk(scores, as_tensor(queries.gold), queries.filter_tails, as_tensor(excluded),
+                                   as_tensor(queries.head_positions()), width)
+    return Ranking(ranks, top, above)
+
+
 def _blocks(entities, size):
     return [(start, entities[start:start + size]) for start in range(0, len(entities), size)]
 
@@ -60,7 +73,7 @@ def _blocks(entities, size):
 @pytest.mark.parametrize("block, query_block", [(211, 4096), (1, 4096), (7, 5), (64, 1), (100, 37), (210, 16)])
 def test_streamed_ranks_equal_the_whole_matrix_kernel(block, query_block, exclude_head, invalid):
     vectors, entities, queries = _problem(0, exclude_head=exclude_head, invalid=invalid)
-    expected = rank_cosine(vectors, entities, queries, k=10)
+    expected = _whole_matrix(vectors, entities, queries)
     got = rank_cosine_blocks(vectors, entities[queries.gold], _blocks(entities, block), len(entities), queries, k=10,
                              query_block=query_block)
     for field in ("raw_optimistic", "raw_pessimistic", "filtered_optimistic", "filtered_pessimistic"):
@@ -68,6 +81,9 @@ def test_streamed_ranks_equal_the_whole_matrix_kernel(block, query_block, exclud
     assert np.array_equal(got.top, expected.top)
     assert np.array_equal(got.head_above_gold, expected.head_above_gold)
     assert got.ranks.raw_pessimistic[3] - got.ranks.raw_optimistic[3] >= 10  # the ties were there to be counted
+    through_the_entry = rank_cosine(vectors, entities, queries, k=10, chunk_size=query_block)
+    assert np.array_equal(through_the_entry.ranks.filtered, expected.ranks.filtered)
+    assert np.array_equal(through_the_entry.top, expected.top)
 
 
 def test_no_queries_and_fewer_candidates_than_k():
@@ -75,7 +91,7 @@ def test_no_queries_and_fewer_candidates_than_k():
     vectors, entities = rng.normal(size=(6, 24)).astype(np.float32), rng.normal(size=(5, 24)).astype(np.float32)
     gold = np.array([0, 1, 2, 3, 4, 1])
     queries = _Queries(gold, [np.zeros(0, np.int64)] * 5 + [np.array([0, 4])], rng.integers(0, 5, 6), True)
-    expected = rank_cosine(vectors, entities, queries, k=10)
+    expected = _whole_matrix(vectors, entities, queries)
     got = rank_cosine_blocks(vectors, entities[queries.gold], _blocks(entities, 2), len(entities), queries, k=10)
     assert np.array_equal(got.top, expected.top) and got.top.shape == (6, 4)
     assert np.array_equal(got.ranks.filtered, expected.ranks.filtered)
