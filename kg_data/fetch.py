@@ -20,7 +20,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from kg_data.errors import KGNotFoundError
-from kg_data.locate import DATA_DIR_ENV, NAMED_DATASETS, fetched_data_root, find_dataset
+from kg_data.locate import DATA_DIR_ENV, MANUAL_DATASETS, NAMED_DATASETS, fetched_data_root, find_dataset
 from kg_data.locks import held_lock
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
@@ -79,6 +79,11 @@ def _entry(name: str, manifest: dict | None) -> dict:
         known = ", ".join(n for n in manifest if n in NAMED_DATASETS)
         raise ValueError(f"unknown data set '{name}'; known: {known}")
     return manifest[name]
+
+
+def manual_instructions(name: str, data_dir=None) -> str:
+    """Where to get a data set that is not pinned by checksum (``MANUAL_DATASETS``) and where to put it."""
+    return MANUAL_DATASETS[name].format(folder=data_root(data_dir) / NAMED_DATASETS[name])
 
 
 def _how_to_get(name: str, entry: dict, root: Path) -> str:
@@ -182,6 +187,8 @@ def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str |
     the upstream (URL = base_url + "/" + path under the data root); ``manifest`` replaces ``manifest.json``.
     Raises DataFetchError when offline, on network failure, or on a checksum mismatch.
     """
+    if name in MANUAL_DATASETS:
+        raise DataFetchError(manual_instructions(name, data_dir))
     entry = _entry(name, manifest)
     root = data_root(data_dir)
     base_url = base_url or os.environ.get(BASE_URL_ENV) or None
@@ -222,6 +229,8 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     try:
         return find_dataset(name, data_dir)
     except KGNotFoundError as not_found:
+        if name in MANUAL_DATASETS:
+            raise KGNotFoundError(f"{not_found}\n{manual_instructions(name, data_dir)}") from None
         entry = _entry(name, None)
         root = data_root(data_dir)
         if offline_reason():

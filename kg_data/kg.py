@@ -15,6 +15,8 @@ from kg_data.errors import KGFormatError, KGSplitError
 EMPTY_DESCRIPTION = "-"
 # the file stems each split is read from (a KG folder holds one file per split, .tsv or .jsonl)
 SPLIT_STEMS = {"train": ("train",), "valid": ("valid", "dev"), "test": ("test",)}
+FINGERPRINT_CHUNK = 100_000  # texts hashed at a time
+BULK_BYTES = 1 << 20  # a split file this large is read in bulk (pyarrow), a smaller one line by line
 
 
 @dataclasses.dataclass
@@ -65,7 +67,8 @@ class TextualKG:
         """Hash of entity texts, relation names and triples; part of every cache key."""
         digest = hashlib.sha256()
         for part in (self.entity_ids, self.entity_names, self.entity_descriptions, self.relation_ids, self.relation_names):
-            digest.update("\x1f".join(part).encode("utf-8"))
+            for start in range(0, len(part), FINGERPRINT_CHUNK):  # the same bytes as one join, a chunk at a time
+                digest.update(("\x1f" if start else "").encode() + "\x1f".join(part[start:start + FINGERPRINT_CHUNK]).encode("utf-8"))
             digest.update(b"\x1e")
         for split in sorted(self.splits):
             digest.update(split.encode())
@@ -98,8 +101,12 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]],
     relation_ids, relation_names = _validated_named_rows(relations, "relation")
     kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
                    dict(split_files or {}))
-    entity_index, relation_index = kg.entity_index, kg.relation_index
     for split, rows in split_rows.items():
+        fast = _bulk_triples(kg, (split_files or {}).get(split))
+        if fast is not None:
+            kg.splits[split] = fast
+            continue
+        entity_index, relation_index = kg.entity_index, kg.relation_index
         indices: list[tuple[int, int, int]] = []
         for path, line, head, relation, tail in rows:
             head, relation, tail = head.strip(), relation.strip(), tail.strip()
@@ -111,6 +118,18 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]],
             indices.append((entity_index[head], relation_index[relation], entity_index[tail]))
         kg.splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
     return kg
+
+
+def _bulk_triples(kg: TextualKG, path) -> np.ndarray | None:
+    """A large TSV split's triples read in bulk (``kg_data.id_columns``); None for a small or JSONL file, or
+    one with anything unusual: the line-by-line reader then reads it and names any problem."""
+    if path is None or not str(path).endswith(".tsv") or Path(path).stat().st_size < BULK_BYTES:
+        return None
+    import pyarrow as pa
+
+    from kg_data.id_columns import index_triples
+
+    return index_triples(Path(path), pa.array(kg.entity_ids, pa.string()), pa.array(kg.relation_ids, pa.string()))
 
 
 def _validated_named_rows(rows, kind: str) -> tuple[list[str], list[str]]:

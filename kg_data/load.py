@@ -1,4 +1,4 @@
-"""Load a knowledge graph by name (`wn18rr`, found or fetched) or from a folder."""
+"""Load a knowledge graph by name (`wn18rr`, `wikidata5m`: found, or fetched where pinned) or from a folder."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from kg_data.fetch import ensure_dataset
 from kg_data.kg import TextualKG
 from kg_data.lama import RELATIONS_FILE
 from kg_data.textual import load_textual_kg
+from kg_data.wikidata5m import is_wikidata5m, load_wikidata5m
 from kg_data.wn18rr import load_wn18rr
+
+NAMED_KGS = {"wn18rr": load_wn18rr, "wikidata5m": load_wikidata5m}  # a KG by name: its reader
 
 BENCHMARK_NAMES = {"lama": "lama", "bear": "bear", "bear-big": "bear"}
 
@@ -39,17 +42,20 @@ def dataset_kind(name_or_folder) -> str:
 
 
 def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
-    """Load a KG by name ('wn18rr') or from a folder (str or Path) in the generic TSV/JSONL format."""
+    """Load a KG by name ('wn18rr', 'wikidata5m') or from a folder (str or Path): WN18RR's or Wikidata5M's files,
+    or the generic TSV/JSONL format."""
     if isinstance(kg, (str, Path)) and dataset_kind(kg) != "kg":
         raise KGNotFoundError(
             f"'{kg}' is a cloze benchmark ({dataset_kind(kg).upper()} format), not a KG: probe it with "
             f"`deer cloze --dataset {kg}` or experiments.benchmarks.probe_benchmark('{kg}', model)")
-    if isinstance(kg, str) and kg.lower() == "wn18rr":
-        return load_wn18rr(ensure_dataset("wn18rr", data_dir))
+    if isinstance(kg, str) and kg.lower() in NAMED_KGS:
+        return NAMED_KGS[kg.lower()](ensure_dataset(kg.lower(), data_dir))
     folder = Path(kg).expanduser()
     if folder.is_dir():
-        return load_wn18rr(folder) if (folder / "entity2text.txt").exists() else load_textual_kg(folder)
+        if (folder / "entity2text.txt").exists():
+            return load_wn18rr(folder)
+        return load_wikidata5m(folder) if is_wikidata5m(folder) else load_textual_kg(folder)
     raise KGNotFoundError(
-        f"Unknown KG '{kg}': not a named KG (wn18rr) and not a folder. "
+        f"Unknown KG '{kg}': not a named KG ({', '.join(NAMED_KGS)}) and not a folder. "
         "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README)."
     )

@@ -10,7 +10,14 @@ from kg_data.errors import KGNotFoundError
 DATA_DIR_ENV = "DEER_DATA_DIR"
 CACHE_DIR_ENV = "DEER_CACHE_DIR"
 # Sub-folder of the data dir for each named data set.
-NAMED_DATASETS = {"wn18rr": "wn18rr", "bear": "bear/BEAR", "bear-big": "bear/BEAR-big", "lama": "lama"}
+NAMED_DATASETS = {"wn18rr": "wn18rr", "bear": "bear/BEAR", "bear-big": "bear/BEAR-big", "lama": "lama", "wikidata5m": "wikidata5m"}
+# Data sets not pinned by checksum here: `deer data fetch` says where to get them instead of downloading.
+MANUAL_DATASETS = {"wikidata5m": (
+    "Wikidata5M (Wang et al. 2021, KEPLER; CC BY 4.0) is published at https://deepgraphlearning.github.io/project/wikidata5m "
+    "as three archives: wikidata5m_alias.tar.gz, wikidata5m_text.txt.gz and wikidata5m_transductive.tar.gz. "
+    "Extract all three into {folder} (it then holds wikidata5m_entity.txt, wikidata5m_relation.txt, wikidata5m_text.txt "
+    "and wikidata5m_transductive_{{train,valid,test}}.txt), or pass that folder as --kg. Its files are not pinned by "
+    "checksum here, so `deer data fetch wikidata5m` does not download them.")}
 
 
 def cache_root() -> Path:
@@ -66,7 +73,7 @@ def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
 
 # The file that marks each named data set's folder (``deer data fetch`` installs it last).
 MARKERS = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear-big": "metadata_relations.json",
-           "lama": "relations.jsonl"}
+           "lama": "relations.jsonl", "wikidata5m": "wikidata5m_transductive_test.txt"}
 
 
 def _looks_like(name: str, folder: Path) -> bool:

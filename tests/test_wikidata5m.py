@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kg_data.errors import KGFormatError
+from kg_data.errors import KGFormatError, KGNotFoundError
 from kg_data.wikidata5m import load_wikidata5m
 
 FILES = {
@@ -68,3 +68,43 @@ def test_the_synthetic_generator_writes_both_layouts(tmp_path):
     assert np.all(w5m.splits["train"] >= 0) and w5m.notes["entities_without_alias"] == 0
     again = write_synthetic_kg(tmp_path / "again", 3_000, seed=1)
     assert again == counts and (tmp_path / "again" / "train.tsv").read_bytes() == (tmp_path / "tsv" / "train.tsv").read_bytes()
+
+
+def test_a_large_tsv_kg_is_read_in_bulk_as_line_by_line(tmp_path, monkeypatch):
+    """Split files over ``BULK_BYTES`` are read by pyarrow: the same triples and fingerprint as line by line,
+    and a bad line still named by file and line."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from synthetic_kg import write_synthetic_kg
+
+    import kg_data.kg as kg_module
+    from kg_data.textual import load_textual_kg
+
+    write_synthetic_kg(tmp_path / "kg", 30_000, seed=3)
+    assert (tmp_path / "kg" / "train.tsv").stat().st_size > kg_module.BULK_BYTES
+    bulk = load_textual_kg(tmp_path / "kg")
+    monkeypatch.setattr(kg_module, "BULK_BYTES", 1 << 40)
+    lines = load_textual_kg(tmp_path / "kg")
+    assert bulk.fingerprint() == lines.fingerprint()
+    assert all(np.array_equal(bulk.splits[s], lines.splits[s]) for s in ("train", "valid", "test"))
+    monkeypatch.undo()
+    with open(tmp_path / "kg" / "train.tsv", "a") as handle:
+        handle.write("Q1\tP1\tQ999999999\n")
+    n_lines = len((tmp_path / "kg" / "train.tsv").read_text().splitlines())
+    with pytest.raises(KGFormatError, match=rf"train.tsv:{n_lines}: unknown tail entity id 'Q999999999'"):
+        load_textual_kg(tmp_path / "kg")
+
+
+def test_wikidata5m_by_name_from_a_data_dir_and_where_to_get_it(tmp_path):
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+    from kg_data.load import load_kg
+
+    _write(tmp_path / "data" / "wikidata5m")
+    assert load_kg("wikidata5m", tmp_path / "data").entity_names == ["Berlin", "Germany", "Paris"]
+    assert load_kg(tmp_path / "data" / "wikidata5m").name == "wikidata5m"  # a folder in its layout
+    fetched = CliRunner().invoke(main, ["data", "fetch", "wikidata5m", "--data-dir", str(tmp_path / "empty")])
+    assert fetched.exit_code == 1 and "deepgraphlearning.github.io/project/wikidata5m" in fetched.output
+    assert str(tmp_path / "empty" / "wikidata5m") in fetched.output
+    with pytest.raises(KGNotFoundError, match="wikidata5m_transductive.tar.gz"):
+        load_kg("wikidata5m", tmp_path / "empty")

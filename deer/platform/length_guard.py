@@ -117,12 +117,21 @@ def guard_prompt_lengths(queries: QuerySet, loaded, templates, text_kind: str | 
     return queries, report
 
 
+def long_tail_prompts(queries: QuerySet, tokenizer, templates, limit: int, chunk: int = 65_536) -> dict[int, int]:
+    """{candidate position: tokens} of the tail prompts over ``limit`` tokens, made a chunk at a time
+    (a KG's every prompt is never held)."""
+    found = {}
+    for start in range(0, len(queries.candidates), chunk):
+        tails = [templates.tail_prompt(queries.kg, e) for e in queries.candidates[start:start + chunk].tolist()]
+        found.update({start + i: n for i, n in token_counts(tokenizer, tails, limit, templates.prompt_special_tokens).items()})
+    return found
+
+
 def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) -> None:
     kg = queries.kg
     special = templates.prompt_special_tokens
     if text_kind == "prompts":
-        tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
-        long_tails = token_counts(tokenizer, tails, limit, special)
+        long_tails = long_tail_prompts(queries, tokenizer, templates, limit)
         if long_tails:
             first = min(long_tails)
             entity = int(queries.candidates[first])
@@ -146,8 +155,7 @@ def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: 
     """Cut the descriptions whose tail prompts exceed ``limit``, at a token boundary, to fit."""
     kg = queries.kg
     special = templates.prompt_special_tokens
-    tails = [templates.tail_prompt(kg, e) for e in queries.candidates]
-    long_tails = token_counts(tokenizer, tails, limit, special)
+    long_tails = long_tail_prompts(queries, tokenizer, templates, limit)
     if not long_tails:
         return queries
     descriptions = list(kg.entity_descriptions)

@@ -55,16 +55,17 @@ def data(ctx, data_dir):
     if ctx.invoked_subcommand is not None:
         return
     from kg_data import describe_datasets, load_kg
-    from kg_data.locate import candidate_data_dirs
+    from kg_data.locate import MANUAL_DATASETS, candidate_data_dirs
 
     rows = describe_datasets(data_dir)
     for row in rows:
         if row["usable"]:
-            click.echo(f"{row['name']:<10}found    {row['path']}")
+            click.echo(f"{row['name']:<9} found    {row['path']}")
         elif row["found"]:
-            click.echo(f"{row['name']:<10}unusable {row['path']} ({row['note']})")
+            click.echo(f"{row['name']:<9} unusable {row['path']} ({row['note']})")
         else:
-            click.echo(f"{row['name']:<10}missing  (deer data fetch {row['name']})")
+            how = "`deer data fetch " + row["name"] + "` says where to get it" if row["name"] in MANUAL_DATASETS else f"deer data fetch {row['name']}"
+            click.echo(f"{row['name']:<9} missing  ({how})")
     if any(r["name"] == "wn18rr" and r["found"] for r in rows):
         summary = load_kg("wn18rr", data_dir).summary()
         click.echo(
@@ -75,7 +76,7 @@ def data(ctx, data_dir):
 
 
 @data.command("fetch")
-@click.argument("names", nargs=-1, required=True, type=click.Choice(["wn18rr", "bear", "bear-big", "lama"]))
+@click.argument("names", nargs=-1, required=True, type=click.Choice(["wn18rr", "bear", "bear-big", "lama", "wikidata5m"]))
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Data root to fetch into (default $DEER_DATA_DIR, else $DEER_CACHE_DIR/data, ~/.cache/deer/data).")
 @click.option("--base-url", default=None, help="A mirror laid out like the data root (default: each data set's "
