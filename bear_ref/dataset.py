@@ -19,7 +19,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import statement_scores
-from deer.backends import DEFAULT_BACKEND, open_backend
+from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
 from deer.platform.benchmark_rows import query_frame, ranks_from_scores
 from deer.platform.files import default_table_suffix, package_versions, write_json, write_table
 from deer.platform.length_guard import long_statements, max_positions, too_long
@@ -258,7 +258,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     if out_dir is not None:
         out_dir = Path(out_dir)
         check_out_dir(out_dir)
-        if backend == DEFAULT_BACKEND:  # the plain backend is a cross-check: it stores nothing to resume from
+        if can_cache(backend):  # the plain backend is a cross-check: it stores nothing to resume from
             parts_dir = out_dir / "parts" / key_digest(key)
     guard_statement_lengths(dataset, loaded)
     suffix = default_table_suffix()

@@ -34,11 +34,13 @@ STREAM_CHUNK = 65_536  # prompts made, tokenized and encoded at a time: no stage
 ESTIMATE_AFTER_SECONDS = 3.0
 
 
-def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos", width: int | None = None) -> EmbeddingStore:
+def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos", width: int | None = None,
+                 backend_key: dict | None = None) -> EmbeddingStore:
     """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
     dtype and special tokens: every task that encodes the same prompt shares it.  ``width``: the
-    encoder's ``output_size``, which every stored vector must have (None: not checked)."""
-    key = {"encoder": ENCODER_VERSION, **model_identity(loaded), "special_tokens": special_tokens}
+    encoder's ``output_size``, which every stored vector must have (None: not checked).  ``backend_key``:
+    what a backend's vectors depend on beyond the model (its ``store_key``; {} for the model's own states)."""
+    key = {"encoder": ENCODER_VERSION, **model_identity(loaded), "special_tokens": special_tokens, **(backend_key or {})}
     return EmbeddingStore(Path(root) / "embeddings", "prompts", key, width=width)
 
 
@@ -170,10 +172,20 @@ class StoredPrompts:
     def rows(self, positions) -> np.ndarray:
         return self._read(lambda: self.store.get(self.keys[np.asarray(positions, dtype=np.int64)]))
 
-    def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(start, vectors)`` blocks of ``size`` rows in order (a damaged shard met on the way: repaired, then read)."""
-        for start in range(0, len(self.keys), size):
-            yield start, self.rows(np.arange(start, min(start + size, len(self.keys))))
+    def blocks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(positions, vectors)`` blocks of at most ``size`` rows, in the order the store holds them
+        (``EmbeddingStore.blocks``); a damaged shard met on the way is made again and read then."""
+        done = np.zeros(len(self.keys), dtype=bool)
+        for _ in range(READ_ATTEMPTS + 1):
+            todo = np.flatnonzero(~done)
+            try:
+                for positions, vectors in self.store.blocks(self.keys[todo], size):
+                    done[todo[positions]] = True
+                    yield todo[positions], vectors
+                return
+            except StoreDamaged:  # set aside by the store, with a warning naming it
+                self.repair()
+        raise StoreDamaged(f"{self.store.folder}: its shards kept failing their checks when read")
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         vectors = self.rows(np.arange(len(self.keys)))
@@ -222,7 +234,8 @@ class DeerProbe:
         timings: dict = {}
 
         started = time.perf_counter()
-        store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size)
+        store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size,
+                              getattr(request.backend, "store_key", {}))
                  if store_root is not None else None)
         candidates = queries.candidates
 
@@ -284,7 +297,8 @@ class DeerProbe:
         queries_done = time.perf_counter()
         set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
         row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
-        store = (prompt_store(request.loaded, request.store_root, width=encoder.output_size)
+        store = (prompt_store(request.loaded, request.store_root, width=encoder.output_size,
+                              backend_key=getattr(request.backend, "store_key", {}))
                  if request.store_root is not None else None)
         vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
         if row_of:

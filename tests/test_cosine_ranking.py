@@ -98,3 +98,18 @@ def test_no_queries_and_fewer_candidates_than_k():
     empty = _Queries(np.zeros(0, np.int64), [], np.zeros(0, np.int64), False)
     none = rank_cosine_blocks(np.zeros((0, 24), np.float32), np.zeros((0, 24), np.float32), _blocks(entities, 2), 5, empty)
     assert none.top.shape == (0, 5) and len(none.ranks.raw) == 0
+
+
+@pytest.mark.parametrize("exclude_head", [False, True])
+def test_blocks_of_any_positions_in_any_order_rank_alike(exclude_head):
+    """Blocks as a store holds them (each a set of candidate positions, in the order its shards were
+    written) give the ranks, ties and top k of the whole matrix."""
+    vectors, entities, queries = _problem(2, exclude_head=exclude_head, invalid=True)
+    rng = np.random.default_rng(5)
+    groups = np.array_split(rng.permutation(len(entities)), 9)
+    blocks = [(np.sort(group), entities[np.sort(group)]) for group in groups]
+    expected = _whole_matrix(vectors, entities, queries)
+    got = rank_cosine_blocks(vectors, entities[queries.gold], blocks, len(entities), queries, k=10, query_block=16)
+    for field in ("raw_optimistic", "raw_pessimistic", "filtered_optimistic", "filtered_pessimistic"):
+        assert np.array_equal(getattr(got.ranks, field), getattr(expected.ranks, field)), field
+    assert np.array_equal(got.top, expected.top) and np.array_equal(got.head_above_gold, expected.head_above_gold)

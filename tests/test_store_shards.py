@@ -26,9 +26,12 @@ def test_rows_come_back_in_the_order_asked_from_any_shard(tmp_path):
     order = [11, 0, 6, 5, 3]
     assert np.array_equal(store.get([IDS[i] for i in order]), VECTORS[order])
     assert store.missing(IDS + ["other"]) == [12] and len(store) == 12
-    blocks = list(store.blocks(IDS, 5))
-    assert [start for start, _ in blocks] == [0, 5, 10]
-    assert np.array_equal(np.concatenate([b for _, b in blocks]), VECTORS)
+    blocks = list(store.blocks(IDS[::-1], 5))  # shard by shard, as stored; positions in the ids given
+    assert [len(positions) for positions, _ in blocks] == [5, 2, 5]  # 7 rows in the first shard, 5 kept from the second
+    assert all(np.all(np.diff(positions) > 0) for positions, _ in blocks)
+    positions = np.concatenate([p for p, _ in blocks])
+    assert sorted(positions.tolist()) == list(range(12))
+    assert np.array_equal(np.concatenate([v for _, v in blocks]), VECTORS[::-1][positions])
 
 
 def test_a_second_process_sees_new_shards_after_refresh(tmp_path):

@@ -31,22 +31,38 @@ class Backend(Protocol):
     name: str
     model: Any
     tokenizer: Any
+    can_cache: bool  # its results may be stored and reused (False: a cross-check that reads and writes no store)
+    store_key: dict  # what its vectors depend on beyond the model ({} where they are the model's own states)
 
     def encoder(self, special_tokens: str = "bos") -> Any: ...
 
     def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any: ...
 
 
+REGISTERED: dict[str, str] = {}  # backends registered at run time (``register_backend``): name -> "module:Class"
+
+
+def register_backend(name: str, target: str) -> None:
+    """Make ``target`` ("module:Class") the backend ``name`` for this process, as an entry point would
+    (a benchmark's or a test's own backend, without installing a package)."""
+    REGISTERED[name] = target
+
+
 def backend_names() -> list[str]:
-    """The built-in backends, then those other packages registered."""
+    """The built-in backends, then those registered at run time, then those other packages registered."""
     extra = sorted(e.name for e in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP) if e.name not in BUILT_IN)
-    return [*BUILT_IN, *extra]
+    return [*BUILT_IN, *(name for name in REGISTERED if name not in BUILT_IN), *(name for name in extra if name not in REGISTERED)]
+
+
+def can_cache(name: str) -> bool:
+    """Whether the backend's results may be stored and reused (``can_cache`` on its class; a cross-check says no)."""
+    return bool(getattr(backend_class(name), "can_cache", False))
 
 
 def backend_class(name: str):
     """The backend class registered as ``name``; an unknown name is an OptionError listing the known ones."""
-    if name in BUILT_IN:
-        module, attribute = BUILT_IN[name].split(":")
+    if name in BUILT_IN or name in REGISTERED:
+        module, attribute = {**BUILT_IN, **REGISTERED}[name].split(":")
         return getattr(import_module(module), attribute)
     for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry.name == name:

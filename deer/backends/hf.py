@@ -14,6 +14,8 @@ class HFBackend:
     PromptEOL states from ``PromptEOLEncoder``; statement scores from ``StatementScorer``."""
 
     name = "hf"
+    can_cache = True
+    store_key: dict = {}
 
     def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
         self.model, self.tokenizer, self.token_budget, self.show_progress = model, tokenizer, token_budget, show_progress

@@ -156,6 +156,8 @@ class PlainBackend:
     """One whole forward pass per prompt or statement (see the module docstring); budgets do not apply."""
 
     name = "plain"
+    can_cache = False  # a cross-check: reads and writes no store
+    store_key: dict = {}
 
     def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
         self.model, self.tokenizer, self.show_progress = model, tokenizer, show_progress

@@ -93,9 +93,10 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
                        candidate_blocks: Iterable[tuple[int, np.ndarray]] | Callable[[], Iterable[tuple[int, np.ndarray]]],
                        n_candidates: int, queries, k: int = 10, query_block: int = 4096,
                        device: str | torch.device = "cpu") -> Ranking:
-    """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(start, (n, d) array)``
-    blocks in position order (a list, or a function giving them anew for each pass); the same result
-    as ``rank_chunk`` on the whole cosine matrix.
+    """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(where, (n, d) array)``
+    blocks, ``where`` a start (rows start..start+n-1) or the rows' ascending candidate positions; every
+    candidate in exactly one block, in any order (a list, or a function giving them anew for each pass).
+    The same result as ``rank_chunk`` on the whole cosine matrix.
 
     ``query_vectors`` (n_queries, d); ``gold_vectors`` (n_queries, d): each query's gold candidate's
     vector (to place the tie band); ``queries``: what a QuerySet gives the kernel (``gold``,
@@ -144,44 +145,45 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
                                                for a in (gold, excluded, heads))
     queries_finite = bool(torch.isfinite(block_queries).all())
     lower, upper = (approx_gold - TIE_BAND)[:, None], (approx_gold + TIE_BAND)[:, None]
-    for start, vectors in candidate_blocks:
+    for where, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
-        stop = start + len(vectors)
+        columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending
+        columns_t = torch.as_tensor(columns, device=device)
         scores = block_queries @ torch.nn.functional.normalize(vectors, dim=1).T
         if not (queries_finite and bool(torch.isfinite(vectors).all())):  # an invalid score never counts, and sorts last
             scores = scores.masked_fill(~torch.isfinite(scores), float("-inf"))
         # the queries whose gold, excluded candidate or head falls in this block, and those columns
         (has_gold, gold_col), (has_excluded, excluded_col), (has_head, head_col) = (
-            (here, positions[here] - start) for positions in (block_gold, block_excluded, block_heads)
-            for here in [((positions >= start) & (positions < stop)).nonzero().flatten()])
+            _located(columns_t, positions) for positions in (block_gold, block_excluded, block_heads))
         state.gold_score[has_gold] = scores[has_gold, gold_col]
         state.head_score[has_head] = scores[has_head, head_col]
         clearly_higher = (scores > upper).sum(1)
         near = (scores >= lower).sum(1) - clearly_higher
-        for here, columns in ((has_gold, gold_col), (has_excluded, excluded_col)):  # never competitors
-            own = scores[here, columns]
+        for here, cells in ((has_gold, gold_col), (has_excluded, excluded_col)):  # never competitors
+            own = scores[here, cells]
             clearly = own > upper[here, 0]
             clearly_higher.index_add_(0, here, -clearly.long())
             near.index_add_(0, here, -((own >= lower[here, 0]) & ~clearly).long())
         state.higher += clearly_higher
-        in_block = (filter_positions >= start) & (filter_positions < stop) & (filter_positions != filter_excluded)
-        f_rows, f_cols = filter_rows[in_block], filter_positions[in_block] - start
+        f_cols = np.minimum(np.searchsorted(columns, filter_positions), len(columns) - 1)
+        in_block = (columns[f_cols] == filter_positions) & (filter_positions != filter_excluded)
+        f_rows, f_cols = filter_rows[in_block], f_cols[in_block]
         if len(f_rows):
             f_rows_t = torch.as_tensor(f_rows, device=device)
             clearly = (scores[f_rows_t, torch.as_tensor(f_cols, device=device)] > upper[f_rows_t, 0]).long()
             state.higher_filtered.index_add_(0, f_rows_t, clearly)
-        _keep_near_ties(state, scores, near, lower, upper, start, (has_gold, gold_col), (has_excluded, excluded_col),
-                        f_rows * (stop - start) + f_cols)
+        _keep_near_ties(state, scores, near, lower, upper, (has_gold, gold_col), (has_excluded, excluded_col),
+                        f_rows * len(columns) + f_cols)
         scores[has_excluded, excluded_col] = float("-inf")
-        positions = _block_top(scores, min(width + 1, len(vectors)), block_excluded, start, stop)  # one more: the excluded
-        values = torch.gather(scores, 1, torch.as_tensor(positions, device=device)).cpu().numpy()
-        positions = positions + start
+        local = _block_top(scores, min(width + 1, len(vectors)), has_excluded, excluded_col)  # one more: the excluded
+        values = torch.gather(scores, 1, torch.as_tensor(local, device=device)).cpu().numpy()
+        positions = columns[local]
         is_out = positions == excluded[rows.start:rows.stop, None]  # marked NaN: it sorts last and leaves at the end
         state.top_values, state.top_positions = _merge_top(state.top_values, state.top_positions,
                                                            np.where(is_out, np.nan, values), positions, width + 1)
 
 
-def _keep_near_ties(state, scores, near, lower, upper, start, gold_cells, excluded_cells, filter_keys) -> None:
+def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cells, filter_keys) -> None:
     """Keep the scores within the band (other than the gold's and the excluded candidate's), with
     whether each is a filtered tail, for the rows that have any."""
     rows = (near > 0).nonzero().flatten()
@@ -200,9 +202,23 @@ def _keep_near_ties(state, scores, near, lower, upper, start, gold_cells, exclud
     state.band_filtered.append(np.isin(keys[kept], filter_keys))
 
 
-def _block_top(scores: torch.Tensor, k: int, block_excluded: torch.Tensor, start: int, stop: int, extra: int = 8) -> np.ndarray:
-    """``_top_k`` of a block (ties by position, the excluded candidate never filling a tie): one
-    ``topk`` of ``k + extra``, sorted by value then position; the rows whose ties at the k-th value
+def _block_positions(where, n: int) -> np.ndarray:
+    """A block's candidate positions: ``where`` itself (ascending), or ``where`` + 0..n-1 for a start."""
+    if isinstance(where, (int, np.integer)):
+        return np.arange(where, where + n, dtype=np.int64)
+    return np.asarray(where, dtype=np.int64)
+
+
+def _located(columns: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query rows whose ``positions`` entry is one of this block's ``columns``, its column there)."""
+    column = torch.searchsorted(columns, positions).clamp(max=len(columns) - 1)
+    here = ((columns[column] == positions) & (positions >= 0)).nonzero().flatten()
+    return here, column[here]
+
+
+def _block_top(scores: torch.Tensor, k: int, has_excluded: torch.Tensor, excluded_col: torch.Tensor, extra: int = 8) -> np.ndarray:
+    """``_top_k`` of a block (ties by column, i.e. by position; the excluded candidate never filling a tie):
+    one ``topk`` of ``k + extra``, sorted by value then column; the rows whose ties at the k-th value
     may reach past it (rare) go through ``_top_k`` itself."""
     n_rows, n = scores.shape
     taken = min(k + extra, n)
@@ -212,8 +228,8 @@ def _block_top(scores: torch.Tensor, k: int, block_excluded: torch.Tensor, start
     if taken < n:
         unsure = (values[:, taken - 1] == values[:, k - 1]).nonzero().flatten()
         if len(unsure):
-            local = torch.where((block_excluded >= start) & (block_excluded < stop), block_excluded - start,
-                                torch.full_like(block_excluded, -1))
+            local = torch.full((n_rows,), -1, dtype=torch.int64, device=scores.device)
+            local[has_excluded] = excluded_col
             top[unsure.cpu().numpy()] = _top_k(scores[unsure], k, local[unsure])
     return top
 
