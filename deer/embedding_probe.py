@@ -30,7 +30,7 @@ from kg_data.cloze import deer_query_text
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
-STREAM_CHUNK = 65_536  # prompts made, tokenized and encoded at a time: no stage holds a KG's every prompt
+STREAM_CHUNK = 32_768  # prompts made, tokenized and encoded at a time: no stage holds a KG's every prompt
 ESTIMATE_AFTER_SECONDS = 3.0
 
 

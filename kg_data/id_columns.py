@@ -45,7 +45,7 @@ def split_first(lines: pa.ChunkedArray, separator: str = "\t") -> tuple[pa.Array
 
 def indices_in(values: pa.ChunkedArray | pa.Array, vocabulary: pa.Array) -> np.ndarray:
     """Each value's position in ``vocabulary`` (int64), -1 where it is not there."""
-    found = pc.index_in(values, value_set=vocabulary)
+    found = pc.index_in(values.cast(vocabulary.type), value_set=vocabulary)
     return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
@@ -58,4 +58,29 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
     columns = [indices_in(table.column(i), vocabulary)
                for i, vocabulary in enumerate((entity_ids, relation_ids, entity_ids))]
     triples = np.stack(columns, axis=1) if table.num_rows else np.zeros((0, 3), np.int64)
+    del table, columns
+    pa.default_memory_pool().release_unused()  # the parsed text columns: back to the system, not kept by the pool
     return None if (triples < 0).any() else triples
+
+
+def read_entity_texts(path: Path) -> tuple | None:
+    """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional
+    description; stripped, an empty description '-'); None when any line is not plain (a BOM, a NUL, an
+    empty id or name, a repeated id, a fourth column): the line-by-line reader then names the problem."""
+    from kg_data.kg import EMPTY_DESCRIPTION
+    from kg_data.text_column import TextColumn
+
+    table = read_columns(path, None)
+    if table is None or table.num_rows == 0:
+        return None
+    lines = table.column(0).combine_chunks()
+    if pc.any(pc.match_substring(lines, "\x00")).as_py() or lines[0].as_py().startswith("\ufeff"):
+        return None
+    ids, rest = split_first(lines)
+    names, descriptions = split_first(rest)
+    ids, names, descriptions = (pc.utf8_trim_whitespace(column) for column in (ids, names, descriptions))
+    if (pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.equal(names, "")).as_py()
+            or pc.any(pc.match_substring(descriptions, "\t")).as_py() or pc.count_distinct(ids).as_py() != len(ids)):
+        return None
+    descriptions = pc.if_else(pc.equal(descriptions, ""), EMPTY_DESCRIPTION, descriptions)
+    return TextColumn(ids), TextColumn(names), TextColumn(descriptions)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -25,9 +25,9 @@ class TextualKG:
     indices into ``entity_ids`` / ``relation_ids``; ``split_files[name]`` the file it was read from."""
 
     name: str
-    entity_ids: list[str]
-    entity_names: list[str]
-    entity_descriptions: list[str]
+    entity_ids: Sequence[str]  # a list, or a TextColumn for a KG read in bulk
+    entity_names: Sequence[str]
+    entity_descriptions: Sequence[str]
     relation_ids: list[str]
     relation_names: list[str]
     splits: dict[str, np.ndarray]
@@ -89,15 +89,21 @@ class TextualKG:
 def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]],
              relations: Iterable[tuple[Path, int, str, str]],
              split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]], source: str,
-             split_files: dict[str, str] | None = None) -> TextualKG:
+             split_files: dict[str, str] | None = None, entity_texts: tuple | None = None) -> TextualKG:
     """Assemble a TextualKG from parsed rows, validating ids (errors name file and line).
 
     ``entities`` yields (path, line, id, name, description); ``relations`` (path, line, id, name); each
-    split (path, line, head id, relation id, tail id); ``split_files`` names each split's file.
+    split (path, line, head id, relation id, tail id); ``split_files`` names each split's file;
+    ``entity_texts``: (ids, names, descriptions) read in bulk, in place of ``entities``.
     """
-    entity_list = list(entities)
-    entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
-    entity_descriptions = [row[4].strip() or EMPTY_DESCRIPTION for row in entity_list]
+    if entity_texts is not None:  # read in bulk and checked already: the rows are not read
+        entity_ids, entity_names, entity_descriptions = entity_texts
+    else:
+        entity_list = list(entities)
+        entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list],
+                                                         "entity")
+        entity_descriptions = [row[4].strip() or EMPTY_DESCRIPTION for row in entity_list]
+        del entity_list
     relation_ids, relation_names = _validated_named_rows(relations, "relation")
     kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
                    dict(split_files or {}))
@@ -125,11 +131,10 @@ def _bulk_triples(kg: TextualKG, path) -> np.ndarray | None:
     one with anything unusual: the line-by-line reader then reads it and names any problem."""
     if path is None or not str(path).endswith(".tsv") or Path(path).stat().st_size < BULK_BYTES:
         return None
-    import pyarrow as pa
-
     from kg_data.id_columns import index_triples
+    from kg_data.text_column import as_arrow
 
-    return index_triples(Path(path), pa.array(kg.entity_ids, pa.string()), pa.array(kg.relation_ids, pa.string()))
+    return index_triples(Path(path), as_arrow(kg.entity_ids), as_arrow(kg.relation_ids))
 
 
 def _validated_named_rows(rows, kind: str) -> tuple[list[str], list[str]]:

@@ -26,6 +26,7 @@ from kg_data.errors import KGFormatError
 from kg_data.id_columns import indices_in, read_columns, split_first
 from kg_data.kg import EMPTY_DESCRIPTION, TextualKG
 from kg_data.lines import read_tsv
+from kg_data.text_column import TextColumn
 
 ENTITY_FILE, RELATION_FILE, TEXT_FILE = "wikidata5m_entity.txt", "wikidata5m_relation.txt", "wikidata5m_text.txt"
 SPLIT_FILES = {split: f"wikidata5m_transductive_{split}.txt" for split in ("train", "valid", "test")}
@@ -77,8 +78,8 @@ def load_wikidata5m(folder: str | Path) -> TextualKG:
     text_row[text_row >= 0] = np.where(pc.equal(texts.take(text_row[text_row >= 0]), "").to_numpy(zero_copy_only=False),
                                        -1, text_row[text_row >= 0])  # a blank text is no description
     described = text_row >= 0
-    descriptions = np.full(len(entity_ids), EMPTY_DESCRIPTION, dtype=object)
-    descriptions[described] = texts.take(text_row[described]).to_pylist()
+    descriptions = pc.if_else(pa.array(described), texts.take(np.where(described, text_row, 0)), EMPTY_DESCRIPTION) \
+        if len(texts) else pa.array([EMPTY_DESCRIPTION] * len(entity_ids))
     splits, dropped = {}, {}
     for split, table in tables.items():
         triples = np.stack([indices_in(table.column(i), vocabulary) for i, vocabulary in
@@ -89,6 +90,6 @@ def load_wikidata5m(folder: str | Path) -> TextualKG:
              "entities_without_description": int((~described).sum()),
              "entities_with_more_aliases": int(more_aliases[keep].sum()),
              "entities_without_alias": int(len(used) - len(keep)), "triples_dropped_without_alias": dropped}
-    return TextualKG("wikidata5m", entity_ids.to_pylist(), entity_names.to_pylist(), descriptions.tolist(),
+    return TextualKG("wikidata5m", TextColumn(entity_ids), TextColumn(entity_names), TextColumn(descriptions),
                      relation_ids.to_pylist(), relation_names.to_pylist(), splits, str(folder),
                      {split: str(folder / name) for split, name in SPLIT_FILES.items()}, notes)

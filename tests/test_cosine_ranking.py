@@ -113,3 +113,15 @@ def test_blocks_of_any_positions_in_any_order_rank_alike(exclude_head):
     for field in ("raw_optimistic", "raw_pessimistic", "filtered_optimistic", "filtered_pessimistic"):
         assert np.array_equal(getattr(got.ranks, field), getattr(expected.ranks, field)), field
     assert np.array_equal(got.top, expected.top) and np.array_equal(got.head_above_gold, expected.head_above_gold)
+
+
+def test_a_gold_estimate_outside_the_band_is_ranked_again_exactly():
+    """The row-wise estimate only places the near-tie band: a gold whose exact score falls outside it (here
+    forced by perturbing the gold vectors) is ranked again with the wide band, and the ranks stay exact."""
+    vectors, entities, queries = _problem(3, exclude_head=True)
+    off = entities[queries.gold] + np.random.default_rng(4).normal(scale=1e-3, size=(len(queries.gold), entities.shape[1]))
+    expected = _whole_matrix(vectors, entities, queries)
+    got = rank_cosine_blocks(vectors, off.astype(np.float32), _blocks(entities, 50), len(entities), queries, k=10, band=1e-7)
+    for field in ("raw_optimistic", "raw_pessimistic", "filtered_optimistic", "filtered_pessimistic"):
+        assert np.array_equal(getattr(got.ranks, field), getattr(expected.ranks, field)), field
+    assert np.array_equal(got.top, expected.top) and np.array_equal(got.head_above_gold, expected.head_above_gold)

@@ -87,6 +87,12 @@ def test_a_large_tsv_kg_is_read_in_bulk_as_line_by_line(tmp_path, monkeypatch):
     assert bulk.fingerprint() == lines.fingerprint()
     assert all(np.array_equal(bulk.splits[s], lines.splits[s]) for s in ("train", "valid", "test"))
     monkeypatch.undo()
+    assert type(bulk.entity_names).__name__ == "TextColumn" and bulk.entity_names[5] == lines.entity_names[5]
+    entities = (tmp_path / "kg" / "entities.tsv").read_text()
+    (tmp_path / "kg" / "entities.tsv").write_text(entities + "Q7\tagain\n")
+    with pytest.raises(KGFormatError, match=rf"entities.tsv:{len(entities.splitlines()) + 1}: duplicate entity id 'Q7'"):
+        load_textual_kg(tmp_path / "kg")
+    (tmp_path / "kg" / "entities.tsv").write_text(entities)
     with open(tmp_path / "kg" / "train.tsv", "a") as handle:
         handle.write("Q1\tP1\tQ999999999\n")
     n_lines = len((tmp_path / "kg" / "train.tsv").read_text().splitlines())

@@ -28,19 +28,20 @@ def token_ids(tokenizer, text: str) -> list[int]:
 
 
 SPECIAL_TOKEN_MODES = ("bos", "tokenizer")
+TOKENIZER_BATCH = 2048  # texts per tokenizer call: its per-token objects for many texts take far more than the ids
 
 
 def batch_token_ids(tokenizer, texts: Sequence[str], special_tokens: str = "bos") -> list[list[int]]:
     """``token_ids`` for many texts at once; ``special_tokens="tokenizer"``: the tokenizer's own special tokens."""
     if special_tokens not in SPECIAL_TOKEN_MODES:
         raise ValueError(f"special_tokens must be one of {SPECIAL_TOKEN_MODES}, got '{special_tokens}'")
-    if not texts:
-        return []
-    if special_tokens == "tokenizer":
-        return [list(ids) for ids in tokenizer(list(texts))["input_ids"]]
-    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    bos = bos_id(tokenizer)
-    return [[bos, *ids] if bos is not None else list(ids) for ids in encoded]
+    prefix = [] if special_tokens == "tokenizer" or bos_id(tokenizer) is None else [bos_id(tokenizer)]
+    ids: list[list[int]] = []
+    for start in range(0, len(texts), TOKENIZER_BATCH):  # the tokenizer's per-text objects of one batch at a time
+        batch = list(texts[start:start + TOKENIZER_BATCH])
+        encoded = tokenizer(batch)["input_ids"] if special_tokens == "tokenizer" else tokenizer(batch, add_special_tokens=False)["input_ids"]
+        ids.extend([*prefix, *row] for row in encoded)
+    return ids
 
 
 def bos_policy(tokenizer) -> dict:

@@ -23,7 +23,8 @@ import torch
 
 from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
 
-TIE_BAND = 1e-4  # cosine units; float32 rounding of a 4,096-wide dot product stays well inside it
+TIE_BAND = 4e-6  # cosine units: the row-wise and matrix-product roundings of a gold's score differ by far less
+WIDE_BAND = 1e-3  # for the (rare) query whose two roundings differ by more: ranked again with this band
 MAX_QUERY_BLOCK = 65_536  # queries scored against one candidate block at a time (all of a KG's test split)
 
 
@@ -92,7 +93,7 @@ def _merge_top(values: np.ndarray, positions: np.ndarray, new_values: np.ndarray
 def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
                        candidate_blocks: Iterable[tuple[int, np.ndarray]] | Callable[[], Iterable[tuple[int, np.ndarray]]],
                        n_candidates: int, queries, k: int = 10, query_block: int = 4096,
-                       device: str | torch.device = "cpu") -> Ranking:
+                       device: str | torch.device = "cpu", band: float = TIE_BAND) -> Ranking:
     """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(where, (n, d) array)``
     blocks, ``where`` a start (rows start..start+n-1) or the rows' ascending candidate positions; every
     candidate in exactly one block, in any order (a list, or a function giving them anew for each pass).
@@ -101,7 +102,9 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     ``query_vectors`` (n_queries, d); ``gold_vectors`` (n_queries, d): each query's gold candidate's
     vector (to place the tie band); ``queries``: what a QuerySet gives the kernel (``gold``,
     ``filter_tails``, ``excluded_positions()``, ``head_positions()``).  Candidate blocks are read once
-    per block of ``query_block`` queries (once in all for up to that many queries).
+    per block of ``query_block`` queries (once in all for up to that many queries).  ``band``: the near-tie
+    band; a query whose gold's exact score lies outside it from the row-wise estimate is ranked again
+    with ``WIDE_BAND`` (another pass over the candidates, for those queries only).
     """
     device = torch.device(device)
     n_queries = len(query_vectors)
@@ -119,13 +122,38 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
             rows = range(start, min(start + query_block, n_queries))
             source = read()
             _scan(states[start], query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
-                  source, rows, gold, excluded, heads, queries.filter_tails, width, device)
+                  source, rows, gold, excluded, heads, queries.filter_tails, width, device, band)
     if not n_queries:
         return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
     parts = [_finish(states[start], range(start, min(start + query_block, n_queries)), n_candidates, excluded, heads,
                      gold, queries.filter_tails) for start in block_starts]
     ranks, tops, above = zip(*parts, strict=True)
-    return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+    ranking = Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+    exact = torch.cat([states[start].gold_score.cpu() for start in block_starts]).double()
+    outside = np.flatnonzero((torch.isfinite(exact) & ((exact - approx_gold.double()).abs() > band)).numpy())
+    if len(outside) and band < WIDE_BAND:  # counts made against the wrong side of the band: made again
+        again = rank_cosine_blocks(np.asarray(query_vectors)[outside], np.asarray(gold_vectors)[outside], read, n_candidates,
+                                   _QuerySubset(queries, outside), k, query_block, device, WIDE_BAND)
+        for field in dataclasses.fields(GoldRanks):
+            getattr(ranking.ranks, field.name)[outside] = getattr(again.ranks, field.name)
+        ranking.top[outside] = again.top[:, :width]
+        ranking.head_above_gold[outside] = again.head_above_gold
+    return ranking
+
+
+class _QuerySubset:
+    """Some queries of a QuerySet, as the kernel reads them."""
+
+    def __init__(self, queries, rows: np.ndarray):
+        self.gold = np.asarray(queries.gold)[rows]
+        self.filter_tails = [queries.filter_tails[i] for i in rows]
+        self._excluded, self._heads = np.asarray(queries.excluded_positions())[rows], np.asarray(queries.head_positions())[rows]
+
+    def excluded_positions(self) -> np.ndarray:
+        return self._excluded
+
+    def head_positions(self) -> np.ndarray:
+        return self._heads
 
 
 def _new_state(n: int, device) -> _QueryBlockState:
@@ -136,7 +164,7 @@ def _new_state(n: int, device) -> _QueryBlockState:
 
 
 def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
-          filter_tails, width: int, device) -> None:
+          filter_tails, width: int, device, band: float) -> None:
     """Accumulate one block of queries over every candidate block: a few passes over each block's
     scores (two counts and a top k) besides the matrix product; near-ties are read row by row."""
     filter_rows, filter_positions = _filter_pairs(filter_tails, rows)
@@ -144,7 +172,7 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
     block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
                                                for a in (gold, excluded, heads))
     queries_finite = bool(torch.isfinite(block_queries).all())
-    lower, upper = (approx_gold - TIE_BAND)[:, None], (approx_gold + TIE_BAND)[:, None]
+    lower, upper = (approx_gold - band)[:, None], (approx_gold + band)[:, None]
     for where, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending

@@ -273,7 +273,8 @@ class EmbeddingStore:
             self._unstored.update(zip(keys[~keep].tolist(), vectors[~keep], strict=True))
             keys, vectors = keys[keep], vectors[keep]
         first = np.sort(np.unique(keys, return_index=True)[1])  # an id given twice: its first row, in the order given
-        keys, vectors = keys[first], vectors[first]
+        if len(first) < len(keys):  # (a copy only then: a shard's rows can be hundreds of MB)
+            keys, vectors = keys[first], vectors[first]
         if not len(keys):
             return
         number = len(list(self.folder.glob(f"shard-*{INDEX}*")))  # set-aside shards count too: no name is reused
