@@ -140,7 +140,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     with evaluation_mode(run.loaded.model):
         scored = score_kg(probe, request)
     scored.metadata["backend"] = backend
-    result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates)
+    result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates, show_progress)
     result = run.finish(result)
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
@@ -156,7 +156,7 @@ def resolve_cache(cache: bool, loaded) -> bool:
     return cache
 
 
-def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResult:
+def rank_and_report(name: str, scored, queries, loaded, templates, show_progress: bool = False) -> ProbeResult:
     """Rank a probe's scores (or vectors, by cosine on the model's device) into a ``ProbeResult``."""
     queries = scored.queries if scored.queries is not None else queries
     started = time.perf_counter()
@@ -164,7 +164,7 @@ def rank_and_report(name: str, scored, queries, loaded, templates) -> ProbeResul
         ranking, backend = rank_scores(scored.scores, queries), "torch on cpu"
     else:  # the score matrix is made chunk by chunk on the model's device and never leaves it
         device = next(loaded.model.parameters()).device
-        ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=device)
+        ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=device, show_progress=show_progress)
         backend = f"torch on {device}"
     metadata = {**run_metadata(name, queries, loaded, templates), **scored.metadata, "ranking_backend": backend}
     metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": time.perf_counter() - started}

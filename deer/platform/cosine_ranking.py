@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
 
@@ -29,17 +30,25 @@ MAX_QUERY_BLOCK = 65_536  # queries scored against one candidate block at a time
 
 
 def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 10, chunk_size: int | None = None,
-                device: str | torch.device = "cpu") -> Ranking:
+                device: str | torch.device = "cpu", show_progress: bool = False) -> Ranking:
     """Rank each query's gold tail by cosine among ``candidate_vectors``: an (n, d) array, or vectors kept in a
     store (``rows(positions)`` and ``blocks(size)``, as ``deer.embedding_probe.StoredPrompts``, which
-    makes again what a damaged shard held), read block by block.  ``chunk_size``: queries per pass over the candidates (None: all, up to
-    ``MAX_QUERY_BLOCK``); candidate blocks as many rows as keep a block's scores within ``SCORE_BYTES_PER_CHUNK``."""
+    makes again what a damaged shard held), read block by block.  ``chunk_size``: queries per pass over the
+    candidates (None: all, up to ``MAX_QUERY_BLOCK``); candidate blocks as many rows as keep a block's
+    scores within ``SCORE_BYTES_PER_CHUNK``.  ``show_progress``: a bar over the candidates read, with an estimate."""
     source = candidate_vectors if hasattr(candidate_vectors, "blocks") else _ArrayBlocks(candidate_vectors)
     query_block = chunk_size or max(1, min(len(query_vectors), MAX_QUERY_BLOCK))
     rows = max(1, min(len(source), SCORE_BYTES_PER_CHUNK // (4 * query_block)))
     gold_vectors = source.rows(np.asarray(queries.gold, dtype=np.int64))
-    return rank_cosine_blocks(query_vectors, gold_vectors, lambda: source.blocks(rows), len(source), queries, k, query_block,
-                              device)
+    passes = -(-len(query_vectors) // query_block) if len(query_vectors) else 0
+    with tqdm(total=len(source) * passes, desc="ranking", unit="candidate", disable=not show_progress or len(source) < 100_000) as bar:
+
+        def blocks():
+            for where, vectors in source.blocks(rows):
+                yield where, vectors
+                bar.update(len(vectors))
+
+        return rank_cosine_blocks(query_vectors, gold_vectors, blocks, len(source), queries, k, query_block, device)
 
 
 class _ArrayBlocks:
