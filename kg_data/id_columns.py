@@ -50,37 +50,65 @@ def indices_in(values: pa.ChunkedArray | pa.Array, vocabulary: pa.Array) -> np.n
 
 
 def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> np.ndarray | None:
-    """(n, 3) int64 (head, relation, tail) indices of a triples file; None when any line is not a
-    plain triple of known ids (the line-by-line reader then names it)."""
-    table = read_columns(path, 3)
-    if table is None:
+    """(n, 3) int64 (head, relation, tail) indices of a triples file, read a block of lines at a time (only
+    the indices are kept); None when any line is not a plain triple of known ids (the line-by-line reader
+    then names it)."""
+    names = ["head", "relation", "tail"]
+    try:
+        reader = pcsv.open_csv(
+            path, read_options=pcsv.ReadOptions(column_names=names, block_size=1 << 24),
+            parse_options=pcsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False, escape_char=False,
+                                            newlines_in_values=False),
+            convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in names}, strings_can_be_null=False))
+        parts = []
+        for batch in reader:
+            part = np.stack([indices_in(batch.column(i), vocabulary)
+                             for i, vocabulary in enumerate((entity_ids, relation_ids, entity_ids))], axis=1)
+            if (part < 0).any():
+                return None
+            parts.append(part)
+    except (pa.ArrowInvalid, UnicodeDecodeError):
         return None
-    columns = [indices_in(table.column(i), vocabulary)
-               for i, vocabulary in enumerate((entity_ids, relation_ids, entity_ids))]
-    triples = np.stack(columns, axis=1) if table.num_rows else np.zeros((0, 3), np.int64)
-    del table, columns
-    pa.default_memory_pool().release_unused()  # the parsed text columns: back to the system, not kept by the pool
-    return None if (triples < 0).any() else triples
+    finally:
+        pa.default_memory_pool().release_unused()  # the parsed text: back to the system, not kept by the pool
+    return np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
 
 
 def read_entity_texts(path: Path) -> tuple | None:
     """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional
-    description; stripped, an empty description '-'); None when any line is not plain (a BOM, a NUL, an
-    empty id or name, a repeated id, a fourth column): the line-by-line reader then names the problem."""
+    description; stripped, an empty description '-'), read a block of lines at a time; None when any line
+    is not plain (a BOM, a NUL, an empty id or name, a repeated id, a fourth column): the line-by-line
+    reader then names the problem."""
     from kg_data.kg import EMPTY_DESCRIPTION
     from kg_data.text_column import TextColumn
 
-    table = read_columns(path, None)
-    if table is None or table.num_rows == 0:
+    columns: tuple[list, list, list] = ([], [], [])
+    try:
+        reader = pcsv.open_csv(
+            path, read_options=pcsv.ReadOptions(column_names=["line"], block_size=1 << 24),
+            parse_options=pcsv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False, double_quote=False,
+                                            escape_char=False, newlines_in_values=False),
+            convert_options=pcsv.ConvertOptions(column_types={"line": pa.large_string()}, strings_can_be_null=False))
+        for batch in reader:
+            lines = batch.column(0)
+            if pc.any(pc.match_substring(lines, "\x00")).as_py() or (not columns[0] and lines[0].as_py().startswith("\ufeff")):
+                return None
+            ids, rest = split_first(lines)
+            names, descriptions = split_first(rest)
+            ids, names, descriptions = (pc.utf8_trim_whitespace(column) for column in (ids, names, descriptions))
+            if (pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.equal(names, "")).as_py()
+                    or pc.any(pc.match_substring(descriptions, "\t")).as_py()):
+                return None
+            for kept, column in zip(columns, (ids, names, pc.if_else(pc.equal(descriptions, ""), EMPTY_DESCRIPTION,
+                                                                   descriptions)), strict=True):
+                kept.append(column)
+    except (pa.ArrowInvalid, UnicodeDecodeError):
         return None
-    lines = table.column(0).combine_chunks()
-    if pc.any(pc.match_substring(lines, "\x00")).as_py() or lines[0].as_py().startswith("\ufeff"):
+    if not columns[0]:
         return None
-    ids, rest = split_first(lines)
-    names, descriptions = split_first(rest)
-    ids, names, descriptions = (pc.utf8_trim_whitespace(column) for column in (ids, names, descriptions))
-    if (pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.equal(names, "")).as_py()
-            or pc.any(pc.match_substring(descriptions, "\t")).as_py() or pc.count_distinct(ids).as_py() != len(ids)):
+    texts = tuple(TextColumn(pa.chunked_array(kept, pa.large_string())) for kept in columns)
+    del columns
+    pa.default_memory_pool().release_unused()
+    if pc.count_distinct(texts[0].array).as_py() != len(texts[0]):
         return None
-    descriptions = pc.if_else(pc.equal(descriptions, ""), EMPTY_DESCRIPTION, descriptions)
-    return TextColumn(ids), TextColumn(names), TextColumn(descriptions)
+    return texts

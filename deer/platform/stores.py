@@ -223,25 +223,31 @@ class EmbeddingStore:
         stored = positions[positions >= 0]
         return self.width if self.width is not None else self._maps[int(self._where[stored[0], 0])].shape[1]
 
-    def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray:
-        """Rows (ascending) of a shard: a dense run read from the file (no pages left mapped in the process),
-        scattered rows through the memory map."""
-        stored = self._maps[shard]
-        first, last = int(rows[0]), int(rows[-1]) + 1
-        if last - first > 2 * len(rows):
-            return np.asarray(stored[rows])
-        width = stored.shape[1]
+    def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray | None:
+        """Rows (ascending) of a shard, read from its file: a dense run in one read, scattered rows one read
+        each.  Never through the memory map: faulting pages in would map whole shards into the process
+        (the kernel maps the cached pages around each one), its RSS growing with the store."""
+        stored = self._maps[shard]  # the header only: shape and where the rows begin
+        width, first, last = stored.shape[1], int(rows[0]), int(rows[-1]) + 1
+        row_bytes = width * 4
         with open(self.folder / f"{self._shards[shard]}{VECTORS}", "rb") as handle:
-            handle.seek(stored.offset + first * width * 4)
-            run = np.fromfile(handle, dtype=np.float32, count=(last - first) * width)
-        if len(run) != (last - first) * width:  # the file shrank since it was opened
-            return np.asarray(stored[rows])
-        return run.reshape(last - first, width)[rows - first]
+            if last - first <= 2 * len(rows):
+                handle.seek(stored.offset + first * row_bytes)
+                data = handle.read((last - first) * row_bytes)
+                wanted = rows - first
+            else:
+                data = b"".join(os.pread(handle.fileno(), row_bytes, stored.offset + int(row) * row_bytes) for row in rows)
+                wanted = np.arange(len(rows))
+        if len(data) != ((last - first) if last - first <= 2 * len(rows) else len(rows)) * row_bytes:
+            return None  # the file is shorter than its header says
+        return np.frombuffer(data, dtype=np.float32).reshape(-1, width)[wanted]
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
         vectors = self._read_rows(shard, rows)
         problem = None
-        if (row_checksums(vectors) != checksums).any():
+        if vectors is None:
+            problem = "it is shorter than its header says"
+        elif (row_checksums(vectors) != checksums).any():
             problem = f"{int((row_checksums(vectors) != checksums).sum())} of the rows read differ from what was written"
         elif self._invalid_rows(vectors).any():
             problem = f"{int(self._invalid_rows(vectors).sum())} of the rows read hold NaN or infinity"
