@@ -186,6 +186,8 @@ def main(sizes, work, model, keep, encoding_sample, out, one_kg, one_cache):
                               stdout=subprocess.PIPE, text=True, check=True, cwd=HERE.parent)
         row = json.loads(done.stdout.strip().splitlines()[-1])
         stored["rows"][str(n)] = row
+        stored.update(cpus=os.cpu_count(), versions=package_versions())
+        write_json(results_file, stored)  # after each row: a long run keeps what it finished
         click.echo(table([row]))
         if not keep:
             shutil.rmtree(cache, ignore_errors=True)

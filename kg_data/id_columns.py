@@ -74,12 +74,11 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
     return np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
 
 
-def read_entity_texts(path: Path) -> tuple | None:
+def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
     """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional
-    description; stripped, an empty description '-'), read a block of lines at a time; None when any line
+    description; stripped, an empty description ``empty_description``), read a block of lines at a time; None when any line
     is not plain (a BOM, a NUL, an empty id or name, a repeated id, a fourth column): the line-by-line
     reader then names the problem."""
-    from kg_data.kg import EMPTY_DESCRIPTION
     from kg_data.text_column import TextColumn
 
     columns: tuple[list, list, list] = ([], [], [])
@@ -99,7 +98,7 @@ def read_entity_texts(path: Path) -> tuple | None:
             if (pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.equal(names, "")).as_py()
                     or pc.any(pc.match_substring(descriptions, "\t")).as_py()):
                 return None
-            for kept, column in zip(columns, (ids, names, pc.if_else(pc.equal(descriptions, ""), EMPTY_DESCRIPTION,
+            for kept, column in zip(columns, (ids, names, pc.if_else(pc.equal(descriptions, ""), empty_description,
                                                                    descriptions)), strict=True):
                 kept.append(column)
     except (pa.ArrowInvalid, UnicodeDecodeError):

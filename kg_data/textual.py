@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kg_data.errors import KGFormatError
 from kg_data.id_columns import read_entity_texts
-from kg_data.kg import BULK_BYTES, SPLIT_STEMS, TextualKG, build_kg
+from kg_data.kg import BULK_BYTES, EMPTY_DESCRIPTION, SPLIT_STEMS, TextualKG, build_kg
 from kg_data.lines import json_text, read_jsonl, read_tsv
 
 
@@ -68,7 +68,7 @@ def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     split_files = {split: path for split, stems in SPLIT_STEMS.items() if (path := _find(folder, *stems)) is not None}
     if "test" not in split_files and "train" not in split_files:
         raise KGFormatError(folder / "test.tsv", None, "missing file: a KG needs at least train.tsv or test.tsv")
-    bulk = read_entity_texts(entities) if entities.suffix == ".tsv" and entities.stat().st_size >= BULK_BYTES else None
+    bulk = read_entity_texts(entities, EMPTY_DESCRIPTION) if entities.suffix == ".tsv" and entities.stat().st_size >= BULK_BYTES else None
     return build_kg(name or folder.name, nonempty(read_rows(entities, "id", "name", "description"), entities, "entities"),
                     nonempty(read_rows(relations, "id", "name"), relations, "relations"),
                     {split: read_rows(path, "head", "relation", "tail") for split, path in split_files.items()},

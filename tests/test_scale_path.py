@@ -57,7 +57,7 @@ def test_sharded_streamed_ranks_equal_the_in_memory_reference(synthetic_queries,
     queries = synthetic_queries
     result = run_probe("deer", queries, tiny_clm, backend="hash", cache=True, cache_dir=tmp_path, show_progress=False, k_shot=2)
     shards = list(tmp_path.rglob("shard-*.index.npy"))
-    assert len(shards) >= 20_000 // shard_rows  # the entities are in that many shards (and the queries in theirs)
+    assert len(shards) >= (3 if shard_rows < 20_000 else 2)  # entities over several shards (a batch of 4,096 at least each)
     ranks, top = _reference(result, queries)
     table = result.table
     assert np.array_equal(table["deer_rank_raw"].to_numpy(), ranks.raw)
