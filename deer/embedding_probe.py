@@ -56,6 +56,7 @@ class EncodingForecast:
     def __init__(self, total: int, description: str, store: EmbeddingStore | None):
         self.total, self.description, self.store = total, description, store
         self.active, self.announced = total > LARGE_ENCODING, False
+        self.started = time.perf_counter()  # the rate then counts making and tokenizing the prompts too
         self.prompts_done = self.tokens_done = 0
         self.lengths: list[int] = []
 
@@ -69,7 +70,7 @@ class EncodingForecast:
         kept = (f"each finished batch is stored in {self.store.folder} (an interrupted run keeps it)" if self.store is not None
                 else "nothing is stored: a rerun encodes them again (cache=True in Python, or drop --no-cache, keeps them)")
         warn(f"{self.description}: {self.total:,} prompts ({'' if exact else 'about '}{tokens:,} tokens) to encode; {kept}")
-        self.started, self.announced = time.perf_counter(), True
+        self.announced = True
 
     def batch_done(self, rows) -> None:
         if not self.active:
