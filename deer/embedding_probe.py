@@ -108,20 +108,30 @@ def encode_chunked(encoder, texts_of: Callable[[np.ndarray], list[str]], rows: n
             encoder.encode_ids(token_lists, progress=bar, on_batch=keep)
 
 
-def store_prompts(encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int,
-                  description: str) -> tuple[np.ndarray, int]:
-    """(the keys of prompts ``texts_of(0..n-1)`` in the store, prompts encoded now): the prompts the store
-    lacks are encoded chunk by chunk and stored as they finish, under its lock (a parallel run waits,
-    then encodes only what is still missing).  Texts are made a chunk at a time, twice: for the keys,
-    then for the missing prompts' tokens."""
-    keys = np.concatenate([np.zeros(0, KEY_DTYPE)] + [prompt_keys(texts_of(np.arange(s, min(s + STREAM_CHUNK, n))))
-                                                       for s in range(0, n, STREAM_CHUNK)])
+def all_prompt_keys(texts_of: Callable[[np.ndarray], list[str]], n: int, chunk: int = STREAM_CHUNK) -> np.ndarray:
+    """The store keys of prompts ``texts_of(0..n-1)``, the texts made ``chunk`` at a time."""
+    return np.concatenate([np.zeros(0, KEY_DTYPE)] + [prompt_keys(texts_of(np.arange(s, min(s + chunk, n))))
+                                                       for s in range(0, n, chunk)])
+
+
+def encode_missing(encoder, store: EmbeddingStore, keys: np.ndarray, texts_of: Callable[[np.ndarray], list[str]],
+                   description: str) -> int:
+    """Encode the prompts (``keys``, texts ``texts_of(rows)``) the store lacks, chunk by chunk, storing them as
+    they finish, under its lock (a parallel run waits, then encodes only what is still missing); how many."""
     if not store.missing(keys):
-        return keys, 0
+        return 0
     with store.locked(), PendingParts(store) as pending:
         missing = np.asarray(store.missing(keys), dtype=np.int64)  # less if another run stored some while this one waited
         encode_chunked(encoder, texts_of, missing, description, store, lambda rows, vectors: pending.add(keys[rows], vectors))
-    return keys, len(missing)
+    return len(missing)
+
+
+def store_prompts(encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int,
+                  description: str) -> tuple[np.ndarray, int]:
+    """(the keys of prompts ``texts_of(0..n-1)`` in the store, prompts encoded now: ``encode_missing``).
+    Texts are made a chunk at a time, twice: for the keys, then for the missing prompts' tokens."""
+    keys = all_prompt_keys(texts_of, n)
+    return keys, encode_missing(encoder, store, keys, texts_of, description)
 
 
 def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[str], description: str) -> tuple[np.ndarray, int]:
@@ -159,8 +169,8 @@ class StoredPrompts:
         return len(self.keys), self.store.width
 
     def repair(self) -> None:
-        """Encode again what a damaged shard held (``store_prompts`` finds it missing)."""
-        self.encoded += store_prompts(self.encoder, self.store, self.texts_of, len(self.keys), self.description)[1]
+        """Encode again what a damaged shard held (set aside, its prompts are missing)."""
+        self.encoded += encode_missing(self.encoder, self.store, self.keys, self.texts_of, self.description)
 
     def _read(self, read):
         for _ in range(READ_ATTEMPTS):

@@ -92,7 +92,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
     ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again)."""
     from deer.backends.encoder import output_size
-    from deer.embedding_probe import prompt_keys, prompt_store
+    from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
     from deer.platform.models import open_model
 
@@ -105,8 +105,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     def texts_of(rows):
         return [templates.tail_prompt(kg, int(e)) for e in positions[rows]]
 
-    keys = np.concatenate([prompt_keys(texts_of(np.arange(s, min(s + batch, len(positions)))))
-                           for s in range(0, len(positions), batch)] or [prompt_keys([])])
+    keys = all_prompt_keys(texts_of, len(positions), batch)
     with store.locked():
         missing = np.asarray(store.missing(keys), dtype=np.int64)
         if not len(missing):

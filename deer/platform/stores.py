@@ -4,8 +4,9 @@ determines them: shards on disk, memory-mapped, with an index from item id to (s
 A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Each
 ``add`` writes one shard: ``<name>.vectors.npy`` (float32 rows) and ``<name>.index.npy`` (per row the
 item's 16-byte id digest and a checksum of its bytes), each written atomically, the index last, so
-a shard exists only once both are whole.  Opening a store reads the index files, never the vectors;
-``get`` and ``blocks`` read only the rows asked for, through a memory map.
+a shard exists only once both are whole.  Opening a store reads the index files and the vectors'
+headers (memory-mapped, never faulted in); ``get`` and ``blocks`` read only the rows asked for, with
+plain file reads.
 
 Nothing read back is trusted (``deer.platform.read_back``): a shard whose files cannot be read, whose
 shape, dtype or width is not what ``add`` writes, or whose rows fail their checksum or hold NaN or
@@ -186,15 +187,14 @@ class EmbeddingStore:
             raise KeyError(f"{len(self.missing(keys))} of {len(positions)} items are not in {self.folder}")
         if not len(positions):
             return np.zeros((0, self.width or 0), np.float32)
-        width = self.width or (len(next(iter(self._unstored.values()))) if len(held) == len(positions) else self._row_width(positions))
-        out = np.empty((len(positions), width), np.float32)
+        out = np.empty((len(positions), self._row_width(keys, positions)), np.float32)
         for i in held:
             out[i] = self._unstored[keys[i]]
         stored = np.flatnonzero(positions >= 0)
         shards = self._where[positions[stored], 0]
         for shard in np.unique(shards):
             here = stored[shards == shard]
-            order = here[np.argsort(self._where[positions[here], 1])]  # ascending rows: the memory map is read front to back
+            order = here[np.argsort(self._where[positions[here], 1])]  # ascending rows: the file is read front to back
             out[order] = self._checked_rows(int(shard), self._where[positions[order], 1], self._checksums[positions[order]])
         return out
 
@@ -209,8 +209,8 @@ class EmbeddingStore:
             yield held, self.get(keys[held])
         stored = np.flatnonzero(positions >= 0)
         shards, rows = self._where[positions[stored], 0], self._where[positions[stored], 1]
-        order = stored[np.lexsort((rows, shards))]  # by shard, then row
-        ordered_shards = self._where[positions[order], 0]
+        by_place = np.lexsort((rows, shards))  # by shard, then row
+        order, ordered_shards = stored[by_place], shards[by_place]
         for shard in np.unique(ordered_shards):  # unique sorts: the shards in the order written
             members = order[ordered_shards == shard]
             for start in range(0, len(members), size):
@@ -219,9 +219,13 @@ class EmbeddingStore:
                 by_position = np.argsort(piece, kind="stable")
                 yield piece[by_position], vectors[by_position]
 
-    def _row_width(self, positions: np.ndarray) -> int:
-        stored = positions[positions >= 0]
-        return self.width if self.width is not None else self._maps[int(self._where[stored[0], 0])].shape[1]
+    def _row_width(self, keys: np.ndarray, positions: np.ndarray) -> int:
+        """The rows' width: the store's, else that of the first row asked for (stored or held unstored)."""
+        if self.width is not None:
+            return self.width
+        if positions[0] < 0:
+            return len(self._unstored[keys[0]])
+        return self._maps[int(self._where[positions[0], 0])].shape[1]
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray | None:
         """Rows (ascending) of a shard, read from its file: a dense run in one read, scattered rows one read
@@ -230,27 +234,27 @@ class EmbeddingStore:
         stored = self._maps[shard]  # the header only: shape and where the rows begin
         width, first, last = stored.shape[1], int(rows[0]), int(rows[-1]) + 1
         row_bytes = width * 4
+        dense = last - first <= 2 * len(rows)
         with open(self.folder / f"{self._shards[shard]}{VECTORS}", "rb") as handle:
-            if last - first <= 2 * len(rows):
+            if dense:
                 handle.seek(stored.offset + first * row_bytes)
                 data = handle.read((last - first) * row_bytes)
-                wanted = rows - first
             else:
                 data = b"".join(os.pread(handle.fileno(), row_bytes, stored.offset + int(row) * row_bytes) for row in rows)
-                wanted = np.arange(len(rows))
-        if len(data) != ((last - first) if last - first <= 2 * len(rows) else len(rows)) * row_bytes:
+        if len(data) != ((last - first) if dense else len(rows)) * row_bytes:
             return None  # the file is shorter than its header says
-        return np.frombuffer(data, dtype=np.float32).reshape(-1, width)[wanted]
+        read = np.frombuffer(data, dtype=np.float32).reshape(-1, width)
+        return read[rows - first] if dense else read
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
         vectors = self._read_rows(shard, rows)
         problem = None
         if vectors is None:
             problem = "it is shorter than its header says"
-        elif (row_checksums(vectors) != checksums).any():
-            problem = f"{int((row_checksums(vectors) != checksums).sum())} of the rows read differ from what was written"
-        elif self._invalid_rows(vectors).any():
-            problem = f"{int(self._invalid_rows(vectors).sum())} of the rows read hold NaN or infinity"
+        elif (changed := int((row_checksums(vectors) != checksums).sum())):
+            problem = f"{changed} of the rows read differ from what was written"
+        elif (invalid := int(self._invalid_rows(vectors).sum())):
+            problem = f"{invalid} of the rows read hold NaN or infinity"
         if problem:
             name = self._shards[shard]
             self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
