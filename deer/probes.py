@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from importlib import import_module
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,10 @@ import numpy as np
 from deer.platform.errors import OptionError
 
 ENTRY_POINT_GROUP = "deer.probes"
+# The built-in probes, by name (as the backends have theirs): a checkout used through PYTHONPATH, without
+# installing, has them too; another package's probes come through the entry point group.
+BUILT_IN = {"deer": "deer.embedding_probe:DeerProbe", "bear": "bear_ref.kg_probe:BearProbe",
+            "lama": "bear_ref.lama_probe:LamaProbe"}
 
 
 @dataclasses.dataclass
@@ -139,8 +144,18 @@ def register_probe(name: str, factory: Callable[[], Probe], replace: bool = Fals
     _REGISTERED[name] = factory
 
 
+def _built_in(target: str) -> Callable[[], Probe]:
+    def build() -> Probe:
+        module, attribute = target.split(":")
+        return getattr(import_module(module), attribute)()
+    return build
+
+
 def _load_entry_points() -> None:
-    """Register the installed packages' probes; a module is imported only when its probe is used."""
+    """Register the built-in probes and the installed packages' ones; a module is imported only when its
+    probe is used."""
+    for name, target in BUILT_IN.items():
+        _REGISTERED.setdefault(name, _built_in(target))
     for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry.name not in _REGISTERED:
             _REGISTERED[entry.name] = lambda entry=entry: entry.load()()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend
+from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend, refuse_cache_on
 from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.distributed import world
@@ -124,6 +124,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
     backend_class(backend)  # an unknown backend fails before any work
+    refuse_cache_on(backend, cache)
     model = with_loading(model, model_kwargs, adapter)
     selection, templates, budget, options = gather_options(selection, templates, budget, options)
     options = probe_options(probe, options)
@@ -135,7 +136,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer
     check_model_kind(probe, run.loaded)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
     runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
-    stores = store_root(resolve_cache(cache, run.loaded) and can_cache(backend), cache_dir)
+    stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
     request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with evaluation_mode(run.loaded.model):
         scored = score_kg(probe, request)
@@ -205,6 +206,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     """
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
+    refuse_cache_on(backend, store_root is not None)
     plain = not can_cache(backend)  # a cross-check stores nothing
     for probe in chosen:
         check_model_kind(probe, loaded)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bear_ref.cloze_scoring import single_token_words
-from deer.backends import backend_class
+from deer.backends import backend_class, refuse_cache_on
 from deer.platform.files import write_json, write_text
 from deer.platform.inputs import check_inputs, store_root
 from deer.platform.model_spec import with_loading
@@ -115,6 +115,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, pro
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     model = with_loading(model, model_kwargs, adapter)  # model_kwargs, adapter: as ``deer.probe``'s
     backend_class(backend)
+    refuse_cache_on(backend, cache)
     check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
     probes = [probe.name for probe in benchmark_probes(probes)]
     bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes

@@ -53,9 +53,12 @@ def test_every_probe_on_the_default_backend_equals_the_plain_backend(tiny_kg_dir
 
 
 def test_the_plain_backend_reads_and_writes_no_store(tiny_kg_dir, tokenizer, tmp_path):
+    """It cannot cache: cache=True on it is refused by name (it would store nothing), cache=False stores nothing."""
     loaded = as_loaded_model(tiny_model("llama", "sdpa", tokenizer), tokenizer)
     queries = build_queries(load_kg(tiny_kg_dir), "train")
-    deer.probe(queries, loaded, k_shot=2, backend="plain", cache=True, cache_dir=tmp_path / "cache", show_progress=False)
+    with pytest.raises(OptionError, match="cache.*the plain backend cannot cache"):
+        deer.probe(queries, loaded, k_shot=2, backend="plain", cache=True, cache_dir=tmp_path / "cache", show_progress=False)
+    deer.probe(queries, loaded, k_shot=2, backend="plain", cache=False, cache_dir=tmp_path / "cache", show_progress=False)
     assert not (tmp_path / "cache").exists()
     deer.probe(queries, loaded, k_shot=2, cache=True, cache_dir=tmp_path / "cache", show_progress=False)
     assert any((tmp_path / "cache").iterdir())  # the default backend does store

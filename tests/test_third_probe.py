@@ -122,3 +122,21 @@ def test_it_runs_on_a_cloze_benchmark_through_deer_cloze(shortest_registered, ti
         assert rank == rank_of(scores, q.gold, np.zeros(0, dtype=np.int64))
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["relation"]["template"]["shortest"]["overall"]["n"] > 0
+
+
+def test_a_checkout_without_installing_has_the_built_in_probes(tmp_path):
+    """A copy of the packages used through PYTHONPATH, with no installed metadata at all (entry points
+    answer nothing): the three built-in probes are there, from the table beside the registry."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("deer", "bear_ref", "kg_data"):
+        shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import importlib.metadata as m; m.entry_points = lambda **kw: []\n"
+            "import deer.probes as p; import deer\n"
+            f"assert deer.__file__.startswith({str(tmp_path)!r}), deer.__file__\n"
+            "print(','.join(p.probe_names())); print(','.join(p.get_probe(n).name for n in ('deer', 'bear', 'lama')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["deer,bear,lama", "deer,bear,lama"]

@@ -59,6 +59,19 @@ def can_cache(name: str) -> bool:
     return bool(getattr(backend_class(name), "can_cache", False))
 
 
+def refuse_cache_on(name: str, cache) -> None:
+    """``cache=True`` on a backend that cannot cache (``can_cache`` False on its class) is an OptionError
+    naming the backend: storing nothing silently would leave a user waiting on a resume that never comes."""
+    if cache and not can_cache(name):
+        raise OptionError("cache", cache, f"the {name} backend cannot cache (it reads and writes no store): use cache=False "
+                                          "(--no-cache), or a backend that can")
+
+
+def cache_unless(no_cache: bool, name: str) -> bool:
+    """The command line's default: cache (unless --no-cache) on every backend that can."""
+    return not no_cache and can_cache(name)
+
+
 def backend_class(name: str):
     """The backend class registered as ``name``; an unknown name is an OptionError listing the known ones."""
     if name in BUILT_IN or name in REGISTERED:

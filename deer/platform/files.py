@@ -74,7 +74,7 @@ def save_figure(path: Path, figure, **options) -> None:
     atomic_write_bytes(Path(path), buffer.getvalue())
 
 
-VERSIONED_PACKAGES = ("deer-probe-toolkit", "torch", "transformers", "faiss-cpu", "numpy", "scipy", "pandas", "click")
+VERSIONED_PACKAGES = ("deer-probe-toolkit", "torch", "transformers", "numpy", "scipy", "pandas", "click")
 
 
 def json_default(value):

@@ -263,8 +263,11 @@ class EmbeddingStore:
 
     def _invalid_rows(self, vectors: np.ndarray) -> np.ndarray:
         """Per row: whether it holds a value no shard may hold (NaN, +inf, and -inf unless it is a value here)."""
-        bad = np.isnan(vectors) | (vectors == np.inf)
-        return (bad if self.minus_inf else bad | (vectors == -np.inf)).any(axis=1)
+        invalid = ~np.isfinite(vectors.sum(axis=1))  # a NaN or infinity makes the row's sum one: the exact
+        suspects = vectors[invalid]  # test reads those rows only (and clears a sum that merely overflowed)
+        bad = np.isnan(suspects) | (suspects == np.inf)
+        invalid[invalid] = (bad if self.minus_inf else bad | (suspects == -np.inf)).any(axis=1)
+        return invalid
 
     # -- writing -------------------------------------------------------------------------------
     def add(self, ids, vectors: np.ndarray) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from deer.backends import DEFAULT_BACKEND, cache_unless
 from deer.platform.tables import text_table
 from experiments.cli.options import (
     backend_option,
@@ -52,7 +53,8 @@ def run_benchmark_of(given: dict, model_names, probes, out_dir, honoured=(), **o
     refuse_options_the_benchmarks_ignore(given["kg"], honoured)
     run_benchmark_command(given["kg"], models_or_default(model_names), probes, out_dir, data_dir=given["data_dir"],
                           dtype=given["dtype"], device=given["device"], max_facts=given["subset"], seed=given["seed"],
-                          token_budget=given["token_budget"], cache=not given["no_cache"], **options)
+                          token_budget=given["token_budget"],
+                          cache=cache_unless(given["no_cache"], options.get("backend", DEFAULT_BACKEND)), **options)
 
 
 def echo_headline(metrics: dict) -> None:
@@ -116,4 +118,4 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     run_benchmark_command(kg, models_or_default(model_names), probe_list, out_dir, data_dir=data_dir, dtype=dtype,
                           device=device, modes=comma_list(modes), candidate_kinds=comma_list(candidate_kinds),
                           sources=comma_list(sources), relations=comma_list(relations), max_facts=max_facts, seed=seed,
-                          bear_run=bear_run, bootstrap=bootstrap, token_budget=token_budget, backend=backend, cache=not no_cache)
+                          bear_run=bear_run, bootstrap=bootstrap, token_budget=token_budget, backend=backend, cache=cache_unless(no_cache, backend))

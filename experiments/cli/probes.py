@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from deer.backends import cache_unless
 from deer.platform.errors import OptionError
 from deer.platform.tables import text_table
 from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
@@ -163,7 +164,7 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
                                        loaded=loaded)
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
-                       cache=not no_cache, out=out, **options)
+                       cache=cache_unless(no_cache, backend), out=out, **options)
     print_metrics_table([result])
     cache = result.metadata.get("cache", {})
     if "entities_encoded_now" in cache:  # DEER's encoding, in a line
@@ -206,7 +207,7 @@ def bear(pll_variant, backend, token_budget, no_cache, **given):
     queries, templates, loaded, out = opened
     click.echo(f"= {len(queries) * len(queries.candidates)} statements")
     result = bear_ref.bear(queries, loaded, templates=templates, token_budget=token_budget, pll_variant=pll_variant,
-                           backend=backend, cache=not no_cache, out=out)
+                           backend=backend, cache=cache_unless(no_cache, backend), out=out)
     print_metrics_table([result])
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
     click.echo(f"results: {out}")
@@ -242,7 +243,7 @@ def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
                              backend=backend, out=out)]
     if with_deer:
         results.append(deer.probe(results[0].queries, loaded, templates=templates, token_budget=token_budget, backend=backend,
-                                  cache=not no_cache, out=out, query_embeddings=results[0].arrays["query_embeddings"]))
+                                  cache=cache_unless(no_cache, backend), out=out, query_embeddings=results[0].arrays["query_embeddings"]))
     print_metrics_table(results)
     click.echo(f"\ntotal {time.perf_counter() - started:.1f}s\nresults: {out}")
 
