@@ -5,15 +5,20 @@ Same inputs and result type as ``deer.probe``, so results of one run spec join i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, check_out_dir, run_bear_dataset
 from bear_ref.kg_probe import BearProbe
 from deer.backends import DEFAULT_BACKEND, backend_class
+from deer.backends.hf import STATEMENT_TOKEN_BUDGET
+from deer.backends.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
+from deer.base.errors import OptionError
+from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs
-from deer.platform.model_spec import with_loading
-from deer.platform.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
 from deer.platform.result import ProbeResult
+from deer.platform.run_options import Budget, ModelLoading, take
 from deer.runner import run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 
@@ -40,34 +45,52 @@ def lama(kg="wn18rr", model=DEFAULT_MODEL, *, single_token: bool = False, **opti
     return run_probe("lama", kg, model, single_token=single_token, **options)
 
 
-def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, tokenizer=None, data_dir=None,
-                 relations: Sequence[str] | None = None, max_instances: int | None = None, seed: int = 0,
-                 dtype: str = "auto", device: str = "auto", token_budget: int = 512,
-                 pll_variant: str = "within_word_l2r", domain_support: str = DEFAULT_DOMAIN_SUPPORT,
-                 ties: str = DEFAULT_TIES, backend: str = DEFAULT_BACKEND, out=None, show_progress: bool = True,
-                 model_kwargs: dict | None = None, adapter=None) -> ProbeResult:
+@dataclasses.dataclass(frozen=True)
+class DatasetSelection:
+    """Which part of a BEAR-format data set: ``relations`` (codes; None: all), at most ``max_instances``
+    per relation sampled with ``seed``, read from ``data_dir`` (default: the data roots)."""
+
+    data_dir: Any = None
+    relations: Sequence[str] | None = None
+    max_instances: int | None = None
+    seed: int = 0
+
+
+def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelection | None = None,
+                 loading: ModelLoading | None = None, budget: Budget | None = None, pll_variant: str = "within_word_l2r",
+                 domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES, backend: str = DEFAULT_BACKEND,
+                 out=None, show_progress: bool = True, **options) -> ProbeResult:
     """The BEAR score of a data set in the lm-pub-quiz format ('bear', 'bear-big', a folder or a
     ``BearDataset``): accuracy per template, its mean and spread, per relation, domain and cardinality.
 
-    relations/max_instances/seed: a subset (relation codes; at most N instances per relation).
+    selection (``DatasetSelection``, or its fields as keywords: relations=, max_instances=, seed=, data_dir=):
+        a subset (relation codes; at most N instances per relation).
+    loading (``ModelLoading``, or dtype=, device=, model_kwargs=, adapter=, tokenizer=): as ``deer.probe``.
+    budget (``Budget``, or token_budget=): padded statement tokens per batch (None: 512).
     domain_support/ties: the metric convention (lm-pub-quiz 0.3.3's by default).
     backend: what scores the statements: 'hf' (a prefix trie) or 'plain' (one forward pass per statement).
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
-    model_kwargs, adapter: loading options of a model given by name (as ``deer.probe``).
     """
+    rest = dict(options)
+    selection, loading = take(rest, DatasetSelection, selection, "selection"), take(rest, ModelLoading, loading, "loading")
+    budget = take(rest, Budget, budget, "budget")
+    if rest:
+        name = sorted(rest)[0]
+        raise OptionError(name, rest[name], "bear_dataset has no such option")
+    token_budget = STATEMENT_TOKEN_BUDGET if budget.token_budget is None else budget.token_budget
     backend_class(backend)  # an unknown backend fails before any work
     BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it
-    model = with_loading(model, model_kwargs, adapter)
-    check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device,
-                 max_instances=max_instances)
-    relations = list(relations) if relations else None
+    model = with_loading(model, loading.model_kwargs, loading.adapter)
+    check_inputs(model, out=out, seed=selection.seed, token_budget=token_budget, dtype=loading.dtype, device=loading.device,
+                 max_instances=selection.max_instances)
+    relations = list(selection.relations) if selection.relations else None
     data = dataset if isinstance(dataset, BearDataset) else load_bear_dataset(
-        dataset, data_dir, relations=relations, max_instances=max_instances, seed=seed)
+        dataset, selection.data_dir, relations=relations, max_instances=selection.max_instances, seed=selection.seed)
     if out is not None:
         check_out_dir(out)  # another kind of run there: refused before the model loads
-    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
-    selection = {"relations": relations, "max_instances": max_instances, "seed": seed}
+    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
+    chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
     with evaluation_mode(loaded.model):
-        return run_bear_dataset(data, loaded, out, selection, token_budget=token_budget, pll_variant=pll_variant,
+        return run_bear_dataset(data, loaded, out, chosen, token_budget=token_budget, pll_variant=pll_variant,
                                 show_progress=show_progress, domain_support=domain_support, ties=ties,
                                 backend=backend)

@@ -1,5 +1,5 @@
 """LAMA and BEAR scores on a cloze benchmark (``kg_data.cloze``): LAMA's first answer token after the
-answer context (``answer_token_ids``) or at the mask of a masked LM (``mask_fill_logprobs``), and whole
+answer context (``answer_token_ids``; at a masked LM's mask the backend's ``mask_filler``), and whole
 statements' log-likelihoods (``statement_scores``, grouped so the prefix trie reads shared prefixes once).
 """
 
@@ -9,9 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import torch
 
-from deer.backends.batching import length_sorted_batches, pad_right
 from deer.backends.statement_scorer import StatementScorer
 from kg_data.cloze import ClozeTask, statement
 
@@ -36,28 +34,6 @@ def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[st
     encoded = answer_tokens(tokenizer, words, masked)
     unknown = tokenizer.unk_token_id
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
-
-
-@torch.inference_mode()
-def mask_fill_logprobs(model, tokenizer, sentences: Sequence[str], token_ids: np.ndarray, token_budget: int = 4096) -> np.ndarray:
-    """float32 (n, len(token_ids)): log p(token | sentence) at each sentence's one mask token."""
-    encoded = tokenizer(list(sentences))["input_ids"]
-    mask_id = tokenizer.mask_token_id
-    for sentence, ids in zip(sentences, encoded, strict=True):
-        if ids.count(mask_id) != 1:
-            raise ValueError(f"expected exactly one mask token in {sentence!r}")
-    device = next(model.parameters()).device
-    out = np.zeros((len(sentences), len(token_ids)), dtype=np.float32)
-    gather = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)
-    pad_id = int(tokenizer.pad_token_id or 0)
-    for batch in length_sorted_batches([len(ids) for ids in encoded], token_budget, 256):
-        inputs, mask = pad_right([encoded[i] for i in batch], pad_id)
-        inputs_t = torch.as_tensor(inputs, device=device)
-        positions = (inputs_t == mask_id).nonzero()[:, 1]
-        logits = model(input_ids=inputs_t, attention_mask=torch.as_tensor(mask, device=device)).logits
-        rows = torch.arange(len(batch), device=device)
-        out[batch] = torch.log_softmax(logits[rows, positions].float(), dim=-1)[:, gather].cpu().numpy()
-    return out
 
 
 def statement_scores(scorer: StatementScorer, task: ClozeTask, indices: Sequence[int],

@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import statement_scores
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
+from deer.base.files import default_table_suffix, package_versions, write_json, write_table
 from deer.platform.benchmark_rows import query_frame, ranks_from_scores
-from deer.platform.files import default_table_suffix, package_versions, write_json, write_table
 from deer.platform.length_guard import long_statements, max_positions, too_long
 from deer.platform.read_back import read_json_object, read_stored_table, reusable_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table

@@ -18,9 +18,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import count_statements, statement_scores
+from deer.backends.models import LoadedModel
 from deer.backends.pll import PLL_VARIANTS
 from deer.backends.statement_scorer import StatementScorer
-from deer.platform.models import LoadedModel
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged
 from deer.platform.templates import PromptTemplates

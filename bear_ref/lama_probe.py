@@ -16,11 +16,11 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_fill_logprobs, statement_scores
+from bear_ref.cloze_scoring import answer_token_ids, count_statements, statement_scores
 from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.models import is_masked_lm
 from deer.backends.tokenization import batch_token_ids, bos_id
-from deer.platform.models import is_masked_lm
 from deer.platform.result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
@@ -192,10 +192,8 @@ class LamaProbe:
         answer_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
         token_ids = np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)
         arrays, work = {}, {}
-        if masked:  # the plain backend fills one sentence a pass
-            budget = 1 if backend.name == "plain" else getattr(backend, "token_budget", None) or 4096
-            logprobs = mask_fill_logprobs(loaded.model, loaded.tokenizer, [mask_sentence(loaded.tokenizer, q) for q in task.queries],
-                                          token_ids, budget)
+        if masked:
+            logprobs = backend.mask_filler().logprobs([mask_sentence(loaded.tokenizer, q) for q in task.queries], token_ids)
         else:
             encoder = backend.encoder()
             output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=token_ids, description="queries")

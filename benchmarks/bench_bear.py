@@ -24,11 +24,11 @@ import torch
 
 from deer.backends.boundary import split_statements
 from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.models import open_model
 from deer.backends.plain import plain_conditional_scores
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.base.files import package_versions, write_json
+from deer.base.work import WorkCounter
 from deer.platform.templates import PromptTemplates
-from deer.platform.work import WorkCounter
 from kg_data import build_queries, load_kg
 
 LAYOUTS = SharedPrefixScorer.LAYOUTS

@@ -29,13 +29,13 @@ import click
 import numpy as np
 import torch
 
+from deer.backends.models import open_model
 from deer.backends.plain import plain_conditional_scores
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer, build_rows
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.base.files import package_versions, write_json
+from deer.base.work import WorkCounter
 from deer.platform.tables import text_table
-from deer.platform.work import WorkCounter
 from kg_data.bear import ANSWER, SUBJECT, BearDataset, load_bear_dataset, save_lm_pub_quiz_folder
 
 # The printed tables (deer.platform.tables.text_table): (title, format spec[, key[, text]]).

@@ -27,8 +27,8 @@ import torch
 from bench_gpu import matmul_parameters, measured_peak  # run as a script: benchmarks/ is on sys.path
 
 from deer.backends.encoder import PromptEOLEncoder
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.backends.models import open_model
+from deer.base.files import package_versions, write_json
 from deer.platform.tables import text_table
 from deer.platform.templates import PromptTemplates
 from kg_data import load_kg

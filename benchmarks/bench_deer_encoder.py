@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.models import open_model
 from deer.backends.tokenization import token_ids
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.base.files import package_versions, write_json
 from deer.platform.templates import PromptTemplates
 from kg_data import build_queries, load_kg
 

@@ -43,10 +43,10 @@ import numpy as np
 import torch
 
 from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.models import open_model
 from deer.backends.shared_prefix import prefix_groups
 from deer.backends.tokenization import batch_token_ids
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.base.files import package_versions, write_json
 from deer.platform.templates import PromptTemplates, query_prompts
 from kg_data import build_queries, load_kg
 

@@ -31,8 +31,8 @@ from scipy import stats as scipy_stats
 
 import bear_ref
 import deer
-from deer.platform.files import package_versions, read_table, write_json, write_table, write_text
-from deer.platform.models import open_model
+from deer.backends.models import open_model
+from deer.base.files import package_versions, read_table, write_json, write_table, write_text
 from deer.platform.tables import markdown_table
 from experiments.runs import restrict_queries
 

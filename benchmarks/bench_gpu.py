@@ -39,8 +39,8 @@ import torch
 import bear_ref
 import deer
 from deer.backends.encoder import PromptEOLEncoder
-from deer.platform.files import package_versions, write_json, write_text
-from deer.platform.models import open_model
+from deer.backends.models import open_model
+from deer.base.files import package_versions, write_json, write_text
 from deer.platform.tables import markdown_table
 from deer.platform.templates import PromptTemplates, query_prompts
 from experiments.runs import restrict_queries

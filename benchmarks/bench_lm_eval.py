@@ -29,10 +29,10 @@ import torch
 from bench_bear_dataset import predictions, template_statements  # run as a script: benchmarks/ is on sys.path
 
 import bear_ref
+from deer.backends.models import open_model
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.base.files import package_versions, write_json
 from kg_data.bear import BearDataset, load_bear_dataset
 
 TASK_YAML = """task: bear_local

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from faiss_peer import import_faiss
 
+from deer.base.files import package_versions, write_json
+from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
-from deer.platform.files import package_versions, write_json
-from deer.platform.ranking import normalize_rows
 
 
 class _NoFilters:

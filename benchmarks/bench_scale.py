@@ -78,7 +78,7 @@ def run_one(kg_folder: Path, cache: Path, model: str) -> dict:
     from hash_backend import WIDTH
 
     from deer.backends import register_backend
-    from deer.platform.models import open_model
+    from deer.backends.models import open_model
     from deer.runner import run_probe
     from kg_data.load import load_kg
     from kg_data.queries import build_queries
@@ -113,12 +113,12 @@ def run_one(kg_folder: Path, cache: Path, model: str) -> dict:
     }
 
 
-def encoding_sample(n: int, work: Path, model: str) -> dict:
+def measure_encoding_sample(n: int, work: Path, model: str) -> dict:
     """The real encoder's rate on ``n`` Wikidata5M-shaped entities (their tail prompts) with the bundled model."""
     from synthetic_kg import write_synthetic_kg
 
     from deer.backends.encoder import PromptEOLEncoder
-    from deer.platform.models import open_model
+    from deer.backends.models import open_model
     from deer.platform.templates import PromptTemplates
     from kg_data.textual import load_textual_kg
 
@@ -133,7 +133,9 @@ def encoding_sample(n: int, work: Path, model: str) -> dict:
     encoder.encode(texts, description="sample")
     elapsed = time.perf_counter() - started
     stats = encoder.stats.as_dict()
-    return {"model": model, "entities": n, "seconds": elapsed, "tokens": stats["tokens"],
+    import torch
+
+    return {"model": model, "entities": n, "seconds": elapsed, "tokens": stats["tokens"], "torch_threads": torch.get_num_threads(),
             "tokens_per_second": stats["tokens"] / elapsed, "prompts_per_second": n / elapsed}
 
 
@@ -155,7 +157,8 @@ def table(rows: list[dict]) -> str:
 
 
 @click.command()
-@click.option("--entities", "sizes", type=click.IntRange(min=10), multiple=True, default=(100_000,), show_default=True)
+@click.option("--entities", "sizes", type=click.IntRange(min=10), multiple=True,
+              help="Entity counts of the KGs to run the pipeline on (repeatable).")
 @click.option("--work", type=click.Path(file_okay=False), default="/tmp/deer-scale", show_default=True,
               help="Scratch folder for the KGs and stores (tens of GB at 4.6M entities); outside the clone.")
 @click.option("--model", default="smollm2-135m", show_default=True)
@@ -169,9 +172,11 @@ def main(sizes, work, model, keep, encoding_sample, out, one_kg, one_cache):
     if one_kg:  # the child process: one KG's stages, as JSON on stdout's last line
         print(json.dumps(run_one(Path(one_kg), Path(one_cache), model)))
         return
+    if not sizes and not encoding_sample:
+        raise click.UsageError("give --entities N (repeatable) and/or --encoding-sample N")
     from synthetic_kg import write_synthetic_kg
 
-    from deer.platform.files import package_versions, write_json
+    from deer.base.files import package_versions, write_json
 
     work = Path(work)
     results_file = Path(out) / "scale.json"
@@ -192,7 +197,7 @@ def main(sizes, work, model, keep, encoding_sample, out, one_kg, one_cache):
         if not keep:
             shutil.rmtree(cache, ignore_errors=True)
     if encoding_sample:
-        stored["encoding_sample"] = encoding_sample(encoding_sample, work, model)
+        stored["encoding_sample"] = measure_encoding_sample(encoding_sample, work, model)
     stored.update(cpus=os.cpu_count(), versions=package_versions())
     write_json(results_file, stored)
     rows = [stored["rows"][key] for key in sorted(stored["rows"], key=int)]

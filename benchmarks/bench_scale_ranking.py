@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from faiss_peer import import_faiss
 
+from deer.base.files import package_versions, write_json
 from deer.platform.cosine_ranking import rank_cosine_blocks
-from deer.platform.files import package_versions, write_json
 from deer.platform.tables import text_table
 
 

@@ -23,8 +23,8 @@ from bench_deer_vs_authors import authors_style_prompts  # run as a script: benc
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.backends.encoder import PromptEOLEncoder
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import open_model
+from deer.backends.models import open_model
+from deer.base.files import package_versions, write_json
 
 
 @click.command()

@@ -19,8 +19,8 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests package, for its cases
 
-from deer.platform.files import package_versions, write_json
-from deer.platform.models import resolve_model
+from deer.backends.models import resolve_model
+from deer.base.files import package_versions, write_json
 from tests import test_equivalence as cases
 
 

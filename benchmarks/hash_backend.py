@@ -17,7 +17,7 @@ import numpy as np
 
 from deer.backends.encoder import EncoderOutput
 from deer.backends.tokenization import batch_token_ids
-from deer.platform.work import WorkCounter
+from deer.base.work import WorkCounter
 
 WIDTH = 2048  # OPT-1.3B's hidden size: the scale benchmark's vectors
 ROWS_PER_BATCH = 4096

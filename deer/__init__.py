@@ -21,10 +21,11 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 _PUBLIC = {
     **dict.fromkeys(("probe", "load_result", "load_queries"), "deer.api"),
     **dict.fromkeys(("ProbeResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
-    **dict.fromkeys(("LoadedModel", "open_model"), "deer.platform.models"),
-    "ModelSpec": "deer.platform.model_spec",
+    **dict.fromkeys(("LoadedModel", "open_model"), "deer.backends.models"),
+    "ModelSpec": "deer.base.model_spec",
     "PromptEOLEncoder": "deer.backends.encoder",
     "PromptTemplates": "deer.platform.templates",
+    **dict.fromkeys(("QuerySelection", "ModelLoading", "Budget"), "deer.platform.run_options"),
     "RunSpec": "deer.platform.run_spec",
     **dict.fromkeys(("DeerCallback", "probe_during_training"), "deer.integrations.training"),
 }

@@ -18,9 +18,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from deer.backends.encoder import output_size
+from deer.backends.models import LoadedModel
+from deer.base.vectors import normalize_rows
 from deer.platform.distributed import ShardedEncoder
-from deer.platform.models import LoadedModel
-from deer.platform.ranking import normalize_rows
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged, item_keys
 from deer.platform.templates import candidate_prompts, query_prompts
@@ -51,18 +51,25 @@ def prompt_id(text: str) -> str:
 class EncodingForecast:
     """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning before the first forward pass
     (the count, and the tokens: exact for one chunk, extrapolated from the first chunk's for more), and
-    another after ``ESTIMATE_AFTER_SECONDS``: the time left at the token rate seen so far."""
+    another after ``ESTIMATE_AFTER_SECONDS``: the time left, as the prompts left times the time making and
+    tokenizing one took so far, plus their tokens at the encoding's token rate so far (a chunk is made and
+    tokenized whole before its first batch: one rate over both would count that chunk's preparation
+    against the few batches done, and overstate the time left several times)."""
 
     def __init__(self, total: int, description: str, store: EmbeddingStore | None):
         self.total, self.description, self.store = total, description, store
         self.active, self.announced = total > LARGE_ENCODING, False
-        self.started = time.perf_counter()  # the rate then counts making and tokenizing the prompts too
-        self.prompts_done = self.tokens_done = 0
+        self.started = time.perf_counter()
+        self.prompts_done = self.tokens_done = self.prepared = 0
+        self.preparing_seconds = 0.0
         self.lengths: list[int] = []
 
-    def chunk(self, lengths: list[int]) -> None:
-        """The next chunk's token counts (the first one announces the encoding)."""
+    def chunk(self, lengths: list[int], preparing_seconds: float = 0.0) -> None:
+        """The next chunk's token counts and the seconds making and tokenizing it took (the first chunk
+        announces the encoding)."""
         self.lengths = lengths
+        self.prepared += len(lengths)
+        self.preparing_seconds += preparing_seconds
         if not self.active or self.announced:
             return
         exact = len(lengths) == self.total
@@ -79,9 +86,11 @@ class EncodingForecast:
         self.prompts_done += len(rows)
         elapsed = time.perf_counter() - self.started
         if elapsed >= ESTIMATE_AFTER_SECONDS and self.prompts_done < self.total:
-            rate = self.tokens_done / elapsed
-            left = self.tokens_done / self.prompts_done * (self.total - self.prompts_done)
-            warn(f"{self.description}: about {left / rate / 60:.1f} min left at {rate:,.0f} tokens/s")
+            rate = self.tokens_done / max(elapsed - self.preparing_seconds, 1e-9)  # tokens encoded per second
+            tokens_left = self.tokens_done / self.prompts_done * (self.total - self.prompts_done)
+            preparing_left = self.preparing_seconds / self.prepared * (self.total - self.prepared)
+            warn(f"{self.description}: about {(tokens_left / rate + preparing_left) / 60:.1f} min left "
+                 f"({rate:,.0f} tokens/s through the model)")
             self.active = False
 
 
@@ -98,8 +107,9 @@ def encode_chunked(encoder, texts_of: Callable[[np.ndarray], list[str]], rows: n
     with tqdm(total=len(rows), desc=description, unit="prompt", disable=not encoder.show_progress or not len(rows)) as bar:
         for start in range(0, len(rows), STREAM_CHUNK):
             chunk = rows[start:start + STREAM_CHUNK]
+            preparing = time.perf_counter()
             token_lists = encoder.tokenize(texts_of(chunk))
-            forecast.chunk([len(ids) for ids in token_lists])
+            forecast.chunk([len(ids) for ids in token_lists], time.perf_counter() - preparing)
 
             def keep(positions, vectors, chunk=chunk):
                 on_vectors(chunk[positions], vectors)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from deer.platform.errors import OptionError
+from deer.base.errors import OptionError
 
 ENTRY_POINT_GROUP = "deer.probes"
 # The built-in probes, by name (as the backends have theirs): a checkout used through PYTHONPATH, without
@@ -40,7 +40,7 @@ class ProbeRequest:
     resumable work (None: nothing is stored), and the probe's own options."""
 
     queries: Any  # the task: kg_data.queries.QuerySet, or a benchmark's kg_data.cloze.ClozeTask
-    loaded: Any  # deer.platform.models.LoadedModel
+    loaded: Any  # deer.backends.models.LoadedModel
     backend: Any  # deer.backends.Backend
     templates: Any  # deer.platform.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
     store_root: Path | None = None
@@ -131,7 +131,11 @@ class Probe(Protocol):
     # False: True refuses a masked LM before any work), and ``check_before_loading(options, queries,
     # templates)``: raises on options that do not fit the KG's queries or the templates, before the model loads.
 
-    def score_benchmark(self, request: ProbeRequest) -> ProbeScores: ...  # request.queries: a ClozeTask
+    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
+        """Score ``request.queries`` (a ``ClozeTask``: queries over named candidate sets) through
+        ``request.backend`` only: ``ProbeScores.scores`` {query index: float64 scores over that query's
+        candidate set, higher = better; NaN or -inf never beats the gold}.  Never ranks, saves or caches."""
+        ...
 
 
 _REGISTERED: dict[str, Callable[[], Probe]] = {}
@@ -206,7 +210,7 @@ def check_probe_inputs(probe: Probe, options: Mapping[str, Any], queries, templa
 
 def check_model_kind(probe: Probe, loaded) -> None:
     """Refuse, before any work, a masked LM for a probe that reads a causal LM only."""
-    from deer.platform.models import is_masked_lm
+    from deer.backends.models import is_masked_lm
 
     if getattr(probe, "causal_lm_only", False) and is_masked_lm(loaded.model):
         raise ValueError(f"the {probe.name} probe needs a causal LM; {loaded.name} is a masked LM "

@@ -11,9 +11,6 @@ chosen probes side by side, one row per query, a resumable ``ClozeResult``).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,17 +19,17 @@ from typing import Any
 import pandas as pd
 
 from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend, refuse_cache_on
+from deer.backends.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
+from deer.base.files import package_versions, write_json, write_table
 from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.distributed import world
-from deer.platform.files import package_versions, write_json, write_table
-from deer.platform.inputs import as_templates, checked_out_folder, prepare, store_root
+from deer.platform.inputs import checked_out_folder, prepare, store_root
 from deer.platform.length_guard import guard_benchmark_lengths
-from deer.platform.model_spec import with_loading
-from deer.platform.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
+from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.templates import PromptTemplates
@@ -53,52 +50,6 @@ BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when 
 HANDED_ON = "query_embeddings"  # a probe taking this option runs after one that returns the array (``deer.probes``)
 
 
-@dataclasses.dataclass(frozen=True)
-class QuerySelection:
-    """Which queries of a KG: every triple of ``split``, or ``subset`` of them sampled with ``seed``
-    (candidates: their entities); ``exclude_head``: no query ranks its own head entity."""
-
-    split: str = "test"
-    subset: int | None = None
-    seed: int = 0
-    data_dir: Any = None
-    exclude_head: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    """How much a forward batch may hold (padded tokens; None: the device's default) and what to do
-    with a prompt longer than the model's positions ('error' or 'truncate-descriptions')."""
-
-    token_budget: int | None = None
-    long_prompts: str = "error"
-
-
-SELECTION_KEYWORDS = tuple(field.name for field in dataclasses.fields(QuerySelection))
-TEMPLATE_KEYWORDS = ("k_shot", "shots", "query_trailing_space", "template_style")
-BUDGET_KEYWORDS = tuple(field.name for field in dataclasses.fields(Budget))
-
-
-def gather_options(selection: QuerySelection | None, templates: PromptTemplates | None, budget: Budget | None,
-                   options: Mapping[str, Any]) -> tuple[QuerySelection, PromptTemplates, Budget, dict]:
-    """The Python API's loose keywords gathered into their objects; what is left are the probe's own
-    options.  A keyword set to other than its default beside its object (``templates=`` and
-    ``k_shot=3``) is refused by name: it would be ignored."""
-    rest = dict(options)
-
-    def gather(keywords, given, build, name):
-        loose = {key: rest.pop(key) for key in keywords if key in rest}
-        defaults = {key: p.default for key, p in inspect.signature(build).parameters.items()}
-        clashing = [key for key, value in loose.items() if not (value is defaults.get(key) or value == defaults.get(key))]
-        if given is not None and clashing:
-            raise OptionError(clashing[0], loose[clashing[0]], f"given beside {name}=: set it in the {name} object instead")
-        return given if given is not None else build(**loose)
-
-    selection = gather(SELECTION_KEYWORDS, selection, QuerySelection, "selection")
-    templates = gather(TEMPLATE_KEYWORDS, templates, functools.partial(as_templates, seed=selection.seed), "templates")
-    return selection, templates, gather(BUDGET_KEYWORDS, budget, Budget, "budget"), rest
-
-
 def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
     """The probe's own options: its defaults updated by ``given``, each value checked against what the
     probe declares (``deer.probes.OptionValues``; a boolean's text read as the boolean); an option it
@@ -110,32 +61,31 @@ def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
     return {**probe.options, **{name: option_values(probe, name).check(name, value) for name, value in given.items()}}
 
 
-def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, tokenizer=None,
-              selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
-              budget: Budget | None = None, dtype: str = "auto", device: str = "auto", backend: str = DEFAULT_BACKEND,
-              cache: bool = False, cache_dir=None, out=None, show_progress: bool = True, distributed: bool = False,
-              model_kwargs: Mapping[str, Any] | None = None, adapter=None, **options) -> ProbeResult:
+def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,
+              templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
+              backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
+              distributed: bool = False, **options) -> ProbeResult:
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
 
-    The arguments are ``deer.probe``'s; ``selection``, ``templates`` and ``budget`` are each an object
-    or its fields as loose keywords (``split=``, ``k_shot=``, ``token_budget=``, ...).  ``cache``: the
-    probe's resumable work (embeddings, score rows) is stored under ``cache_dir`` and reused (the
-    plain backend never reads or writes stores).  ``options``: the probe's own (``get_probe(name).options``).
+    The arguments are ``deer.probe``'s; ``selection``, ``templates``, ``loading`` and ``budget`` are each
+    an object or its fields as loose keywords (``split=``, ``k_shot=``, ``shot_seed=``, ``dtype=``,
+    ``token_budget=``, ...: ``deer.platform.run_options``).  ``cache``: the probe's resumable work
+    (embeddings, score rows) is stored under ``cache_dir=`` (default $DEER_CACHE_DIR) and reused; a
+    backend that cannot cache refuses it.  The other ``options`` are the probe's own (``get_probe(name).options``).
     """
     probe = get_probe(probe) if isinstance(probe, str) else probe
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, cache)
-    model = with_loading(model, model_kwargs, adapter)
-    selection, templates, budget, options = gather_options(selection, templates, budget, options)
+    cache_dir = options.pop("cache_dir", None)
+    run_options, options = gather_options(options, selection, templates, loading, budget)
     options = probe_options(probe, options)
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(kg, model, text_kind=probe.text_kind, tokenizer=tokenizer, templates=templates, dtype=dtype, device=device,
-                  out=out, before_loading=lambda queries, templates: check_probe_inputs(probe, options, queries, templates),
-                  **vars(selection), **vars(budget))
+    run = prepare(kg, model, run_options, text_kind=probe.text_kind, out=out,
+                  before_loading=lambda queries, templates: check_probe_inputs(probe, options, queries, templates))
     check_model_kind(probe, run.loaded)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
-    runner = open_backend(backend, run.loaded, token_budget=budget.token_budget, show_progress=show_progress)
+    runner = open_backend(backend, run.loaded, token_budget=run_options.budget.token_budget, show_progress=show_progress)
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
     request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with evaluation_mode(run.loaded.model):

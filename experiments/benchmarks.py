@@ -9,18 +9,22 @@ comparison).  ``compare_models`` runs it per model and compares the probes' orde
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from bear_ref.cloze_scoring import single_token_words
 from deer.backends import backend_class, refuse_cache_on
-from deer.platform.files import write_json, write_text
+from deer.backends.models import as_loaded_model, evaluation_mode, is_masked_lm
+from deer.base.errors import OptionError
+from deer.base.files import write_json, write_text
+from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs, store_root
-from deer.platform.model_spec import with_loading
-from deer.platform.models import as_loaded_model, evaluation_mode, is_masked_lm
+from deer.platform.run_options import Budget, ModelLoading, take
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
@@ -102,46 +106,69 @@ def build_task(data, loaded, modes: Sequence[str] = MODES, candidate_kinds: Sequ
     return task
 
 
-def probe_benchmark(dataset="lama", model="smollm2-135m", *, tokenizer=None, probes: Sequence[str] = BENCHMARK_PROBES, data_dir=None,
-                    relations: Sequence[str] | None = None, sources: Sequence[str] | None = None, max_facts: int | None = None,
-                    seed: int = 0, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
-                    bear_run=None, dtype: str = "auto", device: str = "auto", token_budget: int | None = None,
-                    bootstrap: int = 1000, out=None, show_progress: bool = True, backend: str = "hf", cache: bool = False,
-                    cache_dir=None, model_kwargs: dict | None = None, adapter=None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSelection:
+    """Which facts of a benchmark: ``relations`` and (LAMA) ``sources``, at most ``max_facts`` per relation
+    sampled with ``seed`` (also the bootstrap's), queried in ``modes`` over ``candidate_kinds``."""
+
+    data_dir: Any = None
+    relations: Sequence[str] | None = None
+    sources: Sequence[str] | None = None
+    max_facts: int | None = None
+    seed: int = 0
+    modes: Sequence[str] = MODES
+    candidate_kinds: Sequence[str] = CANDIDATE_KINDS
+
+
+def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: BenchmarkSelection | None = None,
+                    loading: ModelLoading | None = None, budget: Budget | None = None, probes: Sequence[str] = BENCHMARK_PROBES,
+                    bear_run=None, bootstrap: int = 1000, out=None, backend: str = "hf", cache: bool = False,
+                    show_progress: bool = True, **options) -> dict:
     """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
-    (and "bear_dataset" for DEER on a BEAR-format data set).  ``backend``: 'hf', or 'plain' (one whole
-    forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the model's prompt
-    store under ``cache_dir`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
+    (and "bear_dataset" for DEER on a BEAR-format data set).  ``selection``, ``loading`` and ``budget``
+    are each an object or its fields as loose keywords (``max_facts=``, ``relations=``, ``dtype=``,
+    ``token_budget=``, ...).  ``backend``: 'hf', or 'plain' (one whole forward pass per text, a
+    cross-check).  ``cache``: keep DEER's candidate vectors in the model's prompt store under
+    ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
-    model = with_loading(model, model_kwargs, adapter)  # model_kwargs, adapter: as ``deer.probe``'s
+    rest = dict(options)
+    cache_dir = rest.pop("cache_dir", None)
+    selection, loading = take(rest, BenchmarkSelection, selection, "selection"), take(rest, ModelLoading, loading, "loading")
+    budget = take(rest, Budget, budget, "budget")
+    if rest:
+        name = sorted(rest)[0]
+        raise OptionError(name, rest[name], "probe_benchmark has no such option")
+    model = with_loading(model, loading.model_kwargs, loading.adapter)
     backend_class(backend)
     refuse_cache_on(backend, cache)
-    check_inputs(model, out=out, seed=seed, token_budget=token_budget, dtype=dtype, device=device, max_instances=max_facts)
+    check_inputs(model, out=out, seed=selection.seed, token_budget=budget.token_budget, dtype=loading.dtype,
+                 device=loading.device, max_instances=selection.max_facts)
     probes = [probe.name for probe in benchmark_probes(probes)]
     bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
     if bear_data_set and out is None:
         raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
     if bear_run is not None and not bear_data_set:
         raise ValueError("bear_run (--bear-run) is read only for DEER on a BEAR-format data set (--probes with deer)")
-    data = load_benchmark(dataset, data_dir, relations, sources, max_facts, seed, candidate_kinds, modes)
+    data = load_benchmark(dataset, selection.data_dir, selection.relations, selection.sources, selection.max_facts, selection.seed,
+                          selection.candidate_kinds, selection.modes)
     if bear_run is not None:
         check_bear_run(bear_run, data)
-    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
+    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
     with nothing_left_on_failure(out), evaluation_mode(loaded.model):
         bear_table = stored_bear_table(bear_run, data, loaded) if bear_run is not None else None
-        task = build_task(data, loaded, modes, candidate_kinds)
+        task = build_task(data, loaded, selection.modes, selection.candidate_kinds)
         report = {}
         run_probes = [p for p in probes if not (bear_run and p == "bear")] if bear_data_set else list(probes)
         if bear_data_set and not bear_run and "bear" not in run_probes:
             run_probes.append("bear")
-        result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=token_budget,
+        result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=budget.token_budget,
                            show_progress=show_progress, backend=backend, store_root=store_root(cache, cache_dir))
         if bear_data_set:
-            report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, seed,
+            report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, selection.seed,
                                                        bear_table)
         metrics = cloze_metrics(result.table)
-        agreement = probe_agreement(result.table, bootstrap, seed)
-        modes_rows = mode_agreement(result.table, bootstrap, seed)
+        agreement = probe_agreement(result.table, bootstrap, selection.seed)
+        modes_rows = mode_agreement(result.table, bootstrap, selection.seed)
         report.update({"table": result.table, "metrics": metrics, "agreement": agreement, "mode_agreement": modes_rows,
                        "metadata": result.metadata})
         if out is not None:
@@ -161,8 +188,9 @@ def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = 
     """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
     orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
     out = Path(out)
+    loading = options.get("loading") or ModelLoading(model_kwargs=options.get("model_kwargs"), adapter=options.get("adapter"))
     for name in models:  # every model's folder, adapter and config, before the first is probed
-        check_inputs(with_loading(name, options.get("model_kwargs"), options.get("adapter")))
+        check_inputs(with_loading(name, loading.model_kwargs, loading.adapter))
     # One folder per model, named so that two checkpoints called alike (a/checkpoint-10, b/checkpoint-10) never share one.
     reports = {name: probe_benchmark(dataset, name, probes=probes, out=out / label, **options)
                for name, label in zip(models, distinct_labels(models), strict=True)}

@@ -5,10 +5,11 @@ where it can be read, its training step."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+
+from deer.platform.read_back import StoredFileError, read_json_object
 
 CHECKPOINT_FOLDER = re.compile(r"^checkpoint-(\d+)$")
 STEP_IN_REVISION = re.compile(r"(?:^|[^a-z])(?:step|ckpt|checkpoint|iter)[-_]?(\d+)$", re.IGNORECASE)
@@ -25,8 +26,8 @@ class Checkpoint:
 
 def _final_step(folder: Path) -> int | None:
     try:
-        return int(json.loads((folder / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(read_json_object(folder / "trainer_state.json")["global_step"])
+    except (StoredFileError, ValueError, KeyError, TypeError):
         return None
 
 

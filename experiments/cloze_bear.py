@@ -8,15 +8,14 @@ template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreemen
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, bear_format, bear_metrics, find_instances_table
-from deer.platform.files import write_json, write_table, write_text
-from deer.platform.models import LoadedModel
-from deer.platform.read_back import read_stored_table
+from deer.backends.models import LoadedModel
+from deer.base.files import write_json, write_table, write_text
+from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.result import ClozeResult
 from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
@@ -27,27 +26,14 @@ PAPER_RELATIONS = ("P272", "P344", "P466", "P1412")
 KEYS = ["relation", "template", "row"]
 
 
-def legacy_sample_fingerprint(model) -> str:
-    """The weights fingerprint runs recorded before ``tensors_fingerprint`` (sha256 of each tensor's name, shape
-    and first 2,048 values), to match a BEAR run of that time to the weights it scored."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().reshape(-1)[:2048].float().cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
     """The metadata of a finished ``deer bear-dataset`` run in ``folder``; ValueError unless every relation's
     content digest (templates, answer space, instances, gold) matches ``dataset``.  Needs no model."""
     folder = Path(folder)
     path = folder / "metadata.json"
     try:
-        metadata = json.loads(path.read_text()).get("bear")
-    except (OSError, ValueError, AttributeError):
+        metadata = read_json_object(path).get("bear")
+    except StoredFileError:
         metadata = None
     if not isinstance(metadata, dict) or metadata.get("probe") != PROBE:
         raise ValueError(f"{folder} is not a finished `deer bear-dataset` run ({path} is missing or describes none)")
@@ -77,8 +63,7 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     folder = Path(folder)
     model = check_bear_run(folder, dataset).get("model", {})
     problems = []
-    # The older sampled fingerprint is hashed only for a run that does not carry the current one.
-    if model.get("fingerprint") != loaded.fingerprint and model.get("fingerprint") != legacy_sample_fingerprint(loaded.model):
+    if model.get("fingerprint") != loaded.fingerprint:
         problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
     if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
         problems.append("tokenizer fingerprint differs")

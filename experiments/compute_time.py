@@ -15,6 +15,7 @@ an RTX 3090; BEAR (lm-pub-quiz) extrapolated to 330 days by a linear fit over |Q
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -165,21 +166,38 @@ def _table_row(method: str, total: float, n_target: int, speed_up: float, basis:
             "total_se_fit": se, "total_std_over_runs": std, "speed_up_vs_deer": speed_up, "basis": basis}
 
 
-def run_compute_time(kg, loaded, templates, out_dir: Path, split: str = "test",
-                     query_sizes: Sequence[int] = PAPER_QUERY_SIZES, candidates: int | None = None, repeats: int = 3,
-                     plain_statements: int | None = 32, deer_queries: int | None = None,
-                     deer_candidates: int | None = None, target: str = "all",
-                     scorers: Sequence[str] = reference.TIMED_SCORERS, seed: int = 0, warmup: bool = True,
-                     settings: dict | None = None, token_budget: int | None = None, log=print) -> dict:
-    """Time DEER and the BEAR scorers on ``kg`` with ``loaded``; write Table 1, fits and plot.
+@dataclasses.dataclass(frozen=True)
+class TimingPlan:
+    """What ``run_compute_time`` times.  ``query_sizes``: |Q| values of the BEAR fit, each timed ``repeats``
+    times; ``candidates``: entities bear_ref ranks per query (None: all; else at least 2);
+    ``plain_statements``: statements per query of the plain scorer (None: all); ``deer_queries`` /
+    ``deer_candidates``: DEER's sample (None: all); ``target``: 'all' (every triple) or a split name;
+    ``scorers``: the BEAR scorers timed; ``seed``: the samples'; ``warmup``: an untimed pass first."""
 
-    ``query_sizes``: |Q| values of the BEAR fit, each timed ``repeats`` times; ``candidates``: entities
-    bear_ref ranks per query (None: all; else at least 2); ``plain_statements``: statements per query of
-    the plain scorer (None: all); ``deer_queries``/``deer_candidates``: DEER's sample (None: all);
-    ``target``: 'all' (every triple) or a split name; ``token_budget``: DEER's padded tokens per batch
-    (None: the probe's default; the one used is ``deer.token_budget``).  Writes compute_time.csv/.md
-    (Table 1, each row with its basis), compute_time_fits.csv/.md, compute_time_fit.png, compute_time.json.
+    query_sizes: Sequence[int] = PAPER_QUERY_SIZES
+    candidates: int | None = None
+    repeats: int = 3
+    plain_statements: int | None = 32
+    deer_queries: int | None = None
+    deer_candidates: int | None = None
+    target: str = "all"
+    scorers: Sequence[str] = reference.TIMED_SCORERS
+    seed: int = 0
+    warmup: bool = True
+
+
+def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | None = None, split: str = "test",
+                     settings: dict | None = None, token_budget: int | None = None, log=print) -> dict:
+    """Time DEER and the BEAR scorers on ``kg`` with ``loaded`` as ``plan`` says; write Table 1, fits and plot.
+
+    ``token_budget``: DEER's padded tokens per batch (None: the probe's default; the one used is
+    ``deer.token_budget``).  Writes compute_time.csv/.md (Table 1, each row with its basis),
+    compute_time_fits.csv/.md, compute_time_fit.png, compute_time.json.
     """
+    plan = plan or TimingPlan()
+    query_sizes, candidates, repeats, plain_statements = plan.query_sizes, plan.candidates, plan.repeats, plan.plain_statements
+    deer_queries, deer_candidates, target, scorers = plan.deer_queries, plan.deer_candidates, plan.target, plan.scorers
+    seed, warmup = plan.seed, plan.warmup
     from kg_data import build_queries
 
     output = ExperimentOutput(out_dir, "compute_time")

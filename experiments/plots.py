@@ -1,6 +1,6 @@
 """Figures of the experiments: matplotlib Figures built without pyplot, so the caller's backend is never
 switched and nothing needs closing.  matplotlib (the ``plots`` extra) is imported when a figure is made;
-without it that call raises :class:`deer.platform.extras.MissingExtraError` naming the extra.
+without it that call raises :class:`deer.base.extras.MissingExtraError` naming the extra.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deer.platform.extras import import_extra
+from deer.base.extras import import_extra
 
 PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
 

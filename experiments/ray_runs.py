@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from deer.platform.extras import import_extra
+from deer.base.extras import import_extra
 from experiments.runs import ProbeRun, run_probes
 from kg_data.queries import QuerySet
 
@@ -64,7 +65,7 @@ class _EncodingWorker:
     def __init__(self, model_name: str, dtype: str, device: str, special_tokens: str, token_budget: int | None,
                  store_root: str, store_key: dict, width: int):
         from deer.backends.encoder import PromptEOLEncoder
-        from deer.platform.models import open_model
+        from deer.backends.models import open_model
         from deer.platform.stores import EmbeddingStore
 
         self.loaded = open_model(model_name, dtype=dtype, device=device)
@@ -72,6 +73,10 @@ class _EncodingWorker:
                                         show_progress=False, special_tokens=special_tokens)
         key = {name: value for name, value in store_key.items() if name != "kind"}
         self.store = EmbeddingStore(Path(store_root), store_key["kind"], key, width=width)
+
+    def ready(self) -> str:
+        """The weights' fingerprint: an actor that answers is up (a restarted one, once it has loaded the model)."""
+        return self.loaded.fingerprint
 
     def encode(self, texts: list[str], keys: np.ndarray) -> tuple[str, int]:
         """Encode ``texts`` into shards keyed by ``keys``; (the weights' fingerprint, prompts encoded)."""
@@ -92,9 +97,9 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
     ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again)."""
     from deer.backends.encoder import output_size
+    from deer.backends.models import open_model
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
-    from deer.platform.models import open_model
 
     if loaded is None:  # the store's key: weights, tokenizer, dtype
         loaded = open_model(model_name, dtype=dtype, device=device)
@@ -114,21 +119,45 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
             actor = ray.remote(max_restarts=3, **task_resources(ray))(_EncodingWorker)  # a dead worker is started again
             pool = [actor.remote(str(model_name), dtype, device, templates.prompt_special_tokens, token_budget,
                                  str(store.folder.parent.parent), store.key, width) for _ in range(workers)]
-            for _ in range(3):  # a failed worker's prompts are still missing: handed out again
-                _encode_over(ray, pool, missing, batch, texts_of, keys, loaded.fingerprint, model_name)
+            failure = None
+            for attempt in range(3):  # a failed worker's prompts are still missing: handed out again, to workers that are up
+                live = pool if attempt == 0 else _live_workers(ray, pool)
+                if not live:
+                    break
+                failure = _encode_over(ray, live, missing, batch, texts_of, keys, loaded.fingerprint, model_name) or failure
                 store.refresh()
                 missing = np.asarray(store.missing(keys), dtype=np.int64)
                 if not len(missing):
                     break
         if len(missing):
-            raise RuntimeError(f"{len(missing)} entities were not encoded by the Ray workers (they failed three times); "
-                               "rerun to encode only those")
+            raise RuntimeError(f"{len(missing)} entities were not encoded by the Ray workers (three rounds); the last "
+                               f"failure: {failure}; rerun to encode only those")
     return store.folder
 
 
-def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.ndarray, fingerprint: str, model_name: str) -> None:
+def _live_workers(ray, pool, timeout: float = 120.0) -> list:
+    """The actors that answer ``ready``, waiting up to ``timeout`` s for one that is restarting (a task sent
+    to it meanwhile fails at once, so without this wait every round could go to a worker that is not up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answers = {actor.ready.remote(): actor for actor in pool}
+        done, _ = ray.wait(list(answers), num_returns=len(answers), timeout=max(0.0, deadline - time.monotonic()))
+        live = []
+        for ref in done:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(ref)
+                live.append(answers[ref])
+        if live or time.monotonic() >= deadline:
+            return live
+        time.sleep(1.0)
+
+
+def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.ndarray, fingerprint: str,
+                 model_name: str) -> str | None:
     """Hand ``missing`` out in batches to the actors, at most two batches in flight per actor; a batch whose
-    worker failed is left (its prompts stay missing); other weights on a worker are an error."""
+    worker failed is left (its prompts stay missing); other weights on a worker are an error.  Returns the
+    last failure's text (None: none failed)."""
+    failure = None
     batches = [missing[start:start + batch] for start in range(0, len(missing), batch)]
     in_flight: dict = {}
     while batches or in_flight:
@@ -140,7 +169,9 @@ def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.
         in_flight.pop(done[0])
         try:
             seen, _ = ray.get(done[0])
-        except ray.exceptions.RayError:
+        except ray.exceptions.RayError as error:
+            failure = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             continue  # a dead or failed worker: its prompts stay missing and go out again
         if seen != fingerprint:
             raise RuntimeError(f"a Ray worker loaded other weights for {model_name} ({seen} != {fingerprint})")
+    return failure

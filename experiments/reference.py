@@ -10,7 +10,7 @@ import numpy as np
 from bear_ref.lama_probe import restrict_to_single_token
 from deer.backends.plain import plain_conditional_scores
 from deer.backends.statement_scorer import StatementScorer
-from deer.platform.work import WorkCounter
+from deer.base.work import WorkCounter
 
 TIMED_SCORERS = ("bear_ref", "plain")
 single_token_queries = restrict_to_single_token  # LAMA's single-token protocol, bear_ref's rule (filters rebuilt)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from deer.platform.extras import MissingExtraError
-from deer.platform.files import save_figure, write_json, write_table, write_text
+from deer.base.extras import MissingExtraError
+from deer.base.files import save_figure, write_json, write_table, write_text
 from deer.platform.tables import markdown_table  # noqa: F401 (experiments.report.markdown_table: the one writer)
 
 

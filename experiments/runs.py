@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.platform.models import LoadedModel, open_model
+from deer.backends.models import LoadedModel, open_model
+from deer.base.errors import OptionError
 from deer.platform.read_back import read_json_object
 from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results, read_ranks_table
+from deer.platform.run_options import Budget, ModelLoading, take
 from deer.platform.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
 from experiments.report import distinct_labels
@@ -126,20 +128,25 @@ def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | Non
     return result
 
 
-def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates,
-               dtype: str = "auto", device: str = "auto", token_budget: int | None = None, use_cache: bool = True,
-               show_progress: bool = False, log=print, runs_dir: Path = Path("runs"),
-               probe_options: dict | None = None) -> ProbeRun:
+def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates, *,
+               loading: ModelLoading | None = None, budget: Budget | None = None, use_cache: bool = True,
+               show_progress: bool = False, log=print, runs_dir: Path = Path("runs"), probe_options: dict | None = None,
+               **loose) -> ProbeRun:
     """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
 
-    ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  DEER goes through
+    ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  ``loading``
+    (or dtype=, device=) and ``budget`` (or token_budget=) as ``deer.probe``'s.  DEER goes through
     its embedding cache; a probe whose ranks for this very run spec are already in the folder is read
     back, not run again.  ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.
     """
-    from deer.runner import Budget, run_probe
+    from deer.runner import run_probe
 
+    loading, budget = take(loose, ModelLoading, loading, "loading"), take(loose, Budget, budget, "budget")
+    if loose:
+        name = sorted(loose)[0]
+        raise OptionError(name, loose[name], "run_probes has no such option")
     # A model already open (e.g. for its tokenizer) is used as it is: opened and fingerprinted once.
-    loaded = model if isinstance(model, LoadedModel) else open_model(model, dtype=dtype, device=device)
+    loaded = model if isinstance(model, LoadedModel) else open_model(model, dtype=loading.dtype, device=loading.device)
     model_name = loaded.name if isinstance(model, LoadedModel) else model
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
@@ -153,7 +160,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
             reused.append(probe)
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
         else:
-            result = run_probe(probe, queries, loaded, templates=templates, budget=Budget(token_budget), cache=use_cache,
+            result = run_probe(probe, queries, loaded, templates=templates, budget=budget, cache=use_cache,
                                out=folder, show_progress=show_progress, **(probe_options or {}).get(probe, {}))
             cache = result.metadata.get("cache", {})
             from_cache = (f" ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)"

@@ -7,12 +7,12 @@ size_trend.png beside the paper's points (OPT family, its Tables 4 and 7; LAMA s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from deer.platform.files import write_json, write_table, write_text
+from deer.base.files import save_figure, write_json, write_table, write_text
+from deer.platform.read_back import read_json_object
 from deer.platform.tables import markdown_table
 
 PAPER_POINTS = [
@@ -26,12 +26,12 @@ PAIRS = ("deer vs lama", "deer vs bear", "bear vs lama")
 
 
 def model_parameters(run_folder: str | Path) -> int:
-    metadata = json.loads((Path(run_folder) / "metadata.json").read_text())
+    metadata = read_json_object(Path(run_folder) / "metadata.json")
     return int(next(iter(metadata.values()))["model"]["parameters"])
 
 
 def size_trend_table(agreement_json: str | Path) -> pd.DataFrame:
-    report = json.loads(Path(agreement_json).read_text())
+    report = read_json_object(Path(agreement_json))
     runs = dict(report["runs"])
     rows = [{"model": pair["model"], "parameters": model_parameters(runs[pair["model"]]), "pair": pair["pair"],
              "n": pair["n"], "candidates": pair.get("candidates"), "lama_protocol": pair.get("lama_protocol"),
@@ -56,5 +56,5 @@ def write_size_trend(agreement_json: str | Path, out: str | Path) -> pd.DataFram
                + markdown_table(paper, {"r": ".2f"}))
     write_json(out / "size_trend.json", {"points": table.to_dict(orient="records"), "paper": PAPER_POINTS,
                                         "agreement": str(agreement_json)})
-    size_trend(table.to_dict(orient="records"), PAPER_POINTS).savefig(out / "size_trend.png", dpi=130, bbox_inches="tight")
+    save_figure(out / "size_trend.png", size_trend(table.to_dict(orient="records"), PAPER_POINTS), dpi=130, bbox_inches="tight")
     return table

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from deer.backends.models import open_model
 from deer.integrations.training import DeerCallback, probe_during_training
-from deer.platform.models import open_model
 from deer.platform.templates import PromptTemplates
 from experiments import plots
 from experiments.report import ExperimentOutput

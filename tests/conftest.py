@@ -60,7 +60,7 @@ def tiny_kg_dir(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """Folder of the converted real SmolLM2-135M (converted on first use)."""
-    from deer.platform.models import resolve_model
+    from deer.backends.models import resolve_model
 
     return Path(resolve_model("smollm2-135m").source)
 
@@ -68,7 +68,7 @@ def smollm2_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
     """(model, tokenizer) of the real SmolLM2-135M, fp32, eval mode."""
-    from deer.platform.models import load_model
+    from deer.backends.models import load_model
 
     model, tokenizer, _ = load_model(str(smollm2_dir))
     return model, tokenizer
@@ -96,7 +96,7 @@ def tiny_clm_dir(tmp_path_factory, smollm2_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_clm(tiny_clm_dir):
-    from deer.platform.models import load_model
+    from deer.backends.models import load_model
 
     model, tokenizer, _ = load_model(str(tiny_clm_dir))
     return model, tokenizer

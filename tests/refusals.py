@@ -32,7 +32,7 @@ def assert_refused_before_loading(args: list[str], expected: list[str], root: Pa
     before = snapshot(root)
 
     loads = []
-    import deer.platform.models as models
+    import deer.backends.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a) or pytest.fail(f"{name}: a model was loaded"))
     result = CliRunner().invoke(main, args)

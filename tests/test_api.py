@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import bear_ref
 import deer
-from deer.platform.files import read_table
+from deer.base.files import read_table
 from deer.platform.result import find_ranks_table
 from experiments.cli import main
 from kg_data import build_queries, load_kg
@@ -161,23 +161,35 @@ def test_readme_python_example_runs_as_written(tiny_kg_dir, tiny_clm_dir, tmp_pa
 
 
 def test_loose_keywords_and_option_objects_are_one_thing(tiny_kg_dir):
-    """run_probe gathers split=/k_shot=/token_budget= into QuerySelection/PromptTemplates/Budget; a
-    keyword that its given object would override is refused by name before any model is loaded."""
+    """run_probe gathers split=/k_shot=/dtype=/token_budget= into QuerySelection/PromptTemplates/ModelLoading/
+    Budget; a keyword that its given object would override is refused by name before any model is loaded."""
+    from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options
     from deer.platform.templates import PromptTemplates
     from deer.platform.validate import OptionError
-    from deer.runner import Budget, QuerySelection, gather_options
 
-    selection, templates, budget, rest = gather_options(None, None, None, {"split": "valid", "subset": 3, "k_shot": 2,
-                                                                           "template_style": "paper", "token_budget": 64,
-                                                                           "pll_variant": "original"})
-    assert selection == QuerySelection(split="valid", subset=3)
-    assert (templates.k_shot, budget, rest) == (2, Budget(token_budget=64), {"pll_variant": "original"})
+    gathered, rest = gather_options({"split": "valid", "subset": 3, "k_shot": 2, "template_style": "paper", "token_budget": 64,
+                                     "dtype": "float32", "pll_variant": "original"})
+    assert gathered.selection == QuerySelection(split="valid", subset=3)
+    assert (gathered.templates.k_shot, gathered.budget, rest) == (2, Budget(token_budget=64), {"pll_variant": "original"})
+    assert gathered.loading == ModelLoading(dtype="float32")
     given = PromptTemplates(k_shot=3)
-    assert gather_options(None, given, None, {"k_shot": 8})[1] is given  # the default beside an object: nothing lost
+    assert gather_options({"k_shot": 8}, templates=given)[0].templates is given  # the default beside an object: nothing lost
     with pytest.raises(OptionError, match="k_shot=2: given beside templates="):
         deer.probe(tiny_kg_dir, "no-such-model-is-loaded", templates=given, k_shot=2)
     with pytest.raises(OptionError, match="split='train': given beside selection="):
         bear_ref.bear(tiny_kg_dir, "no-such-model-is-loaded", selection=QuerySelection(), split="train")
+    with pytest.raises(OptionError, match="dtype='float16': given beside loading="):
+        deer.probe(tiny_kg_dir, "no-such-model-is-loaded", loading=ModelLoading(), dtype="float16")
+
+
+def test_one_seed_per_purpose(tiny_kg_dir):
+    """The subset's seed and the few-shot examples' seed have names of their own; the shots follow the
+    subset's seed unless shot_seed is given (so runs made before it keep their numbers)."""
+    from deer.platform.run_options import gather_options
+
+    assert gather_options({"seed": 3})[0].templates.seed == 3
+    split = gather_options({"seed": 3, "shot_seed": 5})[0]
+    assert (split.selection.seed, split.templates.seed) == (3, 5)
 
 
 def test_a_result_prints_as_one_line():

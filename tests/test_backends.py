@@ -12,8 +12,8 @@ import pytest
 import bear_ref
 import deer
 from deer.backends import backend_names, open_backend
-from deer.platform.errors import OptionError
-from deer.platform.models import as_loaded_model
+from deer.backends.models import as_loaded_model
+from deer.base.errors import OptionError
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
 from tests.test_equivalence import VECTOR_RTOL, tiny_model

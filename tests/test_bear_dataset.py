@@ -177,7 +177,7 @@ def test_ties_go_to_the_first_answer_unless_asked(tmp_path):
 
 
 def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
-    from deer.platform.files import write_json, write_table
+    from deer.base.files import write_json, write_table
 
     folder = write_dataset(tmp_path / "BEARmini")
     data = load_bear_dataset(str(folder))
@@ -239,9 +239,9 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     from click.testing import CliRunner
 
     from bear_ref.dataset import resume_key, run_bear_dataset
+    from deer.backends.models import open_model
     from deer.backends.statement_scorer import StatementScorer
     from deer.backends.tokenization import bos_policy
-    from deer.platform.models import open_model
     from experiments.cli import main
 
     loaded = open_model(str(tiny_clm_dir))
@@ -285,7 +285,7 @@ def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(
     import shutil
 
     import bear_ref
-    from deer.platform.models import open_model
+    from deer.backends.models import open_model
     from experiments.cloze_bear import stored_bear_table
 
     folder = write_dataset(tmp_path / "BEARmini")

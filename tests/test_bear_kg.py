@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 import bear_ref
 from bear_ref.kg_probe import bear_kg_scores
+from deer.backends.models import open_model
 from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import batch_token_ids
-from deer.platform.models import open_model
 from deer.platform.result import find_ranks_table
 from deer.platform.templates import PromptTemplates
 from experiments.cli import main

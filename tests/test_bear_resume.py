@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import bear_ref
-from deer.platform import models
+from deer.backends import models
 from experiments.cli import main
 from experiments.cloze_bear import stored_bear_table
 from kg_data.bear import load_bear_dataset

@@ -43,10 +43,10 @@ layouts = pytest.mark.parametrize("layout", SharedPrefixScorer.LAYOUTS)
 
 
 @layouts
-@pytest.mark.parametrize("budget,batch", [(2048, 64), (6, 2)])
-def test_shared_prefix_equals_plain_on_tiny_model(tiny_clm, budget, batch, layout):
+@pytest.mark.parametrize("budget", [2048, 6])
+def test_shared_prefix_equals_plain_on_tiny_model(tiny_clm, budget, layout):
     model, tokenizer = tiny_clm
-    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget, max_batch_size=batch, layout=layout)
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=budget, layout=layout)
     fast = scorer.score_texts(CONTEXT, CANDIDATES)
     plain = plain_conditional_scores(model, tokenizer, CONTEXT, CANDIDATES)
     np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
@@ -106,7 +106,7 @@ def test_shared_prefix_equals_plain_on_smollm2(smollm2, tiny_kg_dir, layout):
     kg = load_kg(str(tiny_kg_dir))
     queries = build_queries(kg, "test")
     templates = PromptTemplates(k_shot=3)
-    scorer = SharedPrefixScorer(model, tokenizer, token_budget=64, max_batch_size=3, layout=layout)
+    scorer = SharedPrefixScorer(model, tokenizer, token_budget=64, layout=layout)
     for triple in queries.triples[:3].tolist():
         context = templates.query_context(kg, tuple(triple))
         continuations = [templates.continuation(kg, t) for t in (4, 6, 9, 10)]

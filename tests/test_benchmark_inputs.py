@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 import bear_ref
+from deer.backends import models
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.statement_scorer import StatementScorer
-from deer.platform import models
 from deer.platform.length_guard import PromptTooLongError
 from experiments.benchmarks import probe_benchmark
 from experiments.cli import main

@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from deer.platform.models import ModelUnavailableError, resolve_model
+from deer.backends.models import ModelUnavailableError, resolve_model
 from experiments.checkpoints import named_checkpoints, trainer_checkpoints
 from experiments.cli import main
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import deer
-from deer.platform import models
+from deer.backends import models
 from experiments.cli import main
 from kg_data.errors import KGNotFoundError
 from kg_data.load import dataset_kind

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bear_ref.cloze_scoring import mask_fill_logprobs, single_token_words
+from bear_ref.cloze_scoring import single_token_words
+from deer.backends.mask_fill import mask_fill_logprobs
+from deer.backends.models import LoadedModel
 from deer.backends.tokenization import batch_token_ids
-from deer.platform.models import LoadedModel
 from deer.platform.templates import candidate_prompt
 from deer.runner import run_cloze
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement

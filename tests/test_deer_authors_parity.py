@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from deer.platform.templates import PromptTemplates
-from experiments.cli.options import kg_options, template_options
+from experiments.cli.options import kg_options, run_options_of, template_options
 from experiments.cli.probes import prepare_queries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +60,8 @@ def cli_setup(*args: str):
     @click.command()
     @kg_options()
     @template_options
-    def build(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style):
-        built["queries"], built["templates"] = prepare_queries(
-            kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style)
+    def build(kg, **given):
+        built["queries"], built["templates"] = prepare_queries(kg, run_options_of(given))
         built["kg"] = built["queries"].kg
 
     result = CliRunner().invoke(build, ["--kg", "wn18rr", "--split", "test", "--subset", str(N_QUERIES), *args])
@@ -155,8 +154,8 @@ def relative_errors(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("tokenizer_adds_bos", [True, False], ids=["tokenizer-adds-bos", "tokenizer-adds-no-bos"])
 def test_embeddings_match_the_packages_encoder(tmp_path, tokenizer_adds_bos):
     from deer.backends.encoder import PromptEOLEncoder
+    from deer.backends.models import load_model
     from deer.backends.tokenization import token_ids
-    from deer.platform.models import load_model
 
     kg, queries, templates = cli_setup("--template-style", "authors")
     prompts = [templates.query_prompt(kg, tuple(t)) for t in queries.triples.tolist()]

@@ -7,7 +7,7 @@ import types
 import torch
 
 from deer.backends.batching import CPU_TOKEN_BUDGET, auto_batch_limits
-from deer.platform.models import resolve_dtype
+from deer.backends.models import resolve_dtype
 
 
 def test_dtype_auto_is_float32_on_the_cpu_and_half_precision_on_a_gpu(monkeypatch):

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
-from deer.platform.ranking import normalize_rows, rank_chunk, rank_scores
+from deer.platform.ranking import rank_chunk, rank_scores
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
 from tests.ranking_oracle import plain_top_k, rank_of

@@ -10,8 +10,9 @@ import dataclasses
 
 import numpy as np
 
+from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
-from deer.platform.ranking import candidate_counts, normalize_rows, rank_scores
+from deer.platform.ranking import candidate_counts, rank_scores
 from deer.platform.run_spec import queries_fingerprint
 from kg_data.load import load_kg
 from kg_data.queries import build_queries

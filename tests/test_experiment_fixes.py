@@ -35,7 +35,7 @@ def experiment_kg_dir(tmp_path) -> Path:
 @pytest.fixture()
 def model_loads(monkeypatch) -> dict:
     """Counts ``load_model`` calls per model name and ``model_fingerprint`` calls (the costly parts of opening)."""
-    from deer.platform import models
+    from deer.backends import models
 
     counts = {"loads": Counter(), "fingerprints": 0}
     real_load, real_fingerprint = models.load_model, models.model_fingerprint
@@ -121,7 +121,7 @@ def test_compute_time_opens_its_model_once(tiny_kg_dir, tiny_clm_dir, tmp_path, 
 def test_probe_with_ray_workers_opens_the_model_once_on_the_driver(tiny_kg_dir, tiny_clm_dir, tmp_path, model_loads, monkeypatch):
     """--ray-workers: the driver's one open model gives the workers' store key and then runs the probe
     (the Ray encoding itself is replaced here; tests/test_ray_runs.py runs it where Ray is installed)."""
-    from deer.platform.models import LoadedModel
+    from deer.backends.models import LoadedModel
     from experiments import ray_runs
 
     handed = []

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
 from deer import probes
-from deer.platform.files import read_table
+from deer.base.files import read_table
 from deer.platform.metrics import rank_metrics
 from deer.platform.result import find_ranks_table, tail_token_lengths
 from deer.platform.run_spec import RunSpec
@@ -513,7 +513,7 @@ def test_importing_the_plots_keeps_the_callers_matplotlib_backend(tmp_path):
 def test_each_model_is_opened_once_per_experiment(experiment_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
     """Bug 8: `deer experiment agreement --single-token` opened each model to read its tokenizer, then
     the run opened and fingerprinted it again."""
-    from deer.platform import models
+    from deer.backends import models
 
     opened = []
     real = models.load_model

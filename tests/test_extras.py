@@ -9,8 +9,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from deer.platform.extras import MissingExtraError, import_extra
-from deer.platform.models import ModelUnavailableError, resolve_model
+from deer.backends.models import ModelUnavailableError, resolve_model
+from deer.base.extras import MissingExtraError, import_extra
 from experiments.cli import main
 
 

@@ -15,10 +15,10 @@ import torch
 from bear_ref.lama_probe import LamaProbe, first_token_ids, first_tokens
 from deer.backends import open_backend
 from deer.backends.boundary import move_trailing_whitespace, split_statements
+from deer.backends.models import as_loaded_model, open_model
 from deer.backends.plain import plain_logprobs
 from deer.backends.tokenization import token_ids
 from deer.platform.length_guard import PromptTooLongError, guard_prompt_lengths
-from deer.platform.models import as_loaded_model, open_model
 from deer.platform.templates import PromptTemplates
 from deer.probes import ProbeRequest
 from kg_data.load import load_kg

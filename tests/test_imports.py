@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("deer", "bear_ref", "kg_data", "experiments")
 
 # Layer of a module (by longest matching prefix) and the layers it may import.  Top to bottom:
-# cli -> experiments -> api -> probes -> core (deer.platform, deer.backends, deer.probes) -> kg_data.
+# cli -> experiments -> api -> probes -> registry (deer.probes) -> platform -> backends -> base -> kg_data.
 LAYERS = {
     "experiments.cli": "cli",
     "experiments": "experiments",
@@ -22,22 +22,18 @@ LAYERS = {
     "deer.embedding_probe": "probes",
     "bear_ref": "probes",
     "deer.runner": "api",  # task + probes + model -> result, for every probe and both task shapes (KG, benchmark)
-    "deer.probes": "core",  # the probe protocol and registry (names only; probes register through entry points)
-    "deer.backends": "core",  # the model-facing kernels and the backends that hold them
-    "deer.platform": "core",  # the platform every probe and task shares
+    "deer.probes": "registry",  # the probe protocol and registry (names only; probes register through entry points)
+    "deer.platform": "platform",  # what every probe and task shares: ranking, stores, results, run specs, input checks
+    "deer.backends": "backends",  # the model: loading it, and the kernels and backends that run it
+    "deer.base": "base",  # errors, work counters, atomic files, extras, model specs, unit vectors
     "deer.core": "package",  # its old name: a redirect that imports nothing of the project
     "deer": "package",  # deer/__init__.py and deer/lazy_exports.py: names only, imported lazily
     "kg_data": "data",
 }
-ALLOWED = {
-    "cli": {"cli", "experiments", "api", "probes", "core", "data", "package"},
-    "experiments": {"experiments", "api", "probes", "core", "data", "package"},
-    "api": {"api", "probes", "core", "data", "package"},
-    "probes": {"probes", "core", "data", "package"},
-    "core": {"core", "data"},
-    "package": {"package"},
-    "data": {"data"},
-}
+BELOW = ("data", "base", "backends", "platform", "registry", "probes", "api", "experiments", "cli")  # bottom to top
+ALLOWED = {layer: set(BELOW[:BELOW.index(layer) + 1]) | ({"package"} if layer not in ("data", "base", "backends", "platform") else set())
+           for layer in BELOW}
+ALLOWED["package"] = {"package"}
 
 
 def project_modules() -> dict[str, Path]:
@@ -170,4 +166,15 @@ def test_the_platforms_old_name_still_imports_the_same_modules():
     from deer.core.ranking import rank_chunk
 
     assert rank_chunk is deer.platform.ranking.rank_chunk
-    assert importlib.import_module("deer.core.models") is importlib.import_module("deer.platform.models")
+    assert importlib.import_module("deer.core.models") is importlib.import_module("deer.backends.models")
+
+
+@pytest.mark.parametrize(("old", "new"), [("deer.platform.models", "deer.backends.models"),
+                                          *((f"deer.platform.{n}", f"deer.base.{n}") for n in ("errors", "work", "files", "extras", "model_spec"))])
+def test_moved_modules_keep_their_old_names_for_one_release(old, new):
+    import importlib
+    import sys
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} is now {new}"):
+        assert importlib.import_module(old) is importlib.import_module(new)

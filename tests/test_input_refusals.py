@@ -27,7 +27,7 @@ from tests.refusals import assert_refused_before_loading
 
 @pytest.fixture()
 def no_model_loading(monkeypatch):
-    import deer.platform.models as models
+    import deer.backends.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
 

@@ -178,8 +178,8 @@ def test_readers_take_a_path_as_well_as_a_string(tiny_kg_dir, tmp_path):
 
 def test_one_cache_root_holds_fetched_data_and_models(tmp_path, monkeypatch):
     """$DEER_CACHE_DIR moves the fetched data, the converted models and the stores together."""
+    from deer.backends.models import cache_root as models_cache_root
     from deer.platform.inputs import store_root
-    from deer.platform.models import cache_root as models_cache_root
     from kg_data.fetch import data_root
 
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 import bear_ref
 import deer
 from bear_ref.lama_probe import first_token_ids, restrict_to_single_token
+from deer.backends.models import open_model
 from deer.backends.plain import statement_ids_and_start
 from deer.backends.tokenization import token_ids
-from deer.platform.models import open_model
 from deer.platform.result import find_ranks_table
 from deer.platform.templates import PromptTemplates
 from experiments.cli import main

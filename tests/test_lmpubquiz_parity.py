@@ -203,8 +203,8 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
     cardinality of ``run_bear_dataset`` equal lm-pub-quiz's ``Evaluator`` on the same model and data."""
     from transformers import AutoTokenizer
 
+    from deer.backends.models import open_model
     from deer.backends.statement_scorer import StatementScorer
-    from deer.platform.models import open_model
 
     folder, spec = parity_dataset
     loaded = open_model(str(tiny_clm_dir))

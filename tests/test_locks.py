@@ -6,7 +6,8 @@ import os
 import threading
 import time
 
-from deer.platform import files, models
+from deer.backends import models
+from deer.base import files
 
 
 def test_a_bundled_model_is_converted_once_by_concurrent_processes(tmp_path, monkeypatch):

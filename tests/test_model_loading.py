@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import deer
-from deer.platform.model_spec import ModelSpec, with_loading
-from deer.platform.models import ModelUnavailableError, open_model
+from deer.backends.models import ModelUnavailableError, open_model
+from deer.base.model_spec import ModelSpec, with_loading
 from deer.platform.validate import OptionError
 from experiments.cli import main
 

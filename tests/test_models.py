@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deer.platform.models import ModelUnavailableError, load_model, resolve_model
+from deer.backends.models import ModelUnavailableError, load_model, resolve_model
 
 
 def test_aliases_and_hub_ids():
@@ -44,7 +44,7 @@ def _embedding_model(rows: int = 100, width: int = 64, dtype=None):
 def test_fingerprint_sees_an_edit_past_the_first_2048_values(dtype_name):
     import torch
 
-    from deer.platform.models import model_fingerprint
+    from deer.backends.models import model_fingerprint
 
     model = _embedding_model(dtype=getattr(torch, dtype_name))
     before = model_fingerprint(model)
@@ -60,7 +60,7 @@ def test_fingerprint_sees_an_edit_past_the_first_2048_values(dtype_name):
 def test_fingerprint_names_shapes_and_dtypes():
     import torch
 
-    from deer.platform.models import tensors_fingerprint
+    from deer.backends.models import tensors_fingerprint
 
     weight = torch.arange(12, dtype=torch.float32)
     base = tensors_fingerprint([("w", weight)])
@@ -74,7 +74,7 @@ def test_identical_weights_in_two_copies_share_the_fingerprint(tmp_path):
 
     import torch
 
-    from deer.platform.models import model_fingerprint, tensors_fingerprint
+    from deer.backends.models import model_fingerprint, tensors_fingerprint
 
     model = _embedding_model()
     twin = copy.deepcopy(model)
@@ -97,7 +97,7 @@ def test_identical_weights_in_two_copies_share_the_fingerprint(tmp_path):
 
 
 def test_fingerprint_of_a_loaded_model_in_two_copies(tiny_clm_dir):
-    from deer.platform.models import model_fingerprint
+    from deer.backends.models import model_fingerprint
 
     first, _, _ = load_model(str(tiny_clm_dir))
     second, _, _ = load_model(str(tiny_clm_dir))
@@ -108,7 +108,7 @@ def test_fingerprint_of_a_loaded_model_in_two_copies(tiny_clm_dir):
 def test_device_auto_takes_the_gpu_when_there_is_one(monkeypatch):
     import torch
 
-    from deer.platform.models import resolve_device
+    from deer.backends.models import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto") == "cuda:0"

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from deer.base.files import read_table
 from deer.embedding_probe import encode_through_store, prompt_keys
-from deer.platform.files import read_table
 from deer.platform.result import ProbeResult, find_ranks_table, load_results
 from deer.platform.stores import EmbeddingStore, PendingParts, flush_seconds, item_keys
 from tests.store_faults import SHARD_INDEXES, stored_keys

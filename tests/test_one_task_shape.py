@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deer.platform.models import as_loaded_model
+from deer.backends.models import as_loaded_model
 from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchmark_task
 from deer.probes import get_probe
 from deer.runner import run_probe

@@ -93,8 +93,8 @@ def test_key_values_read_python_and_json_literals_typed():
 
 
 def test_the_model_arg_reaches_loading_typed(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
-    from deer.platform import models
-    from deer.platform.model_spec import loading_options
+    from deer.backends import models
+    from deer.base.model_spec import loading_options
 
     seen = []
 
@@ -161,7 +161,7 @@ def test_the_cli_refuses_before_loading(name, build, expected, tmp_path, tiny_kg
 
 
 def test_query_embeddings_of_the_wrong_row_count_are_refused_before_loading(tiny_kg_dir, tiny_clm_dir, monkeypatch):
-    from deer.platform import models
+    from deer.backends import models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(OptionError, match="3 rows for 4 queries") as refused:
@@ -171,7 +171,7 @@ def test_query_embeddings_of_the_wrong_row_count_are_refused_before_loading(tiny
 
 def test_lama_on_the_authors_style_is_refused_before_loading_in_python(tiny_kg_dir, tiny_clm_dir, monkeypatch):
     import bear_ref
-    from deer.platform import models
+    from deer.backends import models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(ValueError, match="LAMA needs the query to end at the comma"):

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 import deer
-from deer.platform import models
-from deer.platform.errors import OptionError
+from deer.backends import models
+from deer.base.errors import OptionError
 from experiments.cli import main
 from tests.conftest import write_tiny_kg
 from tests.refusals import assert_refused_before_loading

@@ -65,7 +65,7 @@ def test_unknown_variant_is_rejected(tiny_mlm):
 def test_deer_refuses_a_masked_lm_on_a_kg_and_bear_runs(tiny_mlm, tiny_kg_dir):
     """PromptEOL reads a causal LM's last state: the KG path refuses DEER on a masked LM by name, as
     the benchmark path does, and still runs BEAR (PLL) on it."""
-    from deer.platform.models import LoadedModel
+    from deer.backends.models import LoadedModel
     from deer.runner import run_probe
 
     model, tokenizer = tiny_mlm

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import deer
-from deer.platform.files import read_table
-from deer.platform.models import open_model
-from deer.platform.ranking import normalize_rows
+from deer.backends.models import open_model
+from deer.base.files import read_table
+from deer.base.vectors import normalize_rows
 from deer.platform.result import find_ranks_table
 from deer.platform.stores import CacheKeyMismatch, EmbeddingStore
 from deer.platform.templates import PromptTemplates
@@ -116,7 +116,7 @@ def test_atomic_writes_are_readable_files(tmp_path):
     import os
     import stat
 
-    from deer.platform.files import atomic_write_bytes
+    from deer.base.files import atomic_write_bytes
 
     target = tmp_path / "out.json"
     atomic_write_bytes(target, b"{}")
@@ -248,7 +248,7 @@ def test_the_python_api_caches_only_when_asked_and_never_on_a_training_identity(
     """Issue 22.8: the Python API writes nothing unless asked (cache=True reuses the stores as the CLI
     does); a model whose fingerprint is an identity given for it (a model in training) is never cached on."""
     import deer
-    from deer.platform.models import LoadedModel, training_identity
+    from deer.backends.models import LoadedModel, training_identity
     from deer.platform.validate import OptionError
 
     _, queries, loaded = tiny_setup

@@ -5,14 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
-from deer.platform.ranking import (
-    candidate_counts,
-    gold_ranks_from_scores,
-    normalize_rows,
-    top_k_from_scores,
-)
+from deer.platform.ranking import candidate_counts, gold_ranks_from_scores, top_k_from_scores
 from tests.ranking_oracle import rank_of
 
 

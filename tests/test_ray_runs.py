@@ -46,8 +46,8 @@ def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir
     process's.  A worker killed mid-shard leaves no index for it (the index is written last): the rerun
     encodes only that shard's prompts again and the ranks stay identical."""
     import deer
+    from deer.backends.models import open_model
     from deer.embedding_probe import prompt_keys, prompt_store
-    from deer.platform.models import open_model
     from experiments.ray_runs import encode_entities_on_ray
     from tests.store_faults import stored_parts
 
@@ -81,3 +81,26 @@ def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir
     assert len(prompt_store(loaded, tmp_path / "ray-cache", templates.prompt_special_tokens).missing(keys)) == 6
     encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", batch=6)
     assert len(stored_parts(folder)) == shards and ray_ranks().equals(one.table[["deer_rank_raw", "deer_rank_filtered"]])
+
+
+def test_a_worker_process_killed_mid_run_is_redone_and_the_ranks_stay_identical(tiny_clm_dir, tiny_kg_dir, tmp_path, monkeypatch):
+    """A real death, not a simulated one: the first batch any worker takes kills that worker's process
+    (``os._exit``) before it writes anything.  Ray restarts the actor, the driver hands the batch out again,
+    and the store and the ranks equal one process's."""
+    import deer
+    from experiments import ray_runs
+    from tests import ray_killing_worker
+
+    ray.cloudpickle.register_pickle_by_value(ray_killing_worker)  # the workers need not import the tests package
+    monkeypatch.setattr(ray_killing_worker.KillingWorker, "marker", str(tmp_path / "killed"))
+    monkeypatch.setattr(ray_runs, "_EncodingWorker", ray_killing_worker.KillingWorker)
+    kg, templates = load_kg(tiny_kg_dir), PromptTemplates()
+    queries = build_queries(kg, "test")
+    ray_runs.encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", batch=6)
+    assert (tmp_path / "killed").exists(), "no worker was killed: the test would prove nothing"
+    columns = ["deer_rank_raw", "deer_rank_filtered"]
+    after_kill = deer.probe(queries, str(tiny_clm_dir), templates=templates, cache=True, cache_dir=tmp_path / "ray-cache",
+                            show_progress=False)
+    one = deer.probe(queries, str(tiny_clm_dir), templates=templates, cache=False, show_progress=False)
+    assert after_kill.metadata["cache"]["entities_encoded_now"] == 0  # the Ray workers encoded every entity
+    assert after_kill.table[columns].equals(one.table[columns])

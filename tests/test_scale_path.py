@@ -75,3 +75,26 @@ def test_a_wikidata5m_folder_runs_end_to_end(tmp_path, tiny_clm_dir):
                                        "--out", str(tmp_path / "out")], env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "ranks.parquet").exists() and "hit@10" in result.output.lower()
+
+
+def test_the_time_left_counts_preparing_the_prompts_apart_from_encoding_them(monkeypatch):
+    """A chunk is made and tokenized whole before its first batch.  Here 100,000 prompts of 10 tokens: a
+    chunk of 32,768 prepared in 30 s, then 1,000 prompts encoded in 10 s.  Going on so, the rest takes
+    99,000 x 10 s / 1,000 to encode plus 67,232 x 30 s / 32,768 to prepare = 1,052 s; one rate over both
+    (the estimate before) said 66 min."""
+    import re
+    import warnings
+
+    from deer import embedding_probe
+
+    clock = iter([0.0, 40.0])
+    monkeypatch.setattr(embedding_probe.time, "perf_counter", lambda: next(clock))
+    forecast = embedding_probe.EncodingForecast(100_000, "entities", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        forecast.chunk([10] * embedding_probe.STREAM_CHUNK, preparing_seconds=30.0)
+        forecast.batch_done(range(1000))
+    said = [str(w.message) for w in caught if "min left" in str(w.message)]
+    minutes = float(re.search(r"about ([\d.]+) min left", said[0]).group(1))
+    chunk = embedding_probe.STREAM_CHUNK
+    assert abs(minutes * 60 - (99_000 * 10 / 1000 + (100_000 - chunk) * 30 / chunk)) < 0.05 * 60 + 1  # shown to 0.1 min

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 import deer
 from deer import probes
-from deer.platform.models import as_loaded_model
+from deer.backends.models import as_loaded_model
 from deer.platform.result import load_results
 from deer.runner import run_probe
 from experiments.cli import main

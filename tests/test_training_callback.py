@@ -110,7 +110,7 @@ def test_probe_leaves_training_state_untouched(tiny_clm_dir, tiny_kg_dir):
 def test_probing_while_training_hashes_no_weights(tiny_clm_dir, tiny_kg_dir, monkeypatch):
     """Bug 4: every evaluation hashed every byte of every weight (a 7B bf16 model: ~14 GB copied to the
     host and hashed per call); the probe of a model in training is named without reading its weights."""
-    from deer.platform import models
+    from deer.backends import models
 
     hashed = []
     monkeypatch.setattr(models, "tensors_fingerprint", lambda *args, **kwargs: hashed.append(1) or "x")

@@ -5,7 +5,8 @@
   token) for chosen ids there (LAMA); with ``stats``, ``token_budget``, ``max_batch_size``, ``device``;
 * ``backend.statement_scorer(pll_variant)``: ``score(context, continuations)`` and
   ``score_statements(statements, progress)`` give whole statements' summed log-likelihoods (every
-  token after the first; PLL for a masked LM), with ``method``, ``statements_method`` and ``work()``.
+  token after the first; PLL for a masked LM), with ``method``, ``statements_method`` and ``work()``;
+* ``backend.mask_filler()``: ``logprobs(sentences, token_ids)`` at a masked LM's mask token (LAMA).
 
 Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
 forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
@@ -18,7 +19,7 @@ from importlib import import_module
 from importlib import metadata as importlib_metadata
 from typing import Any, Protocol
 
-from deer.platform.errors import OptionError  # an unknown name is a bad option (--backend), not a KeyError
+from deer.base.errors import OptionError  # an unknown name is a bad option (--backend), not a KeyError
 
 ENTRY_POINT_GROUP = "deer.backends"
 BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
@@ -34,9 +35,26 @@ class Backend(Protocol):
     can_cache: bool  # its results may be stored and reused (False: a cross-check that reads and writes no store)
     store_key: dict  # what its vectors depend on beyond the model ({} where they are the model's own states)
 
-    def encoder(self, special_tokens: str = "bos") -> Any: ...
+    def encoder(self, special_tokens: str = "bos") -> Any:
+        """A PromptEOL encoder: ``encode(texts, next_token_ids=None, description, progress, on_batch)`` gives an
+        ``EncoderOutput`` whose ``embeddings`` are float32 (len(texts), hidden size), each prompt's last-layer
+        state at its last token, in input order; with ``next_token_ids`` (ids), also ``next_token_logprobs``
+        float32 (len(texts), len(ids)), log p(id | prompt) in nats.  ``on_batch(rows, vectors)``: each finished
+        batch handed on instead of kept.  ``special_tokens``: "bos" (the BOS policy) or "tokenizer"."""
+        ...
 
-    def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any: ...
+    def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any:
+        """A statement scorer (``StatementScorer``'s interface): ``score(context, continuations)`` float64
+        (len(continuations),) and ``score_statements(statements, progress)`` float64 (len(statements),): each
+        whole statement's summed log-likelihood in nats, every token after the first (PLL with
+        ``pll_variant`` for a masked LM); ``method``, ``statements_method`` and ``work()`` say how."""
+        ...
+
+    def mask_filler(self) -> Any:
+        """A masked-token scorer for a masked LM (``deer.backends.mask_fill.MaskFiller``'s interface):
+        ``logprobs(sentences, token_ids)``, float32 (len(sentences), len(token_ids)), log p(token | sentence)
+        in nats at each sentence's one mask token (LAMA on a masked LM)."""
+        ...
 
 
 REGISTERED: dict[str, str] = {}  # backends registered at run time (``register_backend``): name -> "module:Class"

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from deer.backends.model_config import text_config
+
 FULL = "full_attention"
 SLIDING = "sliding_attention"
 # Back-ends whose attention functions add a float 4-D mask to the scores as given.
@@ -29,7 +31,7 @@ def attention_windows(model) -> int | None | dict[str, int | None]:
     Raises NotImplementedError for layer kinds whose masks are not causal or sliding
     (chunked or linear attention), rather than scoring them wrongly.
     """
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model)
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types:

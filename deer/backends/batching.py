@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deer.backends.model_config import text_config
+
 
 def length_sorted_batches(
     lengths: Sequence[int], token_budget: int, max_batch_size: int = 256, max_padding: float = 0.1
@@ -58,7 +60,7 @@ def auto_batch_limits(model) -> tuple[int, int]:
     parameter = next(model.parameters())
     if parameter.device.type != "cuda":
         return CPU_TOKEN_BUDGET, 128
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model)
     hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 1024))
     intermediate = int(getattr(config, "intermediate_size", 0) or getattr(config, "ffn_dim", 0) or 4 * hidden)
     free, _ = torch.cuda.mem_get_info(parameter.device)

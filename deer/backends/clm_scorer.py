@@ -21,26 +21,24 @@ from deer.backends.encoder import next_token_log_softmax, token_logprobs
 from deer.backends.packing import consecutive_packs
 from deer.backends.shared_prefix import context_cache, forward_on_cache, packed_forward
 from deer.backends.trie_scorer import TrieRow, ancestor_mask, build_rows
-from deer.platform.work import WorkCounter
+from deer.base.work import WorkCounter
 
 
 class SharedPrefixScorer:
     """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode).
 
-    ``token_budget``: continuation tokens (trie: trie nodes, leaves included) per forward pass;
-    ``max_batch_size`` is kept for interface compatibility with the masked-LM scorer.  ``stats``:
+    ``token_budget``: continuation tokens (trie: trie nodes, leaves included) per forward pass.  ``stats``:
     ``continuation_tokens`` is what the packed layout feeds (whichever ran), ``trie_nodes`` what the trie fed.
     """
 
     LAYOUTS = ("packed", "trie")
 
-    def __init__(self, model, tokenizer, token_budget: int = 512, max_batch_size: int = 64, layout: str = "trie"):
+    def __init__(self, model, tokenizer, token_budget: int = 512, layout: str = "trie"):
         if layout not in self.LAYOUTS:
             raise ValueError(f"layout must be one of {self.LAYOUTS}, not {layout!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.token_budget = token_budget
-        self.max_batch_size = max_batch_size
         self.layout = layout
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("contexts", "statements", "context_tokens", "continuation_tokens", "trie_nodes", "tokens",

@@ -16,9 +16,11 @@ import torch
 from tqdm.auto import tqdm
 
 from deer.backends.batching import auto_batch_limits, length_sorted_batches, pad_right
+from deer.backends.model_config import text_config
 from deer.backends.shared_prefix import hidden_after_prefix, prefix_groups
 from deer.backends.tokenization import batch_token_ids, padding_id
-from deer.platform.work import WorkCounter
+from deer.base.vectors import normalize_rows
+from deer.base.work import WorkCounter
 
 
 @dataclasses.dataclass
@@ -35,7 +37,7 @@ def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
     logits = model.get_output_embeddings()(hidden).float()
     # Gemma-style logit soft-capping: the model's own forward applies it; here the LM head is
     # called directly, so it is applied here (plain full forward passes must not apply it again).
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    softcap = getattr(text_config(model), "final_logit_softcapping", None)
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     return torch.log_softmax(logits, dim=-1)
@@ -92,7 +94,7 @@ class PromptEOLEncoder:
     def from_pretrained(cls, name: str, dtype: str = "auto", device: str = "auto", **options) -> PromptEOLEncoder:
         """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode;
         ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``."""
-        from deer.platform.models import load_model
+        from deer.backends.models import load_model
 
         model, tokenizer, _ = load_model(name, dtype=dtype, device=device)
         return cls(model, tokenizer, **options)
@@ -103,7 +105,7 @@ class PromptEOLEncoder:
         builds DEER's).  ``normalize``: unit length, so dot products are cosines."""
         vectors = self.encode(texts, description="embedding").embeddings
         if normalize:
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            vectors = normalize_rows(vectors)
         return vectors
 
     @property

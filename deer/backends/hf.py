@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.mask_fill import DEFAULT_TOKEN_BUDGET, MaskFiller
 from deer.backends.statement_scorer import StatementScorer
 
 STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none is given
@@ -27,3 +28,6 @@ class HFBackend:
     def statement_scorer(self, pll_variant: str = "within_word_l2r") -> StatementScorer:
         budget = STATEMENT_TOKEN_BUDGET if self.token_budget is None else self.token_budget
         return StatementScorer(self.model, self.tokenizer, token_budget=budget, pll_variant=pll_variant)
+
+    def mask_filler(self) -> MaskFiller:
+        return MaskFiller(self.model, self.tokenizer, DEFAULT_TOKEN_BUDGET if self.token_budget is None else self.token_budget)

@@ -16,10 +16,11 @@ import torch
 from deer.backends.batching import pad_right
 from deer.backends.boundary import move_trailing_whitespace
 from deer.backends.encoder import EncoderOutput, output_size
+from deer.backends.mask_fill import MaskFiller
+from deer.backends.models import is_masked_lm
 from deer.backends.pll import plain_pll
 from deer.backends.tokenization import batch_token_ids, bos_id, padding_id
-from deer.platform.models import is_masked_lm
-from deer.platform.work import WorkCounter
+from deer.base.work import WorkCounter
 
 
 def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
@@ -163,7 +164,13 @@ class PlainBackend:
         self.model, self.tokenizer, self.show_progress = model, tokenizer, show_progress
 
     def encoder(self, special_tokens: str = "bos") -> PlainEncoder:
+        """The ``Backend.encoder`` interface, one whole forward pass per prompt."""
         return PlainEncoder(self.model, self.tokenizer, special_tokens, self.show_progress)
 
     def statement_scorer(self, pll_variant: str = "within_word_l2r") -> PlainStatementScorer:
+        """The ``Backend.statement_scorer`` interface, one whole forward pass per statement (per masked copy for PLL)."""
         return PlainStatementScorer(self.model, self.tokenizer, pll_variant)
+
+    def mask_filler(self) -> MaskFiller:
+        """The ``Backend.mask_filler`` interface, one masked sentence per forward pass."""
+        return MaskFiller(self.model, self.tokenizer, token_budget=1)

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from deer.backends.batching import length_sorted_batches, pad_right
-from deer.platform.work import WorkCounter
+from deer.backends.tokenization import padding_id
+from deer.base.work import WorkCounter
 
 PLL_VARIANTS = ("original", "within_word_l2r")
 
@@ -67,7 +68,7 @@ class PLLScorer:
         self.model, self.tokenizer, self.variant = model, tokenizer, variant
         self.token_budget, self.max_batch_size = token_budget, max_batch_size
         self.device = next(model.parameters()).device
-        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.pad_id = padding_id(tokenizer)
         self.stats = WorkCounter("statements", "masked_copies", "tokens", "padded_tokens")
 
     @torch.inference_mode()

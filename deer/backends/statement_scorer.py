@@ -13,24 +13,29 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.models import is_masked_lm
 from deer.backends.pll import PLLScorer
 from deer.backends.trie_scorer import PrefixTrieScorer
-from deer.platform.models import is_masked_lm
 
 
 class StatementScorer:
+    """Whole statements' summed log-likelihoods on the Hugging Face backend (the module docstring says how):
+    ``score`` for continuations of one context, ``score_statements`` for any statements; nats, float64."""
+
     def __init__(self, model, tokenizer, token_budget: int = 512, max_batch_size: int = 64, pll_variant: str = "within_word_l2r"):
         self.masked = is_masked_lm(model)
         if self.masked:
             self.pll = PLLScorer(model, tokenizer, pll_variant, token_budget=max(token_budget, 512), max_batch_size=max_batch_size)
             self.method = self.statements_method = f"pll-{pll_variant}"
         else:
-            self.clm = SharedPrefixScorer(model, tokenizer, token_budget, max_batch_size)
+            self.clm = SharedPrefixScorer(model, tokenizer, token_budget)
             self.trie = PrefixTrieScorer(model, tokenizer, token_budget)
             self.method = "clm-shared-prefix-sum-logprob"
             self.statements_method = PrefixTrieScorer.method
 
     def score(self, context: str, continuations: Sequence[str]) -> np.ndarray:
+        """float64 (len(continuations),): log p(context + continuation) summed over every token after the
+        first, in nats (the context read once on a causal LM; PLL on a masked LM)."""
         if self.masked:
             return self.pll.score([context + c for c in continuations])
         return self.clm.score_texts(context, continuations, whole=True)

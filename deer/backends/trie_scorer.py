@@ -19,7 +19,7 @@ from deer.backends.attention import backend_for_custom_masks, custom_attention_m
 from deer.backends.boundary import common_prefix_length
 from deer.backends.encoder import token_logprobs
 from deer.backends.tokenization import batch_token_ids
-from deer.platform.work import WorkCounter
+from deer.base.work import WorkCounter
 
 
 @dataclasses.dataclass

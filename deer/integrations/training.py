@@ -17,8 +17,8 @@ import torch
 from transformers import TrainerCallback
 
 from deer.api import load_queries, probe
+from deer.backends.models import LoadedModel, training_identity
 from deer.platform.distributed import full_weights, world
-from deer.platform.models import LoadedModel, training_identity
 from deer.platform.result import ProbeResult
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError, check_count, check_out_folder

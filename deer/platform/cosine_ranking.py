@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from deer.base.vectors import normalize_rows
 from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
 
 TIE_BAND = 1e-6  # cosine units: the row-wise and matrix-product roundings of a gold's score differ by far less
@@ -122,9 +123,8 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     gold = np.asarray(queries.gold, dtype=np.int64)
     excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
     width = min(k, n_candidates - bool((excluded >= 0).any()))
-    normalize = torch.nn.functional.normalize
-    query_tensor = normalize(torch.as_tensor(np.asarray(query_vectors, np.float32)), dim=1)
-    approx_gold = (query_tensor * normalize(torch.as_tensor(np.asarray(gold_vectors, np.float32)), dim=1)).sum(1)
+    query_tensor = normalize_rows(torch.as_tensor(np.asarray(query_vectors, np.float32)))
+    approx_gold = (query_tensor * normalize_rows(torch.as_tensor(np.asarray(gold_vectors, np.float32)))).sum(1)
     block_starts = range(0, n_queries, query_block) if n_queries else []
     states = {start: _new_state(min(query_block, n_queries - start), device) for start in block_starts}
     read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
@@ -189,9 +189,9 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending
         columns_t = torch.as_tensor(columns, device=device)
-        norms = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
-        scores = block_queries @ (vectors / norms.clamp_min(1e-12)).T  # F.normalize's arithmetic
-        if not (queries_finite and bool(torch.isfinite(norms).all())):  # an invalid score never counts, and sorts last
+        scores = block_queries @ normalize_rows(vectors).T
+        finite = bool(torch.isfinite(torch.linalg.vector_norm(vectors, dim=1)).all())  # a finite norm: finite values
+        if not (queries_finite and finite):  # an invalid score never counts, and sorts last
             scores = scores.masked_fill(~torch.isfinite(scores), float("-inf"))
         # the queries whose gold, excluded candidate or head falls in this block, and those columns
         (has_gold, gold_col), (has_excluded, excluded_col), (has_head, head_col) = (

@@ -1,41 +1,9 @@
-"""Optional dependencies that serve one feature each (the package's extras, e.g. ``gguf``, ``plots``);
-the feature that needs one says which extra to install."""
-
-from __future__ import annotations
+"""The old name of ``deer.base.extras`` (the ground floor moved out of the platform): ``import
+deer.platform.extras`` gives the same module object, with a DeprecationWarning.  Remove in 0.3."""
 
 import importlib
-import importlib.util
-from types import ModuleType
+import sys
+import warnings
 
-DISTRIBUTION = "deer-probe-toolkit"
-
-
-class MissingExtraError(ImportError):
-    """A feature's optional dependency is not installed; the message names the extra to install."""
-
-
-def import_extra(module: str, extra: str, feature: str) -> ModuleType:
-    """Import ``module`` (of an optional dependency) or raise :class:`MissingExtraError` when the package
-    itself is absent (an installed package failing to import for another reason raises its own error)."""
-    package = module.split(".")[0]
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as error:
-        if error.name != package and not (error.name or "").startswith(package + "."):
-            raise
-        raise _missing(package, extra, feature) from error
-
-
-def require_extra(module: str, extra: str, feature: str) -> None:
-    """:class:`MissingExtraError` now, before any work, when ``module`` is not installed (looked up, not imported:
-    importing a heavy extra is left to the feature that uses it)."""
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a module set to None in sys.modules
-        found = False
-    if not found:
-        raise _missing(module.split(".")[0], extra, feature)
-
-
-def _missing(package: str, extra: str, feature: str) -> MissingExtraError:
-    return MissingExtraError(f"{feature} needs {package}, which is not installed: pip install '{DISTRIBUTION}[{extra}]'")
+warnings.warn("deer.platform.extras is now deer.base.extras; import from there", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = importlib.import_module("deer.base.extras")

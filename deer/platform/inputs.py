@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from deer.backends.models import LoadedModel, as_loaded_model, check_model_config
+from deer.base.model_spec import check_adapter, loading_options, with_loading
 from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
-from deer.platform.model_spec import check_adapter, loading_options
-from deer.platform.models import LoadedModel, as_loaded_model, check_model_config
 from deer.platform.result import ProbeResult
+from deer.platform.run_options import RunOptions
 from deer.platform.run_spec import RunSpec, check_folder_spec
 from deer.platform.stores import flush_seconds
 from deer.platform.templates import PromptTemplates
@@ -51,15 +52,6 @@ def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int =
         return dataclasses.replace(kg, exclude_head=True) if exclude_head else kg
     knowledge_graph = kg if isinstance(kg, TextualKG) else load_kg(kg, data_dir)
     return build_queries(knowledge_graph, split, subset, seed, exclude_head=exclude_head)
-
-
-def as_templates(templates: PromptTemplates | None = None, *, k_shot: int = 8, shots: str | None = None, seed: int = 0,
-                 query_trailing_space: bool | None = None, template_style: str = "paper") -> PromptTemplates:
-    """``templates`` as given, else built from the settings (see ``PromptTemplates``), checked first."""
-    if templates is not None:
-        return templates
-    check_run_options(k_shot=k_shot, seed=seed)
-    return PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space, style=template_style)
 
 
 @dataclasses.dataclass
@@ -119,25 +111,22 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         check_model_config(model)
 
 
-def prepare(kg, model, *, text_kind: str | None, tokenizer=None, split: str = "test", subset: int | None = None, seed: int = 0,
-            data_dir=None, templates: PromptTemplates | None = None, k_shot: int = 8, shots: str | None = None,
-            query_trailing_space: bool | None = None, template_style: str = "paper", dtype: str = "auto",
-            device: str = "auto", out=None, token_budget: int | None = None, long_prompts: str = "error",
-            exclude_head: bool = False, before_loading=None) -> PreparedRun:
-    """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model, then check
-    every text of ``text_kind`` against the model's positions: a bad input fails before any forward pass.
-    ``before_loading(queries, templates)``: more checks (a probe's), made before the model loads."""
+def prepare(kg, model, options: RunOptions, *, text_kind: str | None, out=None, before_loading=None) -> PreparedRun:
+    """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model (with
+    ``options.loading``), then check every text of ``text_kind`` against the model's positions: a bad input
+    fails before any forward pass.  ``before_loading(queries, templates)``: more checks (a probe's),
+    made before the model loads."""
+    selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
     check_model_argument(model)
-    check_inputs(model, out=out, subset=subset, seed=seed, k_shot=None if templates is not None else k_shot,
-                 token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts)
-    queries = as_query_set(kg, split, subset, seed, data_dir, exclude_head)
-    templates = as_templates(templates, k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
-                             template_style=template_style)
+    model = with_loading(model, loading.model_kwargs, loading.adapter)
+    check_inputs(model, out=out, subset=selection.subset, seed=selection.seed, token_budget=budget.token_budget,
+                 dtype=loading.dtype, device=loading.device, long_prompts=budget.long_prompts)
+    queries = as_query_set(kg, selection.split, selection.subset, selection.seed, selection.data_dir, selection.exclude_head)
     warn_about_few_shot(queries, templates)
     if before_loading is not None:
         before_loading(queries, templates)
-    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
-    queries, report = guard_prompt_lengths(queries, loaded, templates, text_kind, long_prompts)
+    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
+    queries, report = guard_prompt_lengths(queries, loaded, templates, text_kind, budget.long_prompts)
     return PreparedRun(queries, loaded, templates, report)
 
 

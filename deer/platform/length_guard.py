@@ -11,6 +11,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
+from deer.backends.model_config import text_config
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.templates import candidate_prompts
 from kg_data.cloze import LARGE_SET, ClozeTask, deer_query_text, lama_rules, mask_sentence, shorten, statement
@@ -28,7 +29,7 @@ class PromptTooLongError(ValueError):
 
 def max_positions(model) -> int | None:
     """The model's position limit from its config (None if it states none)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model)
     for attribute in POSITION_ATTRIBUTES:
         value = getattr(config, attribute, None)
         if isinstance(value, int) and value > 0:

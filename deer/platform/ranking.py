@@ -172,13 +172,6 @@ def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
     return _top_k(cleaned, min(k, cleaned.shape[1]), _no_positions(len(cleaned), "cpu"))
 
 
-def normalize_rows(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalised float32 copy (zero rows stay zero)."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1, norms)
-
-
 def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
                      excluded: np.ndarray | None = None) -> np.ndarray:
     """Competitors each query's gold tail is ranked among (an ``excluded`` candidate, -1: none, is none)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.platform.files import read_table
+from deer.base.files import read_table
 from deer.platform.validate import warn
 
 BAD_SUFFIX = ".bad"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deer.platform.files import (
+from deer.base.files import (
     default_table_suffix,
     folder_lock,
     json_default,
@@ -388,11 +388,9 @@ def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | 
         if not path.exists():
             continue
         try:
-            stored = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            return f"a {name} that is not readable JSON ({error})"
-        if not isinstance(stored, dict):
-            return f"a {name} that is not a JSON object"
+            stored = read_json_object(path)
+        except StoredFileError as error:
+            return f"a {name} that is not a readable JSON object ({error})"
         if name == "metadata.json":
             other = {k: v.get("probe") if isinstance(v, dict) else None for k, v in stored.items()}
             other = {k: p for k, p in other.items() if p != kind}

@@ -97,7 +97,7 @@ class RunSpec:
         return cls.from_dict(read_json_object(path)) if path.exists() else None
 
     def write(self, folder: Path) -> None:
-        from deer.platform.files import write_json
+        from deer.base.files import write_json
 
         write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.platform.files import atomic_write_bytes, atomic_write_with, folder_lock
+from deer.base.files import atomic_write_bytes, atomic_write_with, folder_lock
 from deer.platform.read_back import StoredFileError, read_json_object, set_aside
 from deer.platform.validate import warn
 

@@ -10,8 +10,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from deer.platform.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
-from deer.platform.models import BUNDLED_MODELS, ModelUnavailableError
+from deer.backends.models import BUNDLED_MODELS, ModelUnavailableError
+from deer.base.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
 from kg_data.locate import cache_root
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")

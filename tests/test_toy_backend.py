@@ -1,0 +1,83 @@
+"""A toy backend in one module (``tests/toy_backend.py``), registered by name and edited in nowhere else,
+runs DEER, BEAR and LAMA through the Python API and the command line with the plain backend's numbers;
+``cache=True`` on it is refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import bear_ref
+import deer
+from deer import backends
+from deer.backends.models import LoadedModel, as_loaded_model
+from deer.base.errors import OptionError
+from deer.platform.result import load_results
+from deer.runner import run_cloze
+from experiments.cli import main
+from kg_data.cloze import lama_cloze_task
+from kg_data.lama import load_lama
+from kg_data.load import load_kg
+from kg_data.queries import build_queries
+from tests.test_cloze import write_lama
+
+RANKS = ["rank_raw", "rank_filtered"]
+
+
+@pytest.fixture()
+def toy(monkeypatch):
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))  # forgotten after the test
+    backends.register_backend("toy", "tests.toy_backend:ToyBackend")
+
+
+def _columns(result):
+    return result.table[[f"{result.probe}_{name}" for name in RANKS]]
+
+
+def test_deer_bear_and_lama_through_the_api_equal_the_plain_backend(toy, tiny_kg_dir, tiny_clm):
+    loaded = as_loaded_model(*tiny_clm)
+    queries = build_queries(load_kg(tiny_kg_dir), "train")
+    for run in (deer.probe, bear_ref.bear, bear_ref.lama):
+        with_toy = run(queries, loaded, k_shot=2, backend="toy", show_progress=False)
+        plain = run(queries, loaded, k_shot=2, backend="plain", show_progress=False)
+        assert with_toy.metadata["backend"] == "toy"
+        assert _columns(with_toy).equals(_columns(plain)), run.__name__
+    with pytest.raises(OptionError, match="the toy backend cannot cache"):
+        deer.probe(queries, loaded, k_shot=2, backend="toy", cache=True, show_progress=False)
+
+
+def test_lama_on_a_masked_lm_goes_through_its_mask_filler(toy, tmp_path):
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "was", "born", "in", "."]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=32)).eval()
+    loaded = LoadedModel.from_objects(model, tokenizer, "tiny-bert")
+    task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London"], causal=False)
+    with_toy = run_cloze(task, loaded, ["lama"], show_progress=False, backend="toy")
+    plain = run_cloze(task, loaded, ["lama"], show_progress=False, backend="plain")
+    assert set(with_toy.table["lama_rule"]) == {"mask-fill"}
+    assert with_toy.table["lama_gold_score"].tolist() == plain.table["lama_gold_score"].tolist()
+    with pytest.raises(OptionError, match="the toy backend cannot cache"):
+        run_cloze(task, loaded, ["lama"], show_progress=False, backend="toy", store_root=tmp_path / "store")
+
+
+def test_deer_bear_and_lama_through_the_command_line(toy, tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """The commands list it, take it, and store nothing with it (their default caching is for backends that can)."""
+    assert "toy" in CliRunner().invoke(main, ["backends"], catch_exceptions=False).output
+    common = ["--kg", str(tiny_kg_dir), "--split", "train", "--model", str(tiny_clm_dir), "--k-shot", "2"]
+    folders = {}
+    for backend in ("toy", "plain"):
+        out = folders[backend] = tmp_path / backend
+        for command in (["probe"], ["bear"], ["lama"]):
+            done = CliRunner().invoke(main, [*command, *common, "--backend", backend, "--out", str(out)], catch_exceptions=False)
+            assert done.exit_code == 0, done.output
+    toy_runs, plain_runs = load_results(folders["toy"]), load_results(folders["plain"])
+    assert set(toy_runs) == {"deer", "bear", "lama"}
+    for probe, result in toy_runs.items():
+        assert result.metadata["backend"] == "toy"
+        np.testing.assert_array_equal(_columns(result).to_numpy(), _columns(plain_runs[probe]).to_numpy())
