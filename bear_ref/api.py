@@ -14,11 +14,10 @@ from bear_ref.kg_probe import BearProbe
 from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.backends.hf import STATEMENT_TOKEN_BUDGET
 from deer.backends.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
-from deer.base.errors import OptionError
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs
 from deer.platform.result import ProbeResult
-from deer.platform.run_options import Budget, ModelLoading, take
+from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.runner import run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 
@@ -74,9 +73,7 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     rest = dict(options)
     selection, loading = take(rest, DatasetSelection, selection, "selection"), take(rest, ModelLoading, loading, "loading")
     budget = take(rest, Budget, budget, "budget")
-    if rest:
-        name = sorted(rest)[0]
-        raise OptionError(name, rest[name], "bear_dataset has no such option")
+    refuse_leftover(rest, "bear_dataset")
     token_budget = STATEMENT_TOKEN_BUDGET if budget.token_budget is None else budget.token_budget
     backend_class(backend)  # an unknown backend fails before any work
     BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it

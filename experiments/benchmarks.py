@@ -20,11 +20,10 @@ import pandas as pd
 from bear_ref.cloze_scoring import single_token_words
 from deer.backends import backend_class, refuse_cache_on
 from deer.backends.models import as_loaded_model, evaluation_mode, is_masked_lm
-from deer.base.errors import OptionError
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs, store_root
-from deer.platform.run_options import Budget, ModelLoading, take
+from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
@@ -135,9 +134,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     cache_dir = rest.pop("cache_dir", None)
     selection, loading = take(rest, BenchmarkSelection, selection, "selection"), take(rest, ModelLoading, loading, "loading")
     budget = take(rest, Budget, budget, "budget")
-    if rest:
-        name = sorted(rest)[0]
-        raise OptionError(name, rest[name], "probe_benchmark has no such option")
+    refuse_leftover(rest, "probe_benchmark")
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     backend_class(backend)
     refuse_cache_on(backend, cache)

@@ -17,10 +17,9 @@ import numpy as np
 import pandas as pd
 
 from deer.backends.models import LoadedModel, open_model
-from deer.base.errors import OptionError
 from deer.platform.read_back import read_json_object
 from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results, read_ranks_table
-from deer.platform.run_options import Budget, ModelLoading, take
+from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
 from experiments.report import distinct_labels
@@ -142,9 +141,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     from deer.runner import run_probe
 
     loading, budget = take(loose, ModelLoading, loading, "loading"), take(loose, Budget, budget, "budget")
-    if loose:
-        name = sorted(loose)[0]
-        raise OptionError(name, loose[name], "run_probes has no such option")
+    refuse_leftover(loose, "run_probes")
     # A model already open (e.g. for its tokenizer) is used as it is: opened and fingerprinted once.
     loaded = model if isinstance(model, LoadedModel) else open_model(model, dtype=loading.dtype, device=loading.device)
     model_name = loaded.name if isinstance(model, LoadedModel) else model

@@ -91,3 +91,10 @@ def take(rest: dict, build, given, name: str, **fixed):
     if given is not None and clashing:
         raise OptionError(clashing[0], loose[clashing[0]], f"given beside {name}=: set it in the {name} object instead")
     return given if given is not None else build(**loose, **fixed)
+
+
+def refuse_leftover(rest: Mapping[str, Any], where: str) -> None:
+    """A keyword no option object took: an OptionError naming it (the first by name) and ``where``."""
+    if rest:
+        name = sorted(rest)[0]
+        raise OptionError(name, rest[name], f"{where} has no such option")
