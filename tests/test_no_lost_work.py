@@ -89,7 +89,10 @@ def interrupt_after_first_part(args: list[str], env: dict, parts: str, cache: Pa
     """Run the CLI, send ``sig`` as soon as a store part matching ``parts`` (a glob under ``cache``)
     is written, and return its exit code."""
     with open(stderr_path, "w") as stderr:
-        process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        # A user's Ctrl-C reaches a process whose SIGINT is at its default; the child inherits the test
+        # process's disposition, which an earlier test may have left ignored (then Python installs no handler).
+        process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 120
             while not list(cache.glob(parts)):
