@@ -177,8 +177,8 @@ def main(model_name, kg, split, dtype, device, k_shot, bear_sample, bear_data, b
     all_triples = sum(len(graph.triples(name)) for name in graph.splits)
     parts.add(f"bear sample ({len(sample)} queries x {len(sample.candidates)} entities)", seconds, statements=statements,
               statements_per_second=round(statements / seconds, 1),
-              extrapolated_seconds_all_queries=round(per_query * len(queries), 1),
-              extrapolated_seconds_paper_protocol=round(per_query * all_triples, 1))
+              extrapolated_seconds_all_queries=round(per_query * len(queries), 3),
+              extrapolated_seconds_paper_protocol=round(per_query * all_triples, 3))
 
     relations = [r.strip() for r in bear_relations.split(",") if r.strip()]
     if relations:
