@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from deer.base.prefetch import read_ahead
 from deer.base.vectors import normalize_rows
 from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
 
@@ -29,6 +30,7 @@ TIE_BAND = 1e-6  # cosine units: the row-wise and matrix-product roundings of a 
 #   (at most 6e-8 measured at 576 to 4,096 dimensions); each query meets about |E| x 2 x TIE_BAND / (spread
 #   of its scores) near-ties, which the kernel reads cell by cell
 WIDE_BAND = 1e-3  # for the (rare) query whose two roundings differ by more: ranked again with this band
+NORM_EPSILON = 1e-12  # normalize_rows's floor on a norm (torch.nn.functional.normalize's default)
 MAX_QUERY_BLOCK = 65_536  # queries scored against one candidate block at a time (all of a KG's test split)
 
 
@@ -47,7 +49,7 @@ def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 
     with tqdm(total=len(source) * passes, desc="ranking", unit="candidate", disable=not show_progress or len(source) < 100_000) as bar:
 
         def blocks():
-            for where, vectors in source.blocks(rows):
+            for where, vectors in read_ahead(source.blocks(rows)):  # the next block read while this one is scored
                 yield where, vectors
                 bar.update(len(vectors))
 
@@ -184,13 +186,15 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
                                                for a in (gold, excluded, heads))
     queries_finite = bool(torch.isfinite(block_queries).all())
     lower, upper = (approx_gold - band)[:, None], (approx_gold + band)[:, None]
-    flags = _Flags()
+    flags, buffers = _Flags(), _Buffers()
     for where, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending
         columns_t = torch.as_tensor(columns, device=device)
-        scores = block_queries @ normalize_rows(vectors).T
-        finite = bool(torch.isfinite(torch.linalg.vector_norm(vectors, dim=1)).all())  # a finite norm: finite values
+        norms = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
+        finite = bool(torch.isfinite(norms).all())  # a finite norm: finite values
+        unit = torch.div(vectors, norms.clamp_min(NORM_EPSILON), out=buffers.take("unit", vectors.shape, device))  # = normalize_rows
+        scores = torch.mm(block_queries, unit.T, out=buffers.take("scores", (len(block_queries), len(vectors)), device))
         if not (queries_finite and finite):  # an invalid score never counts, and sorts last
             scores = scores.masked_fill(~torch.isfinite(scores), float("-inf"))
         # the queries whose gold, excluded candidate or head falls in this block, and those columns
@@ -216,12 +220,58 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
         _keep_near_ties(state, scores, near, lower, upper, (has_gold, gold_col), (has_excluded, excluded_col),
                         f_rows * len(columns) + f_cols)
         scores[has_excluded, excluded_col] = float("-inf")
-        local = _block_top(scores, min(width + 1, len(vectors)), has_excluded, excluded_col)  # one more: the excluded
-        values = torch.gather(scores, 1, torch.as_tensor(local, device=device)).cpu().numpy()
-        positions = columns[local]
-        is_out = positions == excluded[rows.start:rows.stop, None]  # marked NaN: it sorts last and leaves at the end
+        _update_top(state, scores, columns, has_excluded, excluded_col, excluded[rows.start:rows.stop], width + 1, flags)
+
+
+def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarray, has_excluded, excluded_col,
+                block_excluded: np.ndarray, keep: int, flags: _Flags) -> None:
+    """Merge the block's best ``keep`` of each row into the running top lists (the excluded candidate, one
+    more, marked NaN: it sorts last and leaves at the end).  Once a row's list is full, only a row with a
+    score at or above its last kept value can change it (a tie may enter by position); the other rows are
+    left as they are, which is the merge's result for them too, without their ``topk``."""
+    n_rows = scores.shape[0]
+    excluded_local = torch.full((n_rows,), -1, dtype=torch.int64, device=scores.device)
+    excluded_local[has_excluded] = excluded_col
+    if state.top_values.shape[1] == keep:
+        last = state.top_values[:, -1].astype(np.float32)
+        last[np.isnan(last)] = -np.inf  # the excluded candidate, marked NaN, is last: any score enters
+        entering = flags.count(torch.ge, scores, torch.as_tensor(last, device=scores.device)[:, None]) > 0
+        rows = entering.nonzero().flatten()
+        if len(rows) > n_rows // 2:  # most rows: all of them, without copying their scores
+            rows = torch.arange(n_rows, device=scores.device)
+        elif len(rows):
+            scores, excluded_local = scores[rows], excluded_local[rows]
+        rows = rows.cpu().numpy()
+    else:
+        rows = np.arange(n_rows)
+    if not len(rows):
+        return
+    local = _block_top(scores, min(keep, scores.shape[1]), excluded_local)
+    values = torch.gather(scores, 1, torch.as_tensor(local, device=scores.device)).cpu().numpy()
+    positions = columns[local]
+    is_out = positions == block_excluded[rows, None]
+    if len(rows) == n_rows:
         state.top_values, state.top_positions = _merge_top(state.top_values, state.top_positions,
-                                                           np.where(is_out, np.nan, values), positions, width + 1)
+                                                           np.where(is_out, np.nan, values), positions, keep)
+    else:
+        state.top_values[rows], state.top_positions[rows] = _merge_top(state.top_values[rows], state.top_positions[rows],
+                                                                       np.where(is_out, np.nan, values), positions, keep)
+
+
+class _Buffers:
+    """Tensors reused from block to block (a fresh 256 MiB score matrix per block costs its page faults:
+    a tenth of the matrix product's time on a CPU)."""
+
+    def __init__(self):
+        self.held: dict[str, torch.Tensor] = {}
+
+    def take(self, name: str, shape, device) -> torch.Tensor:
+        """A float32 tensor of ``shape`` (contents undefined) on ``device``, from the buffer kept under ``name``."""
+        size = int(np.prod(shape))
+        held = self.held.get(name)
+        if held is None or held.numel() < size or held.device != torch.device(device):
+            held = self.held[name] = torch.empty(size, dtype=torch.float32, device=device)
+        return held[:size].view(*shape)
 
 
 class _Flags:
@@ -272,10 +322,10 @@ def _located(columns: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tens
     return here, column[here]
 
 
-def _block_top(scores: torch.Tensor, k: int, has_excluded: torch.Tensor, excluded_col: torch.Tensor, extra: int = 8) -> np.ndarray:
-    """``_top_k`` of a block (ties by column, i.e. by position; the excluded candidate never filling a tie):
-    one ``topk`` of ``k + extra``, sorted by value then column; the rows whose ties at the k-th value
-    may reach past it (rare) go through ``_top_k`` itself."""
+def _block_top(scores: torch.Tensor, k: int, excluded_local: torch.Tensor, extra: int = 8) -> np.ndarray:
+    """``_top_k`` of a block (ties by column, i.e. by position; the excluded candidate, at its row's column in
+    ``excluded_local`` or -1, never filling a tie): one ``topk`` of ``k + extra``, sorted by value then column;
+    the rows whose ties at the k-th value may reach past it (rare) go through ``_top_k`` itself."""
     n_rows, n = scores.shape
     taken = min(k + extra, n)
     values, positions = torch.topk(scores, taken, dim=1)
@@ -284,9 +334,7 @@ def _block_top(scores: torch.Tensor, k: int, has_excluded: torch.Tensor, exclude
     if taken < n:
         unsure = (values[:, taken - 1] == values[:, k - 1]).nonzero().flatten()
         if len(unsure):
-            local = torch.full((n_rows,), -1, dtype=torch.int64, device=scores.device)
-            local[has_excluded] = excluded_col
-            top[unsure.cpu().numpy()] = _top_k(scores[unsure], k, local[unsure])
+            top[unsure.cpu().numpy()] = _top_k(scores[unsure], k, excluded_local[unsure])
     return top
 
 
