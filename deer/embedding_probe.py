@@ -130,7 +130,7 @@ def encode_missing(encoder, store: EmbeddingStore, keys: np.ndarray, texts_of: C
     they finish, under its lock (a parallel run waits, then encodes only what is still missing); how many."""
     if not store.missing(keys):
         return 0
-    with store.locked(), PendingParts(store) as pending:
+    with store.locked(), PendingParts(store, behind=True) as pending:  # a part written while the next is encoded
         missing = np.asarray(store.missing(keys), dtype=np.int64)  # less if another run stored some while this one waited
         encode_chunked(encoder, texts_of, missing, description, store, lambda rows, vectors: pending.add(keys[rows], vectors))
     return len(missing)

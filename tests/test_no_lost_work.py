@@ -4,6 +4,7 @@ folder at once all end up in it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -256,6 +257,35 @@ def test_pending_parts_are_written_when_the_work_stops(tmp_path, error):
         pending.add(["a", "b"], np.ones((2, 4)))
         raise error
     assert parts(store) == [["a", "b"]]
+
+
+@pytest.mark.parametrize("error", [None, KeyboardInterrupt])
+def test_parts_written_behind_are_all_written_in_order_by_the_exit(tmp_path, error):
+    """``behind=True``: a due part goes to a writer thread while items keep coming; by the exit (also
+    on Ctrl-C) every part is written, in the order given, with the rows given."""
+    store = EmbeddingStore(tmp_path, "entities", {"model": "m"})
+    rows = {i: np.full((1, 4), ord(i), np.float32) for i in "abcdef"}
+    with contextlib.suppress(KeyboardInterrupt), PendingParts(store, count=2, seconds=100, behind=True) as pending:
+        for i in "abcde":
+            pending.add([i], rows[i])
+        if error:
+            raise error
+    assert parts(store) == [["a", "b"], ["c", "d"], ["e"]]
+    assert np.array_equal(EmbeddingStore(tmp_path, "entities", {"model": "m"}).get(list("abcde")),
+                          np.concatenate([rows[i] for i in "abcde"]))
+
+
+def test_an_error_writing_behind_is_raised_at_the_next_write(tmp_path, monkeypatch):
+    store = EmbeddingStore(tmp_path, "entities", {"model": "m"})
+
+    def disk_full(keys, vectors):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(store, "add", disk_full)
+    pending = PendingParts(store, count=1, seconds=100, behind=True)
+    pending.add(["a"], np.ones((1, 4)))  # handed to the writer
+    with pytest.raises(OSError, match="No space left"):
+        pending.add(["b"], np.ones((1, 4)))
 
 
 def test_flush_interval_from_the_environment(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from deer.base.prefetch import read_ahead
 from deer.base.vectors import normalize_rows
 from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
 
@@ -48,7 +49,7 @@ def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 
     with tqdm(total=len(source) * passes, desc="ranking", unit="candidate", disable=not show_progress or len(source) < 100_000) as bar:
 
         def blocks():
-            for where, vectors in source.blocks(rows):
+            for where, vectors in read_ahead(source.blocks(rows)):  # the next block read while this one is scored
                 yield where, vectors
                 bar.update(len(vectors))
 

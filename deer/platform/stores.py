@@ -21,6 +21,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -248,7 +249,9 @@ class EmbeddingStore:
                 if len(data) != len(rows) * row_bytes:
                     return None
         read = np.frombuffer(data, dtype=np.float32).reshape(-1, width)
-        return read if not dense or last - first == len(rows) else read[rows - first]  # a whole run: as read
+        if dense and not (len(rows) == last - first and (np.diff(rows) == 1).all()):  # a whole run of rows: as read
+            read = read[rows - first]  # (a gap and a repeated row can leave the count equal: each row is checked)
+        return read
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
         vectors = self._read_rows(shard, rows)
@@ -336,9 +339,14 @@ class PendingParts:
     """Finished items on their way into a store: a part is written when ``count`` are pending or
     ``seconds`` (default :func:`flush_seconds`) have passed since the last write.  As a context
     manager it writes what is pending on exit, also when the block raises (Ctrl-C included).
+
+    ``behind=True``: a part due while items keep coming is written on a thread (one at a time) while
+    the caller goes on making the next; its error, if any, is raised at the next ``add``, ``flush`` or
+    exit.  The caller must not read the store until then.
     """
 
-    def __init__(self, store: EmbeddingStore, count: int | None = None, seconds: float | None = None, clock=time.monotonic):
+    def __init__(self, store: EmbeddingStore, count: int | None = None, seconds: float | None = None, clock=time.monotonic,
+                 behind: bool = False):
         self.store = store
         self.count = count if count is not None else max(FLUSH_COUNT, FLUSH_BYTES // (4 * (store.width or 1)))
         self.seconds = flush_seconds() if seconds is None else seconds
@@ -347,6 +355,8 @@ class PendingParts:
         self._vectors: list[np.ndarray] = []
         self._pending = 0
         self._last_write = clock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer") if behind else None
+        self._writing: Future | None = None
 
     def __len__(self) -> int:
         return self._pending
@@ -357,17 +367,34 @@ class PendingParts:
         self._vectors.append(np.asarray(vectors, dtype=np.float32))
         self._pending += len(self._keys[-1])
         if self._pending >= self.count or self.clock() - self._last_write >= self.seconds:
-            self.flush()
+            self._write(wait=self._writer is None)
 
     def flush(self) -> None:
-        """Write what is pending as one shard (nothing if nothing is)."""
+        """Write what is pending as one shard (nothing if nothing is), and wait for it."""
+        self._write(wait=True)
+
+    def _write(self, wait: bool) -> None:
+        self._wait()  # one part written at a time, in order
         if self._pending:
-            self.store.add(np.concatenate(self._keys), np.concatenate(self._vectors))
+            keys, vectors = np.concatenate(self._keys), np.concatenate(self._vectors)
+            if wait:
+                self.store.add(keys, vectors)
+            else:
+                self._writing = self._writer.submit(self.store.add, keys, vectors)
         self._keys, self._vectors, self._pending = [], [], 0
         self._last_write = self.clock()
+
+    def _wait(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()  # its error, raised here
 
     def __enter__(self) -> PendingParts:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
