@@ -13,7 +13,7 @@ from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, check_out_dir
 from bear_ref.kg_probe import BearProbe
 from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.backends.hf import STATEMENT_TOKEN_BUDGET
-from deer.backends.models import DEFAULT_MODEL, as_loaded_model, evaluation_mode
+from deer.backends.models import DEFAULT_MODEL, as_loaded_model
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs
 from deer.platform.result import ProbeResult
@@ -87,7 +87,5 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
         check_out_dir(out)  # another kind of run there: refused before the model loads
     loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
     chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
-    with evaluation_mode(loaded.model):
-        return run_bear_dataset(data, loaded, out, chosen, token_budget=token_budget, pll_variant=pll_variant,
-                                show_progress=show_progress, domain_support=domain_support, ties=ties,
-                                backend=backend)
+    return run_bear_dataset(data, loaded, out, chosen, token_budget=token_budget, pll_variant=pll_variant,
+                            show_progress=show_progress, domain_support=domain_support, ties=ties, backend=backend)

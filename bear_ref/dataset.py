@@ -22,7 +22,7 @@ from bear_ref.cloze_scoring import statement_scores
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
 from deer.base.files import default_table_suffix, package_versions, write_json, write_table
 from deer.platform.benchmark_rows import query_frame, ranks_from_scores
-from deer.platform.length_guard import long_statements, max_positions, too_long
+from deer.platform.length_guard import long_statements, too_long
 from deer.platform.read_back import read_json_object, read_stored_table, reusable_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
@@ -205,16 +205,16 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, scorer) -> dict:
     }
 
 
-def guard_statement_lengths(dataset: BearDataset, loaded) -> None:
-    """Every statement of ``dataset`` fits the model's positions, checked before the first is scored:
-    a PromptTooLongError names the first instance (file and line) or answer that does not."""
-    limit = max_positions(loaded.model)
+def guard_statement_lengths(dataset: BearDataset, backend) -> None:
+    """Every statement of ``dataset`` fits the positions the backend's model has, checked before the first is
+    scored: a PromptTooLongError names the first instance (file and line) or answer that does not."""
+    limit = backend.max_positions
     if limit is None:
         return
     for code, relation in dataset.relations.items():
         for t, template in enumerate(relation.templates):
             stems = [fill_statement(template, subject, "") for subject in relation.subject_labels]
-            long_answers, long_stems = long_statements(loaded.tokenizer, stems, relation.answer_labels, limit)
+            long_answers, long_stems = long_statements(backend.tokenizer, stems, relation.answer_labels, limit)
             if long_answers:
                 first = min(long_answers)
                 raise too_long(f"{Path(dataset.path) / METADATA_FILE}: relation {code}, answer {relation.answer_ids[first]} "
@@ -252,7 +252,8 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     convention = metric_convention(domain_support, ties)
     if not dataset.relations:
         raise ValueError(f"{dataset.path}: no relations to score")
-    scorer = open_backend(backend, loaded, token_budget=token_budget).statement_scorer(pll_variant)
+    runner = open_backend(backend, loaded, token_budget=token_budget)
+    scorer = runner.statement_scorer(pll_variant)
     key = resume_key(dataset, loaded, selection, scorer)
     parts_dir = None
     if out_dir is not None:
@@ -260,7 +261,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         check_out_dir(out_dir)
         if can_cache(backend):  # the plain backend is a cross-check: it stores nothing to resume from
             parts_dir = out_dir / "parts" / key_digest(key)
-    guard_statement_lengths(dataset, loaded)
+    guard_statement_lengths(dataset, runner)
     suffix = default_table_suffix()
     started = time.perf_counter()
     frames, resumed, todo = [], [], []
@@ -275,7 +276,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         else:  # not stored yet, or a bad part set aside with a warning
             todo.append((relation, part))
     total = sum(len(r) * len(r.answer_ids) * len(r.templates) for r, _ in todo)
-    with tqdm(total=total, desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
+    with runner.evaluation_mode(), tqdm(total=total, desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
         for relation, part in todo:
             bar.set_postfix_str(relation.code)
             frame = score_relation(scorer, relation, bar.update)

@@ -19,7 +19,6 @@ from tqdm.auto import tqdm
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, statement_scores
 from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
-from deer.backends.models import is_masked_lm
 from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
@@ -187,7 +186,7 @@ class LamaProbe:
         """Each query by its ``lama_rules`` rule; the causal pass's query vectors are handed on
         (``arrays["query_embeddings"]``: DEER's, read in the same pass)."""
         task, loaded, backend = request.queries, request.loaded, request.backend
-        masked = is_masked_lm(loaded.model)
+        masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
         answer_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
         token_ids = np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)

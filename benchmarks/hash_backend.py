@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deer.backends import ModelBackend
 from deer.backends.encoder import EncoderOutput
 from deer.backends.tokenization import batch_token_ids
 from deer.base.work import WorkCounter
@@ -76,15 +77,13 @@ class HashEncoder:
         return EncoderOutput(np.concatenate(vectors) if vectors else np.zeros((0, self.width), np.float32))
 
 
-class HashBackend:
+class HashBackend(ModelBackend):
     """The benchmark backend: ``encoder`` only (DEER); no statement scores."""
 
     name = "hash"
     can_cache = True
     store_key = {"backend": "hash-splitmix64-v1", "width": WIDTH}  # never the model's own vectors' store
-
-    def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
-        self.model, self.tokenizer, self.show_progress = model, tokenizer, show_progress
+    output_size = WIDTH  # its vectors' width, not the model's
 
     def encoder(self, special_tokens: str = "bos") -> HashEncoder:
         return HashEncoder(self.tokenizer, special_tokens, self.show_progress)

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from deer.backends.encoder import output_size
 from deer.backends.models import LoadedModel
 from deer.base.vectors import normalize_rows
 from deer.platform.distributed import ShardedEncoder
@@ -213,17 +212,17 @@ class StoredPrompts:
         return vectors if dtype is None else vectors.astype(dtype)
 
 
-def check_query_embeddings(given, queries: int, loaded: LoadedModel | None = None) -> None:
-    """``query_embeddings`` (where given) has one row per query and, once the model is known (``loaded``),
-    its vectors' width; else an OptionError, before any prompt is encoded."""
+def check_query_embeddings(given, queries: int, backend=None) -> None:
+    """``query_embeddings`` (where given) has one row per query and, once the backend is open, its
+    vectors' width (``output_size``); else an OptionError, before any prompt is encoded."""
     if given is None:
         return
     rows, columns = np.shape(given)
     shape = f"{rows}x{columns} array"
     if rows != queries:
         raise OptionError("query_embeddings", shape, f"{rows} rows for {queries} queries (one row per query, in their order)")
-    if loaded is not None and columns != output_size(loaded.model):
-        raise OptionError("query_embeddings", shape, f"{columns} columns; this model's vectors have {output_size(loaded.model)}")
+    if backend is not None and columns != backend.output_size:
+        raise OptionError("query_embeddings", shape, f"{columns} columns; this model's vectors have {backend.output_size}")
 
 
 class DeerProbe:
@@ -247,7 +246,7 @@ class DeerProbe:
     def score(self, request: ProbeRequest) -> ProbeScores:
         queries, loaded, templates = request.queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
-        check_query_embeddings(query_embeddings, len(queries), loaded)  # before any encoding
+        check_query_embeddings(query_embeddings, len(queries), request.backend)  # before any encoding
         kg = queries.kg
         encoder = request.backend.encoder(templates.prompt_special_tokens)
         if request.options.get("distributed"):
@@ -255,8 +254,7 @@ class DeerProbe:
         timings: dict = {}
 
         started = time.perf_counter()
-        store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size,
-                              getattr(request.backend, "store_key", {}))
+        store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size, request.backend.store_key)
                  if store_root is not None else None)
         candidates = queries.candidates
 
@@ -309,7 +307,7 @@ class DeerProbe:
     def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
         """Every distinct candidate prompt of every set encoded once, each query ranked by cosine over its own set."""
         task, given = request.queries, request.options["query_embeddings"]
-        check_query_embeddings(given, len(task.queries), request.loaded)
+        check_query_embeddings(given, len(task.queries), request.backend)
         encoder = request.backend.encoder()
         started = time.perf_counter()
         if given is None:
@@ -319,7 +317,7 @@ class DeerProbe:
         set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
         row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
         store = (prompt_store(request.loaded, request.store_root, width=encoder.output_size,
-                              backend_key=getattr(request.backend, "store_key", {}))
+                              backend_key=request.backend.store_key)
                  if request.store_root is not None else None)
         vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
         if row_of:

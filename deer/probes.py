@@ -208,10 +208,8 @@ def check_probe_inputs(probe: Probe, options: Mapping[str, Any], queries, templa
         check(options, queries, templates)
 
 
-def check_model_kind(probe: Probe, loaded) -> None:
-    """Refuse, before any work, a masked LM for a probe that reads a causal LM only."""
-    from deer.backends.models import is_masked_lm
-
-    if getattr(probe, "causal_lm_only", False) and is_masked_lm(loaded.model):
-        raise ValueError(f"the {probe.name} probe needs a causal LM; {loaded.name} is a masked LM "
+def check_model_kind(probe: Probe, backend) -> None:
+    """Refuse, before any work, a masked LM (as the backend says) for a probe that reads a causal LM only."""
+    if getattr(probe, "causal_lm_only", False) and backend.is_masked_lm:
+        raise ValueError(f"the {probe.name} probe needs a causal LM; {backend.loaded.name} is a masked LM "
                          "(DEER embeds with PromptEOL: run lama,bear on it)")

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend, refuse_cache_on
-from deer.backends.models import DEFAULT_MODEL, LoadedModel, evaluation_mode, is_masked_lm
+from deer.backends.models import DEFAULT_MODEL, LoadedModel
 from deer.base.files import package_versions, write_json, write_table
 from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
 from deer.platform.cosine_ranking import rank_cosine
@@ -81,17 +81,17 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     options = probe_options(probe, options)
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(kg, model, run_options, text_kind=probe.text_kind, out=out,
+    run = prepare(kg, model, run_options, text_kind=probe.text_kind, out=out, backend=backend, show_progress=show_progress,
                   before_loading=lambda queries, templates: check_probe_inputs(probe, options, queries, templates))
-    check_model_kind(probe, run.loaded)
+    runner = run.backend
+    check_model_kind(probe, runner)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
-    runner = open_backend(backend, run.loaded, token_budget=run_options.budget.token_budget, show_progress=show_progress)
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
     request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
-    with evaluation_mode(run.loaded.model):
+    with runner.evaluation_mode():
         scored = score_kg(probe, request)
     scored.metadata["backend"] = backend
-    result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates, show_progress)
+    result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates, show_progress, device=runner.device)
     result = run.finish(result)
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
@@ -107,14 +107,13 @@ def resolve_cache(cache: bool, loaded) -> bool:
     return cache
 
 
-def rank_and_report(name: str, scored, queries, loaded, templates, show_progress: bool = False) -> ProbeResult:
-    """Rank a probe's scores (or vectors, by cosine on the model's device) into a ``ProbeResult``."""
+def rank_and_report(name: str, scored, queries, loaded, templates, show_progress: bool = False, device="cpu") -> ProbeResult:
+    """Rank a probe's scores (or vectors, by cosine on ``device``: the backend's) into a ``ProbeResult``."""
     queries = scored.queries if scored.queries is not None else queries
     started = time.perf_counter()
     if scored.scores is not None:
         ranking, backend = rank_scores(scored.scores, queries), "torch on cpu"
-    else:  # the score matrix is made chunk by chunk on the model's device and never leaves it
-        device = next(loaded.model.parameters()).device
+    else:  # the score matrix is made chunk by chunk on the backend's device and never leaves it
         ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=device, show_progress=show_progress)
         backend = f"torch on {device}"
     metadata = {**run_metadata(name, queries, loaded, templates), **scored.metadata, "ranking_backend": backend}
@@ -158,17 +157,17 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, store_root is not None)
     plain = not can_cache(backend)  # a cross-check stores nothing
+    runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     for probe in chosen:
-        check_model_kind(probe, loaded)
+        check_model_kind(probe, runner)
     if not task.queries:
         raise _empty_task_error(task)
-    guard_benchmark_lengths(task, loaded, {probe.text_kind for probe in chosen}, is_masked_lm(loaded.model))
+    guard_benchmark_lengths(task, runner, {probe.text_kind for probe in chosen})
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE}
     parts = None
     if out is not None and not plain:  # created with the first finished probe: a failed start leaves nothing behind
         parts = Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
-    runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     stores = None if plain or store_root is None else Path(store_root)
     frames, handed, probe_metadata, timings, resumed = {}, {}, {}, {}, []
     for probe in sorted(chosen, key=lambda p: HANDED_ON in p.options):  # a probe taking another's vectors runs after it
@@ -180,7 +179,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
             continue
         options = {**probe.options, **{name: array for name, array in handed.items() if name in probe.options}}
         started = time.perf_counter()
-        with evaluation_mode(loaded.model):
+        with runner.evaluation_mode():
             scored = probe.score_benchmark(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
         frame = ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)  # columns named by the probe
         frames[probe.name] = frame

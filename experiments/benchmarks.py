@@ -18,8 +18,7 @@ from typing import Any
 import pandas as pd
 
 from bear_ref.cloze_scoring import single_token_words
-from deer.backends import backend_class, refuse_cache_on
-from deer.backends.models import as_loaded_model, evaluation_mode, is_masked_lm
+from deer.backends import backend_class, open_backend, refuse_cache_on
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs, store_root
@@ -93,13 +92,13 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
         out.rmdir()
 
 
-def build_task(data, loaded, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> ClozeTask:
+def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> ClozeTask:
     """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one
-    token for this model's tokenizer."""
+    token for the backend's tokenizer (with a leading space for a causal LM)."""
     if isinstance(data, BearDataset):
         return bear_cloze_task(data)
-    masked = is_masked_lm(loaded.model)
-    vocabulary = single_token_words(loaded.tokenizer, data.common_vocab, masked)
+    masked = backend.is_masked_lm
+    vocabulary = single_token_words(backend.tokenizer, data.common_vocab, masked)
     task = lama_cloze_task(data, vocabulary, modes, candidate_kinds, causal=not masked)
     task.info["single_token_rule"] = "'word' is one token" if masked else "' word' (leading space) is one token"
     return task
@@ -150,10 +149,11 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
                           selection.candidate_kinds, selection.modes)
     if bear_run is not None:
         check_bear_run(bear_run, data)
-    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
-    with nothing_left_on_failure(out), evaluation_mode(loaded.model):
+    runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device)
+    loaded = runner.loaded
+    with nothing_left_on_failure(out), runner.evaluation_mode():
         bear_table = stored_bear_table(bear_run, data, loaded) if bear_run is not None else None
-        task = build_task(data, loaded, selection.modes, selection.candidate_kinds)
+        task = build_task(data, runner, selection.modes, selection.candidate_kinds)
         report = {}
         run_probes = [p for p in probes if not (bear_run and p == "bear")] if bear_data_set else list(probes)
         if bear_data_set and not bear_run and "bear" not in run_probes:

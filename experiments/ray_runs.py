@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deer.backends import DEFAULT_BACKEND
 from deer.base.extras import import_extra
 from experiments.runs import ProbeRun, run_probes
 from kg_data.queries import QuerySet
@@ -62,15 +63,13 @@ class _EncodingWorker:
     shards of its own (the driver never holds their vectors).  A worker that dies leaves no half shard
     (each is written atomically, its index last): its prompts are simply still missing."""
 
-    def __init__(self, model_name: str, dtype: str, device: str, special_tokens: str, token_budget: int | None,
+    def __init__(self, backend: str, model_name: str, dtype: str, device: str, special_tokens: str, token_budget: int | None,
                  store_root: str, store_key: dict, width: int):
-        from deer.backends.encoder import PromptEOLEncoder
-        from deer.backends.models import open_model
+        from deer.backends import open_backend
         from deer.platform.stores import EmbeddingStore
 
-        self.loaded = open_model(model_name, dtype=dtype, device=device)
-        self.encoder = PromptEOLEncoder(self.loaded.model, self.loaded.tokenizer, token_budget=token_budget,
-                                        show_progress=False, special_tokens=special_tokens)
+        runner = open_backend(backend, model_name, dtype=dtype, device=device, token_budget=token_budget, show_progress=False)
+        self.loaded, self.encoder = runner.loaded, runner.encoder(special_tokens)
         key = {name: value for name, value in store_key.items() if name != "kind"}
         self.store = EmbeddingStore(Path(store_root), store_key["kind"], key, width=width)
 
@@ -89,22 +88,22 @@ class _EncodingWorker:
 
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
                            dtype: str = "auto", device: str = "auto", token_budget: int | None = None, cache_dir=None,
-                           address: str | None = None, loaded=None, batch: int = 16_384) -> Path:
+                           address: str | None = None, loaded=None, batch: int = 16_384, backend: str = DEFAULT_BACKEND) -> Path:
     """Encode the ``entities`` (default: all) of ``kg`` that the model's prompt store (what
     ``deer.probe(..., cache=True)`` reads) lacks, on ``workers`` Ray actors (one GPU each where the cluster
     has GPUs), each writing its own shards into the store; returns the store's folder.  The driver makes
     the prompts ``batch`` at a time with a few batches in flight, and never holds the vectors; prompts a
     failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
-    ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again)."""
-    from deer.backends.encoder import output_size
-    from deer.backends.models import open_model
+    ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again).
+    ``backend``: the backend every worker encodes with (one that can cache: the workers write into the store)."""
+    from deer.backends import open_backend, refuse_cache_on
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
 
-    if loaded is None:  # the store's key: weights, tokenizer, dtype
-        loaded = open_model(model_name, dtype=dtype, device=device)
-    width = output_size(loaded.model)
-    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width)
+    refuse_cache_on(backend, True)
+    runner = open_backend(backend, loaded if loaded is not None else model_name, dtype=dtype, device=device)
+    loaded, width = runner.loaded, runner.output_size  # the store's key: weights, tokenizer, dtype, the backend's own
+    store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width, runner.store_key)
     positions = np.arange(kg.n_entities) if entities is None else np.asarray(entities, dtype=np.int64)
 
     def texts_of(rows):
@@ -117,7 +116,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
             return store.folder
         with ray_session(address, workers) as ray:
             actor = ray.remote(max_restarts=3, **task_resources(ray))(_EncodingWorker)  # a dead worker is started again
-            pool = [actor.remote(str(model_name), dtype, device, templates.prompt_special_tokens, token_budget,
+            pool = [actor.remote(backend, str(model_name), dtype, device, templates.prompt_special_tokens, token_budget,
                                  str(store.folder.parent.parent), store.key, width) for _ in range(workers)]
             failure = None
             for attempt in range(3):  # a failed worker's prompts are still missing: handed out again, to workers that are up

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 
 from bear_ref.lama_probe import restrict_to_single_token
+from deer.backends import open_backend
 from deer.backends.plain import plain_conditional_scores
-from deer.backends.statement_scorer import StatementScorer
 from deer.base.work import WorkCounter
 
 TIMED_SCORERS = ("bear_ref", "plain")
@@ -27,7 +27,7 @@ def timing_scorer(scorer: str) -> Callable[..., dict]:
     if scorer == "bear_ref":
 
         def score_query(loaded, context, continuations, state):
-            scorer_ = state.setdefault("scorer", StatementScorer(loaded.model, loaded.tokenizer))
+            scorer_ = state.setdefault("scorer", open_backend("hf", loaded).statement_scorer())
             scorer_.score(context, continuations)
             return scorer_.work()
     else:

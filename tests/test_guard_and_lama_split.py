@@ -15,7 +15,7 @@ import torch
 from bear_ref.lama_probe import LamaProbe, first_token_ids, first_tokens
 from deer.backends import open_backend
 from deer.backends.boundary import move_trailing_whitespace, split_statements
-from deer.backends.models import as_loaded_model, open_model
+from deer.backends.models import open_model
 from deer.backends.plain import plain_logprobs
 from deer.backends.tokenization import token_ids
 from deer.platform.length_guard import PromptTooLongError, guard_prompt_lengths
@@ -53,17 +53,17 @@ def test_the_statement_guard_finds_the_longest_continuation_in_tokens(tiny_kg_di
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, max_position_embeddings=limit)).eval()
-    loaded = as_loaded_model(model, tokenizer)
+    backend = open_backend("hf", (model, tokenizer))
     with pytest.raises(PromptTooLongError, match="longest statement"):
-        guard_prompt_lengths(queries, loaded, templates, "statements")
-    guard_prompt_lengths(queries, loaded, templates, "contexts")  # the query texts alone fit
+        guard_prompt_lengths(queries, backend, templates, "statements")
+    guard_prompt_lengths(queries, backend, templates, "contexts")  # the query texts alone fit
 
 
 def test_the_statement_guard_takes_no_candidates(tiny_kg_dir, tiny_clm):
     """Tokenising the continuations in one batch must not trip on an empty one (a fast tokenizer refuses it)."""
     kg = load_kg(tiny_kg_dir)
     empty = queries_for(kg, "test", np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    checked, report = guard_prompt_lengths(empty, as_loaded_model(*tiny_clm), PromptTemplates(k_shot=0), "statements")
+    checked, report = guard_prompt_lengths(empty, open_backend("hf", tiny_clm), PromptTemplates(k_shot=0), "statements")
     assert checked is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
 
 

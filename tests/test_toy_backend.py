@@ -48,7 +48,7 @@ def test_deer_bear_and_lama_through_the_api_equal_the_plain_backend(toy, tiny_kg
         deer.probe(queries, loaded, k_shot=2, backend="toy", cache=True, show_progress=False)
 
 
-def test_lama_on_a_masked_lm_goes_through_its_mask_filler(toy, tmp_path):
+def _tiny_bert() -> LoadedModel:
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "was", "born", "in", "."]
@@ -56,7 +56,11 @@ def test_lama_on_a_masked_lm_goes_through_its_mask_filler(toy, tmp_path):
     torch.manual_seed(0)
     model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                        intermediate_size=32)).eval()
-    loaded = LoadedModel.from_objects(model, tokenizer, "tiny-bert")
+    return LoadedModel.from_objects(model, tokenizer, "tiny-bert")
+
+
+def test_lama_on_a_masked_lm_goes_through_its_mask_filler(toy, tmp_path):
+    loaded = _tiny_bert()
     task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London"], causal=False)
     with_toy = run_cloze(task, loaded, ["lama"], show_progress=False, backend="toy")
     plain = run_cloze(task, loaded, ["lama"], show_progress=False, backend="plain")
@@ -81,3 +85,40 @@ def test_deer_bear_and_lama_through_the_command_line(toy, tiny_kg_dir, tiny_clm_
     for probe, result in toy_runs.items():
         assert result.metadata["backend"] == "toy"
         np.testing.assert_array_equal(_columns(result).to_numpy(), _columns(plain_runs[probe]).to_numpy())
+
+
+def test_the_backend_answers_for_its_model_and_opens_it_from_a_name(toy, tiny_clm, tiny_clm_dir):
+    """``open_backend`` loads a model from a folder (or takes a LoadedModel) and the backend, not the model
+    object, answers what the runner asks: positions, masked or causal, device, width, token counts,
+    evaluation mode."""
+    opened = backends.open_backend("toy", str(tiny_clm_dir), dtype="float32", device="cpu")
+    assert isinstance(opened.loaded, LoadedModel) and opened.loaded.source and opened.model is opened.loaded.model
+    model, tokenizer = tiny_clm
+    toy = backends.open_backend("toy", (model, tokenizer))
+    assert toy.max_positions == model.config.max_position_embeddings and toy.is_masked_lm is False
+    assert toy.device == torch.device("cpu") and toy.output_size == model.config.hidden_size
+    texts = ["a short one", "and a somewhat longer text than that"]
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    assert toy.token_counts(texts) == [len(bos + tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    model.train()
+    with toy.evaluation_mode():
+        assert not model.training
+    assert model.training  # a model that was training trains again after
+    model.eval()
+    assert backends.open_backend("toy", _tiny_bert()).is_masked_lm is True
+
+
+def test_a_backend_class_that_does_not_answer_for_its_model_is_refused_by_name(monkeypatch, tiny_clm):
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))
+    backends.register_backend("bare", "tests.test_toy_backend:BareBackend")
+    with pytest.raises(OptionError, match="bare.*ModelBackend"):
+        backends.open_backend("bare", tiny_clm)
+
+
+class BareBackend:
+    """The old protocol only: no model facts."""
+
+    name, can_cache, store_key = "bare", False, {}
+
+    def __init__(self, model, tokenizer, token_budget=None, show_progress=True):
+        self.model, self.tokenizer = model, tokenizer

@@ -5,16 +5,17 @@ point) and says it cannot cache; nothing else in the toolkit names it (``tests/t
 
 from __future__ import annotations
 
+from deer.backends import ModelBackend
 from deer.backends.plain import PlainBackend
 
 
-class ToyBackend:
+class ToyBackend(ModelBackend):
     name = "toy"
     can_cache = False  # so cache=True is refused on it, by name
     store_key: dict = {}
 
     def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
-        self.model, self.tokenizer = model, tokenizer
+        super().__init__(model, tokenizer, token_budget, show_progress)
         self._plain = PlainBackend(model, tokenizer, token_budget=token_budget, show_progress=show_progress)
 
     def encoder(self, special_tokens: str = "bos"):

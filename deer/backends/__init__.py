@@ -8,6 +8,12 @@
   token after the first; PLL for a masked LM), with ``method``, ``statements_method`` and ``work()``;
 * ``backend.mask_filler()``: ``logprobs(sentences, token_ids)`` at a masked LM's mask token (LAMA).
 
+Every backend derives from ``ModelBackend``, which answers for the model it runs: ``max_positions``,
+``is_masked_lm``, ``device`` (where its vectors are ranked), ``output_size``, ``evaluation_mode()`` and
+``token_counts(texts)``; the rest of the toolkit asks the backend, never the model object.
+``open_backend(name, model)`` loads the model (an alias, hub id, folder or ``ModelSpec``; or takes a
+``LoadedModel``) and opens the backend on it.
+
 Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
 forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
 backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
@@ -15,6 +21,7 @@ backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import import_module
 from importlib import metadata as importlib_metadata
 from typing import Any, Protocol
@@ -27,13 +34,26 @@ DEFAULT_BACKEND = "hf"
 
 
 class Backend(Protocol):
-    """What a probe may ask of a model (see the module docstring)."""
+    """What a probe may ask of a model (see the module docstring); ``ModelBackend`` gives the model facts."""
 
     name: str
     model: Any
     tokenizer: Any
+    loaded: Any  # the LoadedModel it runs (identity: name, fingerprints, dtype, device)
     can_cache: bool  # its results may be stored and reused (False: a cross-check that reads and writes no store)
     store_key: dict  # what its vectors depend on beyond the model ({} where they are the model's own states)
+    max_positions: int | None  # tokens one sequence may hold (None: the model states no limit)
+    is_masked_lm: bool
+    device: Any  # torch.device where its outputs are (DEER's vectors are ranked there)
+    output_size: int  # the encoder's vector width
+
+    def evaluation_mode(self) -> Any:
+        """A context manager: the model runs as for probing inside (no dropout), as it was after."""
+        ...
+
+    def token_counts(self, texts: Sequence[str], special_tokens: str = "bos") -> list[int]:
+        """Tokens of each text as the encoder feeds it (``special_tokens``: "bos" policy or "tokenizer")."""
+        ...
 
     def encoder(self, special_tokens: str = "bos") -> Any:
         """A PromptEOL encoder: ``encode(texts, next_token_ids=None, description, progress, on_batch)`` gives an
@@ -101,7 +121,28 @@ def backend_class(name: str):
     raise OptionError("backend", name, f"unknown backend; known: {', '.join(backend_names())}")
 
 
-def open_backend(name: str, loaded, *, token_budget: int | None = None, show_progress: bool = True) -> Backend:
-    """The backend ``name`` over a ``LoadedModel`` (its model in eval mode).  ``token_budget``: padded
-    tokens per batch (None: the device's default for prompts, 512 for statements)."""
-    return backend_class(name)(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
+def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
+                 token_budget: int | None = None, show_progress: bool = True) -> Backend:
+    """The backend ``name`` on ``model``: a ``LoadedModel``, or what ``deer.backends.models.as_loaded_model``
+    loads (an alias, hub id, folder or ``ModelSpec`` with ``dtype`` and ``device``; a transformers model with
+    its ``tokenizer``).  ``token_budget``: padded tokens per batch (None: the device's default for prompts,
+    512 for statements).  A backend class that does not derive from ``ModelBackend`` is refused by name."""
+    from deer.backends.model_backend import ModelBackend
+    from deer.backends.models import as_loaded_model
+
+    cls = backend_class(name)
+    if not (isinstance(cls, type) and issubclass(cls, ModelBackend)):
+        raise OptionError("backend", name, "its class does not derive from deer.backends.ModelBackend, which answers for "
+                                           "the model (positions, masked or causal, device, token counts)")
+    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
+    backend = cls(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
+    backend.loaded = loaded
+    return backend
+
+
+def __getattr__(name: str):
+    if name == "ModelBackend":  # imported on first use: it imports the kernels' modules, which import this package
+        from deer.backends.model_backend import ModelBackend
+
+        return ModelBackend
+    raise AttributeError(name)

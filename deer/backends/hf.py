@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.mask_fill import DEFAULT_TOKEN_BUDGET, MaskFiller
+from deer.backends.model_backend import ModelBackend
 from deer.backends.statement_scorer import StatementScorer
 
 STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none is given
 
 
-class HFBackend:
+class HFBackend(ModelBackend):
     """Batched kernels: shared few-shot prefixes, shared query caches, prefix tries (the default).
 
     PromptEOL states from ``PromptEOLEncoder``; statement scores from ``StatementScorer``."""
@@ -17,9 +18,6 @@ class HFBackend:
     name = "hf"
     can_cache = True
     store_key: dict = {}
-
-    def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
-        self.model, self.tokenizer, self.token_budget, self.show_progress = model, tokenizer, token_budget, show_progress
 
     def encoder(self, special_tokens: str = "bos") -> PromptEOLEncoder:
         return PromptEOLEncoder(self.model, self.tokenizer, token_budget=self.token_budget, show_progress=self.show_progress,

@@ -7,3 +7,16 @@ def text_config(model):
     """The config of the model's text part (a multimodal model nests it; a text model's is its own)."""
     config = model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def max_positions(model) -> int | None:
+    """The model's position limit from its config (None if it states none)."""
+    config = text_config(model)
+    for attribute in POSITION_ATTRIBUTES:
+        value = getattr(config, attribute, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

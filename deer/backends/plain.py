@@ -17,6 +17,7 @@ from deer.backends.batching import pad_right
 from deer.backends.boundary import move_trailing_whitespace
 from deer.backends.encoder import EncoderOutput, output_size
 from deer.backends.mask_fill import MaskFiller
+from deer.backends.model_backend import ModelBackend
 from deer.backends.models import is_masked_lm
 from deer.backends.pll import plain_pll
 from deer.backends.tokenization import batch_token_ids, bos_id, padding_id
@@ -153,15 +154,12 @@ class PlainStatementScorer:
         return self.stats.as_dict()
 
 
-class PlainBackend:
+class PlainBackend(ModelBackend):
     """One whole forward pass per prompt or statement (see the module docstring); budgets do not apply."""
 
     name = "plain"
     can_cache = False  # a cross-check: reads and writes no store
     store_key: dict = {}
-
-    def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
-        self.model, self.tokenizer, self.show_progress = model, tokenizer, show_progress
 
     def encoder(self, special_tokens: str = "bos") -> PlainEncoder:
         """The ``Backend.encoder`` interface, one whole forward pass per prompt."""

@@ -9,10 +9,12 @@ import dataclasses
 import os
 import reprlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from deer.backends.models import LoadedModel, as_loaded_model, check_model_config
+from deer.backends import DEFAULT_BACKEND, open_backend
+from deer.backends.models import LoadedModel, check_model_config
 from deer.base.model_spec import check_adapter, loading_options, with_loading
 from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
 from deer.platform.result import ProbeResult
@@ -62,6 +64,7 @@ class PreparedRun:
     loaded: LoadedModel
     templates: PromptTemplates
     length_report: LengthReport
+    backend: Any = None  # the backend opened on the model (deer.backends.ModelBackend)
 
     def finish(self, result: ProbeResult) -> ProbeResult:
         """Add the few-shot examples each query got (``k_shot_used`` column and metadata) and the length report."""
@@ -111,11 +114,12 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         check_model_config(model)
 
 
-def prepare(kg, model, options: RunOptions, *, text_kind: str | None, out=None, before_loading=None) -> PreparedRun:
+def prepare(kg, model, options: RunOptions, *, text_kind: str | None, out=None, before_loading=None,
+            backend: str = DEFAULT_BACKEND, show_progress: bool = True) -> PreparedRun:
     """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model (with
-    ``options.loading``), then check every text of ``text_kind`` against the model's positions: a bad input
-    fails before any forward pass.  ``before_loading(queries, templates)``: more checks (a probe's),
-    made before the model loads."""
+    ``options.loading``, opening the ``backend`` on it), then check every text of ``text_kind`` against the
+    model's positions: a bad input fails before any forward pass.  ``before_loading(queries, templates)``:
+    more checks (a probe's), made before the model loads."""
     selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
     check_model_argument(model)
     model = with_loading(model, loading.model_kwargs, loading.adapter)
@@ -125,9 +129,10 @@ def prepare(kg, model, options: RunOptions, *, text_kind: str | None, out=None, 
     warn_about_few_shot(queries, templates)
     if before_loading is not None:
         before_loading(queries, templates)
-    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
-    queries, report = guard_prompt_lengths(queries, loaded, templates, text_kind, budget.long_prompts)
-    return PreparedRun(queries, loaded, templates, report)
+    runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
+                          token_budget=budget.token_budget, show_progress=show_progress)
+    queries, report = guard_prompt_lengths(queries, runner, templates, text_kind, budget.long_prompts)
+    return PreparedRun(queries, runner.loaded, templates, report, runner)
 
 
 def store_root(cache: bool, cache_dir=None) -> Path | None:

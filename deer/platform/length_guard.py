@@ -11,7 +11,6 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
-from deer.backends.model_config import text_config
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.templates import candidate_prompts
 from kg_data.cloze import LARGE_SET, ClozeTask, deer_query_text, lama_rules, mask_sentence, shorten, statement
@@ -20,21 +19,10 @@ from kg_data.queries import QuerySet
 
 SLACK = 8  # special tokens and a SentencePiece word-start piece, beyond one token per byte
 LONG_PROMPT_MODES = ("error", "truncate-descriptions")
-POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 
 
 class PromptTooLongError(ValueError):
     """A prompt or statement is longer than the model's maximum positions."""
-
-
-def max_positions(model) -> int | None:
-    """The model's position limit from its config (None if it states none)."""
-    config = text_config(model)
-    for attribute in POSITION_ATTRIBUTES:
-        value = getattr(config, attribute, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def token_counts(tokenizer, texts: Sequence[str], limit: int, special_tokens: str = "bos", extra: int = 0) -> dict[int, int]:
@@ -101,20 +89,21 @@ NAME_HINT = "shorten the names in the KG (few-shot examples repeat train triples
 DESCRIPTION_HINT = "shorten its description, or cut descriptions to fit with --long-prompts truncate-descriptions"
 
 
-def guard_prompt_lengths(queries: QuerySet, loaded, templates, text_kind: str | None, mode: str = "error") -> tuple[QuerySet, LengthReport]:
+def guard_prompt_lengths(queries: QuerySet, backend, templates, text_kind: str | None, mode: str = "error") -> tuple[QuerySet, LengthReport]:
     """Check the texts of a probe's ``text_kind``: "prompts" (query and tail prompts, DEER), "contexts"
     (query texts, LAMA), "statements" (query text + longest continuation, BEAR) or None (nothing to
-    check); return the queries (descriptions cut in ``truncate-descriptions`` mode) and a report.
-    Raises PromptTooLongError naming the first entity or query that does not fit."""
+    check) against the backend's model (its ``max_positions``, its tokenizer); return the queries
+    (descriptions cut in ``truncate-descriptions`` mode) and a report.  Raises PromptTooLongError naming
+    the first entity or query that does not fit."""
     if mode not in LONG_PROMPT_MODES:
         raise ValueError(f"long_prompts must be one of {LONG_PROMPT_MODES}, got '{mode}'")
-    limit = max_positions(loaded.model)
+    limit = backend.max_positions
     report = LengthReport(limit, mode)
     if limit is None or text_kind is None:
         return queries, report
     if mode == "truncate-descriptions" and text_kind == "prompts":
-        queries = _truncate_tail_descriptions(queries, loaded.tokenizer, templates, limit, report)
-    _check(queries, loaded.tokenizer, templates, text_kind, limit)
+        queries = _truncate_tail_descriptions(queries, backend.tokenizer, templates, limit, report)
+    _check(queries, backend.tokenizer, templates, text_kind, limit)
     return queries, report
 
 
@@ -191,15 +180,15 @@ def _answer(labels: Sequence[str], name: str, index: int) -> str:
     return f"answer {shorten(labels[index])!r} of candidate set {name}"
 
 
-def guard_benchmark_lengths(task: ClozeTask, loaded, text_kinds: set, masked: bool) -> None:
+def guard_benchmark_lengths(task: ClozeTask, backend, text_kinds: set) -> None:
     """The benchmark counterpart of ``guard_prompt_lengths`` for the probes' ``text_kinds`` -- "prompts"
     (DEER: query texts and answer prompts), "contexts" (LAMA: query texts, masked sentences, or whole
-    statements where ``lama_rules`` says so), "statements" (BEAR).  Raises PromptTooLongError naming
-    the first fact (file and line) or answer that does not fit."""
-    limit = max_positions(loaded.model)
+    statements where ``lama_rules`` says so), "statements" (BEAR) -- against the backend's model's positions.
+    Raises PromptTooLongError naming the first fact (file and line) or answer that does not fit."""
+    limit, masked = backend.max_positions, backend.is_masked_lm
     if limit is None:
         return
-    tokenizer = loaded.tokenizer
+    tokenizer = backend.tokenizer
     texts = {}
     if not masked and {"prompts", "contexts"} & text_kinds:
         texts["query text"] = token_counts(tokenizer, [deer_query_text(q) for q in task.queries], limit, "bos")

@@ -92,7 +92,7 @@ def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_p
     ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec (with ``check``, a
     folder holding another spec is refused now, before any work).  The probe's ``options`` (its defaults
     where None) are checked against the queries and templates before the model opens."""
-    from deer.backends.models import open_model
+    from deer.backends import open_backend
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
@@ -104,7 +104,7 @@ def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_p
     probe = get_probe(probe_name)
     with spelled_as_probe_option():
         check_probe_inputs(probe, {**probe.options, **(options or {})}, queries, templates)
-    loaded = open_model(g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray workers
+    loaded = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"]).loaded  # once, also for stores and Ray
     spec = RunSpec.build(queries, loaded, templates)
     return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, check)
 
@@ -158,7 +158,7 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
 
         store = encode_entities_on_ray(queries.kg, given["model_name"], templates, workers=ray_workers, entities=queries.candidates.tolist(),
                                        dtype=given["dtype"], device=given["device"], token_budget=token_budget, address=ray_address,
-                                       loaded=loaded)
+                                       loaded=loaded, backend=backend)
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
                        cache=cache_unless(no_cache, backend), out=out, **options)
