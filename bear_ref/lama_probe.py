@@ -2,7 +2,7 @@
 
 On a KG: log p(first token of " t_name)") after the query text, read in the forward pass that DEER's
 query encoder makes (its query embeddings are kept, so a LAMA + DEER run reads every query once).  On a
-benchmark (``kg_data.cloze.ClozeTask``) each query is scored by its ``lama_rules`` rule.  The first token
+benchmark (``kg_data.cloze.ClozeTask``) each query is scored by its ``deer.platform.cloze_texts.lama_rules`` rule.  The first token
 is the whole statement's (``deer.backends.boundary``); one that straddles the end of the query text is
 read after the statement's tokens before it (``score_straddling_tokens``).
 """
@@ -20,10 +20,10 @@ from bear_ref.cloze_scoring import answer_token_ids, count_statements, statement
 from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import batch_token_ids, bos_id
+from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
-from kg_data.cloze import deer_query_text, lama_rules, mask_sentence
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and

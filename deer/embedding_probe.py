@@ -2,7 +2,7 @@
 
 On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
 description (``deer.platform.templates``); on a cloze benchmark (``kg_data.cloze.ClozeTask``) the
-query is ``deer_query_text`` and a candidate its answer's name and description, each query ranking
+query is ``deer.platform.cloze_texts.deer_query_text`` and a candidate its answer's name and description, each query ranking
 its own candidate set.  With a store root, embeddings go through the model's prompt store
 (``prompt_store``: resumable, keyed by each prompt's text), so only what is missing is encoded.
 """
@@ -19,13 +19,13 @@ from tqdm.auto import tqdm
 
 from deer.backends.models import LoadedModel
 from deer.base.vectors import normalize_rows
+from deer.platform.cloze_texts import deer_query_text
 from deer.platform.distributed import ShardedEncoder
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged, item_keys
 from deer.platform.templates import candidate_prompts, query_prompts
 from deer.platform.validate import OptionError, warn
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
-from kg_data.cloze import deer_query_text
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)

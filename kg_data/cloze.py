@@ -1,9 +1,9 @@
 """Cloze benchmarks (the BEAR data set, LAMA) as one list of queries over candidate sets.
 
 A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and ``[X]`` where it has one: a
-template-free query is a masked evidence sentence whose ``[MASK]`` became ``[Y]``), the gold answer's
-position in a named candidate set, and how LAMA scores it: "next-token" where [Y] ends the sentence
-(and for every template-free sentence), else "statement" (the whole statement's log-likelihood).
+template-free query is a masked evidence sentence whose ``[MASK]`` became ``[Y]``) and the gold answer's
+position in a named candidate set.  What a probe makes of it (DEER's prompt, LAMA's rule, a masked LM's
+sentence) is the probe's: ``deer.platform.cloze_texts``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ from kg_data.bear import ANSWER, BearDataset, fill_statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import MASK, LamaDataset, first_usable_sentence, relation_file
 
-BLANK = "___"
-BLANK_PROMPT = "Fill in the blank: {sentence}\nAnswer:"
-END_PUNCTUATION = " .!?"
 MODES = ("template", "template-free")
 CANDIDATE_KINDS = ("common-vocab", "relation")
-LARGE_SET = "common-vocab"  # whole statements are never scored against it (|vocabulary| statements per fact)
+LARGE_SET = "common-vocab"  # LAMA's common vocabulary: one set of |vocabulary| answers for every fact
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +47,6 @@ class ClozeQuery:
     answer: str
     candidates: str
     gold: int
-    lama_scoring: str
 
 
 @dataclasses.dataclass
@@ -86,31 +82,6 @@ def answer_context(query: ClozeQuery) -> str:
     return fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "").rstrip()
 
 
-def deer_query_text(query: ClozeQuery) -> str:
-    """The answer context, or where the answer comes first a fill-in-the-blank prompt (``BLANK_PROMPT``)."""
-    return answer_context(query) or BLANK_PROMPT.format(sentence=statement(query, BLANK))
-
-
-def mask_sentence(tokenizer, query: ClozeQuery) -> str:
-    """The query's sentence for a masked LM: [X] filled, the answer slot as the tokenizer's mask token."""
-    return statement(query, ANSWER).replace(ANSWER, tokenizer.mask_token)
-
-
-def lama_rules(task: ClozeTask, masked: bool) -> list[str]:
-    """How LAMA scores each query: "mask-fill" (masked LM), "next-token" (``lama_scoring``), "statement"
-    (the whole statement, on a relation's candidates), or not at all (a statement against ``LARGE_SET``)."""
-    if masked:
-        return ["mask-fill"] * len(task.queries)
-    return [q.lama_scoring if q.lama_scoring == "next-token" or q.candidates != LARGE_SET
-            else "statement (not scored on the common vocabulary)" for q in task.queries]
-
-
-def template_scoring(template: str) -> str:
-    """LAMA's scoring: "next-token" when text precedes [Y] and only spaces and final punctuation follow it."""
-    parts = template.split(ANSWER)
-    return "next-token" if parts[0].strip() and not parts[1].strip(END_PUNCTUATION) else "statement"
-
-
 # -- the BEAR data set ---------------------------------------------------------------------------
 
 
@@ -124,7 +95,7 @@ def bear_cloze_task(dataset: BearDataset) -> ClozeTask:
             for i, (sub_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
                 gold = int(relation.gold[i])
                 queries.append(ClozeQuery("bear", code, sub_id, int(relation.rows[i]), "template", t, template, subject,
-                                          relation.answer_labels[gold], code, gold, template_scoring(template)))
+                                          relation.answer_labels[gold], code, gold))
     instance = {(code, int(row)): i for code, r in dataset.relations.items() for i, row in enumerate(r.rows)}
     return ClozeTask(dataset.name, queries, sets, {"dataset": dataset.summary()},
                      lambda q: dataset.relations[q.relation].location(instance[q.relation, q.row]))
@@ -180,19 +151,19 @@ def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequ
         for fact in kept:
             texts = []
             if "template" in modes and relation.template is not None:
-                texts.append(("template", 0, relation.template, template_scoring(relation.template)))
+                texts.append(("template", 0, relation.template))
             if "template-free" in modes:
                 sentence = first_usable_sentence(fact.masked_sentences, need_prefix=causal)
                 if sentence is None:
                     count["no_usable_sentence"] += 1
                 else:
-                    texts.append(("template-free", -1, sentence.replace(MASK, ANSWER), "next-token"))
-            for mode, t, template, scoring in texts:
+                    texts.append(("template-free", -1, sentence.replace(MASK, ANSWER)))
+            for mode, t, template in texts:
                 count[mode] += 1
                 for kind in candidate_kinds:
                     name, gold = ("common-vocab", position[fact.answer]) if kind == "common-vocab" else (key, local[fact.answer])
                     queries.append(ClozeQuery(relation.source, relation.code, fact.fact_id, fact.line, mode, t, template,
-                                              fact.subject, fact.answer, name, gold, scoring))
+                                              fact.subject, fact.answer, name, gold))
         counts[key] = count
     return ClozeTask("lama", queries, sets, {"dataset": dataset.summary(), "counts": counts, "vocabulary": len(vocab),
                                              "modes": list(modes), "candidate_kinds": list(candidate_kinds)},

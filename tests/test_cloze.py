@@ -17,11 +17,12 @@ from bear_ref.cloze_scoring import single_token_words
 from deer.backends.mask_fill import mask_fill_logprobs
 from deer.backends.models import LoadedModel
 from deer.backends.tokenization import batch_token_ids
+from deer.platform.cloze_texts import deer_query_text, lama_rule, mask_sentence
 from deer.platform.templates import candidate_prompt
 from deer.runner import run_cloze
 from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
 from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
-from kg_data.cloze import answer_context, bear_cloze_task, deer_query_text, lama_cloze_task, mask_sentence, statement
+from kg_data.cloze import answer_context, bear_cloze_task, lama_cloze_task, statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
@@ -134,7 +135,7 @@ def test_bear_instance_query_texts_and_candidates_exactly():
         "Fill in the blank: ___ served as the head of government for Greece.\nAnswer:",  # answer first: no context
         "Greece was already governed by",
     ]
-    assert [q.lama_scoring for q in greece] == ["next-token", "statement", "statement"]
+    assert [lama_rule(q) for q in greece] == ["next-token", "statement", "statement"]
     assert [(q.answer, q.gold, q.row) for q in greece] == [("Kyriakos Mitsotakis", 1, 0)] * 3
     ireland = [q for q in task.queries if q.fact == "Q27"]
     assert deer_query_text(ireland[2]) == "Ireland was already governed by"  # first character capitalised, as BEAR's statement
@@ -152,7 +153,7 @@ def test_template_free_prompt_from_a_masked_sentence_exactly(tmp_path):
     # Fact a: the first sentence starts with the mask (nothing for a causal LM to read): the second is used.
     assert deer_query_text(free["a"]) == answer_context(free["a"]) == "Allan Peiper (born 26 April 1960 in"
     assert statement(free["a"], "Paris") == "Allan Peiper (born 26 April 1960 in Paris, France) is a former Professional cyclist."
-    assert free["a"].lama_scoring == "next-token" and free["a"].template_index == -1
+    assert lama_rule(free["a"]) == "next-token" and free["a"].template_index == -1
     assert deer_query_text(free["d"]) == "Dora , an"
     assert "e" not in free  # only sentences with two masks
     assert task.info["counts"]["TREx/P106"]["no_usable_sentence"] == 1
@@ -161,7 +162,7 @@ def test_template_free_prompt_from_a_masked_sentence_exactly(tmp_path):
     template = {q.fact: q for q in task.queries if q.mode == "template"}
     assert "s1" not in template  # SQuAD has no template
     assert deer_query_text(template["a"]) == "Allan Peiper was born in"
-    assert template["d"].lama_scoring == "statement"  # "[X] is a [Y] by profession ."
+    assert lama_rule(template["d"]) == "statement"  # "[X] is a [Y] by profession ."
     assert template["a"].gold == 0 and template["b"].gold == 1
     # A masked LM reads the whole sentence: the first sentence with one mask, even at the start.
     masked = lama_cloze_task(data, ["Paris", "London", "actor", "lawyer", "gold"], candidate_kinds=["relation"], causal=False)
@@ -262,7 +263,7 @@ def test_cloze_probes_equal_the_plain_path(tmp_path, family, backend, smollm2_to
             plain = [plain_statement_score(model, ids) for ids in batch_token_ids(tokenizer, [statement(q, w) for w in labels], "bos")]
             assert table.loc[i, "bear_gold_score"] == pytest.approx(plain[q.gold], abs=1e-4)
             assert table.loc[i, "bear_rank"] == _rank(plain, q.gold)
-        if q.lama_scoring == "next-token":
+        if lama_rule(q) == "next-token":
             logprobs = plain_logprobs(model, query_ids)[-1]
             plain = [float(logprobs[candidate_ids[w][0]]) for w in labels]
             assert table.loc[i, "lama_gold_score"] == pytest.approx(plain[q.gold], abs=1e-4)

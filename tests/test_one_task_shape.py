@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from deer.backends.models import as_loaded_model
+from deer.platform.cloze_texts import deer_query_text, lama_rule
 from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchmark_task
 from deer.probes import get_probe
 from deer.runner import run_probe
 from kg_data import load_kg
-from kg_data.cloze import deer_query_text, statement
+from kg_data.cloze import statement
 from kg_data.queries import build_queries
 
 
@@ -40,6 +41,7 @@ def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
             label = task.candidate_sets[KG_CANDIDATE_SET].labels[position]
             assert statement(query, label) == templates.query_context(kg, triple) + templates.continuation(kg, entity)
         assert deer_query_text(query) == templates.query_prompt(kg, tuple(triple))
+        assert lama_rule(query) == "next-token"  # by LAMA's rule: only ')' follows the answer slot
 
 
 def test_a_slot_marker_in_a_kg_text_is_refused_by_query(tiny_kg_dir):

@@ -12,8 +12,9 @@ import functools
 from collections.abc import Callable, Sequence
 
 from deer.backends.tokenization import batch_token_ids
+from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.templates import candidate_prompts
-from kg_data.cloze import LARGE_SET, ClozeTask, deer_query_text, lama_rules, mask_sentence, shorten, statement
+from kg_data.cloze import LARGE_SET, ClozeTask, shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
 

@@ -223,5 +223,5 @@ def kg_benchmark_task(queries, templates: PromptTemplates) -> ClozeTask:
                              "as a slot; this probe needs a KG without them")
         found.append(ClozeQuery(kg.name, kg.relation_names[relation], fact, i, "template", 0,
                                 context + CONTINUATION.format(tail=ANSWER), kg.entity_names[head], kg.entity_names[tail],
-                                KG_CANDIDATE_SET, int(queries.gold[i]), "next-token"))
+                                KG_CANDIDATE_SET, int(queries.gold[i])))
     return ClozeTask(kg.name, found, {KG_CANDIDATE_SET: candidates}, {"from_kg": kg.name, "split": queries.split})
