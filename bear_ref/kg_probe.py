@@ -25,7 +25,7 @@ from deer.platform.run_spec import model_identity
 from deer.platform.stores import READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged
 from deer.platform.templates import PromptTemplates
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
-from kg_data.cloze import LARGE_SET
+from kg_data.cloze import LARGE_SET, ClozeTask
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
@@ -94,9 +94,15 @@ class BearProbe:
     options = {"pll_variant": "within_word_l2r"}
     option_values = {"pll_variant": OptionValues(str, PLL_VARIANTS)}
     text_kind = "statements"
+    takes_kg_queries = True  # a KG's one large candidate set: a query's statements share its context (the trie)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.queries, request.loaded, request.templates
+        """A KG's queries: the (n_queries, n_candidates) statement scores, stored by chunk of queries where
+        there is a store; a benchmark: each query's statements over its set (never ``LARGE_SET``)."""
+        return self._score_sets(request) if isinstance(request.task, ClozeTask) else self._score_kg(request)
+
+    def _score_kg(self, request: ProbeRequest) -> ProbeScores:
+        queries, loaded, templates = request.task, request.loaded, request.templates
         started = time.perf_counter()
         scorer = request.backend.statement_scorer(request.options["pll_variant"])
         root = request.store_root
@@ -115,8 +121,8 @@ class BearProbe:
         }
         return ProbeScores(scores=scores, metadata=metadata)
 
-    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
-        task = request.queries
+    def _score_sets(self, request: ProbeRequest) -> ProbeScores:
+        task = request.task
         scorer = request.backend.statement_scorer(request.options["pll_variant"])
         rows = [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET]
         statements = count_statements(task, rows)

@@ -24,6 +24,7 @@ from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
+from kg_data.cloze import ClozeTask
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -156,12 +157,18 @@ class LamaProbe:
     options = {"single_token": False}
     option_values = {"single_token": OptionValues(bool)}
     text_kind = "contexts"
+    takes_kg_queries = True  # a KG's one large candidate set: every first token read in DEER's query pass
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_end(templates)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.queries, request.loaded, request.templates
+        """A KG's queries: the (n_queries, n_candidates) first-token log-probabilities (single-token
+        candidates only with ``single_token``); a benchmark: each query by its ``lama_rules`` rule."""
+        return self._score_sets(request) if isinstance(request.task, ClozeTask) else self._score_kg(request)
+
+    def _score_kg(self, request: ProbeRequest) -> ProbeScores:
+        queries, loaded, templates = request.task, request.loaded, request.templates
         started = time.perf_counter()
         single_token = request.options["single_token"]
         if single_token:
@@ -182,10 +189,10 @@ class LamaProbe:
         return ProbeScores(scores=scores, metadata=metadata,
                            arrays={"query_embeddings": embeddings}, queries=queries)
 
-    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
+    def _score_sets(self, request: ProbeRequest) -> ProbeScores:
         """Each query by its ``lama_rules`` rule; the causal pass's query vectors are handed on
         (``arrays["query_embeddings"]``: DEER's, read in the same pass)."""
-        task, loaded, backend = request.queries, request.loaded, request.backend
+        task, loaded, backend = request.task, request.loaded, request.backend
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
         answer_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}

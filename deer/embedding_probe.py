@@ -26,6 +26,7 @@ from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, Pendi
 from deer.platform.templates import candidate_prompts, query_prompts
 from deer.platform.validate import OptionError, warn
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
+from kg_data.cloze import ClozeTask
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
@@ -239,12 +240,18 @@ class DeerProbe:
     option_values = {"query_embeddings": OptionValues("vectors", optional=True)}
     text_kind = "prompts"
     causal_lm_only = True  # PromptEOL reads a causal LM's last state
+    takes_kg_queries = True  # a KG's one large candidate set: streamed through the prompt store
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_embeddings(options["query_embeddings"], len(queries))
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.queries, request.loaded, request.templates
+        """A KG's queries: query and candidate vectors, ranked by the runner's cosine kernel (the candidates
+        streamed from the prompt store where there is one); a benchmark: each query's cosines over its set."""
+        return self._score_sets(request) if isinstance(request.task, ClozeTask) else self._score_kg(request)
+
+    def _score_kg(self, request: ProbeRequest) -> ProbeScores:
+        queries, loaded, templates = request.task, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
         check_query_embeddings(query_embeddings, len(queries), request.backend)  # before any encoding
         kg = queries.kg
@@ -304,9 +311,9 @@ class DeerProbe:
         return ProbeScores(query_vectors=query_vectors, candidate_vectors=entity_vectors, metadata=metadata,
                            arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
 
-    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
+    def _score_sets(self, request: ProbeRequest) -> ProbeScores:
         """Every distinct candidate prompt of every set encoded once, each query ranked by cosine over its own set."""
-        task, given = request.queries, request.options["query_embeddings"]
+        task, given = request.task, request.options["query_embeddings"]
         check_query_embeddings(given, len(task.queries), request.backend)
         encoder = request.backend.encoder()
         started = time.perf_counter()

@@ -1,9 +1,10 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
-A probe names the texts it feeds the model (for the length guard) and scores the one task shape,
-queries over named candidate sets (``score_benchmark``: a cloze benchmark, or a KG's queries as
-``deer.platform.templates.kg_benchmark_task`` gives them); ``score`` is an optional KG fast path.  It
-never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
+A probe names the texts it feeds the model (for the length guard) and has one scoring method,
+``score(request)``: queries over named candidate sets (a ``ClozeTask``: a cloze benchmark, or a KG's
+queries as ``deer.platform.templates.kg_benchmark_task`` gives them).  A probe that declares
+``takes_kg_queries`` gets a KG's queries as they are (a ``QuerySet``: one large candidate set, scored
+with shared prefixes, tries and stores).  It never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
 probe's option name is handed to that probe (LAMA's pass gives DEER its ``query_embeddings``).
 Probes register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
 
@@ -16,6 +17,7 @@ or, from a running Python session, with :func:`register_probe`.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from importlib import metadata as importlib_metadata
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from deer.base.errors import OptionError
+from kg_data.cloze import ClozeTask
 
 ENTRY_POINT_GROUP = "deer.probes"
 # The built-in probes, by name (as the backends have theirs): a checkout used through PYTHONPATH, without
@@ -39,13 +42,18 @@ class ProbeRequest:
     the backend (the only way a probe reaches the model), the templates, the store root for
     resumable work (None: nothing is stored), and the probe's own options."""
 
-    queries: Any  # the task: kg_data.queries.QuerySet, or a benchmark's kg_data.cloze.ClozeTask
+    task: Any  # a kg_data.cloze.ClozeTask, or (a probe that ``takes_kg_queries``) a KG's kg_data.queries.QuerySet
     loaded: Any  # deer.backends.models.LoadedModel
     backend: Any  # deer.backends.Backend
     templates: Any  # deer.platform.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
     store_root: Path | None = None
     show_progress: bool = True
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def queries(self):
+        """The old name of ``task`` (until 0.3)."""
+        return self.task
 
 
 @dataclasses.dataclass
@@ -126,15 +134,17 @@ class Probe(Protocol):
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     option_values: Mapping[str, OptionValues]  # what each option accepts; a value that does not fit is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
-    # Optional: ``score(request)``, a KG fast path (``request.queries`` is a QuerySet: a score matrix or
-    # vectors; without it a KG's queries come as ``kg_benchmark_task``), ``causal_lm_only`` (default
-    # False: True refuses a masked LM before any work), and ``check_before_loading(options, queries,
-    # templates)``: raises on options that do not fit the KG's queries or the templates, before the model loads.
+    # Optional: ``takes_kg_queries`` (default False: a KG's queries come as ``kg_benchmark_task``),
+    # ``causal_lm_only`` (default False: True refuses a masked LM before any work), and
+    # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
+    # queries or the templates, before the model loads.
 
-    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:
-        """Score ``request.queries`` (a ``ClozeTask``: queries over named candidate sets) through
-        ``request.backend`` only: ``ProbeScores.scores`` {query index: float64 scores over that query's
-        candidate set, higher = better; NaN or -inf never beats the gold}.  Never ranks, saves or caches."""
+    def score(self, request: ProbeRequest) -> ProbeScores:
+        """Score ``request.task`` through ``request.backend`` only.  A ``ClozeTask`` (queries over named
+        candidate sets): ``ProbeScores.scores`` {query index: float64 scores over that query's candidate
+        set, higher = better; NaN or -inf never beats the gold}.  A KG's ``QuerySet`` (``takes_kg_queries``
+        only): a score matrix (n_queries, n_candidates) or query and candidate vectors.  Never ranks,
+        saves or caches."""
         ...
 
 
@@ -180,21 +190,48 @@ def get_probe(name: str) -> Probe:
     probe = _REGISTERED[name]()
     if probe.name != name:
         raise ValueError(f"probe registered as '{name}' calls itself '{probe.name}'")
-    if not callable(getattr(probe, "score_benchmark", None)):
-        raise ValueError(f"probe '{name}' has no score_benchmark(request): every probe scores the general task shape")
+    return as_probe(probe)
+
+
+def as_probe(probe) -> Probe:
+    """``probe`` checked to have the one ``score(request)`` (one written for 0.1's two methods is read
+    through them until 0.3, with a DeprecationWarning)."""
+    if callable(getattr(probe, "score_benchmark", None)):
+        probe = _OldProtocol(probe)
+    if not callable(getattr(probe, "score", None)):
+        raise ValueError(f"probe '{probe.name}' has no score(request): every probe scores queries over candidate sets")
     return probe
 
 
-def score_kg(probe: Probe, request: ProbeRequest) -> ProbeScores:
-    """A KG's queries scored by ``probe``: its fast path, or as the general task shape
-    (``kg_benchmark_task``) with its rows stacked into the score matrix the runner ranks with the
-    known-true filters (a query left unscored gets NaN: the worst rank)."""
-    if callable(getattr(probe, "score", None)):  # the probe's own KG fast path
+class _OldProtocol:
+    """A probe written for 0.1's two methods (``score_benchmark``, and ``score`` as a KG fast path), seen
+    through the one ``score`` (until 0.3), with a DeprecationWarning."""
+
+    def __init__(self, probe):
+        warnings.warn(f"probe '{probe.name}': score_benchmark is the old name of score (and score the old KG fast "
+                      "path, now score with takes_kg_queries = True); it is read until 0.3", DeprecationWarning, stacklevel=3)
+        self._probe = probe
+        self.takes_kg_queries = callable(getattr(probe, "score", None))
+
+    def __getattr__(self, name):
+        return getattr(self._probe, name)
+
+    def score(self, request: ProbeRequest) -> ProbeScores:
+        if isinstance(request.task, ClozeTask):
+            return self._probe.score_benchmark(request)
+        return self._probe.score(request)
+
+
+def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:
+    """``probe.score(request)``; a KG's queries to a probe that does not take them as they are go as the
+    general task shape (``kg_benchmark_task``), its rows stacked into the score matrix the runner ranks
+    with the known-true filters (a query left unscored gets NaN: the worst rank)."""
+    if isinstance(request.task, ClozeTask) or getattr(probe, "takes_kg_queries", False):
         return probe.score(request)
     from deer.platform.templates import kg_benchmark_task
 
-    queries = request.queries
-    scored = probe.score_benchmark(dataclasses.replace(request, queries=kg_benchmark_task(queries, request.templates)))
+    queries = request.task
+    scored = probe.score(dataclasses.replace(request, task=kg_benchmark_task(queries, request.templates)))
     unscored = np.full(len(queries.candidates), np.nan)
     matrix = np.stack([np.asarray(scored.scores.get(i, unscored), dtype=np.float64) for i in range(len(queries))])
     return dataclasses.replace(scored, scores=matrix, columns={})

@@ -37,12 +37,13 @@ from deer.platform.validate import OptionError
 from deer.probes import (
     Probe,
     ProbeRequest,
+    as_probe,
     check_model_kind,
     check_probe_inputs,
     get_probe,
     option_values,
     probe_names,
-    score_kg,
+    score_task,
 )
 from kg_data.cloze import ClozeTask
 
@@ -73,7 +74,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     (embeddings, score rows) is stored under ``cache_dir=`` (default $DEER_CACHE_DIR) and reused; a
     backend that cannot cache refuses it.  The other ``options`` are the probe's own (``get_probe(name).options``).
     """
-    probe = get_probe(probe) if isinstance(probe, str) else probe
+    probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, cache)
     cache_dir = options.pop("cache_dir", None)
@@ -89,7 +90,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
     request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with runner.evaluation_mode():
-        scored = score_kg(probe, request)
+        scored = score_task(probe, request)
     scored.metadata["backend"] = backend
     result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates, show_progress, device=runner.device)
     result = run.finish(result)
@@ -180,7 +181,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
         options = {**probe.options, **{name: array for name, array in handed.items() if name in probe.options}}
         started = time.perf_counter()
         with runner.evaluation_mode():
-            scored = probe.score_benchmark(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
+            scored = probe.score(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
         frame = ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)  # columns named by the probe
         frames[probe.name] = frame
         if parts is not None:

@@ -2,7 +2,7 @@
 
 It ranks every query's candidates by the length of their names (shorter = better), the same
 for every query, reading no model at all: a baseline any probe should beat.  It scores the general
-task shape only (``score_benchmark``: each query over its candidate set), so it runs on a cloze
+task shape only (``score``: each query over its candidate set), so it runs on a cloze
 benchmark (LAMA, the BEAR data set: ``deer cloze --probes``) and on a KG, whose queries the runner
 hands it in that shape (``deer.platform.templates.kg_benchmark_task``).  It is registered
 in tests/test_third_probe.py with ``deer.probes.register_probe`` (a package would declare the
@@ -24,8 +24,8 @@ class ShortestNameProbe:
     option_values = {"by": OptionValues(str, ("characters", "words"))}
     text_kind = None  # feeds the model nothing: no length guard needed
 
-    def score_benchmark(self, request: ProbeRequest) -> ProbeScores:  # each query over its own candidate set
-        task = request.queries
+    def score(self, request: ProbeRequest) -> ProbeScores:  # each query over its own candidate set
+        task = request.task
         return ProbeScores(scores={i: self.minus_lengths(request, task.candidate_set(q).labels) for i, q in enumerate(task.queries)},
                            metadata=self.rule(request))
 

@@ -107,8 +107,8 @@ class StandInProbe:
     def __init__(self, name: str):
         self.name = self.summary = name
 
-    def score_benchmark(self, request):  # a KG's queries come as one candidate set (``kg_benchmark_task``)
-        task, loaded = request.queries, request.loaded
+    def score(self, request):  # a KG's queries come as one candidate set (``kg_benchmark_task``)
+        task, loaded = request.task, request.loaded
         names = list(task.candidate_sets[KG_CANDIDATE_SET].labels)
         lengths = tail_token_lengths(loaded.tokenizer, names).astype(np.float64)
         # Ties broken per model, so two models get (slightly) different ranks.

@@ -13,20 +13,21 @@ from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchm
 from deer.probes import get_probe
 from deer.runner import run_probe
 from kg_data import load_kg
-from kg_data.cloze import statement
+from kg_data.cloze import ClozeTask, statement
 from kg_data.queries import build_queries
 
 
 class GeneralShapeOnly:
-    """A built-in probe with its KG fast path (``score``) hidden: the runner hands it the KG's queries
-    in the general shape."""
+    """A built-in probe that does not take a KG's queries as they are (``takes_kg_queries`` unset): the
+    runner hands them to its one ``score`` in the general shape."""
 
     def __init__(self, probe):
         self.probe = probe
         self.name, self.summary, self.options, self.text_kind = probe.name, probe.summary, probe.options, probe.text_kind
 
-    def score_benchmark(self, request):
-        return self.probe.score_benchmark(request)
+    def score(self, request):
+        assert isinstance(request.task, ClozeTask)
+        return self.probe.score(request)
 
 
 def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
@@ -65,15 +66,42 @@ def test_a_probe_scoring_only_the_general_shape_ranks_a_kg_as_its_fast_path(name
     assert general.probe == fast.probe == name and len(set(fast.ranks("raw"))) > 3
 
 
-def test_a_probe_without_the_general_shape_is_refused_by_name(monkeypatch):
+def test_a_probe_without_a_score_method_is_refused_by_name(monkeypatch):
     import deer.probes
 
-    class KgOnly:
-        name, summary, options, text_kind = "kg-only", "scores a KG's queries only", {}, None
+    class Scoreless:
+        name, summary, options, text_kind = "scoreless", "scores nothing", {}, None
 
-        def score(self, request):
+        def rank(self, request):
             raise AssertionError("never called")
 
-    monkeypatch.setitem(deer.probes._REGISTERED, "kg-only", KgOnly)
-    with pytest.raises(ValueError, match=r"probe 'kg-only' has no score_benchmark\(request\)"):
-        get_probe("kg-only")
+    monkeypatch.setitem(deer.probes._REGISTERED, "scoreless", Scoreless)
+    with pytest.raises(ValueError, match=r"probe 'scoreless' has no score\(request\)"):
+        get_probe("scoreless")
+
+
+def test_a_probe_of_the_old_two_methods_is_still_read_with_a_warning(tiny_kg_dir, tiny_clm):
+    """0.1's protocol (``score`` a KG fast path, ``score_benchmark`` the general shape) stays until 0.3:
+    each method still gets its task, and the ranks equal the built-in probe's."""
+    bear = get_probe("bear")
+    calls = []
+
+    class OldBear:
+        name, summary, options, text_kind = "bear", bear.summary, bear.options, bear.text_kind
+
+        def score(self, request):
+            calls.append(type(request.queries).__name__)  # the old field name still reads the task
+            return bear.score(request)
+
+        def score_benchmark(self, request):
+            calls.append(type(request.queries).__name__)
+            return bear.score(request)
+
+    model, tokenizer = tiny_clm
+    queries = build_queries(load_kg(tiny_kg_dir), "train")
+    loaded = as_loaded_model(model, tokenizer)
+    with pytest.warns(DeprecationWarning, match="score_benchmark is the old name of score"):
+        old = run_probe(OldBear(), queries, loaded, k_shot=2, show_progress=False)
+    new = run_probe("bear", queries, loaded, k_shot=2, show_progress=False)
+    np.testing.assert_array_equal(old.ranks("filtered"), new.ranks("filtered"))
+    assert calls == ["QuerySet"]
