@@ -101,5 +101,26 @@ def test_the_benchmark_path_honours_the_backend(command, monkeypatch):
         raise SystemExit(0)
 
     monkeypatch.setattr(benchmarks, "probe_benchmark", recorded)
-    _invoke([command, "--kg", "lama", "--backend", "plain", "--subset", "2"])
-    assert (seen["dataset"], seen["backend"], seen["max_facts"]) == ("lama", "plain", 2)
+    result = _invoke([command, "--kg", "lama", "--backend", "plain", "--subset", "2"])
+    assert (seen["dataset"], seen["backend"], seen["selection"].max_facts) == ("lama", "plain", 2)
+    probe = {"probe": "deer"}.get(command, command)
+    assert f"`deer cloze --dataset lama --probes {probe}`" in result.output  # the old spelling says the new one
+
+
+def test_a_kg_command_on_a_benchmark_is_run_as_deer_cloze(monkeypatch):
+    """`deer probe --kg lama` (kept until 0.3) is `deer cloze --dataset lama --probes deer`: the same call reaches
+    the benchmark, with every option the two spellings share."""
+    import experiments.benchmarks as benchmarks
+
+    calls = []
+
+    def recorded(dataset, model, **options):
+        calls.append((dataset, str(model), options))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmarks, "probe_benchmark", recorded)
+    common = ["--seed", "3", "--dtype", "float32", "--token-budget", "64", "--no-cache", "--out", "somewhere"]
+    _invoke(["probe", "--kg", "lama", "--subset", "2", *common])
+    _invoke(["cloze", "--dataset", "lama", "--probes", "deer", "--max-facts", "2", *common])
+    assert len(calls) == 2 and calls[0] == calls[1]
+    assert calls[0][2]["selection"].max_facts == 2 and calls[0][2]["cache"] is False

@@ -12,7 +12,7 @@ import click
 from deer.backends import cache_unless
 from deer.base.errors import OptionError
 from deer.platform.tables import text_table
-from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
+from experiments.cli.cloze import comma_list, forward_to_cloze, is_benchmark
 from experiments.cli.options import (
     backend_option,
     data_dir_option,
@@ -88,7 +88,7 @@ def spelled_as_probe_option():
 def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_prompts: str = "error", suffix: str = "",
                 check: bool = True):
     """The start `deer probe`, `deer bear` and `deer lama` share, from their options ``g``: --kg lama|bear|bear-big
-    runs the benchmark path and gives None; else (queries, templates, loaded, out), the model opened once and
+    is run as `deer cloze` (its old spelling) and gives None; else (queries, templates, loaded, out), the model opened once and
     ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec (with ``check``, a
     folder holding another spec is refused now, before any work).  The probe's ``options`` (its defaults
     where None) are checked against the queries and templates before the model opens."""
@@ -96,8 +96,8 @@ def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_p
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
-    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: the cloze benchmark path; other options given are refused
-        run_benchmark_of(g, [g["model_name"]], [probe_name], g["out_dir"], backend=g["backend"])
+    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
+        forward_to_cloze(g, probe_name)
         return None
     queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
                                          out_dir=g["out_dir"])
