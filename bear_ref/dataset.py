@@ -16,18 +16,20 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import statement_scores
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
-from deer.base.files import default_table_suffix, package_versions, write_json, write_table
+from deer.base.files import package_versions
+from deer.base.work import summed_work
 from deer.platform.benchmark_rows import query_frame, ranks_from_scores
 from deer.platform.length_guard import long_statements, too_long
-from deer.platform.read_back import read_json_object, read_stored_table, reusable_table
+from deer.platform.read_back import read_json_object, read_stored_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
+from deer.probes import get_probe
+from deer.runner import ClozeParts, probe_options, score_cloze
 from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement, load_bear_dataset
 from kg_data.cloze import bear_cloze_task, shorten
 
@@ -37,7 +39,7 @@ STATEMENT_RULE = (
     "score = summed log-likelihood of the whole statement (every token after BOS), or its PLL"
 )
 # What a stored part holds (part of the resume key); no metric convention enters it.
-PART_COLUMNS = "gold_score, predicted_id = argmax (first answer on ties), rank = 1 + #higher + #tied/2"
+PART_COLUMNS = "a cloze run's bear_* rank columns (deer.platform.benchmark_rows): rank = 1 + #higher + #tied/2, argmax first on ties"
 
 DOMAIN_SUPPORT = {
     "divided": "a relation with k domains adds 1/k of its support to each domain "
@@ -193,13 +195,14 @@ def check_out_dir(out_dir: Path) -> None:
     check_instances_folder(Path(out_dir), "bear", PROBE, "overall", label="a BEAR data-set run")
 
 
-def resume_key(dataset: BearDataset, loaded, selection: dict, scorer) -> dict:
-    """What a stored part depends on: the model identity (``model_identity``), data set, subset and scoring."""
+def resume_key(dataset: BearDataset, loaded, selection: dict, method) -> dict:
+    """What a stored part depends on: the model identity (``model_identity``), data set, subset and scoring
+    (``method``: the statement scorer's ``statements_method``, or the scorer)."""
     return {
         **model_identity(loaded),
         "dataset": dataset.name,  # its content enters per relation: each part is named by its relation's digest
         "selection": selection,
-        "method": scorer.statements_method,
+        "method": getattr(method, "statements_method", method),
         "statement_rule": STATEMENT_RULE,
         "part_columns": PART_COLUMNS,
     }
@@ -240,54 +243,41 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
                      pll_variant: str = "within_word_l2r", show_progress: bool = True,
                      domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES,
                      backend: str = DEFAULT_BACKEND) -> ProbeResult:
-    """Score ``dataset`` and return its result.
+    """Score ``dataset`` and return its result: the BEAR probe over ``bear_cloze_task`` through the one cloze
+    loop (``deer.runner.score_cloze``), seen as lm-pub-quiz's instances table and accuracy.
 
-    ``out_dir``: finished relations are stored there as parts (an interrupted run resumes) and the
-    result saved at the end; None: nothing is written.  ``selection``: how the subset was chosen, part
-    of the resume key.  ``domain_support``/``ties``: the metric convention (``metric_convention``); not
-    in the stored parts, so it can change on resume.  ``backend``: 'hf' (prefix trie) or 'plain' (a cross-check).
+    ``out_dir``: each finished relation's rows are stored there as a part named by its content digest (an
+    interrupted run resumes; an edited relation is scored anew) and the result saved at the end; None:
+    nothing is written.  ``selection``: how the subset was chosen, part of the resume key.
+    ``domain_support``/``ties``: the metric convention (``metric_convention``); not in the stored parts, so
+    it can change on resume.  ``backend``: 'hf' (prefix trie) or 'plain' (a cross-check, which stores nothing).
     A folder holding another kind of run is refused with a ValueError, a statement longer than the
     model's positions with a PromptTooLongError, both before anything is scored or written.
     """
     convention = metric_convention(domain_support, ties)
     if not dataset.relations:
         raise ValueError(f"{dataset.path}: no relations to score")
+    probe = get_probe("bear")
+    options = probe_options(probe, {"pll_variant": pll_variant})
     runner = open_backend(backend, loaded, token_budget=token_budget)
-    scorer = runner.statement_scorer(pll_variant)
-    key = resume_key(dataset, loaded, selection, scorer)
+    method = runner.statement_scorer(pll_variant).statements_method
+    key = resume_key(dataset, loaded, selection, method)
     parts_dir = None
     if out_dir is not None:
         out_dir = Path(out_dir)
         check_out_dir(out_dir)
         if can_cache(backend):  # the plain backend is a cross-check: it stores nothing to resume from
             parts_dir = out_dir / "parts" / key_digest(key)
-    guard_statement_lengths(dataset, runner)
-    suffix = default_table_suffix()
+    guard_statement_lengths(dataset, runner)  # the one length guard here: it names the data set's files and lines
+    task = bear_cloze_task(dataset)
     started = time.perf_counter()
-    frames, resumed, todo = [], [], []
-    for code, relation in dataset.relations.items():
-        # A part is named by its relation's content digest: an edited template or label is scored anew.
-        part = parts_dir / f"{code}-{relation.digest()}{suffix}" if parts_dir is not None else None
-        stored = None if part is None else reusable_table(part, INSTANCE_COLUMNS, len(relation) * len(relation.templates),
-                                                          f"relation {code} is scored again")
-        if stored is not None:
-            frames.append(stored)
-            resumed.append(code)
-        else:  # not stored yet, or a bad part set aside with a warning
-            todo.append((relation, part))
-    total = sum(len(r) * len(r.answer_ids) * len(r.templates) for r, _ in todo)
-    with runner.evaluation_mode(), tqdm(total=total, desc="BEAR statements", unit="stmt", disable=not show_progress) as bar:
-        for relation, part in todo:
-            bar.set_postfix_str(relation.code)
-            frame = score_relation(scorer, relation, bar.update)
-            if part is not None:
-                if not (parts_dir / "key.json").exists():  # created with the first finished part: a failed start leaves nothing
-                    write_json(parts_dir / "key.json", key)
-                write_table(part, frame)  # atomic; a resumed run checks it all the same (``reusable_table``)
-            frames.append(frame)
-    table = pd.concat(frames, ignore_index=True).sort_values(["relation", "template", "row"], ignore_index=True)
+    scored = score_cloze(task, [probe], runner, ClozeParts(parts_dir, key, by="relation"), {probe.name: options},
+                         show_progress=show_progress)
+    table = bear_format(pd.concat([query_frame(task), scored.frames[probe.name]], axis=1), dataset, probe.name)
+    table = table.sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
     elapsed = time.perf_counter() - started
+    statements = sum(part["statements"] for part in scored.metadata[probe.name])
     metadata = {
         "probe": PROBE,
         "model": loaded.metadata(),
@@ -295,13 +285,13 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         "relation_digests": {code: relation.digest() for code, relation in dataset.relations.items()},
         "selection": selection,
         "backend": backend,
-        "scoring": scorer.statements_method,
+        "scoring": method,
         "statement_rule": STATEMENT_RULE,
         "metric_convention": convention,
         "resume_key": key_digest(key),
-        "relations_resumed": resumed,
-        "work": {**scorer.work(), "statements_scored_now": total},
-        "timings": {"seconds": round(elapsed, 3), "statements_per_second": total / elapsed if elapsed and total else None},
+        "relations_resumed": scored.resumed[probe.name],
+        "work": {**summed_work(part["work"] for part in scored.metadata[probe.name]), "statements_scored_now": statements},
+        "timings": {"seconds": round(elapsed, 3), "statements_per_second": statements / elapsed if elapsed and statements else None},
         "versions": package_versions(),
     }
     return dataset_result(table, metrics, metadata, out_dir)

@@ -11,6 +11,7 @@ chosen probes side by side, one row per query, a resumable ``ClozeResult``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -157,54 +158,119 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, store_root is not None)
-    plain = not can_cache(backend)  # a cross-check stores nothing
     runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
-    for probe in chosen:
-        check_model_kind(probe, runner)
-    if not task.queries:
-        raise _empty_task_error(task)
-    guard_benchmark_lengths(task, runner, {probe.text_kind for probe in chosen})
+    check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE}
-    parts = None
-    if out is not None and not plain:  # created with the first finished probe: a failed start leaves nothing behind
-        parts = Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
+    plain = not can_cache(backend)  # a cross-check stores nothing
+    parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
-    frames, handed, probe_metadata, timings, resumed = {}, {}, {}, {}, []
-    for probe in sorted(chosen, key=lambda p: HANDED_ON in p.options):  # a probe taking another's vectors runs after it
-        stored = None if parts is None else reusable_table(parts / f"{probe.name}.parquet", rank_columns(probe.name),
-                                                           len(task.queries), f"the {probe.name} probe is scored again")
-        if stored is not None:  # a bad part was set aside with a warning: scored again below
-            frames[probe.name] = stored
-            resumed.append(probe.name)
-            continue
-        options = {**probe.options, **{name: array for name, array in handed.items() if name in probe.options}}
-        started = time.perf_counter()
-        with runner.evaluation_mode():
-            scored = probe.score(ProbeRequest(task, loaded, runner, None, stores, show_progress, options))
-        frame = ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)  # columns named by the probe
-        frames[probe.name] = frame
-        if parts is not None:
-            if not (parts / "key.json").exists():
-                write_json(parts / "key.json", key)
-            write_table(parts / f"{probe.name}.parquet", frame)
-        handed.update(scored.arrays)
-        probe_metadata[probe.name] = scored.metadata
-        timings[f"{probe.name}_seconds"] = round(time.perf_counter() - started, 3)
+    scored = score_cloze(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
     names = [probe.name for probe in chosen]
+    probe_metadata = {name: metadata[0] for name, metadata in scored.metadata.items() if metadata}
     metadata = {
         "task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
         "model": loaded.metadata(),
         "probes": names,
         "backend": backend,
         "rank_rule": RANK_RULE,
-        "resumed_probes": [name for name in names if name in resumed],
+        "resumed_probes": [name for name in names if scored.resumed[name]],
         "candidate_prompts": probe_metadata.get("deer", {}).get("candidate_prompts", {}),  # DEER's: encoded now / from the store
         "probe_metadata": probe_metadata,  # each probe scored now: its work and timings
-        "timings": timings,  # seconds per probe scored now (a handed-on pass counts in the probe that made it)
+        "timings": scored.timings,  # seconds per probe scored now (a handed-on pass counts in the probe that made it)
         "versions": package_versions(),
     }
-    result = ClozeResult(pd.concat([query_frame(task)] + [frames[name] for name in names], axis=1), metadata)
+    result = ClozeResult(pd.concat([query_frame(task)] + [scored.frames[name] for name in names], axis=1), metadata)
     if out is not None:
         result.save(out)
     return result
+
+
+def check_cloze_run(task: ClozeTask, probes: Sequence[Probe], runner) -> None:
+    """What a cloze run refuses before any work: a masked LM for a causal-LM-only probe, a task without
+    queries, a text longer than the backend's model takes."""
+    for probe in probes:
+        check_model_kind(probe, runner)
+    if not task.queries:
+        raise _empty_task_error(task)
+    guard_benchmark_lengths(task, runner, {probe.text_kind for probe in probes})
+
+
+@dataclasses.dataclass
+class ClozeParts:
+    """Where a cloze run keeps its finished work: ``folder`` (None: nothing is kept) holds ``key.json`` (what
+    the rows depend on) and one table per probe, or with ``by`` (a query field, e.g. "relation") one per
+    probe and group of queries, named by the group's content digest: an edited group is scored anew."""
+
+    folder: Path | None
+    key: dict
+    by: str | None = None
+
+    def path(self, probe: str, group, task: ClozeTask) -> Path | None:
+        if self.folder is None:
+            return None
+        return self.folder / (f"{probe}.parquet" if self.by is None else f"{probe}-{group}-{task_digest(task)}.parquet")
+
+    def write(self, path: Path, frame: pd.DataFrame) -> None:
+        if not (self.folder / "key.json").exists():  # written with the first finished part: a failed start leaves nothing
+            write_json(self.folder / "key.json", self.key)
+        write_table(path, frame)  # atomic; a resumed run checks it all the same (``reusable_table``)
+
+
+@dataclasses.dataclass
+class ClozeScores:
+    """``score_cloze``'s answer: per probe its rows (one per query, in the task's order), the metadata of each
+    part it scored now, the groups it resumed, and the seconds per probe."""
+
+    frames: dict
+    metadata: dict
+    resumed: dict
+    timings: dict
+
+
+def score_cloze(task: ClozeTask, probes: Sequence[Probe], runner, parts: ClozeParts, options: Mapping | None = None,
+                stores: Path | None = None, show_progress: bool = True) -> ClozeScores:
+    """The one cloze loop: every group of queries (``parts.by``; the whole task without it), each probe in
+    turn (a probe taking another's arrays after it, handed them within the group), its stored rows reused
+    or the group scored (``probe.score``), ranked (``ranks_from_scores``) and stored.  ``options``: {probe
+    name: its own options} beside its defaults."""
+    ordered = sorted(probes, key=lambda p: HANDED_ON in p.options)  # a probe taking another's vectors runs after it
+    frames = {probe.name: [] for probe in probes}
+    metadata = {probe.name: [] for probe in probes}
+    resumed = {probe.name: [] for probe in probes}
+    timings: dict[str, float] = {}
+    for group, rows in _groups(task, parts.by):
+        part_task = task if parts.by is None else task.subset(rows)
+        handed: dict = {}
+        for probe in ordered:
+            path = parts.path(probe.name, group, part_task)
+            stored = None if path is None else reusable_table(path, rank_columns(probe.name), len(rows),
+                                                              f"the {probe.name} probe is scored again")
+            if stored is not None:  # a bad part was set aside with a warning: scored again below
+                frames[probe.name].append(stored.set_axis(rows))
+                resumed[probe.name].append(group)
+                continue
+            given = {**probe.options, **(options or {}).get(probe.name, {})}
+            request_options = {**given, **{name: array for name, array in handed.items() if name in probe.options}}
+            started = time.perf_counter()
+            with runner.evaluation_mode():
+                scored = probe.score(ProbeRequest(part_task, runner.loaded, runner, None, stores, show_progress, request_options))
+            frame = ranks_from_scores(part_task, scored.scores, probe.name).assign(**scored.columns)  # columns named by the probe
+            if path is not None:
+                parts.write(path, frame)
+            frames[probe.name].append(frame.set_axis(rows))
+            handed.update(scored.arrays)
+            metadata[probe.name].append(scored.metadata)
+            timings[f"{probe.name}_seconds"] = round(timings.get(f"{probe.name}_seconds", 0.0) + time.perf_counter() - started, 3)
+    joined = {name: pd.concat(parts_of).sort_index().reset_index(drop=True) for name, parts_of in frames.items()}
+    return ClozeScores(joined, metadata, resumed, timings)
+
+
+def _groups(task: ClozeTask, by: str | None) -> list[tuple]:
+    """(group, its query rows) in the order the groups first appear: the whole task without ``by``."""
+    if by is None:
+        return [(None, list(range(len(task.queries))))]
+    groups: dict = {}
+    for i, query in enumerate(task.queries):
+        groups.setdefault(getattr(query, by), []).append(i)
+    return list(groups.items())

@@ -62,6 +62,12 @@ class ClozeTask:
     def candidate_set(self, query: ClozeQuery) -> CandidateSet:
         return self.candidate_sets[query.candidates]
 
+    def subset(self, rows: Sequence[int]) -> ClozeTask:
+        """The queries at ``rows`` (in that order) with the candidate sets they use."""
+        queries = [self.queries[i] for i in rows]
+        names = dict.fromkeys(q.candidates for q in queries)
+        return ClozeTask(self.name, queries, {name: self.candidate_sets[name] for name in names}, self.info, self.locate)
+
     def describe(self, query: ClozeQuery) -> str:
         """Where a query's fact is and what it is, for a message: 'FILE:LINE: source/relation fact F (subject ...)'."""
         where = f"{self.locate(query)}: " if self.locate is not None else ""

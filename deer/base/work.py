@@ -40,3 +40,18 @@ class WorkCounter:
         if self.attention:
             work["attention"] = self.attention
         return work
+
+
+def summed_work(works) -> dict:
+    """Several ``as_dict()`` records added up, key by key (nested records too; a text such as the
+    attention back-end kept from the first that has it)."""
+    total: dict = {}
+    for work in works:
+        for name, value in work.items():
+            if isinstance(value, dict):
+                total[name] = summed_work([total.get(name, {}), value])
+            elif isinstance(value, (int, float)):
+                total[name] = total.get(name, 0) + value
+            else:
+                total.setdefault(name, value)
+    return total
