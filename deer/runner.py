@@ -27,6 +27,7 @@ from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.distributed import world
 from deer.platform.inputs import checked_out_folder, prepare, store_root
 from deer.platform.length_guard import guard_benchmark_lengths
+from deer.platform.metrics import cloze_metrics
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
@@ -180,7 +181,8 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
         "timings": scored.timings,  # seconds per probe scored now (a handed-on pass counts in the probe that made it)
         "versions": package_versions(),
     }
-    result = ClozeResult(pd.concat([query_frame(task)] + [scored.frames[name] for name in names], axis=1), metadata)
+    table = pd.concat([query_frame(task)] + [scored.frames[name] for name in names], axis=1)
+    result = ClozeResult(table, metadata, cloze_metrics(table))
     if out is not None:
         result.save(out)
     return result

@@ -26,7 +26,7 @@ from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, tak
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
 from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
-from experiments.cloze_report import cloze_metrics, mode_agreement, probe_agreement, summary_markdown
+from experiments.cloze_report import mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
 from kg_data.bear import METADATA_FILE, BearDataset, load_bear_dataset
@@ -163,7 +163,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
         if bear_data_set:
             report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, selection.seed,
                                                        bear_table)
-        metrics = cloze_metrics(result.table)
+        metrics = result.metrics
         agreement = probe_agreement(result.table, bootstrap, selection.seed)
         modes_rows = mode_agreement(result.table, bootstrap, selection.seed)
         report.update({"table": result.table, "metrics": metrics, "agreement": agreement, "mode_agreement": modes_rows,

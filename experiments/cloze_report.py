@@ -1,9 +1,5 @@
-"""Metrics and agreement for a cloze run's table (``deer.runner.run_cloze``).
-
-``cloze_metrics``: P@1, P@10 and MRR per probe, candidate kind (LAMA's common vocabulary, or the
-relation's objects), mode (template, template-free), relation and source; a source's ``p@1_macro`` is the
-mean over its relations (as LAMA reports T-REx and Google-RE), its ``p@1`` pools its queries.
-"""
+"""Agreement between probes on a cloze run's table (``deer.runner.run_cloze``; its metrics are the
+result's own, ``deer.platform.metrics.cloze_metrics``) and the benchmark's summary.md."""
 
 from __future__ import annotations
 
@@ -13,44 +9,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from deer.platform.metrics import candidate_kind, probes_in
 from deer.platform.tables import format_number, markdown_table
 from experiments.stats import bootstrap_interval, caveat_lines, pearson_r, rank_correlations, small_sample_note
-
-
-def candidate_kind(candidates: pd.Series) -> pd.Series:
-    return candidates.where(candidates == "common-vocab", "relation")
-
-
-def _block(frame: pd.DataFrame, probe: str) -> dict:
-    ranks = frame[f"{probe}_rank"].to_numpy(dtype=float)
-    scored = np.isfinite(ranks)
-    if not scored.any():
-        return {"n": 0}
-    ranks = ranks[scored]
-    correct = frame[f"{probe}_correct"].to_numpy(dtype=float)[scored]
-    return {"n": int(scored.sum()), "p@1": float(correct.mean()), "p@10": float(np.mean(ranks <= 10)),
-            "mrr": float(np.mean(1.0 / ranks)), "random_p@1": float(np.mean(1.0 / frame["n_candidates"].to_numpy()[scored]))}
-
-
-def probes_in(table: pd.DataFrame) -> list[str]:
-    return [c[: -len("_rank")] for c in table.columns if c.endswith("_rank")]
-
-
-def cloze_metrics(table: pd.DataFrame) -> dict:
-    """{kind: {mode: {probe: {"overall", "per_source", "per_relation"}}}} (see the module doc)."""
-    table = table.assign(kind=candidate_kind(table["candidates"]))
-    out: dict = {}
-    for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
-        for probe in probes_in(table):
-            per_relation = {f"{s}/{r}": _block(p, probe) for (s, r), p in part.groupby(["source", "relation"], sort=True)}
-            per_source = {}
-            for source, p in part.groupby("source", sort=True):
-                relation_p1 = [v["p@1"] for k, v in per_relation.items() if k.startswith(f"{source}/") and v["n"]]
-                per_source[source] = {**_block(p, probe), "p@1_macro": float(np.mean(relation_p1)) if relation_p1 else None,
-                                      "relations": len(relation_p1)}
-            out.setdefault(kind, {}).setdefault(mode, {})[probe] = {"overall": _block(part, probe), "per_source": per_source,
-                                                                    "per_relation": per_relation}
-    return out
 
 
 def accuracy_agreement(correct_a, correct_b) -> dict:
@@ -128,12 +89,14 @@ def agreement_markdown(rows: list[dict], first: str) -> list[str]:
 
 
 def summary_markdown(metrics: dict, probe_rows: list[dict], mode_rows: list[dict]) -> str:
-    """P@1 / P@10 / MRR per source (macro P@1 over relations), then the agreement tables."""
+    """P@1 / P@10 / MRR per source (macro P@1 over relations), the random P@1 and the chance-adjusted MRR
+    (0 = chance, 1 = perfect), then the agreement tables."""
     rows = [{"candidates": kind, "mode": mode, "probe": probe, "source": source, "relations": b["relations"], "n": b["n"],
-             "P@1 (macro)": b["p@1_macro"], "P@1": b["p@1"], "P@10": b["p@10"], "MRR": b["mrr"], "random P@1": b["random_p@1"]}
+             "P@1 (macro)": b["p@1_macro"], "P@1": b["p@1"], "P@10": b["p@10"], "MRR": b["mrr"], "random P@1": b["random_p@1"],
+             "adjusted MRR": b["adjusted"]["mrr"]}
             for kind, modes in metrics.items() for mode, probes in modes.items() for probe, block in probes.items()
             for source, b in block["per_source"].items() if b["n"]]
-    formats = {**dict.fromkeys(["P@1 (macro)", "P@1", "P@10", "MRR"], ".3f"), "random P@1": ".4f"}
+    formats = {**dict.fromkeys(["P@1 (macro)", "P@1", "P@10", "MRR", "adjusted MRR"], ".3f"), "random P@1": ".4f"}
     lines = markdown_table(rows, formats).splitlines() if rows else []
     lines += ["", "Agreement between probes on the same queries (r: Pearson of log10 ranks; accuracy: P@1 right or not):", ""]
     lines += agreement_markdown(probe_rows, "mode")

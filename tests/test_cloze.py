@@ -18,9 +18,10 @@ from deer.backends.mask_fill import mask_fill_logprobs
 from deer.backends.models import LoadedModel
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.cloze_texts import deer_query_text, lama_rule, mask_sentence
+from deer.platform.metrics import cloze_metrics
 from deer.platform.templates import candidate_prompt
 from deer.runner import run_cloze
-from experiments.cloze_report import accuracy_agreement, cloze_metrics, mode_agreement, pair_agreement
+from experiments.cloze_report import accuracy_agreement, mode_agreement, pair_agreement
 from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
 from kg_data.cloze import answer_context, bear_cloze_task, lama_cloze_task, statement
 from kg_data.errors import KGFormatError
@@ -220,6 +221,11 @@ def test_cloze_metrics_and_mode_agreement_on_a_constructed_table():
     assert trex["n"] == 3 and trex["p@1"] == pytest.approx(1 / 3) and trex["p@10"] == pytest.approx(2 / 3)
     assert trex["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 20) / 3)
     assert trex["p@1_macro"] == pytest.approx((0.5 + 0.0) / 2)  # P1: 1 of 2, P2: 0 of 1
+    # Beside them, the random baseline over 50 candidates and the chance-adjusted index (PyKEEN's).
+    assert trex["random"]["p@1"] == trex["random_p@1"] == pytest.approx(1 / 50) and trex["random"]["mr"] == pytest.approx(25.5)
+    assert trex["random"]["mrr"] == pytest.approx(sum(1 / k for k in range(1, 51)) / 50)
+    assert trex["adjusted"]["p@1"] == pytest.approx((1 / 3 - 1 / 50) / (1 - 1 / 50))
+    assert trex["adjusted"]["mr"] == pytest.approx((trex["mr"] - 25.5) / (1 - 25.5)) and trex["mr"] == pytest.approx(8)
     rows = mode_agreement(table, bootstrap=0)
     deer = next(r for r in rows if r["probe"] == "deer")
     assert deer["n"] == 4

@@ -1,10 +1,13 @@
-"""Rank metrics (Hit@k, MRR, MR) with standard errors, the random baseline and the chance-adjusted index."""
+"""Rank metrics (Hit@k, MRR, MR) with standard errors, the random baseline and the chance-adjusted index:
+of a KG's ranks (``rank_metrics``) and of a cloze run's table (``cloze_metrics``: P@1, P@10, MRR, MR per
+probe, candidate kind, mode, source and relation)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 
 HIT_KS = (1, 3, 10, 100)
 
@@ -57,3 +60,55 @@ def grouped_metrics(ranks: np.ndarray, groups: Sequence[str], ks: Sequence[int] 
     ranks = np.asarray(ranks, dtype=np.float64)
     labels = np.asarray(groups)
     return {str(label): rank_metrics(ranks[labels == label], ks) for label in sorted(set(labels.tolist()))}
+
+
+CLOZE_KS = (1, 10)
+
+
+def cloze_block(ranks, n_candidates, correct) -> dict:
+    """P@1 (the argmax is the gold: first on a tie, as lm-pub-quiz and LAMA count), P@10, MRR and MR of the
+    queries scored (a finite rank), with ``random`` (``random_baseline`` over their candidate counts; its P@1
+    also as ``random_p@1``) and ``adjusted`` (``adjusted_index``)."""
+    ranks = np.asarray(ranks, dtype=float)
+    scored = np.isfinite(ranks)
+    if not scored.any():
+        return {"n": 0}
+    observed = rank_metrics(ranks[scored], CLOZE_KS)
+    observed["hit@1"] = float(np.asarray(correct, dtype=float)[scored].mean())
+    baseline = random_baseline(np.asarray(n_candidates)[scored], CLOZE_KS)
+    names = {"hit@1": "p@1", "hit@10": "p@10", "mrr": "mrr", "mr": "mr"}
+    return {"n": observed["n"], **{new: observed[old] for old, new in names.items()}, "random_p@1": baseline["hit@1"],
+            "random": {names[k]: v for k, v in baseline.items() if k in names},
+            "adjusted": {names[k]: v for k, v in adjusted_index(observed, baseline).items()}}
+
+
+def candidate_kind(candidates: pd.Series) -> pd.Series:
+    """LAMA's common vocabulary, or "relation" (the relation's objects; a BEAR relation's answers)."""
+    return candidates.where(candidates == "common-vocab", "relation")
+
+
+def probes_in(table: pd.DataFrame) -> list[str]:
+    """The probes with a rank column in a cloze run's table, in its order."""
+    return [c[: -len("_rank")] for c in table.columns if c.endswith("_rank")]
+
+
+def _block(frame: pd.DataFrame, probe: str) -> dict:
+    return cloze_block(frame[f"{probe}_rank"], frame["n_candidates"], frame[f"{probe}_correct"])
+
+
+def cloze_metrics(table: pd.DataFrame) -> dict:
+    """{kind: {mode: {probe: {"overall", "per_source", "per_relation"}}}} of ``cloze_block``s; a source's
+    ``p@1_macro`` is the mean over its relations (as LAMA reports T-REx and Google-RE), its ``p@1`` pools its queries."""
+    table = table.assign(kind=candidate_kind(table["candidates"]))
+    out: dict = {}
+    for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
+        for probe in probes_in(table):
+            per_relation = {f"{s}/{r}": _block(p, probe) for (s, r), p in part.groupby(["source", "relation"], sort=True)}
+            per_source = {}
+            for source, p in part.groupby("source", sort=True):
+                relation_p1 = [v["p@1"] for k, v in per_relation.items() if k.startswith(f"{source}/") and v["n"]]
+                per_source[source] = {**_block(p, probe), "p@1_macro": float(np.mean(relation_p1)) if relation_p1 else None,
+                                      "relations": len(relation_p1)}
+            out.setdefault(kind, {}).setdefault(mode, {})[probe] = {"overall": _block(part, probe), "per_source": per_source,
+                                                                    "per_relation": per_relation}
+    return out

@@ -147,14 +147,17 @@ class ProbeResult:
 
 @dataclasses.dataclass
 class ClozeResult:
-    """Probes side by side on a cloze benchmark: one row per query (``deer.platform.benchmark_rows``)."""
+    """Probes side by side on a cloze benchmark: one row per query (``deer.platform.benchmark_rows``), the
+    metrics of that table (``deer.platform.metrics.cloze_metrics``) and the metadata."""
 
     table: pd.DataFrame
     metadata: dict
+    metrics: dict = dataclasses.field(default_factory=dict)
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
         write_table(folder / "queries.parquet", self.table)  # the atomic writer creates the folder
+        write_json(folder / "metrics.json", self.metrics)
         write_json(folder / "metadata.json", self.metadata)
         return folder
 
