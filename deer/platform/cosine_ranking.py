@@ -30,7 +30,6 @@ TIE_BAND = 1e-6  # cosine units: the row-wise and matrix-product roundings of a 
 #   (at most 6e-8 measured at 576 to 4,096 dimensions); each query meets about |E| x 2 x TIE_BAND / (spread
 #   of its scores) near-ties, which the kernel reads cell by cell
 WIDE_BAND = 1e-3  # for the (rare) query whose two roundings differ by more: ranked again with this band
-NORM_EPSILON = 1e-12  # normalize_rows's floor on a norm (torch.nn.functional.normalize's default)
 MAX_QUERY_BLOCK = 65_536  # queries scored against one candidate block at a time (all of a KG's test split)
 
 
@@ -193,7 +192,7 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
         columns_t = torch.as_tensor(columns, device=device)
         norms = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
         finite = bool(torch.isfinite(norms).all())  # a finite norm: finite values
-        unit = torch.div(vectors, norms.clamp_min(NORM_EPSILON), out=buffers.take("unit", vectors.shape, device))  # = normalize_rows
+        unit = normalize_rows(vectors, norms, out=buffers.take("unit", vectors.shape, device))
         scores = torch.mm(block_queries, unit.T, out=buffers.take("scores", (len(block_queries), len(vectors)), device))
         if not (queries_finite and finite):  # an invalid score never counts, and sorts last
             scores = scores.masked_fill(~torch.isfinite(scores), float("-inf"))
@@ -250,12 +249,11 @@ def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarr
     values = torch.gather(scores, 1, torch.as_tensor(local, device=scores.device)).cpu().numpy()
     positions = columns[local]
     is_out = positions == block_excluded[rows, None]
-    if len(rows) == n_rows:
-        state.top_values, state.top_positions = _merge_top(state.top_values, state.top_positions,
-                                                           np.where(is_out, np.nan, values), positions, keep)
-    else:
-        state.top_values[rows], state.top_positions[rows] = _merge_top(state.top_values[rows], state.top_positions[rows],
-                                                                       np.where(is_out, np.nan, values), positions, keep)
+    merged = _merge_top(state.top_values[rows], state.top_positions[rows], np.where(is_out, np.nan, values), positions, keep)
+    if len(rows) == n_rows:  # the lists may still be growing to ``keep``: replaced whole
+        state.top_values, state.top_positions = merged
+    else:  # full lists: only the rows that changed
+        state.top_values[rows], state.top_positions[rows] = merged
 
 
 class _Buffers:
