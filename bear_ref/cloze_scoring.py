@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from deer.backends.statement_scorer import StatementScorer
-from kg_data.cloze import ClozeTask, statement
+from kg_data.cloze import statement
+from kg_data.task import Task
 
 
 def answer_tokens(tokenizer, labels: Sequence[str], masked: bool) -> list[list[int]]:
@@ -36,7 +37,7 @@ def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[st
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
 
 
-def statement_scores(scorer: StatementScorer, task: ClozeTask, indices: Sequence[int],
+def statement_scores(scorer: StatementScorer, task: Task, indices: Sequence[int],
                      progress: Callable[[int], object] | None = None) -> dict[int, np.ndarray]:
     """Whole-statement scores of every candidate, per query index (float64 over its candidate set)."""
     groups: dict[tuple, list[int]] = defaultdict(list)
@@ -52,5 +53,5 @@ def statement_scores(scorer: StatementScorer, task: ClozeTask, indices: Sequence
     return scores
 
 
-def count_statements(task: ClozeTask, indices: Sequence[int]) -> int:
+def count_statements(task: Task, indices: Sequence[int]) -> int:
     return sum(len(task.candidate_set(task.queries[i])) for i in indices)

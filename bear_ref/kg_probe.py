@@ -1,6 +1,6 @@
 """BEAR: score every candidate statement of every query by its summed log-likelihood (PLL for masked LMs).
 
-On a benchmark (``kg_data.cloze.ClozeTask``) the statements are the templates filled with each answer
+On a benchmark (``kg_data.cloze.Task``) the statements are the templates filled with each answer
 of the query's candidate set, never LAMA's common vocabulary (``LARGE_SET``).  On a KG, the statement
 for (h, r, ?) and candidate t is the DEER query text closed with ``t_name)``; the whole statement is
 scored, since a token straddling the end of the query text makes the conditional score rank differently.
@@ -25,7 +25,7 @@ from deer.platform.run_spec import model_identity
 from deer.platform.stores import READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged
 from deer.platform.templates import PromptTemplates
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
-from kg_data.cloze import LARGE_SET, ClozeTask
+from kg_data.cloze import LARGE_SET
 from kg_data.queries import QuerySet
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
@@ -94,15 +94,14 @@ class BearProbe:
     options = {"pll_variant": "within_word_l2r"}
     option_values = {"pll_variant": OptionValues(str, PLL_VARIANTS)}
     text_kind = "statements"
-    takes_kg_queries = True  # a KG's one large candidate set: a query's statements share its context (the trie)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         """A KG's queries: the (n_queries, n_candidates) statement scores, stored by chunk of queries where
         there is a store; a benchmark: each query's statements over its set (never ``LARGE_SET``)."""
-        return self._score_sets(request) if isinstance(request.task, ClozeTask) else self._score_kg(request)
+        return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.task, request.loaded, request.templates
+        queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
         scorer = request.backend.statement_scorer(request.options["pll_variant"])
         root = request.store_root

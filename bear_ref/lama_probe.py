@@ -2,7 +2,7 @@
 
 On a KG: log p(first token of " t_name)") after the query text, read in the forward pass that DEER's
 query encoder makes (its query embeddings are kept, so a LAMA + DEER run reads every query once).  On a
-benchmark (``kg_data.cloze.ClozeTask``) each query is scored by its ``deer.platform.cloze_texts.lama_rules`` rule.  The first token
+benchmark (``kg_data.cloze.Task``) each query is scored by its ``deer.platform.cloze_texts.lama_rules`` rule.  The first token
 is the whole statement's (``deer.backends.boundary``); one that straddles the end of the query text is
 read after the statement's tokens before it (``score_straddling_tokens``).
 """
@@ -24,7 +24,6 @@ from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
-from kg_data.cloze import ClozeTask
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -157,7 +156,6 @@ class LamaProbe:
     options = {"single_token": False}
     option_values = {"single_token": OptionValues(bool)}
     text_kind = "contexts"
-    takes_kg_queries = True  # a KG's one large candidate set: every first token read in DEER's query pass
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_end(templates)
@@ -165,10 +163,10 @@ class LamaProbe:
     def score(self, request: ProbeRequest) -> ProbeScores:
         """A KG's queries: the (n_queries, n_candidates) first-token log-probabilities (single-token
         candidates only with ``single_token``); a benchmark: each query by its ``lama_rules`` rule."""
-        return self._score_sets(request) if isinstance(request.task, ClozeTask) else self._score_kg(request)
+        return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.task, request.loaded, request.templates
+        queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
         single_token = request.options["single_token"]
         if single_token:

@@ -1,7 +1,7 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
 On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
-description (``deer.platform.templates``); on a cloze benchmark (``kg_data.cloze.ClozeTask``) the
+description (``deer.platform.templates``); on a cloze benchmark (``kg_data.cloze.Task``) the
 query is ``deer.platform.cloze_texts.deer_query_text`` and a candidate its answer's name and description, each query ranking
 its own candidate set.  With a store root, embeddings go through the model's prompt store
 (``prompt_store``: resumable, keyed by each prompt's text), so only what is missing is encoded.
@@ -26,7 +26,6 @@ from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, Pendi
 from deer.platform.templates import candidate_prompts, query_prompts
 from deer.platform.validate import OptionError, warn
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
-from kg_data.cloze import ClozeTask
 
 ENCODER_VERSION = "prompteol-last-token-v1"
 LARGE_ENCODING = 2000  # prompts: an encoding of more is announced (count, tokens, then a time estimate)
@@ -240,7 +239,6 @@ class DeerProbe:
     option_values = {"query_embeddings": OptionValues("vectors", optional=True)}
     text_kind = "prompts"
     causal_lm_only = True  # PromptEOL reads a causal LM's last state
-    takes_kg_queries = True  # a KG's one large candidate set: streamed through the prompt store
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_embeddings(options["query_embeddings"], len(queries))
@@ -248,10 +246,10 @@ class DeerProbe:
     def score(self, request: ProbeRequest) -> ProbeScores:
         """A KG's queries: query and candidate vectors, ranked by the runner's cosine kernel (the candidates
         streamed from the prompt store where there is one); a benchmark: each query's cosines over its set."""
-        return self._score_sets(request) if isinstance(request.task, ClozeTask) else self._score_kg(request)
+        return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.task, request.loaded, request.templates
+        queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
         check_query_embeddings(query_embeddings, len(queries), request.backend)  # before any encoding
         kg = queries.kg

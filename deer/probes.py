@@ -1,10 +1,10 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
 A probe names the texts it feeds the model (for the length guard) and has one scoring method,
-``score(request)``: queries over named candidate sets (a ``ClozeTask``: a cloze benchmark, or a KG's
-queries as ``deer.platform.templates.kg_benchmark_task`` gives them).  A probe that declares
-``takes_kg_queries`` gets a KG's queries as they are (a ``QuerySet``: one large candidate set, scored
-with shared prefixes, tries and stores).  It never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
+``score(request)``, of the one task type: queries over named candidate sets (``kg_data.task.Task``: a
+cloze benchmark's many, or a KG's one large set, ``deer.platform.templates.kg_benchmark_task``).  A KG's
+task carries its ``QuerySet`` (``task.kg_queries``), which a probe may read to score the one large set its
+own way (shared few-shot prefixes, tries, stores).  It never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
 probe's option name is handed to that probe (LAMA's pass gives DEER its ``query_embeddings``).
 Probes register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
 
@@ -27,7 +27,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from deer.base.errors import OptionError
-from kg_data.cloze import ClozeTask
 
 ENTRY_POINT_GROUP = "deer.probes"
 # The built-in probes, by name (as the backends have theirs): a checkout used through PYTHONPATH, without
@@ -42,7 +41,7 @@ class ProbeRequest:
     the backend (the only way a probe reaches the model), the templates, the store root for
     resumable work (None: nothing is stored), and the probe's own options."""
 
-    task: Any  # a kg_data.cloze.ClozeTask, or (a probe that ``takes_kg_queries``) a KG's kg_data.queries.QuerySet
+    task: Any  # kg_data.task.Task (a KG's: ``task.kg_queries`` is its kg_data.queries.QuerySet)
     loaded: Any  # deer.backends.models.LoadedModel
     backend: Any  # deer.backends.Backend
     templates: Any  # deer.platform.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
@@ -52,8 +51,8 @@ class ProbeRequest:
 
     @property
     def queries(self):
-        """The old name of ``task`` (until 0.3)."""
-        return self.task
+        """What 0.1's ``queries`` was (until 0.3): a KG's ``QuerySet``, else the task."""
+        return self.task if self.task.kg_queries is None else self.task.kg_queries
 
 
 @dataclasses.dataclass
@@ -134,17 +133,15 @@ class Probe(Protocol):
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     option_values: Mapping[str, OptionValues]  # what each option accepts; a value that does not fit is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
-    # Optional: ``takes_kg_queries`` (default False: a KG's queries come as ``kg_benchmark_task``),
-    # ``causal_lm_only`` (default False: True refuses a masked LM before any work), and
+    # Optional: ``causal_lm_only`` (default False: True refuses a masked LM before any work), and
     # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
     # queries or the templates, before the model loads.
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """Score ``request.task`` through ``request.backend`` only.  A ``ClozeTask`` (queries over named
-        candidate sets): ``ProbeScores.scores`` {query index: float64 scores over that query's candidate
-        set, higher = better; NaN or -inf never beats the gold}.  A KG's ``QuerySet`` (``takes_kg_queries``
-        only): a score matrix (n_queries, n_candidates) or query and candidate vectors.  Never ranks,
-        saves or caches."""
+        """Score ``request.task`` through ``request.backend`` only: ``ProbeScores.scores`` {query index:
+        float64 scores over that query's candidate set, higher = better; NaN or -inf never beats the gold};
+        on a KG's task (``task.kg_queries``) also a score matrix (n_queries, n_candidates) or query and
+        candidate vectors.  Never ranks, saves or caches."""
         ...
 
 
@@ -209,29 +206,25 @@ class _OldProtocol:
 
     def __init__(self, probe):
         warnings.warn(f"probe '{probe.name}': score_benchmark is the old name of score (and score the old KG fast "
-                      "path, now score with takes_kg_queries = True); it is read until 0.3", DeprecationWarning, stacklevel=3)
+                      "path, now score reading task.kg_queries); it is read until 0.3", DeprecationWarning, stacklevel=3)
         self._probe = probe
-        self.takes_kg_queries = callable(getattr(probe, "score", None))
 
     def __getattr__(self, name):
         return getattr(self._probe, name)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        if isinstance(request.task, ClozeTask):
-            return self._probe.score_benchmark(request)
-        return self._probe.score(request)
+        if request.task.kg_queries is not None and callable(getattr(self._probe, "score", None)):
+            return self._probe.score(request)  # its request.queries: the QuerySet
+        return self._probe.score_benchmark(request)
 
 
 def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:
-    """``probe.score(request)``; a KG's queries to a probe that does not take them as they are go as the
-    general task shape (``kg_benchmark_task``), its rows stacked into the score matrix the runner ranks
-    with the known-true filters (a query left unscored gets NaN: the worst rank)."""
-    if isinstance(request.task, ClozeTask) or getattr(probe, "takes_kg_queries", False):
-        return probe.score(request)
-    from deer.platform.templates import kg_benchmark_task
-
-    queries = request.task
-    scored = probe.score(dataclasses.replace(request, task=kg_benchmark_task(queries, request.templates)))
+    """``probe.score(request)``; on a KG's task, score rows per query are stacked into the score matrix the
+    runner ranks with the known-true filters (a query left unscored gets NaN: the worst rank)."""
+    scored = probe.score(request)
+    queries = request.task.kg_queries
+    if queries is None or not isinstance(scored.scores, dict):
+        return scored
     unscored = np.full(len(queries.candidates), np.nan)
     matrix = np.stack([np.asarray(scored.scores.get(i, unscored), dtype=np.float64) for i in range(len(queries))])
     return dataclasses.replace(scored, scores=matrix, columns={})

@@ -34,7 +34,7 @@ from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metada
 from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
-from deer.platform.templates import PromptTemplates
+from deer.platform.templates import PromptTemplates, kg_benchmark_task
 from deer.platform.validate import OptionError
 from deer.probes import (
     Probe,
@@ -47,7 +47,7 @@ from deer.probes import (
     probe_names,
     score_task,
 )
-from kg_data.cloze import ClozeTask
+from kg_data.task import Task
 
 BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when none are named
 HANDED_ON = "query_embeddings"  # a probe taking this option runs after one that returns the array (``deer.probes``)
@@ -90,7 +90,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     check_model_kind(probe, runner)
     checked_out_folder(out, run.queries, run.loaded, run.templates)
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
-    request = ProbeRequest(run.queries, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
+    task = kg_benchmark_task(run.queries, run.templates)
+    request = ProbeRequest(task, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
     with runner.evaluation_mode():
         scored = score_task(probe, request)
     scored.metadata["backend"] = backend
@@ -134,7 +135,7 @@ def benchmark_probes(names: Sequence[str]) -> list[Probe]:
     return [get_probe(name) for name in names]
 
 
-def _empty_task_error(task: ClozeTask) -> ValueError:
+def _empty_task_error(task: Task) -> ValueError:
     counts = list(task.info.get("counts", {}).values())  # LAMA's: why facts gave no query
     why = "" if not counts else (f" ({sum(c['object_not_in_vocabulary'] for c in counts)} of {sum(c['facts'] for c in counts)} "
                                  "facts have an object that is not one token for this model, "
@@ -142,7 +143,7 @@ def _empty_task_error(task: ClozeTask) -> ValueError:
     return ValueError(f"{task.name}: no query to score{why}")
 
 
-def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
+def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
               token_budget: int | None = None, show_progress: bool = True, backend: str = DEFAULT_BACKEND,
               store_root: str | Path | None = None) -> ClozeResult:
     """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per
@@ -188,7 +189,7 @@ def run_cloze(task: ClozeTask, loaded: LoadedModel, probes: Sequence[str] = BENC
     return result
 
 
-def check_cloze_run(task: ClozeTask, probes: Sequence[Probe], runner) -> None:
+def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
     """What a cloze run refuses before any work: a masked LM for a causal-LM-only probe, a task without
     queries, a text longer than the backend's model takes."""
     for probe in probes:
@@ -208,7 +209,7 @@ class ClozeParts:
     key: dict
     by: str | None = None
 
-    def path(self, probe: str, group, task: ClozeTask) -> Path | None:
+    def path(self, probe: str, group, task: Task) -> Path | None:
         if self.folder is None:
             return None
         return self.folder / (f"{probe}.parquet" if self.by is None else f"{probe}-{group}-{task_digest(task)}.parquet")
@@ -230,7 +231,7 @@ class ClozeScores:
     timings: dict
 
 
-def score_cloze(task: ClozeTask, probes: Sequence[Probe], runner, parts: ClozeParts, options: Mapping | None = None,
+def score_cloze(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts, options: Mapping | None = None,
                 stores: Path | None = None, show_progress: bool = True) -> ClozeScores:
     """The one cloze loop: every group of queries (``parts.by``; the whole task without it), each probe in
     turn (a probe taking another's arrays after it, handed them within the group), its stored rows reused
@@ -268,7 +269,7 @@ def score_cloze(task: ClozeTask, probes: Sequence[Probe], runner, parts: ClozePa
     return ClozeScores(joined, metadata, resumed, timings)
 
 
-def _groups(task: ClozeTask, by: str | None) -> list[tuple]:
+def _groups(task: Task, by: str | None) -> list[tuple]:
     """(group, its query rows) in the order the groups first appear: the whole task without ``by``."""
     if by is None:
         return [(None, list(range(len(task.queries))))]

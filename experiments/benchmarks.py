@@ -30,11 +30,12 @@ from experiments.cloze_report import mode_agreement, probe_agreement, summary_ma
 from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
 from kg_data.bear import METADATA_FILE, BearDataset, load_bear_dataset
-from kg_data.cloze import CANDIDATE_KINDS, MODES, ClozeTask, bear_cloze_task, check_lama_queries, check_modes, lama_cloze_task
+from kg_data.cloze import CANDIDATE_KINDS, MODES, bear_cloze_task, check_lama_queries, check_modes, lama_cloze_task
 from kg_data.errors import KGFormatError
 from kg_data.lama import COMMON_VOCAB_FILE, RELATIONS_FILE, load_lama
 from kg_data.load import dataset_kind
 from kg_data.locks import held_lock
+from kg_data.task import Task
 
 
 def benchmark_kind(dataset) -> str:
@@ -92,7 +93,7 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
         out.rmdir()
 
 
-def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> ClozeTask:
+def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> Task:
     """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one
     token for the backend's tokenizer (with a leading space for a causal LM)."""
     if isinstance(data, BearDataset):

@@ -1,82 +1,25 @@
-"""Cloze benchmarks (the BEAR data set, LAMA) as one list of queries over candidate sets.
-
-A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and ``[X]`` where it has one: a
-template-free query is a masked evidence sentence whose ``[MASK]`` became ``[Y]``) and the gold answer's
-position in a named candidate set.  What a probe makes of it (DEER's prompt, LAMA's rule, a masked LM's
-sentence) is the probe's: ``deer.platform.cloze_texts``.
+"""Cloze benchmarks (the BEAR data set, LAMA) as the one task type (``kg_data.task``): queries over
+many named candidate sets, and the statement a query makes with an answer in its slot.  What a probe
+makes of a query (DEER's prompt, LAMA's rule, a masked LM's sentence) is the probe's:
+``deer.platform.cloze_texts``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from kg_data.bear import ANSWER, BearDataset, fill_statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import MASK, LamaDataset, first_usable_sentence, relation_file
+from kg_data.task import CandidateSet, ClozeQuery, Task, shorten
+
+ClozeTask = Task  # its name before the KG's queries became a task too (until 0.3)
+__all__ = ["CANDIDATE_KINDS", "LARGE_SET", "MODES", "CandidateSet", "ClozeQuery", "ClozeTask", "Task", "answer_context",
+           "bear_cloze_task", "check_lama_queries", "check_modes", "lama_cloze_task", "shorten", "statement"]
 
 MODES = ("template", "template-free")
 CANDIDATE_KINDS = ("common-vocab", "relation")
 LARGE_SET = "common-vocab"  # LAMA's common vocabulary: one set of |vocabulary| answers for every fact
-
-
-@dataclasses.dataclass(frozen=True)
-class CandidateSet:
-    """Answer labels (and descriptions, where the data has them) one query is ranked over."""
-
-    labels: tuple[str, ...]
-    descriptions: tuple[str, ...] | None = None
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-
-@dataclasses.dataclass(frozen=True)
-class ClozeQuery:
-    """One question.  ``row``: the instance's row in its relation (BEAR) or file line (LAMA);
-    ``template_index``: which of the relation's templates (-1 for a template-free sentence)."""
-
-    source: str
-    relation: str
-    fact: str
-    row: int
-    mode: str
-    template_index: int
-    template: str
-    subject: str
-    answer: str
-    candidates: str
-    gold: int
-
-
-@dataclasses.dataclass
-class ClozeTask:
-    """The queries and candidate sets of a benchmark.  ``locate``: a query's 'FILE:LINE' (for messages)."""
-
-    name: str
-    queries: list[ClozeQuery]
-    candidate_sets: dict[str, CandidateSet]
-    info: dict
-    locate: Callable[[ClozeQuery], str] | None = dataclasses.field(default=None, repr=False, compare=False)
-
-    def candidate_set(self, query: ClozeQuery) -> CandidateSet:
-        return self.candidate_sets[query.candidates]
-
-    def subset(self, rows: Sequence[int]) -> ClozeTask:
-        """The queries at ``rows`` (in that order) with the candidate sets they use."""
-        queries = [self.queries[i] for i in rows]
-        names = dict.fromkeys(q.candidates for q in queries)
-        return ClozeTask(self.name, queries, {name: self.candidate_sets[name] for name in names}, self.info, self.locate)
-
-    def describe(self, query: ClozeQuery) -> str:
-        """Where a query's fact is and what it is, for a message: 'FILE:LINE: source/relation fact F (subject ...)'."""
-        where = f"{self.locate(query)}: " if self.locate is not None else ""
-        return f"{where}{query.source}/{query.relation} fact {query.fact} (subject {shorten(query.subject)!r})"
-
-
-def shorten(text: str, limit: int = 60) -> str:
-    """``text`` cut to ``limit`` characters for a message ('...' marks a cut)."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def statement(query: ClozeQuery, answer: str) -> str:
@@ -91,7 +34,7 @@ def answer_context(query: ClozeQuery) -> str:
 # -- the BEAR data set ---------------------------------------------------------------------------
 
 
-def bear_cloze_task(dataset: BearDataset) -> ClozeTask:
+def bear_cloze_task(dataset: BearDataset) -> Task:
     """Every (relation, template, instance) of a BEAR-format data set; candidates: the relation's
     answer space (names; BEAR has no descriptions)."""
     queries, sets = [], {}
@@ -103,7 +46,7 @@ def bear_cloze_task(dataset: BearDataset) -> ClozeTask:
                 queries.append(ClozeQuery("bear", code, sub_id, int(relation.rows[i]), "template", t, template, subject,
                                           relation.answer_labels[gold], code, gold))
     instance = {(code, int(row)): i for code, r in dataset.relations.items() for i, row in enumerate(r.rows)}
-    return ClozeTask(dataset.name, queries, sets, {"dataset": dataset.summary()},
+    return Task(dataset.name, queries, sets, {"dataset": dataset.summary()},
                      lambda q: dataset.relations[q.relation].location(instance[q.relation, q.row]))
 
 
@@ -134,7 +77,7 @@ def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> No
 
 
 def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequence[str] = MODES,
-                    candidate_kinds: Sequence[str] = CANDIDATE_KINDS, causal: bool = True) -> ClozeTask:
+                    candidate_kinds: Sequence[str] = CANDIDATE_KINDS, causal: bool = True) -> Task:
     """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are
     one token for the model, the caller's choice) are kept, the others counted as dropped.  Candidates:
     "common-vocab" ranks ``vocabulary``; "relation" the relation's objects in it.  Modes: "template" and
@@ -171,6 +114,6 @@ def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequ
                     queries.append(ClozeQuery(relation.source, relation.code, fact.fact_id, fact.line, mode, t, template,
                                               fact.subject, fact.answer, name, gold))
         counts[key] = count
-    return ClozeTask("lama", queries, sets, {"dataset": dataset.summary(), "counts": counts, "vocabulary": len(vocab),
+    return Task("lama", queries, sets, {"dataset": dataset.summary(), "counts": counts, "vocabulary": len(vocab),
                                              "modes": list(modes), "candidate_kinds": list(candidate_kinds)},
                      lambda q: f"{relation_file(dataset.path, q.source, q.relation)}:{q.row}")

@@ -23,6 +23,7 @@ from deer.platform.templates import PromptTemplates
 from deer.probes import ProbeRequest
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
+from kg_data.task import Task
 
 FEW_TOKENS_MANY_BYTES = "internationalization" * 3  # 60 bytes, 6 tokens for SmolLM2
 MANY_TOKENS_FEW_BYTES = "\U0001d518" * 4  # 16 bytes, 13 tokens for SmolLM2
@@ -139,7 +140,8 @@ def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend
     loaded = open_model(str(tiny_clm_dir))
     templates = _Contexts()
     queries = _queries(len(templates.contexts), len(templates.continuations))
-    request = ProbeRequest(queries, loaded, open_backend(backend, loaded, show_progress=False), templates, show_progress=False,
+    request = ProbeRequest(Task("kg", [], {}, {}, kg_queries=queries), loaded, open_backend(backend, loaded, show_progress=False),
+                           templates, show_progress=False,
                            options={"single_token": False})
     result = LamaProbe().score(request)
     expected = [[whole_statement_first_token_logprob(loaded.model, loaded.tokenizer, context, continuation)

@@ -4,6 +4,8 @@ as the KG templates, and a probe scoring only that shape ranks a KG as its fast 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -13,21 +15,21 @@ from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchm
 from deer.probes import get_probe
 from deer.runner import run_probe
 from kg_data import load_kg
-from kg_data.cloze import ClozeTask, statement
+from kg_data.cloze import statement
 from kg_data.queries import build_queries
 
 
 class GeneralShapeOnly:
-    """A built-in probe that does not take a KG's queries as they are (``takes_kg_queries`` unset): the
-    runner hands them to its one ``score`` in the general shape."""
+    """A built-in probe handed a KG's task without its ``QuerySet`` (``kg_queries``): its one ``score``
+    reads the queries over the one candidate set, as a probe without a way of its own for a large set does."""
 
     def __init__(self, probe):
         self.probe = probe
         self.name, self.summary, self.options, self.text_kind = probe.name, probe.summary, probe.options, probe.text_kind
 
     def score(self, request):
-        assert isinstance(request.task, ClozeTask)
-        return self.probe.score(request)
+        assert request.task.kg_queries is not None  # the runner's KG task: hidden here
+        return self.probe.score(dataclasses.replace(request, task=dataclasses.replace(request.task, kg_queries=None)))
 
 
 def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
@@ -36,7 +38,9 @@ def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
     task = kg_benchmark_task(queries, templates)
     kg = queries.kg
     assert [q.gold for q in task.queries] == queries.gold.tolist() and list(task.candidate_sets) == [KG_CANDIDATE_SET]
-    assert task.candidate_sets[KG_CANDIDATE_SET].labels == tuple(kg.entity_names[e] for e in queries.candidates)
+    assert task.kg_queries is queries and len(task.queries) == len(queries)
+    assert tuple(task.candidate_sets[KG_CANDIDATE_SET].labels) == tuple(kg.entity_names[e] for e in queries.candidates)
+    assert tuple(task.candidate_sets[KG_CANDIDATE_SET].descriptions) == tuple(kg.entity_descriptions[e] for e in queries.candidates)
     for query, triple in zip(task.queries, queries.triples.tolist(), strict=True):
         for position, entity in enumerate(queries.candidates):
             label = task.candidate_sets[KG_CANDIDATE_SET].labels[position]
@@ -49,7 +53,7 @@ def test_a_slot_marker_in_a_kg_text_is_refused_by_query(tiny_kg_dir):
     kg = load_kg(tiny_kg_dir)
     kg.entity_names[int(build_queries(kg, "train").triples[0, 0])] = "a [Y] name"
     with pytest.raises(ValueError, match="its text holds .X. or .Y."):
-        kg_benchmark_task(build_queries(kg, "train"), PromptTemplates(k_shot=0))
+        list(kg_benchmark_task(build_queries(kg, "train"), PromptTemplates(k_shot=0)).queries)  # made when read
 
 
 @pytest.mark.parametrize("name", ["bear", "deer"])

@@ -1,4 +1,4 @@
-"""A cloze benchmark's rows (``kg_data.cloze.ClozeTask``): one per query, its fields, and per probe
+"""A cloze benchmark's rows (``kg_data.cloze.Task``): one per query, its fields, and per probe
 the gold answer's realistic rank, the argmax prediction and whether it is the gold (used by
 ``deer.runner.run_cloze`` and the BEAR data-set score).
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from deer.platform.ranking import rank_and_best
-from kg_data.cloze import ClozeTask
+from kg_data.task import Task
 
 RANK_RULE = "realistic rank 1 + #higher + #tied/2 among the query's candidates; prediction = argmax (first on a tie)"
 RANK_COLUMNS = ("rank", "predicted", "correct", "predicted_index", "gold_score")  # each as {probe}_{column}
@@ -25,7 +25,7 @@ def rank_columns(probe: str) -> list[str]:
     return [f"{probe}_{column}" for column in RANK_COLUMNS]
 
 
-def task_digest(task: ClozeTask) -> str:
+def task_digest(task: Task) -> str:
     """Identifies the queries and candidate sets (text, gold, scoring rule) of a task."""
     digest = hashlib.sha256()
     for q in task.queries:
@@ -35,13 +35,13 @@ def task_digest(task: ClozeTask) -> str:
     return digest.hexdigest()[:16]
 
 
-def query_frame(task: ClozeTask) -> pd.DataFrame:
+def query_frame(task: Task) -> pd.DataFrame:
     frame = pd.DataFrame([dataclasses.asdict(q) for q in task.queries])
     frame["n_candidates"] = [len(task.candidate_set(q)) for q in task.queries]
     return frame
 
 
-def ranks_from_scores(task: ClozeTask, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
+def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
     """Per query: rank of the gold, predicted label, correct (NaN/None where not scored), by the one rank
     rule (``deer.platform.ranking``).  Rows of one width are ranked together, ``chunk_rows`` at a time."""
     n = len(task.queries)

@@ -6,7 +6,8 @@ the model is the probe's (and the length guard's, which checks those texts).
 from __future__ import annotations
 
 from kg_data.bear import ANSWER
-from kg_data.cloze import LARGE_SET, ClozeQuery, ClozeTask, answer_context, statement
+from kg_data.cloze import LARGE_SET, ClozeQuery, answer_context, statement
+from kg_data.task import Task
 
 BLANK = "___"
 BLANK_PROMPT = "Fill in the blank: {sentence}\nAnswer:"
@@ -37,7 +38,7 @@ def lama_rule(query: ClozeQuery) -> str:
     return "next-token" if query.mode == "template-free" else template_scoring(query.template)
 
 
-def lama_rules(task: ClozeTask, masked: bool) -> list[str]:
+def lama_rules(task: Task, masked: bool) -> list[str]:
     """How LAMA scores each query: "mask-fill" (masked LM), "next-token" or "statement" (``lama_rule``: the
     whole statement, on a relation's candidates), or not at all (a statement against ``LARGE_SET``)."""
     if masked:

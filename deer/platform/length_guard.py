@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.templates import candidate_prompts
-from kg_data.cloze import LARGE_SET, ClozeTask, shorten, statement
+from kg_data.cloze import LARGE_SET, shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
+from kg_data.task import Task
 
 SLACK = 8  # special tokens and a SentencePiece word-start piece, beyond one token per byte
 LONG_PROMPT_MODES = ("error", "truncate-descriptions")
@@ -172,7 +173,7 @@ FACT_HINT = "shorten the subject label (or the sentence)"
 ANSWER_HINT = "shorten the answer label"
 
 
-def _fact(task: ClozeTask, index: int) -> str:
+def _fact(task: Task, index: int) -> str:
     q = task.queries[index]
     return f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
 
@@ -181,7 +182,7 @@ def _answer(labels: Sequence[str], name: str, index: int) -> str:
     return f"answer {shorten(labels[index])!r} of candidate set {name}"
 
 
-def guard_benchmark_lengths(task: ClozeTask, backend, text_kinds: set) -> None:
+def guard_benchmark_lengths(task: Task, backend, text_kinds: set) -> None:
     """The benchmark counterpart of ``guard_prompt_lengths`` for the probes' ``text_kinds`` -- "prompts"
     (DEER: query texts and answer prompts), "contexts" (LAMA: query texts, masked sentences, or whole
     statements where ``lama_rules`` says so), "statements" (BEAR) -- against the backend's model's positions.

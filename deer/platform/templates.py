@@ -17,12 +17,14 @@ import dataclasses
 import functools
 import hashlib
 import json
+from collections.abc import Sequence
 
 import numpy as np
 
 from kg_data.bear import ANSWER, SUBJECT
-from kg_data.cloze import CandidateSet, ClozeQuery, ClozeTask
+from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.kg import TextualKG
+from kg_data.task import Task
 
 EXAMPLE_LINE = "({head}, {relation}, {tail})"
 QUERY_LINE = "({head}, {relation},"
@@ -205,23 +207,53 @@ def query_prompts(queries, templates: PromptTemplates) -> list[str]:
     return [templates.query_prompt(queries.kg, tuple(triple)) for triple in queries.triples.tolist()]
 
 
-KG_CANDIDATE_SET = "entities"  # the one candidate set of a KG's queries seen as a benchmark task
+KG_CANDIDATE_SET = "entities"  # the one candidate set of a KG's task
 
 
-def kg_benchmark_task(queries, templates: PromptTemplates) -> ClozeTask:
-    """A KG's queries as the general task shape (``ClozeTask``): every query over the one candidate set,
-    with the template ``query_context + " [Y])"`` (``kg_data.cloze.statement`` then gives BEAR's statement,
-    first character capitalised).  A text holding [X] or [Y] is refused: it would be read as a slot."""
-    kg = queries.kg
-    candidates = CandidateSet(tuple(kg.entity_names[e] for e in queries.candidates),
-                              tuple(kg.entity_descriptions[e] for e in queries.candidates))
-    found = []
-    for i, ((head, relation, tail), fact) in enumerate(zip(queries.triples.tolist(), queries.item_ids(), strict=True)):
-        context = templates.query_context(kg, (head, relation, tail))
+class _Picked(Sequence):
+    """``values[indices[i]]`` for each i, read on access (a KG's names or descriptions of its candidates)."""
+
+    def __init__(self, values: Sequence, indices: np.ndarray):
+        self.values, self.indices = values, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.values[j] for j in self.indices[i].tolist()]
+        return self.values[int(self.indices[i])]
+
+
+class _KGQueries(Sequence):
+    """A KG's queries as ``ClozeQuery``s, each made when read: the template ``query_context + " [Y])"``
+    (``kg_data.cloze.statement`` then gives BEAR's statement).  A text holding [X] or [Y] is refused then:
+    it would be read as a slot."""
+
+    def __init__(self, queries, templates: PromptTemplates):
+        self.queries, self.templates, self.ids = queries, templates, queries.item_ids()
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        kg, (head, relation, tail) = self.queries.kg, self.queries.triples[i].tolist()
+        context = self.templates.query_context(kg, (head, relation, tail))
         if SUBJECT in context or ANSWER in context:
-            raise ValueError(f"query {fact!r}: its text holds {SUBJECT} or {ANSWER}, which a benchmark task reads "
+            raise ValueError(f"query {self.ids[i]!r}: its text holds {SUBJECT} or {ANSWER}, which a task reads "
                              "as a slot; this probe needs a KG without them")
-        found.append(ClozeQuery(kg.name, kg.relation_names[relation], fact, i, "template", 0,
-                                context + CONTINUATION.format(tail=ANSWER), kg.entity_names[head], kg.entity_names[tail],
-                                KG_CANDIDATE_SET, int(queries.gold[i])))
-    return ClozeTask(kg.name, found, {KG_CANDIDATE_SET: candidates}, {"from_kg": kg.name, "split": queries.split})
+        return ClozeQuery(kg.name, kg.relation_names[relation], self.ids[i], int(i), "template", 0,
+                          context + CONTINUATION.format(tail=ANSWER), kg.entity_names[head], kg.entity_names[tail],
+                          KG_CANDIDATE_SET, int(self.queries.gold[i]))
+
+
+def kg_benchmark_task(queries, templates: PromptTemplates) -> Task:
+    """A KG's queries (a ``QuerySet``) as the one task type: every query over the one candidate set (the
+    candidates' names and descriptions), its text from ``templates``, and ``kg_queries`` the queries
+    themselves; queries and labels are made when read (``_KGQueries``, ``_Picked``)."""
+    kg = queries.kg
+    candidates = CandidateSet(_Picked(kg.entity_names, queries.candidates), _Picked(kg.entity_descriptions, queries.candidates))
+    return Task(kg.name, _KGQueries(queries, templates), {KG_CANDIDATE_SET: candidates},
+                {"from_kg": kg.name, "split": queries.split}, kg_queries=queries)
