@@ -11,17 +11,15 @@ an interrupted run resumes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bear_ref.cloze_scoring import statement_scores
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
 from deer.base.files import package_versions
 from deer.base.work import summed_work
-from deer.platform.benchmark_rows import query_frame, ranks_from_scores
+from deer.platform.benchmark_rows import query_frame
 from deer.platform.length_guard import long_statements, too_long
 from deer.platform.read_back import read_json_object, read_stored_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
@@ -30,7 +28,7 @@ from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
 from deer.probes import get_probe
 from deer.runner import ClozeParts, probe_options, score_cloze
-from kg_data.bear import METADATA_FILE, BearDataset, BearRelation, fill_statement, load_bear_dataset
+from kg_data.bear import METADATA_FILE, BearDataset, fill_statement, load_bear_dataset
 from kg_data.cloze import bear_cloze_task, shorten
 
 PROBE = "bear-dataset"
@@ -83,15 +81,6 @@ def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.Dat
         "predicted_id": [answer_ids[r][p] for r, p in zip(table["relation"], predicted, strict=True)],
         "predicted_label": table[f"{probe}_predicted"], "rank": table[f"{probe}_rank"], "correct": table[f"{probe}_correct"] == 1,
     })
-
-
-def score_relation(scorer, relation: BearRelation, progress: Callable[[int], object] | None = None) -> pd.DataFrame:
-    """One row per (template, instance): gold score, prediction (argmax, first answer on a tie),
-    realistic rank, correctness (prediction == gold, as lm-pub-quiz; the strict reading is ``rank == 1``)."""
-    dataset = BearDataset(relation.code, relation.path or "", {relation.code: relation}, [])
-    task = bear_cloze_task(dataset)
-    scores = statement_scores(scorer, task, range(len(task.queries)), progress)
-    return bear_format(pd.concat([query_frame(task), ranks_from_scores(task, scores, "bear")], axis=1), dataset, "bear")
 
 
 def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, score_relation, summary_markdown
+from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, summary_markdown
 from kg_data.bear import fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
+from tests.bear_tables import score_relation
 
 CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
 LANGUAGES = [("Q90", "Paris", "Q150", "French"), ("Q64", "Berlin", "Q188", "German"), ("Q220", "Rome", "Q652", "Italian"),

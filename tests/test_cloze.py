@@ -294,8 +294,9 @@ def _rank(scores, gold) -> float:
 
 
 def test_bear_in_a_cloze_run_equals_the_bear_data_set_probe(tmp_path, smollm2_tokenizer):
-    from bear_ref.dataset import bear_format, score_relation
+    from bear_ref.dataset import bear_format
     from deer.backends.statement_scorer import StatementScorer
+    from tests.bear_tables import score_relation
 
     model = build_tiny_model("llama", "sdpa", smollm2_tokenizer)
     loaded = LoadedModel.from_objects(model, smollm2_tokenizer, "tiny-llama")

@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bear_ref.dataset import bear_metrics, run_bear_dataset, score_relation
+from bear_ref.dataset import bear_metrics, run_bear_dataset
 from kg_data.bear import BearDataset, BearRelation, fill_statement, load_bear_dataset
+from tests.bear_tables import score_relation
 
 LMPQ_CARDINALITY = {"multiple instances per answer": "N:1", "single instance per answer": "1:1"}
 

@@ -7,9 +7,9 @@ import sys
 
 import numpy as np
 
-from bear_ref.dataset import score_relation
 from deer.platform.cosine_ranking import rank_cosine
 from kg_data.bear import BearRelation
+from tests.bear_tables import score_relation
 
 
 class _NanForGold:
