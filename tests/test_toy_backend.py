@@ -4,6 +4,8 @@ runs DEER, BEAR and LAMA through the Python API and the command line with the pl
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,7 @@ from click.testing import CliRunner
 import bear_ref
 import deer
 from deer import backends
-from deer.backends.models import LoadedModel, as_loaded_model
+from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.base.errors import OptionError
 from deer.platform.result import load_results
 from deer.runner import run_cloze
@@ -22,6 +24,7 @@ from kg_data.lama import load_lama
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
 from tests.test_cloze import write_lama
+from tests.toy_backend import ToyBackend
 
 RANKS = ["rank_raw", "rank_filtered"]
 
@@ -113,6 +116,30 @@ def test_a_backend_class_that_does_not_answer_for_its_model_is_refused_by_name(m
     backends.register_backend("bare", "tests.test_toy_backend:BareBackend")
     with pytest.raises(OptionError, match="bare.*ModelBackend"):
         backends.open_backend("bare", tiny_clm)
+
+
+def test_the_backend_class_loads_its_model(monkeypatch, tiny_clm_dir):
+    """``open_backend`` has the class load the model (``ModelBackend.load``): an engine with its own loader
+    (vLLM) overrides it, and every probe then runs on what it loaded."""
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))
+    backends.register_backend("self-loading", "tests.test_toy_backend:SelfLoadingBackend")
+    SelfLoadingBackend.asked.clear()
+    monkeypatch.setattr(SelfLoadingBackend, "folder", str(tiny_clm_dir))
+    opened = backends.open_backend("self-loading", "any-name-its-engine-knows", dtype="float32")
+    assert SelfLoadingBackend.asked == [("any-name-its-engine-knows", "float32")]
+    assert opened.loaded.name == "engine-loaded" and opened.model is opened.loaded.model and opened.output_size > 0
+
+
+class SelfLoadingBackend(ToyBackend):
+    """A backend whose engine loads its own model (here: the tiny test model, whatever the name)."""
+
+    asked: list = []
+    folder = ""  # where its engine finds the weights (the test sets it)
+
+    @classmethod
+    def load(cls, model, tokenizer=None, dtype="auto", device="auto"):
+        cls.asked.append((model, dtype))
+        return dataclasses.replace(open_model(cls.folder), name="engine-loaded")
 
 
 class BareBackend:

@@ -11,8 +11,8 @@
 Every backend derives from ``ModelBackend``, which answers for the model it runs: ``max_positions``,
 ``is_masked_lm``, ``device`` (where its vectors are ranked), ``output_size``, ``evaluation_mode()`` and
 ``token_counts(texts)``; the rest of the toolkit asks the backend, never the model object.
-``open_backend(name, model)`` loads the model (an alias, hub id, folder or ``ModelSpec``; or takes a
-``LoadedModel``) and opens the backend on it.
+``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``: an alias, hub
+id, folder or ``ModelSpec``; or a ``LoadedModel`` taken as it is) and opens the backend on it.
 
 Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
 forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
@@ -123,18 +123,17 @@ def backend_class(name: str):
 
 def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
                  token_budget: int | None = None, show_progress: bool = True) -> Backend:
-    """The backend ``name`` on ``model``: a ``LoadedModel``, or what ``deer.backends.models.as_loaded_model``
-    loads (an alias, hub id, folder or ``ModelSpec`` with ``dtype`` and ``device``; a transformers model with
-    its ``tokenizer``).  ``token_budget``: padded tokens per batch (None: the device's default for prompts,
-    512 for statements).  A backend class that does not derive from ``ModelBackend`` is refused by name."""
+    """The backend ``name`` on ``model``, loaded by the backend class (``ModelBackend.load``: an alias, hub id,
+    folder or ``ModelSpec`` with ``dtype`` and ``device``; a ``LoadedModel``, or a transformers model with its
+    ``tokenizer``, as it is).  ``token_budget``: padded tokens per batch (None: the device's default for
+    prompts, 512 for statements).  A backend class that does not derive from ``ModelBackend`` is refused by name."""
     from deer.backends.model_backend import ModelBackend
-    from deer.backends.models import as_loaded_model
 
     cls = backend_class(name)
     if not (isinstance(cls, type) and issubclass(cls, ModelBackend)):
         raise OptionError("backend", name, "its class does not derive from deer.backends.ModelBackend, which answers for "
                                            "the model (positions, masked or causal, device, token counts)")
-    loaded = as_loaded_model(model, tokenizer, dtype=dtype, device=device)
+    loaded = cls.load(model, tokenizer, dtype=dtype, device=device)
     backend = cls(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
     backend.loaded = loaded
     return backend

@@ -9,7 +9,7 @@ import torch
 
 from deer.backends.encoder import output_size
 from deer.backends.model_config import max_positions
-from deer.backends.models import evaluation_mode, is_masked_lm
+from deer.backends.models import as_loaded_model, evaluation_mode, is_masked_lm
 from deer.backends.tokenization import batch_token_ids
 
 
@@ -23,6 +23,15 @@ class ModelBackend:
     name = ""
     can_cache = False
     store_key: dict = {}
+
+    @classmethod
+    def load(cls, model, tokenizer=None, dtype: str = "auto", device: str = "auto"):
+        """The ``LoadedModel`` this backend runs (``open_backend`` calls it): an alias, hub id, folder or
+        ``ModelSpec`` loaded with ``dtype`` on ``device`` through Hugging Face transformers; a ``LoadedModel``
+        or a transformers model (with its ``tokenizer``) taken as it is.  An engine that loads its own
+        weights (vLLM, llama.cpp) overrides it and returns its own model object in the ``LoadedModel``
+        (the identity: name, fingerprints, dtype, device, tokenizer)."""
+        return as_loaded_model(model, tokenizer, dtype=dtype, device=device)
 
     def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):
         self.model, self.tokenizer, self.token_budget, self.show_progress = model, tokenizer, token_budget, show_progress
