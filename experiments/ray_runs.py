@@ -18,6 +18,7 @@ import numpy as np
 
 from deer.backends import DEFAULT_BACKEND
 from deer.base.extras import import_extra
+from deer.platform.run_options import ModelLoading, refuse_leftover, take
 from experiments.runs import ProbeRun, run_probes
 from kg_data.queries import QuerySet
 
@@ -87,20 +88,26 @@ class _EncodingWorker:
 
 
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
-                           dtype: str = "auto", device: str = "auto", token_budget: int | None = None, cache_dir=None,
-                           address: str | None = None, loaded=None, batch: int = 16_384, backend: str = DEFAULT_BACKEND) -> Path:
+                           loading: ModelLoading | None = None, token_budget: int | None = None, cache_dir=None,
+                           address: str | None = None, loaded=None, batch: int = 16_384, backend: str = DEFAULT_BACKEND,
+                           **loose) -> Path:
     """Encode the ``entities`` (default: all) of ``kg`` that the model's prompt store (what
     ``deer.probe(..., cache=True)`` reads) lacks, on ``workers`` Ray actors (one GPU each where the cluster
     has GPUs), each writing its own shards into the store; returns the store's folder.  The driver makes
     the prompts ``batch`` at a time with a few batches in flight, and never holds the vectors; prompts a
     failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
     ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again).
-    ``backend``: the backend every worker encodes with (one that can cache: the workers write into the store)."""
+    ``backend``: the backend every worker encodes with (one that can cache: the workers write into the store).
+    ``loading``: the dtype and device every worker loads the model with (or ``dtype=``, ``device=`` loose)."""
     from deer.backends import open_backend, refuse_cache_on
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
 
     refuse_cache_on(backend, True)
+    rest = dict(loose)
+    loading = take(rest, ModelLoading, loading, "loading")
+    refuse_leftover(rest, "encode_entities_on_ray")
+    dtype, device = loading.dtype, loading.device
     runner = open_backend(backend, loaded if loaded is not None else model_name, dtype=dtype, device=device)
     loaded, width = runner.loaded, runner.output_size  # the store's key: weights, tokenizer, dtype, the backend's own
     store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width, runner.store_key)

@@ -104,3 +104,22 @@ def test_a_worker_process_killed_mid_run_is_redone_and_the_ranks_stay_identical(
     one = deer.probe(queries, str(tiny_clm_dir), templates=templates, cache=False, show_progress=False)
     assert after_kill.metadata["cache"]["entities_encoded_now"] == 0  # the Ray workers encoded every entity
     assert after_kill.table[columns].equals(one.table[columns])
+
+
+def test_ray_encoding_takes_its_loading_as_an_object_and_refuses_a_stray_keyword(tiny_kg_dir, monkeypatch):
+    """``encode_entities_on_ray`` takes ``loading=ModelLoading(...)`` (or ``dtype=``/``device=`` loose), and a keyword
+    it has no use for is refused by name before any model loads or Ray starts."""
+    from deer.backends import models
+    from deer.base.errors import OptionError
+    from deer.platform.run_options import ModelLoading
+    from experiments.ray_runs import encode_entities_on_ray
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    kg = load_kg(tiny_kg_dir)
+    with pytest.raises(OptionError, match="dtype.*given beside loading="):
+        encode_entities_on_ray(kg, "smollm2-135m", PromptTemplates(), loading=ModelLoading(), dtype="float16")
+    with pytest.raises(OptionError, match="tokens_budget"):
+        encode_entities_on_ray(kg, "smollm2-135m", PromptTemplates(), tokens_budget=8)

@@ -154,10 +154,11 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
         return
     queries, templates, loaded, out = opened
     if ray_workers:
+        from deer.platform.run_options import ModelLoading
         from experiments.ray_runs import encode_entities_on_ray
 
         store = encode_entities_on_ray(queries.kg, given["model_name"], templates, workers=ray_workers, entities=queries.candidates.tolist(),
-                                       dtype=given["dtype"], device=given["device"], token_budget=token_budget, address=ray_address,
+                                       loading=ModelLoading(given["dtype"], given["device"]), token_budget=token_budget, address=ray_address,
                                        loaded=loaded, backend=backend)
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
