@@ -160,6 +160,16 @@ class LamaProbe:
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_end(templates)
 
+    @staticmethod
+    def folder_suffix(options) -> str:
+        """The single-token protocol ranks fewer queries: its ranks go to a run folder of their own."""
+        return "-single-token" if options["single_token"] else ""
+
+    @staticmethod
+    def queries_ranked(queries: QuerySet, options, tokenizer) -> QuerySet:
+        """The queries ``score`` ranks: with ``single_token``, those ``restrict_to_single_token`` keeps."""
+        return restrict_to_single_token(queries, tokenizer) if options["single_token"] else queries
+
     def score(self, request: ProbeRequest) -> ProbeScores:
         """A KG's queries: the (n_queries, n_candidates) first-token log-probabilities (single-token
         candidates only with ``single_token``); a benchmark: each query by its ``lama_rules`` rule."""
@@ -169,8 +179,7 @@ class LamaProbe:
         queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
         single_token = request.options["single_token"]
-        if single_token:
-            queries = restrict_to_single_token(queries, loaded.tokenizer)
+        queries = self.queries_ranked(queries, request.options, loaded.tokenizer)
         first = first_tokens(loaded.tokenizer, queries, templates)
         unique_ids = np.unique(first.ids)
         encoder = request.backend.encoder()

@@ -133,7 +133,9 @@ class Probe(Protocol):
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     option_values: Mapping[str, OptionValues]  # what each option accepts; a value that does not fit is refused by name
     text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
-    # Optional: ``causal_lm_only`` (default False: True refuses a masked LM before any work), and
+    # Optional: ``causal_lm_only`` (default False: True refuses a masked LM before any work),
+    # ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
+    # ``folder_suffix(options)`` (what that adds to the default run folder's name), and
     # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
     # queries or the templates, before the model loads.
 

@@ -88,7 +88,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
                   before_loading=lambda queries, templates: check_probe_inputs(probe, options, queries, templates))
     runner = run.backend
     check_model_kind(probe, runner)
-    checked_out_folder(out, run.queries, run.loaded, run.templates)
+    checked_out_folder(out, queries_ranked(probe, run.queries, options, run.loaded), run.loaded, run.templates)
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
     task = kg_benchmark_task(run.queries, run.templates)
     request = ProbeRequest(task, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
@@ -100,6 +100,13 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
+
+
+def queries_ranked(probe: Probe, queries, options: Mapping[str, Any], loaded):
+    """The queries ``probe`` will rank of ``queries`` (its ``queries_ranked(queries, options, tokenizer)``, where
+    it ranks fewer: LAMA's single-token protocol), so that a folder is checked against them before any work."""
+    ranked = getattr(probe, "queries_ranked", None)
+    return queries if ranked is None else ranked(queries, options, loaded.tokenizer)
 
 
 def resolve_cache(cache: bool, loaded) -> bool:

@@ -124,3 +124,22 @@ def test_a_kg_command_on_a_benchmark_is_run_as_deer_cloze(monkeypatch):
     _invoke(["cloze", "--dataset", "lama", "--probes", "deer", "--max-facts", "2", *common])
     assert len(calls) == 2 and calls[0] == calls[1]
     assert calls[0][2]["selection"].max_facts == 2 and calls[0][2]["cache"] is False
+
+
+def test_lamas_single_token_ranks_get_their_own_folder_under_either_spelling(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """`deer probe --probe lama --probe-option single_token=true` wrote into the default folder of the full query
+    set (a restricted spec there), so a later `deer probe` with the same settings was refused; `deer lama
+    --single-token` named its folder apart.  Both spellings now share that folder, and DEER's run goes beside it."""
+    monkeypatch.chdir(tmp_path)
+    common = ["--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2"]
+    probe_spelling = _invoke(["probe", "--probe", "lama", "--probe-option", "single_token=true", *common])
+    assert probe_spelling.exit_code == 0, probe_spelling.output
+    deer_run = _invoke(["probe", *common])
+    assert deer_run.exit_code == 0, deer_run.output
+    lama_spelling = _invoke(["lama", "--single-token", *common])
+    assert lama_spelling.exit_code == 0, lama_spelling.output
+    folders = sorted(path.name for path in (tmp_path / "runs").iterdir())
+    assert len(folders) == 2 and folders[1] == folders[0] + "-single-token"
+    single = json.loads((tmp_path / "runs" / folders[1] / "metadata.json").read_text())
+    assert set(single) == {"lama"} and single["lama"]["single_token"] is True
+    assert set(json.loads((tmp_path / "runs" / folders[0] / "metadata.json").read_text())) == {"deer"}

@@ -85,13 +85,20 @@ def spelled_as_probe_option():
         raise OptionError("probe_option", f"{error.option}={error.value}", error.problem) from None
 
 
-def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_prompts: str = "error", suffix: str = "",
-                check: bool = True):
+def probe_folder_suffix(probe, options: dict) -> str:
+    """What the probe's options add to the default run folder's name (``folder_suffix(options)``, where the
+    probe has one: LAMA's single-token protocol ranks fewer queries, so its ranks get a folder of their own)."""
+    suffix = getattr(probe, "folder_suffix", None)
+    return suffix(options) if suffix is not None else ""
+
+
+def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_prompts: str = "error"):
     """The start `deer probe`, `deer bear` and `deer lama` share, from their options ``g``: --kg lama|bear|bear-big
     is run as `deer cloze` (its old spelling) and gives None; else (queries, templates, loaded, out), the model opened once and
-    ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec (with ``check``, a
-    folder holding another spec is refused now, before any work).  The probe's ``options`` (its defaults
-    where None) are checked against the queries and templates before the model opens."""
+    ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the probe's
+    options (``probe_folder_suffix``; without a suffix a folder holding another spec is refused now, before
+    any work).  The probe's ``options`` (its defaults where None) are checked against the queries and
+    templates before the model opens."""
     from deer.backends import open_backend
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
@@ -102,11 +109,13 @@ def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_p
     queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
                                          out_dir=g["out_dir"])
     probe = get_probe(probe_name)
+    options = {**probe.options, **(options or {})}
     with spelled_as_probe_option():
-        check_probe_inputs(probe, {**probe.options, **(options or {})}, queries, templates)
+        check_probe_inputs(probe, options, queries, templates)
+    suffix = probe_folder_suffix(probe, options)  # a probe that ranks fewer queries than given: checked when saving
     loaded = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"]).loaded  # once, also for stores and Ray
     spec = RunSpec.build(queries, loaded, templates)
-    return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, check)
+    return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
 
 
 @click.command()
@@ -231,9 +240,8 @@ def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
     import deer
 
     started = time.perf_counter()
-    # --single-token ranks fewer queries, so its spec (checked when saving) is not the one built here.
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, "lama", suffix="-single-token" if single_token else "",
-                         check=not single_token)
+    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, "lama",
+                         options={"single_token": single_token})
     if opened is None:
         return
     queries, templates, loaded, out = opened
