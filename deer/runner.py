@@ -4,9 +4,10 @@
     -> the probe scores -> rank (``deer.platform.ranking``) -> metrics -> save
 
 Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here.  A KG's
-queries go through ``run_probe`` (one probe, filtered ranks, a ``ProbeResult``; ``deer.probe``,
-``bear_ref.bear`` and ``bear_ref.lama`` call it), a cloze benchmark through ``run_cloze`` (the
-chosen probes side by side, one row per query, a resumable ``ClozeResult``).
+queries (one large candidate set) go through ``run_probe`` (one probe, filtered ranks, a ``ProbeResult``;
+``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` call it); a task of many candidate sets through
+the one cloze loop, ``score_cloze`` (the chosen probes side by side, one row per query, resumable by
+parts), which ``run_cloze`` (a ``ClozeResult``) and the BEAR data-set score (``bear_ref.dataset``) run.
 """
 
 from __future__ import annotations
