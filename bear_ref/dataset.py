@@ -21,6 +21,7 @@ from deer.base.files import package_versions
 from deer.base.work import summed_work
 from deer.platform.benchmark_rows import query_frame
 from deer.platform.length_guard import long_statements, too_long
+from deer.platform.metrics import adjusted_index
 from deer.platform.read_back import read_json_object, read_stored_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
@@ -97,17 +98,20 @@ def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
 
 
 def _accuracy_block(frame: pd.DataFrame) -> dict:
-    """Accuracy per template, their mean (BEAR score) and spread, and the random baseline.
+    """Accuracy per template, their mean (BEAR score) and spread, the random baseline and the BEAR score's
+    chance-adjusted index (``deer.platform.metrics.adjusted_index``: 0 = chance, 1 = perfect).
 
     ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains under divided
     support).  ``accuracy`` pools every row as lm-pub-quiz does; ``support`` is the weighted row count.
     """
     if not len(frame):
-        empty = ["accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "accuracy", "random_baseline", "mean_rank"]
+        empty = ["accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "accuracy", "random_baseline", "mean_rank",
+                 "accuracy_mean_adjusted"]
         return {"instances": 0, "support": 0.0, "accuracy_per_template": {}, **dict.fromkeys(empty)}
     weights = frame["weight"]
     per_template = frame.groupby("template")[["is_correct", "weight"]].apply(
         lambda part: _weighted_mean(part["is_correct"], part["weight"]))
+    random = _weighted_mean(1.0 / frame["n_answers"], weights)
     return {
         "instances": int(frame.groupby("template").size().max()),
         "support": float(weights.sum()),
@@ -117,8 +121,9 @@ def _accuracy_block(frame: pd.DataFrame) -> dict:
         "accuracy_min": float(per_template.min()),
         "accuracy_max": float(per_template.max()),
         "accuracy": _weighted_mean(frame["is_correct"], weights),
-        "random_baseline": _weighted_mean(1.0 / frame["n_answers"], weights),
+        "random_baseline": random,
         "mean_rank": _weighted_mean(frame["rank"], weights),
+        "accuracy_mean_adjusted": adjusted_index({"accuracy": float(per_template.mean())}, {"accuracy": random})["accuracy"],
     }
 
 
@@ -158,7 +163,9 @@ def summary_markdown(metrics: dict) -> str:
     convention = metrics.get("convention")
     lines = [
         f"BEAR score (mean accuracy over templates) **{overall['accuracy_mean']:.4f}**, spread (std over templates) "
-        f"{overall['accuracy_std']:.4f}; {templates}; random baseline {overall['random_baseline']:.4f}; "
+        f"{overall['accuracy_std']:.4f}; {templates}; random baseline {overall['random_baseline']:.4f}"
+        + (f" (chance-adjusted score {overall['accuracy_mean_adjusted']:.4f})" if overall.get("accuracy_mean_adjusted") is not None else "")
+        + "; "
         f"{overall['instances']} instances.",
     ]
     divided = convention is not None and convention["domain_support"] == "divided"
@@ -168,10 +175,10 @@ def summary_markdown(metrics: dict) -> str:
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality"), ("relation", "per_relation")):
         with_support = key == "per_domain" and divided
         rows = [{title: name, "accuracy": block["accuracy_mean"], "std over templates": block["accuracy_std"],
-                 "random": block["random_baseline"], "instances": block["instances"],
+                 "random": block["random_baseline"], "adjusted": block.get("accuracy_mean_adjusted"), "instances": block["instances"],
                  **({"support": block["support"] / max(len(block["accuracy_per_template"]), 1)} if with_support else {})}
                 for name, block in metrics[key].items()]
-        formats = {**dict.fromkeys(["accuracy", "std over templates", "random"], ".3f"), "support": ".1f"}
+        formats = {**dict.fromkeys(["accuracy", "std over templates", "random", "adjusted"], ".3f"), "support": ".1f"}
         lines += ["", *markdown_table(rows, formats).splitlines()] if rows else []
         if with_support:
             lines += ["", "support: the domain's instances with each relation's divided by its number of domains (the "

@@ -135,6 +135,7 @@ def test_score_and_metrics_with_known_answers(tmp_path):
     capital = metrics["per_relation"]["P36"]
     assert capital["accuracy_per_template"] == {0: pytest.approx(2 / 3), 1: pytest.approx(2 / 3), 2: pytest.approx(2 / 3)}
     assert capital["accuracy_std"] == 0 and capital["random_baseline"] == pytest.approx(1 / 3)
+    assert capital["accuracy_mean_adjusted"] == pytest.approx((2 / 3 - 1 / 3) / (1 - 1 / 3))  # chance-adjusted: 0.5
     assert metrics["per_relation"]["P37"]["accuracy_mean"] == 1.0
     assert metrics["overall"]["accuracy_mean"] == pytest.approx((2 + 4) / 7)
     assert metrics["per_cardinality"]["1:1"]["accuracy_mean"] == pytest.approx(2 / 3)

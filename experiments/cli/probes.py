@@ -11,7 +11,7 @@ import click
 
 from deer.backends import cache_unless
 from deer.base.errors import OptionError
-from deer.platform.tables import text_table
+from deer.platform.tables import format_number, text_table
 from experiments.cli.cloze import comma_list, forward_to_cloze, is_benchmark
 from experiments.cli.options import (
     backend_option,
@@ -259,14 +259,15 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
     per_template = ", ".join(f"t{t}={a:.3f}" for t, a in overall["accuracy_per_template"].items())
     click.echo(
         f"\nBEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
-        f"random baseline {overall['random_baseline']:.4f}; {overall['instances']} instances"
+        f"random baseline {overall['random_baseline']:.4f}, chance-adjusted score {format_number(overall['accuracy_mean_adjusted'], '.4f')}; "
+        f"{overall['instances']} instances"
     )
     if metrics.get("convention"):
         click.echo(f"metric convention: {metrics['convention']['name']}")
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality")):
         rows = [{**block, "name": name} for name, block in metrics[key].items()]
         columns = ((title, "<16", "name"), ("acc", ">8.3f", "accuracy_mean"), ("std", ">8.3f", "accuracy_std"),
-                   ("random", ">8.3f", "random_baseline"), ("n", ">7", "instances"))
+                   ("random", ">8.3f", "random_baseline"), ("adjusted", ">9.3f", "accuracy_mean_adjusted"), ("n", ">7", "instances"))
         click.echo("\n" + text_table(rows, columns))
 
 
