@@ -213,7 +213,7 @@ def guard_statement_lengths(dataset: BearDataset, backend) -> None:
     for code, relation in dataset.relations.items():
         for t, template in enumerate(relation.templates):
             stems = [fill_statement(template, subject, "") for subject in relation.subject_labels]
-            long_answers, long_stems = long_statements(backend.tokenizer, stems, relation.answer_labels, limit)
+            long_answers, long_stems = long_statements(backend, stems, relation.answer_labels, limit)
             if long_answers:
                 first = min(long_answers)
                 raise too_long(f"{Path(dataset.path) / METADATA_FILE}: relation {code}, answer {relation.answer_ids[first]} "

@@ -15,6 +15,7 @@ import bear_ref
 import deer
 from deer import backends
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
+from deer.backends.tokenization import batch_token_ids
 from deer.base.errors import OptionError
 from deer.platform.result import load_results
 from deer.runner import run_cloze
@@ -149,3 +150,21 @@ class BareBackend:
 
     def __init__(self, model, tokenizer, token_budget=None, show_progress=True):
         self.model, self.tokenizer = model, tokenizer
+
+
+def test_the_length_guard_counts_tokens_through_the_backend(toy, monkeypatch, tiny_kg_dir, tiny_clm):
+    """The guard asks the backend how many tokens a text is (``token_counts``), so an engine with its own
+    tokenization is checked by its own count: here a backend counting one token more than the tokenizer
+    turns a prompt that just fits into one refused."""
+    from deer.platform.length_guard import PromptTooLongError, guard_prompt_lengths
+    from deer.platform.templates import PromptTemplates
+
+    queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)
+    backend = backends.open_backend("toy", tiny_clm)
+    longest = max(backend.token_counts([templates.query_prompt(queries.kg, tuple(t)) for t in queries.triples.tolist()]))
+    monkeypatch.setattr(ToyBackend, "max_positions", property(lambda self: longest))
+    guard_prompt_lengths(queries, backend, templates, "contexts")  # fits, as the tokenizer counts
+    monkeypatch.setattr(ToyBackend, "token_counts", lambda self, texts, special_tokens="bos": [
+        len(ids) + 1 for ids in batch_token_ids(self.tokenizer, texts, special_tokens)])
+    with pytest.raises(PromptTooLongError, match="more than the model's"):
+        guard_prompt_lengths(queries, backend, templates, "contexts")

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
-from deer.backends.tokenization import batch_token_ids
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.templates import candidate_prompts
 from kg_data.cloze import LARGE_SET, shorten, statement
@@ -27,12 +26,13 @@ class PromptTooLongError(ValueError):
     """A prompt or statement is longer than the model's maximum positions."""
 
 
-def token_counts(tokenizer, texts: Sequence[str], limit: int, special_tokens: str = "bos", extra: int = 0) -> dict[int, int]:
-    """{index: token count} of the texts that exceed ``limit`` tokens (``extra`` added to each)."""
+def over_limit(backend, texts: Sequence[str], limit: int, special_tokens: str = "bos", extra: int = 0) -> dict[int, int]:
+    """{index: token count} of the texts that exceed ``limit`` tokens (``extra`` added to each), as the
+    backend counts them (``token_counts``: the tokens its encoder and scorers feed)."""
     suspects = [i for i, text in enumerate(texts) if len(text.encode("utf-8")) + SLACK + extra > limit]
     if not suspects:
         return {}
-    counts = [len(ids) + extra for ids in batch_token_ids(tokenizer, [texts[i] for i in suspects], special_tokens)]
+    counts = [n + extra for n in backend.token_counts([texts[i] for i in suspects], special_tokens)]
     return {i: n for i, n in zip(suspects, counts, strict=True) if n > limit}
 
 
@@ -63,15 +63,16 @@ def _query_label(kg: TextualKG, triple) -> str:
             f"with head {_shorten(kg.entity_names[head])!r}")
 
 
-def long_statements(tokenizer, stems: Sequence[str], answers: Sequence[str], limit: int) -> tuple[dict[int, int], dict[int, int]]:
+def long_statements(backend, stems: Sequence[str], answers: Sequence[str], limit: int) -> tuple[dict[int, int], dict[int, int]]:
     """The statements that cannot fit ``limit`` positions: ({answer index: tokens} of the answers too
     long by themselves, {stem index: tokens} of the stems -- statements with an empty answer slot --
     too long with the longest answer, BOS and a masked LM's [CLS] and [SEP])."""
-    long_answers = token_counts(tokenizer, answers, limit, "tokenizer")
+    long_answers = over_limit(backend, answers, limit, "tokenizer")
     if long_answers or not answers:
         return long_answers, {}
+    tokenizer = backend.tokenizer
     longest = max(len(ids) for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"])
-    return {}, token_counts(tokenizer, stems, limit, "bos", longest + (2 if tokenizer.bos_token_id is None else 0))
+    return {}, over_limit(backend, stems, limit, "bos", longest + (2 if tokenizer.bos_token_id is None else 0))
 
 
 def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: str) -> PromptTooLongError:
@@ -94,7 +95,7 @@ DESCRIPTION_HINT = "shorten its description, or cut descriptions to fit with --l
 def guard_prompt_lengths(queries: QuerySet, backend, templates, text_kind: str | None, mode: str = "error") -> tuple[QuerySet, LengthReport]:
     """Check the texts of a probe's ``text_kind``: "prompts" (query and tail prompts, DEER), "contexts"
     (query texts, LAMA), "statements" (query text + longest continuation, BEAR) or None (nothing to
-    check) against the backend's model (its ``max_positions``, its tokenizer); return the queries
+    check) against the backend's model (its ``max_positions``, its ``token_counts``); return the queries
     (descriptions cut in ``truncate-descriptions`` mode) and a report.  Raises PromptTooLongError naming
     the first entity or query that does not fit."""
     if mode not in LONG_PROMPT_MODES:
@@ -104,26 +105,26 @@ def guard_prompt_lengths(queries: QuerySet, backend, templates, text_kind: str |
     if limit is None or text_kind is None:
         return queries, report
     if mode == "truncate-descriptions" and text_kind == "prompts":
-        queries = _truncate_tail_descriptions(queries, backend.tokenizer, templates, limit, report)
-    _check(queries, backend.tokenizer, templates, text_kind, limit)
+        queries = _truncate_tail_descriptions(queries, backend, templates, limit, report)
+    _check(queries, backend, templates, text_kind, limit)
     return queries, report
 
 
-def long_tail_prompts(queries: QuerySet, tokenizer, templates, limit: int, chunk: int = 65_536) -> dict[int, int]:
+def long_tail_prompts(queries: QuerySet, backend, templates, limit: int, chunk: int = 65_536) -> dict[int, int]:
     """{candidate position: tokens} of the tail prompts over ``limit`` tokens, made a chunk at a time
     (a KG's every prompt is never held)."""
     found = {}
     for start in range(0, len(queries.candidates), chunk):
         tails = [templates.tail_prompt(queries.kg, e) for e in queries.candidates[start:start + chunk].tolist()]
-        found.update({start + i: n for i, n in token_counts(tokenizer, tails, limit, templates.prompt_special_tokens).items()})
+        found.update({start + i: n for i, n in over_limit(backend, tails, limit, templates.prompt_special_tokens).items()})
     return found
 
 
-def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) -> None:
+def _check(queries: QuerySet, backend, templates, text_kind: str, limit: int) -> None:
     kg = queries.kg
     special = templates.prompt_special_tokens
     if text_kind == "prompts":
-        long_tails = long_tail_prompts(queries, tokenizer, templates, limit)
+        long_tails = long_tail_prompts(queries, backend, templates, limit)
         if long_tails:
             first = min(long_tails)
             entity = int(queries.candidates[first])
@@ -134,22 +135,23 @@ def _check(queries: QuerySet, tokenizer, templates, text_kind: str, limit: int) 
     texts = [query_text(kg, tuple(t)) for t in queries.triples.tolist()]
     if text_kind == "statements":  # the statement: the query context, then the longest candidate continuation
         continuations = [templates.continuation(kg, e) for e in queries.candidates]
-        long_names, long_texts = long_statements(tokenizer, texts, continuations, limit)
+        long_names, long_texts = long_statements(backend, texts, continuations, limit)
         _refuse_first(long_names, limit, lambda i: _entity_label(kg, queries.candidates[i]), "statement continuation", NAME_HINT)
     else:
-        long_texts = token_counts(tokenizer, texts, limit, special)
+        long_texts = over_limit(backend, texts, limit, special)
     kind = {"prompts": "query prompt", "contexts": "query text", "statements": "longest statement"}[text_kind]
     hint = DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
     _refuse_first(long_texts, limit, lambda i: _query_label(kg, queries.triples[i]), kind, hint)
 
 
-def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: int, report: LengthReport) -> QuerySet:
+def _truncate_tail_descriptions(queries: QuerySet, backend, templates, limit: int, report: LengthReport) -> QuerySet:
     """Cut the descriptions whose tail prompts exceed ``limit``, at a token boundary, to fit."""
     kg = queries.kg
     special = templates.prompt_special_tokens
-    long_tails = long_tail_prompts(queries, tokenizer, templates, limit)
+    long_tails = long_tail_prompts(queries, backend, templates, limit)
     if not long_tails:
         return queries
+    tokenizer = backend.tokenizer  # the description is cut at one of its own token boundaries
     descriptions = list(kg.entity_descriptions)
     for position, n_tokens in long_tails.items():
         entity = int(queries.candidates[position])
@@ -158,7 +160,7 @@ def _truncate_tail_descriptions(queries: QuerySet, tokenizer, templates, limit: 
         while keep > 0:
             cut = tokenizer.decode(description_ids[:keep]).strip()
             trial = dataclasses.replace(kg, entity_descriptions=[*descriptions[:entity], cut, *descriptions[entity + 1:]])
-            if not token_counts(tokenizer, [templates.tail_prompt(trial, entity)], limit, special):
+            if not over_limit(backend, [templates.tail_prompt(trial, entity)], limit, special):
                 break
             keep -= SLACK
         if keep <= 0:
@@ -193,14 +195,14 @@ def guard_benchmark_lengths(task: Task, backend, text_kinds: set) -> None:
     tokenizer = backend.tokenizer
     texts = {}
     if not masked and {"prompts", "contexts"} & text_kinds:
-        texts["query text"] = token_counts(tokenizer, [deer_query_text(q) for q in task.queries], limit, "bos")
+        texts["query text"] = over_limit(backend, [deer_query_text(q) for q in task.queries], limit, "bos")
     if masked and "contexts" in text_kinds:
-        texts["masked sentence"] = token_counts(tokenizer, [mask_sentence(tokenizer, q) for q in task.queries], limit, "tokenizer")
+        texts["masked sentence"] = over_limit(backend, [mask_sentence(tokenizer, q) for q in task.queries], limit, "tokenizer")
     for kind, long_texts in texts.items():
         _refuse_first(long_texts, limit, functools.partial(_fact, task), kind, FACT_HINT)
     if "prompts" in text_kinds:
         for name, candidates in task.candidate_sets.items():
-            long_prompts = token_counts(tokenizer, candidate_prompts(candidates), limit, "bos")
+            long_prompts = over_limit(backend, candidate_prompts(candidates), limit, "bos")
             _refuse_first(long_prompts, limit, functools.partial(_answer, candidates.labels, name), "DEER prompt", ANSWER_HINT)
     rules = lama_rules(task, masked) if "contexts" in text_kinds else [None] * len(task.queries)
     groups: dict[str, list[int]] = {}  # the statements scored, per candidate set
@@ -209,7 +211,7 @@ def guard_benchmark_lengths(task: Task, backend, text_kinds: set) -> None:
             groups.setdefault(q.candidates, []).append(i)
     for name, rows in groups.items():
         labels = task.candidate_sets[name].labels
-        long_answers, long_stems = long_statements(tokenizer, [statement(task.queries[i], "") for i in rows], labels, limit)
+        long_answers, long_stems = long_statements(backend, [statement(task.queries[i], "") for i in rows], labels, limit)
         _refuse_first(long_answers, limit, functools.partial(_answer, labels, name), "text", ANSWER_HINT)
         _refuse_first({rows[i]: n for i, n in long_stems.items()}, limit, functools.partial(_fact, task), "longest statement",
                       FACT_HINT)
