@@ -272,9 +272,9 @@ def score_cloze(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts, 
             frames[probe.name].append(frame.set_axis(rows))
             handed.update(scored.arrays)
             metadata[probe.name].append(scored.metadata)
-            timings[f"{probe.name}_seconds"] = round(timings.get(f"{probe.name}_seconds", 0.0) + time.perf_counter() - started, 3)
+            timings[f"{probe.name}_seconds"] = timings.get(f"{probe.name}_seconds", 0.0) + time.perf_counter() - started
     joined = {name: pd.concat(parts_of).sort_index().reset_index(drop=True) for name, parts_of in frames.items()}
-    return ClozeScores(joined, metadata, resumed, timings)
+    return ClozeScores(joined, metadata, resumed, {name: round(seconds, 3) for name, seconds in timings.items()})
 
 
 def _groups(task: Task, by: str | None) -> list[tuple]:

@@ -231,7 +231,12 @@ class _KGQueries(Sequence):
     it would be read as a slot."""
 
     def __init__(self, queries, templates: PromptTemplates):
-        self.queries, self.templates, self.ids = queries, templates, queries.item_ids()
+        self.queries, self.templates = queries, templates
+
+    @functools.cached_property
+    def ids(self) -> list[str]:
+        """The queries' ids, made when the first query is read (a probe with a way of its own reads none)."""
+        return self.queries.item_ids()
 
     def __len__(self) -> int:
         return len(self.queries)
