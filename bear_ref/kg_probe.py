@@ -1,6 +1,6 @@
 """BEAR: score every candidate statement of every query by its summed log-likelihood (PLL for masked LMs).
 
-On a benchmark (``kg_data.cloze.Task``) the statements are the templates filled with each answer
+On a benchmark (``kg_data.task.Task``) the statements are the templates filled with each answer
 of the query's candidate set, never LAMA's common vocabulary (``LARGE_SET``).  On a KG, the statement
 for (h, r, ?) and candidate t is the DEER query text closed with ``t_name)``; the whole statement is
 scored, since a token straddling the end of the query text makes the conditional score rank differently.

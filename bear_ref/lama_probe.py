@@ -2,7 +2,7 @@
 
 On a KG: log p(first token of " t_name)") after the query text, read in the forward pass that DEER's
 query encoder makes (its query embeddings are kept, so a LAMA + DEER run reads every query once).  On a
-benchmark (``kg_data.cloze.Task``) each query is scored by its ``deer.platform.cloze_texts.lama_rules`` rule.  The first token
+benchmark (``kg_data.task.Task``) each query is scored by its ``deer.platform.cloze_texts.lama_rules`` rule.  The first token
 is the whole statement's (``deer.backends.boundary``); one that straddles the end of the query text is
 read after the statement's tokens before it (``score_straddling_tokens``).
 """

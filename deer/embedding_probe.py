@@ -1,7 +1,7 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
 On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
-description (``deer.platform.templates``); on a cloze benchmark (``kg_data.cloze.Task``) the
+description (``deer.platform.templates``); on a cloze benchmark (``kg_data.task.Task``) the
 query is ``deer.platform.cloze_texts.deer_query_text`` and a candidate its answer's name and description, each query ranking
 its own candidate set.  With a store root, embeddings go through the model's prompt store
 (``prompt_store``: resumable, keyed by each prompt's text), so only what is missing is encoded.

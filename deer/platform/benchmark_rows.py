@@ -1,4 +1,4 @@
-"""A cloze benchmark's rows (``kg_data.cloze.Task``): one per query, its fields, and per probe
+"""A cloze benchmark's rows (``kg_data.task.Task``): one per query, its fields, and per probe
 the gold answer's realistic rank, the argmax prediction and whether it is the gold (used by
 ``deer.runner.run_cloze`` and the BEAR data-set score).
 """
@@ -26,7 +26,7 @@ def rank_columns(probe: str) -> list[str]:
 
 
 def task_digest(task: Task) -> str:
-    """Identifies the queries and candidate sets (text, gold, scoring rule) of a task."""
+    """Identifies the queries (their fields: texts, subject, gold) and candidate sets of a task."""
     digest = hashlib.sha256()
     for q in task.queries:
         digest.update(json.dumps(dataclasses.astuple(q)).encode())
