@@ -28,7 +28,7 @@ from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
 from deer.probes import get_probe
-from deer.runner import ClozeParts, probe_options, score_cloze
+from deer.runner import ClozeParts, probe_options, score_probes
 from kg_data.bear import METADATA_FILE, BearDataset, fill_statement, load_bear_dataset
 from kg_data.cloze import bear_cloze_task, shorten
 
@@ -240,7 +240,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
                      domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES,
                      backend: str = DEFAULT_BACKEND) -> ProbeResult:
     """Score ``dataset`` and return its result: the BEAR probe over ``bear_cloze_task`` through the one cloze
-    loop (``deer.runner.score_cloze``), seen as lm-pub-quiz's instances table and accuracy.
+    loop (``deer.runner.score_probes``), seen as lm-pub-quiz's instances table and accuracy.
 
     ``out_dir``: each finished relation's rows are stored there as a part named by its content digest (an
     interrupted run resumes; an edited relation is scored anew) and the result saved at the end; None:
@@ -267,9 +267,9 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     guard_statement_lengths(dataset, runner)  # the one length guard here: it names the data set's files and lines
     task = bear_cloze_task(dataset)
     started = time.perf_counter()
-    scored = score_cloze(task, [probe], runner, ClozeParts(parts_dir, key, by="relation"), {probe.name: options},
+    scored = score_probes(task, [probe], runner, ClozeParts(parts_dir, key, by="relation"), {probe.name: options},
                          show_progress=show_progress)
-    table = bear_format(pd.concat([query_frame(task), scored.frames[probe.name]], axis=1), dataset, probe.name)
+    table = bear_format(pd.concat([query_frame(task), scored.rows(probe.name)], axis=1), dataset, probe.name)
     table = table.sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
     elapsed = time.perf_counter() - started

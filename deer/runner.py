@@ -3,11 +3,13 @@
     check inputs -> read the data -> load the model -> length guard (the probes' texts)
     -> the probe scores -> rank (``deer.platform.ranking``) -> metrics -> save
 
-Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here.  A KG's
-queries (one large candidate set) go through ``run_probe`` (one probe, filtered ranks, a ``ProbeResult``;
-``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` call it); a task of many candidate sets through
-the one cloze loop, ``score_cloze`` (the chosen probes side by side, one row per query, resumable by
-parts), which ``run_cloze`` (a ``ClozeResult``) and the BEAR data-set score (``bear_ref.dataset``) run.
+Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here, in one run
+loop, ``score_probes`` (every group of a task's queries, each probe in turn, its stored rows reused or the
+group scored and ranked).  Its ranking step is the task's: a KG's one large candidate set is ranked with
+the known-true filters into a ``ProbeResult`` (``KGRanking``: ``run_probe``, which ``deer.probe``,
+``bear_ref.bear`` and ``bear_ref.lama`` call); a task of many candidate sets one row per query, the probes
+side by side, resumable by parts (``cloze_rows``: ``run_cloze``'s ``ClozeResult`` and the BEAR data-set
+score, ``bear_ref.dataset``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from deer.platform.metrics import cloze_metrics
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
 from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
-from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options
+from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options, refuse_leftover
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.templates import PromptTemplates, kg_benchmark_task
@@ -69,7 +71,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
               distributed: bool = False, **options) -> ProbeResult:
-    """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates.
+    """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates (``run_kg`` with one probe).
 
     The arguments are ``deer.probe``'s; ``selection``, ``templates``, ``loading`` and ``budget`` are each
     an object or its fields as loose keywords (``split=``, ``k_shot=``, ``shot_seed=``, ``dtype=``,
@@ -78,29 +80,62 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     backend that cannot cache refuses it.  The other ``options`` are the probe's own (``get_probe(name).options``).
     """
     probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
+    run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
+    run_options, options = gather_options(options, selection, templates, loading, budget)
+    [result] = run_kg([probe], kg, model, options={probe.name: options}, selection=run_options.selection,
+                      templates=run_options.templates, loading=run_options.loading, budget=run_options.budget, backend=backend,
+                      cache=cache, out=out, show_progress=show_progress, distributed=distributed, **run_keywords)
+    return result
+
+
+def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, options: Mapping[str, Mapping] | None = None,
+           selection: QuerySelection | None = None, templates: PromptTemplates | None = None, loading: ModelLoading | None = None,
+           budget: Budget | None = None, backend: str = DEFAULT_BACKEND, cache: bool = False, out=None,
+           show_progress: bool = True, **loose) -> list[ProbeResult]:
+    """Run ``probes`` (registered names or ``Probe`` objects) on a KG's queries, the model loaded once, through
+    the one run loop: one ``ProbeResult`` per probe, in the order given, all saved into ``out``'s one ranks table.
+
+    Every probe ranks the same queries: where one ranks fewer (LAMA's ``single_token``), all rank those.  A
+    probe taking another's arrays runs after it and is handed them (LAMA's pass gives DEER its query vectors).
+    ``options``: {probe name: its own options}, each checked against what that probe declares.
+    ``loose``: the option objects' fields as keywords (as ``run_probe``'s), ``cache_dir=`` and
+    ``distributed=`` (DEER's forward passes shared between the processes of a torch.distributed job).
+    """
+    chosen = [get_probe(probe) if isinstance(probe, str) else as_probe(probe) for probe in probes]
+    names = [probe.name for probe in chosen]
+    if not chosen or len(set(names)) < len(names):
+        raise ValueError(f"run_kg needs each probe once; got {', '.join(names) or 'none'}")
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, cache)
-    cache_dir = options.pop("cache_dir", None)
-    run_options, options = gather_options(options, selection, templates, loading, budget)
-    options = probe_options(probe, options)
+    cache_dir, distributed = loose.pop("cache_dir", None), loose.pop("distributed", False)
+    run_options, rest = gather_options(loose, selection, templates, loading, budget)
+    refuse_leftover(rest, "run_kg (a probe's own options go in options={probe: {...}})")
+    stray = sorted(set(options or {}) - set(names))
+    if stray:
+        raise OptionError("options", stray[0], f"names no probe of this run ({', '.join(names)})")
+    options = {probe.name: probe_options(probe, (options or {}).get(probe.name, {})) for probe in chosen}
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(kg, model, run_options, text_kind=probe.text_kind, out=out, backend=backend, show_progress=show_progress,
-                  before_loading=lambda queries, templates: check_probe_inputs(probe, options, queries, templates))
+    run = prepare(kg, model, run_options, text_kind=[probe.text_kind for probe in chosen], out=out, backend=backend,
+                  show_progress=show_progress, before_loading=lambda queries, templates: [
+                      check_probe_inputs(probe, options[probe.name], queries, templates) for probe in chosen])
     runner = run.backend
-    check_model_kind(probe, runner)
-    checked_out_folder(out, queries_ranked(probe, run.queries, options, run.loaded), run.loaded, run.templates)
+    for probe in chosen:
+        check_model_kind(probe, runner)
+    queries = run.queries
+    for probe in chosen:  # the queries every probe ranks: the fewest any of them ranks
+        queries = queries_ranked(probe, queries, options[probe.name], run.loaded)
+    checked_out_folder(out, queries, run.loaded, run.templates)
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
-    task = kg_benchmark_task(run.queries, run.templates)
-    request = ProbeRequest(task, run.loaded, runner, run.templates, stores, show_progress, {**options, "distributed": distributed})
-    with runner.evaluation_mode():
-        scored = score_task(probe, request)
-    scored.metadata["backend"] = backend
-    result = rank_and_report(probe.name, scored, run.queries, run.loaded, run.templates, show_progress, device=runner.device)
-    result = run.finish(result)
-    if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
-        result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
-    return result
+    ranking = KGRanking(run.loaded, run.templates, backend, runner.device, show_progress)
+    scored = score_probes(kg_benchmark_task(queries, run.templates), chosen, runner,
+                          options={name: {**own, "distributed": distributed} for name, own in options.items()},
+                          stores=stores, show_progress=show_progress, templates=run.templates, rank=ranking)
+    results = [run.finish(scored.ranked[name][0][1]) for name in names]  # a KG's task is one group
+    if out is not None and world()[0] == 0:
+        for result in results:  # checked again: a probe may rank fewer queries than it was given
+            result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
+    return results
 
 
 def queries_ranked(probe: Probe, queries, options: Mapping[str, Any], loaded):
@@ -175,7 +210,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     plain = not can_cache(backend)  # a cross-check stores nothing
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
-    scored = score_cloze(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
+    scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
     names = [probe.name for probe in chosen]
     probe_metadata = {name: metadata[0] for name, metadata in scored.metadata.items() if metadata}
     metadata = {
@@ -190,7 +225,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
         "timings": scored.timings,  # seconds per probe scored now (a handed-on pass counts in the probe that made it)
         "versions": package_versions(),
     }
-    table = pd.concat([query_frame(task)] + [scored.frames[name] for name in names], axis=1)
+    table = pd.concat([query_frame(task)] + [scored.rows(name) for name in names], axis=1)
     result = ClozeResult(table, metadata, cloze_metrics(table))
     if out is not None:
         result.save(out)
@@ -209,7 +244,7 @@ def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
 
 @dataclasses.dataclass
 class ClozeParts:
-    """Where a cloze run keeps its finished work: ``folder`` (None: nothing is kept) holds ``key.json`` (what
+    """Where a cloze run keeps its finished rows: ``folder`` (None: nothing is kept) holds ``key.json`` (what
     the rows depend on) and one table per probe, or with ``by`` (a query field, e.g. "relation") one per
     probe and group of queries, named by the group's content digest: an edited group is scored anew."""
 
@@ -222,59 +257,97 @@ class ClozeParts:
             return None
         return self.folder / (f"{probe}.parquet" if self.by is None else f"{probe}-{group}-{task_digest(task)}.parquet")
 
-    def write(self, path: Path, frame: pd.DataFrame) -> None:
+    def read(self, probe: str, group, task: Task) -> pd.DataFrame | None:
+        """The group's stored rows, checked (``reusable_table``: a bad part is set aside with a warning), else None."""
+        path = self.path(probe, group, task)
+        return None if path is None else reusable_table(path, rank_columns(probe), len(task.queries),
+                                                        f"the {probe} probe is scored again")
+
+    def write(self, probe: str, group, task: Task, rows: pd.DataFrame) -> None:
+        path = self.path(probe, group, task)
+        if path is None:
+            return
         if not (self.folder / "key.json").exists():  # written with the first finished part: a failed start leaves nothing
             write_json(self.folder / "key.json", self.key)
-        write_table(path, frame)  # atomic; a resumed run checks it all the same (``reusable_table``)
+        write_table(path, rows)  # atomic; a resumed run checks it all the same (``reusable_table``)
+
+
+NO_PARTS = ClozeParts(None, {})  # a run that keeps nothing between runs (a KG's: its probes resume in their stores)
+
+
+def cloze_rows(task: Task, probe: Probe, scored) -> pd.DataFrame:
+    """The ranking step of a task of many candidate sets: per query the gold's rank in its own set
+    (``ranks_from_scores``), with the probe's own columns."""
+    return ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)
 
 
 @dataclasses.dataclass
-class ClozeScores:
-    """``score_cloze``'s answer: per probe its rows (one per query, in the task's order), the metadata of each
-    part it scored now, the groups it resumed, and the seconds per probe."""
+class KGRanking:
+    """The ranking step of a KG's task (one large candidate set): the probe's score matrix, or its vectors by
+    cosine on the backend's device, ranked with the known-true filters into a ``ProbeResult``."""
 
-    frames: dict
+    loaded: LoadedModel
+    templates: PromptTemplates
+    backend: str
+    device: Any = "cpu"
+    show_progress: bool = False
+
+    def __call__(self, task: Task, probe: Probe, scored) -> ProbeResult:
+        scored.metadata["backend"] = self.backend
+        return rank_and_report(probe.name, scored, task.kg_queries, self.loaded, self.templates, self.show_progress,
+                               device=self.device)
+
+
+@dataclasses.dataclass
+class ScoredProbes:
+    """``score_probes``' answer, per probe: what its ranking step made of each group (in the groups' order,
+    with the group's query rows), the metadata of each group it scored now, the groups it resumed, and the seconds."""
+
+    ranked: dict
     metadata: dict
     resumed: dict
     timings: dict
 
+    def rows(self, probe: str) -> pd.DataFrame:
+        """A cloze run's rows of ``probe``, one per query in the task's order (its groups joined)."""
+        return pd.concat([part.set_axis(rows) for rows, part in self.ranked[probe]]).sort_index().reset_index(drop=True)
 
-def score_cloze(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts, options: Mapping | None = None,
-                stores: Path | None = None, show_progress: bool = True) -> ClozeScores:
-    """The one cloze loop: every group of queries (``parts.by``; the whole task without it), each probe in
-    turn (a probe taking another's arrays after it, handed them within the group), its stored rows reused
-    or the group scored (``probe.score``), ranked (``ranks_from_scores``) and stored.  ``options``: {probe
-    name: its own options} beside its defaults."""
+
+def score_probes(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts = NO_PARTS, options: Mapping | None = None,
+                 stores: Path | None = None, show_progress: bool = True, templates: PromptTemplates | None = None,
+                 rank=cloze_rows) -> ScoredProbes:
+    """The one run loop: every group of the task's queries (``parts.by``; the whole task without it), each
+    probe in turn (a probe taking another's arrays after it, handed them within the group), its stored rows
+    reused (``parts``) or the group scored (``probe.score``; a KG's rows per query stacked: ``score_task``),
+    ranked (``rank(task, probe, scored)``: ``cloze_rows``, or ``KGRanking`` for a KG's one large set) and
+    stored.  ``options``: {probe name: its own options} beside its defaults; ``templates``: a KG's."""
     ordered = sorted(probes, key=lambda p: HANDED_ON in p.options)  # a probe taking another's vectors runs after it
-    frames = {probe.name: [] for probe in probes}
-    metadata = {probe.name: [] for probe in probes}
-    resumed = {probe.name: [] for probe in probes}
+    ranked: dict = {probe.name: [] for probe in probes}
+    metadata: dict = {probe.name: [] for probe in probes}
+    resumed: dict = {probe.name: [] for probe in probes}
     timings: dict[str, float] = {}
     for group, rows in _groups(task, parts.by):
         part_task = task if parts.by is None else task.subset(rows)
         handed: dict = {}
         for probe in ordered:
-            path = parts.path(probe.name, group, part_task)
-            stored = None if path is None else reusable_table(path, rank_columns(probe.name), len(rows),
-                                                              f"the {probe.name} probe is scored again")
-            if stored is not None:  # a bad part was set aside with a warning: scored again below
-                frames[probe.name].append(stored.set_axis(rows))
+            stored = parts.read(probe.name, group, part_task)
+            if stored is not None:
+                ranked[probe.name].append((rows, stored))
                 resumed[probe.name].append(group)
                 continue
             given = {**probe.options, **(options or {}).get(probe.name, {})}
             request_options = {**given, **{name: array for name, array in handed.items() if name in probe.options}}
             started = time.perf_counter()
             with runner.evaluation_mode():
-                scored = probe.score(ProbeRequest(part_task, runner.loaded, runner, None, stores, show_progress, request_options))
-            frame = ranks_from_scores(part_task, scored.scores, probe.name).assign(**scored.columns)  # columns named by the probe
-            if path is not None:
-                parts.write(path, frame)
-            frames[probe.name].append(frame.set_axis(rows))
+                scored = score_task(probe, ProbeRequest(part_task, runner.loaded, runner, templates, stores, show_progress,
+                                                        request_options))
+            part = rank(part_task, probe, scored)
+            parts.write(probe.name, group, part_task, part)
+            ranked[probe.name].append((rows, part))
             handed.update(scored.arrays)
             metadata[probe.name].append(scored.metadata)
             timings[f"{probe.name}_seconds"] = timings.get(f"{probe.name}_seconds", 0.0) + time.perf_counter() - started
-    joined = {name: pd.concat(parts_of).sort_index().reset_index(drop=True) for name, parts_of in frames.items()}
-    return ClozeScores(joined, metadata, resumed, {name: round(seconds, 3) for name, seconds in timings.items()})
+    return ScoredProbes(ranked, metadata, resumed, {name: round(seconds, 3) for name, seconds in timings.items()})
 
 
 def _groups(task: Task, by: str | None) -> list[tuple]:
@@ -285,3 +358,4 @@ def _groups(task: Task, by: str | None) -> list[tuple]:
     for i, query in enumerate(task.queries):
         groups.setdefault(getattr(query, by), []).append(i)
     return list(groups.items())
+

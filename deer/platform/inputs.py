@@ -114,11 +114,11 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         check_model_config(model)
 
 
-def prepare(kg, model, options: RunOptions, *, text_kind: str | None, out=None, before_loading=None,
+def prepare(kg, model, options: RunOptions, *, text_kind, out=None, before_loading=None,
             backend: str = DEFAULT_BACKEND, show_progress: bool = True) -> PreparedRun:
     """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model (with
-    ``options.loading``, opening the ``backend`` on it), then check every text of ``text_kind`` against the
-    model's positions: a bad input fails before any forward pass.  ``before_loading(queries, templates)``:
+    ``options.loading``, opening the ``backend`` on it), then check every text of ``text_kind`` (one, or each
+    of several: the probes') against the model's positions: a bad input fails before any forward pass.  ``before_loading(queries, templates)``:
     more checks (a probe's), made before the model loads."""
     selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
     check_model_argument(model)

@@ -92,21 +92,24 @@ NAME_HINT = "shorten the names in the KG (few-shot examples repeat train triples
 DESCRIPTION_HINT = "shorten its description, or cut descriptions to fit with --long-prompts truncate-descriptions"
 
 
-def guard_prompt_lengths(queries: QuerySet, backend, templates, text_kind: str | None, mode: str = "error") -> tuple[QuerySet, LengthReport]:
-    """Check the texts of a probe's ``text_kind``: "prompts" (query and tail prompts, DEER), "contexts"
-    (query texts, LAMA), "statements" (query text + longest continuation, BEAR) or None (nothing to
-    check) against the backend's model (its ``max_positions``, its ``token_counts``); return the queries
-    (descriptions cut in ``truncate-descriptions`` mode) and a report.  Raises PromptTooLongError naming
-    the first entity or query that does not fit."""
+def guard_prompt_lengths(queries: QuerySet, backend, templates, text_kind, mode: str = "error") -> tuple[QuerySet, LengthReport]:
+    """Check the texts of the probes' ``text_kind`` (one, or several: each checked): "prompts" (query and
+    tail prompts, DEER), "contexts" (query texts, LAMA), "statements" (query text + longest continuation,
+    BEAR) or None (nothing to check) against the backend's model (its ``max_positions``, its
+    ``token_counts``); return the queries (descriptions cut in ``truncate-descriptions`` mode) and a
+    report.  Raises PromptTooLongError naming the first entity or query that does not fit."""
     if mode not in LONG_PROMPT_MODES:
         raise ValueError(f"long_prompts must be one of {LONG_PROMPT_MODES}, got '{mode}'")
     limit = backend.max_positions
     report = LengthReport(limit, mode)
-    if limit is None or text_kind is None:
+    given = [text_kind] if text_kind is None or isinstance(text_kind, str) else list(text_kind)
+    kinds = sorted({kind for kind in given if kind is not None})
+    if limit is None or not kinds:
         return queries, report
-    if mode == "truncate-descriptions" and text_kind == "prompts":
+    if mode == "truncate-descriptions" and "prompts" in kinds:
         queries = _truncate_tail_descriptions(queries, backend, templates, limit, report)
-    _check(queries, backend, templates, text_kind, limit)
+    for kind in kinds:
+        _check(queries, backend, templates, kind, limit)
     return queries, report
 
 

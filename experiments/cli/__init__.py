@@ -24,8 +24,9 @@ def main(ctx, debug):
     \b
     deer probe         DEER: PromptEOL embeddings of queries and described tails, cosine ranking
                        (--probe NAME: any registered probe; --backend plain: one whole pass per text)
-    deer bear          BEAR reference probe on a KG (summed log-likelihood of every candidate statement)
-    deer lama          LAMA reference probe (log-probability of the tail's first token)
+                       (--probe lama,deer,bear: several on one model load, one ranks table)
+    deer bear          old spelling of deer probe --probe bear (BEAR: summed log-likelihood of every statement)
+    deer lama          old spelling of deer probe --probe lama[,deer] (LAMA: the tail's first-token log-probability)
     deer bear-dataset  the BEAR score of the BEAR / BEAR-big data set
     deer cloze         DEER, LAMA and BEAR side by side on LAMA or the BEAR data set (also: deer probe --kg lama)
     deer experiment NAME   compute-time, token-bias, agreement, screen

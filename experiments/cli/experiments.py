@@ -196,7 +196,7 @@ def token_bias_command(rank_type, probes, out_dir, **given):
 @click.option("--single-token", is_flag=True,
               help="LAMA's own protocol, as the paper's agreement: every probe ranks only the candidates whose name "
                    "is one token, on the queries whose gold tail is one (its own run folder). With --run: the "
-                   "folders' LAMA must have been run so (e.g. `deer lama --single-token --with-deer`).")
+                   "folders' LAMA must have been run so (e.g. `deer probe --probe lama,deer --probe-option single_token=true`).")
 @results_out("results/agreement")
 @friendly_errors
 def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir, **given):
@@ -219,7 +219,7 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
         other = [str(run.folder) for run in runs if lama_protocol(run) != "single-token"]
         if other:
             raise click.UsageError(f"--single-token: the LAMA ranks in {', '.join(other)} were not made with the "
-                                   "single-token protocol (or are missing); run `deer lama --single-token --with-deer` "
+                                   "single-token protocol (or are missing); run `deer probe --probe lama,deer --probe-option single_token=true` "
                                    "or this command with --single-token --model")
     result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=given["seed"],
                            settings={**settings, "single_token": single_token})

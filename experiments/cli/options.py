@@ -217,7 +217,7 @@ def template_options(command):
         help="Query text. paper: the paper's '(h, r, t)' example lines, then '(h, r,' (examples per query, "
              "seeded by seed, head and relation). authors: byte for byte the DEER authors' package deer-probe 0.1.1: "
              "one example set shared by all queries, then 'h - h_description' and '(h, r, ' (implies --shots shared "
-             "and the trailing space; deer lama then refuses, its next token being read at the comma). "
+             "and the trailing space; LAMA then refuses, its next token being read at the comma). "
              "The tail prompt is the same in both; BEAR scores ' t)' after the query text up to the comma.",
     )(command)
     command = click.option(

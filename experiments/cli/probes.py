@@ -1,5 +1,6 @@
-"""`deer probe`, `deer bear`, `deer lama`, `deer bear-dataset`: thin shells over the Python API
-(``deer.probe``, ``bear_ref.bear``, ``bear_ref.lama``, ``bear_ref.bear_dataset``)."""
+"""`deer probe` (and its old spellings `deer bear`, `deer lama`) and `deer bear-dataset`: thin shells over the
+Python API (``deer.runner.run_kg``, which ``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` run with
+one probe; ``bear_ref.bear_dataset``)."""
 
 from __future__ import annotations
 
@@ -92,38 +93,99 @@ def probe_folder_suffix(probe, options: dict) -> str:
     return suffix(options) if suffix is not None else ""
 
 
-def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_prompts: str = "error"):
-    """The start `deer probe`, `deer bear` and `deer lama` share, from their options ``g``: --kg lama|bear|bear-big
-    is run as `deer cloze` (its old spelling) and gives None; else (queries, templates, loaded, out), the model opened once and
-    ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the probe's
-    options (``probe_folder_suffix``; without a suffix a folder holding another spec is refused now, before
-    any work).  The probe's ``options`` (its defaults where None) are checked against the queries and
-    templates before the model opens."""
+def open_kg_run(g: dict, probe_names, *, options: dict | None = None, long_prompts: str = "error"):
+    """The start every KG probe command shares, from its options ``g``: --kg lama|bear|bear-big is run as
+    `deer cloze` (its old spelling) and gives None; else (queries, templates, loaded, out), the model opened
+    once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the
+    probes' options (``probe_folder_suffix``; without a suffix a folder holding another spec is refused now,
+    before any work).  ``options``: {probe name: its own options} (its defaults where missing), checked
+    against the queries and templates before the model opens."""
     from deer.backends import open_backend
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
+    names = [probe_names] if isinstance(probe_names, str) else list(probe_names)
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
-        forward_to_cloze(g, probe_name)
+        forward_to_cloze(g, ",".join(names))
         return None
     queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
                                          out_dir=g["out_dir"])
-    probe = get_probe(probe_name)
-    options = {**probe.options, **(options or {})}
-    with spelled_as_probe_option():
-        check_probe_inputs(probe, options, queries, templates)
-    suffix = probe_folder_suffix(probe, options)  # a probe that ranks fewer queries than given: checked when saving
+    suffixes = []
+    for name in names:
+        probe = get_probe(name)
+        own = {**probe.options, **(options or {}).get(name, {})}
+        with spelled_as_probe_option():
+            check_probe_inputs(probe, own, queries, templates)
+        suffixes.append(probe_folder_suffix(probe, own))
+    suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
     loaded = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"]).loaded  # once, also for stores and Ray
     spec = RunSpec.build(queries, loaded, templates)
     return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
 
 
+def options_by_probe(probes, pairs: dict) -> dict:
+    """--probe-option's KEY=VALUE pairs given to the chosen probes: each to every probe that has that option,
+    checked (``deer.runner.probe_options``); one that no chosen probe has is refused by name."""
+    from deer.runner import probe_options
+
+    with spelled_as_probe_option():
+        if len(probes) == 1:  # its own message: the probe's options
+            return {probes[0].name: probe_options(probes[0], pairs)}
+        unowned = [key for key in pairs if not any(key in probe.options for probe in probes)]
+        if unowned:
+            owned = "; ".join(f"{probe.name}: {', '.join(probe.options) or 'none'}" for probe in probes)
+            raise OptionError(unowned[0], pairs[unowned[0]], f"no probe of this run has such an option ({owned})")
+        return {probe.name: probe_options(probe, {k: v for k, v in pairs.items() if k in probe.options}) for probe in probes}
+
+
+def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "error", ray_workers=None, ray_address=None) -> None:
+    """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes on one KG's queries
+    through ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics."""
+    from deer.runner import Budget, run_kg
+
+    started = time.perf_counter()
+    opened = open_kg_run(g, probe_names, options=options, long_prompts=long_prompts)
+    if opened is None:
+        return
+    queries, templates, loaded, out = opened
+    if ray_workers:
+        from deer.platform.run_options import ModelLoading
+        from experiments.ray_runs import encode_entities_on_ray
+
+        store = encode_entities_on_ray(queries.kg, g["model_name"], templates, workers=ray_workers, entities=queries.candidates.tolist(),
+                                       loading=ModelLoading(g["dtype"], g["device"]), token_budget=g["token_budget"],
+                                       address=ray_address, loaded=loaded, backend=g["backend"])
+        click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
+    results = run_kg(probe_names, queries, loaded, options=options, templates=templates, budget=Budget(g["token_budget"], long_prompts),
+                     backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
+    print_metrics_table(results)
+    for result in results:
+        cache = result.metadata.get("cache", {})
+        if "entities_encoded_now" in cache:  # DEER's encoding, in a line
+            work = result.metadata["work"]
+            click.echo(
+                f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
+                f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache); "
+                f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s"
+            )
+        elif "tokens" in result.metadata.get("work", {}):
+            click.echo(f"\n{result.probe}: {result.metadata['work']['tokens']} tokens through the model")
+    click.echo(f"total {time.perf_counter() - started:.1f}s\nresults: {out}")
+
+
+def old_spelling(command: str, spelled: str) -> None:
+    """The note an old KG command prints: its spelling as `deer probe`, read until 0.3."""
+    click.echo(f"note: `deer {command}` is `deer probe {spelled}`; the old spelling is read until 0.3", err=True)
+
+
 @click.command()
 @kg_run_options()
 @click.option("--probe", "probe_name", default="deer", show_default=True,
-              help="Which registered probe runs: deer, bear, lama, or one another package registered (`deer probes` lists them).")
+              help="Which registered probes run, comma-separated: deer, bear, lama, or one another package registered "
+                   "(`deer probes` lists them); several (lama,deer) run on one model load into one ranks table.")
 @click.option("--probe-option", "probe_option_pairs", multiple=True, metavar="KEY=VALUE",
-              help="An option of the probe, repeatable (e.g. single_token=true for lama; values read as --model-arg's); "
+              help="An option of the probes, repeatable, given to each probe that has it (e.g. single_token=true for lama; "
+                   "values read as --model-arg's); "
                    "`deer probes` lists each probe's options and the values they take, any other is refused.")
 @backend_option
 @out_option(KG_OUT_HELP)
@@ -137,51 +199,28 @@ def open_kg_run(g: dict, probe_name: str, *, options: dict | None = None, long_p
 @click.option("--ray-address", default=None, help="A running Ray cluster for --ray-workers (default: a local one).")
 @friendly_errors
 def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_prompts, ray_workers, ray_address, **given):
-    """Run a probe (DEER by default): rank every candidate tail for each (h, r, ?) query.
+    """Run probes (DEER by default) on a KG: rank every candidate tail for each (h, r, ?) query.
 
-    Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10),
+    Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10 of every probe),
     metrics.json (Hit@1/3/10/100, MRR, MR overall and per relation, random baseline) and
     metadata.json (model, templates, seeds, versions, timings, tokens) to --out.
-    Embeddings and score rows are cached and reused by later runs.
-    Python: deer.probe(...), or deer.runner.run_probe(NAME, ...) for any registered probe.
+    Several probes (--probe lama,deer) run on one model load and rank the same queries; LAMA's
+    pass hands DEER its query vectors.  Embeddings and score rows are cached and reused by later runs.
+    Python: deer.probe(...), deer.runner.run_probe(NAME, ...), or deer.runner.run_kg([NAMES], ...).
     """
     from deer.probes import get_probe
-    from deer.runner import Budget, probe_options, run_probe
 
-    started = time.perf_counter()
     try:
-        chosen = get_probe(probe_name)
+        chosen = [get_probe(name) for name in dict.fromkeys(comma_list(probe_name) or [])]
     except KeyError as error:
         raise click.BadParameter(error.args[0], param_hint="--probe") from None
-    with spelled_as_probe_option():
-        options = probe_options(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
-    if ray_workers and (no_cache or probe_name != "deer"):
+    if not chosen:
+        raise click.BadParameter("name at least one probe", param_hint="--probe")
+    options = options_by_probe(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
+    if ray_workers and (no_cache or "deer" not in options):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, probe_name,
-                         options=options, long_prompts=long_prompts)
-    if opened is None:
-        return
-    queries, templates, loaded, out = opened
-    if ray_workers:
-        from deer.platform.run_options import ModelLoading
-        from experiments.ray_runs import encode_entities_on_ray
-
-        store = encode_entities_on_ray(queries.kg, given["model_name"], templates, workers=ray_workers, entities=queries.candidates.tolist(),
-                                       loading=ModelLoading(given["dtype"], given["device"]), token_budget=token_budget, address=ray_address,
-                                       loaded=loaded, backend=backend)
-        click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
-    result = run_probe(chosen, queries, loaded, templates=templates, budget=Budget(token_budget, long_prompts), backend=backend,
-                       cache=cache_unless(no_cache, backend), out=out, **options)
-    print_metrics_table([result])
-    cache = result.metadata.get("cache", {})
-    if "entities_encoded_now" in cache:  # DEER's encoding, in a line
-        work = result.metadata["work"]
-        click.echo(
-            f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
-            f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache); "
-            f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s"
-        )
-    click.echo(f"total {time.perf_counter() - started:.1f}s\nresults: {out}")
+    run_kg_command({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, list(options), options,
+                   long_prompts=long_prompts, ray_workers=ray_workers, ray_address=ray_address)
 
 
 PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
@@ -200,24 +239,15 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
 def bear(pll_variant, backend, token_budget, no_cache, **given):
     """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
 
+    The old spelling (read until 0.3) of `deer probe --probe bear --probe-option pll_variant=...`.
     Statement = DEER query text + ' t_name)'; writes the ranks table (bear_rank_raw/filtered,
     bear_top10 beside other probes' columns), metrics.json, metadata.json.  Work is queries x
     candidates statements; score rows are stored, so an interrupted run resumes.  For the BEAR
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
-    import bear_ref
-
-    started = time.perf_counter()
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, "bear")
-    if opened is None:
-        return
-    queries, templates, loaded, out = opened
-    click.echo(f"= {len(queries) * len(queries.candidates)} statements")
-    result = bear_ref.bear(queries, loaded, templates=templates, token_budget=token_budget, pll_variant=pll_variant,
-                           backend=backend, cache=cache_unless(no_cache, backend), out=out)
-    print_metrics_table([result])
-    click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
-    click.echo(f"results: {out}")
+    old_spelling("bear", f"--probe bear --probe-option pll_variant={pll_variant}")
+    run_kg_command({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, ["bear"],
+                   {"bear": {"pll_variant": pll_variant}})
 
 
 @click.command()
@@ -232,26 +262,14 @@ def bear(pll_variant, backend, token_budget, no_cache, **given):
 def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
     """LAMA: rank candidates by log p(first token of the tail) right after the query text.
 
+    The old spelling (read until 0.3) of `deer probe --probe lama[,deer] --probe-option single_token=...`.
     Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
-    metadata.json.  Python: bear_ref.lama(...), then deer.probe(result.queries, model,
-    query_embeddings=result.arrays["query_embeddings"]).
+    metadata.json.  Python: deer.runner.run_kg(["lama", "deer"], ..., options={"lama": {"single_token": True}}).
     """
-    import bear_ref
-    import deer
-
-    started = time.perf_counter()
-    opened = open_kg_run({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, "lama",
-                         options={"single_token": single_token})
-    if opened is None:
-        return
-    queries, templates, loaded, out = opened
-    results = [bear_ref.lama(queries, loaded, templates=templates, single_token=single_token, token_budget=token_budget,
-                             backend=backend, out=out)]
-    if with_deer:
-        results.append(deer.probe(results[0].queries, loaded, templates=templates, token_budget=token_budget, backend=backend,
-                                  cache=cache_unless(no_cache, backend), out=out, query_embeddings=results[0].arrays["query_embeddings"]))
-    print_metrics_table(results)
-    click.echo(f"\ntotal {time.perf_counter() - started:.1f}s\nresults: {out}")
+    names = ["lama", "deer"] if with_deer else ["lama"]
+    old_spelling("lama", f"--probe {','.join(names)}" + (" --probe-option single_token=true" if single_token else ""))
+    options = {"lama": {"single_token": single_token}, **({"deer": {}} if with_deer else {})}
+    run_kg_command({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, names, options)
 
 
 def _print_bear_dataset_summary(metrics: dict) -> None:

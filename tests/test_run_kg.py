@@ -1,0 +1,100 @@
+"""Several probes on one KG in one run (``deer.runner.run_kg``, `deer probe --probe lama,deer`): the one run
+loop scores them on one model load, LAMA's pass hands DEER its query vectors, and every number equals
+the one each probe gives run alone."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import bear_ref
+import deer
+from bear_ref.lama_probe import restrict_to_single_token
+from deer.backends.models import open_model
+from deer.base.errors import OptionError
+from deer.platform.result import find_ranks_table
+from deer.platform.templates import PromptTemplates
+from deer.runner import run_kg, run_probe
+from experiments.cli import main
+from kg_data import build_queries, load_kg
+
+
+@pytest.fixture()
+def tiny_setup(tiny_kg_dir, tiny_clm_dir):
+    kg = load_kg(str(tiny_kg_dir))
+    return build_queries(kg, "test"), open_model(str(tiny_clm_dir)), PromptTemplates(k_shot=2)
+
+
+def _table(folder) -> pd.DataFrame:
+    path = find_ranks_table(folder)
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+def test_three_probes_in_one_run_give_each_probes_own_numbers(tiny_setup, tmp_path):
+    queries, loaded, templates = tiny_setup
+    together = run_kg(["deer", "lama", "bear"], queries, loaded, templates=templates, out=tmp_path / "one", show_progress=False)
+    assert [result.probe for result in together] == ["deer", "lama", "bear"]  # the order given, though DEER ran after LAMA
+    alone = {name: run_probe(name, queries, loaded, templates=templates, out=tmp_path / name, show_progress=False)
+             for name in ("deer", "lama", "bear")}
+    for result in together:
+        np.testing.assert_array_equal(result.ranks("raw"), alone[result.probe].ranks("raw"))
+        np.testing.assert_array_equal(result.ranks("filtered"), alone[result.probe].ranks("filtered"))
+        assert result.metrics.to_dict() == alone[result.probe].metrics.to_dict()
+    shared, own = together[0], alone["deer"]
+    np.testing.assert_allclose(shared.arrays["query_embeddings"], own.arrays["query_embeddings"], rtol=1e-5, atol=1e-6)
+    assert shared.metadata["cache"]["queries_encoded_now"] == 0  # handed on by LAMA's pass
+    assert own.metadata["cache"]["queries_encoded_now"] == len(queries)
+    table = _table(tmp_path / "one")
+    assert {f"{probe}_rank_filtered" for probe in ("deer", "lama", "bear")} <= set(table.columns)
+    assert set(json.loads((tmp_path / "one" / "metadata.json").read_text())) == {"deer", "lama", "bear"}
+
+
+def test_lamas_single_token_queries_are_every_probes(tiny_setup, tmp_path):
+    """Where one probe ranks fewer queries (LAMA's single-token protocol), every probe of the run ranks those."""
+    queries, loaded, templates = tiny_setup
+    lama, shared = run_kg(["lama", "deer"], queries, loaded, options={"lama": {"single_token": True}}, templates=templates,
+                          out=tmp_path / "one", show_progress=False)
+    restricted = restrict_to_single_token(queries, loaded.tokenizer)
+    assert len(restricted) < len(queries)  # the fixture has multi-token names: the protocol keeps fewer
+    for result in (lama, shared):
+        np.testing.assert_array_equal(result.queries.triples, restricted.triples)
+    alone = bear_ref.lama(queries, loaded, templates=templates, single_token=True, show_progress=False)
+    np.testing.assert_array_equal(lama.ranks(), alone.ranks())
+    own = deer.probe(restricted, loaded, templates=templates, show_progress=False)
+    np.testing.assert_array_equal(shared.ranks(), own.ranks())
+    assert len(_table(tmp_path / "one")) == len(restricted)
+
+
+def test_a_run_of_several_probes_refuses_what_it_cannot_honour(tiny_setup):
+    queries, loaded, templates = tiny_setup
+    with pytest.raises(ValueError, match="each probe once"):
+        run_kg(["lama", "lama"], queries, loaded, templates=templates)
+    with pytest.raises(OptionError) as stray:
+        run_kg(["lama"], queries, loaded, options={"bear": {"pll_variant": "original"}}, templates=templates)
+    assert stray.value.option == "options" and stray.value.value == "bear"
+    with pytest.raises(OptionError) as loose:  # a probe's own option given as a run keyword would be dropped
+        run_kg(["lama"], queries, loaded, templates=templates, single_token=True)
+    assert loose.value.option == "single_token"
+    with pytest.raises(OptionError) as value:
+        run_kg(["lama", "deer"], queries, loaded, options={"lama": {"single_token": "often"}}, templates=templates)
+    assert value.value.option == "single_token"
+
+
+def test_the_cli_runs_several_probes_and_deer_lama_is_its_old_spelling(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    common = ["--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--no-cache"]
+    new = CliRunner().invoke(main, ["probe", "--probe", "lama,deer", "--probe-option", "single_token=true", *common,
+                                    "--out", str(tmp_path / "new")])
+    assert new.exit_code == 0, new.output
+    old = CliRunner().invoke(main, ["lama", "--single-token", "--with-deer", *common, "--out", str(tmp_path / "old")])
+    assert old.exit_code == 0, old.output
+    assert "`deer probe --probe lama,deer --probe-option single_token=true`" in old.output
+    pd.testing.assert_frame_equal(_table(tmp_path / "new"), _table(tmp_path / "old"))
+    unowned = CliRunner().invoke(main, ["probe", "--probe", "lama,deer", "--probe-option", "pll_variant=original", *common])
+    assert unowned.exit_code != 0 and "--probe-option pll_variant=original" in unowned.output
+    assert "no probe of this run has such an option" in unowned.output
