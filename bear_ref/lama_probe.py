@@ -93,9 +93,8 @@ def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
     rows = np.flatnonzero(keep[queries.gold])
     if len(rows) == 0:
         raise ValueError("no query has a single-token gold tail")
-    filters = [new_position[f][new_position[f] >= 0] for f in (queries.filter_tails[r] for r in rows)]
     return dataclasses.replace(queries, triples=queries.triples[rows], candidates=queries.candidates[keep],
-                               gold=new_position[queries.gold[rows]], filter_tails=filters)
+                               gold=new_position[queries.gold[rows]], filter_tails=queries.filter_tails.take(rows).remap(new_position))
 
 
 def check_query_end(templates: PromptTemplates) -> None:

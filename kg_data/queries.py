@@ -4,11 +4,85 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
 from kg_data.errors import KGSplitError
 from kg_data.kg import TextualKG
+
+
+class FilterTails(Sequence):
+    """Per query, the sorted candidate positions of its other known-true tails, held as two arrays (CSR):
+    ``positions[offsets[i]:offsets[i + 1]]`` are query i's, so millions of queries cost two int64 arrays,
+    not an array object each.  Read as a sequence of int64 arrays (``filters[i]``, ``len``, iteration); a
+    slice or an array of query rows gives the filters of those queries."""
+
+    def __init__(self, offsets: np.ndarray, positions: np.ndarray):
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.positions = np.asarray(positions, dtype=np.int64)
+        if self.offsets.ndim != 1 or len(self.offsets) < 1 or self.offsets[0] != 0 or self.offsets[-1] != len(self.positions) \
+                or np.any(np.diff(self.offsets) < 0):
+            raise ValueError("filter offsets must start at 0, never decrease and end at the number of positions")
+
+    @classmethod
+    def of(cls, rows) -> FilterTails:
+        """``rows`` as filters: a FilterTails as it is, else one array of candidate positions per query."""
+        if isinstance(rows, FilterTails):
+            return rows
+        arrays = [np.asarray(row, dtype=np.int64).reshape(-1) for row in rows]
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        positions = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+        return cls(np.concatenate([[0], np.cumsum(lengths)]), positions)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            i = range(len(self))[index]  # a negative index, or an IndexError past the end
+            return self.positions[self.offsets[i]:self.offsets[i + 1]]
+        rows = np.arange(len(self))[index]
+        return self.take(rows)
+
+    def take(self, rows: np.ndarray) -> FilterTails:
+        """The filters of query ``rows`` (int64 indices), in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self.lengths()[rows]
+        return FilterTails(np.concatenate([[0], np.cumsum(lengths)]), self.positions[self.pair_indices(rows)])
+
+    def lengths(self) -> np.ndarray:
+        """int64 (n_queries,): how many known-true other tails each query has."""
+        return np.diff(self.offsets)
+
+    def pair_indices(self, rows: np.ndarray) -> np.ndarray:
+        """Indices into ``positions`` of every filter position of ``rows``, query by query."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self.lengths()[rows]
+        firsts = np.repeat(self.offsets[rows] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        return firsts + np.arange(int(lengths.sum()), dtype=np.int64)
+
+    def pairs(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """(row within ``rows``, candidate position) of every known-true other tail of ``rows``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return np.repeat(np.arange(len(rows)), self.lengths()[rows]), self.positions[self.pair_indices(rows)]
+
+    def remap(self, new_position: np.ndarray) -> FilterTails:
+        """The same filters over other candidate positions: each position ``p`` becomes ``new_position[p]``,
+        dropped where that is -1 (``new_position`` increasing over the kept ones, so each query's stay sorted)."""
+        rows, positions = self.pairs(np.arange(len(self)))
+        mapped = np.asarray(new_position, dtype=np.int64)[positions]
+        kept = mapped >= 0
+        return FilterTails(np.concatenate([[0], np.cumsum(np.bincount(rows[kept], minlength=len(self)))]), mapped[kept])
+
+    def __eq__(self, other) -> bool:
+        other = FilterTails.of(other) if not isinstance(other, FilterTails) else other
+        return np.array_equal(self.offsets, other.offsets) and np.array_equal(self.positions, other.positions)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"FilterTails({len(self)} queries, {len(self.positions)} known-true tails)"
 
 
 @dataclasses.dataclass
@@ -26,9 +100,12 @@ class QuerySet:
     triples: np.ndarray
     candidates: np.ndarray
     gold: np.ndarray
-    filter_tails: list[np.ndarray]
+    filter_tails: FilterTails  # given as a list of arrays, held as FilterTails
     subset_seed: int | None = None
     exclude_head: bool = False
+
+    def __post_init__(self):
+        self.filter_tails = FilterTails.of(self.filter_tails)
 
     def __len__(self) -> int:
         return len(self.triples)
@@ -111,21 +188,27 @@ def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.n
     return QuerySet(kg, split, triples, candidates, position[triples[:, 2]], filter_tails, subset_seed)
 
 
-def other_true_tails(kg: TextualKG, triples: np.ndarray, position: np.ndarray) -> list[np.ndarray]:
+def other_true_tails(kg: TextualKG, triples: np.ndarray, position: np.ndarray) -> FilterTails:
     """Per query (h, r, t): the sorted candidate positions (``position[entity]``, -1: no candidate) of
     the other tails of (h, r) in any split.  Built from arrays for the (h, r) pairs asked only, so a
-    KG of 20M triples costs a pass over its splits, not a dictionary of them all."""
+    KG of 20M triples costs a pass over its splits, not a dictionary of them all (nor a loop per query)."""
     width = max(kg.n_relations, 1)
     query_keys = triples[:, 0] * width + triples[:, 1]
     wanted = np.unique(query_keys)
     found = [split_triples[np.isin(split_triples[:, 0] * width + split_triples[:, 1], wanted)]
              for split_triples in kg.splits.values() if len(split_triples)]
     known = np.concatenate(found) if found else np.zeros((0, 3), np.int64)
-    known = known[np.lexsort((known[:, 2], known[:, 0] * width + known[:, 1]))]
     known_keys = known[:, 0] * width + known[:, 1]
-    starts, stops = np.searchsorted(known_keys, query_keys, "left"), np.searchsorted(known_keys, query_keys, "right")
-    filter_tails = []
-    for start, stop, tail in zip(starts.tolist(), stops.tolist(), triples[:, 2].tolist(), strict=True):
-        others = position[np.unique(known[start:stop, 2])]
-        filter_tails.append(np.sort(others[(others >= 0) & (others != position[tail])]).astype(np.int64))
-    return filter_tails
+    order = np.lexsort((known[:, 2], known_keys))
+    known_keys, known_tail = known_keys[order], known[order, 2]
+    distinct = np.ones(len(known_keys), dtype=bool)  # a triple in two splits (or twice) counts once
+    distinct[1:] = (known_keys[1:] != known_keys[:-1]) | (known_tail[1:] != known_tail[:-1])
+    known_keys, known_tail = known_keys[distinct], known_tail[distinct]
+    starts = np.searchsorted(known_keys, query_keys, "left")
+    counts = np.searchsorted(known_keys, query_keys, "right") - starts
+    rows = np.repeat(np.arange(len(triples)), counts)  # every (query, known tail of its pair)
+    firsts = np.concatenate([[0], np.cumsum(counts)])
+    tails = position[known_tail[np.repeat(starts, counts) + np.arange(firsts[-1]) - firsts[rows]]]
+    keep = (tails >= 0) & (tails != position[triples[rows, 2]])  # candidates only, the gold aside
+    # Positions follow entity order (``position`` increases over the candidates), so each query's stay sorted.
+    return FilterTails(np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=len(triples)))]), tails[keep])

@@ -94,3 +94,43 @@ def test_few_shot_rows_from_the_pair_index_equal_a_pass_over_train(tmp_path, sho
     same_pair = [int(((train[:, 0] == h) & (train[:, 1] == r)).sum()) for h, r, _ in triples.tolist()]
     assert same_pair[-1] > 1
     assert templates.examples_used(kg, triples).tolist() == [min(k_shot, len(train) - n) for n in same_pair]
+
+
+def _plain_candidate_counts(n_candidates, filter_tails, filtered, excluded):
+    """The counts as first written: a loop over the queries."""
+    counts = np.full(len(filter_tails), n_candidates, dtype=np.float64)
+    if filtered:
+        counts -= np.asarray([len(f) for f in filter_tails], dtype=np.float64)
+    for i, (out, others) in enumerate(zip(excluded, filter_tails, strict=True)):
+        if out >= 0 and not (filtered and out in others):
+            counts[i] -= 1
+    return counts
+
+
+def test_filters_held_as_two_arrays_read_as_the_per_query_arrays():
+    """``FilterTails`` (offsets + positions) reads as the list of arrays it replaces: indexing, slicing,
+    taking rows, remapping positions and the counts the metrics need, each against the list."""
+    from deer.platform.ranking import candidate_counts, filter_counts
+    from kg_data.queries import FilterTails
+
+    rng = np.random.default_rng(0)
+    rows = [np.sort(rng.choice(50, size=rng.integers(0, 5), replace=False)).astype(np.int64) for _ in range(40)]
+    filters = FilterTails.of(rows)
+    assert len(filters) == 40 and filters == rows and filters.lengths().tolist() == [len(r) for r in rows]
+    for i in (0, 7, 39, -1):
+        assert filters[i].dtype == np.int64 and np.array_equal(filters[i], rows[i])
+    with pytest.raises(IndexError):
+        filters[40]
+    picked = np.array([5, 3, 3, 30])
+    assert filters.take(picked) == [rows[i] for i in picked] and filters[10:20] == rows[10:20]
+    new_position = np.where(np.arange(50) % 3 == 0, -1, np.cumsum(np.arange(50) % 3 != 0) - 1)
+    assert filters.remap(new_position) == [new_position[r][new_position[r] >= 0] for r in rows]
+    excluded = np.where(rng.random(40) < 0.5, rng.integers(0, 50, size=40), -1)
+    excluded[:3] = [rows[i][0] if len(rows[i]) else -1 for i in range(3)]  # some excluded among the filters
+    for filtered in (False, True):
+        assert np.array_equal(candidate_counts(50, filters, filtered, excluded), _plain_candidate_counts(50, rows, filtered, excluded))
+    counts, inside = filter_counts(rows, np.arange(40), excluded)
+    assert counts.tolist() == [len(r) for r in rows]
+    assert inside.tolist() == [bool(e >= 0 and e in r) for e, r in zip(excluded, rows, strict=True)]
+    with pytest.raises(ValueError, match="offsets"):
+        FilterTails(np.array([0, 3]), np.zeros(2, np.int64))

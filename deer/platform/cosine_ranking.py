@@ -24,7 +24,8 @@ from tqdm.auto import tqdm
 
 from deer.base.prefetch import read_ahead
 from deer.base.vectors import normalize_rows
-from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k
+from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k, filter_counts
+from kg_data.queries import FilterTails
 
 TIE_BAND = 1e-6  # cosine units: the row-wise and matrix-product roundings of a gold's score differ by far less
 #   (at most 6e-8 measured at 576 to 4,096 dimensions); each query meets about |E| x 2 x TIE_BAND / (spread
@@ -86,15 +87,6 @@ class _QueryBlockState:
     top_positions: np.ndarray
 
 
-def _filter_pairs(filter_tails, rows: range) -> tuple[np.ndarray, np.ndarray]:
-    """(query row within the block, candidate position) of every known-true other tail of ``rows``."""
-    lengths = [len(filter_tails[i]) for i in rows]
-    if not sum(lengths):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    block_rows = np.repeat(np.arange(len(lengths)), lengths)
-    return block_rows, np.concatenate([np.asarray(filter_tails[i], dtype=np.int64) for i in rows])
-
-
 def _merge_top(values: np.ndarray, positions: np.ndarray, new_values: np.ndarray, new_positions: np.ndarray,
                k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k best of two (B, *) top lists, best first, ties by candidate position."""
@@ -121,7 +113,7 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     """
     device = torch.device(device)
     n_queries = len(query_vectors)
-    gold = np.asarray(queries.gold, dtype=np.int64)
+    gold, filters = np.asarray(queries.gold, dtype=np.int64), FilterTails.of(queries.filter_tails)
     excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
     width = min(k, n_candidates - bool((excluded >= 0).any()))
     query_tensor = normalize_rows(torch.as_tensor(np.asarray(query_vectors, np.float32)))
@@ -134,11 +126,11 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
             rows = range(start, min(start + query_block, n_queries))
             source = read()
             _scan(states[start], query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
-                  source, rows, gold, excluded, heads, queries.filter_tails, width, device, band)
+                  source, rows, gold, excluded, heads, filters, width, device, band)
     if not n_queries:
         return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
     parts = [_finish(states[start], range(start, min(start + query_block, n_queries)), n_candidates, excluded, heads,
-                     gold, queries.filter_tails) for start in block_starts]
+                     gold, filters) for start in block_starts]
     ranks, tops, above = zip(*parts, strict=True)
     ranking = Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
     exact = torch.cat([states[start].gold_score.cpu() for start in block_starts]).double()
@@ -158,7 +150,7 @@ class _QuerySubset:
 
     def __init__(self, queries, rows: np.ndarray):
         self.gold = np.asarray(queries.gold)[rows]
-        self.filter_tails = [queries.filter_tails[i] for i in rows]
+        self.filter_tails = FilterTails.of(queries.filter_tails).take(rows)
         self._excluded, self._heads = np.asarray(queries.excluded_positions())[rows], np.asarray(queries.head_positions())[rows]
 
     def excluded_positions(self) -> np.ndarray:
@@ -176,10 +168,10 @@ def _new_state(n: int, device) -> _QueryBlockState:
 
 
 def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
-          filter_tails, width: int, device, band: float) -> None:
+          filters: FilterTails, width: int, device, band: float) -> None:
     """Accumulate one block of queries over every candidate block: a few passes over each block's
     scores (two counts and a top k) besides the matrix product; near-ties are read row by row."""
-    filter_rows, filter_positions = _filter_pairs(filter_tails, rows)
+    filter_rows, filter_positions = filters.pairs(np.arange(rows.start, rows.stop))
     filter_excluded = excluded[rows.start + filter_rows]  # a filtered tail that is excluded is no competitor at all
     block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
                                                for a in (gold, excluded, heads))
@@ -336,7 +328,7 @@ def _block_top(scores: torch.Tensor, k: int, excluded_local: torch.Tensor, extra
     return top
 
 
-def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, heads, gold, filter_tails):
+def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, heads, gold, filters: FilterTails):
     """Resolve the near-ties against each gold's exact score; the block's (ranks, top, head above gold)."""
     n = len(rows)
     gold_score = state.gold_score.cpu().numpy().astype(np.float64)
@@ -354,9 +346,7 @@ def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, h
         np.add.at(higher_filtered, band_rows, above & band_filtered)
         np.add.at(at_least_filtered, band_rows, tied & band_filtered)
     block_excluded = excluded[rows.start:rows.stop]
-    filters = [np.asarray(filter_tails[i]) for i in rows]
-    n_filters = np.array([len(f) for f in filters], dtype=np.int64)
-    excluded_in_filters = np.array([e >= 0 and e in f for e, f in zip(block_excluded, filters, strict=True)])
+    n_filters, excluded_in_filters = filter_counts(filters, np.arange(rows.start, rows.stop), block_excluded)
     invalid_gold = ~np.isfinite(gold_score)
     if invalid_gold.any():  # every competitor beats an invalid gold: the worst rank (``rank_chunk``'s rule)
         competitors = n_candidates - 1 - (block_excluded >= 0)

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kg_data.queries import FilterTails
+
 SCORE_BYTES_PER_CHUNK = 1 << 28  # 256 MiB of scores per chunk (plus boolean masks of a quarter each)
 
 
@@ -92,10 +94,9 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
     raw_opt = 1 + higher.sum(dim=1)
     raw_pes = at_least.sum(dim=1)
     filtered_opt, filtered_pes = raw_opt.clone(), raw_pes.clone()
-    lengths = [len(others) for others in filter_tails]
-    if sum(lengths):  # the other true tails, flattened to (row, candidate) pairs
-        filter_rows = torch.repeat_interleave(rows, torch.tensor(lengths, device=device))
-        filter_cols = torch.from_numpy(np.concatenate([np.asarray(f, dtype=np.int64) for f in filter_tails])).to(device)
+    pair_rows, pair_columns = FilterTails.of(filter_tails).pairs(np.arange(n_rows))  # the other true tails, as (row, candidate)
+    if len(pair_rows):
+        filter_rows, filter_cols = torch.from_numpy(pair_rows).to(device), torch.from_numpy(pair_columns).to(device)
         filtered_opt -= torch.zeros_like(raw_opt).index_add_(0, filter_rows, higher[filter_rows, filter_cols].long())
         filtered_pes -= torch.zeros_like(raw_pes).index_add_(0, filter_rows, at_least[filter_rows, filter_cols].long())
     ranks = GoldRanks(*(t.double().cpu().numpy() for t in (raw_opt, raw_pes, filtered_opt, filtered_pes)))
@@ -175,14 +176,21 @@ def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
 def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
                      excluded: np.ndarray | None = None) -> np.ndarray:
     """Competitors each query's gold tail is ranked among (an ``excluded`` candidate, -1: none, is none)."""
-    counts = np.full(len(filter_tails), n_candidates, dtype=np.float64)
-    if filtered:
-        counts -= np.asarray([len(f) for f in filter_tails], dtype=np.float64)
-    if excluded is not None:
-        for i, (out, others) in enumerate(zip(excluded, filter_tails, strict=True)):
-            if out >= 0 and not (filtered and out in others):
-                counts[i] -= 1
-    return counts
+    n = len(filter_tails)
+    excluded = np.full(n, -1, dtype=np.int64) if excluded is None else np.asarray(excluded, dtype=np.int64)
+    n_filters, excluded_in_filters = filter_counts(filter_tails, np.arange(n), excluded)
+    counts = np.full(n, n_candidates, dtype=np.float64) - (excluded >= 0)
+    return counts - (n_filters - excluded_in_filters) if filtered else counts
+
+
+def filter_counts(filter_tails: Sequence[np.ndarray], rows: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For query ``rows``: how many known-true other tails each has (int64), and whether its ``excluded``
+    candidate (-1: none) is one of them (bool), from the filters' arrays."""
+    filters = FilterTails.of(filter_tails)
+    pair_rows, positions = filters.pairs(rows)
+    excluded = np.asarray(excluded, dtype=np.int64)
+    hit = positions == excluded[pair_rows]  # -1 is never a position
+    return filters.lengths()[rows], np.bincount(pair_rows[hit], minlength=len(rows)) > 0
 
 
 def rank_and_best(scores: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

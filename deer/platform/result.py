@@ -253,7 +253,7 @@ def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
         "tail": tail_names,
         "tail_tokens": tail_token_lengths(tokenizer, tail_names),
         "n_candidates": len(queries.candidates),
-        "n_filtered": [len(f) for f in queries.filter_tails],
+        "n_filtered": queries.filter_tails.lengths(),
     })
 
 
