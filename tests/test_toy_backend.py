@@ -168,3 +168,18 @@ def test_the_length_guard_counts_tokens_through_the_backend(toy, monkeypatch, ti
         len(ids) + 1 for ids in batch_token_ids(self.tokenizer, texts, special_tokens)])
     with pytest.raises(PromptTooLongError, match="more than the model's"):
         guard_prompt_lengths(queries, backend, templates, "contexts")
+
+
+def test_a_model_an_engine_loaded_is_described_without_torch(tiny_clm_dir):
+    """``LoadedModel.metadata()`` reads the parameter count and attention back-end from a torch model only: a
+    handle of an engine's own (what a vLLM backend's ``load`` would put there) is described with None for both."""
+    loaded = open_model(str(tiny_clm_dir))
+    described = loaded.metadata()
+    assert described["parameters"] > 0 and described["attention"]
+
+    class EngineHandle:  # no parameters(), no config
+        pass
+
+    handle = dataclasses.replace(loaded, model=EngineHandle())
+    assert {key: handle.metadata()[key] for key in ("parameters", "attention", "class")} == {
+        "parameters": None, "attention": None, "class": "EngineHandle"}

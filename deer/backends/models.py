@@ -429,15 +429,19 @@ class LoadedModel:
                    str(parameter.dtype).replace("torch.", ""), str(parameter.device), content_addressed=fingerprint is None)
 
     def metadata(self) -> dict:
+        """What metadata.json records of the model.  ``parameters`` and ``attention`` are read from a torch
+        model; an engine's own model handle (a vLLM backend's ``load``) gives None for both."""
         from deer.backends.attention import configured_backend
         from deer.backends.tokenization import bos_policy
 
+        torch_model = callable(getattr(self.model, "parameters", None))
         return {
             "name": self.name, "source": self.source, "fingerprint": self.fingerprint, "class": type(self.model).__name__,
-            "dtype": self.dtype, "device": self.device, "parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "dtype": self.dtype, "device": self.device,
+            "parameters": int(sum(p.numel() for p in self.model.parameters())) if torch_model else None,
             "bos": bos_policy(self.tokenizer),
             # Configured back-end; custom-mask passes may run another (scorers record it under "work").
-            "attention": configured_backend(self.model),
+            "attention": configured_backend(self.model) if torch_model else None,
             "load_seconds": round(self.load_seconds, 2),
             **({"loading": self.loading} if self.loading else {}),
         }
