@@ -20,7 +20,6 @@ from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
 from deer.base.files import package_versions
 from deer.base.work import summed_work
 from deer.platform.benchmark_rows import query_frame
-from deer.platform.length_guard import long_statements, too_long
 from deer.platform.metrics import adjusted_index
 from deer.platform.read_back import read_json_object, read_stored_table
 from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
@@ -28,9 +27,9 @@ from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
 from deer.probes import get_probe
-from deer.runner import ClozeParts, probe_options, score_probes
-from kg_data.bear import METADATA_FILE, BearDataset, fill_statement, load_bear_dataset
-from kg_data.cloze import bear_cloze_task, shorten
+from deer.runner import ClozeParts, check_cloze_run, probe_options, score_probes
+from kg_data.bear import BearDataset, load_bear_dataset
+from kg_data.cloze import bear_cloze_task
 
 PROBE = "bear-dataset"
 STATEMENT_RULE = (
@@ -204,28 +203,6 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, method) -> dict:
     }
 
 
-def guard_statement_lengths(dataset: BearDataset, backend) -> None:
-    """Every statement of ``dataset`` fits the positions the backend's model has, checked before the first is
-    scored: a PromptTooLongError names the first instance (file and line) or answer that does not."""
-    limit = backend.max_positions
-    if limit is None:
-        return
-    for code, relation in dataset.relations.items():
-        for t, template in enumerate(relation.templates):
-            stems = [fill_statement(template, subject, "") for subject in relation.subject_labels]
-            long_answers, long_stems = long_statements(backend, stems, relation.answer_labels, limit)
-            if long_answers:
-                first = min(long_answers)
-                raise too_long(f"{Path(dataset.path) / METADATA_FILE}: relation {code}, answer {relation.answer_ids[first]} "
-                               f"({shorten(relation.answer_labels[first])!r})", "text", long_answers[first], limit,
-                               len(long_answers) - 1, "shorten the answer label")
-            if long_stems:
-                first = min(long_stems)
-                raise too_long(f"{relation.location(first)}: relation {code}, instance {relation.subject_ids[first]} "
-                               f"(subject {shorten(relation.subject_labels[first])!r}), template {t}", "longest statement",
-                               long_stems[first], limit, len(long_stems) - 1, "shorten the subject label")
-
-
 def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: Path | None) -> ProbeResult:
     """The data-set score as a :class:`ProbeResult` (saved as instances table, metrics, summary.md, metadata),
     saved in ``out_dir`` unless it is None."""
@@ -264,8 +241,8 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         check_out_dir(out_dir)
         if can_cache(backend):  # the plain backend is a cross-check: it stores nothing to resume from
             parts_dir = out_dir / "parts" / key_digest(key)
-    guard_statement_lengths(dataset, runner)  # the one length guard here: it names the data set's files and lines
     task = bear_cloze_task(dataset)
+    check_cloze_run(task, [probe], runner)  # the one length guard: it names the data set's files and lines
     started = time.perf_counter()
     scored = score_probes(task, [probe], runner, ClozeParts(parts_dir, key, by="relation"), {probe.name: options},
                          show_progress=show_progress)

@@ -7,8 +7,9 @@ makes of a query (DEER's prompt, LAMA's rule, a masked LM's sentence) is the pro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from kg_data.bear import ANSWER, BearDataset, fill_statement
+from kg_data.bear import ANSWER, METADATA_FILE, BearDataset, fill_statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import MASK, LamaDataset, first_usable_sentence, relation_file
 from kg_data.task import CandidateSet, ClozeQuery, Task, shorten
@@ -39,7 +40,8 @@ def bear_cloze_task(dataset: BearDataset) -> Task:
     answer space (names; BEAR has no descriptions)."""
     queries, sets = [], {}
     for code, relation in dataset.relations.items():
-        sets[code] = CandidateSet(tuple(relation.answer_labels))
+        sets[code] = CandidateSet(tuple(relation.answer_labels), ids=tuple(relation.answer_ids),
+                                  source=f"{Path(dataset.path) / METADATA_FILE}: relation {code}")
         for t, template in enumerate(relation.templates):
             for i, (sub_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
                 gold = int(relation.gold[i])

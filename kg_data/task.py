@@ -19,10 +19,13 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class CandidateSet:
-    """Answer labels (and descriptions, where the data has them) one query is ranked over."""
+    """Answer labels (and descriptions, where the data has them) one query is ranked over; ``ids`` and
+    ``source`` (the file and entry that lists them), where the data has them, name an answer in a message."""
 
     labels: Sequence[str]
     descriptions: Sequence[str] | None = None
+    ids: Sequence[str] | None = None
+    source: str | None = None
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -213,12 +213,12 @@ def test_an_over_long_subject_is_refused_before_scoring_naming_the_fact(tmp_path
         probe_benchmark(str(bear), str(tiny_clm_dir), probes=["deer", "bear"], out=out, show_progress=False)
     with pytest.raises(PromptTooLongError, match=r"P37\.jsonl:3: bear/P37 fact Q220 .*its longest statement is \d+ tokens"):
         probe_benchmark(str(bear), str(tiny_clm_dir), probes=["bear"], out=out, show_progress=False)
-    with pytest.raises(PromptTooLongError, match=r"P37\.jsonl:3: relation P37, instance Q220 .*, template 0: its longest "
-                                                 r"statement is \d+ tokens, more than the model's 2048 positions"):
+    with pytest.raises(PromptTooLongError, match=r"P37\.jsonl:3: bear/P37 fact Q220 \(subject 'word word .*'\), template 0: its "
+                                                 r"longest statement is \d+ tokens, more than the model's 2048 positions"):
         bear_ref.bear_dataset(str(bear), str(tiny_clm_dir), out=out, show_progress=False)
     assert not out.exists()
     result = CliRunner().invoke(main, ["bear-dataset", "--dataset", str(bear), "--model", str(tiny_clm_dir), "--out", str(out)])
-    assert result.exit_code == 1 and "P37.jsonl:3: relation P37, instance Q220" in result.output and not out.exists()
+    assert result.exit_code == 1 and "P37.jsonl:3: bear/P37 fact Q220" in result.output and not out.exists()
 
 
 def test_an_over_long_answer_label_is_refused_before_scoring(tmp_path, tiny_clm_dir, no_scoring):
@@ -226,7 +226,7 @@ def test_an_over_long_answer_label_is_refused_before_scoring(tmp_path, tiny_clm_
     _edit_metadata(bear, lambda metadata: metadata["P36"]["answer_space_labels"].__setitem__(2, LONG_SUBJECT))
     with pytest.raises(PromptTooLongError, match=r"metadata_relations\.json: relation P36, answer Q220 \('word .*'\): its text"):
         bear_ref.bear_dataset(str(bear), str(tiny_clm_dir), show_progress=False)
-    with pytest.raises(PromptTooLongError, match=r"answer 'word .*' of candidate set P36: its DEER prompt"):
+    with pytest.raises(PromptTooLongError, match=r"metadata_relations\.json: relation P36, answer Q220 \('word .*'\): its DEER prompt"):
         probe_benchmark(str(bear), str(tiny_clm_dir), probes=["deer", "bear"], out=tmp_path / "out", show_progress=False)
 
 

@@ -16,7 +16,7 @@ from deer.platform.templates import candidate_prompts
 from kg_data.cloze import LARGE_SET, shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
-from kg_data.task import Task
+from kg_data.task import CandidateSet, Task
 
 SLACK = 8  # special tokens and a SentencePiece word-start piece, beyond one token per byte
 LONG_PROMPT_MODES = ("error", "truncate-descriptions")
@@ -183,8 +183,12 @@ def _fact(task: Task, index: int) -> str:
     return f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
 
 
-def _answer(labels: Sequence[str], name: str, index: int) -> str:
-    return f"answer {shorten(labels[index])!r} of candidate set {name}"
+def _answer(candidates: CandidateSet, name: str, index: int) -> str:
+    """An answer, named by the file and entry listing it where the data says (BEAR's metadata_relations.json)."""
+    label = shorten(candidates.labels[index])
+    if candidates.source is None or candidates.ids is None:
+        return f"answer {label!r} of candidate set {name}"
+    return f"{candidates.source}, answer {candidates.ids[index]} ({label!r})"
 
 
 def guard_benchmark_lengths(task: Task, backend, text_kinds: set) -> None:
@@ -206,15 +210,15 @@ def guard_benchmark_lengths(task: Task, backend, text_kinds: set) -> None:
     if "prompts" in text_kinds:
         for name, candidates in task.candidate_sets.items():
             long_prompts = over_limit(backend, candidate_prompts(candidates), limit, "bos")
-            _refuse_first(long_prompts, limit, functools.partial(_answer, candidates.labels, name), "DEER prompt", ANSWER_HINT)
+            _refuse_first(long_prompts, limit, functools.partial(_answer, candidates, name), "DEER prompt", ANSWER_HINT)
     rules = lama_rules(task, masked) if "contexts" in text_kinds else [None] * len(task.queries)
     groups: dict[str, list[int]] = {}  # the statements scored, per candidate set
     for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)):
         if rule == "statement" or ("statements" in text_kinds and q.candidates != LARGE_SET):
             groups.setdefault(q.candidates, []).append(i)
     for name, rows in groups.items():
-        labels = task.candidate_sets[name].labels
-        long_answers, long_stems = long_statements(backend, [statement(task.queries[i], "") for i in rows], labels, limit)
-        _refuse_first(long_answers, limit, functools.partial(_answer, labels, name), "text", ANSWER_HINT)
+        candidates = task.candidate_sets[name]
+        long_answers, long_stems = long_statements(backend, [statement(task.queries[i], "") for i in rows], candidates.labels, limit)
+        _refuse_first(long_answers, limit, functools.partial(_answer, candidates, name), "text", ANSWER_HINT)
         _refuse_first({rows[i]: n for i, n in long_stems.items()}, limit, functools.partial(_fact, task), "longest statement",
                       FACT_HINT)
