@@ -294,7 +294,7 @@ class DeerProbe:
                 "entities_encoded_now": entities_encoded,
                 "entities_from_cache": len(candidates) - entities_encoded,
                 "queries_encoded_now": queries_encoded,
-                "queries_from_cache": len(query_texts) - queries_encoded,
+                "queries_from_cache": 0 if query_embeddings is not None else len(query_texts) - queries_encoded,
                 "entity_store": str(store.folder) if store else None,  # the prompt store: entities and queries
                 "query_embeddings_given": query_embeddings is not None,
             },

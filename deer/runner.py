@@ -358,4 +358,3 @@ def _groups(task: Task, by: str | None) -> list[tuple]:
     for i, query in enumerate(task.queries):
         groups.setdefault(getattr(query, by), []).append(i)
     return list(groups.items())
-

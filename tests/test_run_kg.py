@@ -46,7 +46,8 @@ def test_three_probes_in_one_run_give_each_probes_own_numbers(tiny_setup, tmp_pa
         assert result.metrics.to_dict() == alone[result.probe].metrics.to_dict()
     shared, own = together[0], alone["deer"]
     np.testing.assert_allclose(shared.arrays["query_embeddings"], own.arrays["query_embeddings"], rtol=1e-5, atol=1e-6)
-    assert shared.metadata["cache"]["queries_encoded_now"] == 0  # handed on by LAMA's pass
+    assert shared.metadata["cache"]["queries_encoded_now"] == shared.metadata["cache"]["queries_from_cache"] == 0  # handed on
+    assert shared.metadata["cache"]["query_embeddings_given"] is True
     assert own.metadata["cache"]["queries_encoded_now"] == len(queries)
     table = _table(tmp_path / "one")
     assert {f"{probe}_rank_filtered" for probe in ("deer", "lama", "bear")} <= set(table.columns)
@@ -94,6 +95,7 @@ def test_the_cli_runs_several_probes_and_deer_lama_is_its_old_spelling(tiny_kg_d
     old = CliRunner().invoke(main, ["lama", "--single-token", "--with-deer", *common, "--out", str(tmp_path / "old")])
     assert old.exit_code == 0, old.output
     assert "`deer probe --probe lama,deer --probe-option single_token=true`" in old.output
+    assert "query vectors handed on by another probe" in new.output
     pd.testing.assert_frame_equal(_table(tmp_path / "new"), _table(tmp_path / "old"))
     unowned = CliRunner().invoke(main, ["probe", "--probe", "lama,deer", "--probe-option", "pll_variant=original", *common])
     assert unowned.exit_code != 0 and "--probe-option pll_variant=original" in unowned.output

@@ -162,10 +162,11 @@ def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "
     for result in results:
         cache = result.metadata.get("cache", {})
         if "entities_encoded_now" in cache:  # DEER's encoding, in a line
-            work = result.metadata["work"]
+            work, handed = result.metadata["work"], cache.get("query_embeddings_given")
             click.echo(
                 f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
-                f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache); "
+                f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache"
+                f"{f'; {len(result.table)} query vectors handed on by another probe' if handed else ''}); "
                 f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s"
             )
         elif "tokens" in result.metadata.get("work", {}):
