@@ -154,21 +154,6 @@ def resolve_cache(cache: bool, loaded) -> bool:
     return cache
 
 
-def rank_and_report(name: str, scored, queries, loaded, templates, show_progress: bool = False, device="cpu") -> ProbeResult:
-    """Rank a probe's scores (or vectors, by cosine on ``device``: the backend's) into a ``ProbeResult``."""
-    queries = scored.queries if scored.queries is not None else queries
-    started = time.perf_counter()
-    if scored.scores is not None:
-        ranking, backend = rank_scores(scored.scores, queries), "torch on cpu"
-    else:  # the score matrix is made chunk by chunk on the backend's device and never leaves it
-        ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=device, show_progress=show_progress)
-        backend = f"torch on {device}"
-    metadata = {**run_metadata(name, queries, loaded, templates), **scored.metadata, "ranking_backend": backend}
-    metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": time.perf_counter() - started}
-    return kg_result(name, queries, ranking.ranks, ranking.top, metadata, tokenizer=loaded.tokenizer,
-                     arrays=scored.arrays, head_above_gold=ranking.head_above_gold)
-
-
 def benchmark_probes(names: Sequence[str]) -> list[Probe]:
     """The probes named (in that order, once each); an unknown name is a ValueError naming the registered ones."""
     names, known = list(dict.fromkeys(names)), probe_names()
@@ -293,9 +278,19 @@ class KGRanking:
     show_progress: bool = False
 
     def __call__(self, task: Task, probe: Probe, scored) -> ProbeResult:
-        scored.metadata["backend"] = self.backend
-        return rank_and_report(probe.name, scored, task.kg_queries, self.loaded, self.templates, self.show_progress,
-                               device=self.device)
+        queries = scored.queries if scored.queries is not None else task.kg_queries
+        started = time.perf_counter()
+        if scored.scores is not None:
+            ranking, where = rank_scores(scored.scores, queries), "torch on cpu"
+        else:  # the score matrix is made chunk by chunk on the backend's device and never leaves it
+            ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=self.device,
+                                  show_progress=self.show_progress)
+            where = f"torch on {self.device}"
+        metadata = {**run_metadata(probe.name, queries, self.loaded, self.templates), **scored.metadata,
+                    "backend": self.backend, "ranking_backend": where}
+        metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": time.perf_counter() - started}
+        return kg_result(probe.name, queries, ranking.ranks, ranking.top, metadata, tokenizer=self.loaded.tokenizer,
+                         arrays=scored.arrays, head_above_gold=ranking.head_above_gold)
 
 
 @dataclasses.dataclass

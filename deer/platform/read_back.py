@@ -17,14 +17,12 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from deer.base.files import read_table
 from deer.platform.validate import warn
 
 BAD_SUFFIX = ".bad"
-ZIP_MAGIC = b"PK\x03\x04"  # every .npz is a zip archive
 
 
 class StoredFileError(ValueError):
@@ -53,28 +51,6 @@ def _parse_failure(path: Path, what: str, error: Exception, limit: int = 200) ->
     text = " ".join(str(error).replace(str(path), path.name).split())
     text = text if len(text) <= limit else text[: limit - 3] + "..."
     return StoredFileError(path, f"not a readable {what} ({type(error).__name__}{': ' + text if text else ''})")
-
-
-def read_arrays(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The arrays ``names`` of an ``.npz`` file, read whole (so the zip's checksums are checked); a
-    StoredFileError if it is empty, no zip archive (never unpickled), damaged or lacks one of them."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(len(ZIP_MAGIC))
-        if head != ZIP_MAGIC:  # checked first: np.load would take anything else for a pickle
-            raise StoredFileError(path, "an empty file" if not head else "not an .npz archive (it does not start as a zip file)")
-        with np.load(path, allow_pickle=False) as data:
-            missing = [name for name in names if name not in data.files]
-            if missing:
-                raise StoredFileError(path, f"holds no {', '.join(missing)} array (it has {', '.join(data.files) or 'none'})")
-            return {name: data[name] for name in names}
-    except StoredFileError:
-        raise
-    except Exception as error:  # whatever a damaged archive raises (BadZipFile, EOFError, zlib.error, OSError, ...)
-        if isinstance(error, ValueError) and "allow_pickle" in str(error):  # numpy's words would invite unpickling it
-            raise StoredFileError(path, "holds pickled Python objects, which are never loaded") from None
-        raise _parse_failure(path, ".npz archive", error) from None
 
 
 def read_json_object(path: Path) -> dict:
