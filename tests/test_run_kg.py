@@ -100,3 +100,19 @@ def test_the_cli_runs_several_probes_and_deer_lama_is_its_old_spelling(tiny_kg_d
     unowned = CliRunner().invoke(main, ["probe", "--probe", "lama,deer", "--probe-option", "pll_variant=original", *common])
     assert unowned.exit_code != 0 and "--probe-option pll_variant=original" in unowned.output
     assert "no probe of this run has such an option" in unowned.output
+
+
+def test_deer_bear_is_its_deer_probe_spelling(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """`deer bear --pll-variant X` runs `deer probe --probe bear --probe-option pll_variant=X`: the same table and
+    metrics, with a note naming the new spelling."""
+    monkeypatch.chdir(tmp_path)
+    common = ["--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--no-cache"]
+    old = CliRunner().invoke(main, ["bear", "--pll-variant", "original", *common, "--out", str(tmp_path / "old")])
+    assert old.exit_code == 0, old.output
+    assert "`deer probe --probe bear --probe-option pll_variant=original`" in old.output
+    new = CliRunner().invoke(main, ["probe", "--probe", "bear", "--probe-option", "pll_variant=original", "--token-budget", "512",
+                                    *common, "--out", str(tmp_path / "new")])
+    assert new.exit_code == 0, new.output
+    pd.testing.assert_frame_equal(_table(tmp_path / "new"), _table(tmp_path / "old"))
+    metrics = [json.loads((tmp_path / side / "metrics.json").read_text()) for side in ("old", "new")]
+    assert metrics[0] == metrics[1]
