@@ -42,30 +42,33 @@ class FilterTails(Sequence):
         if isinstance(index, (int, np.integer)):
             i = range(len(self))[index]  # a negative index, or an IndexError past the end
             return self.positions[self.offsets[i]:self.offsets[i + 1]]
-        rows = np.arange(len(self))[index]
-        return self.take(rows)
+        if isinstance(index, slice):  # the slice's rows only: a chunk costs its own size, not the whole set's
+            return self.take(np.arange(*index.indices(len(self))))
+        return self.take(np.arange(len(self))[index])
 
     def take(self, rows: np.ndarray) -> FilterTails:
         """The filters of query ``rows`` (int64 indices), in that order."""
         rows = np.asarray(rows, dtype=np.int64)
-        lengths = self.lengths()[rows]
-        return FilterTails(np.concatenate([[0], np.cumsum(lengths)]), self.positions[self.pair_indices(rows)])
+        return FilterTails(np.concatenate([[0], np.cumsum(self.lengths(rows))]), self.positions[self.pair_indices(rows)])
 
-    def lengths(self) -> np.ndarray:
-        """int64 (n_queries,): how many known-true other tails each query has."""
-        return np.diff(self.offsets)
+    def lengths(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """int64: how many known-true other tails each query has (of ``rows`` only, where given)."""
+        if rows is None:
+            return np.diff(self.offsets)
+        rows = np.asarray(rows, dtype=np.int64)
+        return self.offsets[rows + 1] - self.offsets[rows]
 
     def pair_indices(self, rows: np.ndarray) -> np.ndarray:
         """Indices into ``positions`` of every filter position of ``rows``, query by query."""
         rows = np.asarray(rows, dtype=np.int64)
-        lengths = self.lengths()[rows]
+        lengths = self.lengths(rows)
         firsts = np.repeat(self.offsets[rows] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         return firsts + np.arange(int(lengths.sum()), dtype=np.int64)
 
     def pairs(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """(row within ``rows``, candidate position) of every known-true other tail of ``rows``."""
         rows = np.asarray(rows, dtype=np.int64)
-        return np.repeat(np.arange(len(rows)), self.lengths()[rows]), self.positions[self.pair_indices(rows)]
+        return np.repeat(np.arange(len(rows)), self.lengths(rows)), self.positions[self.pair_indices(rows)]
 
     def remap(self, new_position: np.ndarray) -> FilterTails:
         """The same filters over other candidate positions: each position ``p`` becomes ``new_position[p]``,
@@ -76,7 +79,7 @@ class FilterTails(Sequence):
         return FilterTails(np.concatenate([[0], np.cumsum(np.bincount(rows[kept], minlength=len(self)))]), mapped[kept])
 
     def __eq__(self, other) -> bool:
-        other = FilterTails.of(other) if not isinstance(other, FilterTails) else other
+        other = FilterTails.of(other)
         return np.array_equal(self.offsets, other.offsets) and np.array_equal(self.positions, other.positions)
 
     __hash__ = None

@@ -123,6 +123,8 @@ def test_filters_held_as_two_arrays_read_as_the_per_query_arrays():
         filters[40]
     picked = np.array([5, 3, 3, 30])
     assert filters.take(picked) == [rows[i] for i in picked] and filters[10:20] == rows[10:20]
+    assert filters[::-3] == rows[::-3] and filters[35:99] == rows[35:99] and filters[[2, -1]] == [rows[2], rows[-1]]
+    assert filters.lengths(picked).tolist() == [len(rows[i]) for i in picked]
     new_position = np.where(np.arange(50) % 3 == 0, -1, np.cumsum(np.arange(50) % 3 != 0) - 1)
     assert filters.remap(new_position) == [new_position[r][new_position[r] >= 0] for r in rows]
     excluded = np.where(rng.random(40) < 0.5, rng.integers(0, 50, size=40), -1)

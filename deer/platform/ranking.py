@@ -190,7 +190,7 @@ def filter_counts(filter_tails: Sequence[np.ndarray], rows: np.ndarray, excluded
     pair_rows, positions = filters.pairs(rows)
     excluded = np.asarray(excluded, dtype=np.int64)
     hit = positions == excluded[pair_rows]  # -1 is never a position
-    return filters.lengths()[rows], np.bincount(pair_rows[hit], minlength=len(rows)) > 0
+    return filters.lengths(rows), np.bincount(pair_rows[hit], minlength=len(rows)) > 0
 
 
 def rank_and_best(scores: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
