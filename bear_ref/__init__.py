@@ -1,5 +1,5 @@
 """Reference likelihood probes: BEAR (summed statement log-likelihood, PLL for masked LMs), LAMA
-(first-token log-probability) and the BEAR data-set score; each returns a ``deer.ProbeResult``.
+(first-token log-probability) and the BEAR data-set score; each returns a ``deer.RunResult``.
 
     import bear_ref
     result = bear_ref.bear("wn18rr", "smollm2-135m", subset=50)

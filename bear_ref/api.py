@@ -16,13 +16,13 @@ from deer.backends.hf import STATEMENT_TOKEN_BUDGET
 from deer.backends.models import DEFAULT_MODEL, as_loaded_model
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs
-from deer.platform.result import ProbeResult
+from deer.platform.result import RunResult
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.runner import run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 
 
-def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2r", cache: bool = False, **options) -> ProbeResult:
+def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2r", cache: bool = False, **options) -> RunResult:
     """BEAR on a KG: rank candidates by the summed log-likelihood of each whole statement
     (DEER's query text closed with ' t_name)'; pseudo log-likelihood for masked LMs).
 
@@ -34,7 +34,7 @@ def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2
     return run_probe("bear", kg, model, pll_variant=pll_variant, cache=cache, **options)
 
 
-def lama(kg="wn18rr", model=DEFAULT_MODEL, *, single_token: bool = False, **options) -> ProbeResult:
+def lama(kg="wn18rr", model=DEFAULT_MODEL, *, single_token: bool = False, **options) -> RunResult:
     """LAMA on a KG: rank candidates by log p(first token of ' t_name)') right after the query text.
 
     single_token: LAMA's own protocol, only candidates (and gold tails) whose name is one token;
@@ -58,7 +58,7 @@ class DatasetSelection:
 def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelection | None = None,
                  loading: ModelLoading | None = None, budget: Budget | None = None, pll_variant: str = "within_word_l2r",
                  domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES, backend: str = DEFAULT_BACKEND,
-                 out=None, show_progress: bool = True, **options) -> ProbeResult:
+                 out=None, show_progress: bool = True, **options) -> RunResult:
     """The BEAR score of a data set in the lm-pub-quiz format ('bear', 'bear-big', a folder or a
     ``BearDataset``): accuracy per template, its mean and spread, per relation, domain and cardinality.
 

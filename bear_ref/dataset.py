@@ -22,7 +22,7 @@ from deer.base.work import summed_work
 from deer.platform.benchmark_rows import query_frame
 from deer.platform.metrics import adjusted_index
 from deer.platform.read_back import read_json_object, read_stored_table
-from deer.platform.result import Metrics, ProbeResult, check_instances_folder, find_table
+from deer.platform.result import INSTANCES_TABLE, RunResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
@@ -203,10 +203,10 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, method) -> dict:
     }
 
 
-def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: Path | None) -> ProbeResult:
-    """The data-set score as a :class:`ProbeResult` (saved as instances table, metrics, summary.md, metadata),
+def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: Path | None) -> RunResult:
+    """The data-set score as a :class:`RunResult` (saved as instances table, metrics, summary.md, metadata),
     saved in ``out_dir`` unless it is None."""
-    result = ProbeResult("bear", table, Metrics(metrics, "overall"), metadata, summary=summary_markdown(metrics))
+    result = RunResult.of_probe("bear", table, metrics, metadata, layout=INSTANCES_TABLE, summary=summary_markdown(metrics))
     if out_dir is not None:
         result.save(out_dir)
     return result
@@ -215,7 +215,7 @@ def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: 
 def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selection: dict, token_budget: int = 512,
                      pll_variant: str = "within_word_l2r", show_progress: bool = True,
                      domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES,
-                     backend: str = DEFAULT_BACKEND) -> ProbeResult:
+                     backend: str = DEFAULT_BACKEND) -> RunResult:
     """Score ``dataset`` and return its result: the BEAR probe over ``bear_cloze_task`` through the one cloze
     loop (``deer.runner.score_probes``), seen as lm-pub-quiz's instances table and accuracy.
 
@@ -278,7 +278,7 @@ def find_instances_table(out_dir: Path) -> Path:
 
 
 def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
-                             domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> ProbeResult:
+                             domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> RunResult:
     """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table
     (left as it is; nothing is re-scored).  ``dataset`` defaults to the one metadata.json names, loaded
     with the stored selection; a given one must hold the same relations and instances as the table."""

@@ -20,7 +20,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 # public name -> module that defines it
 _PUBLIC = {
     **dict.fromkeys(("probe", "load_result", "load_queries"), "deer.api"),
-    **dict.fromkeys(("ProbeResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
+    **dict.fromkeys(("RunResult", "ProbeResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
     **dict.fromkeys(("LoadedModel", "open_model"), "deer.backends.models"),
     "ModelSpec": "deer.base.model_spec",
     "PromptEOLEncoder": "deer.backends.encoder",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from deer.backends.models import DEFAULT_MODEL
 from deer.platform.inputs import as_query_set
-from deer.platform.result import ProbeResult
+from deer.platform.result import RunResult
 from deer.platform.run_options import Budget, ModelLoading, QuerySelection
 from deer.platform.templates import PromptTemplates
 from deer.runner import run_probe
@@ -26,7 +26,7 @@ def probe(
     out=None,
     show_progress: bool = True,
     **options,
-) -> ProbeResult:
+) -> RunResult:
     """Run DEER: rank every candidate tail for each (h, r, ?) query by cosine of PromptEOL embeddings.
 
     kg: 'wn18rr', a KG folder (str or Path), a ``TextualKG`` or a ``QuerySet`` (then the selection's
@@ -63,15 +63,15 @@ def probe(
     Every input is checked before the model is loaded: a bad option raises ``OptionError`` naming
     it, a bad data file ``KGFormatError`` naming file and line, a kg or model of no accepted type
     ``TypeError`` naming the argument.
-    Returns a :class:`ProbeResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
+    Returns a :class:`RunResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
     return run_probe("deer", kg, model, selection=selection, templates=templates, loading=loading, budget=budget, backend=backend,
                      cache=cache, out=out, show_progress=show_progress, **options)
 
 
-def load_result(folder: str | Path, probe: str | None = None) -> ProbeResult:
-    """A saved result (see :meth:`ProbeResult.load`)."""
-    return ProbeResult.load(folder, probe)
+def load_result(folder: str | Path, probe: str | None = None) -> RunResult:
+    """A saved result (see :meth:`RunResult.load`)."""
+    return RunResult.load(folder, probe)
 
 
 def load_queries(kg="wn18rr", split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,

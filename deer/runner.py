@@ -6,10 +6,10 @@
 Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here, in one run
 loop, ``score_probes`` (every group of a task's queries, each probe in turn, its stored rows reused or the
 group scored and ranked).  Its ranking step is the task's: a KG's one large candidate set is ranked with
-the known-true filters into a ``ProbeResult`` (``KGRanking``: ``run_probe``, which ``deer.probe``,
-``bear_ref.bear`` and ``bear_ref.lama`` call); a task of many candidate sets one row per query, the probes
-side by side, resumable by parts (``cloze_rows``: ``run_cloze``'s ``ClozeResult`` and the BEAR data-set
-score, ``bear_ref.dataset``).
+the known-true filters (``KGRanking``: ``run_kg`` and ``run_probe``, which ``deer.probe``, ``bear_ref.bear``
+and ``bear_ref.lama`` call); a task of many candidate sets one row per query, resumable by parts
+(``cloze_rows``: ``run_cloze`` and the BEAR data-set score, ``bear_ref.dataset``).  Every run's answer is
+one ``RunResult``, its probes side by side.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from deer.platform.length_guard import guard_benchmark_lengths
 from deer.platform.metrics import cloze_metrics
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
-from deer.platform.result import ClozeResult, ProbeResult, kg_result, run_metadata
+from deer.platform.result import QUERIES_TABLE, RunResult, combine_results, kg_result, run_metadata
 from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options, refuse_leftover
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
@@ -70,7 +70,7 @@ def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
 def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
-              distributed: bool = False, **options) -> ProbeResult:
+              distributed: bool = False, **options) -> RunResult:
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates (``run_kg`` with one probe).
 
     The arguments are ``deer.probe``'s; ``selection``, ``templates``, ``loading`` and ``budget`` are each
@@ -82,18 +82,18 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
     run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
     run_options, options = gather_options(options, selection, templates, loading, budget)
-    [result] = run_kg([probe], kg, model, options={probe.name: options}, selection=run_options.selection,
+    return run_kg([probe], kg, model, options={probe.name: options}, selection=run_options.selection,
                       templates=run_options.templates, loading=run_options.loading, budget=run_options.budget, backend=backend,
                       cache=cache, out=out, show_progress=show_progress, distributed=distributed, **run_keywords)
-    return result
 
 
 def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, options: Mapping[str, Mapping] | None = None,
            selection: QuerySelection | None = None, templates: PromptTemplates | None = None, loading: ModelLoading | None = None,
            budget: Budget | None = None, backend: str = DEFAULT_BACKEND, cache: bool = False, out=None,
-           show_progress: bool = True, **loose) -> list[ProbeResult]:
+           show_progress: bool = True, **loose) -> RunResult:
     """Run ``probes`` (registered names or ``Probe`` objects) on a KG's queries, the model loaded once, through
-    the one run loop: one ``ProbeResult`` per probe, in the order given, all saved into ``out``'s one ranks table.
+    the one run loop: one ``RunResult``, every probe's ranks side by side in the order given (``result["deer"]``:
+    one probe's), saved into ``out``'s one ranks table.
 
     Every probe ranks the same queries: where one ranks fewer (LAMA's ``single_token``), all rank those.  A
     probe taking another's arrays runs after it and is handed them (LAMA's pass gives DEER its query vectors).
@@ -131,11 +131,10 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     scored = score_probes(kg_benchmark_task(queries, run.templates), chosen, runner,
                           options={name: {**own, "distributed": distributed} for name, own in options.items()},
                           stores=stores, show_progress=show_progress, templates=run.templates, rank=ranking)
-    results = [run.finish(scored.ranked[name][0][1]) for name in names]  # a KG's task is one group
-    if out is not None and world()[0] == 0:
-        for result in results:  # checked again: a probe may rank fewer queries than it was given
-            result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
-    return results
+    result = run.finish(combine_results([scored.ranked[name][0][1] for name in names]))  # a KG's task is one group
+    if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
+        result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
+    return result
 
 
 def queries_ranked(probe: Probe, queries, options: Mapping[str, Any], loaded):
@@ -173,7 +172,7 @@ def _empty_task_error(task: Task) -> ValueError:
 
 def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
               token_budget: int | None = None, show_progress: bool = True, backend: str = DEFAULT_BACKEND,
-              store_root: str | Path | None = None) -> ClozeResult:
+              store_root: str | Path | None = None) -> RunResult:
     """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per
     query and probe the gold's realistic rank among the query's candidates (a non-finite score never
     beats the gold), the argmax prediction (first on a tie), whether it is the gold, and the gold's score;
@@ -197,21 +196,19 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     stores = None if plain or store_root is None else Path(store_root)
     scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
     names = [probe.name for probe in chosen]
-    probe_metadata = {name: metadata[0] for name, metadata in scored.metadata.items() if metadata}
-    metadata = {
+    shared = {
         "task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
         "model": loaded.metadata(),
         "probes": names,
         "backend": backend,
         "rank_rule": RANK_RULE,
-        "resumed_probes": [name for name in names if scored.resumed[name]],
-        "candidate_prompts": probe_metadata.get("deer", {}).get("candidate_prompts", {}),  # DEER's: encoded now / from the store
-        "probe_metadata": probe_metadata,  # each probe scored now: its work and timings
-        "timings": scored.timings,  # seconds per probe scored now (a handed-on pass counts in the probe that made it)
         "versions": package_versions(),
     }
+    metadata = {name: {"probe": name, **shared, **(scored.metadata[name] or [{}])[0],  # its work now, if scored now
+                       "resumed": bool(scored.resumed[name]), "seconds": scored.timings.get(f"{name}_seconds")}
+                for name in names}
     table = pd.concat([query_frame(task)] + [scored.rows(name) for name in names], axis=1)
-    result = ClozeResult(table, metadata, cloze_metrics(table))
+    result = RunResult(table, cloze_metrics(table), metadata, QUERIES_TABLE)
     if out is not None:
         result.save(out)
     return result
@@ -269,7 +266,7 @@ def cloze_rows(task: Task, probe: Probe, scored) -> pd.DataFrame:
 @dataclasses.dataclass
 class KGRanking:
     """The ranking step of a KG's task (one large candidate set): the probe's score matrix, or its vectors by
-    cosine on the backend's device, ranked with the known-true filters into a ``ProbeResult``."""
+    cosine on the backend's device, ranked with the known-true filters into a one-probe ``RunResult``."""
 
     loaded: LoadedModel
     templates: PromptTemplates
@@ -277,7 +274,7 @@ class KGRanking:
     device: Any = "cpu"
     show_progress: bool = False
 
-    def __call__(self, task: Task, probe: Probe, scored) -> ProbeResult:
+    def __call__(self, task: Task, probe: Probe, scored) -> RunResult:
         queries = scored.queries if scored.queries is not None else task.kg_queries
         started = time.perf_counter()
         if scored.scores is not None:

@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from deer.platform.metrics import rank_metrics
+from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels, result_header
+from experiments.runs import check_distinct_labels, result_header
 from experiments.stats import bootstrap_interval, pearson_r, rank_correlations, small_sample_note
 
 PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))  # the paper's pairs first, in its order
@@ -39,25 +40,25 @@ PAPER_PAIRS = {"deer vs lama": "0.50 (OPT-350M) .. 0.80 (OPT-6.7B)"}
 PAPER_PAIR_PROTOCOL = "LAMA single-token (596 queries x 4,948 entities)"
 
 
-def lama_protocol(run: ProbeRun) -> str | None:
+def lama_protocol(run: RunResult) -> str | None:
     """'single-token' or 'first-token' for the run's LAMA ranks (None: no LAMA in the run)."""
-    if "lama" not in run.probes():
+    if "lama" not in run.probes:
         return None
-    lama = run.metadata.get("lama", {})
+    lama = run.probe_metadata.get("lama", {})
     return "single-token" if isinstance(lama, dict) and lama.get("single_token") else "first-token"
 
 
-def run_candidates(run: ProbeRun) -> int | None:
+def run_candidates(run: RunResult) -> int | None:
     """Candidates ranked per query in the run (from any probe's metadata)."""
-    for probe in run.probes():
-        block = run.metadata.get(probe)
+    for probe in run.probes:
+        block = run.probe_metadata.get(probe)
         if isinstance(block, dict) and block.get("candidates") is not None:
             return int(block["candidates"])
     return None
 
 
-def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int, bootstrap: int, seed: int) -> dict:
-    x, y = run.ranks(first, rank_type), run.ranks(second, rank_type)
+def pair_row(run: RunResult, first: str, second: str, rank_type: str, hit_k: int, bootstrap: int, seed: int) -> dict:
+    x, y = run.ranks(rank_type, first), run.ranks(rank_type, second)
     both = np.isfinite(x) & np.isfinite(y)
     x, y = x[both], y[both]
     correlation = rank_correlations(x, y)
@@ -82,8 +83,8 @@ def pair_row(run: ProbeRun, first: str, second: str, rank_type: str, hit_k: int,
     }
 
 
-def hits_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
-    ranks = run.ranks(probe, rank_type)
+def hits_row(run: RunResult, probe: str, rank_type: str) -> dict:
+    ranks = run.ranks(rank_type, probe)
     metrics = rank_metrics(ranks[np.isfinite(ranks)], ks=HIT_KS)
     row = {"model": run.label, "probe": probe, "n": metrics["n"]}
     for name in (*(f"hit@{k}" for k in HIT_KS), "mrr"):
@@ -92,7 +93,7 @@ def hits_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
     return {**row, "candidates": run_candidates(run), "lama_protocol": lama_protocol(run) if probe == "lama" else None}
 
 
-def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
+def run_agreement(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
                   bootstrap: int = 1000, seed: int = 0, settings: dict | None = None) -> dict:
     """Compare the probes present in each run: write agreement.csv/.md (model x probe pair), hits.csv/.md
     (model x probe), agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's dict."""
@@ -100,7 +101,7 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
     output = ExperimentOutput(out_dir, "agreement")
     pair_rows, hit_rows, panels = [], [], []
     for run in runs:
-        present = run.probes()
+        present = run.probes
         pairs = [(a, b) for a, b in PAIRS if a in present and b in present]
         pairs += [(a, b) for a, b in itertools.combinations(present, 2) if (a, b) not in pairs and (b, a) not in pairs]
         if not pairs:
@@ -109,7 +110,7 @@ def run_agreement(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fil
             row = pair_row(run, first, second, rank_type, hit_k, bootstrap, seed)
             pair_rows.append(row)
             panels.append({"row": run.label, "column": f"{plots.probe_label(first)} vs {plots.probe_label(second)}",
-                           "x": run.ranks(first, rank_type), "y": run.ranks(second, rank_type),
+                           "x": run.ranks(rank_type, first), "y": run.ranks(rank_type, second),
                            "x_label": plots.probe_label(first), "y_label": plots.probe_label(second), "r": row["pearson_r_log"]})
         hit_rows += [hits_row(run, probe, rank_type) for probe in present]
     output.figure("agreement_scatter", lambda: plots.log_rank_scatter(panels, hit_k=hit_k))

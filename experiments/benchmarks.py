@@ -22,6 +22,7 @@ from deer.backends import backend_class, open_backend, refuse_cache_on
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs, store_root
+from deer.platform.metrics import cloze_blocks
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
@@ -123,8 +124,9 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
                     loading: ModelLoading | None = None, budget: Budget | None = None, probes: Sequence[str] = BENCHMARK_PROBES,
                     bear_run=None, bootstrap: int = 1000, out=None, backend: str = "hf", cache: bool = False,
                     show_progress: bool = True, **options) -> dict:
-    """Run ``probes`` on a benchmark; returns {"table", "metrics", "agreement", "mode_agreement", "metadata"}
-    (and "bear_dataset" for DEER on a BEAR-format data set).  ``selection``, ``loading`` and ``budget``
+    """Run ``probes`` on a benchmark; returns the report {"result" (the cloze run's ``RunResult``), "agreement",
+    "mode_agreement", and the result's "table", "metrics" and "metadata" by probe} (and "bear_dataset" for DEER
+    on a BEAR-format data set).  ``selection``, ``loading`` and ``budget``
     are each an object or its fields as loose keywords (``max_facts=``, ``relations=``, ``dtype=``,
     ``token_budget=``, ...).  ``backend``: 'hf', or 'plain' (one whole forward pass per text, a
     cross-check).  ``cache``: keep DEER's candidate vectors in the model's prompt store under
@@ -164,11 +166,11 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
         if bear_data_set:
             report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, selection.seed,
                                                        bear_table)
-        metrics = result.metrics
+        metrics = result.probe_metrics
         agreement = probe_agreement(result.table, bootstrap, selection.seed)
         modes_rows = mode_agreement(result.table, bootstrap, selection.seed)
-        report.update({"table": result.table, "metrics": metrics, "agreement": agreement, "mode_agreement": modes_rows,
-                       "metadata": result.metadata})
+        report.update({"result": result, "table": result.table, "metrics": metrics, "agreement": agreement,
+                       "mode_agreement": modes_rows, "metadata": result.probe_metadata})
         if out is not None:
             out = Path(out)
             write_json(out / "metrics.json", metrics)
@@ -179,7 +181,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
 
 
 def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
-    return metrics.get(kind, {}).get(mode, {}).get(probe, {}).get("overall", {}).get("p@1")
+    return metrics.get(probe, {}).get(kind, {}).get(mode, {}).get("overall", {}).get("p@1")
 
 
 def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = BENCHMARK_PROBES, **options) -> dict:
@@ -194,7 +196,7 @@ def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = 
                for name, label in zip(models, distinct_labels(models), strict=True)}
     names = list(reports)
     rows, headline_rows = [], []
-    for kind, mode in sorted({(k, m) for r in reports.values() for k, modes in r["metrics"].items() for m in modes}):
+    for kind, mode in sorted({(k, m) for r in reports.values() for k, m, _, _ in cloze_blocks(r["metrics"])}):
         scores = {p: [headline(reports[n]["metrics"], kind, mode, p) for n in names] for p in probes}
         for p, values in scores.items():
             headline_rows.append({"candidates": kind, "mode": mode, "probe": p, **dict(zip(names, values, strict=True))})

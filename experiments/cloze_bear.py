@@ -16,7 +16,7 @@ from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, bear_format, bear_metrics,
 from deer.backends.models import LoadedModel
 from deer.base.files import write_json, write_table, write_text
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
-from deer.platform.result import ClozeResult
+from deer.platform.result import RunResult
 from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
 from kg_data.bear import BearDataset
@@ -104,7 +104,7 @@ def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, s
     return rows
 
 
-def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedModel, out: str | Path,
+def compare_with_bear(result: RunResult, dataset: BearDataset, loaded: LoadedModel, out: str | Path,
                       bear_run: str | Path | None = None, bootstrap: int = 1000, seed: int = 0,
                       bear_table: pd.DataFrame | None = None) -> dict:
     """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own, or ``bear_run``'s; ``bear_table``:
@@ -121,7 +121,8 @@ def compare_with_bear(result: ClozeResult, dataset: BearDataset, loaded: LoadedM
     if len(joined) != len(deer_table):
         raise ValueError(f"BEAR's table covers {len(joined)} of DEER's {len(deer_table)} (instance, template) rows")
     agreement = agreement_rows(joined, dataset, bootstrap, seed)
-    report = {"metrics": metrics, "agreement": agreement, "timings": result.metadata["timings"],
+    seconds = {f"{p}_seconds": result.metadata_of(p)["seconds"] for p in result.probes}  # None: resumed, not scored now
+    report = {"metrics": metrics, "agreement": agreement, "timings": {k: v for k, v in seconds.items() if v is not None},
               "bear_run": str(bear_run) if bear_run else None, "model": loaded.metadata(), "dataset": dataset.summary()}
     write_table(out / "deer_instances.parquet", deer_table)
     write_json(out / "report.json", report)

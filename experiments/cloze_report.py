@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from deer.platform.metrics import candidate_kind, probes_in
+from deer.platform.metrics import candidate_kind, cloze_blocks, probes_in
 from deer.platform.tables import format_number, markdown_table
 from experiments.stats import bootstrap_interval, caveat_lines, pearson_r, rank_correlations, small_sample_note
 
@@ -94,8 +94,7 @@ def summary_markdown(metrics: dict, probe_rows: list[dict], mode_rows: list[dict
     rows = [{"candidates": kind, "mode": mode, "probe": probe, "source": source, "relations": b["relations"], "n": b["n"],
              "P@1 (macro)": b["p@1_macro"], "P@1": b["p@1"], "P@10": b["p@10"], "MRR": b["mrr"], "random P@1": b["random_p@1"],
              "adjusted MRR": b["adjusted"]["mrr"]}
-            for kind, modes in metrics.items() for mode, probes in modes.items() for probe, block in probes.items()
-            for source, b in block["per_source"].items() if b["n"]]
+            for kind, mode, probe, block in cloze_blocks(metrics) for source, b in block["per_source"].items() if b["n"]]
     formats = {**dict.fromkeys(["P@1 (macro)", "P@1", "P@10", "MRR", "adjusted MRR"], ".3f"), "random P@1": ".4f"}
     lines = markdown_table(rows, formats).splitlines() if rows else []
     lines += ["", "Agreement between probes on the same queries (r: Pearson of log10 ranks; accuracy: P@1 right or not):", ""]

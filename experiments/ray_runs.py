@@ -18,8 +18,9 @@ import numpy as np
 
 from deer.backends import DEFAULT_BACKEND
 from deer.base.extras import import_extra
+from deer.platform.result import RunResult
 from deer.platform.run_options import ModelLoading, refuse_leftover, take
-from experiments.runs import ProbeRun, run_probes
+from experiments.runs import run_probes
 from kg_data.queries import QuerySet
 
 
@@ -45,12 +46,12 @@ def task_resources(ray) -> dict:
     return {"num_gpus": 1} if ray.cluster_resources().get("GPU", 0) > 0 else {"num_cpus": 1}
 
 
-def _probe_task(queries: QuerySet, model_name: str, probes: Sequence[str], templates, options: dict) -> ProbeRun:
+def _probe_task(queries: QuerySet, model_name: str, probes: Sequence[str], templates, options: dict) -> RunResult:
     return run_probes(queries, model_name, probes, None, templates, log=lambda *_: None, **options)
 
 
 def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Sequence[str], templates, *,
-                      address: str | None = None, num_cpus: int | None = None, **options) -> list[ProbeRun]:
+                      address: str | None = None, num_cpus: int | None = None, **options) -> list[RunResult]:
     """``run_probes`` for every model, one Ray task each (``options``: dtype, device,
     token_budget, use_cache, runs_dir, probe_options); runs come back in ``model_names`` order."""
     options = {**options, "runs_dir": Path(options.get("runs_dir", "runs")).resolve()}

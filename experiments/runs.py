@@ -1,8 +1,9 @@
 """Probe runs the experiments build on: read existing run folders, or run the probes into one.
 
-A run folder is what ``ProbeResult.save`` writes: ``ranks.parquet|csv`` (a row per query,
-``{probe}_rank_raw|filtered`` columns), ``metrics.json`` and ``metadata.json`` keyed by probe, and
-``run_spec.json`` (``deer.platform.run_spec``) that every probe in the folder was run with.
+A run is a KG run's ``RunResult``, labelled (by its model), in the folder ``RunResult.save`` writes:
+``ranks.parquet|csv`` (a row per query, ``{probe}_rank_raw|filtered`` columns), ``metrics.json`` and
+``metadata.json`` keyed by probe, and ``run_spec.json`` (``deer.platform.run_spec``) that every probe in
+the folder was run with.
 """
 
 from __future__ import annotations
@@ -14,44 +15,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from deer.backends.models import LoadedModel, open_model
-from deer.platform.read_back import read_json_object
-from deer.platform.result import ProbeResult, find_ranks_table, join_results, load_results, read_ranks_table
+from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.run_spec import RunSpec, spec_folder
 from deer.probes import probe_names
 from experiments.report import distinct_labels
 from kg_data.queries import QuerySet, queries_for
 
-RANK_TYPES = ("filtered", "raw")
+ProbeRun = RunResult  # the experiments' old name of a run (until 0.3): one RunResult, labelled and read from its folder
 
 
-@dataclasses.dataclass
-class ProbeRun:
-    """One run folder's ranks table and JSON, labelled (usually by model name)."""
-
-    label: str
-    folder: Path
-    table: pd.DataFrame
-    metrics: dict
-    metadata: dict
-
-    def probes(self) -> list[str]:
-        """Probes with rank columns in the table, in the registry's order (DEER first; ``deer.probes``)."""
-        present = [column.removesuffix("_rank_raw") for column in self.table.columns if column.endswith("_rank_raw")]
-        order = {name: index for index, name in enumerate(probe_names())}
-        return sorted(present, key=lambda name: (order.get(name, len(order)), name))
-
-    def ranks(self, probe: str, rank_type: str = "filtered") -> np.ndarray:
-        if rank_type not in RANK_TYPES:
-            raise ValueError(f"rank type must be one of {RANK_TYPES}")
-        return self.table[f"{probe}_rank_{rank_type}"].to_numpy(dtype=np.float64)
-
-
-def _read_json(path: Path) -> dict:
-    return read_json_object(path) if path.exists() else {}
+def in_registry_order(result: RunResult) -> RunResult:
+    """``result`` with its probes in the registry's order (DEER first; ``deer.probes``), as the experiments list them."""
+    order = {name: index for index, name in enumerate(probe_names())}
+    probes = sorted(result.probes, key=lambda name: (order.get(name, len(order)), name))
+    return dataclasses.replace(result, probe_metrics={p: result.probe_metrics[p] for p in probes},
+                               probe_metadata={p: result.metadata_of(p) for p in probes})
 
 
 def recorded_model_name(metadata: dict) -> str | None:
@@ -71,7 +52,7 @@ def run_label(metadata: dict, folder: Path) -> str:
     return Path(name).name if "/" in name and Path(name).exists() else name
 
 
-def label_runs_apart(runs: Sequence[ProbeRun], names: Sequence[str] | None = None) -> None:
+def label_runs_apart(runs: Sequence[RunResult], names: Sequence[str] | None = None) -> None:
     """Relabel ``runs`` in place when two share a label: each becomes the shortest trailing part of its model's
     path that tells the models apart (run-a/checkpoint-10); runs of one model in several folders keep theirs
     plus as much of their folder's path as tells those apart.  ``names``: the models as given, one per run
@@ -79,14 +60,14 @@ def label_runs_apart(runs: Sequence[ProbeRun], names: Sequence[str] | None = Non
     if len({run.label for run in runs}) == len(runs):
         return
     if names is None:
-        names = [recorded_model_name(run.metadata) or str(run.folder) for run in runs]
+        names = [recorded_model_name(run.probe_metadata) or str(run.folder) for run in runs]
     names = [str(name) for name in names]
     folders = distinct_labels([run.folder.resolve() for run in runs])
     for run, name, label, folder in zip(runs, names, distinct_labels(names), folders, strict=True):
         run.label = f"{run.label} ({folder})" if names.count(name) > 1 else label
 
 
-def check_distinct_labels(runs: Sequence[ProbeRun]) -> None:
+def check_distinct_labels(runs: Sequence[RunResult]) -> None:
     """Raise ValueError if two runs share a label: their rows, figures and JSON keys would mix."""
     labels = [run.label for run in runs]
     shared = sorted({label for label in labels if labels.count(label) > 1})
@@ -96,31 +77,31 @@ def check_distinct_labels(runs: Sequence[ProbeRun]) -> None:
                          "(experiments.runs.label_runs_apart), or leave out a model given twice")
 
 
-def result_header(experiment: str, runs: Sequence[ProbeRun], rank_type: str, settings: dict | None) -> dict:
+def result_header(experiment: str, runs: Sequence[RunResult], rank_type: str, settings: dict | None) -> dict:
     """The fields an experiment over runs starts its JSON with: what ran, on which runs, how."""
     return {"experiment": experiment, "rank_type": rank_type, "settings": settings or {},
             "runs": {run.label: str(run.folder) for run in runs}}
 
 
-def load_run(folder: Path, label: str | None = None) -> ProbeRun:
-    """Read a run folder; raises ValueError (shown to CLI users) naming the file if it holds no ranks table,
-    or one of its files is unreadable or lacks what a run has (``read_ranks_table``)."""
+def load_run(folder: Path, label: str | None = None) -> RunResult:
+    """Read a KG run folder, labelled; raises ValueError (shown to CLI users) naming the file if it holds no
+    ranks table, or one of its files is unreadable or lacks what a run has (``load_result``)."""
     folder = Path(folder)
-    path = find_ranks_table(folder)
-    if path is None:
+    if find_ranks_table(folder) is None:
         raise ValueError(f"{folder} holds no ranks table (ranks.parquet or ranks.csv); run `deer probe --out {folder}` first")
-    metadata = _read_json(folder / "metadata.json")
-    return ProbeRun(label or run_label(metadata, folder), folder, read_ranks_table(path), _read_json(folder / "metrics.json"),
-                    metadata)
+    run = in_registry_order(load_result(folder))
+    run.label = label or run_label(run.probe_metadata, folder)
+    return run
 
 
-def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | None:
+def _stored_result(folder: Path, probe: str, spec: RunSpec) -> RunResult | None:
     """``probe``'s result in the folder if the folder's ``run_spec.json`` and the probe's metadata both
     match ``spec`` in every field (never the weight fingerprint alone)."""
     stored = RunSpec.read(folder)
     if stored is None or find_ranks_table(folder) is None:
         return None
-    result = load_results(folder).get(probe)
+    stored_run = load_result(folder)
+    result = stored_run[probe] if probe in stored_run.probes else None
     recorded = result.metadata.get("run_spec") if result is not None else None
     if not isinstance(recorded, dict) or stored.differences(spec) or RunSpec.from_dict(recorded).differences(spec):
         return None
@@ -130,7 +111,7 @@ def _stored_result(folder: Path, probe: str, spec: RunSpec) -> ProbeResult | Non
 def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates, *,
                loading: ModelLoading | None = None, budget: Budget | None = None, use_cache: bool = True,
                show_progress: bool = False, log=print, runs_dir: Path = Path("runs"), probe_options: dict | None = None,
-               **loose) -> ProbeRun:
+               **loose) -> RunResult:
     """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
 
     ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  ``loading``
@@ -149,7 +130,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     seconds: dict[str, float] = {}
     reused: list[str] = []  # probes whose stored ranks were read back: no work done now
-    results: list[ProbeResult] = []
+    results: list[RunResult] = []
     for probe in probes:
         started = time.perf_counter()
         result = _stored_result(folder, probe, spec) if use_cache else None
@@ -165,9 +146,8 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
             log(f"  {model_name}: {probe}{from_cache}")
         results.append(result)
         seconds[probe] = time.perf_counter() - started
-    run = ProbeRun(model_label(model_name), folder, join_results(results), {r.probe: r.metrics.to_dict() for r in results},
-                   {r.probe: r.metadata for r in results})
-    run.metadata.setdefault("experiment", {}).update(probe_seconds=seconds, reused=reused)
+    run = in_registry_order(combine_results(results))
+    run.label, run.folder, run.experiment = model_label(model_name), folder, {"probe_seconds": seconds, "reused": reused}
     return run
 
 
@@ -176,12 +156,12 @@ def model_label(model_name: str) -> str:
     return Path(model_name).name if Path(model_name).exists() else str(model_name)
 
 
-def same_weights(runs: Sequence[ProbeRun]) -> dict[str, str]:
+def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
     """{label: label of the first run with the same run spec} for every run repeating an earlier one (same weights)."""
     first: dict[RunSpec, str] = {}
     repeats = {}
     for run in runs:
-        spec = run.metadata.get("deer", {}).get("run_spec")  # the run spec its DEER ranks were made under
+        spec = run.probe_metadata.get("deer", {}).get("run_spec")  # the run spec its DEER ranks were made under
         if not spec:
             continue
         identity = RunSpec.from_dict(spec)
@@ -192,11 +172,11 @@ def same_weights(runs: Sequence[ProbeRun]) -> dict[str, str]:
 
 
 def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str = "auto",
-                 device: str = "auto", log=print, **options) -> list[ProbeRun]:
+                 device: str = "auto", log=print, **options) -> list[RunResult]:
     """``run_probes`` for each model of a series, each opened once; a model whose run spec repeats an earlier
     one's is not probed again: its run is the earlier one's under its own name, marked ``experiment.same_weights_as``."""
-    runs: list[ProbeRun] = []
-    done: dict[RunSpec, ProbeRun] = {}
+    runs: list[RunResult] = []
+    done: dict[RunSpec, RunResult] = {}
     for name in names:
         loaded = open_model(name, dtype=dtype, device=device)
         identity = RunSpec.build(queries, loaded, templates)
@@ -204,9 +184,8 @@ def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str],
             earlier = done[identity]
             log(f"  {name}: the same weights as {earlier.label} (fingerprint {loaded.fingerprint}); its ranks are reused, "
                 "not probed again")
-            metadata = json.loads(json.dumps(earlier.metadata))
-            metadata.setdefault("experiment", {}).update(same_weights_as=earlier.label, probe_seconds={})
-            runs.append(dataclasses.replace(earlier, label=model_label(name), metadata=metadata))
+            experiment = {**json.loads(json.dumps(earlier.experiment)), "same_weights_as": earlier.label, "probe_seconds": {}}
+            runs.append(dataclasses.replace(earlier, label=model_label(name), experiment=experiment))
             continue
         done[identity] = run_probes(queries, loaded, probes, None, templates, dtype=dtype, device=device, log=log, **options)
         runs.append(done[identity])

@@ -13,18 +13,19 @@ import numpy as np
 import pandas as pd
 
 from deer.platform.metrics import adjusted_index, rank_metrics
+from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels, result_header, same_weights
+from experiments.runs import check_distinct_labels, result_header, same_weights
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
 
 
-def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
-    ranks = run.ranks(probe, rank_type)
+def leaderboard_row(run: RunResult, probe: str, rank_type: str) -> dict:
+    ranks = run.ranks(rank_type, probe)
     metrics = rank_metrics(ranks[np.isfinite(ranks)])
-    probe_metadata = run.metadata.get(probe, {})
+    probe_metadata = run.probe_metadata.get(probe, {})
     cache = probe_metadata.get("cache", {})
     row = {"model": run.label, "probe": probe, "n": metrics["n"]}
     for name in METRICS:
@@ -33,21 +34,21 @@ def leaderboard_row(run: ProbeRun, probe: str, rank_type: str) -> dict:
             row[f"{name}_se"] = metrics[f"{name}_se"]
     row["mr"] = metrics.get("mr", float("nan"))
     # Chance-adjusted (deer.platform.metrics.adjusted_index): comparable across runs whose candidate counts differ.
-    baseline = run.metrics.get(probe, {}).get("random_baseline", {}).get(rank_type)
+    baseline = run.probe_metrics.get(probe, {}).get("random_baseline", {}).get(rank_type)
     if baseline and baseline.get("n") == metrics["n"]:
         row.update({f"{name}_adjusted": value for name, value in adjusted_index(metrics, baseline).items()})
     row["parameters"] = probe_metadata.get("model", {}).get("parameters")
-    row["seconds"] = run.metadata.get("experiment", {}).get("probe_seconds", {}).get(probe)
+    row["seconds"] = run.experiment.get("probe_seconds", {}).get(probe)
     if probe == "deer":
         encoded = (cache.get("entities_encoded_now", 0) or 0) + (cache.get("queries_encoded_now", 0) or 0)
         from_cache = (cache.get("entities_from_cache", 0) or 0) + (cache.get("queries_from_cache", 0) or 0)
-        if probe in run.metadata.get("experiment", {}).get("reused", ()):  # its stored ranks were read back
+        if probe in run.experiment.get("reused", ()):  # its stored ranks were read back
             encoded, from_cache = 0, encoded + from_cache
         row["encoded_now"], row["from_cache"] = encoded, from_cache
     return row
 
 
-def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
+def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
                rank_type: str = "filtered", settings: dict | None = None, steps: dict[str, int | None] | None = None) -> dict:
     """Leaderboard of ``runs`` (each under its own label) by DEER ``metric``; ordering agreement with ``reference``.
 
@@ -59,7 +60,7 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     check_distinct_labels(runs)  # two runs under one name would swap rows (reference, steps, JSON keys)
     output = ExperimentOutput(out_dir, "screen")
-    missing = [run.label for run in runs if "deer" not in run.probes()]
+    missing = [run.label for run in runs if "deer" not in run.probes]
     if missing:
         raise ValueError(f"no DEER ranks for: {', '.join(missing)}")
     deer_rows = sorted((leaderboard_row(run, "deer", rank_type) for run in runs), key=lambda r: -r[metric])
@@ -78,7 +79,7 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     result = {**result_header("screen", runs, rank_type, settings), "metric": metric, "leaderboard": deer_rows,
               "same_weights": repeats}
     if reference:
-        lacking = [run.label for run in runs if reference not in run.probes()]
+        lacking = [run.label for run in runs if reference not in run.probes]
         if lacking:
             raise ValueError(f"no {reference} ranks for: {', '.join(lacking)}")
         by_label = {run.label: run for run in runs}
@@ -101,7 +102,7 @@ def run_screen(runs: Sequence[ProbeRun], out_dir: Path, reference: str | None = 
     return output.finish(result)
 
 
-def write_curves(output: ExperimentOutput, runs: Sequence[ProbeRun], steps: dict[str, int | None], probes: Sequence[str],
+def write_curves(output: ExperimentOutput, runs: Sequence[RunResult], steps: dict[str, int | None], probes: Sequence[str],
                  rank_type: str) -> list[dict]:
     """Every metric of every probe per checkpoint, by training step (checkpoints without a step are
     left out of the figure, kept in the table)."""

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import ProbeRun, check_distinct_labels, result_header
+from experiments.runs import check_distinct_labels, result_header
 from experiments.stats import correlations, small_sample_note
 
 PAPER = {
@@ -23,12 +24,12 @@ PAPER = {
 }
 
 
-def token_bias_rows(run: ProbeRun, probes: Sequence[str], rank_type: str) -> tuple[list[dict], list[dict]]:
+def token_bias_rows(run: RunResult, probes: Sequence[str], rank_type: str) -> tuple[list[dict], list[dict]]:
     """(correlation rows, per-token-length rows) of one run."""
     lengths = run.table["tail_tokens"].to_numpy(dtype=np.float64)
     correlation_rows, length_rows = [], []
     for probe in probes:
-        ranks = run.ranks(probe, rank_type)
+        ranks = run.ranks(rank_type, probe)
         linear = correlations(lengths, ranks)
         log = correlations(lengths, np.log10(ranks))
         correlation_rows.append({
@@ -43,7 +44,7 @@ def token_bias_rows(run: ProbeRun, probes: Sequence[str], rank_type: str) -> tup
     return correlation_rows, length_rows
 
 
-def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "filtered",
+def run_token_bias(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered",
                    probes: Sequence[str] | None = None, settings: dict | None = None) -> dict:
     """Correlate tail token length with rank for every probe of every run: write token_bias.csv/.md (model x
     probe), token_bias_by_length.csv/.md, token_bias[_MODEL].png and token_bias.json; returns the JSON's dict."""
@@ -53,14 +54,14 @@ def run_token_bias(runs: Sequence[ProbeRun], out_dir: Path, rank_type: str = "fi
     for run in runs:
         if "tail_tokens" not in run.table.columns or not run.table["tail_tokens"].any():
             raise ValueError(f"{run.folder}: the ranks table has no tail token lengths (run was made without a tokenizer)")
-        run_probes = [p for p in (probes or run.probes()) if p in run.probes()]
+        run_probes = [p for p in (probes or run.probes) if p in run.probes]
         if not run_probes:
             raise ValueError(f"{run.folder}: none of the probes {list(probes or [])} has ranks in this run")
         correlation_rows, length_rows = token_bias_rows(run, run_probes, rank_type)
         all_correlations += correlation_rows
         all_lengths += length_rows
         output.figure("token_bias" if len(runs) == 1 else f"token_bias_{_slug(run.label)}", lambda run=run, run_probes=run_probes:
-                      plots.rank_by_token_length(run.table["tail_tokens"].to_numpy(), {p: run.ranks(p, rank_type) for p in run_probes},
+                      plots.rank_by_token_length(run.table["tail_tokens"].to_numpy(), {p: run.ranks(rank_type, p) for p in run_probes},
                                                  title=f"{run.label}: {rank_type} rank of the gold tail by its token length"))
     note = (f"Pearson/Spearman between gold tail token count and its {rank_type} rank. "
             f"Paper ({PAPER['setting']}): BEAR r = 0.48, DEER r = 0.005.")

@@ -50,7 +50,7 @@ def test_three_probes_on_a_model_object_join_save_load_and_match_the_cli(tiny_kg
     ]
     assert model.training, "a training model goes back to train mode after the probe"
     assert all(files_under(folder) == [] for folder in quiet_folders), "nothing is written unless asked"
-    assert {type(r) for r in results} == {deer.ProbeResult}
+    assert {type(r) for r in results} == {deer.RunResult}
     assert [r.probe for r in results] == ["deer", "bear", "lama"]
     for result in results:
         assert len(result.table) == len(queries) == result.metrics["n"]
@@ -123,7 +123,7 @@ def test_bear_dataset_through_the_api_writes_nothing_unless_asked(tiny_clm_dir, 
     before = files_under(tmp_path)
     result = bear_ref.bear_dataset(str(folder), model, relations=["P36"], show_progress=False)
     assert files_under(tmp_path) == before
-    assert isinstance(result, deer.ProbeResult) and not result.is_kg
+    assert isinstance(result, deer.RunResult) and not result.is_kg
     assert 0 <= result.metrics["accuracy_mean"] == result.metrics["overall/accuracy_mean"] <= 1
     saved = result.save(tmp_path / "saved")
     back = deer.load_result(saved)
@@ -196,8 +196,10 @@ def test_a_result_prints_as_one_line():
     """Issue 22.7: repr(ProbeResult) printed the whole table and metadata (~10 kB in a notebook)."""
     import pandas as pd
 
-    from deer.platform.result import Metrics, ProbeResult
+    from deer.platform.result import Metrics, RunResult
 
-    result = ProbeResult("deer", pd.DataFrame({"deer_rank_raw": range(1000)}), Metrics({"filtered": {"n": 1000, "mrr": 0.25}}, "filtered"),
-                         {"model": {"name": "smollm2-135m"}, "work": list(range(2000))})
-    assert repr(result) == "ProbeResult(probe='deer', model='smollm2-135m', 1000 rows, Metrics({'n': 1000, 'mrr': 0.25}))"
+    result = RunResult.of_probe("bear", pd.DataFrame({"instance": range(1000)}), Metrics({"overall": {"n": 1000, "mrr": 0.25}}),
+                                {"model": {"name": "smollm2-135m"}, "work": list(range(2000))}, layout="instances")
+    assert repr(result) == "RunResult(probe='bear', model='smollm2-135m', 1000 rows, Metrics({'n': 1000, 'mrr': 0.25}))"
+    both = RunResult(pd.DataFrame({"query": range(5)}), {"deer": {}, "lama": {}}, {}, "queries")
+    assert repr(both) == "RunResult(probes=['deer', 'lama'], 5 queries, layout='queries')"

@@ -251,7 +251,7 @@ def test_a_failed_run_leaves_out_as_it_was_but_for_finished_parts(tmp_path, tiny
     assert left == ["cloze/parts/" + key + "/" + name for name in ("bear.parquet", "deer.parquet", "key.json")] + ["notes.txt"]
     monkeypatch.undo()
     report = probe_benchmark(str(folder), str(tiny_clm_dir), probes=["deer", "bear"], bootstrap=0, out=out, show_progress=False)
-    assert report["metadata"]["resumed_probes"] == ["deer", "bear"]
+    assert [probe for probe, entry in report["metadata"].items() if entry["resumed"]] == ["deer", "bear"]
     # A failure before any probe finished leaves nothing at all, in the cloze and the BEAR data-set paths.
     monkeypatch.setattr(PromptEOLEncoder, "encode", fail)
     monkeypatch.setattr(StatementScorer, "score_statements", fail)

@@ -217,7 +217,7 @@ def constructed_table() -> pd.DataFrame:
 def test_cloze_metrics_and_mode_agreement_on_a_constructed_table():
     table = constructed_table()
     metrics = cloze_metrics(table)
-    trex = metrics["common-vocab"]["template"]["deer"]["per_source"]["TREx"]
+    trex = metrics["deer"]["common-vocab"]["template"]["per_source"]["TREx"]
     assert trex["n"] == 3 and trex["p@1"] == pytest.approx(1 / 3) and trex["p@10"] == pytest.approx(2 / 3)
     assert trex["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 20) / 3)
     assert trex["p@1_macro"] == pytest.approx((0.5 + 0.0) / 2)  # P1: 1 of 2, P2: 0 of 1
@@ -278,11 +278,11 @@ def test_cloze_probes_equal_the_plain_path(tmp_path, family, backend, smollm2_to
             assert math.isnan(table.loc[i, "lama_rank"])  # statements are not scored against the whole vocabulary
     # A second run reuses every stored probe and gives the same table.
     again = run_cloze(task, loaded, out=tmp_path / "run", token_budget=64, show_progress=False)
-    assert again.metadata["resumed_probes"] == ["deer", "lama", "bear"]
+    assert [probe for probe in again.probes if again.metadata_of(probe)["resumed"]] == ["deer", "lama", "bear"]
     pd.testing.assert_frame_equal(again.table, table)
     # The plain backend (one whole pass per text) gives the same table through the same pipeline; it stores nothing.
     plain_run = run_cloze(task, loaded, out=tmp_path / "plain", token_budget=64, show_progress=False, backend="plain")
-    assert plain_run.metadata["backend"] == "plain" and not (tmp_path / "plain" / "parts").exists()
+    assert {plain_run.metadata_of(p)["backend"] for p in plain_run.probes} == {"plain"} and not (tmp_path / "plain" / "parts").exists()
     for probe in ("deer", "lama", "bear"):
         np.testing.assert_allclose(plain_run.table[f"{probe}_gold_score"], table[f"{probe}_gold_score"], atol=1e-4)
         pd.testing.assert_series_equal(plain_run.table[f"{probe}_rank"], table[f"{probe}_rank"])
@@ -325,10 +325,10 @@ def test_a_cloze_run_resumes_only_under_the_same_model_identity(tmp_path, smollm
     assert first.tokenizer_fingerprint == changed.tokenizer_fingerprint and model_identity(first) != model_identity(changed)
     task = bear_cloze_task(hand_built_bear())
     run_cloze(task, first, ["bear"], out=tmp_path, show_progress=False)
-    assert run_cloze(task, first, ["bear"], out=tmp_path, show_progress=False).metadata["resumed_probes"] == ["bear"]
+    assert run_cloze(task, first, ["bear"], out=tmp_path, show_progress=False).metadata["resumed"] is True
     rerun = run_cloze(task, changed, ["bear"], out=tmp_path, show_progress=False)
     fresh = run_cloze(task, changed, ["bear"], show_progress=False)
-    assert rerun.metadata["resumed_probes"] == []
+    assert rerun.metadata["resumed"] is False
     np.testing.assert_array_equal(rerun.table["bear_gold_score"], fresh.table["bear_gold_score"])
     assert len(list((tmp_path / "parts").iterdir())) == 2
 
@@ -474,7 +474,7 @@ def test_deer_cloze_prints_its_headline_numbers(tmp_path, tiny_clm_dir):
     result = CliRunner().invoke(main, ["cloze", "--dataset", str(write_lama(tmp_path / "lama")), "--model", str(tiny_clm_dir),
                                        "--candidates", "relation", "--probes", "deer,lama", "--bootstrap", "0", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    overall = json.loads((out / "metrics.json").read_text())["relation"]["template"]["deer"]["overall"]
+    overall = json.loads((out / "metrics.json").read_text())["deer"]["relation"]["template"]["overall"]
     assert "candidates    mode           probe       n     P@1    P@10     MRR  random P@1" in result.output
     assert f"relation      template       deer   {overall['n']:>6}{overall['p@1']:>8.3f}{overall['p@10']:>8.3f}{overall['mrr']:>8.4f}" \
         in result.output

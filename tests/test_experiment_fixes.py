@@ -164,7 +164,7 @@ def test_screen_names_checkpoints_of_two_runs_apart(experiment_kg_dir, two_runs_
     assert sorted(numbers["runs"]) == expected and len(set(numbers["runs"].values())) == 2
     assert len(list(runs_dir.iterdir())) == 2  # one run folder per checkpoint
     for row in numbers["reference_leaderboard"]:  # each name's numbers are its own run's
-        assert row["mrr"] == pytest.approx(rank_metrics(load_run(Path(numbers["runs"][row["model"]])).ranks("bear"))["mrr"])
+        assert row["mrr"] == pytest.approx(rank_metrics(load_run(Path(numbers["runs"][row["model"]])).ranks(probe="bear"))["mrr"])
 
     # The same two run folders read back with --run: the same names (from the models they record).
     folders = [arg for folder in sorted(runs_dir.iterdir()) for arg in ("--run", str(folder))]
@@ -198,4 +198,4 @@ def test_run_screen_refuses_two_runs_under_one_name(experiment_kg_dir, two_runs_
     numbers = run_screen(runs, tmp_path / "api", reference="bear")
     assert sorted(row["model"] for row in numbers["reference_leaderboard"]) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]
     assert {row["model"]: row["mrr"] for row in numbers["reference_leaderboard"]} == pytest.approx(
-        {run.label: rank_metrics(run.ranks("bear"))["mrr"] for run in runs})
+        {run.label: rank_metrics(run.ranks(probe="bear"))["mrr"] for run in runs})

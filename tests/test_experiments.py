@@ -203,7 +203,7 @@ def test_agreement_from_run_folders_faceted_by_model(experiment_kg_dir, tiny_clm
     for row in numbers["pairs"]:
         run = load_run(Path(numbers["runs"][row["model"]]))
         first, second = row["pair"].split(" vs ")
-        x, y = run.ranks(first), run.ranks(second)
+        x, y = run.ranks(probe=first), run.ranks(probe=second)
         assert row["pearson_r"] == pytest.approx(scipy_stats.pearsonr(x, y).statistic)
         assert row["pearson_r_log"] == pytest.approx(scipy_stats.pearsonr(np.log10(x), np.log10(y)).statistic)
         assert row["pearson_r_log_ci_low"] <= row["pearson_r_log"] <= row["pearson_r_log_ci_high"]
@@ -261,13 +261,13 @@ def test_agreement_single_token_protocol_is_run_and_labelled(experiment_kg_dir, 
     numbers = json.loads((out / "agreement.json").read_text())
     (row,) = numbers["pairs"]
     run = load_run(Path(numbers["runs"][row["model"]]))
-    assert run.metadata["lama"]["single_token"] is True
+    assert run.metadata_of("lama")["single_token"] is True
     lengths = tail_token_lengths(AutoTokenizer.from_pretrained(tiny_clm_dir), NAMES)
     test = load_kg(str(experiment_kg_dir)).triples("test")
     single = lengths[test[:, 2]] == 1
     assert 0 < row["n"] == len(run.table) == int(single.sum()) < len(test)
     assert (run.table["tail_tokens"] == 1).all()
-    assert row["candidates"] == run.metadata["deer"]["candidates"] == int((lengths == 1).sum())
+    assert row["candidates"] == run.metadata_of("deer")["candidates"] == int((lengths == 1).sum())
     assert row["lama_protocol"] == "single-token" and row["same_protocol_as_paper"] is True
     assert row["paper_pearson_r_log"] == "0.50 (OPT-350M) .. 0.80 (OPT-6.7B)" and "596" in row["paper_protocol"]
     assert {h["probe"]: h["lama_protocol"] for h in numbers["hits"]} == {"deer": None, "lama": "single-token"}
@@ -300,7 +300,7 @@ def test_screen_leaderboard_reuses_cache_and_compares_orderings(experiment_kg_di
     assert board[0]["mrr"] >= board[1]["mrr"]
     for row in board:
         run = load_run(Path(numbers["runs"][row["model"]]))
-        assert row["mrr"] == pytest.approx(rank_metrics(run.ranks("deer"))["mrr"])
+        assert row["mrr"] == pytest.approx(rank_metrics(run.ranks(probe="deer"))["mrr"])
         assert row["encoded_now"] == 0 and row["from_cache"] == 30 + 24  # second pass: all from the cache
     ordering = numbers["ordering_agreement"]["mrr"]
     assert ordering["n_models"] == 2
@@ -456,9 +456,9 @@ def test_real_reference_probes_through_the_adapter(experiment_kg_dir, tiny_clm_d
     assert len(folders) == 2
     numbers = json.loads((tmp_path / "agreement-2" / "agreement.json").read_text())
     two_shot = load_run(Path(next(iter(numbers["runs"].values()))))
-    assert {two_shot.metadata[p]["templates"]["k_shot"] for p in ("deer", "bear", "lama")} == {2}
+    assert {two_shot.metadata_of(p)["templates"]["k_shot"] for p in ("deer", "bear", "lama")} == {2}
     eight_shot = load_run(next(f for f in folders if f != two_shot.folder))
-    assert {eight_shot.metadata[p]["templates"]["k_shot"] for p in ("deer", "bear", "lama")} == {8}
+    assert {eight_shot.metadata_of(p)["templates"]["k_shot"] for p in ("deer", "bear", "lama")} == {8}
 
 
 @pytest.mark.parametrize(

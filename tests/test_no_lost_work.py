@@ -21,7 +21,7 @@ import pytest
 
 from deer.base.files import read_table
 from deer.embedding_probe import encode_through_store, prompt_keys
-from deer.platform.result import ProbeResult, find_ranks_table, load_results
+from deer.platform.result import RunResult, find_ranks_table, load_results
 from deer.platform.stores import EmbeddingStore, PendingParts, flush_seconds, item_keys
 from tests.store_faults import SHARD_INDEXES, stored_keys
 
@@ -168,7 +168,7 @@ def test_probe_and_lama_into_one_folder_at_once(tmp_path, tiny_kg_dir, tiny_clm_
 
 
 @pytest.fixture()
-def tiny_result(tiny_kg_dir, tiny_clm_dir) -> ProbeResult:
+def tiny_result(tiny_kg_dir, tiny_clm_dir) -> RunResult:
     import deer
     from deer.platform.templates import PromptTemplates
     from kg_data import build_queries
@@ -179,17 +179,17 @@ def tiny_result(tiny_kg_dir, tiny_clm_dir) -> ProbeResult:
                       show_progress=False)
 
 
-def as_probe(result: ProbeResult, probe: str) -> ProbeResult:
+def as_probe(result: RunResult, probe: str) -> RunResult:
     """The same result under another probe name (its columns renamed)."""
     table = result.table.rename(columns={c: c.replace("deer_", f"{probe}_", 1) for c in result.table.columns})
-    return ProbeResult(probe, table, result.metrics, result.metadata, result.spec)
+    return RunResult.of_probe(probe, table, result.metrics, result.metadata, spec=result.spec)
 
 
-def save_at_once(results: list[ProbeResult], folder: Path) -> None:
+def save_at_once(results: list[RunResult], folder: Path) -> None:
     """Save each result from its own thread, all released at the same moment."""
     start, errors = threading.Barrier(len(results)), []
 
-    def save(result: ProbeResult) -> None:
+    def save(result: RunResult) -> None:
         try:
             start.wait()
             result.save(folder)

@@ -176,7 +176,7 @@ def test_default_folder_names_are_readable_and_differ_per_spec(tiny_setup):
 def test_a_folder_refuses_probes_of_another_spec(tmp_path, tiny_setup):
     import dataclasses
 
-    from deer.platform.result import Metrics, ProbeResult
+    from deer.platform.result import Metrics, RunResult
 
     kg, queries, loaded = tiny_setup
     out = tmp_path / "run"
@@ -194,7 +194,7 @@ def test_a_folder_refuses_probes_of_another_spec(tmp_path, tiny_setup):
         assert str(out) in str(error.value)
     # A result without a spec (a data-set result) is refused too; nothing in the folder changed.
     with pytest.raises(ValueError, match="already holds a KG probe run"):
-        ProbeResult("bear", first.table, Metrics({}), {"probe": "bear"}).save(out)
+        RunResult.of_probe("bear", first.table, Metrics({}), {"probe": "bear"}, layout="instances").save(out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # The same spec adds to the folder as before.
     run_deer_probe(queries, loaded, PromptTemplates(k_shot=2), out, use_cache=False, show_progress=False)

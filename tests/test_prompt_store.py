@@ -50,7 +50,7 @@ def test_the_vocabulary_is_encoded_once_for_every_max_facts(tmp_path, big_vocabu
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = deer_on_lama(big_vocabulary_lama, tiny_clm_dir, tmp_path / "one", cache, max_facts=1)
-    prompts = first["metadata"]["candidate_prompts"]
+    prompts = first["metadata"]["deer"]["candidate_prompts"]
     assert prompts["prompts"] > LARGE_ENCODING and prompts["encoded_now"] == prompts["prompts"] and prompts["from_store"] == 0
     announced = [str(w.message) for w in caught if issubclass(w.category, DeerWarning) and "to encode" in str(w.message)]
     assert len(announced) == 1, announced
@@ -58,12 +58,12 @@ def test_the_vocabulary_is_encoded_once_for_every_max_facts(tmp_path, big_vocabu
     assert announced[0].endswith(f"tokens) to encode; each finished batch is stored in {prompts['store']} (an interrupted run keeps it)")
 
     second = deer_on_lama(big_vocabulary_lama, tiny_clm_dir, tmp_path / "two", cache, max_facts=2)
-    assert second["metadata"]["candidate_prompts"] == {**prompts, "encoded_now": 0, "from_store": prompts["prompts"]}
+    assert second["metadata"]["deer"]["candidate_prompts"] == {**prompts, "encoded_now": 0, "from_store": prompts["prompts"]}
     assert len(second["table"]) > len(first["table"])  # another task, the same vocabulary
 
     # Vectors read back from the store rank exactly as vectors encoded in this run.
     fresh = deer_on_lama(big_vocabulary_lama, tiny_clm_dir, tmp_path / "fresh", None, max_facts=2)
-    assert fresh["metadata"]["candidate_prompts"]["store"] is None
+    assert fresh["metadata"]["deer"]["candidate_prompts"]["store"] is None
     pd.testing.assert_series_equal(second["table"]["deer_rank"], fresh["table"]["deer_rank"])
     np.testing.assert_allclose(second["table"]["deer_gold_score"], fresh["table"]["deer_gold_score"], atol=1e-6)
 
@@ -81,6 +81,6 @@ def test_an_interrupted_vocabulary_encoding_resumes_with_what_is_missing(tmp_pat
     kept = len(stored_keys(cache / "embeddings" / "prompts"))
 
     run_cli(args, env, tmp_path / "rerun.txt")
-    prompts = json.loads((out / "cloze" / "metadata.json").read_text())["candidate_prompts"]
+    prompts = json.loads((out / "cloze" / "metadata.json").read_text())["deer"]["candidate_prompts"]
     assert 0 < kept < prompts["prompts"], f"{kept} prompts stored: the interrupt did not land mid-encoding"
     assert (prompts["from_store"], prompts["encoded_now"]) == (kept, prompts["prompts"] - kept)

@@ -36,9 +36,9 @@ def test_a_series_on_ray_equals_the_sequential_screen(three_checkpoints, tiny_kg
     assert [run.label for run in on_ray] == [run.label for run in sequential] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     for one, other in zip(sequential, on_ray, strict=True):
         for rank_type in ("filtered", "raw"):
-            np.testing.assert_array_equal(one.ranks("deer", rank_type), other.ranks("deer", rank_type))
+            np.testing.assert_array_equal(one.ranks(rank_type, "deer"), other.ranks(rank_type, "deer"))
         assert other.folder.parent == (tmp_path / "ray").resolve()
-    assert len({tuple(run.ranks("deer", "raw")) for run in sequential}) > 1  # the checkpoints differ
+    assert len({tuple(run.ranks("raw", "deer")) for run in sequential}) > 1  # the checkpoints differ
 
 
 def test_entities_split_over_two_workers_make_the_one_process_store(tiny_clm_dir, tiny_kg_dir, tmp_path):

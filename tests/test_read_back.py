@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import deer
+from deer.platform.result import RunResult
 from deer.platform.stores import EmbeddingStore, StoreDamaged
 from deer.platform.validate import DeerWarning
 from experiments.cli import main
@@ -35,6 +36,11 @@ from tests.store_faults import (
 from tests.test_bear_dataset import write_dataset
 from tests.test_cloze import write_lama
 
+
+def resumed_probes(folder) -> list[str]:
+    """The probes a saved cloze run read back from its parts (its metadata.json, by probe)."""
+    result = RunResult.load(folder)
+    return [probe for probe in result.probes if result.metadata_of(probe)["resumed"]]
 
 def invoke(args: list[str], cache: Path):
     """The CLI with ``cache`` as its cache root; its exit code must be 0."""
@@ -156,11 +162,11 @@ def test_damaged_cloze_resume_parts_are_set_aside_and_scored_again(tmp_path, lam
     assert_each_named_once(second.output, damaged)
     assert len(set_aside_resume_parts(out)) == len(damaged)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "cloze" / "queries.parquet"), table)
-    assert json.loads((out / "cloze" / "metadata.json").read_text())["resumed_probes"] == []
+    assert resumed_probes(out / "cloze") == []
 
     third = invoke(args, cache)
     assert not warnings_in(third.output), third.output
-    assert json.loads((out / "cloze" / "metadata.json").read_text())["resumed_probes"] == ["deer", "lama"]
+    assert resumed_probes(out / "cloze") == ["deer", "lama"]
     pd.testing.assert_frame_equal(pd.read_parquet(out / "cloze" / "queries.parquet"), table)
 
 

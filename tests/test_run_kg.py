@@ -36,8 +36,9 @@ def _table(folder) -> pd.DataFrame:
 
 def test_three_probes_in_one_run_give_each_probes_own_numbers(tiny_setup, tmp_path):
     queries, loaded, templates = tiny_setup
-    together = run_kg(["deer", "lama", "bear"], queries, loaded, templates=templates, out=tmp_path / "one", show_progress=False)
-    assert [result.probe for result in together] == ["deer", "lama", "bear"]  # the order given, though DEER ran after LAMA
+    run = run_kg(["deer", "lama", "bear"], queries, loaded, templates=templates, out=tmp_path / "one", show_progress=False)
+    assert run.probes == ["deer", "lama", "bear"]  # the order given, though DEER ran after LAMA
+    together = [run[probe] for probe in run.probes]
     alone = {name: run_probe(name, queries, loaded, templates=templates, out=tmp_path / name, show_progress=False)
              for name in ("deer", "lama", "bear")}
     for result in together:
@@ -57,8 +58,9 @@ def test_three_probes_in_one_run_give_each_probes_own_numbers(tiny_setup, tmp_pa
 def test_lamas_single_token_queries_are_every_probes(tiny_setup, tmp_path):
     """Where one probe ranks fewer queries (LAMA's single-token protocol), every probe of the run ranks those."""
     queries, loaded, templates = tiny_setup
-    lama, shared = run_kg(["lama", "deer"], queries, loaded, options={"lama": {"single_token": True}}, templates=templates,
-                          out=tmp_path / "one", show_progress=False)
+    run = run_kg(["lama", "deer"], queries, loaded, options={"lama": {"single_token": True}}, templates=templates,
+                 out=tmp_path / "one", show_progress=False)
+    lama, shared = run["lama"], run["deer"]
     restricted = restrict_to_single_token(queries, loaded.tokenizer)
     assert len(restricted) < len(queries)  # the fixture has multi-token names: the protocol keeps fewer
     for result in (lama, shared):

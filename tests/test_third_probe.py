@@ -121,7 +121,7 @@ def test_it_runs_on_a_cloze_benchmark_through_deer_cloze(shortest_registered, ti
         scores = -np.asarray([len(label) for label in task.candidate_set(q).labels], dtype=np.float64)
         assert rank == rank_of(scores, q.gold, np.zeros(0, dtype=np.int64))
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["relation"]["template"]["shortest"]["overall"]["n"] > 0
+    assert metrics["shortest"]["relation"]["template"]["overall"]["n"] > 0
 
 
 def test_a_checkout_without_installing_has_the_built_in_probes(tmp_path):

@@ -19,7 +19,7 @@ from transformers import TrainerCallback
 from deer.api import load_queries, probe
 from deer.backends.models import LoadedModel, training_identity
 from deer.platform.distributed import full_weights, world
-from deer.platform.result import ProbeResult
+from deer.platform.result import RunResult
 from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError, check_count, check_out_folder
 from kg_data.queries import QuerySet
@@ -28,7 +28,7 @@ LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
 
 
 def probe_during_training(model, tokenizer, queries: QuerySet, templates: PromptTemplates | None = None, *,
-                          token_budget: int | None = None, show_progress: bool = False, step: int | None = None) -> ProbeResult:
+                          token_budget: int | None = None, show_progress: bool = False, step: int | None = None) -> RunResult:
     """DEER on ``model`` as it is now.
 
     Call it from every process of a distributed job (all with the same queries).  Python's, numpy's
@@ -50,7 +50,7 @@ def probe_during_training(model, tokenizer, queries: QuerySet, templates: Prompt
             torch.cuda.set_rng_state_all(rng_states[3])
 
 
-def logged_metrics(result: ProbeResult, prefix: str = "deer", names=LOGGED_METRICS) -> dict[str, float]:
+def logged_metrics(result: RunResult, prefix: str = "deer", names=LOGGED_METRICS) -> dict[str, float]:
     """``{"deer/hit@10": ..., "deer/mrr": ...}``: the filtered metrics (the probe's headline ones)."""
     return {f"{prefix}/{name}": float(result.metrics[name]) for name in names}
 
@@ -62,7 +62,7 @@ class DeerCallback(TrainerCallback):
     ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split`` and
     ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it);
     without one they go into ``state.log_history`` only.  ``out``: a folder where process 0 saves
-    each result as ``step-N``; results are also kept in ``self.results`` ({step: ProbeResult}).
+    each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}).
     After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
     ``metric_for_best_model="deer/mrr"`` (checked against the names reported when attached and when
     training begins); an ``EarlyStoppingCallback`` must come after this callback.
@@ -78,7 +78,7 @@ class DeerCallback(TrainerCallback):
         self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(), token_budget
         self.out = Path(out) if out is not None else None
         self.prefix, self.keep_results = prefix, keep_results
-        self.results: dict[int, ProbeResult] = {}
+        self.results: dict[int, RunResult] = {}
         self.seconds: dict[int, float] = {}
         self._last_step: int | None = None
         self._last_logs: dict[str, float] = {}

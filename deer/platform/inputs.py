@@ -17,7 +17,7 @@ from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.models import LoadedModel, check_model_config
 from deer.base.model_spec import check_adapter, loading_options, with_loading
 from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
-from deer.platform.result import ProbeResult
+from deer.platform.result import RunResult
 from deer.platform.run_options import RunOptions
 from deer.platform.run_spec import RunSpec, check_folder_spec
 from deer.platform.stores import flush_seconds
@@ -66,12 +66,13 @@ class PreparedRun:
     length_report: LengthReport
     backend: Any = None  # the backend opened on the model (deer.backends.ModelBackend)
 
-    def finish(self, result: ProbeResult) -> ProbeResult:
-        """Add the few-shot examples each query got (``k_shot_used`` column and metadata) and the length report."""
+    def finish(self, result: RunResult) -> RunResult:
+        """Add the few-shot examples each query got (``k_shot_used`` column, every probe's metadata) and the length report."""
         used = self.templates.examples_used(result.queries.kg, result.queries.triples)
         result.table.insert(result.table.columns.get_loc("n_filtered") + 1, "k_shot_used", used)
-        result.metadata["k_shot"] = few_shot_summary(self.templates.k_shot, used)
-        result.metadata["length_guard"] = self.length_report.to_metadata()
+        for probe in result.probes:
+            result.metadata_of(probe).update(k_shot=few_shot_summary(self.templates.k_shot, used),
+                                             length_guard=self.length_report.to_metadata())
         return result
 
 

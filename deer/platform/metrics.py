@@ -97,10 +97,10 @@ def _block(frame: pd.DataFrame, probe: str) -> dict:
 
 
 def cloze_metrics(table: pd.DataFrame) -> dict:
-    """{kind: {mode: {probe: {"overall", "per_source", "per_relation"}}}} of ``cloze_block``s; a source's
+    """{probe: {kind: {mode: {"overall", "per_source", "per_relation"}}}} of ``cloze_block``s; a source's
     ``p@1_macro`` is the mean over its relations (as LAMA reports T-REx and Google-RE), its ``p@1`` pools its queries."""
     table = table.assign(kind=candidate_kind(table["candidates"]))
-    out: dict = {}
+    out: dict = {probe: {} for probe in probes_in(table)}
     for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
         for probe in probes_in(table):
             per_relation = {f"{s}/{r}": _block(p, probe) for (s, r), p in part.groupby(["source", "relation"], sort=True)}
@@ -109,6 +109,13 @@ def cloze_metrics(table: pd.DataFrame) -> dict:
                 relation_p1 = [v["p@1"] for k, v in per_relation.items() if k.startswith(f"{source}/") and v["n"]]
                 per_source[source] = {**_block(p, probe), "p@1_macro": float(np.mean(relation_p1)) if relation_p1 else None,
                                       "relations": len(relation_p1)}
-            out.setdefault(kind, {}).setdefault(mode, {})[probe] = {"overall": _block(part, probe), "per_source": per_source,
-                                                                    "per_relation": per_relation}
+            out[probe].setdefault(kind, {})[mode] = {"overall": _block(part, probe), "per_source": per_source,
+                                                     "per_relation": per_relation}
     return out
+
+
+def cloze_blocks(metrics: dict) -> list[tuple[str, str, str, dict]]:
+    """(kind, mode, probe, block) of ``cloze_metrics``' answer: by candidate kind, then mode, then probe (in its order)."""
+    pairs = sorted({(kind, mode) for kinds in metrics.values() for kind, modes in kinds.items() for mode in modes})
+    return [(kind, mode, probe, kinds[kind][mode]) for kind, mode in pairs for probe, kinds in metrics.items()
+            if mode in kinds.get(kind, {})]

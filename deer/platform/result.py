@@ -1,14 +1,16 @@
-"""The result types (:class:`ProbeResult`, :class:`ClozeResult`) and the run folders they are saved in.
+"""The one result type (:class:`RunResult`) and the run folders it is saved in.
 
-A KG run folder holds ``ranks.parquet|csv`` (the query columns, then every probe's rank and top-10
-columns), ``metrics.json`` and ``metadata.json`` keyed by probe, and ``run_spec.json``; a result of
-another spec is refused.  The BEAR data-set score saves ``instances.parquet|csv`` and ``summary.md``.
+Every run folder holds its table, ``metrics.json`` and ``metadata.json`` keyed by probe.  A KG run's is
+``ranks.parquet|csv`` (the query columns, then every probe's rank and top-10 columns) with ``run_spec.json``
+(a result of another spec is refused); a cloze run's ``queries.parquet``; the BEAR data-set score's
+``instances.parquet|csv`` with ``summary.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from kg_data.queries import QuerySet
 
 KEY_COLUMNS = ["head_id", "relation_id", "tail_id"]
 RANKS_TABLE = "ranks"
+QUERIES_TABLE = "queries"
 INSTANCES_TABLE = "instances"
 TOP_K = 10
 
@@ -92,77 +95,165 @@ class Metrics(Mapping):
         return pd.DataFrame.from_dict(rows, orient="index")
 
 
-@dataclasses.dataclass
-class ProbeResult:
-    """What a probe produced (written by :meth:`save` only): for KG probes a row per query and the run
-    ``spec``; for the BEAR data set a row per (instance, template).  ``queries``, ``arrays``: in memory only."""
+LAYOUTS = {RANKS_TABLE: "filtered", QUERIES_TABLE: None, INSTANCES_TABLE: "overall"}  # table name -> default metrics block
 
-    probe: str
+
+@dataclasses.dataclass(repr=False)
+class RunResult:
+    """What a run produced, its probes side by side: the one result type of every run.
+
+    ``table``: one row per query (``layout`` "ranks": a KG's ranks, with the run ``spec``; "queries": a cloze
+    benchmark's rows) or per (instance, template) ("instances": the BEAR data set's accuracy view), each probe's
+    columns named ``{probe}_...``.  ``probe_metrics`` and ``probe_metadata``: each probe's metrics tree and
+    metadata, saved as ``metrics.json`` and ``metadata.json`` keyed by probe.  A result of one probe reads as
+    that probe's (``result.probe``, ``result.metrics["hit@10"]``, ``result.metadata``, ``result.ranks()``); of
+    several, ``result["deer"]`` is one probe's view and ``metrics_of(probe)``/``metadata_of(probe)`` read one.
+    ``label``, ``folder``, ``experiment``: how the experiments name a run, where it lies and what they add
+    (seconds per probe); ``queries``, ``probe_arrays``: in memory only.
+    """
+
     table: pd.DataFrame
-    metrics: Metrics
-    metadata: dict
+    probe_metrics: dict[str, dict]
+    probe_metadata: dict[str, dict]
+    layout: str = RANKS_TABLE
     spec: RunSpec | None = None
     summary: str | None = None  # markdown, saved as summary.md
-    queries: QuerySet | None = dataclasses.field(default=None, repr=False)
-    arrays: dict = dataclasses.field(default_factory=dict, repr=False)
+    label: str | None = None
+    folder: Path | None = None
+    experiment: dict = dataclasses.field(default_factory=dict)
+    queries: QuerySet | None = None
+    probe_arrays: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {self.layout!r}")
+        # Held as metrics.json holds them, so a saved and reloaded result reads like the one in memory.
+        self.probe_metrics = json.loads(json.dumps(self.probe_metrics, default=json_default))
+        if self.layout == RANKS_TABLE and self.spec is None and self.probe_metrics:
+            raise ValueError("a KG run's result (layout 'ranks') needs the run spec its queries were ranked under")
+        stray = sorted(set(self.probe_metadata) - set(self.probe_metrics))
+        if stray:
+            raise ValueError(f"metadata for a probe without metrics: {', '.join(stray)}")
+
+    @classmethod
+    def of_probe(cls, probe: str, table: pd.DataFrame, metrics: dict | Metrics, metadata: dict, **fields) -> RunResult:
+        """One probe's result (what 0.1's ``ProbeResult(probe, table, metrics, metadata, spec)`` made)."""
+        arrays = fields.pop("arrays", None)
+        return cls(table, {probe: metrics.to_dict() if isinstance(metrics, Metrics) else metrics}, {probe: metadata}, probe_arrays={probe: dict(arrays or {})}, **fields)
 
     def __repr__(self) -> str:
-        rows = "queries" if self.is_kg else "rows"
+        rows = "rows" if self.layout == INSTANCES_TABLE else "queries"
+        if len(self.probes) != 1:
+            return f"RunResult(probes={self.probes!r}, {len(self.table)} {rows}, layout={self.layout!r})"
         model = self.metadata.get("model", {}).get("name") if isinstance(self.metadata.get("model"), dict) else None
-        return f"ProbeResult(probe={self.probe!r}, model={model!r}, {len(self.table)} {rows}, {self.metrics!r})"
+        return f"RunResult(probe={self.probe!r}, model={model!r}, {len(self.table)} {rows}, {self.metrics!r})"
+
+    @property
+    def probes(self) -> list[str]:
+        return list(self.probe_metrics)
+
+    @property
+    def probe(self) -> str:
+        """The probe of a one-probe result (a ValueError naming them where there are several)."""
+        if len(self.probes) != 1:
+            raise ValueError(f"this result holds {', '.join(self.probes) or 'no probe'}; pick one with result[probe]")
+        return self.probes[0]
 
     @property
     def is_kg(self) -> bool:
-        return self.spec is not None
+        return self.layout == RANKS_TABLE
 
-    def ranks(self, rank_type: str = "filtered") -> np.ndarray:
-        """Gold ranks (1 = best) per query, float64 (realistic ranks may be halves)."""
+    @property
+    def metrics(self) -> Metrics:
+        return self.metrics_of(self.probe)
+
+    @property
+    def metadata(self) -> dict:
+        return self.metadata_of(self.probe)
+
+    @property
+    def arrays(self) -> dict:
+        return self.probe_arrays.setdefault(self.probe, {})
+
+    def metrics_of(self, probe: str) -> Metrics:
+        return Metrics(self.probe_metrics[self._known(probe)], LAYOUTS[self.layout])
+
+    def metadata_of(self, probe: str) -> dict:
+        return self.probe_metadata.setdefault(self._known(probe), {})
+
+    def __getitem__(self, probe: str) -> RunResult:
+        """``probe``'s view: the shared columns and its own, its metrics and metadata."""
+        owned = {c for p in self.probes for c in self.columns_of(p)}
+        columns = [c for c in self.table.columns if c not in owned or c in self.columns_of(self._known(probe))]
+        return dataclasses.replace(self, table=self.table[columns], probe_metrics={probe: self.probe_metrics[probe]},
+                                   probe_metadata={probe: self.metadata_of(probe)},
+                                   probe_arrays={probe: self.probe_arrays.get(probe, {})})
+
+    def columns_of(self, probe: str) -> list[str]:
+        """``probe``'s own columns of the table (an instances table holds one probe's rows: none are)."""
+        if self.is_kg:
+            return _probe_columns(self.table, probe)
+        if self.layout == INSTANCES_TABLE:
+            return []
+        return [c for c in self.table.columns if _owner(c, self.probes) == probe]
+
+    def ranks(self, rank_type: str = "filtered", probe: str | None = None) -> np.ndarray:
+        """Gold ranks (1 = best) per query of a KG run, float64 (realistic ranks may be halves)."""
+        if rank_type in self.probe_metrics and rank_type not in ("filtered", "raw"):  # 0.1's ProbeRun.ranks(probe, rank_type)
+            warnings.warn("run.ranks(probe, rank_type) is run.ranks(rank_type, probe) now; the old order goes at 0.3",
+                          DeprecationWarning, stacklevel=2)
+            rank_type, probe = probe or "filtered", rank_type
         if rank_type not in ("filtered", "raw"):
             raise ValueError("rank_type must be 'filtered' or 'raw'")
-        return self.table[f"{self.probe}_rank_{rank_type}"].to_numpy(dtype=np.float64)
+        return self.table[f"{self._known(probe or self.probe)}_rank_{rank_type}"].to_numpy(dtype=np.float64)
 
-    def top_predictions(self) -> pd.Series:
+    def top_predictions(self, probe: str | None = None) -> pd.Series:
         """Per query, the names of the top-10 candidates, best first."""
-        return self.table[f"{self.probe}_top10"].str.split(" | ", regex=False)
+        return self.table[f"{self._known(probe or self.probe)}_top10"].str.split(" | ", regex=False)
 
     def save(self, folder: str | Path) -> Path:
-        """Write into ``folder`` (created): KG probes add their columns to the folder's ranks table
-        beside other probes of the same run spec; another spec's folder is refused (ValueError)."""
+        """Write into ``folder`` (created): a KG run's probes add their columns to the folder's ranks table
+        beside other probes of the same run spec (another spec's folder is refused: ValueError); a cloze
+        run's rows and an instances table are written whole."""
         folder = Path(folder)
-        (_save_kg_result if self.is_kg else _save_instances_result)(self, folder)
+        if self.is_kg:
+            for probe in self.probes:
+                _save_kg_result(self[probe], folder)
+        elif self.layout == QUERIES_TABLE:
+            write_table(folder / f"{QUERIES_TABLE}.parquet", self.table)  # the atomic writer creates the folder
+            write_json(folder / "metrics.json", self.probe_metrics)
+            write_json(folder / "metadata.json", self.probe_metadata)
+        else:
+            _save_instances_result(self, folder)
+        self.folder = folder
         return folder
 
     @classmethod
-    def load(cls, folder: str | Path, probe: str | None = None) -> ProbeResult:
-        """Read one probe's result from a run folder (``probe`` may be left out when it holds one)."""
-        results = load_results(folder)
-        if probe is None:
-            if len(results) != 1:
-                raise ValueError(f"{folder} holds results of {', '.join(results)}; say which with probe=...")
-            return next(iter(results.values()))
-        if probe not in results:
-            raise ValueError(f"{folder} holds no {probe} result (it has: {', '.join(results) or 'none'})")
-        return results[probe]
+    def load(cls, folder: str | Path, probe: str | None = None) -> RunResult:
+        """A run folder's result, every probe's (or ``probe``'s view)."""
+        result = load_result(folder)
+        return result if probe is None else result[probe]
+
+    def _known(self, probe: str) -> str:
+        if probe not in self.probe_metrics:
+            raise ValueError(f"this result holds no {probe} result (it has: {', '.join(self.probes) or 'none'})")
+        return probe
 
 
-@dataclasses.dataclass
-class ClozeResult:
-    """Probes side by side on a cloze benchmark: one row per query (``deer.platform.benchmark_rows``), the
-    metrics of that table (``deer.platform.metrics.cloze_metrics``) and the metadata."""
-
-    table: pd.DataFrame
-    metadata: dict
-    metrics: dict = dataclasses.field(default_factory=dict)
-
-    def save(self, folder: str | Path) -> Path:
-        folder = Path(folder)
-        write_table(folder / "queries.parquet", self.table)  # the atomic writer creates the folder
-        write_json(folder / "metrics.json", self.metrics)
-        write_json(folder / "metadata.json", self.metadata)
-        return folder
+ProbeResult = RunResult  # 0.1's name, for one release (CHANGELOG); build one probe's with RunResult.of_probe
 
 
-def join_results(results: Sequence[ProbeResult]) -> pd.DataFrame:
+def combine_results(results: Sequence[RunResult]) -> RunResult:
+    """KG results of one run spec (the same queries, in order) as one result, their probes side by side."""
+    results = list(results)
+    table = join_results(results)
+    first = results[0]
+    return dataclasses.replace(first, table=table, probe_metrics={p: r.probe_metrics[p] for r in results for p in r.probes},
+                               probe_metadata={p: r.metadata_of(p) for r in results for p in r.probes},
+                               probe_arrays={p: r.probe_arrays.get(p, {}) for r in results for p in r.probes})
+
+
+def join_results(results: Sequence[RunResult]) -> pd.DataFrame:
     """One table with every result's rank columns beside the shared query columns (KG results of one run spec)."""
     results = list(results)
     if not results:
@@ -170,19 +261,27 @@ def join_results(results: Sequence[ProbeResult]) -> pd.DataFrame:
     first = results[0]
     for result in results:
         if not result.is_kg:
-            raise ValueError(f"the {result.probe} result is not a KG result (it has no per-query ranks)")
+            raise ValueError(f"the {', '.join(result.probes)} result is not a KG result (it has no per-query ranks)")
         if result.spec.differences(first.spec):
             raise ValueError("cannot join results of different run specs: "
-                             + first.spec.describe_differences(result.spec, (first.probe, result.probe)))
+                             + first.spec.describe_differences(result.spec, (first.probes[0], result.probes[0])))
     table = first.table[_query_columns(first.table)].copy()
     for result in results:
-        table = _with_probe_columns(table, result)
+        for probe in result.probes:
+            table = _with_probe_columns(table, result.table, probe)
     return table
 
 
-def load_results(folder: str | Path) -> dict[str, ProbeResult]:
-    """Every probe's result in a run folder, by probe name.  A file there that is unreadable or lacks what
-    the result needs is refused with a ValueError naming it (``deer.platform.read_back``)."""
+def load_results(folder: str | Path) -> dict[str, RunResult]:
+    """Every probe's result in a run folder, by probe name (each one probe's view of ``load_result``)."""
+    result = load_result(folder)
+    return {probe: result[probe] for probe in result.probes}
+
+
+def load_result(folder: str | Path) -> RunResult:
+    """A run folder's result, every probe's: its ranks table (a KG run), instances table (the BEAR data set)
+    or queries table (a cloze run).  A file there that is unreadable or lacks what the result needs is
+    refused with a ValueError naming it (``deer.platform.read_back``)."""
     folder = Path(folder)
     metrics = _probe_entries(folder / "metrics.json")
     metadata = _probe_entries(folder / "metadata.json")
@@ -190,24 +289,22 @@ def load_results(folder: str | Path) -> dict[str, ProbeResult]:
     if ranks is not None:
         table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
-        results = {}
-        for probe in _probes_in(table):
-            recorded = metadata.get(probe, {}).get("run_spec")
-            if spec is None and not isinstance(recorded, dict):
+        probes = _probes_in(table)
+        for probe in probes:
+            if spec is None and not isinstance(metadata.get(probe, {}).get("run_spec"), dict):
                 raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
-            results[probe] = ProbeResult(probe, table[_query_columns(table) + _probe_columns(table, probe)],
-                                         Metrics(metrics.get(probe, {}), "filtered"), metadata.get(probe, {}),
-                                         spec or RunSpec.from_dict(recorded))
-        return results
-    instances = find_table(folder, INSTANCES_TABLE)
-    if instances is not None:
-        summary = folder / "summary.md"
-        return {
-            probe: ProbeResult(probe, read_stored_table(instances), Metrics(metrics[probe], "overall"), metadata.get(probe, {}),
-                               summary=summary.read_text() if summary.exists() else None)
-            for probe in metrics
-        }
-    raise ValueError(f"{folder} holds no probe result (no ranks.parquet/csv or instances.parquet/csv)")
+        if spec is None and probes:  # 0.1's folders hold no run_spec.json: each probe's metadata records it (one spec a folder)
+            spec = RunSpec.from_dict(metadata[probes[0]]["run_spec"])
+        return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
+                         spec, folder=folder)
+    for layout in (INSTANCES_TABLE, QUERIES_TABLE):
+        path = find_table(folder, layout)
+        if path is not None:
+            summary = folder / "summary.md"
+            return RunResult(read_stored_table(path), metrics, {p: metadata.get(p, {}) for p in metrics}, layout,
+                             summary=summary.read_text() if summary.exists() and layout == INSTANCES_TABLE else None,
+                             folder=folder)
+    raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
 
 
 def read_ranks_table(path: Path) -> pd.DataFrame:
@@ -301,7 +398,7 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarr
 
 
 def kg_result(probe: str, queries: QuerySet, ranks: GoldRanks, top_candidates: np.ndarray | None, metadata: dict,
-              tokenizer=None, arrays: dict | None = None, head_above_gold: np.ndarray | None = None) -> ProbeResult:
+              tokenizer=None, arrays: dict | None = None, head_above_gold: np.ndarray | None = None) -> RunResult:
     """A KG probe's result from its gold ranks; ``top_candidates``: (n_queries, k) positions into
     ``queries.candidates``; ``metadata`` must hold the ``run_spec`` of these queries (:func:`run_metadata`)."""
     spec = RunSpec.from_dict(metadata["run_spec"])
@@ -315,8 +412,8 @@ def kg_result(probe: str, queries: QuerySet, ranks: GoldRanks, top_candidates: n
         table[f"{probe}_top10"] = [
             " | ".join(names[queries.candidates[c]] for c in row[:TOP_K]) for row in np.asarray(top_candidates)
         ]
-    return ProbeResult(probe, table, Metrics(probe_metrics(queries, ranks, head_above_gold), "filtered"), metadata, spec,
-                       queries=queries, arrays=dict(arrays or {}))
+    return RunResult.of_probe(probe, table, probe_metrics(queries, ranks, head_above_gold), metadata, spec=spec,
+                              queries=queries, arrays=arrays)
 
 
 def find_table(folder: Path, name: str) -> Path | None:
@@ -339,23 +436,28 @@ def _query_columns(table: pd.DataFrame) -> list[str]:
     return [c for c in table.columns if c not in owned]
 
 
-def _with_probe_columns(table: pd.DataFrame, result: ProbeResult) -> pd.DataFrame:
-    """``table`` (the same queries, in order) with ``result``'s rank and top-10 columns set."""
-    for column in _probe_columns(result.table, result.probe):
-        table[column] = result.table[column].to_numpy()
+def _with_probe_columns(table: pd.DataFrame, source: pd.DataFrame, probe: str) -> pd.DataFrame:
+    """``table`` (the same queries, in order) with ``probe``'s rank and top-10 columns of ``source`` set."""
+    for column in _probe_columns(source, probe):
+        table[column] = source[column].to_numpy()
     return table
+
+
+def _owner(column: str, probes: Sequence[str]) -> str | None:
+    """The probe a cloze table's column belongs to (``{probe}_...``; the longest name that fits), or None."""
+    return max((p for p in probes if column.startswith(f"{p}_")), key=len, default=None)
 
 
 def _probe_columns(table: pd.DataFrame, probe: str) -> list[str]:
     return [c for c in table.columns if c in {f"{probe}_rank_raw", f"{probe}_rank_filtered", f"{probe}_top10"}]
 
 
-def _save_kg_result(result: ProbeResult, folder: Path) -> None:
+def _save_kg_result(result: RunResult, folder: Path) -> None:
     metadata = {**result.metadata, "run_spec": result.spec.to_dict()}
     # Everything (spec check included) read under the lock, so two probes saving at once both end up in it.
     with folder_lock(folder):
         check_folder_spec(folder, result.spec)
-        table = _with_probe_columns(_base_table(folder, result.table), result)
+        table = _with_probe_columns(_base_table(folder, result.table), result.table, result.probe)
         if not (folder / RUN_SPEC_FILE).exists():
             result.spec.write(folder)
         for old in folder.glob(f"{RANKS_TABLE}.*"):
@@ -414,7 +516,7 @@ def check_instances_folder(folder: Path, probe: str, kind: str, block: str | Non
                          "metadata.json there and would overwrite that run's. Use another --out folder.")
 
 
-def _save_instances_result(result: ProbeResult, folder: Path) -> None:
+def _save_instances_result(result: RunResult, folder: Path) -> None:
     with folder_lock(folder):  # the folder's check and writes, one saving process at a time
         check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
         write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table)

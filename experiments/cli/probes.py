@@ -51,14 +51,14 @@ def prepare_queries(kg, options, *, model_names=(), out_dir=None, out_name="out"
     return queries, options.templates
 
 
-def print_metrics_table(results) -> None:
+def print_metrics_table(result) -> None:
     """After a blank line, a short summary per result: Hit@1/10/100, MRR, MR raw and filtered, the random baseline and the
     chance-adjusted index (0 = random, 1 = perfect; '-' where chance is already perfect)."""
     rows = []
-    for result in results:
-        metrics = result.metrics.to_dict()
-        rows += [{**metrics["raw"], "probe": result.probe, "setting": "raw"},
-                 {**metrics["filtered"], "probe": result.probe, "setting": "filtered"},
+    for probe in result.probes:
+        metrics = result.probe_metrics[probe]
+        rows += [{**metrics["raw"], "probe": probe, "setting": "raw"},
+                 {**metrics["filtered"], "probe": probe, "setting": "filtered"},
                  {**metrics["random_baseline"]["filtered"], "probe": "random", "setting": "filtered"}]
         if "adjusted_index" in metrics:
             adjusted = {"n": metrics["filtered"]["n"], **metrics["adjusted_index"]["filtered"]}
@@ -156,10 +156,10 @@ def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "
                                        loading=ModelLoading(g["dtype"], g["device"]), token_budget=g["token_budget"],
                                        address=ray_address, loaded=loaded, backend=g["backend"])
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
-    results = run_kg(probe_names, queries, loaded, options=options, templates=templates, budget=Budget(g["token_budget"], long_prompts),
-                     backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
-    print_metrics_table(results)
-    for result in results:
+    run = run_kg(probe_names, queries, loaded, options=options, templates=templates, budget=Budget(g["token_budget"], long_prompts),
+                 backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
+    print_metrics_table(run)
+    for result in (run[probe] for probe in run.probes):
         cache = result.metadata.get("cache", {})
         if "entities_encoded_now" in cache:  # DEER's encoding, in a line
             work, handed = result.metadata["work"], cache.get("query_embeddings_given")

@@ -1,0 +1,78 @@
+"""One result type (``deer.platform.result.RunResult``) for every run: a KG run of several probes, a cloze
+run and the BEAR data-set score each save one folder shape (their table, metrics.json and metadata.json
+keyed by probe) and read back as the result they saved; a one-probe view reads as 0.1's ProbeResult."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deer
+from deer.backends.models import open_model
+from deer.platform.result import RunResult, load_results
+from deer.platform.templates import PromptTemplates
+from deer.runner import run_cloze, run_kg, run_probe
+from experiments.runs import load_run
+from kg_data import build_queries, load_kg
+from kg_data.cloze import bear_cloze_task
+from tests.test_cloze import hand_built_bear
+
+
+def _same(first: RunResult, second: RunResult) -> None:
+    assert first.probes == second.probes and first.layout == second.layout
+    pd.testing.assert_frame_equal(first.table.reset_index(drop=True), second.table.reset_index(drop=True), check_dtype=False)
+    for probe in first.probes:
+        assert first.metrics_of(probe).to_dict() == second.metrics_of(probe).to_dict()
+
+
+def test_a_kg_run_of_several_probes_is_one_result_and_reads_back_as_it(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
+    run = run_kg(["deer", "lama"], queries, loaded, templates=PromptTemplates(k_shot=2), out=tmp_path, show_progress=False)
+    assert isinstance(run, deer.RunResult) and deer.ProbeResult is deer.RunResult and run.probes == ["deer", "lama"]
+    _same(RunResult.load(tmp_path), run)
+    _same(deer.load_result(tmp_path), run)
+    assert RunResult.load(tmp_path).spec == run.spec
+    # Several probes: each is picked by name; the one-probe shortcuts name them rather than guess.
+    for shortcut in ("probe", "metrics", "metadata"):
+        with pytest.raises(ValueError, match="deer, lama; pick one"):
+            getattr(run, shortcut)
+    with pytest.raises(ValueError, match="holds no bear result"):
+        run.metrics_of("bear")
+    lama = run["lama"]
+    assert lama.probe == "lama" and not any(c.startswith("deer_") for c in lama.table.columns)
+    assert {"lama_rank_raw", "lama_rank_filtered", "lama_top10", "head", "k_shot_used"} <= set(lama.table.columns)
+    np.testing.assert_array_equal(run.ranks("raw", "lama"), lama.ranks("raw"))
+    assert lama.metrics["hit@10"] == run.metrics_of("lama")["filtered/hit@10"] == json.loads(
+        (tmp_path / "metrics.json").read_text())["lama"]["filtered"]["hit@10"]
+    # Every probe's metadata records the few-shot examples each query got, counted once for the run.
+    assert run.metadata_of("deer")["k_shot"] == run.metadata_of("lama")["k_shot"]
+    # 0.1's per-probe reading, and the experiments' old argument order (with a DeprecationWarning).
+    _same(load_results(tmp_path)["deer"], run["deer"])
+    with pytest.warns(DeprecationWarning, match="ranks\\(rank_type, probe\\)"):
+        old_order = run.ranks("deer", "raw")
+    np.testing.assert_array_equal(old_order, run.ranks("raw", "deer"))
+    # A one-probe run is the same type, and reads as that probe's.
+    alone = run_probe("lama", queries, loaded, templates=PromptTemplates(k_shot=2), show_progress=False)
+    assert type(alone) is RunResult and alone.probe == "lama"
+    np.testing.assert_array_equal(alone.ranks("filtered"), lama.ranks("filtered"))
+    # The experiments read the same folder as the same result, labelled.
+    experiment_run = load_run(tmp_path, label="tiny")
+    assert experiment_run.label == "tiny" and type(experiment_run) is RunResult
+    _same(experiment_run, run)
+
+
+def test_a_cloze_run_saves_and_reads_back_the_same_folder_shape(tmp_path, tiny_clm_dir):
+    loaded = open_model(str(tiny_clm_dir))
+    result = run_cloze(bear_cloze_task(hand_built_bear()), loaded, ["deer", "bear"], out=tmp_path, show_progress=False)
+    assert result.layout == "queries" and result.probes == ["deer", "bear"]
+    assert set(json.loads((tmp_path / "metrics.json").read_text())) == set(json.loads((tmp_path / "metadata.json").read_text())) \
+        == {"deer", "bear"}
+    stored = RunResult.load(tmp_path)
+    _same(stored, result)
+    assert stored.metadata_of("bear")["resumed"] is False and stored.metadata_of("bear")["backend"] == "hf"
+    bear = result["bear"]
+    assert bear.probe == "bear" and "bear_rank" in bear.table and not any(c.startswith("deer_") for c in bear.table.columns)
+    assert "relation" in bear.metrics.to_dict() and bear.metrics["relation/template/overall/n"] == len(result.table)
