@@ -76,12 +76,6 @@ def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> Fi
     return FirstTokens(group, np.asarray(ids, dtype=np.int64).reshape(shape), np.asarray(drops, dtype=np.int64).reshape(shape))
 
 
-def first_token_ids(tokenizer, queries: QuerySet, templates: PromptTemplates) -> np.ndarray:
-    """int64 (n_queries, n_candidates): each candidate's first token after each query's text (``first_tokens``)."""
-    first = first_tokens(tokenizer, queries, templates)
-    return first.ids[first.group]
-
-
 def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
     """Candidates whose name is one token (as " name"); queries whose gold tail is one of them."""
     names = [queries.kg.entity_names[e] for e in queries.candidates]

@@ -33,7 +33,7 @@ from deer.platform.length_guard import guard_benchmark_lengths
 from deer.platform.metrics import cloze_metrics
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
-from deer.platform.result import QUERIES_TABLE, RunResult, combine_results, kg_result, run_metadata
+from deer.platform.result import QUERIES_TABLE, RunResult, combine_results, kg_result, refuse_other_run, run_metadata
 from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options, refuse_leftover
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
@@ -187,6 +187,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, store_root is not None)
+    refuse_other_run(out, QUERIES_TABLE, "a cloze run")
     runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     check_cloze_run(task, chosen, runner)
     digest = task_digest(task)

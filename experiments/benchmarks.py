@@ -23,6 +23,7 @@ from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs, store_root
 from deer.platform.metrics import cloze_blocks
+from deer.platform.result import QUERIES_TABLE, refuse_other_run
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
@@ -142,6 +143,8 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     refuse_cache_on(backend, cache)
     check_inputs(model, out=out, seed=selection.seed, token_budget=budget.token_budget, dtype=loading.dtype,
                  device=loading.device, max_instances=selection.max_facts)
+    for folder in () if out is None else (Path(out), Path(out) / "cloze"):  # its report, and the run's own folder
+        refuse_other_run(folder, QUERIES_TABLE, "a cloze benchmark run")
     probes = [probe.name for probe in benchmark_probes(probes)]
     bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
     if bear_data_set and out is None:

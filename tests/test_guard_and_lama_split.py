@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bear_ref.lama_probe import LamaProbe, first_token_ids, first_tokens
+from bear_ref.lama_probe import LamaProbe, first_tokens
 from deer.backends import open_backend
 from deer.backends.boundary import move_trailing_whitespace, split_statements
 from deer.backends.models import open_model
@@ -24,6 +24,7 @@ from deer.probes import ProbeRequest
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
 from kg_data.task import Task
+from tests.test_lama import first_token_ids
 
 FEW_TOKENS_MANY_BYTES = "internationalization" * 3  # 60 bytes, 6 tokens for SmolLM2
 MANY_TOKENS_FEW_BYTES = "\U0001d518" * 4  # 16 bytes, 13 tokens for SmolLM2

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import bear_ref
 import deer
-from bear_ref.lama_probe import first_token_ids, restrict_to_single_token
+from bear_ref.lama_probe import first_tokens, restrict_to_single_token
 from deer.backends.models import open_model
 from deer.backends.plain import statement_ids_and_start
 from deer.backends.tokenization import token_ids
@@ -22,6 +22,11 @@ from experiments.cli import main
 from kg_data import build_queries, load_kg
 from tests.ranking_oracle import rank_of
 
+
+def first_token_ids(tokenizer, queries, templates) -> np.ndarray:
+    """int64 (n_queries, n_candidates): each candidate's first token after each query's text (``first_tokens``)."""
+    first = first_tokens(tokenizer, queries, templates)
+    return first.ids[first.group]
 
 def _table(out):
     path = find_ranks_table(out)

@@ -76,3 +76,37 @@ def test_a_cloze_run_saves_and_reads_back_the_same_folder_shape(tmp_path, tiny_c
     bear = result["bear"]
     assert bear.probe == "bear" and "bear_rank" in bear.table and not any(c.startswith("deer_") for c in bear.table.columns)
     assert "relation" in bear.metrics.to_dict() and bear.metrics["relation/template/overall/n"] == len(result.table)
+
+
+def _snapshot(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_holds_one_kind_of_run(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """A cloze run into a KG run's folder (or the BEAR data-set score into a cloze run's) would overwrite that
+    run's metrics.json and metadata.json: each is refused by name before any work, and nothing there changes."""
+    from click.testing import CliRunner
+
+    import bear_ref
+    from experiments.cli import main
+    from tests.test_cloze import write_lama
+
+    queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
+    kg_run = tmp_path / "kg"
+    run_probe("lama", queries, loaded, out=kg_run, show_progress=False)
+    before = _snapshot(kg_run)
+    lama = write_lama(tmp_path / "lama")
+    refused = CliRunner().invoke(main, ["cloze", "--dataset", str(lama), "--model", str(tiny_clm_dir), "--candidates",
+                                        "relation", "--probes", "lama", "--bootstrap", "0", "--no-cache", "--out", str(kg_run)])
+    assert refused.exit_code != 0 and "already holds a KG probe run (ranks.parquet)" in refused.output, refused.output
+    with pytest.raises(ValueError, match="already holds a KG probe run"):
+        run_cloze(bear_cloze_task(hand_built_bear()), loaded, ["bear"], out=kg_run, show_progress=False)
+    assert _snapshot(kg_run) == before
+    cloze_run = tmp_path / "cloze"
+    run_cloze(bear_cloze_task(hand_built_bear()), loaded, ["bear"], out=cloze_run, show_progress=False)
+    before = _snapshot(cloze_run)
+    with pytest.raises(ValueError, match="already holds a cloze run \\(queries.parquet\\)"):
+        bear_ref.bear_dataset(hand_built_bear(), loaded, out=cloze_run, show_progress=False)
+    with pytest.raises(ValueError, match="holds metadata.json, metrics.json written without a run spec"):
+        run_probe("lama", queries, loaded, out=cloze_run, show_progress=False)
+    assert _snapshot(cloze_run) == before

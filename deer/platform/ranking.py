@@ -158,21 +158,6 @@ def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None
     return _ranked_chunks(chunks, queries, k, scores.shape[1])
 
 
-def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails: Sequence[np.ndarray],
-                           excluded: np.ndarray | None = None) -> GoldRanks:
-    """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates): :func:`rank_chunk`'s ranks."""
-    scores = torch.from_numpy(np.asarray(scores, dtype=np.float64))
-    excluded = None if excluded is None else torch.as_tensor(np.asarray(excluded), dtype=torch.int64)
-    return rank_chunk(scores, torch.as_tensor(np.asarray(gold), dtype=torch.int64), filter_tails, excluded, k=0)[0]
-
-
-def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best candidates per row, best first (invalid scores last, ties by position)."""
-    cleaned = torch.from_numpy(np.asarray(scores, dtype=np.float64)).clone()
-    cleaned[~torch.isfinite(cleaned)] = float("-inf")
-    return _top_k(cleaned, min(k, cleaned.shape[1]), _no_positions(len(cleaned), "cpu"))
-
-
 def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
                      excluded: np.ndarray | None = None) -> np.ndarray:
     """Competitors each query's gold tail is ranked among (an ``excluded`` candidate, -1: none, is none)."""

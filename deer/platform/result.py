@@ -96,6 +96,7 @@ class Metrics(Mapping):
 
 
 LAYOUTS = {RANKS_TABLE: "filtered", QUERIES_TABLE: None, INSTANCES_TABLE: "overall"}  # table name -> default metrics block
+RUN_KINDS = {RANKS_TABLE: "a KG probe run", QUERIES_TABLE: "a cloze run", INSTANCES_TABLE: "a BEAR data-set score"}
 
 
 @dataclasses.dataclass(repr=False)
@@ -220,6 +221,7 @@ class RunResult:
             for probe in self.probes:
                 _save_kg_result(self[probe], folder)
         elif self.layout == QUERIES_TABLE:
+            refuse_other_run(folder, QUERIES_TABLE, "a cloze run")
             write_table(folder / f"{QUERIES_TABLE}.parquet", self.table)  # the atomic writer creates the folder
             write_json(folder / "metrics.json", self.probe_metrics)
             write_json(folder / "metadata.json", self.probe_metadata)
@@ -482,12 +484,32 @@ def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def other_run_in(folder: Path, layout: str) -> str | None:
+    """What shows that ``folder`` holds another kind of run than a ``layout`` one (None if nothing does):
+    another layout's table, or (for a run without a run spec) a KG run's ``run_spec.json``."""
+    names = {f"{table}{suffix}": table for table in LAYOUTS if table != layout for suffix in (".parquet", ".csv")}
+    if layout != RANKS_TABLE:
+        names[RUN_SPEC_FILE] = RANKS_TABLE
+    found = next((name for name in names if (Path(folder) / name).exists()), None)
+    return None if found is None else f"{RUN_KINDS[names[found]]} ({found})"
+
+
+def refuse_other_run(folder: Path | None, layout: str, label: str) -> None:
+    """Refuse (ValueError) a folder holding another kind of run, whose metrics.json and metadata.json a
+    ``layout`` run (``label`` names it) would overwrite: checked before any work."""
+    other = None if folder is None else other_run_in(Path(folder), layout)
+    if other:
+        raise ValueError(f"{folder} already holds {other}; {label} writes its own metrics.json and metadata.json there "
+                         "and would overwrite that run's. Use another --out folder.")
+
+
 def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | None) -> str | None:
-    """Why ``folder`` holds another kind of run than an instances result (None if it does not): its
-    metrics.json and metadata.json may hold only ``probe`` (of ``kind``, with a ``block`` of metrics)."""
-    for name in (f"{RANKS_TABLE}.parquet", f"{RANKS_TABLE}.csv", RUN_SPEC_FILE):
-        if (folder / name).exists():
-            return f"a KG probe run ({name})"
+    """Why ``folder`` holds another kind of run than an instances result (None if it does not): no other
+    layout's files, and its metrics.json and metadata.json hold only ``probe`` (of ``kind``, with a ``block``
+    of metrics)."""
+    other = other_run_in(folder, INSTANCES_TABLE)
+    if other:
+        return other
     for name in ("metadata.json", "metrics.json"):
         path = folder / name
         if not path.exists():

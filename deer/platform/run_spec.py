@@ -85,10 +85,6 @@ class RunSpec:
         return cls(**{field.name: data.get(field.name) for field in dataclasses.fields(cls)})
 
     @classmethod
-    def from_json(cls, text: str) -> RunSpec:
-        return cls.from_dict(json.loads(text))
-
-    @classmethod
     def read(cls, folder: Path) -> RunSpec | None:
         """The spec stored in ``folder`` (None if it has none; a file that is no JSON object: a ValueError naming it)."""
         from deer.platform.read_back import read_json_object
