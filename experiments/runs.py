@@ -115,11 +115,13 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
 
     ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  ``loading``
-    (or dtype=, device=) and ``budget`` (or token_budget=) as ``deer.probe``'s.  DEER goes through
-    its embedding cache; a probe whose ranks for this very run spec are already in the folder is read
-    back, not run again.  ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.
+    (or dtype=, device=) and ``budget`` (or token_budget=) as ``deer.probe``'s.  A probe whose ranks for
+    this very run spec are already in the folder is read back, not run again; the others run together in
+    one ``run_kg`` (LAMA's pass hands DEER its query vectors), DEER through its embedding cache.
+    ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.  The run's
+    ``experiment`` records each probe's seconds (its own scoring and ranking, or reading it back) and which were reused.
     """
-    from deer.runner import run_probe
+    from deer.runner import run_kg
 
     loading, budget = take(loose, ModelLoading, loading, "loading"), take(loose, Budget, budget, "budget")
     refuse_leftover(loose, "run_probes")
@@ -129,24 +131,24 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     seconds: dict[str, float] = {}
-    reused: list[str] = []  # probes whose stored ranks were read back: no work done now
-    results: list[RunResult] = []
-    for probe in probes:
+    results: dict[str, RunResult] = {}  # probes whose stored ranks were read back: no work done now
+    for probe in probes if use_cache else ():
         started = time.perf_counter()
-        result = _stored_result(folder, probe, spec) if use_cache else None
+        result = _stored_result(folder, probe, spec)
         if result is not None:
-            reused.append(probe)
+            results[probe], seconds[probe] = result, time.perf_counter() - started
             log(f"  {model_name}: {probe} ranks already in {folder}, reused")
-        else:
-            result = run_probe(probe, queries, loaded, templates=templates, budget=budget, cache=use_cache,
-                               out=folder, show_progress=show_progress, **(probe_options or {}).get(probe, {}))
-            cache = result.metadata.get("cache", {})
+    reused, pending = list(results), [probe for probe in probes if probe not in results]
+    if pending:
+        fresh = run_kg(pending, queries, loaded, options={p: (probe_options or {}).get(p, {}) for p in pending},
+                       templates=templates, budget=budget, cache=use_cache, out=folder, show_progress=show_progress)
+        for probe in pending:
+            results[probe], seconds[probe] = fresh[probe], fresh.metadata_of(probe)["seconds"]
+            cache = fresh.metadata_of(probe).get("cache", {})
             from_cache = (f" ({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache)"
                           if "entities_from_cache" in cache else "")
             log(f"  {model_name}: {probe}{from_cache}")
-        results.append(result)
-        seconds[probe] = time.perf_counter() - started
-    run = in_registry_order(combine_results(results))
+    run = in_registry_order(combine_results([results[probe] for probe in probes]))
     run.label, run.folder, run.experiment = model_label(model_name), folder, {"probe_seconds": seconds, "reused": reused}
     return run
 
