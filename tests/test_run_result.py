@@ -110,3 +110,39 @@ def test_a_folder_holds_one_kind_of_run(tiny_kg_dir, tiny_clm_dir, tmp_path):
     with pytest.raises(ValueError, match="holds metadata.json, metrics.json written without a run spec"):
         run_probe("lama", queries, loaded, out=cloze_run, show_progress=False)
     assert _snapshot(cloze_run) == before
+
+
+def _leaves(tree: dict, path=()):
+    for key, value in tree.items():
+        yield from _leaves(value, (*path, key)) if isinstance(value, dict) else [((*path, key), value)]
+
+
+def test_a_cloze_folder_reads_back_with_its_metrics_made_again_from_its_rows(tmp_path):
+    """A cloze run's metrics are its table's: reading a folder makes them again from the rows. The committed
+    LAMA run (written before results were keyed by probe: one metadata object, kind-first metrics) reads, and
+    every number its metrics.json holds is the one made again; a metrics.json that disagrees is refused."""
+    import shutil
+    from pathlib import Path
+
+    from deer.platform.read_back import StoredFileError
+
+    committed = Path(__file__).parent.parent / "results" / "lama-smollm2"
+    result = RunResult.load(committed / "cloze")
+    assert result.probes == ["deer", "lama", "bear"] and result.metadata_of("lama")["model"]["name"] == "smollm2-135m"
+    old = json.loads((committed / "metrics.json").read_text())  # {kind: {mode: {probe: ...}}}
+    leaves = list(_leaves(old))
+    assert len(leaves) > 1000
+    for (kind, mode, probe, *rest), value in leaves:
+        node = result.probe_metrics[probe][kind][mode]
+        for key in rest:
+            node = node[key]
+        assert node == value, (kind, mode, probe, rest)
+    folder = tmp_path / "cloze"
+    result.save(folder)
+    _same(RunResult.load(folder), result)
+    stored = json.loads((folder / "metrics.json").read_text())
+    stored["lama"]["relation"]["template"]["overall"]["p@1"] += 0.01
+    (folder / "metrics.json").write_text(json.dumps(stored))
+    with pytest.raises(StoredFileError, match="metrics.json.*disagrees with the metrics of queries.parquet"):
+        RunResult.load(folder)
+    shutil.rmtree(folder)

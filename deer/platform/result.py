@@ -27,7 +27,7 @@ from deer.base.files import (
     write_table,
     write_text,
 )
-from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
+from deer.platform.metrics import adjusted_index, cloze_metrics, grouped_metrics, probes_in, random_baseline, rank_metrics
 from deer.platform.ranking import GoldRanks, candidate_counts
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
@@ -139,8 +139,8 @@ class RunResult:
     @classmethod
     def of_probe(cls, probe: str, table: pd.DataFrame, metrics: dict | Metrics, metadata: dict, **fields) -> RunResult:
         """One probe's result (what 0.1's ``ProbeResult(probe, table, metrics, metadata, spec)`` made)."""
-        arrays = fields.pop("arrays", None)
-        return cls(table, {probe: metrics.to_dict() if isinstance(metrics, Metrics) else metrics}, {probe: metadata}, probe_arrays={probe: dict(arrays or {})}, **fields)
+        tree = metrics.to_dict() if isinstance(metrics, Metrics) else metrics
+        return cls(table, {probe: tree}, {probe: metadata}, probe_arrays={probe: dict(fields.pop("arrays", None) or {})}, **fields)
 
     def __repr__(self) -> str:
         rows = "rows" if self.layout == INSTANCES_TABLE else "queries"
@@ -206,6 +206,8 @@ class RunResult:
             rank_type, probe = probe or "filtered", rank_type
         if rank_type not in ("filtered", "raw"):
             raise ValueError("rank_type must be 'filtered' or 'raw'")
+        if not self.is_kg:
+            raise ValueError(f"ranks() reads a KG run's raw and filtered ranks; this {self.layout} table has its own columns")
         return self.table[f"{self._known(probe or self.probe)}_rank_{rank_type}"].to_numpy(dtype=np.float64)
 
     def top_predictions(self, probe: str | None = None) -> pd.Series:
@@ -285,6 +287,9 @@ def load_result(folder: str | Path) -> RunResult:
     or queries table (a cloze run).  A file there that is unreadable or lacks what the result needs is
     refused with a ValueError naming it (``deer.platform.read_back``)."""
     folder = Path(folder)
+    queries_table = find_table(folder, QUERIES_TABLE)
+    if queries_table is not None and not find_table(folder, RANKS_TABLE) and not find_table(folder, INSTANCES_TABLE):
+        return _load_cloze_result(folder, queries_table)
     metrics = _probe_entries(folder / "metrics.json")
     metadata = _probe_entries(folder / "metadata.json")
     ranks = find_table(folder, RANKS_TABLE)
@@ -299,13 +304,11 @@ def load_result(folder: str | Path) -> RunResult:
             spec = RunSpec.from_dict(metadata[probes[0]]["run_spec"])
         return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
                          spec, folder=folder)
-    for layout in (INSTANCES_TABLE, QUERIES_TABLE):
-        path = find_table(folder, layout)
-        if path is not None:
-            summary = folder / "summary.md"
-            return RunResult(read_stored_table(path), metrics, {p: metadata.get(p, {}) for p in metrics}, layout,
-                             summary=summary.read_text() if summary.exists() and layout == INSTANCES_TABLE else None,
-                             folder=folder)
+    instances = find_table(folder, INSTANCES_TABLE)
+    if instances is not None:
+        summary = folder / "summary.md"
+        return RunResult(read_stored_table(instances), metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
+                         summary=summary.read_text() if summary.exists() else None, folder=folder)
     raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
 
 
@@ -318,6 +321,23 @@ def read_ranks_table(path: Path) -> pd.DataFrame:
             if column not in table.columns or not pd.api.types.is_numeric_dtype(table[column]):
                 raise StoredFileError(path, f"has no numeric {column} column")
     return table
+
+
+def _load_cloze_result(folder: Path, path: Path) -> RunResult:
+    """A cloze run's folder: its metrics are its table's (``cloze_metrics``), made again from the table read
+    back; a metrics.json that disagrees, or a table without a probe's rank column, is refused by name.
+    Folders written before the results were keyed by probe (one metadata object, no metrics.json) read too."""
+    table = read_stored_table(path, ["n_candidates", "candidates", "mode", "source", "relation"])
+    lacking = [f"{probe}_correct" for probe in probes_in(table) if f"{probe}_correct" not in table.columns]
+    if lacking or not probes_in(table):
+        raise StoredFileError(path, f"lacks the column {lacking[0]}" if lacking else "has no {probe}_rank column")
+    metrics = cloze_metrics(table)
+    stored = _read_json(folder / "metrics.json")
+    if stored and stored != json.loads(json.dumps(metrics, default=json_default)):
+        raise StoredFileError(folder / "metrics.json", f"disagrees with the metrics of {path.name} (made again from its rows)")
+    metadata = _read_json(folder / "metadata.json")
+    keyed = all(isinstance(metadata.get(probe), dict) for probe in metrics)  # else one object for the run (before 0.2)
+    return RunResult(table, metrics, {p: metadata[p] if keyed else metadata for p in metrics}, QUERIES_TABLE, folder=folder)
 
 
 def _probe_entries(path: Path) -> dict[str, dict]:
