@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
-from deer.platform.ranking import candidate_counts, gold_ranks_from_scores, top_k_from_scores
+from deer.platform.ranking import GoldRanks, _no_positions, _top_k, candidate_counts, rank_chunk
 from tests.ranking_oracle import rank_of
 
+
+def gold_ranks_from_scores(scores: np.ndarray, gold: np.ndarray, filter_tails, excluded=None) -> GoldRanks:
+    """Exact ranks of ``gold[i]`` in row i of ``scores`` (n_queries, n_candidates): the kernel's, one chunk."""
+    scores = torch.from_numpy(np.asarray(scores, dtype=np.float64))
+    excluded = None if excluded is None else torch.as_tensor(np.asarray(excluded), dtype=torch.int64)
+    return rank_chunk(scores, torch.as_tensor(np.asarray(gold), dtype=torch.int64), filter_tails, excluded, k=0)[0]
+
+
+def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best candidates per row, best first (invalid scores last, ties by position): the kernel's."""
+    cleaned = torch.from_numpy(np.asarray(scores, dtype=np.float64)).clone()
+    cleaned[~torch.isfinite(cleaned)] = float("-inf")
+    return _top_k(cleaned, min(k, cleaned.shape[1]), _no_positions(len(cleaned), "cpu"))
 
 def _random_problem(seed, n_queries=40, n_candidates=300, dim=16):
     rng = np.random.default_rng(seed)
