@@ -21,7 +21,7 @@ from deer.backends.boundary import split_statements
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
-from deer.platform.result import tail_token_lengths
+from deer.platform.kg_result import tail_token_lengths
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet

@@ -29,11 +29,12 @@ from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, r
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.distributed import world
 from deer.platform.inputs import checked_out_folder, prepare, store_root
+from deer.platform.kg_result import kg_result, run_metadata
 from deer.platform.length_guard import guard_benchmark_lengths
 from deer.platform.metrics import cloze_metrics
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
-from deer.platform.result import QUERIES_TABLE, RunResult, combine_results, kg_result, refuse_other_run, run_metadata
+from deer.platform.result import QUERIES_TABLE, RunResult, combine_results, refuse_other_run
 from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options, refuse_leftover
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest

@@ -20,8 +20,9 @@ from scipy import stats as scipy_stats
 
 from deer import probes
 from deer.base.files import read_table
+from deer.platform.kg_result import tail_token_lengths
 from deer.platform.metrics import rank_metrics
-from deer.platform.result import find_ranks_table, tail_token_lengths
+from deer.platform.result import find_ranks_table
 from deer.platform.run_spec import RunSpec
 from deer.platform.templates import KG_CANDIDATE_SET
 from deer.probes import ProbeScores

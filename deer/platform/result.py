@@ -22,22 +22,19 @@ from deer.base.files import (
     default_table_suffix,
     folder_lock,
     json_default,
-    package_versions,
     write_json,
     write_table,
     write_text,
 )
-from deer.platform.metrics import adjusted_index, cloze_metrics, grouped_metrics, probes_in, random_baseline, rank_metrics
-from deer.platform.ranking import GoldRanks, candidate_counts
+from deer.platform.metrics import cloze_metrics, probes_in
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
-from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec, queries_fingerprint
+from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec
 from kg_data.queries import QuerySet
 
 KEY_COLUMNS = ["head_id", "relation_id", "tail_id"]
 RANKS_TABLE = "ranks"
 QUERIES_TABLE = "queries"
 INSTANCES_TABLE = "instances"
-TOP_K = 10
 
 
 class Metrics(Mapping):
@@ -347,95 +344,6 @@ def _probe_entries(path: Path) -> dict[str, dict]:
     if odd:
         raise StoredFileError(path, f"its entry for {odd[0]} is not a JSON object")
     return stored
-
-
-def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
-    """Tokens in " name" (as the tail appears after the query), per name."""
-    if tokenizer is None:
-        return np.zeros(len(names), dtype=np.int64)
-    encoded = tokenizer([" " + name for name in names], add_special_tokens=False)["input_ids"]
-    return np.asarray([len(ids) for ids in encoded], dtype=np.int64)
-
-
-def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
-    """The query columns of a ranks table: ids, names, tail token length, candidate counts."""
-    kg = queries.kg
-    heads, relations, tails = queries.triples.T
-    tail_names = [kg.entity_names[t] for t in tails]
-    return pd.DataFrame({
-        "query": np.arange(len(queries)),
-        "head_id": [kg.entity_ids[h] for h in heads],
-        "head": [kg.entity_names[h] for h in heads],
-        "relation_id": [kg.relation_ids[r] for r in relations],
-        "relation": [kg.relation_names[r] for r in relations],
-        "tail_id": [kg.entity_ids[t] for t in tails],
-        "tail": tail_names,
-        "tail_tokens": tail_token_lengths(tokenizer, tail_names),
-        "n_candidates": len(queries.candidates),
-        "n_filtered": queries.filter_tails.lengths(),
-    })
-
-
-def run_metadata(probe: str, queries: QuerySet, loaded, templates) -> dict:
-    """The part of metadata.json every KG probe shares: what was probed, with what, on which queries."""
-    return {
-        "probe": probe, "model": loaded.metadata(), "kg": queries.kg.summary(), "split": queries.split,
-        "queries": len(queries), "candidates": int(len(queries.candidates)), "subset_seed": queries.subset_seed,
-        "exclude_head": bool(queries.exclude_head), "templates": templates.to_metadata(),
-        "run_spec": RunSpec.build(queries, loaded, templates).to_dict(),
-        "versions": package_versions(),
-    }
-
-
-def head_metrics(queries: QuerySet, head_above_gold: np.ndarray | None) -> dict:
-    """How often the query's own head entity outranks the gold tail (its name is in the query)."""
-    heads = queries.head_positions()
-    with_head = int(np.sum((heads >= 0) & (heads != queries.gold)))
-    above = None if head_above_gold is None else int(np.sum(head_above_gold))
-    return {"excluded": bool(queries.exclude_head), "queries_with_head_candidate": with_head, "head_above_gold": above,
-            "head_above_gold_fraction": above / len(queries) if above is not None and len(queries) else None}
-
-
-def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarray | None = None) -> dict:
-    relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
-    raw_by_relation, filtered_by_relation = grouped_metrics(ranks.raw, relations), grouped_metrics(ranks.filtered, relations)
-    n = len(queries.candidates)
-    excluded = queries.excluded_positions()
-    observed = {"raw": rank_metrics(ranks.raw), "filtered": rank_metrics(ranks.filtered)}
-    baseline = {rank_type: random_baseline(candidate_counts(n, queries.filter_tails, filtered=rank_type == "filtered",
-                                                            excluded=excluded)) for rank_type in observed}
-    return {
-        **observed,
-        "random_baseline": baseline,
-        "adjusted_index": {rank_type: adjusted_index(observed[rank_type], baseline[rank_type]) for rank_type in observed},
-        "head": head_metrics(queries, head_above_gold),
-        "ties": {
-            "queries_with_ties": int(np.sum(ranks.raw_pessimistic > ranks.raw_optimistic)),
-            "mean_raw_optimistic": float(np.mean(ranks.raw_optimistic)) if len(ranks.raw) else None,
-            "mean_raw_pessimistic": float(np.mean(ranks.raw_pessimistic)) if len(ranks.raw) else None,
-        },
-        "per_relation": {relation: {"raw": raw, "filtered": filtered_by_relation[relation]}
-                         for relation, raw in raw_by_relation.items()},
-    }
-
-
-def kg_result(probe: str, queries: QuerySet, ranks: GoldRanks, top_candidates: np.ndarray | None, metadata: dict,
-              tokenizer=None, arrays: dict | None = None, head_above_gold: np.ndarray | None = None) -> RunResult:
-    """A KG probe's result from its gold ranks; ``top_candidates``: (n_queries, k) positions into
-    ``queries.candidates``; ``metadata`` must hold the ``run_spec`` of these queries (:func:`run_metadata`)."""
-    spec = RunSpec.from_dict(metadata["run_spec"])
-    if spec.queries != queries_fingerprint(queries):
-        raise ValueError("the run spec describes other queries than the ones ranked; build it from these queries")
-    table = query_frame(queries, tokenizer)
-    table[f"{probe}_rank_raw"] = ranks.raw
-    table[f"{probe}_rank_filtered"] = ranks.filtered
-    if top_candidates is not None:
-        names = queries.kg.entity_names
-        table[f"{probe}_top10"] = [
-            " | ".join(names[queries.candidates[c]] for c in row[:TOP_K]) for row in np.asarray(top_candidates)
-        ]
-    return RunResult.of_probe(probe, table, probe_metrics(queries, ranks, head_above_gold), metadata, spec=spec,
-                              queries=queries, arrays=arrays)
 
 
 def find_table(folder: Path, name: str) -> Path | None:
