@@ -84,8 +84,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
     run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
     run_options, options = gather_options(options, selection, templates, loading, budget)
     return run_kg([probe], kg, model, options={probe.name: options}, selection=run_options.selection,
-                      templates=run_options.templates, loading=run_options.loading, budget=run_options.budget, backend=backend,
-                      cache=cache, out=out, show_progress=show_progress, distributed=distributed, **run_keywords)
+                  templates=run_options.templates, loading=run_options.loading, budget=run_options.budget, backend=backend,
+                  cache=cache, out=out, show_progress=show_progress, distributed=distributed, **run_keywords)
 
 
 def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, options: Mapping[str, Mapping] | None = None,
