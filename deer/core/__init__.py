@@ -1,5 +1,6 @@
-"""The old name of ``deer.platform``: ``import deer.core.X`` still works and gives ``deer.platform.X``
-(the same module object), with a DeprecationWarning.  Remove in 0.3."""
+"""The old name of ``deer.platform``: ``import deer.core.X`` still works and gives ``deer.platform.X`` (or,
+for a module that has left the platform since 0.1, its new home: ``MOVED``), the same module object, with a
+DeprecationWarning.  Remove in 0.3."""
 
 import importlib
 import importlib.abc
@@ -8,6 +9,8 @@ import sys
 import warnings
 
 OLD, NEW = "deer.core.", "deer.platform."
+# 0.1's deer.core modules that have since left the platform (the ground floor, model loading): their homes now
+MOVED = {"models": "deer.backends.models", **{name: f"deer.base.{name}" for name in ("errors", "work", "files", "extras", "model_spec")}}
 
 
 class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -15,7 +18,8 @@ class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(name, self) if name.startswith(OLD) else None
 
     def create_module(self, spec):
-        return importlib.import_module(NEW + spec.name[len(OLD):])
+        old = spec.name[len(OLD):]
+        return importlib.import_module(MOVED.get(old, NEW + old))
 
     def exec_module(self, module):
         pass  # already executed under its new name
