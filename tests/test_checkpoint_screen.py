@@ -148,6 +148,8 @@ def test_a_checkpoint_with_the_same_weights_as_another_is_reported_and_probed_on
     board = {row["model"]: row for row in numbers["leaderboard"]}
     assert [board[m]["same_weights_as"] for m in ("checkpoint-1", "checkpoint-2", "step-1-again")] == ["", "", "checkpoint-1"]
     assert board["step-1-again"]["mrr"] == board["checkpoint-1"]["mrr"] and board["step-1-again"]["seconds"] is None
+    # The probed ones report their seconds, from their run's metadata (run_probes through run_kg).
+    assert all(board[m]["seconds"] > 0 for m in ("checkpoint-1", "checkpoint-2"))
     assert "same weights as checkpoint-1" in result.output
 
 
