@@ -94,18 +94,16 @@ def load_run(folder: Path, label: str | None = None) -> RunResult:
     return run
 
 
-def _stored_result(folder: Path, probe: str, spec: RunSpec) -> RunResult | None:
-    """``probe``'s result in the folder if the folder's ``run_spec.json`` and the probe's metadata both
-    match ``spec`` in every field (never the weight fingerprint alone)."""
+def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec) -> dict[str, RunResult]:
+    """{probe: its result} of ``probes`` in the folder (read once) whose ranks the folder's ``run_spec.json``
+    and the probe's own metadata both record under ``spec``, in every field (never the weight fingerprint alone)."""
     stored = RunSpec.read(folder)
-    if stored is None or find_ranks_table(folder) is None:
-        return None
-    stored_run = load_result(folder)
-    result = stored_run[probe] if probe in stored_run.probes else None
-    recorded = result.metadata.get("run_spec") if result is not None else None
-    if not isinstance(recorded, dict) or stored.differences(spec) or RunSpec.from_dict(recorded).differences(spec):
-        return None
-    return result
+    if stored is None or find_ranks_table(folder) is None or stored.differences(spec):
+        return {}
+    run = load_result(folder)
+    recorded = {probe: run.metadata_of(probe).get("run_spec") for probe in probes if probe in run.probes}
+    return {probe: run[probe] for probe, made_under in recorded.items()
+            if isinstance(made_under, dict) and not RunSpec.from_dict(made_under).differences(spec)}
 
 
 def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates, *,
@@ -119,7 +117,8 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     this very run spec are already in the folder is read back, not run again; the others run together in
     one ``run_kg`` (LAMA's pass hands DEER its query vectors), DEER through its embedding cache.
     ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.  The run's
-    ``experiment`` records each probe's seconds (its own scoring and ranking, or reading it back) and which were reused.
+    ``experiment`` records each probe's seconds (its own scoring and ranking, or the one read of the folder that gave it back)
+    and which were reused.
     """
     from deer.runner import run_kg
 
@@ -130,14 +129,11 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     model_name = loaded.name if isinstance(model, LoadedModel) else model
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
-    seconds: dict[str, float] = {}
-    results: dict[str, RunResult] = {}  # probes whose stored ranks were read back: no work done now
-    for probe in probes if use_cache else ():
-        started = time.perf_counter()
-        result = _stored_result(folder, probe, spec)
-        if result is not None:
-            results[probe], seconds[probe] = result, time.perf_counter() - started
-            log(f"  {model_name}: {probe} ranks already in {folder}, reused")
+    started = time.perf_counter()
+    results = _stored_results(folder, probes, spec) if use_cache else {}  # read back: no work done now
+    seconds = dict.fromkeys(results, time.perf_counter() - started)  # each the seconds of the one read that gave it back
+    for probe in results:
+        log(f"  {model_name}: {probe} ranks already in {folder}, reused")
     reused, pending = list(results), [probe for probe in probes if probe not in results]
     if pending:
         fresh = run_kg(pending, queries, loaded, options={p: (probe_options or {}).get(p, {}) for p in pending},

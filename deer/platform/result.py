@@ -325,16 +325,18 @@ def _load_cloze_result(folder: Path, path: Path) -> RunResult:
     back; a metrics.json that disagrees, or a table without a probe's rank column, is refused by name.
     Folders written before the results were keyed by probe (one metadata object, no metrics.json) read too."""
     table = read_stored_table(path, ["n_candidates", "candidates", "mode", "source", "relation"])
-    lacking = [f"{probe}_correct" for probe in probes_in(table) if f"{probe}_correct" not in table.columns]
-    if lacking or not probes_in(table):
+    probes = probes_in(table)
+    lacking = [f"{probe}_correct" for probe in probes if f"{probe}_correct" not in table.columns]
+    if lacking or not probes:
         raise StoredFileError(path, f"lacks the column {lacking[0]}" if lacking else "has no {probe}_rank column")
-    metrics = cloze_metrics(table)
-    stored = _read_json(folder / "metrics.json")
-    if stored and stored != json.loads(json.dumps(metrics, default=json_default)):
-        raise StoredFileError(folder / "metrics.json", f"disagrees with the metrics of {path.name} (made again from its rows)")
     metadata = _read_json(folder / "metadata.json")
-    keyed = all(isinstance(metadata.get(probe), dict) for probe in metrics)  # else one object for the run (before 0.2)
-    return RunResult(table, metrics, {p: metadata[p] if keyed else metadata for p in metrics}, QUERIES_TABLE, folder=folder)
+    keyed = all(isinstance(metadata.get(probe), dict) for probe in probes)  # else one object for the run (before 0.2)
+    result = RunResult(table, cloze_metrics(table), {p: metadata[p] if keyed else metadata for p in probes}, QUERIES_TABLE,
+                       folder=folder)  # its metrics held as metrics.json holds them: compared as read
+    stored = _read_json(folder / "metrics.json")
+    if stored and stored != result.probe_metrics:
+        raise StoredFileError(folder / "metrics.json", f"disagrees with the metrics of {path.name} (made again from its rows)")
+    return result
 
 
 def _probe_entries(path: Path) -> dict[str, dict]:
