@@ -21,6 +21,7 @@ from bear_ref.cloze_scoring import count_statements, statement_scores
 from deer.backends.models import LoadedModel
 from deer.backends.pll import PLL_VARIANTS
 from deer.backends.statement_scorer import StatementScorer
+from deer.platform.length_guard import kg_statement_checks, set_statement_checks
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged
 from deer.platform.templates import PromptTemplates
@@ -93,7 +94,13 @@ class BearProbe:
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
     options = {"pll_variant": "within_word_l2r"}
     option_values = {"pll_variant": OptionValues(str, PLL_VARIANTS)}
-    text_kind = "statements"
+
+    def length_checks(self, task, templates, backend):
+        """The statements BEAR scores: a KG's every query with every candidate; a benchmark's queries with
+        their sets' answers (never ``LARGE_SET``)."""
+        if task.kg_queries is not None:
+            return kg_statement_checks(task.kg_queries, templates, backend)
+        return set_statement_checks(task, [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET], backend)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         """A KG's queries: the (n_queries, n_candidates) statement scores, stored by chunk of queries where

@@ -22,6 +22,7 @@ from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.kg_result import tail_token_lengths
+from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer, query_check, set_statement_checks
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.queries import QuerySet
@@ -148,10 +149,24 @@ class LamaProbe:
     summary = "log-probability of the tail's first token after the query"
     options = {"single_token": False}
     option_values = {"single_token": OptionValues(bool)}
-    text_kind = "contexts"
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_end(templates)
+
+    def length_checks(self, task, templates, backend):
+        """The texts LAMA reads: a KG's query texts; a benchmark's query texts (a masked LM's masked
+        sentences) and the statements of the queries scored whole (``lama_rules``)."""
+        if task.kg_queries is not None:
+            yield query_check(task.kg_queries, templates, "query text", templates.query_context)
+            return
+        masked = backend.is_masked_lm
+        if masked:
+            yield LengthCheck.of("masked sentence", [mask_sentence(backend.tokenizer, q) for q in task.queries], fact_namer(task),
+                                 FACT_HINT, "tokenizer")
+        else:
+            yield LengthCheck.of("query text", [deer_query_text(q) for q in task.queries], fact_namer(task), FACT_HINT)
+        rules = lama_rules(task, masked)
+        yield from set_statement_checks(task, [i for i, rule in enumerate(rules) if rule == "statement"], backend)
 
     @staticmethod
     def folder_suffix(options) -> str:

@@ -21,6 +21,15 @@ from deer.backends.models import LoadedModel
 from deer.base.vectors import normalize_rows
 from deer.platform.cloze_texts import deer_query_text
 from deer.platform.distributed import ShardedEncoder
+from deer.platform.length_guard import (
+    ANSWER_HINT,
+    FACT_HINT,
+    LengthCheck,
+    answer_namer,
+    fact_namer,
+    query_check,
+    tail_prompt_check,
+)
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged, item_keys
 from deer.platform.templates import candidate_prompts, query_prompts
@@ -237,11 +246,22 @@ class DeerProbe:
     summary = "PromptEOL embeddings of queries and described tails, cosine ranking"
     options = {"query_embeddings": None}
     option_values = {"query_embeddings": OptionValues("vectors", optional=True)}
-    text_kind = "prompts"
     causal_lm_only = True  # PromptEOL reads a causal LM's last state
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_embeddings(options["query_embeddings"], len(queries))
+
+    def length_checks(self, task, templates, backend):
+        """The texts DEER encodes: a KG's tail prompts (whose descriptions the run may cut to fit) and query
+        prompts; a benchmark's query texts and every candidate set's prompts."""
+        queries = task.kg_queries
+        if queries is not None:
+            yield tail_prompt_check(queries, templates, backend)
+            yield query_check(queries, templates, "query prompt", templates.query_prompt)
+            return
+        yield LengthCheck.of("query text", [deer_query_text(q) for q in task.queries], fact_namer(task), FACT_HINT)
+        for name, candidates in task.candidate_sets.items():
+            yield LengthCheck.of("DEER prompt", candidate_prompts(candidates), answer_namer(candidates, name), ANSWER_HINT)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         """A KG's queries: query and candidate vectors, ranked by the runner's cosine kernel (the candidates

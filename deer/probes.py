@@ -1,6 +1,6 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
-A probe names the texts it feeds the model (for the length guard) and has one scoring method,
+A probe hands the run's length guard the texts it feeds the model and has one scoring method,
 ``score(request)``, of the one task type: queries over named candidate sets (``kg_data.task.Task``: a
 cloze benchmark's many, or a KG's one large set, ``deer.platform.templates.kg_benchmark_task``).  A KG's
 task carries its ``QuerySet`` (``task.kg_queries``), which a probe may read to score the one large set its
@@ -132,9 +132,10 @@ class Probe(Protocol):
     summary: str  # one line for --help and listings
     options: Mapping[str, Any]  # the probe's own options with their defaults; any other is refused by name
     option_values: Mapping[str, OptionValues]  # what each option accepts; a value that does not fit is refused by name
-    text_kind: str | None  # what the length guard checks: "prompts" (query and tail prompts), "contexts", "statements", None
-    # Optional: ``causal_lm_only`` (default False: True refuses a masked LM before any work),
-    # ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
+    # Optional: ``length_checks(task, templates, backend)``, the texts it feeds the model (``LengthCheck``s of
+    # ``deer.platform.length_guard``: the run's one guard counts them through the backend before any forward
+    # pass; a probe without it feeds nothing to check), ``causal_lm_only`` (default False: True refuses a
+    # masked LM before any work), ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
     # ``folder_suffix(options)`` (what that adds to the default run folder's name), and
     # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
     # queries or the templates, before the model loads.

@@ -30,7 +30,7 @@ from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.distributed import world
 from deer.platform.inputs import checked_out_folder, prepare, store_root
 from deer.platform.kg_result import kg_result, run_metadata
-from deer.platform.length_guard import guard_benchmark_lengths
+from deer.platform.length_guard import guard_lengths
 from deer.platform.metrics import cloze_metrics
 from deer.platform.ranking import rank_scores
 from deer.platform.read_back import reusable_table
@@ -117,7 +117,7 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     options = {probe.name: probe_options(probe, (options or {}).get(probe.name, {})) for probe in chosen}
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(kg, model, run_options, text_kind=[probe.text_kind for probe in chosen], out=out, backend=backend,
+    run = prepare(kg, model, run_options, probes=chosen, out=out, backend=backend,
                   show_progress=show_progress, before_loading=lambda queries, templates: [
                       check_probe_inputs(probe, options[probe.name], queries, templates) for probe in chosen])
     runner = run.backend
@@ -225,7 +225,7 @@ def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
         check_model_kind(probe, runner)
     if not task.queries:
         raise _empty_task_error(task)
-    guard_benchmark_lengths(task, runner, {probe.text_kind for probe in probes})
+    guard_lengths(task, probes, runner)
 
 
 @dataclasses.dataclass

@@ -22,7 +22,6 @@ class ShortestNameProbe:
     summary = "a baseline: shorter candidate names rank higher, whatever the query"
     options = {"by": "characters"}
     option_values = {"by": OptionValues(str, ("characters", "words"))}
-    text_kind = None  # feeds the model nothing: no length guard needed
 
     def score(self, request: ProbeRequest) -> ProbeScores:  # each query over its own candidate set
         task = request.task

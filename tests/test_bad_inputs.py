@@ -206,6 +206,11 @@ def test_long_descriptions_can_be_cut_to_fit(tmp_path, tiny_kg_dir, tiny_clm_dir
 
     tokens = batch_token_ids(AutoTokenizer.from_pretrained(tiny_clm_dir), [PromptTemplates.tail_prompt(kg, 2)])[0]
     assert 2048 - 64 <= len(tokens) <= 2048
+    import bear_ref  # BEAR's statements hold names only: it feeds no description, so none is cut
+
+    bear = bear_ref.bear(str(tiny_kg_dir), str(tiny_clm_dir), k_shot=2, show_progress=False, long_prompts="truncate-descriptions")
+    assert bear.metadata["length_guard"]["truncated_descriptions"] == {}
+    assert bear.queries.kg.entity_descriptions[2] == ("a living organism " * 2000).strip()
 
 
 def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_file(tmp_path, tiny_kg_dir, monkeypatch):

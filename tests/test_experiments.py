@@ -103,7 +103,6 @@ class StandInProbe:
     """
 
     options: dict = {}
-    text_kind = None
 
     def __init__(self, name: str):
         self.name = self.summary = name

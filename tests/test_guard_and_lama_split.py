@@ -18,9 +18,9 @@ from deer.backends.boundary import move_trailing_whitespace, split_statements
 from deer.backends.models import open_model
 from deer.backends.plain import plain_logprobs
 from deer.backends.tokenization import token_ids
-from deer.platform.length_guard import PromptTooLongError, guard_prompt_lengths
-from deer.platform.templates import PromptTemplates
-from deer.probes import ProbeRequest
+from deer.platform.length_guard import PromptTooLongError, guard_lengths
+from deer.platform.templates import PromptTemplates, kg_benchmark_task
+from deer.probes import ProbeRequest, get_probe
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
 from kg_data.task import Task
@@ -57,16 +57,17 @@ def test_the_statement_guard_finds_the_longest_continuation_in_tokens(tiny_kg_di
                                          num_attention_heads=2, max_position_embeddings=limit)).eval()
     backend = open_backend("hf", (model, tokenizer))
     with pytest.raises(PromptTooLongError, match="longest statement"):
-        guard_prompt_lengths(queries, backend, templates, "statements")
-    guard_prompt_lengths(queries, backend, templates, "contexts")  # the query texts alone fit
+        guard_lengths(kg_benchmark_task(queries, templates), [get_probe("bear")], backend, templates)
+    guard_lengths(kg_benchmark_task(queries, templates), [get_probe("lama")], backend, templates)  # the query texts alone fit
 
 
 def test_the_statement_guard_takes_no_candidates(tiny_kg_dir, tiny_clm):
     """Tokenising the continuations in one batch must not trip on an empty one (a fast tokenizer refuses it)."""
     kg = load_kg(tiny_kg_dir)
     empty = queries_for(kg, "test", np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    checked, report = guard_prompt_lengths(empty, open_backend("hf", tiny_clm), PromptTemplates(k_shot=0), "statements")
-    assert checked is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
+    templates = PromptTemplates(k_shot=0)
+    checked, report = guard_lengths(kg_benchmark_task(empty, templates), [get_probe("bear")], open_backend("hf", tiny_clm), templates)
+    assert checked.kg_queries is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
 
 
 class _Contexts:

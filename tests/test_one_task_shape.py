@@ -11,6 +11,7 @@ import pytest
 
 from deer.backends.models import as_loaded_model
 from deer.platform.cloze_texts import deer_query_text, lama_rule
+from deer.platform.length_guard import LengthCheck, PromptTooLongError
 from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchmark_task
 from deer.probes import get_probe
 from deer.runner import run_probe
@@ -25,7 +26,7 @@ class GeneralShapeOnly:
 
     def __init__(self, probe):
         self.probe = probe
-        self.name, self.summary, self.options, self.text_kind = probe.name, probe.summary, probe.options, probe.text_kind
+        self.name, self.summary, self.options, self.length_checks = probe.name, probe.summary, probe.options, probe.length_checks
 
     def score(self, request):
         assert request.task.kg_queries is not None  # the runner's KG task: hidden here
@@ -74,7 +75,7 @@ def test_a_probe_without_a_score_method_is_refused_by_name(monkeypatch):
     import deer.probes
 
     class Scoreless:
-        name, summary, options, text_kind = "scoreless", "scores nothing", {}, None
+        name, summary, options = "scoreless", "scores nothing", {}
 
         def rank(self, request):
             raise AssertionError("never called")
@@ -91,7 +92,7 @@ def test_a_probe_of_the_old_two_methods_is_still_read_with_a_warning(tiny_kg_dir
     calls = []
 
     class OldBear:
-        name, summary, options, text_kind = "bear", bear.summary, bear.options, bear.text_kind
+        name, summary, options, length_checks = "bear", bear.summary, bear.options, bear.length_checks
 
         def score(self, request):
             calls.append(type(request.queries).__name__)  # the old field name still reads the task
@@ -109,3 +110,41 @@ def test_a_probe_of_the_old_two_methods_is_still_read_with_a_warning(tiny_kg_dir
     new = run_probe("bear", queries, loaded, k_shot=2, show_progress=False)
     np.testing.assert_array_equal(old.ranks("filtered"), new.ranks("filtered"))
     assert calls == ["QuerySet"]
+
+
+class LongWinded:
+    """A probe feeding texts of its own kind: each query's statement said 400 times (more than the tiny
+    model's 2048 positions).  It never scores: the run's one guard refuses it first."""
+
+    name, summary, options = "longwinded", "repeats itself", {}
+
+    def length_checks(self, task, templates, backend):
+        texts = [" ".join([statement(q, q.answer)] * 400) for q in task.queries]
+        yield LengthCheck.of("repeated statement", texts, lambda i: f"query {i} of {task.name}", "say it once")
+
+    def score(self, request):
+        raise AssertionError("scored although its texts do not fit")
+
+
+def test_the_one_guard_checks_the_texts_a_probe_hands_it(monkeypatch, tiny_kg_dir, tiny_clm_dir, tiny_clm, tmp_path):
+    """The guard knows no kind of text: a probe's own (``length_checks``) are counted through the backend and
+    refused, named as the probe names them, on a KG run (API and CLI) and on a cloze run, before any scoring
+    and before anything is written."""
+    from click.testing import CliRunner
+
+    import deer.probes
+    from deer.runner import run_cloze
+    from experiments.cli import main
+
+    monkeypatch.setitem(deer.probes._REGISTERED, "longwinded", LongWinded)
+    message = r"query 0 of tiny_kg: its repeated statement is \d+ tokens, more than the model's 2048 positions \(\d+ more too long\); say it once"
+    with pytest.raises(PromptTooLongError, match=message):
+        run_probe("longwinded", str(tiny_kg_dir), str(tiny_clm_dir), k_shot=0, show_progress=False, out=tmp_path / "api")
+    result = CliRunner().invoke(main, ["probe", "--probe", "longwinded", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--k-shot", "0", "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 1 and "its repeated statement is" in result.output, result.output
+    task = dataclasses.replace(kg_benchmark_task(build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)),
+                               kg_queries=None)
+    with pytest.raises(PromptTooLongError, match=message):
+        run_cloze(task, as_loaded_model(tiny_clm), ["longwinded"], out=tmp_path / "cloze", show_progress=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tiny_kg"]  # no run folder was made

@@ -156,18 +156,20 @@ def test_the_length_guard_counts_tokens_through_the_backend(toy, monkeypatch, ti
     """The guard asks the backend how many tokens a text is (``token_counts``), so an engine with its own
     tokenization is checked by its own count: here a backend counting one token more than the tokenizer
     turns a prompt that just fits into one refused."""
-    from deer.platform.length_guard import PromptTooLongError, guard_prompt_lengths
-    from deer.platform.templates import PromptTemplates
+    from deer.platform.length_guard import PromptTooLongError, guard_lengths
+    from deer.platform.templates import PromptTemplates, kg_benchmark_task
+    from deer.probes import get_probe
 
     queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)
     backend = backends.open_backend("toy", tiny_clm)
     longest = max(backend.token_counts([templates.query_prompt(queries.kg, tuple(t)) for t in queries.triples.tolist()]))
     monkeypatch.setattr(ToyBackend, "max_positions", property(lambda self: longest))
-    guard_prompt_lengths(queries, backend, templates, "contexts")  # fits, as the tokenizer counts
+    task, lama = kg_benchmark_task(queries, templates), [get_probe("lama")]
+    guard_lengths(task, lama, backend, templates)  # fits, as the tokenizer counts
     monkeypatch.setattr(ToyBackend, "token_counts", lambda self, texts, special_tokens="bos": [
         len(ids) + 1 for ids in batch_token_ids(self.tokenizer, texts, special_tokens)])
     with pytest.raises(PromptTooLongError, match="more than the model's"):
-        guard_prompt_lengths(queries, backend, templates, "contexts")
+        guard_lengths(task, lama, backend, templates)
 
 
 def test_a_model_an_engine_loaded_is_described_without_torch(tiny_clm_dir):

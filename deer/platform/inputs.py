@@ -16,12 +16,12 @@ import numpy as np
 from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.models import LoadedModel, check_model_config
 from deer.base.model_spec import check_adapter, loading_options, with_loading
-from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_prompt_lengths
+from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_lengths
 from deer.platform.result import RunResult
 from deer.platform.run_options import RunOptions
 from deer.platform.run_spec import RunSpec, check_folder_spec
 from deer.platform.stores import flush_seconds
-from deer.platform.templates import PromptTemplates
+from deer.platform.templates import PromptTemplates, kg_benchmark_task
 from deer.platform.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
 from kg_data.kg import TextualKG
 from kg_data.load import load_kg
@@ -115,11 +115,11 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         check_model_config(model)
 
 
-def prepare(kg, model, options: RunOptions, *, text_kind, out=None, before_loading=None,
+def prepare(kg, model, options: RunOptions, *, probes=(), out=None, before_loading=None,
             backend: str = DEFAULT_BACKEND, show_progress: bool = True) -> PreparedRun:
     """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model (with
-    ``options.loading``, opening the ``backend`` on it), then check every text of ``text_kind`` (one, or each
-    of several: the probes') against the model's positions: a bad input fails before any forward pass.  ``before_loading(queries, templates)``:
+    ``options.loading``, opening the ``backend`` on it), then check every text the ``probes`` feed it against its positions
+    (``guard_lengths``): a bad input fails before any forward pass.  ``before_loading(queries, templates)``:
     more checks (a probe's), made before the model loads."""
     selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
     check_model_argument(model)
@@ -132,8 +132,8 @@ def prepare(kg, model, options: RunOptions, *, text_kind, out=None, before_loadi
         before_loading(queries, templates)
     runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
                           token_budget=budget.token_budget, show_progress=show_progress)
-    queries, report = guard_prompt_lengths(queries, runner, templates, text_kind, budget.long_prompts)
-    return PreparedRun(queries, runner.loaded, templates, report, runner)
+    task, report = guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, budget.long_prompts)
+    return PreparedRun(task.kg_queries, runner.loaded, templates, report, runner)
 
 
 def store_root(cache: bool, cache_dir=None) -> Path | None:
