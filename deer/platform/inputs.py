@@ -115,7 +115,7 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         check_model_config(model)
 
 
-def prepare(kg, model, options: RunOptions, *, probes=(), out=None, before_loading=None,
+def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=None,
             backend: str = DEFAULT_BACKEND, show_progress: bool = True) -> PreparedRun:
     """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model (with
     ``options.loading``, opening the ``backend`` on it), then check every text the ``probes`` feed it against its positions
