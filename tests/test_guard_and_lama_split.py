@@ -150,3 +150,80 @@ def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend
                  for continuation in templates.continuations] for context in templates.contexts]
     np.testing.assert_allclose(result.scores, expected, rtol=0, atol=1e-4)
     assert result.metadata["straddling_prefixes"] > 0  # the second pass did run
+
+
+class FewerPositions:
+    """A backend with ``limit`` positions, answering everything else as ``backend`` does."""
+
+    def __init__(self, backend, limit: int):
+        self._backend, self.max_positions = backend, limit
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+def _refusal(task, probe: str, backend, limit: int, templates=None) -> str | None:
+    """The guard's message for ``probe`` on ``task`` with ``limit`` positions (None: everything fits)."""
+    try:
+        guard_lengths(task, [get_probe(probe)], FewerPositions(backend, limit), templates)
+    except PromptTooLongError as error:
+        return str(error)
+    return None
+
+
+def test_each_probe_hands_the_guard_exactly_the_texts_it_feeds_on_a_kg(tiny_kg_dir, tiny_clm):
+    """On a KG: DEER its tail prompts (one made longest by a description no other probe reads) and query
+    prompts, LAMA its query texts, BEAR its statements (the query text with the longest continuation): each fits at its own longest text's length and is refused one below it,
+    naming that many tokens, whatever the other probes feed."""
+    kg = load_kg(tiny_kg_dir)
+    descriptions = [*kg.entity_descriptions[:2], "a living organism " * 20, *kg.entity_descriptions[3:]]  # DEER's alone
+    queries = build_queries(dataclasses.replace(kg, entity_descriptions=descriptions), "test")
+    templates = PromptTemplates(k_shot=4)
+    kg, special = queries.kg, templates.prompt_special_tokens
+    backend = open_backend("hf", tiny_clm)
+    triples = [tuple(t) for t in queries.triples.tolist()]
+    contexts = backend.token_counts([templates.query_context(kg, t) for t in triples], "bos")
+    continuations = backend.tokenizer([templates.continuation(kg, e) for e in queries.candidates], add_special_tokens=False)["input_ids"]
+    longest = {
+        "deer": max(backend.token_counts([templates.tail_prompt(kg, e) for e in queries.candidates.tolist()]
+                                         + [templates.query_prompt(kg, t) for t in triples], special)),
+        "lama": max(backend.token_counts([templates.query_context(kg, t) for t in triples], special)),
+        "bear": max(contexts) + max(len(ids) for ids in continuations),
+    }
+    assert len(set(longest.values())) == 3  # three different limits: a probe checking another's texts would show
+    task = kg_benchmark_task(queries, templates)
+    for probe, n in longest.items():
+        assert _refusal(task, probe, backend, n, templates) is None
+        assert f"is {n} tokens, more than the model's {n - 1} positions" in _refusal(task, probe, backend, n - 1, templates), probe
+
+
+def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_benchmark(tmp_path, tiny_clm):
+    """On LAMA: a masked LM's masked sentences (with its [CLS] and [SEP]); on a causal LM the query texts and,
+    for a template whose answer is not the last word ("[X] is a [Y] by profession ."), the whole statements."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
+    from kg_data.cloze import lama_cloze_task, statement
+    from kg_data.lama import load_lama
+    from tests.test_cloze import write_lama
+
+    data = load_lama(write_lama(tmp_path / "lama"))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "actor", "lawyer", "was", "born", "in", "."]
+    bert_tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    bert = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32)).eval()
+    masked_backend = open_backend("hf", (bert, bert_tokenizer))
+    masked_task = lama_cloze_task(data, ["Paris", "London", "actor", "lawyer"], causal=False)
+    n = max(masked_backend.token_counts([mask_sentence(bert_tokenizer, q) for q in masked_task.queries], "tokenizer"))
+    assert _refusal(masked_task, "lama", masked_backend, n) is None
+    assert f"its masked sentence is {n} tokens" in _refusal(masked_task, "lama", masked_backend, n - 1)
+
+    backend = open_backend("hf", tiny_clm)
+    task = lama_cloze_task(data, ["Paris", "London", "actor", "lawyer"], modes=["template"], candidate_kinds=["relation"])
+    rows = [i for i, rule in enumerate(lama_rules(task, False)) if rule == "statement"]
+    assert rows and {task.queries[i].relation for i in rows} == {"P106"}
+    answers = backend.tokenizer(list(task.candidate_sets[task.queries[rows[0]].candidates].labels), add_special_tokens=False)["input_ids"]
+    whole = max(backend.token_counts([statement(task.queries[i], "") for i in rows], "bos")) + max(len(ids) for ids in answers)
+    assert whole > max(backend.token_counts([deer_query_text(q) for q in task.queries], "bos"))
+    assert _refusal(task, "lama", backend, whole) is None
+    assert f"its longest statement is {whole} tokens" in _refusal(task, "lama", backend, whole - 1)
