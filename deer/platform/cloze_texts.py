@@ -1,6 +1,6 @@
 """The texts the built-in probes make of a cloze query (``kg_data.cloze.ClozeQuery``): DEER's query text,
 LAMA's scoring rule and a masked LM's sentence.  The data package holds the queries; what a probe feeds
-the model is the probe's (and the length guard's, which checks those texts).
+the model is the probe's, which hands the same texts to the length guard (``length_checks``).
 """
 
 from __future__ import annotations
