@@ -194,31 +194,53 @@ def get_probe(name: str) -> Probe:
 
 
 def as_probe(probe) -> Probe:
-    """``probe`` checked to have the one ``score(request)`` (one written for 0.1's two methods is read
-    through them until 0.3, with a DeprecationWarning)."""
-    if callable(getattr(probe, "score_benchmark", None)):
+    """``probe`` checked to have the one ``score(request)``.  One written for 0.1's protocol is read through
+    it until 0.3, with a DeprecationWarning: its two methods (``score_benchmark``) through the one, its
+    ``text_kind`` (``TEXT_KINDS``) as the length checks of the built-in probe that feeds those texts."""
+    old_kind = getattr(probe, "text_kind", None) is not None and not callable(getattr(probe, "length_checks", None))
+    if old_kind or callable(getattr(probe, "score_benchmark", None)):
         probe = _OldProtocol(probe)
     if not callable(getattr(probe, "score", None)):
         raise ValueError(f"probe '{probe.name}' has no score(request): every probe scores queries over candidate sets")
     return probe
 
 
+TEXT_KINDS = {"prompts": "deer", "contexts": "lama", "statements": "bear"}  # 0.1's text_kind: whose texts a probe feeds
+
+
 class _OldProtocol:
-    """A probe written for 0.1's two methods (``score_benchmark``, and ``score`` as a KG fast path), seen
-    through the one ``score`` (until 0.3), with a DeprecationWarning."""
+    """A probe written for 0.1's protocol (until 0.3, with a DeprecationWarning): its two methods
+    (``score_benchmark``, and ``score`` as a KG fast path) seen through the one ``score``; its ``text_kind``
+    checked as the built-in probe feeding those texts checks its own (``TEXT_KINDS``)."""
 
     def __init__(self, probe):
-        warnings.warn(f"probe '{probe.name}': score_benchmark is the old name of score (and score the old KG fast "
-                      "path, now score reading task.kg_queries); it is read until 0.3", DeprecationWarning, stacklevel=3)
+        kind = getattr(probe, "text_kind", None)
+        if kind is not None and kind not in TEXT_KINDS:
+            raise ValueError(f"probe '{probe.name}': text_kind {kind!r} is none of {', '.join(TEXT_KINDS)} "
+                             "(or hand the length guard your texts: length_checks)")
+        old = ["score_benchmark is the old name of score (and score the old KG fast path, now score reading "
+               "task.kg_queries)"] * callable(getattr(probe, "score_benchmark", None))
+        old += ["text_kind is read as the length checks of the probe feeding those texts (a probe hands the guard its "
+                "own now: length_checks)"] * (kind is not None and not callable(getattr(probe, "length_checks", None)))
+        warnings.warn(f"probe '{probe.name}': {'; '.join(old)}; read until 0.3", DeprecationWarning, stacklevel=3)
         self._probe = probe
 
     def __getattr__(self, name):
         return getattr(self._probe, name)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
+        if not callable(getattr(self._probe, "score_benchmark", None)):
+            return self._probe.score(request)
         if request.task.kg_queries is not None and callable(getattr(self._probe, "score", None)):
             return self._probe.score(request)  # its request.queries: the QuerySet
         return self._probe.score_benchmark(request)
+
+    def length_checks(self, task, templates, backend):
+        own = getattr(self._probe, "length_checks", None)
+        if callable(own):
+            return own(task, templates, backend)
+        kind = getattr(self._probe, "text_kind", None)
+        return () if kind is None else get_probe(TEXT_KINDS[kind]).length_checks(task, templates, backend)
 
 
 def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:

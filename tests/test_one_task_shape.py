@@ -92,7 +92,7 @@ def test_a_probe_of_the_old_two_methods_is_still_read_with_a_warning(tiny_kg_dir
     calls = []
 
     class OldBear:
-        name, summary, options, length_checks = "bear", bear.summary, bear.options, bear.length_checks
+        name, summary, options, text_kind = "bear", bear.summary, bear.options, "statements"
 
         def score(self, request):
             calls.append(type(request.queries).__name__)  # the old field name still reads the task
