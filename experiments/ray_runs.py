@@ -99,10 +99,13 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
     ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again).
     ``backend``: the backend every worker encodes with (one that can cache: the workers write into the store).
-    ``loading``: the dtype and device every worker loads the model with (or ``dtype=``, ``device=`` loose)."""
+    ``loading``: the dtype and device every worker loads the model with (or ``dtype=``, ``device=`` loose).
+    A tail prompt longer than the model takes is refused (``PromptTooLongError``) before any worker starts: cut
+    descriptions first where that is wanted (``guard_lengths`` in ``truncate-descriptions`` mode gives the KG)."""
     from deer.backends import open_backend, refuse_cache_on
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
+    from deer.platform.length_guard import entity_prompt_check, refuse_too_long
 
     refuse_cache_on(backend, True)
     rest = dict(loose)
@@ -113,6 +116,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     loaded, width = runner.loaded, runner.output_size  # the store's key: weights, tokenizer, dtype, the backend's own
     store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width, runner.store_key)
     positions = np.arange(kg.n_entities) if entities is None else np.asarray(entities, dtype=np.int64)
+    refuse_too_long([entity_prompt_check(kg, positions, templates)], runner)  # before any worker starts
 
     def texts_of(rows):
         return [templates.tail_prompt(kg, int(e)) for e in positions[rows]]

@@ -199,3 +199,30 @@ def test_run_screen_refuses_two_runs_under_one_name(experiment_kg_dir, two_runs_
     assert sorted(row["model"] for row in numbers["reference_leaderboard"]) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]
     assert {row["model"]: row["mrr"] for row in numbers["reference_leaderboard"]} == pytest.approx(
         {run.label: rank_metrics(run.ranks(probe="bear"))["mrr"] for run in runs})
+
+
+def test_ray_workers_encode_only_prompts_that_fit_as_the_run_will_cut_them(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """--ray-workers encodes the entities before the run: the run's length guard comes first, so a tail prompt
+    the model cannot take is refused before any worker starts, and with --long-prompts truncate-descriptions
+    the workers get the descriptions cut as the run cuts them (their vectors are the ones the run reads)."""
+    from experiments import ray_runs
+
+    lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
+    lines[2] = "e2\tanimal\t" + "a living organism " * 2000  # its tail prompt: more than the tiny model's 2048 positions
+    (tiny_kg_dir / "entities.tsv").write_text("\n".join(lines) + "\n")
+    handed = []
+
+    def encode_on_ray(kg, model_name, templates, *, entities=None, **options):
+        handed.append([kg.entity_descriptions[e] for e in entities])
+        return tmp_path / "store"
+
+    monkeypatch.setattr(ray_runs, "encode_entities_on_ray", encode_on_ray)
+    command = ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--ray-workers", "2", "--k-shot", "2"]
+    refused = CliRunner().invoke(main, [*command, "--out", str(tmp_path / "refused")])
+    assert refused.exit_code == 1 and "entity 'e2'" in refused.output and "tail prompt" in refused.output, refused.output
+    assert handed == []  # no worker was given anything
+    cut = CliRunner().invoke(main, [*command, "--long-prompts", "truncate-descriptions", "--out", str(tmp_path / "cut")])
+    assert cut.exit_code == 0, cut.output
+    metadata = json.loads((tmp_path / "cut" / "metadata.json").read_text())["deer"]
+    assert list(metadata["length_guard"]["truncated_descriptions"]) == ["e2"]
+    assert len(handed) == 1 and max(len(d) for d in handed[0]) < 2000 * 18  # the cut description, not the whole

@@ -123,3 +123,22 @@ def test_ray_encoding_takes_its_loading_as_an_object_and_refuses_a_stray_keyword
         encode_entities_on_ray(kg, "smollm2-135m", PromptTemplates(), loading=ModelLoading(), dtype="float16")
     with pytest.raises(OptionError, match="tokens_budget"):
         encode_entities_on_ray(kg, "smollm2-135m", PromptTemplates(), tokens_budget=8)
+
+
+def test_ray_encoding_refuses_a_prompt_the_model_cannot_take_before_any_worker_starts(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """A tail prompt longer than the model's positions is refused by name on the driver, before Ray starts
+    (a worker would otherwise feed it to the model, or fail and be retried, before the run's guard saw it)."""
+    from deer.platform.length_guard import PromptTooLongError
+    from experiments import ray_runs
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(ray_runs, "ray_session", no_ray)
+    lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
+    lines[2] = "e2\tanimal\t" + "a living organism " * 2000
+    (tiny_kg_dir / "entities.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(PromptTooLongError, match=r"entity 'e2' \('animal'\): its tail prompt is \d+ tokens, more than the model's 2048"):
+        ray_runs.encode_entities_on_ray(load_kg(tiny_kg_dir), str(tiny_clm_dir), PromptTemplates(), workers=2,
+                                        cache_dir=tmp_path / "cache")
+    assert not list(tmp_path.rglob("*.npy"))  # nothing was encoded

@@ -13,7 +13,9 @@ not fit the same way.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
 
 from deer.platform.templates import kg_benchmark_task
 from kg_data.cloze import shorten, statement
@@ -119,9 +121,15 @@ def guard_lengths(task: Task, probes: Sequence, backend, templates=None, mode: s
             found = check.too_long(backend, limit) if check.cut is not None else {}
             if found:
                 task = check.cut(found, limit, report)
-    for check in _checks(task, probes, templates, backend):
-        check.refuse(check.too_long(backend, limit), limit)
+    refuse_too_long(_checks(task, probes, templates, backend), backend)
     return task, report
+
+
+def refuse_too_long(checks: Iterable[LengthCheck], backend) -> None:
+    """Raise PromptTooLongError for the first text of ``checks`` longer than the backend's ``max_positions``."""
+    limit = backend.max_positions
+    for check in checks if limit is not None else ():
+        check.refuse(check.too_long(backend, limit), limit)
 
 
 def _checks(task: Task, probes: Sequence, templates, backend) -> Iterator[LengthCheck]:
@@ -175,21 +183,24 @@ def kg_statement_checks(queries: QuerySet, templates, backend) -> Iterator[Lengt
                                 (DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT, NAME_HINT))
 
 
-def tail_prompt_check(queries: QuerySet, templates, backend) -> LengthCheck:
-    """Each candidate's tail prompt (its name and description); in ``truncate-descriptions`` mode a
-    description that makes it too long is cut to fit (``cut_descriptions``)."""
-    kg, candidates = queries.kg, queries.candidates
-
+def entity_prompt_check(kg: TextualKG, entities: np.ndarray, templates) -> LengthCheck:
+    """Each of ``entities``' tail prompt (its name and description), as DEER encodes it."""
     def hint(position: int) -> str:
-        entity = int(candidates[position])
+        entity = int(entities[position])
         return "shorten its name" if len(kg.entity_names[entity]) > len(kg.entity_descriptions[entity]) else DESCRIPTION_HINT
 
+    return LengthCheck("tail prompt", len(entities),
+                       lambda start, stop: [templates.tail_prompt(kg, e) for e in entities[start:stop].tolist()],
+                       lambda i: entity_label(kg, int(entities[i])), hint, templates.prompt_special_tokens)
+
+
+def tail_prompt_check(queries: QuerySet, templates, backend) -> LengthCheck:
+    """Each candidate's tail prompt (``entity_prompt_check``); in ``truncate-descriptions`` mode a description
+    that makes it too long is cut to fit (``cut_descriptions``)."""
     def cut(found: dict[int, int], limit: int, report: LengthReport) -> Task:
         return kg_benchmark_task(cut_descriptions(queries, backend, templates, found, limit, report), templates)
 
-    return LengthCheck("tail prompt", len(candidates),
-                       lambda start, stop: [templates.tail_prompt(kg, e) for e in candidates[start:stop].tolist()],
-                       lambda i: entity_label(kg, int(candidates[i])), hint, templates.prompt_special_tokens, cut=cut)
+    return dataclasses.replace(entity_prompt_check(queries.kg, queries.candidates, templates), cut=cut)
 
 
 def cut_descriptions(queries: QuerySet, backend, templates, long_tails: dict[int, int], limit: int,

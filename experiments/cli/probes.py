@@ -149,10 +149,18 @@ def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "
         return
     queries, templates, loaded, out = opened
     if ray_workers:
+        from deer.backends import open_backend
+        from deer.platform.length_guard import guard_lengths
         from deer.platform.run_options import ModelLoading
+        from deer.platform.templates import kg_benchmark_task
+        from deer.probes import get_probe
         from experiments.ray_runs import encode_entities_on_ray
 
-        store = encode_entities_on_ray(queries.kg, g["model_name"], templates, workers=ray_workers, entities=queries.candidates.tolist(),
+        # The run's length guard first: nothing too long reaches a worker, and cut descriptions are encoded as the run cuts them.
+        fitted, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in probe_names],
+                                  open_backend(g["backend"], loaded), templates, long_prompts)
+        store = encode_entities_on_ray(fitted.kg_queries.kg, g["model_name"], templates, workers=ray_workers,
+                                       entities=queries.candidates.tolist(),
                                        loading=ModelLoading(g["dtype"], g["device"]), token_budget=g["token_budget"],
                                        address=ray_address, loaded=loaded, backend=g["backend"])
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
