@@ -24,6 +24,10 @@ import numpy as np
 import pandas as pd
 
 from deer.api import probe as deer_probe
+from deer.backends import open_backend
+from deer.platform.length_guard import guard_lengths
+from deer.platform.templates import kg_benchmark_task
+from deer.probes import get_probe
 from experiments import plots, reference
 from experiments.report import ExperimentOutput
 from experiments.runs import restrict_queries
@@ -208,6 +212,8 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
         raise ValueError(f"need at least two query sizes between 1 and {len(all_queries)} ({split} queries)")
     if candidates is not None and candidates < 2:
         raise ValueError("--candidates must be at least 2: bear_ref's time is split using 1 and C statements per query")
+    # The statements the BEAR scorers are timed on fit the model, as in every run: checked before any timing.
+    guard_lengths(kg_benchmark_task(all_queries, templates), [get_probe("bear")], open_backend("hf", loaded), templates)
     warm = restrict_queries(all_queries, [0], min(8, n_entities), seed) if warmup else None
     if warmup:  # first forward passes pay for thread pools and allocations; at the timed budget (its batch shapes)
         deer_probe(warm, loaded, templates=templates, token_budget=token_budget, show_progress=False)

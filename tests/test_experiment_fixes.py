@@ -118,6 +118,24 @@ def test_compute_time_opens_its_model_once(tiny_kg_dir, tiny_clm_dir, tmp_path, 
     assert model_loads["loads"] == {str(tiny_clm_dir): 1} and model_loads["fingerprints"] == 1
 
 
+def test_compute_time_refuses_a_statement_the_model_cannot_take_before_timing(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """The statements the BEAR scorers are timed on go through the length guard first, as in every run: a name
+    too long for the model is refused by name before anything is timed (it was fed to the model mid-experiment)."""
+    from experiments import compute_time
+
+    def timed(*args, **kwargs):
+        raise AssertionError("timing started before the guard")
+
+    monkeypatch.setattr(compute_time, "time_deer", timed)
+    monkeypatch.setattr(compute_time, "deer_probe", timed)
+    lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
+    lines[3] = "e3\t" + " ".join(["word"] * 2500) + "\ta thing"
+    (tiny_kg_dir / "entities.tsv").write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--split", "train", "--query-sizes", "1,2", "--repeats", "1", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "entity 'e3'" in result.output and "its statement continuation is" in result.output, result.output
+
+
 def test_probe_with_ray_workers_opens_the_model_once_on_the_driver(tiny_kg_dir, tiny_clm_dir, tmp_path, model_loads, monkeypatch):
     """--ray-workers: the driver's one open model gives the workers' store key and then runs the probe
     (the Ray encoding itself is replaced here; tests/test_ray_runs.py runs it where Ray is installed)."""
