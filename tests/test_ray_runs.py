@@ -142,3 +142,24 @@ def test_ray_encoding_refuses_a_prompt_the_model_cannot_take_before_any_worker_s
         ray_runs.encode_entities_on_ray(load_kg(tiny_kg_dir), str(tiny_clm_dir), PromptTemplates(), workers=2,
                                         cache_dir=tmp_path / "cache")
     assert not list(tmp_path.rglob("*.npy"))  # nothing was encoded
+
+
+def test_ray_workers_encode_the_cut_descriptions_the_run_then_reads(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """`deer probe --ray-workers 2 --long-prompts truncate-descriptions`: the workers encode the description cut as
+    the run cuts it, so the run finds every entity's vector in the store and encodes none itself."""
+    import json
+
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
+    lines[2] = "e2\tanimal\t" + "a living organism " * 2000
+    (tiny_kg_dir / "entities.tsv").write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--ray-workers", "2",
+                                       "--k-shot", "2", "--long-prompts", "truncate-descriptions", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    metadata = json.loads((tmp_path / "run" / "metadata.json").read_text())["deer"]
+    assert list(metadata["length_guard"]["truncated_descriptions"]) == ["e2"]
+    assert metadata["cache"]["entities_encoded_now"] == 0 and metadata["cache"]["entities_from_cache"] == 12
