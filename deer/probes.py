@@ -135,8 +135,8 @@ class Probe(Protocol):
     # Optional: ``length_checks(task, templates, backend)``, the texts it feeds the model (``LengthCheck``s of
     # ``deer.platform.length_guard``: the run's one guard counts them through the backend before any forward
     # pass; a probe without it feeds nothing to check), ``causal_lm_only`` (default False: True refuses a
-    # masked LM before any work), ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
-    # ``folder_suffix(options)`` (what that adds to the default run folder's name), and
+    # masked LM before any work), ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks
+    # where fewer than given) with ``folder_suffix(options)`` (what that adds to the default run folder's name), and
     # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
     # queries or the templates, before the model loads.
 
