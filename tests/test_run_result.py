@@ -146,3 +146,52 @@ def test_a_cloze_folder_reads_back_with_its_metrics_made_again_from_its_rows(tmp
     with pytest.raises(StoredFileError, match="metrics.json.*disagrees with the metrics of queries.parquet"):
         RunResult.load(folder)
     shutil.rmtree(folder)
+
+
+def test_a_kg_folders_metrics_are_checked_against_its_ranks_when_read_back(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """A KG probe's raw and filtered metrics (overall and per relation) are made again from the ranks table read
+    back: a metrics.json that disagrees (edited, or left behind by a run whose table was rewritten) is refused by
+    name, by ``deer.load_result`` and by the experiments' ``load_run``, instead of read as the run's numbers."""
+    import shutil
+
+    from deer.platform.read_back import StoredFileError
+
+    queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
+    run_kg(["deer", "lama"], queries, loaded, templates=PromptTemplates(k_shot=2), out=tmp_path / "run", show_progress=False)
+    _same(deer.load_result(tmp_path / "run"), RunResult.load(tmp_path / "run"))  # as saved: it reads
+
+    def tampered(name, edit):
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "run", folder)
+        edit(folder)
+        return folder
+
+    def edit_metrics(change):
+        def edit(folder):
+            metrics = json.loads((folder / "metrics.json").read_text())
+            change(metrics)
+            (folder / "metrics.json").write_text(json.dumps(metrics))
+        return edit
+
+    def swap_two_ranks(folder):  # the table rewritten (two queries' lama ranks swapped), metrics.json left as it was
+        path = next(folder.glob("ranks.*"))
+        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        ranks = table["lama_rank_raw"].to_numpy().copy()
+        relations = table["relation"].to_numpy()
+        first, other = 0, int(np.flatnonzero((ranks != ranks[0]) & (relations != relations[0]))[0])  # overall unchanged
+        ranks[[first, other]] = ranks[[other, first]]
+        table["lama_rank_raw"] = ranks
+        table.to_parquet(path) if path.suffix == ".parquet" else table.to_csv(path, index=False)
+
+    cases = {
+        "hit": (edit_metrics(lambda m: m["deer"]["filtered"].update({"hit@10": m["deer"]["filtered"]["hit@10"] + 0.25})),
+                "its deer filtered metrics disagree"),
+        "relation": (edit_metrics(lambda m: next(iter(m["lama"]["per_relation"].values()))["raw"].update({"mrr": 0.99})),
+                     "its lama per_relation metrics disagree"),
+        "table": (swap_two_ranks, "its lama per_relation metrics disagree"),
+    }
+    for name, (edit, message) in cases.items():
+        folder = tampered(name, edit)
+        for read in (deer.load_result, load_run):
+            with pytest.raises(StoredFileError, match=f"metrics.json: {message} with ranks"):
+                read(folder)

@@ -26,7 +26,7 @@ from deer.base.files import (
     write_table,
     write_text,
 )
-from deer.platform.metrics import cloze_metrics, probes_in
+from deer.platform.metrics import cloze_metrics, grouped_metrics, probes_in, rank_metrics
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec
 from kg_data.queries import QuerySet
@@ -299,6 +299,7 @@ def load_result(folder: str | Path) -> RunResult:
                 raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
         if spec is None and probes:  # 0.1's folders hold no run_spec.json: each probe's metadata records it (one spec a folder)
             spec = RunSpec.from_dict(metadata[probes[0]]["run_spec"])
+        _check_kg_metrics(folder / "metrics.json", ranks, table, metrics)
         return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
                          spec, folder=folder)
     instances = find_table(folder, INSTANCES_TABLE)
@@ -337,6 +338,22 @@ def _load_cloze_result(folder: Path, path: Path) -> RunResult:
     if stored and stored != result.probe_metrics:
         raise StoredFileError(folder / "metrics.json", f"disagrees with the metrics of {path.name} (made again from its rows)")
     return result
+
+
+def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics: dict) -> None:
+    """A KG probe's raw and filtered metrics, overall and per relation, are a function of its ranks: made again
+    from the table read back, a ``metrics.json`` block that disagrees is refused by name (a table rewritten
+    without its metrics, or metrics edited).  The baseline, head and tie blocks need the KG: read as stored."""
+    for probe in _probes_in(table):
+        stored = metrics.get(probe, {})
+        ranks = {rank_type: table[f"{probe}_rank_{rank_type}"].to_numpy(np.float64) for rank_type in ("raw", "filtered")}
+        made = {rank_type: rank_metrics(values) for rank_type, values in ranks.items()}
+        if "relation" in table.columns:
+            by_type = {rank_type: grouped_metrics(values, table["relation"].astype(str).tolist()) for rank_type, values in ranks.items()}
+            made["per_relation"] = {relation: {rank_type: by_type[rank_type][relation] for rank_type in ranks} for relation in by_type["raw"]}
+        for block, values in made.items():
+            if block in stored and json.loads(json.dumps(values, default=json_default)) != stored[block]:
+                raise StoredFileError(path, f"its {probe} {block} metrics disagree with {table_path.name} (made again from its ranks)")
 
 
 def _probe_entries(path: Path) -> dict[str, dict]:
