@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from deer.base.files import package_versions
-from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
+from deer.platform.metrics import adjusted_index, observed_rank_metrics, random_baseline
 from deer.platform.ranking import GoldRanks, candidate_counts
 from deer.platform.result import RunResult
 from deer.platform.run_spec import RunSpec, queries_fingerprint
@@ -68,10 +68,10 @@ def head_metrics(queries: QuerySet, head_above_gold: np.ndarray | None) -> dict:
 
 def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarray | None = None) -> dict:
     relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
-    raw_by_relation, filtered_by_relation = grouped_metrics(ranks.raw, relations), grouped_metrics(ranks.filtered, relations)
+    observed = observed_rank_metrics(ranks.raw, ranks.filtered, relations)
+    per_relation = observed.pop("per_relation")
     n = len(queries.candidates)
     excluded = queries.excluded_positions()
-    observed = {"raw": rank_metrics(ranks.raw), "filtered": rank_metrics(ranks.filtered)}
     baseline = {rank_type: random_baseline(candidate_counts(n, queries.filter_tails, filtered=rank_type == "filtered",
                                                             excluded=excluded)) for rank_type in observed}
     return {
@@ -84,8 +84,7 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarr
             "mean_raw_optimistic": float(np.mean(ranks.raw_optimistic)) if len(ranks.raw) else None,
             "mean_raw_pessimistic": float(np.mean(ranks.raw_pessimistic)) if len(ranks.raw) else None,
         },
-        "per_relation": {relation: {"raw": raw, "filtered": filtered_by_relation[relation]}
-                         for relation, raw in raw_by_relation.items()},
+        "per_relation": per_relation,
     }
 
 

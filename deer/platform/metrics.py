@@ -62,6 +62,17 @@ def grouped_metrics(ranks: np.ndarray, groups: Sequence[str], ks: Sequence[int] 
     return {str(label): rank_metrics(ranks[labels == label], ks) for label in sorted(set(labels.tolist()))}
 
 
+def observed_rank_metrics(raw: np.ndarray, filtered: np.ndarray, relations: Sequence[str] | None = None) -> dict:
+    """A KG probe's metrics that its gold ranks alone determine: ``raw`` and ``filtered`` overall and (with each
+    query's relation) ``per_relation``, as metrics.json holds them; what a run computes and a read-back checks."""
+    observed: dict = {"raw": rank_metrics(raw), "filtered": rank_metrics(filtered)}
+    if relations is not None:
+        by_relation = {rank_type: grouped_metrics(ranks, relations) for rank_type, ranks in (("raw", raw), ("filtered", filtered))}
+        observed["per_relation"] = {relation: {"raw": raw_metrics, "filtered": by_relation["filtered"][relation]}
+                                    for relation, raw_metrics in by_relation["raw"].items()}
+    return observed
+
+
 CLOZE_KS = (1, 10)
 
 

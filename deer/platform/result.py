@@ -26,7 +26,7 @@ from deer.base.files import (
     write_table,
     write_text,
 )
-from deer.platform.metrics import cloze_metrics, grouped_metrics, probes_in, rank_metrics
+from deer.platform.metrics import cloze_metrics, observed_rank_metrics, probes_in
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec
 from kg_data.queries import QuerySet
@@ -346,11 +346,9 @@ def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics
     without its metrics, or metrics edited).  The baseline, head and tie blocks need the KG: read as stored."""
     for probe in _probes_in(table):
         stored = metrics.get(probe, {})
-        ranks = {rank_type: table[f"{probe}_rank_{rank_type}"].to_numpy(np.float64) for rank_type in ("raw", "filtered")}
-        made = {rank_type: rank_metrics(values) for rank_type, values in ranks.items()}
-        if "relation" in table.columns:
-            by_type = {rank_type: grouped_metrics(values, table["relation"].astype(str).tolist()) for rank_type, values in ranks.items()}
-            made["per_relation"] = {relation: {rank_type: by_type[rank_type][relation] for rank_type in ranks} for relation in by_type["raw"]}
+        relations = table["relation"].astype(str).tolist() if "relation" in table.columns else None
+        raw, filtered = (table[f"{probe}_rank_{rank_type}"].to_numpy(np.float64) for rank_type in ("raw", "filtered"))
+        made = observed_rank_metrics(raw, filtered, relations)
         for block, values in made.items():
             if block in stored and json.loads(json.dumps(values, default=json_default)) != stored[block]:
                 raise StoredFileError(path, f"its {probe} {block} metrics disagree with {table_path.name} (made again from its ranks)")
