@@ -85,6 +85,11 @@ def json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+def as_written(payload):
+    """``payload`` as ``write_json`` stores it and a reader gets it back (numpy values plain, tuples as lists)."""
+    return json.loads(json.dumps(payload, default=json_default))
+
+
 def write_json(path: Path, payload) -> None:
     atomic_write_bytes(Path(path), json.dumps(payload, indent=2, default=json_default, sort_keys=False).encode())
 

@@ -9,7 +9,6 @@ Every run folder holds its table, ``metrics.json`` and ``metadata.json`` keyed b
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from deer.base.files import (
+    as_written,
     default_table_suffix,
     folder_lock,
-    json_default,
     write_json,
     write_table,
     write_text,
@@ -43,7 +42,7 @@ class Metrics(Mapping):
 
     def __init__(self, tree: dict, default: str | None = None):
         # Held as metrics.json holds it, so a saved and reloaded result reads like the one in memory.
-        self._tree = json.loads(json.dumps(tree, default=json_default))
+        self._tree = as_written(tree)
         self.default = default
 
     def __getitem__(self, key: str) -> Any:
@@ -126,7 +125,7 @@ class RunResult:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {self.layout!r}")
         # Held as metrics.json holds them, so a saved and reloaded result reads like the one in memory.
-        self.probe_metrics = json.loads(json.dumps(self.probe_metrics, default=json_default))
+        self.probe_metrics = as_written(self.probe_metrics)
         if self.layout == RANKS_TABLE and self.spec is None and self.probe_metrics:
             raise ValueError("a KG run's result (layout 'ranks') needs the run spec its queries were ranked under")
         stray = sorted(set(self.probe_metadata) - set(self.probe_metrics))
@@ -350,7 +349,7 @@ def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics
         raw, filtered = (table[f"{probe}_rank_{rank_type}"].to_numpy(np.float64) for rank_type in ("raw", "filtered"))
         made = observed_rank_metrics(raw, filtered, relations)
         for block, values in made.items():
-            if block in stored and json.loads(json.dumps(values, default=json_default)) != stored[block]:
+            if block in stored and as_written(values) != stored[block]:
                 raise StoredFileError(path, f"its {probe} {block} metrics disagree with {table_path.name} (made again from its ranks)")
 
 
