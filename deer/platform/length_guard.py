@@ -165,11 +165,16 @@ def query_label(kg: TextualKG, triple) -> str:
             f"with head {_shorten(kg.entity_names[head])!r}")
 
 
+def query_hint(templates) -> str:
+    """What to shorten in a KG query's text: the authors' style holds the head's description, the paper's only names."""
+    return DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
+
+
 def query_check(queries: QuerySet, templates, kind: str, text: Callable) -> LengthCheck:
     """Each KG query's ``text(kg, triple)`` (a query prompt, a query context), fed as the templates say."""
     kg, triples = queries.kg, queries.triples
     return LengthCheck(kind, len(triples), lambda start, stop: [text(kg, tuple(t)) for t in triples[start:stop].tolist()],
-                       lambda i: query_label(kg, triples[i]), DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT,
+                       lambda i: query_label(kg, triples[i]), query_hint(templates),
                        templates.prompt_special_tokens)
 
 
@@ -180,7 +185,7 @@ def kg_statement_checks(queries: QuerySet, templates, backend) -> Iterator[Lengt
     continuations = [templates.continuation(kg, e) for e in queries.candidates]
     yield from statement_checks(backend, stems, continuations, lambda i: query_label(kg, queries.triples[i]),
                                 lambda i: entity_label(kg, int(queries.candidates[i])), "statement continuation",
-                                (DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT, NAME_HINT))
+                                (query_hint(templates), NAME_HINT))
 
 
 def entity_prompt_check(kg: TextualKG, entities: np.ndarray, templates) -> LengthCheck:
