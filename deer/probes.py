@@ -197,8 +197,7 @@ def as_probe(probe) -> Probe:
     """``probe`` checked to have the one ``score(request)``.  One written for 0.1's protocol is read through
     it until 0.3, with a DeprecationWarning: its two methods (``score_benchmark``) through the one, its
     ``text_kind`` (``TEXT_KINDS``) as the length checks of the built-in probe that feeds those texts."""
-    old_kind = getattr(probe, "text_kind", None) is not None and not callable(getattr(probe, "length_checks", None))
-    if old_kind or callable(getattr(probe, "score_benchmark", None)):
+    if _names_texts_by_kind(probe) or callable(getattr(probe, "score_benchmark", None)):
         probe = _OldProtocol(probe)
     if not callable(getattr(probe, "score", None)):
         raise ValueError(f"probe '{probe.name}' has no score(request): every probe scores queries over candidate sets")
@@ -206,6 +205,11 @@ def as_probe(probe) -> Probe:
 
 
 TEXT_KINDS = {"prompts": "deer", "contexts": "lama", "statements": "bear"}  # 0.1's text_kind: whose texts a probe feeds
+
+
+def _names_texts_by_kind(probe) -> bool:
+    """Whether ``probe`` says what it feeds the model by 0.1's ``text_kind`` only (no ``length_checks`` of its own)."""
+    return getattr(probe, "text_kind", None) is not None and not callable(getattr(probe, "length_checks", None))
 
 
 class _OldProtocol:
@@ -221,7 +225,7 @@ class _OldProtocol:
         old = ["score_benchmark is the old name of score (and score the old KG fast path, now score reading "
                "task.kg_queries)"] * callable(getattr(probe, "score_benchmark", None))
         old += ["text_kind is read as the length checks of the probe feeding those texts (a probe hands the guard its "
-                "own now: length_checks)"] * (kind is not None and not callable(getattr(probe, "length_checks", None)))
+                "own now: length_checks)"] * _names_texts_by_kind(probe)
         warnings.warn(f"probe '{probe.name}': {'; '.join(old)}; read until 0.3", DeprecationWarning, stacklevel=3)
         self._probe = probe
 
