@@ -144,40 +144,41 @@ def encode_missing(encoder, store: EmbeddingStore, keys: np.ndarray, texts_of: C
     return len(missing)
 
 
-def store_prompts(encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int,
-                  description: str) -> tuple[np.ndarray, int]:
-    """(the keys of prompts ``texts_of(0..n-1)`` in the store, prompts encoded now: ``encode_missing``).
-    Texts are made a chunk at a time, twice: for the keys, then for the missing prompts' tokens."""
-    keys = all_prompt_keys(texts_of, n)
-    return keys, encode_missing(encoder, store, keys, texts_of, description)
+def encode_prompts(encoder, store: EmbeddingStore | None, texts_of: Callable[[np.ndarray], list[str]], n: int,
+                   description: str) -> tuple[np.ndarray | StoredPrompts, int]:
+    """(vectors of prompts ``texts_of(0..n-1)`` in order, prompts encoded now): kept in the store (``StoredPrompts``),
+    or encoded in memory without one."""
+    if store is not None:
+        stored = StoredPrompts(encoder, store, texts_of, n, description)
+        return stored, stored.encoded
+    vectors = None
+
+    def keep(rows, batch):
+        nonlocal vectors
+        if vectors is None:
+            vectors = np.zeros((n, batch.shape[1]), dtype=np.float32)
+        vectors[rows] = batch
+
+    encode_chunked(encoder, texts_of, np.arange(n), description, None, keep)
+    return (vectors if vectors is not None else np.zeros((0, encoder.output_size), np.float32)), n
 
 
 def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[str], description: str) -> tuple[np.ndarray, int]:
-    """(vectors of ``texts`` in order, prompts encoded now), read back from the store (``store_prompts``;
-    a shard that fails its checks when read is encoded again), or encoded in memory without one."""
-    if store is None:
-        vectors = None
-
-        def keep(rows, batch):
-            nonlocal vectors
-            if vectors is None:
-                vectors = np.zeros((len(texts), batch.shape[1]), dtype=np.float32)
-            vectors[rows] = batch
-
-        encode_chunked(encoder, lambda rows: [texts[i] for i in rows], np.arange(len(texts)), description, None, keep)
-        return (vectors if vectors is not None else np.zeros((0, encoder.output_size), np.float32)), len(texts)
-    stored = StoredPrompts(encoder, store, lambda rows: [texts[i] for i in rows], len(texts), description)
-    return np.asarray(stored), stored.encoded
+    """(vectors of ``texts`` in order, prompts encoded now): ``encode_prompts``, read back whole."""
+    vectors, encoded = encode_prompts(encoder, store, lambda rows: [texts[i] for i in rows], len(texts), description)
+    return np.asarray(vectors), encoded
 
 
 class StoredPrompts:
     """The vectors of ``n`` prompts kept in a store, never all in memory: ``blocks`` streams them in order,
     ``rows`` reads some; a shard that fails its checks when read is set aside, its prompts encoded again
-    (``repair``) and the read repeated.  ``np.asarray`` of it reads them all."""
+    (``repair``) and the read repeated.  ``np.asarray`` of it reads them all.  ``encoded``: prompts encoded
+    now (``encode_missing``); texts are made a chunk at a time, twice: for the keys, then for the missing ones' tokens."""
 
     def __init__(self, encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int, description: str):
         self.encoder, self.store, self.texts_of, self.description = encoder, store, texts_of, description
-        self.keys, self.encoded = store_prompts(encoder, store, texts_of, n, description)
+        self.keys = all_prompt_keys(texts_of, n)
+        self.encoded = encode_missing(encoder, store, self.keys, texts_of, description)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -190,16 +191,14 @@ class StoredPrompts:
         """Encode again what a damaged shard held (set aside, its prompts are missing)."""
         self.encoded += encode_missing(self.encoder, self.store, self.keys, self.texts_of, self.description)
 
-    def _read(self, read):
+    def rows(self, positions) -> np.ndarray:
+        keys = self.keys[np.asarray(positions, dtype=np.int64)]
         for _ in range(READ_ATTEMPTS):
             try:
-                return read()
+                return self.store.get(keys)
             except StoreDamaged:  # set aside by the store, with a warning naming it
                 self.repair()
-        return read()
-
-    def rows(self, positions) -> np.ndarray:
-        return self._read(lambda: self.store.get(self.keys[np.asarray(positions, dtype=np.int64)]))
+        return self.store.get(keys)
 
     def blocks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """``(positions, vectors)`` blocks of at most ``size`` rows, in the order the store holds them
@@ -272,11 +271,9 @@ class DeerProbe:
         queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         query_embeddings, store_root = request.options["query_embeddings"], request.store_root
         check_query_embeddings(query_embeddings, len(queries), request.backend)  # before any encoding
-        kg = queries.kg
         encoder = request.backend.encoder(templates.prompt_special_tokens)
         if request.options.get("distributed"):
             encoder = ShardedEncoder(encoder)
-        timings: dict = {}
 
         started = time.perf_counter()
         store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size, request.backend.store_key)
@@ -284,15 +281,11 @@ class DeerProbe:
         candidates = queries.candidates
 
         def entity_texts(rows):  # made a chunk at a time: a KG's every prompt is never held
-            return [templates.tail_prompt(kg, e) for e in candidates[rows].tolist()]
+            return [templates.tail_prompt(queries.kg, e) for e in candidates[rows].tolist()]
 
-        if store is not None:  # the vectors stay in the store, streamed to the ranking
-            entity_vectors = StoredPrompts(encoder, store, entity_texts, len(candidates), "entities")
-            entities_encoded = entity_vectors.encoded
-        else:
-            entity_vectors, entities_encoded = encode_through_store(encoder, None, entity_texts(np.arange(len(candidates))),
-                                                                    "entities")
-        timings["entities_seconds"] = time.perf_counter() - started
+        # with a store the vectors stay in it, streamed to the ranking
+        entity_vectors, entities_encoded = encode_prompts(encoder, store, entity_texts, len(candidates), "entities")
+        timings = {"entities_seconds": time.perf_counter() - started}
         entity_stats = encoder.stats.as_dict()
 
         started = time.perf_counter()
@@ -324,7 +317,7 @@ class DeerProbe:
                 "query_tokens": stats["tokens"] - entity_stats["tokens"],
                 "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
             },
-            "timings": dict(timings),  # perf_counter seconds, unrounded (compute-time scales them up)
+            "timings": timings,  # perf_counter seconds, unrounded (compute-time scales them up)
         }
         return ProbeScores(query_vectors=query_vectors, candidate_vectors=entity_vectors, metadata=metadata,
                            arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
