@@ -74,11 +74,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
               distributed: bool = False, **options) -> RunResult:
     """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates (``run_kg`` with one probe).
 
-    The arguments are ``deer.probe``'s; ``selection``, ``templates``, ``loading`` and ``budget`` are each
-    an object or its fields as loose keywords (``split=``, ``k_shot=``, ``shot_seed=``, ``dtype=``,
-    ``token_budget=``, ...: ``deer.platform.run_options``).  ``cache``: the probe's resumable work
-    (embeddings, score rows) is stored under ``cache_dir=`` (default $DEER_CACHE_DIR) and reused; a
-    backend that cannot cache refuses it.  The other ``options`` are the probe's own (``get_probe(name).options``).
+    The arguments are ``deer.probe``'s; ``cache`` stores the probe's resumable work (embeddings, score rows) too.
+    The other ``options`` are the probe's own (``get_probe(name).options``).
     """
     probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
     run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
@@ -124,8 +121,9 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     for probe in chosen:
         check_model_kind(probe, runner)
     queries = run.queries
-    for probe in chosen:  # the queries every probe ranks: the fewest any of them ranks
-        queries = queries_ranked(probe, queries, options[probe.name], run.loaded)
+    for probe in chosen:  # the fewest any probe ranks (LAMA's single-token protocol), so the folder is checked against them now
+        ranked = getattr(probe, "queries_ranked", None)
+        queries = queries if ranked is None else ranked(queries, options[probe.name], run.loaded.tokenizer)
     checked_out_folder(out, queries, run.loaded, run.templates)
     stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
     ranking = KGRanking(run.loaded, run.templates, backend, runner.device, show_progress)
@@ -138,13 +136,6 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
-
-
-def queries_ranked(probe: Probe, queries, options: Mapping[str, Any], loaded):
-    """The queries ``probe`` will rank of ``queries`` (its ``queries_ranked(queries, options, tokenizer)``, where
-    it ranks fewer: LAMA's single-token protocol), so that a folder is checked against them before any work."""
-    ranked = getattr(probe, "queries_ranked", None)
-    return queries if ranked is None else ranked(queries, options, loaded.tokenizer)
 
 
 def resolve_cache(cache: bool, loaded) -> bool:
@@ -163,14 +154,6 @@ def benchmark_probes(names: Sequence[str]) -> list[Probe]:
     if unknown or not names:
         raise ValueError(f"probes must be some of {', '.join(known)}; got {', '.join(unknown) or 'none'}")
     return [get_probe(name) for name in names]
-
-
-def _empty_task_error(task: Task) -> ValueError:
-    counts = list(task.info.get("counts", {}).values())  # LAMA's: why facts gave no query
-    why = "" if not counts else (f" ({sum(c['object_not_in_vocabulary'] for c in counts)} of {sum(c['facts'] for c in counts)} "
-                                 "facts have an object that is not one token for this model, "
-                                 f"{sum(c['no_usable_sentence'] for c in counts)} no usable masked sentence)")
-    return ValueError(f"{task.name}: no query to score{why}")
 
 
 def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
@@ -200,14 +183,9 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     stores = None if plain or store_root is None else Path(store_root)
     scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
     names = [probe.name for probe in chosen]
-    shared = {
-        "task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
-        "model": loaded.metadata(),
-        "probes": names,
-        "backend": backend,
-        "rank_rule": RANK_RULE,
-        "versions": package_versions(),
-    }
+    shared = {"task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
+              "model": loaded.metadata(), "probes": names, "backend": backend, "rank_rule": RANK_RULE,
+              "versions": package_versions()}
     metadata = {name: {"probe": name, **shared, **(scored.metadata[name] or [{}])[0],  # its work now, if scored now
                        "resumed": bool(scored.resumed[name]), "seconds": scored.timings.get(f"{name}_seconds")}
                 for name in names}
@@ -224,7 +202,11 @@ def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
     for probe in probes:
         check_model_kind(probe, runner)
     if not task.queries:
-        raise _empty_task_error(task)
+        counts = list(task.info.get("counts", {}).values())  # LAMA's: why facts gave no query
+        total = {key: sum(c[key] for c in counts) for key in ("facts", "object_not_in_vocabulary", "no_usable_sentence")}
+        why = "" if not counts else (f" ({total['object_not_in_vocabulary']} of {total['facts']} facts have an object that is "
+                                     f"not one token for this model, {total['no_usable_sentence']} no usable masked sentence)")
+        raise ValueError(f"{task.name}: no query to score{why}")
     guard_lengths(task, probes, runner)
 
 
@@ -331,8 +313,8 @@ def score_probes(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts 
                 ranked[probe.name].append((rows, stored))
                 resumed[probe.name].append(group)
                 continue
-            given = {**probe.options, **(options or {}).get(probe.name, {})}
-            request_options = {**given, **{name: array for name, array in handed.items() if name in probe.options}}
+            request_options = {**probe.options, **(options or {}).get(probe.name, {}),
+                               **{name: array for name, array in handed.items() if name in probe.options}}
             started = time.perf_counter()
             with runner.evaluation_mode():
                 scored = score_task(probe, ProbeRequest(part_task, runner.loaded, runner, templates, stores, show_progress,
