@@ -158,18 +158,12 @@ def register_probe(name: str, factory: Callable[[], Probe], replace: bool = Fals
     _REGISTERED[name] = factory
 
 
-def _built_in(target: str) -> Callable[[], Probe]:
-    def build() -> Probe:
-        module, attribute = target.split(":")
-        return getattr(import_module(module), attribute)()
-    return build
-
-
 def _load_entry_points() -> None:
     """Register the built-in probes and the installed packages' ones; a module is imported only when its
     probe is used."""
     for name, target in BUILT_IN.items():
-        _REGISTERED.setdefault(name, _built_in(target))
+        module, attribute = target.split(":")
+        _REGISTERED.setdefault(name, lambda module=module, attribute=attribute: getattr(import_module(module), attribute)())
     for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry.name not in _REGISTERED:
             _REGISTERED[entry.name] = lambda entry=entry: entry.load()()
@@ -233,11 +227,10 @@ class _OldProtocol:
         return getattr(self._probe, name)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        if not callable(getattr(self._probe, "score_benchmark", None)):
-            return self._probe.score(request)
-        if request.task.kg_queries is not None and callable(getattr(self._probe, "score", None)):
-            return self._probe.score(request)  # its request.queries: the QuerySet
-        return self._probe.score_benchmark(request)
+        old = getattr(self._probe, "score_benchmark", None)
+        if callable(old) and (request.task.kg_queries is None or not callable(getattr(self._probe, "score", None))):
+            return old(request)
+        return self._probe.score(request)  # on a KG's task its request.queries: the QuerySet
 
     def length_checks(self, task, templates, backend):
         own = getattr(self._probe, "length_checks", None)
