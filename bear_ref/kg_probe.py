@@ -62,7 +62,6 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
             if attempt == READ_ATTEMPTS:
                 raise
             scored += _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids)
-    return scores, scored
 
 
 def _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids) -> int:
@@ -111,8 +110,7 @@ class BearProbe:
         queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
         scorer = request.backend.statement_scorer(request.options["pll_variant"])
-        root = request.store_root
-        store = score_store(loaded, queries, templates, scorer.method, root) if root is not None else None
+        store = None if request.store_root is None else score_store(loaded, queries, templates, scorer.method, request.store_root)
         scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=request.show_progress)
         elapsed = time.perf_counter() - started
         statements = scored_now * len(queries.candidates)

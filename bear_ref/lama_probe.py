@@ -18,7 +18,6 @@ from tqdm.auto import tqdm
 
 from bear_ref.cloze_scoring import answer_token_ids, count_statements, statement_scores
 from deer.backends.boundary import split_statements
-from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.kg_result import tail_token_lengths
@@ -99,15 +98,6 @@ def check_query_end(templates: PromptTemplates) -> None:
                          "(--query-trailing-space or --template-style authors): use the paper style without it")
 
 
-def encode_queries_with_next_token(encoder: PromptEOLEncoder, queries: QuerySet, templates: PromptTemplates,
-                                   next_token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One forward pass per query giving (embeddings (n, d), log p of each of ``next_token_ids`` after the
-    query text (n, len(next_token_ids))).  Requires ``query_trailing_space=False`` (the same position)."""
-    check_query_end(templates)
-    output = encoder.encode(query_prompts(queries, templates), next_token_ids=next_token_ids, description="queries")
-    return output.embeddings, output.next_token_logprobs
-
-
 def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: PromptTemplates, first: FirstTokens,
                             scores: np.ndarray) -> int:
     """Put into ``scores`` the log-probability of each first token that straddles its query's end: it
@@ -117,8 +107,7 @@ def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: Pr
     rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
     if len(rows) == 0:
         return 0
-    kg = queries.kg
-    contexts = [templates.query_context(kg, tuple(queries.triples[q].tolist())).rstrip() for q in rows]
+    contexts = [templates.query_context(queries.kg, tuple(queries.triples[q].tolist())).rstrip() for q in rows]
     encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
     bos = [] if bos_id(tokenizer) is None else [bos_id(tokenizer)]
     prefixes, expected, targets = [], [], []  # targets: (query, its candidates with this cut)
@@ -186,23 +175,22 @@ class LamaProbe:
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
         queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
-        single_token = request.options["single_token"]
         queries = self.queries_ranked(queries, request.options, loaded.tokenizer)
         first = first_tokens(loaded.tokenizer, queries, templates)
         unique_ids = np.unique(first.ids)
         encoder = request.backend.encoder()
-        embeddings, logprobs = encode_queries_with_next_token(encoder, queries, templates, unique_ids)
-        scores = np.take_along_axis(logprobs, np.searchsorted(unique_ids, first.ids[first.group]), axis=1)
+        check_query_end(templates)  # the query vectors and the first tokens' log p come from one position
+        output = encoder.encode(query_prompts(queries, templates), next_token_ids=unique_ids, description="queries")
+        scores = np.take_along_axis(output.next_token_logprobs, np.searchsorted(unique_ids, first.ids[first.group]), axis=1)
         straddling = score_straddling_tokens(encoder, loaded.tokenizer, queries, templates, first, scores)
         metadata = {
-            "single_token": single_token,
+            "single_token": request.options["single_token"],
             "distinct_first_tokens": int(len(unique_ids)),
             "straddling_prefixes": straddling,
             "work": encoder.stats.as_dict(),
             "timings": {"seconds": round(time.perf_counter() - started, 3)},
         }
-        return ProbeScores(scores=scores, metadata=metadata,
-                           arrays={"query_embeddings": embeddings}, queries=queries)
+        return ProbeScores(scores=scores, metadata=metadata, arrays={"query_embeddings": output.embeddings}, queries=queries)
 
     def _score_sets(self, request: ProbeRequest) -> ProbeScores:
         """Each query by its ``lama_rules`` rule; the causal pass's query vectors are handed on
