@@ -70,10 +70,9 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     backend: what scores the statements: 'hf' (a prefix trie) or 'plain' (one forward pass per statement).
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
     """
-    rest = dict(options)
-    selection, loading = take(rest, DatasetSelection, selection, "selection"), take(rest, ModelLoading, loading, "loading")
-    budget = take(rest, Budget, budget, "budget")
-    refuse_leftover(rest, "bear_dataset")
+    selection, loading = take(options, DatasetSelection, selection, "selection"), take(options, ModelLoading, loading, "loading")
+    budget = take(options, Budget, budget, "budget")
+    refuse_leftover(options, "bear_dataset")
     token_budget = STATEMENT_TOKEN_BUDGET if budget.token_budget is None else budget.token_budget
     backend_class(backend)  # an unknown backend fails before any work
     BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it

@@ -164,8 +164,7 @@ def summary_markdown(metrics: dict) -> str:
         f"BEAR score (mean accuracy over templates) **{overall['accuracy_mean']:.4f}**, spread (std over templates) "
         f"{overall['accuracy_std']:.4f}; {templates}; random baseline {overall['random_baseline']:.4f}"
         + (f" (chance-adjusted score {overall['accuracy_mean_adjusted']:.4f})" if overall.get("accuracy_mean_adjusted") is not None else "")
-        + "; "
-        f"{overall['instances']} instances.",
+        + f"; {overall['instances']} instances.",
     ]
     divided = convention is not None and convention["domain_support"] == "divided"
     if convention:
@@ -272,9 +271,9 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
 
 def find_instances_table(out_dir: Path) -> Path:
     path = find_table(out_dir, "instances")
-    if path is not None:
-        return path
-    raise ValueError(f"{out_dir} holds no instances table (instances.parquet or instances.csv) of a BEAR data-set run")
+    if path is None:
+        raise ValueError(f"{out_dir} holds no instances table (instances.parquet or instances.csv) of a BEAR data-set run")
+    return path
 
 
 def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
