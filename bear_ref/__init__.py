@@ -5,7 +5,6 @@
     result = bear_ref.bear("wn18rr", "smollm2-135m", subset=50)
 """
 
-
 from deer import __version__  # one version for the whole distribution (in __all__)
 from deer.lazy_exports import lazy_exports
 

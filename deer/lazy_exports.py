@@ -12,9 +12,8 @@ def lazy_exports(namespace: dict, public: dict[str, str]) -> tuple[Callable, Cal
 
     def __getattr__(name: str):
         if name in public:
-            value = getattr(import_module(public[name]), name)
-            namespace[name] = value
-            return value
+            namespace[name] = getattr(import_module(public[name]), name)
+            return namespace[name]
         raise AttributeError(f"module '{namespace['__name__']}' has no attribute '{name}'")
 
     def __dir__() -> list[str]:
