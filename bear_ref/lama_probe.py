@@ -193,8 +193,7 @@ class LamaProbe:
         return ProbeScores(scores=scores, metadata=metadata, arrays={"query_embeddings": output.embeddings}, queries=queries)
 
     def _score_sets(self, request: ProbeRequest) -> ProbeScores:
-        """Each query by its ``lama_rules`` rule; the causal pass's query vectors are handed on
-        (``arrays["query_embeddings"]``: DEER's, read in the same pass)."""
+        """The causal pass's query vectors are handed on (``arrays["query_embeddings"]``: DEER's, read in the same pass)."""
         task, loaded, backend = request.task, request.loaded, request.backend
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)

@@ -96,8 +96,7 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     Every probe ranks the same queries: where one ranks fewer (LAMA's ``single_token``), all rank those.  A
     probe taking another's arrays runs after it and is handed them (LAMA's pass gives DEER its query vectors).
     ``options``: {probe name: its own options}, each checked against what that probe declares.
-    ``loose``: the option objects' fields as keywords (as ``run_probe``'s), ``cache_dir=`` and
-    ``distributed=`` (DEER's forward passes shared between the processes of a torch.distributed job).
+    ``loose``: the option objects' fields as keywords, ``cache_dir=`` and ``distributed=`` (as ``deer.probe``'s).
     """
     chosen = [get_probe(probe) if isinstance(probe, str) else as_probe(probe) for probe in probes]
     names = [probe.name for probe in chosen]
