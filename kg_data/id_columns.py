@@ -21,18 +21,19 @@ NO_DELIMITER = "\x1f"  # a byte that no text file here holds: read a line as one
 TRIPLE_BLOCK_BYTES = 1 << 26  # a triples file read 64 MiB at a time: a few lookups, each hashing every entity id, at 20M triples
 
 
+def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, column_type: pa.DataType | None = None) -> dict:
+    """pyarrow.csv options for plain lines: no quotes or escapes, one line per row, every column a non-null string."""
+    return {"read_options": pcsv.ReadOptions(column_names=names, block_size=block_size),
+            "parse_options": pcsv.ParseOptions(delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False,
+                                               newlines_in_values=False),
+            "convert_options": pcsv.ConvertOptions(column_types=dict.fromkeys(names, column_type or pa.string()), strings_can_be_null=False)}
+
+
 def read_columns(path: Path, n_columns: int | None) -> pa.Table | None:
     """The file's tab-separated columns as strings (``n_columns`` None: each line whole, as one
     column); None when pyarrow cannot read it plainly (wrong column count, not UTF-8, ...)."""
-    names = [f"c{i}" for i in range(n_columns or 1)]
     try:
-        return pcsv.read_csv(
-            path,
-            read_options=pcsv.ReadOptions(column_names=names, block_size=1 << 24),
-            parse_options=pcsv.ParseOptions(delimiter="\t" if n_columns else NO_DELIMITER, quote_char=False,
-                                            double_quote=False, escape_char=False, newlines_in_values=False),
-            convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in names}, strings_can_be_null=False),
-        )
+        return pcsv.read_csv(path, **_plain_options([f"c{i}" for i in range(n_columns or 1)], "\t" if n_columns else NO_DELIMITER))
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return None
 
@@ -54,15 +55,9 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
     """(n, 3) int64 (head, relation, tail) indices of a triples file, read a block of lines at a time (only
     the indices are kept); None when any line is not a plain triple of known ids (the line-by-line reader
     then names it)."""
-    names = ["head", "relation", "tail"]
     try:
-        reader = pcsv.open_csv(
-            path, read_options=pcsv.ReadOptions(column_names=names, block_size=TRIPLE_BLOCK_BYTES),
-            parse_options=pcsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False, escape_char=False,
-                                            newlines_in_values=False),
-            convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in names}, strings_can_be_null=False))
         parts = []
-        for batch in reader:
+        for batch in pcsv.open_csv(path, **_plain_options(["head", "relation", "tail"], "\t", TRIPLE_BLOCK_BYTES)):
             # heads and tails in one lookup: ``index_in`` hashes its whole vocabulary on every call
             ends = indices_in(pa.chunked_array([batch.column(0), batch.column(2)]), entity_ids)
             part = np.stack([ends[:batch.num_rows], indices_in(batch.column(1), relation_ids), ends[batch.num_rows:]], axis=1)
@@ -85,12 +80,7 @@ def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
 
     columns: tuple[list, list, list] = ([], [], [])
     try:
-        reader = pcsv.open_csv(
-            path, read_options=pcsv.ReadOptions(column_names=["line"], block_size=1 << 24),
-            parse_options=pcsv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False, double_quote=False,
-                                            escape_char=False, newlines_in_values=False),
-            convert_options=pcsv.ConvertOptions(column_types={"line": pa.large_string()}, strings_can_be_null=False))
-        for batch in reader:
+        for batch in pcsv.open_csv(path, **_plain_options(["line"], NO_DELIMITER, column_type=pa.large_string())):
             lines = batch.column(0)
             if pc.any(pc.match_substring(lines, "\x00")).as_py() or (not columns[0] and lines[0].as_py().startswith("\ufeff")):
                 return None
