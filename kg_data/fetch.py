@@ -26,6 +26,7 @@ from kg_data.locks import held_lock
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
 BASE_URL_ENV = "DEER_DATA_BASE_URL"
 OFFLINE_ENV = "DEER_OFFLINE"
+HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face convention, honoured too
 STAGING_DIR = ".fetching"
 TIMEOUT_S = 60
 CHUNK = 1 << 16
@@ -43,9 +44,6 @@ def load_manifest() -> dict:
 def data_root(data_dir: str | Path | None = None) -> Path:
     """Where data sets are fetched to: ``data_dir``, else $DEER_DATA_DIR, else ``fetched_data_root``."""
     return Path(data_dir or os.environ.get(DATA_DIR_ENV) or fetched_data_root()).expanduser()
-
-
-HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face convention, honoured too
 
 
 def _truthy(value: str) -> bool:
@@ -90,12 +88,10 @@ def _how_to_get(name: str, entry: dict, root: Path) -> str:
     folder = root / NAMED_DATASETS[name]
     paths = [spec["path"] for spec in entry["files"]]
     shown = ", ".join(paths[:6]) + (f", ... ({len(paths)} files; all listed in kg_data/manifest.json)" if len(paths) > 6 else "")
-    return (
-        f"'{name}' comes from https://github.com/{entry['repo']} at commit {entry['commit']}. "
-        f"Put its files in {folder} (or pass --data-dir DIR / set {DATA_DIR_ENV} to a folder holding "
-        f"'{NAMED_DATASETS[name]}/'), or run `deer data fetch {name}` on a machine with network access. "
-        f"Expected under the data root: {shown}."
-    )
+    return (f"'{name}' comes from https://github.com/{entry['repo']} at commit {entry['commit']}. "
+            f"Put its files in {folder} (or pass --data-dir DIR / set {DATA_DIR_ENV} to a folder holding "
+            f"'{NAMED_DATASETS[name]}/'), or run `deer data fetch {name}` on a machine with network access. "
+            f"Expected under the data root: {shown}.")
 
 
 def _download(url: str, part: Path, spec: dict, progress) -> None:
@@ -151,20 +147,16 @@ def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | 
     except (OSError, http.client.HTTPException) as error:
         # The .part file stays: the next fetch resumes it.
         reason = getattr(error, "reason", None) or error
-        raise DataFetchError(
-            f"Could not download {spec['path']} from {url}: {reason}. Fetching again resumes it.\n"
-            f"{_how_to_get(name, entry, root)}"
-        ) from None
+        raise DataFetchError(f"Could not download {spec['path']} from {url}: {reason}. Fetching again resumes it.\n"
+                             f"{_how_to_get(name, entry, root)}") from None
     if not _is_valid(part, spec):
         got = sha256_of(part)
         part.unlink()
         if resumed:
             # The kept half may not belong to this file; one clean download before refusing.
             return _fetch_file(name, entry, spec, root, base_url, progress)
-        raise DataFetchError(
-            f"Checksum mismatch for {spec['path']} from {url}: expected sha256 {spec['sha256']} "
-            f"({spec['bytes']} bytes), got {got}. The file was deleted; nothing was installed."
-        )
+        raise DataFetchError(f"Checksum mismatch for {spec['path']} from {url}: expected sha256 {spec['sha256']} "
+                             f"({spec['bytes']} bytes), got {got}. The file was deleted; nothing was installed.")
     os.replace(part, final)
     return final
 
@@ -197,10 +189,8 @@ def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str |
     files = sorted(entry["files"], key=lambda spec: spec["path"] == entry["marker"])
     missing = [spec for spec in files if not _is_valid(root / spec["path"], spec)]
     if missing and offline:
-        raise DataFetchError(
-            f"The '{name}' data set is missing ({len(missing)} of {len(files)} files) and fetching is off "
-            f"({offline_reason() or 'offline=True'}; {OFFLINE_ENV}=0 turns it on).\n{_how_to_get(name, entry, root)}"
-        )
+        raise DataFetchError(f"The '{name}' data set is missing ({len(missing)} of {len(files)} files) and fetching is off "
+                             f"({offline_reason() or 'offline=True'}; {OFFLINE_ENV}=0 turns it on).\n{_how_to_get(name, entry, root)}")
     from tqdm import tqdm
 
     # One process fetches a data set at a time (DDP ranks and Ray tasks resolve the same name): the
@@ -234,16 +224,14 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
         entry = _entry(name, None)
         root = data_root(data_dir)
         if offline_reason():
-            raise DataFetchError(
-                f"{not_found}\nFetching is off ({offline_reason()}; {OFFLINE_ENV}=0 turns it on). {_how_to_get(name, entry, root)}"
-            ) from None
+            raise DataFetchError(f"{not_found}\nFetching is off ({offline_reason()}; {OFFLINE_ENV}=0 turns it on). "
+                                 f"{_how_to_get(name, entry, root)}") from None
         print(f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "
               f"{root / NAMED_DATASETS[name]} (set {OFFLINE_ENV}=1 to prevent)", file=sys.stderr)
         return fetch_dataset(name, data_dir)
 
 
-def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: str | Path | None, marker: str,
-                    what: str) -> tuple[str, Path]:
+def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: str | Path | None, marker: str, what: str) -> tuple[str, Path]:
     """(name, folder) of a data set named in ``names`` (``ensure_dataset``) or of a folder, which must hold
     ``marker`` (else KGNotFoundError: 'FOLDER holds no MARKER; not a WHAT')."""
     if isinstance(name_or_path, str) and name_or_path.lower() in names:

@@ -45,9 +45,8 @@ def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
     """Load a KG by name ('wn18rr', 'wikidata5m') or from a folder (str or Path): WN18RR's or Wikidata5M's files,
     or the generic TSV/JSONL format."""
     if isinstance(kg, (str, Path)) and dataset_kind(kg) != "kg":
-        raise KGNotFoundError(
-            f"'{kg}' is a cloze benchmark ({dataset_kind(kg).upper()} format), not a KG: probe it with "
-            f"`deer cloze --dataset {kg}` or experiments.benchmarks.probe_benchmark('{kg}', model)")
+        raise KGNotFoundError(f"'{kg}' is a cloze benchmark ({dataset_kind(kg).upper()} format), not a KG: probe it with "
+                              f"`deer cloze --dataset {kg}` or experiments.benchmarks.probe_benchmark('{kg}', model)")
     if isinstance(kg, str) and kg.lower() in NAMED_KGS:
         return NAMED_KGS[kg.lower()](ensure_dataset(kg.lower(), data_dir))
     folder = Path(kg).expanduser()
@@ -55,7 +54,5 @@ def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
         if (folder / "entity2text.txt").exists():
             return load_wn18rr(folder)
         return load_wikidata5m(folder) if is_wikidata5m(folder) else load_textual_kg(folder)
-    raise KGNotFoundError(
-        f"Unknown KG '{kg}': not a named KG ({', '.join(NAMED_KGS)}) and not a folder. "
-        "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README)."
-    )
+    raise KGNotFoundError(f"Unknown KG '{kg}': not a named KG ({', '.join(NAMED_KGS)}) and not a folder. "
+                          "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README).")

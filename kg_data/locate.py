@@ -11,6 +11,9 @@ DATA_DIR_ENV = "DEER_DATA_DIR"
 CACHE_DIR_ENV = "DEER_CACHE_DIR"
 # Sub-folder of the data dir for each named data set.
 NAMED_DATASETS = {"wn18rr": "wn18rr", "bear": "bear/BEAR", "bear-big": "bear/BEAR-big", "lama": "lama", "wikidata5m": "wikidata5m"}
+# The file that marks each named data set's folder (``deer data fetch`` installs it last).
+MARKERS = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear-big": "metadata_relations.json",
+           "lama": "relations.jsonl", "wikidata5m": "wikidata5m_transductive_test.txt"}
 # Data sets not pinned by checksum here: `deer data fetch` says where to get them instead of downloading.
 MANUAL_DATASETS = {"wikidata5m": (
     "Wikidata5M (Wang et al. 2021, KEPLER; CC BY 4.0) is published at https://deepgraphlearning.github.io/project/wikidata5m "
@@ -65,15 +68,8 @@ def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
             f"a data folder given is the only one searched. Fetch it there with `deer data fetch {name} --data-dir {root}`; "
             "`deer data` lists where the data sets are found without one.")
     listing = "\n  ".join(str(p) for p in tried)
-    raise KGNotFoundError(
-        f"Could not find the '{name}' data. Looked in:\n  {listing}\n"
-        f"Pass --data-dir DIR (a folder holding '{sub}/') or set {DATA_DIR_ENV}."
-    )
-
-
-# The file that marks each named data set's folder (``deer data fetch`` installs it last).
-MARKERS = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear-big": "metadata_relations.json",
-           "lama": "relations.jsonl", "wikidata5m": "wikidata5m_transductive_test.txt"}
+    raise KGNotFoundError(f"Could not find the '{name}' data. Looked in:\n  {listing}\n"
+                          f"Pass --data-dir DIR (a folder holding '{sub}/') or set {DATA_DIR_ENV}.")
 
 
 def _looks_like(name: str, folder: Path) -> bool:
