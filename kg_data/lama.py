@@ -23,11 +23,7 @@ COMMON_VOCAB_FILE = "common_vocab_cased.txt"
 MASK = "[MASK]"
 SOURCES = ("TREx", "Google_RE", "Squad")
 # LAMA scripts/run_experiments.py (get_GoogleRE_parameters).
-GOOGLE_RE_TEMPLATES = {
-    "date_of_birth": "[X] (born [Y]).",
-    "place_of_birth": "[X] was born in [Y] .",
-    "place_of_death": "[X] died in [Y] .",
-}
+GOOGLE_RE_TEMPLATES = {"date_of_birth": "[X] (born [Y]).", "place_of_birth": "[X] was born in [Y] .", "place_of_death": "[X] died in [Y] ."}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,21 +64,12 @@ class LamaDataset:
     relations_without_file: list[str]
     selection: dict
 
-    @property
-    def n_facts(self) -> int:
-        return sum(len(r.facts) for r in self.relations.values())
-
     def summary(self) -> dict:
-        return {
-            "name": "lama",
-            "path": self.path,
-            "relations": {key: {"facts": len(r.facts), "total_facts": r.total_facts, "objects": len(r.objects)}
-                          for key, r in self.relations.items()},
-            "facts": self.n_facts,
-            "common_vocab": len(self.common_vocab),
-            "relations_without_file": self.relations_without_file,
-            "selection": self.selection,
-        }
+        return {"name": "lama", "path": self.path,
+                "relations": {key: {"facts": len(r.facts), "total_facts": r.total_facts, "objects": len(r.objects)}
+                              for key, r in self.relations.items()},
+                "facts": sum(len(r.facts) for r in self.relations.values()), "common_vocab": len(self.common_vocab),
+                "relations_without_file": self.relations_without_file, "selection": self.selection}
 
 
 def _text(path: Path, line: int, record: dict, key: str) -> str:
@@ -153,9 +140,8 @@ def _relation(folder: Path, source: str, code: str, template: str | None, label:
     return LamaRelation(source, code, template, label, str(path), kept, list(dict.fromkeys(f.answer for f in facts)), len(facts))
 
 
-def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = None,
-              sources: Sequence[str] | None = None, relations: Sequence[str] | None = None,
-              max_facts: int | None = None, seed: int = 0) -> LamaDataset:
+def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = None, sources: Sequence[str] | None = None,
+              relations: Sequence[str] | None = None, max_facts: int | None = None, seed: int = 0) -> LamaDataset:
     """Load LAMA ('lama' from the data folder, or a folder in its layout).  ``sources``: some of
     TREx, Google_RE, Squad (default: those present); ``relations``: codes to keep (e.g. P19,
     place_of_birth, squad); ``max_facts``: at most N facts per relation, sampled with ``seed``."""
@@ -174,14 +160,9 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
         "Google_RE": [(code, template, code.replace("_", " ")) for code, template in GOOGLE_RE_TEMPLATES.items()],
         "Squad": [("squad", None, "SQuAD cloze questions")],
     }
-    plan: list[tuple[str, str, str | None, str]] = []
-    without_file = []
-    for source in wanted_sources:
-        for code, template, label in entries[source]:
-            if relation_file(folder, source, code).is_file():
-                plan.append((source, code, template, label))
-            else:
-                without_file.append(f"{source}/{code}")
+    listed = [(source, *entry) for source in wanted_sources for entry in entries[source]]  # (source, code, template, label)
+    plan = [entry for entry in listed if relation_file(folder, *entry[:2]).is_file()]
+    without_file = ["/".join(entry[:2]) for entry in listed if entry not in plan]
     if not plan:  # an empty relations.jsonl, or no relation with its data file
         raise KGFormatError(folder / RELATIONS_FILE, None,
                             f"no relation of sources {', '.join(wanted_sources) or 'none'} has a data file "
@@ -193,8 +174,7 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
             raise ValueError(f"relation(s) {', '.join(missing)} have no data file in {folder} (sources {', '.join(wanted_sources)}); "
                              f"relations with one: {some_of(known)}")
         plan = [p for p in plan if p[1] in set(relations)]
-    read = [_relation(folder, *entry, max_facts, seed) for entry in plan]
-    loaded = {relation.key: relation for relation in read}
+    loaded = {relation.key: relation for relation in (_relation(folder, *entry, max_facts, seed) for entry in plan)}
     vocab_path = folder / COMMON_VOCAB_FILE
     common_vocab = [text.strip() for _, text in read_lines(vocab_path)] if vocab_path.is_file() else []
     selection = {"sources": wanted_sources, "relations": list(relations) if relations else None, "max_facts": max_facts, "seed": seed}
