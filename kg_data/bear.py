@@ -138,10 +138,9 @@ def _answer_space(path: Path, code: str, meta: dict) -> tuple[list[str], list[st
     labels = [_text(path, None, value, f"relation {code}: answer_space_labels[{i}]") for i, value in enumerate(labels)]
     first: dict[str, int] = {}
     for i, answer in enumerate(ids):
-        if answer in first:
+        if first.setdefault(answer, i) != i:
             raise KGFormatError(path, None, f"relation {code}: answer id {answer} is in answer_space_ids twice "
                                             f"(positions {first[answer]} and {i})")
-        first[answer] = i
     return ids, labels
 
 
@@ -165,8 +164,7 @@ def sample_rows(code: str, n_rows: int, max_instances: int | None, seed: int) ->
     return np.sort(rng.choice(n_rows, size=max_instances, replace=False)).astype(np.int64)
 
 
-def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instances: int | None = None,
-                  seed: int = 0) -> BearRelation:
+def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instances: int | None = None, seed: int = 0) -> BearRelation:
     metadata_path = folder / METADATA_FILE
     if not isinstance(meta, dict):
         raise KGFormatError(metadata_path, None, f"relation {code}: expected an object with 'templates'")
@@ -208,9 +206,8 @@ def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instan
                         path=str(path), lines=np.asarray([records[r][0] for r in rows], dtype=np.int64))
 
 
-def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = None,
-                      relations: Sequence[str] | None = None, max_instances: int | None = None,
-                      seed: int = 0) -> BearDataset:
+def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = None, relations: Sequence[str] | None = None,
+                      max_instances: int | None = None, seed: int = 0) -> BearDataset:
     """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.  ``relations``: codes to keep
     (default: every relation with a file); ``max_instances``: at most N per relation, sampled with ``seed``."""
     from kg_data.fetch import named_or_folder

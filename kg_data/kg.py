@@ -76,18 +76,12 @@ class TextualKG:
         return digest.hexdigest()[:16]
 
     def summary(self) -> dict:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "entities": self.n_entities,
-            "relations": self.n_relations,
-            **{f"{split}_triples": int(len(triples)) for split, triples in self.splits.items()},
-            **({"notes": self.notes} if self.notes else {}),
-        }
+        return {"name": self.name, "source": self.source, "entities": self.n_entities, "relations": self.n_relations,
+                **{f"{split}_triples": int(len(triples)) for split, triples in self.splits.items()},
+                **({"notes": self.notes} if self.notes else {})}
 
 
-def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]],
-             relations: Iterable[tuple[Path, int, str, str]],
+def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], relations: Iterable[tuple[Path, int, str, str]],
              split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]], source: str,
              split_files: dict[str, str] | None = None, entity_texts: tuple | None = None) -> TextualKG:
     """Assemble a TextualKG from parsed rows, validating ids (errors name file and line).
@@ -100,13 +94,11 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]],
         entity_ids, entity_names, entity_descriptions = entity_texts
     else:
         entity_list = list(entities)
-        entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list],
-                                                         "entity")
+        entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
         entity_descriptions = [row[4].strip() or EMPTY_DESCRIPTION for row in entity_list]
         del entity_list
     relation_ids, relation_names = _validated_named_rows(relations, "relation")
-    kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
-                   dict(split_files or {}))
+    kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source, dict(split_files or {}))
     for split, rows in split_rows.items():
         fast = _bulk_triples(kg, (split_files or {}).get(split))
         if fast is not None:

@@ -156,12 +156,10 @@ def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
     triples = kg.triples(split)
     if n > len(triples):
         raise ValueError(f"subset {n} is larger than the {split} split ({len(triples)} triples)")
-    rows = np.random.default_rng(seed).choice(len(triples), size=n, replace=False)
-    return np.sort(rows)
+    return np.sort(np.random.default_rng(seed).choice(len(triples), size=n, replace=False))
 
 
-def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0,
-                  exclude_head: bool = False) -> QuerySet:
+def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0, exclude_head: bool = False) -> QuerySet:
     """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``), ranked among all
     entities, or with a subset among those in its triples (as in the DEER paper).  A missing or empty
     split raises KGSplitError; a bad ``subset`` or ``seed`` ValueError naming it."""
@@ -187,8 +185,7 @@ def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.n
     position[candidates] = np.arange(len(candidates))
     if len(triples) and np.any(position[triples[:, 2]] < 0):
         raise ValueError("every gold tail must be among the candidates")
-    filter_tails = other_true_tails(kg, triples, position)
-    return QuerySet(kg, split, triples, candidates, position[triples[:, 2]], filter_tails, subset_seed)
+    return QuerySet(kg, split, triples, candidates, position[triples[:, 2]], other_true_tails(kg, triples, position), subset_seed)
 
 
 def other_true_tails(kg: TextualKG, triples: np.ndarray, position: np.ndarray) -> FilterTails:

@@ -30,7 +30,6 @@ from kg_data.text_column import TextColumn
 
 ENTITY_FILE, RELATION_FILE, TEXT_FILE = "wikidata5m_entity.txt", "wikidata5m_relation.txt", "wikidata5m_text.txt"
 SPLIT_FILES = {split: f"wikidata5m_transductive_{split}.txt" for split in ("train", "valid", "test")}
-REQUIRED_FILES = (ENTITY_FILE, RELATION_FILE, TEXT_FILE, *SPLIT_FILES.values())
 
 
 def is_wikidata5m(folder: Path) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from kg_data.errors import KGFormatError
@@ -18,12 +17,6 @@ def split_entity_text(text: str) -> tuple[str, str]:
     """Split "name, definition" at the first ", " (no WordNet lemma contains a comma)."""
     name, _, description = text.partition(", ")
     return name, description
-
-
-def _entities(path: Path) -> Iterator[tuple[Path, int, str, str, str]]:
-    for line, (entity_id, text) in read_tsv(path, 2):
-        name, description = split_entity_text(text)
-        yield path, line, entity_id, name, description
 
 
 def _relations(folder: Path) -> list[tuple[Path, int, str, str]]:
@@ -47,6 +40,7 @@ def load_wn18rr(folder: Path) -> TextualKG:
             raise KGFormatError(folder / file_name, None, "missing WN18RR file")
     paths = {split: folder / file_name for split, file_name in SPLIT_FILES.items()}
     entities = folder / "entity2text.txt"
-    return build_kg("wn18rr", nonempty(_entities(entities), entities, "entities"), _relations(folder),
+    rows = ((entities, line, entity_id, *split_entity_text(text)) for line, (entity_id, text) in read_tsv(entities, 2))
+    return build_kg("wn18rr", nonempty(rows, entities, "entities"), _relations(folder),
                     {split: read_rows(path, "head", "relation", "tail") for split, path in paths.items()},
                     source=str(folder), split_files={split: str(path) for split, path in paths.items()})
