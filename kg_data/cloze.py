@@ -80,11 +80,10 @@ def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> No
 
 def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequence[str] = MODES,
                     candidate_kinds: Sequence[str] = CANDIDATE_KINDS, causal: bool = True) -> Task:
-    """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are
-    one token for the model, the caller's choice) are kept, the others counted as dropped.  Candidates:
-    "common-vocab" ranks ``vocabulary``; "relation" the relation's objects in it.  Modes: "template" and
-    "template-free" (the first masked sentence with one [MASK] and, for a causal model, text before it).
-    """
+    """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are one token for the model, the
+    caller's choice) are kept, the others counted as dropped.  Candidates: "common-vocab" ranks ``vocabulary``; "relation" the
+    relation's objects in it.  Modes: "template" and "template-free" (the first masked sentence with one [MASK] and, for a causal
+    model, text before it)."""
     check_modes(modes, candidate_kinds)
     vocab = tuple(dict.fromkeys(vocabulary))
     position = {word: i for i, word in enumerate(vocab)}

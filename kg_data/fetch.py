@@ -74,8 +74,7 @@ def _is_valid(path: Path, spec: dict) -> bool:
 def _entry(name: str, manifest: dict | None) -> dict:
     manifest = manifest if manifest is not None else load_manifest()
     if name not in manifest or name not in NAMED_DATASETS:
-        known = ", ".join(n for n in manifest if n in NAMED_DATASETS)
-        raise ValueError(f"unknown data set '{name}'; known: {known}")
+        raise ValueError(f"unknown data set '{name}'; known: {', '.join(n for n in manifest if n in NAMED_DATASETS)}")
     return manifest[name]
 
 
@@ -203,8 +202,7 @@ def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str |
             _part_path(root, marker).parent.mkdir(parents=True, exist_ok=True)
             os.replace(root / marker["path"], _part_path(root, marker))
             missing.append(marker)
-        total = sum(spec["bytes"] for spec in missing)
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"fetching {name}", file=sys.stderr,
+        with tqdm(total=sum(spec["bytes"] for spec in missing), unit="B", unit_scale=True, desc=f"fetching {name}", file=sys.stderr,
                   disable=not show_progress or not missing) as progress:
             try:
                 for spec in missing:
@@ -221,10 +219,9 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     except KGNotFoundError as not_found:
         if name in MANUAL_DATASETS:
             raise KGNotFoundError(f"{not_found}\n{manual_instructions(name, data_dir)}") from None
-        entry = _entry(name, None)
-        root = data_root(data_dir)
-        if offline_reason():
-            raise DataFetchError(f"{not_found}\nFetching is off ({offline_reason()}; {OFFLINE_ENV}=0 turns it on). "
+        entry, root = _entry(name, None), data_root(data_dir)
+        if reason := offline_reason():
+            raise DataFetchError(f"{not_found}\nFetching is off ({reason}; {OFFLINE_ENV}=0 turns it on). "
                                  f"{_how_to_get(name, entry, root)}") from None
         print(f"{name} not found locally; fetching it from {entry['repo']}@{entry['commit']} into "
               f"{root / NAMED_DATASETS[name]} (set {OFFLINE_ENV}=1 to prevent)", file=sys.stderr)

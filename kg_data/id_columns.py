@@ -52,9 +52,8 @@ def indices_in(values: pa.ChunkedArray | pa.Array, vocabulary: pa.Array) -> np.n
 
 
 def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> np.ndarray | None:
-    """(n, 3) int64 (head, relation, tail) indices of a triples file, read a block of lines at a time (only
-    the indices are kept); None when any line is not a plain triple of known ids (the line-by-line reader
-    then names it)."""
+    """(n, 3) int64 (head, relation, tail) indices of a triples file, read a block of lines at a time (only the indices are kept);
+    None when any line is not a plain triple of known ids (the line-by-line reader then names it)."""
     try:
         parts = []
         for batch in pcsv.open_csv(path, **_plain_options(["head", "relation", "tail"], "\t", TRIPLE_BLOCK_BYTES)):
@@ -72,10 +71,9 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
 
 
 def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
-    """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional
-    description; stripped, an empty description ``empty_description``), read a block of lines at a time; None when any line
-    is not plain (a BOM, a NUL, an empty id or name, a repeated id, a fourth column): the line-by-line
-    reader then names the problem."""
+    """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional description; stripped, an
+    empty description ``empty_description``), read a block of lines at a time; None when any line is not plain (a BOM, a NUL, an
+    empty id or name, a repeated id, a fourth column): the line-by-line reader then names the problem."""
     from kg_data.text_column import TextColumn
 
     columns: tuple[list, list, list] = ([], [], [])

@@ -59,8 +59,7 @@ def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
 def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     """Read a KG folder in the format above; raises KGFormatError naming file and line."""
     folder = Path(folder)
-    entities = _find(folder, "entities")
-    relations = _find(folder, "relations")
+    entities, relations = _find(folder, "entities"), _find(folder, "relations")
     for stem, path in (("entities", entities), ("relations", relations)):
         if path is None:
             raise KGFormatError(folder / f"{stem}.tsv", None, f"missing file (need {stem}.tsv or {stem}.jsonl)")

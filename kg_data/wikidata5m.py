@@ -57,8 +57,7 @@ def _named(path: Path) -> tuple[pa.Array, pa.Array, np.ndarray]:
     named = np.flatnonzero(pc.not_equal(names, "").to_numpy(zero_copy_only=False))
     if len(named) == 0:
         raise KGFormatError(path, None, "no entries with a name")
-    more = pc.not_equal(others, "").to_numpy(zero_copy_only=False)
-    return ids.take(named), names.take(named), more[named]
+    return ids.take(named), names.take(named), pc.not_equal(others, "").to_numpy(zero_copy_only=False)[named]
 
 
 def load_wikidata5m(folder: str | Path) -> TextualKG:
