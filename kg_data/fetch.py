@@ -172,12 +172,10 @@ def _remove_empty_folders(root: Path, files: list[dict]) -> None:
 
 def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str | None = None,
                   offline: bool | None = None, show_progress: bool = True, manifest: dict | None = None) -> Path:
-    """Download data set ``name`` into the data root and return its folder (root/NAMED_DATASETS[name]).
-
-    Files already there with the right sha256 are kept.  ``base_url`` (or $DEER_DATA_BASE_URL) replaces
-    the upstream (URL = base_url + "/" + path under the data root); ``manifest`` replaces ``manifest.json``.
-    Raises DataFetchError when offline, on network failure, or on a checksum mismatch.
-    """
+    """Download data set ``name`` into the data root and return its folder (root/NAMED_DATASETS[name]); files already there
+    with the right sha256 are kept.  ``base_url`` (or $DEER_DATA_BASE_URL) replaces the upstream (URL = base_url + "/" + path
+    under the data root); ``manifest`` replaces ``manifest.json``.  Raises DataFetchError when offline, on network failure,
+    or on a checksum mismatch."""
     if name in MANUAL_DATASETS:
         raise DataFetchError(manual_instructions(name, data_dir))
     entry = _entry(name, manifest)

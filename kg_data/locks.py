@@ -15,11 +15,9 @@ from pathlib import Path
 
 @contextmanager
 def held_lock(path: Path, wait_message: str | None = None) -> Iterator[None]:
-    """Hold an exclusive lock (flock: a killed run leaves no stale lock) on ``path`` while the block runs.
-
-    If another process holds it, ``wait_message`` (when given) is printed to stderr once with the
-    holder's pid (written into the lock file while held), and the call waits.
-    """
+    """Hold an exclusive lock (flock: a killed run leaves no stale lock) on ``path`` while the block runs.  If another
+    process holds it, ``wait_message`` (when given) is printed to stderr once with the holder's pid (written into the lock
+    file while held), and the call waits."""
     from filelock import FileLock, Timeout
 
     path = Path(path)

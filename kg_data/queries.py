@@ -90,13 +90,11 @@ class FilterTails(Sequence):
 
 @dataclasses.dataclass
 class QuerySet:
-    """The (head, relation, gold tail) triples to rank and the candidates to rank them among.
-
-    ``triples``: int64 (n_queries, 3) indices into the KG; ``candidates``: int64 sorted entity indices;
-    ``gold``: each gold tail's position in ``candidates``; ``filter_tails``: per query, candidate positions
-    of the *other* known-true tails of (h, r) over all splits (removed in the filtered setting).
-    ``exclude_head``: the query's own head is no candidate for it (off by default, as in the DEER paper).
-    """
+    """The (head, relation, gold tail) triples to rank and the candidates to rank them among.  ``triples``: int64
+    (n_queries, 3) indices into the KG; ``candidates``: int64 sorted entity indices; ``gold``: each gold tail's position in
+    ``candidates``; ``filter_tails``: per query, candidate positions of the *other* known-true tails of (h, r) over all
+    splits (removed in the filtered setting).  ``exclude_head``: the query's own head is no candidate for it (off by
+    default, as in the DEER paper)."""
 
     kg: TextualKG
     split: str
