@@ -1,13 +1,12 @@
 """Reader for BEAR / BEAR-big in the lm-pub-quiz format.
 
 A folder holds ``metadata_relations.json`` ({relation: {"templates": [...], optionally
-"answer_space_labels"/"answer_space_ids"}}) and one ``<relation>.jsonl`` per relation (``sub_id``,
-``sub_label``, ``obj_id``, ``obj_label``, optionally ``answer_idx``); ``relation_info.json`` (inside
-the folder or next to it) gives domains.  Without an answer space in the metadata (BEAR-big) it is the
-relation's distinct objects in order of first appearance, as lm-pub-quiz builds it.  Cardinality, from
-the full relation file: ``N:1`` when some answer is the object of more than one subject, else ``1:1``.
-Subsets keep each relation's full answer space.  Everything is checked as it is read; an error names
-the file and line (or the relation and position in the metadata).
+"answer_space_labels"/"answer_space_ids"}}) and one ``<relation>.jsonl`` per relation (``sub_id``, ``sub_label``, ``obj_id``,
+``obj_label``, optionally ``answer_idx``); ``relation_info.json`` (inside the folder or next to it) gives domains.  Without an
+answer space in the metadata (BEAR-big) it is the relation's distinct objects in order of first appearance, as lm-pub-quiz
+builds it.  Cardinality, from the full relation file: ``N:1`` when some answer is the object of more than one subject, else
+``1:1``.  Subsets keep each relation's full answer space.  Everything is checked as it is read; an error names the file and line
+(or the relation and position in the metadata).
 """
 
 from __future__ import annotations
@@ -164,7 +163,8 @@ def sample_rows(code: str, n_rows: int, max_instances: int | None, seed: int) ->
     return np.sort(rng.choice(n_rows, size=max_instances, replace=False)).astype(np.int64)
 
 
-def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instances: int | None = None, seed: int = 0) -> BearRelation:
+def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instances: int | None = None,
+                  seed: int = 0) -> BearRelation:
     metadata_path = folder / METADATA_FILE
     if not isinstance(meta, dict):
         raise KGFormatError(metadata_path, None, f"relation {code}: expected an object with 'templates'")

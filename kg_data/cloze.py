@@ -1,7 +1,6 @@
-"""Cloze benchmarks (the BEAR data set, LAMA) as the one task type (``kg_data.task``): queries over
-many named candidate sets, and the statement a query makes with an answer in its slot.  What a probe
-makes of a query (DEER's prompt, LAMA's rule, a masked LM's sentence) is the probe's:
-``deer.platform.cloze_texts``.
+"""Cloze benchmarks (the BEAR data set, LAMA) as the one task type (``kg_data.task``): queries over many named candidate sets,
+and the statement a query makes with an answer in its slot.  What a probe makes of a query (DEER's prompt, LAMA's rule, a
+masked LM's sentence) is the probe's: ``deer.platform.cloze_texts``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Download the public data sets (wn18rr, bear, bear-big, lama) pinned in ``manifest.json``.
 
-Each file comes from its upstream repository at a pinned commit (or a mirror: ``base_url`` /
-$DEER_DATA_BASE_URL), is checked against the manifest's size and sha256, and is renamed into place
-from a staging ``.part`` file only once verified; the marker file that ``find_dataset`` looks for
-comes last, so a half-fetched data set is never found.
+Each file comes from its upstream repository at a pinned commit (or a mirror: ``base_url`` / $DEER_DATA_BASE_URL), is checked
+against the manifest's size and sha256, and is renamed into place from a staging ``.part`` file only once verified; the marker
+file that ``find_dataset`` looks for comes last, so a half-fetched data set is never found.
 """
 
 from __future__ import annotations
@@ -187,7 +186,8 @@ def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str |
     missing = [spec for spec in files if not _is_valid(root / spec["path"], spec)]
     if missing and offline:
         raise DataFetchError(f"The '{name}' data set is missing ({len(missing)} of {len(files)} files) and fetching is off "
-                             f"({offline_reason() or 'offline=True'}; {OFFLINE_ENV}=0 turns it on).\n{_how_to_get(name, entry, root)}")
+                             f"({offline_reason() or 'offline=True'}; {OFFLINE_ENV}=0 turns it on).\n"
+                             f"{_how_to_get(name, entry, root)}")
     from tqdm import tqdm
 
     # One process fetches a data set at a time (DDP ranks and Ray tasks resolve the same name): the
@@ -200,8 +200,8 @@ def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str |
             _part_path(root, marker).parent.mkdir(parents=True, exist_ok=True)
             os.replace(root / marker["path"], _part_path(root, marker))
             missing.append(marker)
-        with tqdm(total=sum(spec["bytes"] for spec in missing), unit="B", unit_scale=True, desc=f"fetching {name}", file=sys.stderr,
-                  disable=not show_progress or not missing) as progress:
+        with tqdm(total=sum(spec["bytes"] for spec in missing), unit="B", unit_scale=True, desc=f"fetching {name}",
+                  file=sys.stderr, disable=not show_progress or not missing) as progress:
             try:
                 for spec in missing:
                     _fetch_file(name, entry, spec, root, base_url, progress)
@@ -226,7 +226,8 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
         return fetch_dataset(name, data_dir)
 
 
-def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: str | Path | None, marker: str, what: str) -> tuple[str, Path]:
+def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: str | Path | None, marker: str,
+                    what: str) -> tuple[str, Path]:
     """(name, folder) of a data set named in ``names`` (``ensure_dataset``) or of a folder, which must hold
     ``marker`` (else KGNotFoundError: 'FOLDER holds no MARKER; not a WHAT')."""
     if isinstance(name_or_path, str) and name_or_path.lower() in names:

@@ -1,11 +1,10 @@
 """Tab-separated id columns read in bulk (pyarrow), for KGs of millions of triples.
 
-The line-by-line readers (``kg_data.lines``) check every line and name the file and line of a
-problem, at about a microsecond per field in Python and a Python string per id.  A KG of 20M triples
-goes through here instead: the columns are parsed in C into Arrow arrays and mapped to indices in
-bulk.  Anything unusual (a bad line, stray whitespace, an unknown id, a byte that is not UTF-8)
-makes the fast path give up (None), so the caller reads the file line by line and names the problem
-exactly as before.
+The line-by-line readers (``kg_data.lines``) check every line and name the file and line of a problem, at about a microsecond
+per field in Python and a Python string per id.  A KG of 20M triples goes through here instead: the columns are parsed in C
+into Arrow arrays and mapped to indices in bulk.  Anything unusual (a bad line, stray whitespace, an unknown id, a byte that is
+not UTF-8) makes the fast path give up (None), so the caller reads the file line by line and names the problem exactly as
+before.
 """
 
 from __future__ import annotations
@@ -26,14 +25,16 @@ def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, 
     return {"read_options": pcsv.ReadOptions(column_names=names, block_size=block_size),
             "parse_options": pcsv.ParseOptions(delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False,
                                                newlines_in_values=False),
-            "convert_options": pcsv.ConvertOptions(column_types=dict.fromkeys(names, column_type or pa.string()), strings_can_be_null=False)}
+            "convert_options": pcsv.ConvertOptions(column_types=dict.fromkeys(names, column_type or pa.string()),
+                                                   strings_can_be_null=False)}
 
 
 def read_columns(path: Path, n_columns: int | None) -> pa.Table | None:
     """The file's tab-separated columns as strings (``n_columns`` None: each line whole, as one
     column); None when pyarrow cannot read it plainly (wrong column count, not UTF-8, ...)."""
+    names = [f"c{i}" for i in range(n_columns or 1)]
     try:
-        return pcsv.read_csv(path, **_plain_options([f"c{i}" for i in range(n_columns or 1)], "\t" if n_columns else NO_DELIMITER))
+        return pcsv.read_csv(path, **_plain_options(names, "\t" if n_columns else NO_DELIMITER))
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return None
 

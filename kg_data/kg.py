@@ -84,18 +84,20 @@ class TextualKG:
 def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], relations: Iterable[tuple[Path, int, str, str]],
              split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]], source: str,
              split_files: dict[str, str] | None = None, entity_texts: tuple | None = None) -> TextualKG:
-    """Assemble a TextualKG from parsed rows, validating ids (errors name file and line).  ``entities`` yields (path, line,
-    id, name, description); ``relations`` (path, line, id, name); each split (path, line, head id, relation id, tail id);
-    ``split_files`` names each split's file; ``entity_texts``: (ids, names, descriptions) read in bulk, in place of ``entities``."""
+    """Assemble a TextualKG from parsed rows, validating ids (errors name file and line): ``entities`` yields (path, line,
+    id, name, description), ``relations`` (path, line, id, name), each split (path, line, head id, relation id, tail id);
+    ``split_files`` names each split's file; ``entity_texts``: (ids, names, descriptions) read in bulk, for ``entities``."""
     if entity_texts is not None:  # read in bulk and checked already: the rows are not read
         entity_ids, entity_names, entity_descriptions = entity_texts
     else:
         entity_list = list(entities)
-        entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list], "entity")
+        entity_ids, entity_names = _validated_named_rows([(path, line, i, name) for path, line, i, name, _ in entity_list],
+                                                         "entity")
         entity_descriptions = [row[4].strip() or EMPTY_DESCRIPTION for row in entity_list]
         del entity_list
     relation_ids, relation_names = _validated_named_rows(relations, "relation")
-    kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source, dict(split_files or {}))
+    kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
+                   dict(split_files or {}))
     for split, rows in split_rows.items():
         fast = _bulk_triples(kg, (split_files or {}).get(split))
         if fast is not None:

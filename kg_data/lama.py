@@ -1,11 +1,10 @@
 """Reader for the LAMA probe data as shipped (facebookresearch/LAMA ``data/``).
 
-A LAMA folder holds ``relations.jsonl`` (T-REx templates), ``common_vocab_cased.txt``,
-``TREx/<relation>.jsonl``, ``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``; each fact has
-a subject, an object and masked sentences where ``[MASK]`` stands for the object.  Google-RE's templates
-are LAMA's ``scripts/run_experiments.py``'s; SQuAD has none.  A relation without a data file is listed in
-``relations_without_file``.  A relation's ``objects`` always come from the whole file, even with
-``max_facts``.  Errors name the file and line.
+A LAMA folder holds ``relations.jsonl`` (T-REx templates), ``common_vocab_cased.txt``, ``TREx/<relation>.jsonl``,
+``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``; each fact has a subject, an object and masked sentences where
+``[MASK]`` stands for the object.  Google-RE's templates are LAMA's ``scripts/run_experiments.py``'s; SQuAD has none.  A
+relation without a data file is listed in ``relations_without_file``.  A relation's ``objects`` always come from the whole
+file, even with ``max_facts``.  Errors name the file and line.
 """
 
 from __future__ import annotations
@@ -23,7 +22,8 @@ COMMON_VOCAB_FILE = "common_vocab_cased.txt"
 MASK = "[MASK]"
 SOURCES = ("TREx", "Google_RE", "Squad")
 # LAMA scripts/run_experiments.py (get_GoogleRE_parameters).
-GOOGLE_RE_TEMPLATES = {"date_of_birth": "[X] (born [Y]).", "place_of_birth": "[X] was born in [Y] .", "place_of_death": "[X] died in [Y] ."}
+GOOGLE_RE_TEMPLATES = {"date_of_birth": "[X] (born [Y]).", "place_of_birth": "[X] was born in [Y] .",
+                       "place_of_death": "[X] died in [Y] ."}
 
 
 @dataclasses.dataclass(frozen=True)

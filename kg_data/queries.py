@@ -157,7 +157,8 @@ def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(len(triples), size=n, replace=False))
 
 
-def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0, exclude_head: bool = False) -> QuerySet:
+def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0,
+                  exclude_head: bool = False) -> QuerySet:
     """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``), ranked among all
     entities, or with a subset among those in its triples (as in the DEER paper).  A missing or empty
     split raises KGSplitError; a bad ``subset`` or ``seed`` ValueError naming it."""

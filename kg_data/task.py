@@ -4,10 +4,9 @@ set (``deer.platform.templates.kg_benchmark_task``), and their task also carries
 (``kg_queries``: the KG, the known-true filters, the excluded head), which a probe may read to score the
 one large set its own way (shared few-shot prefixes, tries, stores).
 
-A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and ``[X]`` where it has one: a
-template-free query is a masked evidence sentence whose ``[MASK]`` became ``[Y]``) and the gold
-answer's position in a named candidate set.  Queries and labels are sequences: a KG's are made on
-access, one at a time, so a task of millions of candidates holds none of their texts.
+A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and ``[X]`` where it has one: a template-free query is a
+masked evidence sentence whose ``[MASK]`` became ``[Y]``) and the gold answer's position in a named candidate set.  Queries and
+labels are sequences: a KG's are made on access, one at a time, so a task of millions of candidates holds none of their texts.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ def _find(folder: Path, *stems: str) -> Path | None:
     found = [folder / f"{stem}{suffix}" for stem in stems for suffix in (".tsv", ".jsonl") if (folder / f"{stem}{suffix}").exists()]
     if len(found) > 1:
         names = [path.name for path in found]
-        raise KGFormatError(folder, None, f"ambiguous: {', '.join(names[:-1])} and {names[-1]} are present; keep only one of them")
+        listed = f"{', '.join(names[:-1])} and {names[-1]}"
+        raise KGFormatError(folder, None, f"ambiguous: {listed} are present; keep only one of them")
     return found[0] if found else None
 
 
