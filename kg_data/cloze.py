@@ -31,9 +31,6 @@ def answer_context(query: ClozeQuery) -> str:
     return fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "").rstrip()
 
 
-# -- the BEAR data set ---------------------------------------------------------------------------
-
-
 def bear_cloze_task(dataset: BearDataset) -> Task:
     """Every (relation, template, instance) of a BEAR-format data set; candidates: the relation's
     answer space (names; BEAR has no descriptions)."""
@@ -49,9 +46,6 @@ def bear_cloze_task(dataset: BearDataset) -> Task:
     instance = {(code, int(row)): i for code, r in dataset.relations.items() for i, row in enumerate(r.rows)}
     return Task(dataset.name, queries, sets, {"dataset": dataset.summary()},
                      lambda q: dataset.relations[q.relation].location(instance[q.relation, q.row]))
-
-
-# -- LAMA ---------------------------------------------------------------------------------------
 
 
 def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
