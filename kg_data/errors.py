@@ -31,8 +31,7 @@ def refuse_lone_surrogates(path: str | Path, line: int | None, text: str, what: 
 def some_of(names, limit: int = 20) -> str:
     """``names`` sorted and joined for a message, the first ``limit`` of them ('... and N more')."""
     names = sorted(map(str, names))
-    more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
+    return ", ".join(names[:limit]) + (f" ... and {len(names) - limit} more" if len(names) > limit else "")
 
 
 class KGNotFoundError(FileNotFoundError):
