@@ -86,7 +86,7 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], rel
              split_files: dict[str, str] | None = None, entity_texts: tuple | None = None) -> TextualKG:
     """Assemble a TextualKG from parsed rows, validating ids (errors name file and line): ``entities`` yields (path, line,
     id, name, description), ``relations`` (path, line, id, name), each split (path, line, head id, relation id, tail id);
-    ``split_files`` names each split's file; ``entity_texts``: (ids, names, descriptions) read in bulk, for ``entities``."""
+    ``split_files``: each split's file; ``entity_texts``: (ids, names, descriptions) read in bulk, in place of ``entities``."""
     if entity_texts is not None:  # read in bulk and checked already: the rows are not read
         entity_ids, entity_names, entity_descriptions = entity_texts
     else:
