@@ -31,7 +31,7 @@ from deer.probes import get_probe
 from experiments import plots, reference
 from experiments.report import ExperimentOutput
 from experiments.runs import restrict_queries
-from experiments.stats import linear_fit, repeated_fit_extrapolation
+from experiments.stats import NAN, linear_fit, repeated_fit_extrapolation
 
 PAPER_QUERY_SIZES = tuple(range(16, 152, 15))  # 16, 31, ..., 151
 PAPER = {
@@ -124,8 +124,7 @@ def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence
                                "one_statement_work": one_done})
             else:
                 context, statements, scaling = 0.0, seconds * n_entities / per_query, "whole time x N/C"
-            record.update({"scaling": scaling, "seconds_all_entities": context + statements,
-                           "query_rows": rows.tolist()})
+            record.update({"scaling": scaling, "seconds_all_entities": context + statements, "query_rows": rows.tolist()})
             work.append(record)
             points.append((seconds, context + statements, context, statements))
     keys = ("raw_times_by_repeat", "times_by_repeat", "context_times_by_repeat", "statement_times_by_repeat")
@@ -133,7 +132,7 @@ def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence
     return {"sizes": list(sizes), **{key: series[..., i].tolist() for i, key in enumerate(keys)}, "work": work}
 
 
-def extrapolation_method(scorer: str, timing: dict, n_entities: int, n_target: int, repeats: int) -> str:
+def extrapolation_method(timing: dict, n_entities: int, n_target: int, repeats: int) -> str:
     """In words, exactly how ``timing`` was brought to all entities and to ``n_target`` queries."""
     sizes = timing["sizes"]
     statements = sorted(set(w["statements_per_query"] for w in timing["work"]))
@@ -164,30 +163,25 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def _table_row(method: str, total: float, n_target: int, speed_up: float, basis: str, se: float = float("nan"),
-               std: float = float("nan")) -> dict:
+def _table_row(method: str, total: float, n_target: int, speed_up: float, basis: str, se: float = NAN, std: float = NAN) -> dict:
     return {"method": method, "time_per_query_s": total / n_target, "total_seconds": total, "total": _duration(total),
             "total_se_fit": se, "total_std_over_runs": std, "speed_up_vs_deer": speed_up, "basis": basis}
 
 
 @dataclasses.dataclass(frozen=True)
 class TimingPlan:
-    """What ``run_compute_time`` times.  ``query_sizes``: |Q| values of the BEAR fit, each timed ``repeats``
-    times; ``candidates``: entities bear_ref ranks per query (None: all; else at least 2);
-    ``plain_statements``: statements per query of the plain scorer (None: all); ``deer_queries`` /
-    ``deer_candidates``: DEER's sample (None: all); ``target``: 'all' (every triple) or a split name;
-    ``scorers``: the BEAR scorers timed; ``seed``: the samples'; ``warmup``: an untimed pass first."""
+    """What ``run_compute_time`` times."""
 
-    query_sizes: Sequence[int] = PAPER_QUERY_SIZES
-    candidates: int | None = None
+    query_sizes: Sequence[int] = PAPER_QUERY_SIZES  # |Q| values of the BEAR fit, each timed ``repeats`` times
+    candidates: int | None = None  # entities bear_ref ranks per query (None: all; else at least 2)
     repeats: int = 3
-    plain_statements: int | None = 32
-    deer_queries: int | None = None
+    plain_statements: int | None = 32  # statements per query of the plain scorer (None: all)
+    deer_queries: int | None = None  # DEER's sample, queries and candidates (None: all)
     deer_candidates: int | None = None
-    target: str = "all"
-    scorers: Sequence[str] = reference.TIMED_SCORERS
-    seed: int = 0
-    warmup: bool = True
+    target: str = "all"  # 'all' (every triple) or a split name
+    scorers: Sequence[str] = reference.TIMED_SCORERS  # the BEAR scorers timed
+    seed: int = 0  # the samples'
+    warmup: bool = True  # an untimed pass first
 
 
 def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | None = None, split: str = "test",
@@ -198,47 +192,45 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
     ``deer.token_budget``).  Writes compute_time.csv/.md (Table 1, each row with its basis),
     compute_time_fits.csv/.md, compute_time_fit.png, compute_time.json.
     """
-    plan = plan or TimingPlan()
-    query_sizes, candidates, repeats, plain_statements = plan.query_sizes, plan.candidates, plan.repeats, plan.plain_statements
-    deer_queries, deer_candidates, target, scorers = plan.deer_queries, plan.deer_candidates, plan.target, plan.scorers
-    seed, warmup = plan.seed, plan.warmup
     from kg_data import build_queries
+
+    plan = plan or TimingPlan()
+    candidates, repeats, target, seed = plan.candidates, plan.repeats, plan.target, plan.seed
 
     output = ExperimentOutput(out_dir, "compute_time")
     all_queries = build_queries(kg, split)
     n_entities, n_target = kg.n_entities, target_query_count(kg, target)
-    sizes = sorted(set(int(s) for s in query_sizes if 0 < int(s) <= len(all_queries)))
+    sizes = sorted(set(int(s) for s in plan.query_sizes if 0 < int(s) <= len(all_queries)))
     if len(sizes) < 2:
         raise ValueError(f"need at least two query sizes between 1 and {len(all_queries)} ({split} queries)")
     if candidates is not None and candidates < 2:
         raise ValueError("--candidates must be at least 2: bear_ref's time is split using 1 and C statements per query")
     # The statements the BEAR scorers are timed on fit the model, as in every run: checked before any timing.
     guard_lengths(kg_benchmark_task(all_queries, templates), [get_probe("bear")], open_backend("hf", loaded), templates)
-    warm = restrict_queries(all_queries, [0], min(8, n_entities), seed) if warmup else None
-    if warmup:  # first forward passes pay for thread pools and allocations; at the timed budget (its batch shapes)
+    warm = restrict_queries(all_queries, [0], min(8, n_entities), seed) if plan.warmup else None
+    if plan.warmup:  # first forward passes pay for thread pools and allocations; at the timed budget (its batch shapes)
         deer_probe(warm, loaded, templates=templates, token_budget=token_budget, show_progress=False)
 
-    deer_rows = np.arange(len(all_queries)) if deer_queries is None else \
-        np.random.default_rng(seed).choice(len(all_queries), size=min(deer_queries, len(all_queries)), replace=False)
-    log(f"timing DEER on {len(deer_rows)} queries x {deer_candidates or n_entities} entities")
-    deer = time_deer(all_queries, loaded, templates, deer_rows, deer_candidates, n_target, seed, token_budget)
+    deer_rows = np.arange(len(all_queries)) if plan.deer_queries is None else \
+        np.random.default_rng(seed).choice(len(all_queries), size=min(plan.deer_queries, len(all_queries)), replace=False)
+    log(f"timing DEER on {len(deer_rows)} queries x {plan.deer_candidates or n_entities} entities")
+    deer = time_deer(all_queries, loaded, templates, deer_rows, plan.deer_candidates, n_target, seed, token_budget)
     default_note = " (the probe default)" if token_budget is None else ""
     log(f"DEER token budget {deer['token_budget']} padded tokens per batch{default_note}")
     table_rows = [_table_row("DEER", deer["total_seconds"], n_target, 1.0, deer["basis"])]
     scorer_results, fit_rows, curves = {}, [], []
-    for scorer in scorers:
+    for scorer in plan.scorers:
         score, plain = reference.timing_scorer(scorer), scorer == "plain"
         log(f"timing {scorer} on |Q| = {', '.join(map(str, sizes))} x {repeats} runs")
-        if warmup:
+        if plan.warmup:
             score(warm, loaded, templates, statements_per_query=2)
         timing = time_scorer(score, all_queries, loaded, templates, sizes, repeats, None if plain else candidates,
-                             plain_statements if plain else None, seed, split_context=scorer == "bear_ref")
+                             plan.plain_statements if plain else None, seed, split_context=scorer == "bear_ref")
         extrapolation = repeated_fit_extrapolation(sizes, timing["times_by_repeat"], n_target)
         points = np.tile(sizes, repeats)
-        parts = {part: linear_fit(points, np.concatenate(timing[f"{part}_times_by_repeat"])).as_dict()
-                 if np.ptp(np.concatenate(timing[f"{part}_times_by_repeat"])) > 0 else None
-                 for part in ("context", "statement")}
-        basis = extrapolation_method(scorer, timing, n_entities, n_target, repeats)
+        parts = {part: np.concatenate(timing[f"{part}_times_by_repeat"]) for part in ("context", "statement")}
+        parts = {part: linear_fit(points, times).as_dict() if np.ptp(times) > 0 else None for part, times in parts.items()}
+        basis = extrapolation_method(timing, n_entities, n_target, repeats)
         scorer_results[scorer] = {**timing, "extrapolation": extrapolation, "part_fits": parts, "basis": basis}
         fit, total, per_run = extrapolation["pooled_fit"], extrapolation["prediction"], extrapolation["per_repeat_predictions"]
         table_rows.append(_table_row(SCORER_LABELS[scorer], total, n_target, total / deer["total_seconds"], basis,
@@ -246,7 +238,7 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
         fit_rows.append({
             "scorer": scorer, "points": len(points), "slope_s_per_query": fit["slope"], "slope_se": fit["slope_se"],
             "context_s_per_query": parts["context"]["slope"] if parts["context"] else 0.0,
-            "statements_s_per_query": parts["statement"]["slope"] if parts["statement"] else float("nan"),
+            "statements_s_per_query": parts["statement"]["slope"] if parts["statement"] else NAN,
             "intercept_s": fit["intercept"], "intercept_se": fit["intercept_se"], "r_squared": fit["r_squared"],
             "target_queries": n_target, "prediction_s": total, "prediction_se": extrapolation["prediction_se"],
             "per_run_mean_s": per_run["mean"], "per_run_std_s": per_run["std"],
@@ -271,8 +263,8 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
     return output.finish({
         "experiment": "compute-time",
         "settings": {**(settings or {}), "split": split, "query_sizes": sizes, "candidates": candidates,
-                     "repeats": repeats, "plain_statements": plain_statements, "deer_queries": deer_queries,
-                     "deer_candidates": deer_candidates, "target": target, "seed": seed,
+                     "repeats": repeats, "plain_statements": plan.plain_statements, "deer_queries": plan.deer_queries,
+                     "deer_candidates": plan.deer_candidates, "target": target, "seed": seed,
                      "token_budget": token_budget},  # as asked (None: the probe's default); the one used: deer.token_budget
         "model": loaded.metadata(), "kg": kg.summary(), "target_queries": n_target, "entities": n_entities,
         "table": table_rows, "deer": deer, "scorers": scorer_results, "paper": PAPER,
