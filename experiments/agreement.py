@@ -22,7 +22,7 @@ from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
 from experiments.runs import check_distinct_labels, result_header
-from experiments.stats import bootstrap_interval, pearson_r, rank_correlations, small_sample_note
+from experiments.stats import NAN, bootstrap_interval, finite_pairs, pearson_r, rank_correlations, small_sample_note
 
 PAIRS = (("deer", "lama"), ("deer", "bear"), ("bear", "lama"))  # the paper's pairs first, in its order
 HIT_KS = (1, 10, 100)
@@ -58,9 +58,7 @@ def run_candidates(run: RunResult) -> int | None:
 
 
 def pair_row(run: RunResult, first: str, second: str, rank_type: str, hit_k: int, bootstrap: int, seed: int) -> dict:
-    x, y = run.ranks(rank_type, first), run.ranks(rank_type, second)
-    both = np.isfinite(x) & np.isfinite(y)
-    x, y = x[both], y[both]
+    x, y = finite_pairs(run.ranks(rank_type, first), run.ranks(rank_type, second))
     correlation = rank_correlations(x, y)
     linear, log = correlation["linear"], correlation["log"]
     interval = bootstrap_interval(pearson_r, np.log10(x), np.log10(y), n_resamples=bootstrap, seed=seed) if bootstrap else {}
@@ -74,9 +72,9 @@ def pair_row(run: RunResult, first: str, second: str, rank_type: str, hit_k: int
         "candidates": run_candidates(run),
         "pearson_r": linear["pearson_r"], "pearson_p": linear["pearson_p"],
         "pearson_r_log": log["pearson_r"], "pearson_p_log": log["pearson_p"],
-        "pearson_r_log_ci_low": interval.get("low", float("nan")), "pearson_r_log_ci_high": interval.get("high", float("nan")),
+        "pearson_r_log_ci_low": interval.get("low", NAN), "pearson_r_log_ci_high": interval.get("high", NAN),
         "spearman_rho": linear["spearman_rho"], "spearman_p": linear["spearman_p"],
-        **{f"{name}_hit@{hit_k}": float(np.mean(hit)) if len(x) else float("nan") for name, hit in quadrants.items()},
+        **{f"{name}_hit@{hit_k}": float(np.mean(hit)) if len(x) else NAN for name, hit in quadrants.items()},
         "paper_pearson_r_log": PAPER_PAIRS.get(pair),
         "paper_protocol": PAPER_PAIR_PROTOCOL if pair in PAPER_PAIRS else None,
         "same_protocol_as_paper": (protocol == PAPER["lama_protocol"]) if pair in PAPER_PAIRS else None,
@@ -86,11 +84,9 @@ def pair_row(run: RunResult, first: str, second: str, rank_type: str, hit_k: int
 def hits_row(run: RunResult, probe: str, rank_type: str) -> dict:
     ranks = run.ranks(rank_type, probe)
     metrics = rank_metrics(ranks[np.isfinite(ranks)], ks=HIT_KS)
-    row = {"model": run.label, "probe": probe, "n": metrics["n"]}
-    for name in (*(f"hit@{k}" for k in HIT_KS), "mrr"):
-        row[name] = metrics.get(name, float("nan"))
-        row[f"{name}_se"] = metrics.get(f"{name}_se", float("nan"))
-    return {**row, "candidates": run_candidates(run), "lama_protocol": lama_protocol(run) if probe == "lama" else None}
+    values = {key: metrics.get(key, NAN) for name in (*(f"hit@{k}" for k in HIT_KS), "mrr") for key in (name, f"{name}_se")}
+    return {"model": run.label, "probe": probe, "n": metrics["n"], **values, "candidates": run_candidates(run),
+            "lama_protocol": lama_protocol(run) if probe == "lama" else None}
 
 
 def run_agreement(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from deer.base.extras import import_extra
+from experiments.stats import finite_pairs
 
 PROBE_LABELS = {"deer": "DEER", "bear": "BEAR", "lama": "LAMA"}
 
@@ -75,9 +76,7 @@ def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
     for panel in panels:
         axis = axes[rows.index(panel["row"])][columns.index(panel["column"])]
         axis.set_visible(True)
-        x, y = np.asarray(panel["x"], dtype=np.float64), np.asarray(panel["y"], dtype=np.float64)
-        keep = np.isfinite(x) & np.isfinite(y)
-        x, y = x[keep], y[keep]
+        x, y = finite_pairs(panel["x"], panel["y"])
         axis.scatter(x, y, s=6, alpha=0.4, edgecolors="none")
         axis.set(xscale="log", yscale="log", xlabel=f"{panel['x_label']} rank (log)", ylabel=f"{panel['y_label']} rank (log)")
         _plain_log_ticks(axis.xaxis, axis.yaxis)

@@ -19,7 +19,7 @@ NAN = float("nan")
 _TESTS = {"pearson_r": "pearsonr", "spearman_rho": "spearmanr", "kendall_tau": "kendalltau"}
 
 
-def _paired(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def finite_pairs(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """Float arrays with every pair holding a NaN/inf dropped."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.shape != y.shape:
@@ -33,7 +33,6 @@ def _defined(x: np.ndarray, y: np.ndarray, min_n: int) -> bool:
 
 
 def _scipy(test: str, x: np.ndarray, y: np.ndarray):
-    """``scipy.stats.<test>(x, y)`` with its warnings silenced."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return getattr(scipy_stats, test)(x, y)
@@ -62,7 +61,7 @@ def caveat_lines(rows: Sequence[dict], *names: str) -> list[str]:
 def correlations(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> dict:
     """Pearson r, Spearman rho and Kendall tau (tau-b) of paired values, each with its two-sided p; ``n``: the
     pairs used (non-finite ones dropped).  With fewer than ``min_n`` pairs or a constant column every value is NaN."""
-    x, y = _paired(x, y)
+    x, y = finite_pairs(x, y)
     result = {"n": int(len(x))}
     defined = _defined(x, y, min_n)
     for key, test in _TESTS.items():
@@ -75,7 +74,7 @@ def correlations(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> dict
 def rank_correlations(ranks_a: Sequence[float], ranks_b: Sequence[float], base: float = 10.0) -> dict:
     """{"linear": correlations(a, b), "log": correlations(log a, log b)} of two rank vectors (log to ``base``):
     the paper reports Pearson of log ranks, as ranks span orders of magnitude."""
-    a, b = _paired(ranks_a, ranks_b)
+    a, b = finite_pairs(ranks_a, ranks_b)
     if np.any(a <= 0) or np.any(b <= 0):
         raise ValueError("ranks must be positive (1 = best) to take logs")
     return {"linear": correlations(a, b), "log": correlations(np.log(a) / np.log(base), np.log(b) / np.log(base))}
@@ -108,7 +107,7 @@ class LinearFit:
 def linear_fit(x: Sequence[float], y: Sequence[float]) -> LinearFit:
     """Ordinary least squares of y on x (at least two distinct x); standard errors from the residual variance
     with n - 2 degrees of freedom (zero when n = 2)."""
-    x, y = _paired(x, y)
+    x, y = finite_pairs(x, y)
     if len(x) < 2 or np.ptp(x) == 0:
         raise ValueError("a linear fit needs at least two distinct x values")
     fit = scipy_stats.linregress(x, y)
@@ -158,7 +157,7 @@ def bootstrap_interval(statistic: Callable[..., float], *arrays: Sequence[float]
 
 def pearson_r(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> float:
     """Pearson r alone (NaN where undefined, as in :func:`correlations`): the bootstrap's cheap statistic."""
-    x, y = _paired(x, y)
+    x, y = finite_pairs(x, y)
     return _float(_scipy("pearsonr", x, y).statistic) if _defined(x, y, min_n) else NAN
 
 
