@@ -133,11 +133,10 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     cross-check).  ``cache``: keep DEER's candidate vectors in the model's prompt store under
     ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
-    rest = dict(options)
-    cache_dir = rest.pop("cache_dir", None)
-    selection, loading = take(rest, BenchmarkSelection, selection, "selection"), take(rest, ModelLoading, loading, "loading")
-    budget = take(rest, Budget, budget, "budget")
-    refuse_leftover(rest, "probe_benchmark")
+    cache_dir = options.pop("cache_dir", None)
+    selection = take(options, BenchmarkSelection, selection, "selection")
+    loading, budget = take(options, ModelLoading, loading, "loading"), take(options, Budget, budget, "budget")
+    refuse_leftover(options, "probe_benchmark")
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     backend_class(backend)
     refuse_cache_on(backend, cache)

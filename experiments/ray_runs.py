@@ -42,7 +42,6 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
 
 
 def task_resources(ray) -> dict:
-    """One GPU per task where the cluster has GPUs, else one CPU."""
     return {"num_gpus": 1} if ray.cluster_resources().get("GPU", 0) > 0 else {"num_cpus": 1}
 
 
@@ -108,9 +107,8 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     from deer.platform.length_guard import entity_prompt_check, refuse_too_long
 
     refuse_cache_on(backend, True)
-    rest = dict(loose)
-    loading = take(rest, ModelLoading, loading, "loading")
-    refuse_leftover(rest, "encode_entities_on_ray")
+    loading = take(loose, ModelLoading, loading, "loading")
+    refuse_leftover(loose, "encode_entities_on_ray")
     dtype, device = loading.dtype, loading.device
     runner = open_backend(backend, loaded if loaded is not None else model_name, dtype=dtype, device=device)
     loaded, width = runner.loaded, runner.output_size  # the store's key: weights, tokenizer, dtype, the backend's own

@@ -76,12 +76,10 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     wall = time.perf_counter() - started
     scratch.cleanup()
 
-    rows = []
-    for name, callback in callbacks.items():
-        for step, result in sorted(callback.results.items()):
-            rows.append({"set": name, "step": step, "queries": len(result.table),
-                         **{metric: result.metrics[metric] for metric in ("hit@1", "hit@10", "mrr", "mr")},
-                         "probe_seconds": callback.seconds[step]})
+    rows = [{"set": name, "step": step, "queries": len(result.table),
+             **{metric: result.metrics[metric] for metric in ("hit@1", "hit@10", "mrr", "mr")},
+             "probe_seconds": callback.seconds[step]}
+            for name, callback in callbacks.items() for step, result in sorted(callback.results.items())]
     table = pd.DataFrame(rows)
     output.table("curves", table, note=f"DEER (filtered ranks) while fine-tuning {model} on the seen set's {n_queries} triple "
                                        f"lines; probe_seconds: the callback's wall time for that evaluation.")
