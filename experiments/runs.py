@@ -159,13 +159,11 @@ def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
     first: dict[RunSpec, str] = {}
     repeats = {}
     for run in runs:
-        spec = run.probe_metadata.get("deer", {}).get("run_spec")  # the run spec its DEER ranks were made under
-        if not spec:
-            continue
-        identity = RunSpec.from_dict(spec)
-        if identity in first:
-            repeats[run.label] = first[identity]
-        first.setdefault(identity, run.label)
+        if spec := run.probe_metadata.get("deer", {}).get("run_spec"):  # the run spec its DEER ranks were made under
+            identity = RunSpec.from_dict(spec)
+            if identity in first:
+                repeats[run.label] = first[identity]
+            first.setdefault(identity, run.label)
     return repeats
 
 
