@@ -50,11 +50,10 @@ def write_size_trend(agreement_json: str | Path, out: str | Path) -> pd.DataFram
     rows = [{"pair": row.pair, "model": row.model, "parameters": f"{row.parameters / 1e6:,.0f}M", "n": row.n,
              "r (log ranks)": row.r, "95% CI": f"[{row.ci_low:.2f}, {row.ci_high:.2f}]", "Spearman": row.spearman_rho,
              "LAMA protocol": row.lama_protocol} for row in table.itertuples()]
-    paper = pd.DataFrame(PAPER_POINTS)[["pair", "model", "r", "source"]]
     write_text(out / "size_trend.md", markdown_table(rows, {"r (log ranks)": ".3f", "Spearman": ".3f"})
                + "\nPaper (OPT family; DEER vs LAMA with LAMA's single-token protocol):\n\n"
-               + markdown_table(paper, {"r": ".2f"}))
-    write_json(out / "size_trend.json", {"points": table.to_dict(orient="records"), "paper": PAPER_POINTS,
-                                        "agreement": str(agreement_json)})
-    save_figure(out / "size_trend.png", size_trend(table.to_dict(orient="records"), PAPER_POINTS), dpi=130, bbox_inches="tight")
+               + markdown_table(pd.DataFrame(PAPER_POINTS)[["pair", "model", "r", "source"]], {"r": ".2f"}))
+    points = table.to_dict(orient="records")
+    write_json(out / "size_trend.json", {"points": points, "paper": PAPER_POINTS, "agreement": str(agreement_json)})
+    save_figure(out / "size_trend.png", size_trend(points, PAPER_POINTS), dpi=130, bbox_inches="tight")
     return table

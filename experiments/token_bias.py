@@ -63,9 +63,8 @@ def run_token_bias(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "f
         output.figure("token_bias" if len(runs) == 1 else f"token_bias_{_slug(run.label)}", lambda run=run, run_probes=run_probes:
                       plots.rank_by_token_length(run.table["tail_tokens"].to_numpy(), {p: run.ranks(rank_type, p) for p in run_probes},
                                                  title=f"{run.label}: {rank_type} rank of the gold tail by its token length"))
-    note = (f"Pearson/Spearman between gold tail token count and its {rank_type} rank. "
-            f"Paper ({PAPER['setting']}): BEAR r = 0.48, DEER r = 0.005.")
-    output.table("token_bias", pd.DataFrame(all_correlations), note=note)
+    output.table("token_bias", pd.DataFrame(all_correlations), note=f"Pearson/Spearman between gold tail token count and its "
+                 f"{rank_type} rank. Paper ({PAPER['setting']}): BEAR r = 0.48, DEER r = 0.005.")
     output.table("token_bias_by_length", pd.DataFrame(all_lengths))
     return output.finish({**result_header("token-bias", runs, rank_type, settings), "correlations": all_correlations,
                           "by_length": all_lengths, "paper": PAPER})
