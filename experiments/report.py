@@ -3,6 +3,7 @@ OUT/TABLE.csv and TABLE.md per table, OUT/FIGURE.png per figure."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,10 @@ def distinct_labels(names) -> list[str]:
     """A short label per model name, unique among ``names``: the last path part, or as many trailing
     parts as it takes to tell two apart (``run-a/checkpoint-10`` and ``run-b/checkpoint-10``)."""
     parts = [Path(str(name)).parts or (str(name),) for name in names]
-    depth = 1
-    while True:
+    for depth in itertools.count(1):
         labels = ["/".join(p[-depth:]) for p in parts]
         if len(set(labels)) == len(set(map(str, names))) or depth >= max(map(len, parts)):
             return labels
-        depth += 1
 
 
 class ExperimentOutput:
