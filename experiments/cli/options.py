@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from deer.backends import DEFAULT_BACKEND
 from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.backends.models import DEFAULT_MODEL
 from deer.platform.validate import DTYPES
@@ -63,9 +64,8 @@ def friendly_errors(command):
                                   ValueError, OSError)):
                 raise UserFacingError(str(error)) from None
             where = write_traceback(error)  # a bug: one line here, the traceback in a file
-            raise UserFacingError(
-                f"unexpected {type(error).__name__}: {_one_line(error)} (traceback in {where}; "
-                "rerun with `deer --debug ...` to see it, and please report it)") from None
+            raise UserFacingError(f"unexpected {type(error).__name__}: {_one_line(error)} (traceback in {where}; "
+                                  "rerun with `deer --debug ...` to see it, and please report it)") from None
 
     return wrapper
 
@@ -167,15 +167,13 @@ def model_options(multiple: bool = False):
     return stacked(
         model,
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", is_eager=True, expose_value=False,
-                     callback=_remember_loading_option,
-                     help="A from_pretrained keyword, repeatable, as lm-eval's --model_args: trust_remote_code=true, "
-                          "attn_implementation=eager, revision=step1000; true/false/null and numbers, in JSON's or Python's spelling "
-                          "(True/False/None), are read typed, any other value as text; "
+                     callback=_remember_loading_option, help="A from_pretrained keyword, repeatable, as lm-eval's --model_args: "
+                          "trust_remote_code=true, attn_implementation=eager, revision=step1000; true/false/null and numbers, "
+                          "in JSON's or Python's spelling (True/False/None), are read typed, any other value as text; "
                           "recorded in metadata.json and part of the model's fingerprint."),
         click.option("--adapter", type=click.Path(), default=None, is_eager=True, expose_value=False,
-                     callback=_remember_loading_option,
-                     help="A PEFT adapter (LoRA, ...; folder or hub id) merged into the model's weights "
-                          "(pip install '.[peft]'); with several --model, into each."),
+                     callback=_remember_loading_option, help="A PEFT adapter (LoRA, ...; folder or hub id) merged into the "
+                          "model's weights (pip install '.[peft]'); with several --model, into each."),
         click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                      help="Weights and activations dtype; auto: float32 on the CPU, bfloat16 on a GPU "
                           "that supports it, else float16."),
@@ -193,11 +191,9 @@ seed_option = click.option("--seed", type=click.IntRange(min=0), default=0, show
 
 def kg_options(subset: bool = True):
     """--kg/--data-dir/--split/--seed (and --subset), shared by the KG probes and experiments."""
-    subset_option = click.option(
-        "--subset", type=click.IntRange(min=1), default=None,
-        help="Sample N triples of the split (paper protocol: candidates = entities of those triples); "
-             "with --kg lama|bear|bear-big: at most N facts per relation.",
-    )
+    subset_option = click.option("--subset", type=click.IntRange(min=1), default=None,
+                                 help="Sample N triples of the split (paper protocol: candidates = entities of those triples); "
+                                      "with --kg lama|bear|bear-big: at most N facts per relation.")
     return stacked(
         click.option("--kg", default="wn18rr", show_default=True,
                      help="'wn18rr' or a folder with a KG in the TSV/JSONL format; or a cloze benchmark: 'lama', "
@@ -210,32 +206,27 @@ def kg_options(subset: bool = True):
     )
 
 
-def template_options(command):
-    """--k-shot/--shots/--query-trailing-space/--template-style, shared by the KG probes."""
-    command = click.option(
-        "--template-style", type=click.Choice(["paper", "authors"]), default="paper", show_default=True,
-        help="Query text. paper: the paper's '(h, r, t)' example lines, then '(h, r,' (examples per query, "
-             "seeded by seed, head and relation). authors: byte for byte the DEER authors' package deer-probe 0.1.1: "
-             "one example set shared by all queries, then 'h - h_description' and '(h, r, ' (implies --shots shared "
-             "and the trailing space; LAMA then refuses, its next token being read at the comma). "
-             "The tail prompt is the same in both; BEAR scores ' t)' after the query text up to the comma.",
-    )(command)
-    command = click.option(
-        "--query-trailing-space/--no-query-trailing-space", default=None,
-        help="Paper style: end the DEER query with ', ' as the paper's text does (default: end at the comma, "
-             "where BEAR/LAMA split the statement, so DEER and LAMA share one pass; see README). "
-             "The authors' style always ends with ', '.",
-    )(command)
-    command = click.option(
-        "--shots", type=click.Choice(["per-query", "shared"]), default=None,
-        help="Resample the few-shot examples for every query (paper style's default) or use one set for all "
-             "(the authors' style, which allows only this).",
-    )(command)
-    command = click.option("--shot-seed", type=click.IntRange(min=0), default=None,
-                           help="Seed of the few-shot examples (default: --seed's value).")(command)
-    return click.option("--k-shot", type=click.IntRange(min=0), default=8, show_default=True,
-                        help="Few-shot examples per query (fewer where the train split has fewer; each query's count "
-                             "is recorded as k_shot_used).")(command)
+# --k-shot/--shot-seed/--shots/--query-trailing-space/--template-style, shared by the KG probes.
+template_options = stacked(
+    click.option("--k-shot", type=click.IntRange(min=0), default=8, show_default=True,
+                 help="Few-shot examples per query (fewer where the train split has fewer; each query's count "
+                      "is recorded as k_shot_used)."),
+    click.option("--shot-seed", type=click.IntRange(min=0), default=None,
+                 help="Seed of the few-shot examples (default: --seed's value)."),
+    click.option("--shots", type=click.Choice(["per-query", "shared"]), default=None,
+                 help="Resample the few-shot examples for every query (paper style's default) or use one set for all "
+                      "(the authors' style, which allows only this)."),
+    click.option("--query-trailing-space/--no-query-trailing-space", default=None,
+                 help="Paper style: end the DEER query with ', ' as the paper's text does (default: end at the comma, "
+                      "where BEAR/LAMA split the statement, so DEER and LAMA share one pass; see README). "
+                      "The authors' style always ends with ', '."),
+    click.option("--template-style", type=click.Choice(["paper", "authors"]), default="paper", show_default=True,
+                 help="Query text. paper: the paper's '(h, r, t)' example lines, then '(h, r,' (examples per query, "
+                      "seeded by seed, head and relation). authors: byte for byte the DEER authors' package "
+                      "deer-probe 0.1.1: one example set shared by all queries, then 'h - h_description' and '(h, r, ' "
+                      "(implies --shots shared and the trailing space; LAMA then refuses, its next token being read at "
+                      "the comma). The tail prompt is the same in both; BEAR scores ' t)' after the query text up to the comma."),
+)
 
 
 def run_options_of(given) -> RunOptions:
@@ -250,10 +241,9 @@ def run_options_of(given) -> RunOptions:
                       Budget(given.get("token_budget"), given.get("long_prompts", "error")))
 
 
-exclude_head_option = click.option(
-    "--exclude-head", is_flag=True,
-    help="Leave each query's own head entity out of its candidates (the paper keeps it; metrics.json counts "
-         "under head/ how often it outranks the gold tail either way).")
+exclude_head_option = click.option("--exclude-head", is_flag=True,
+                                   help="Leave each query's own head entity out of its candidates (the paper keeps it; "
+                                        "metrics.json counts under head/ how often it outranks the gold tail either way).")
 
 
 def kg_run_options(multiple_models: bool = False, exclude_head: bool = True):
@@ -282,12 +272,10 @@ def _known_backend(ctx, param, value):
     return value
 
 
-def backend_option(command):
-    from deer.backends import DEFAULT_BACKEND
-
-    return click.option("--backend", default=DEFAULT_BACKEND, show_default=True, callback=_known_backend,
-                        help="What runs the model: 'hf' (batched, shared prefixes, tries) or 'plain' (one whole forward pass per "
-                             "prompt or statement: a slow cross-check that reads and writes no cache); `deer backends` lists them.")(command)
+backend_option = click.option("--backend", default=DEFAULT_BACKEND, show_default=True, callback=_known_backend,
+                              help="What runs the model: 'hf' (batched, shared prefixes, tries) or 'plain' (one whole forward "
+                                   "pass per prompt or statement: a slow cross-check that reads and writes no cache); "
+                                   "`deer backends` lists them.")
 
 
 PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # Python's spellings, beside JSON's true/false/null
@@ -315,18 +303,14 @@ BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "model_na
                      "probe_name", "backend", "no_cache", "model_args", "adapter"}
 
 
-def given_on_command_line(names) -> list[str]:
-    """The options among ``names`` (parameter names) that the command line gave, as spelt there (--model-arg)."""
+def refuse_given(names, why: str) -> None:
+    """A UsageError naming each of ``names`` (parameter names) given on the command line, as spelt there (--model-arg):
+    a path of the command that does not read them."""
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
-    return [param.opts[0] for param in ctx.command.params
-            if param.name in names and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE]
-
-
-def refuse_given(names, why: str) -> None:
-    """A UsageError naming each of ``names`` given on the command line: a path of the command that does not read them."""
-    given = given_on_command_line(names)
+    given = [param.opts[0] for param in ctx.command.params
+             if param.name in names and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE]
     if given:
         raise click.UsageError(f"{', '.join(given)}: {why}")
 
