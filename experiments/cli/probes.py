@@ -86,37 +86,31 @@ def spelled_as_probe_option():
         raise OptionError("probe_option", f"{error.option}={error.value}", error.problem) from None
 
 
-def probe_folder_suffix(probe, options: dict) -> str:
-    """What the probe's options add to the default run folder's name (``folder_suffix(options)``, where the
-    probe has one: LAMA's single-token protocol ranks fewer queries, so its ranks get a folder of their own)."""
-    suffix = getattr(probe, "folder_suffix", None)
-    return suffix(options) if suffix is not None else ""
-
-
 def open_kg_run(g: dict, probe_names, *, options: dict | None = None, long_prompts: str = "error"):
     """The start every KG probe command shares, from its options ``g``: --kg lama|bear|bear-big is run as
     `deer cloze` (its old spelling) and gives None; else (queries, templates, loaded, out), the model opened
     once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the
-    probes' options (``probe_folder_suffix``; without a suffix a folder holding another spec is refused now,
-    before any work).  ``options``: {probe name: its own options} (its defaults where missing), checked
-    against the queries and templates before the model opens."""
+    probes' options (a probe's ``folder_suffix(options)``, where it has one: LAMA's single-token protocol ranks
+    fewer queries, so its ranks get a folder of their own; without a suffix a folder holding another spec is
+    refused now, before any work).  ``options``: {probe name: its own options} (its defaults where missing),
+    checked against the queries and templates before the model opens."""
     from deer.backends import open_backend
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
-    names = [probe_names] if isinstance(probe_names, str) else list(probe_names)
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
-        forward_to_cloze(g, ",".join(names))
+        forward_to_cloze(g, ",".join(probe_names))
         return None
     queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
                                          out_dir=g["out_dir"])
     suffixes = []
-    for name in names:
+    for name in probe_names:
         probe = get_probe(name)
         own = {**probe.options, **(options or {}).get(name, {})}
         with spelled_as_probe_option():
             check_probe_inputs(probe, own, queries, templates)
-        suffixes.append(probe_folder_suffix(probe, own))
+        folder_suffix = getattr(probe, "folder_suffix", None)
+        suffixes.append(folder_suffix(own) if folder_suffix is not None else "")
     suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
     loaded = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"]).loaded  # once, also for stores and Ray
     spec = RunSpec.build(queries, loaded, templates)
@@ -160,9 +154,8 @@ def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "
         fitted, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in probe_names],
                                   open_backend(g["backend"], loaded), templates, long_prompts)
         store = encode_entities_on_ray(fitted.kg_queries.kg, g["model_name"], templates, workers=ray_workers,
-                                       entities=queries.candidates.tolist(),
-                                       loading=ModelLoading(g["dtype"], g["device"]), token_budget=g["token_budget"],
-                                       address=ray_address, loaded=loaded, backend=g["backend"])
+                                       entities=queries.candidates.tolist(), loading=ModelLoading(g["dtype"], g["device"]),
+                                       token_budget=g["token_budget"], address=ray_address, loaded=loaded, backend=g["backend"])
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     run = run_kg(probe_names, queries, loaded, options=options, templates=templates, budget=Budget(g["token_budget"], long_prompts),
                  backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
@@ -171,12 +164,10 @@ def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "
         cache = result.metadata.get("cache", {})
         if "entities_encoded_now" in cache:  # DEER's encoding, in a line
             work, handed = result.metadata["work"], cache.get("query_embeddings_given")
-            click.echo(
-                f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
-                f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache"
-                f"{f'; {len(result.table)} query vectors handed on by another probe' if handed else ''}); "
-                f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s"
-            )
+            click.echo(f"\nencoded {cache['entities_encoded_now']} entities + {cache['queries_encoded_now']} queries "
+                       f"({cache['entities_from_cache']} entities, {cache['queries_from_cache']} queries from cache"
+                       f"{f'; {len(result.table)} query vectors handed on by another probe' if handed else ''}); "
+                       f"{work['tokens']} tokens at {work['tokens_per_second'] or 0:.0f} tokens/s")
         elif "tokens" in result.metadata.get("work", {}):
             click.echo(f"\n{result.probe}: {result.metadata['work']['tokens']} tokens through the model")
     click.echo(f"total {time.perf_counter() - started:.1f}s\nresults: {out}")
@@ -194,8 +185,8 @@ def old_spelling(command: str, spelled: str) -> None:
                    "(`deer probes` lists them); several (lama,deer) run on one model load into one ranks table.")
 @click.option("--probe-option", "probe_option_pairs", multiple=True, metavar="KEY=VALUE",
               help="An option of the probes, repeatable, given to each probe that has it (e.g. single_token=true for lama; "
-                   "values read as --model-arg's); "
-                   "`deer probes` lists each probe's options and the values they take, any other is refused.")
+                   "values read as --model-arg's); `deer probes` lists each probe's options and the values they take, "
+                   "any other is refused.")
 @backend_option
 @out_option(KG_OUT_HELP)
 @token_budget_option(None)
@@ -207,7 +198,7 @@ def old_spelling(command: str, spelled: str) -> None:
               help="Encode the candidate entities split over N Ray workers into the embedding cache first (pip install .[ray]).")
 @click.option("--ray-address", default=None, help="A running Ray cluster for --ray-workers (default: a local one).")
 @friendly_errors
-def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_prompts, ray_workers, ray_address, **given):
+def probe(probe_name, probe_option_pairs, long_prompts, ray_workers, ray_address, **given):
     """Run probes (DEER by default) on a KG: rank every candidate tail for each (h, r, ?) query.
 
     Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10 of every probe),
@@ -226,10 +217,9 @@ def probe(probe_name, probe_option_pairs, backend, token_budget, no_cache, long_
     if not chosen:
         raise click.BadParameter("name at least one probe", param_hint="--probe")
     options = options_by_probe(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
-    if ray_workers and (no_cache or "deer" not in options):
+    if ray_workers and (given["no_cache"] or "deer" not in options):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
-    run_kg_command({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, list(options), options,
-                   long_prompts=long_prompts, ray_workers=ray_workers, ray_address=ray_address)
+    run_kg_command(given, list(options), options, long_prompts=long_prompts, ray_workers=ray_workers, ray_address=ray_address)
 
 
 PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
@@ -245,7 +235,7 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
                           "tokens per batch, at least 512).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows.")
 @friendly_errors
-def bear(pll_variant, backend, token_budget, no_cache, **given):
+def bear(pll_variant, **given):
     """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
 
     The old spelling (read until 0.3) of `deer probe --probe bear --probe-option pll_variant=...`.
@@ -255,8 +245,7 @@ def bear(pll_variant, backend, token_budget, no_cache, **given):
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
     old_spelling("bear", f"--probe bear --probe-option pll_variant={pll_variant}")
-    run_kg_command({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, ["bear"],
-                   {"bear": {"pll_variant": pll_variant}})
+    run_kg_command(given, ["bear"], {"bear": {"pll_variant": pll_variant}})
 
 
 @click.command()
@@ -268,7 +257,7 @@ def bear(pll_variant, backend, token_budget, no_cache, **given):
 @token_budget_option(None)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
 @friendly_errors
-def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
+def lama(single_token, with_deer, **given):
     """LAMA: rank candidates by log p(first token of the tail) right after the query text.
 
     The old spelling (read until 0.3) of `deer probe --probe lama[,deer] --probe-option single_token=...`.
@@ -278,17 +267,15 @@ def lama(single_token, with_deer, backend, token_budget, no_cache, **given):
     names = ["lama", "deer"] if with_deer else ["lama"]
     old_spelling("lama", f"--probe {','.join(names)}" + (" --probe-option single_token=true" if single_token else ""))
     options = {"lama": {"single_token": single_token}, **({"deer": {}} if with_deer else {})}
-    run_kg_command({**given, "token_budget": token_budget, "backend": backend, "no_cache": no_cache}, names, options)
+    run_kg_command(given, names, options)
 
 
 def _print_bear_dataset_summary(metrics: dict) -> None:
     overall = metrics["overall"]
     per_template = ", ".join(f"t{t}={a:.3f}" for t, a in overall["accuracy_per_template"].items())
-    click.echo(
-        f"\nBEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
-        f"random baseline {overall['random_baseline']:.4f}, chance-adjusted score {format_number(overall['accuracy_mean_adjusted'], '.4f')}; "
-        f"{overall['instances']} instances"
-    )
+    click.echo(f"\nBEAR score {overall['accuracy_mean']:.4f} (std over templates {overall['accuracy_std']:.4f}; {per_template}); "
+               f"random baseline {overall['random_baseline']:.4f}, chance-adjusted score "
+               f"{format_number(overall['accuracy_mean_adjusted'], '.4f')}; {overall['instances']} instances")
     if metrics.get("convention"):
         click.echo(f"metric convention: {metrics['convention']['name']}")
     for title, key in (("domain", "per_domain"), ("cardinality", "per_cardinality")):
