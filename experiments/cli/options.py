@@ -7,7 +7,10 @@ import functools
 import json
 import os
 import sys
+import tempfile
 import time
+import traceback
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,9 +80,6 @@ def _one_line(error: BaseException, limit: int = 300) -> str:
 
 def write_traceback(error: BaseException) -> Path:
     """The full traceback in a file under the cache folder (logs/); its path."""
-    import tempfile
-    import traceback
-
     from deer.base.files import write_text
     from kg_data.locate import cache_root
 
@@ -96,8 +96,6 @@ def write_traceback(error: BaseException) -> Path:
 @contextlib.contextmanager
 def deer_warnings_as_lines():
     """Show the toolkit's warnings (``DeerWarning``) as 'Warning: ...' lines on stderr."""
-    import warnings
-
     from tqdm.auto import tqdm
 
     from deer.platform.validate import DeerWarning
@@ -247,8 +245,7 @@ exclude_head_option = click.option("--exclude-head", is_flag=True,
 
 
 def kg_run_options(multiple_models: bool = False, exclude_head: bool = True):
-    """What every command that probes a KG takes: --kg/--data-dir/--split/--subset/--seed,
-    --model/--dtype/--device, the template options and (with ``exclude_head``) --exclude-head."""
+    """What every command that probes a KG takes: the KG, model and template options, and --exclude-head (``exclude_head``)."""
     return stacked(kg_options(), model_options(multiple=multiple_models), template_options, *[exclude_head_option] * exclude_head)
 
 
