@@ -34,8 +34,7 @@ def probes():
     for name in probe_names():
         probe = get_probe(name)
         options = ", ".join(f"{key}={value!r} ({option_values(probe, key).describe()})" for key, value in probe.options.items())
-        options = options or "none"
-        click.echo(f"{name:<12}{probe.summary}\n{'':<12}options: {options}")
+        click.echo(f"{name:<12}{probe.summary}\n{'':<12}options: {options or 'none'}")
 
 
 @click.command()
@@ -69,10 +68,8 @@ def data(ctx, data_dir):
             click.echo(f"{row['name']:<9} missing  ({how})")
     if any(r["name"] == "wn18rr" and r["found"] for r in rows):
         summary = load_kg("wn18rr", data_dir).summary()
-        click.echo(
-            f"\nwn18rr: {summary['entities']} entities, {summary['relations']} relations, "
-            f"train/valid/test {summary['train_triples']}/{summary['valid_triples']}/{summary['test_triples']}"
-        )
+        click.echo(f"\nwn18rr: {summary['entities']} entities, {summary['relations']} relations, "
+                   f"train/valid/test {summary['train_triples']}/{summary['valid_triples']}/{summary['test_triples']}")
     click.echo("\nsearched: " + ", ".join(str(p) for p in candidate_data_dirs(data_dir)))
 
 
