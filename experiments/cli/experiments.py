@@ -40,8 +40,9 @@ def echo_results(result: dict) -> None:
     click.echo(f"results: {result['out_dir']}")
 
 
-# --run (repeatable), --runs-dir, --rank-type, --token-budget, --no-cache
-run_source_options = stacked(
+# The KG, model and template options, then where the runs come from (--run, or --runs-dir for runs made now).
+kg_and_run_options = stacked(
+    kg_run_options(multiple_models=True, exclude_head=False),
     click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
                  help="Existing run folder (ranks table); repeat for several models. Skips running probes."),
     click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
@@ -166,8 +167,7 @@ def experiment():
 
 
 @experiment.command("token-bias")
-@kg_run_options(multiple_models=True, exclude_head=False)
-@run_source_options
+@kg_and_run_options
 @click.option("--probes", default="deer,bear", show_default=True, help="Probes to run/compare (deer, bear, lama).")
 @results_out("results/token-bias")
 @friendly_errors
@@ -188,8 +188,7 @@ def token_bias_command(rank_type, probes, out_dir, **given):
 
 
 @experiment.command("agreement")
-@kg_run_options(multiple_models=True, exclude_head=False)
-@run_source_options
+@kg_and_run_options
 @click.option("--probes", default="deer,bear,lama", show_default=True, help="Probes to run/compare.")
 @click.option("--hit-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the Hit@k quadrants in the scatter plots.")
 @click.option("--bootstrap", type=click.IntRange(min=0), default=1000, show_default=True, help="Bootstrap resamples for the log-rank r interval (0: none).")
@@ -238,8 +237,7 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
 
 
 @experiment.command("screen")
-@kg_run_options(multiple_models=True, exclude_head=False)
-@run_source_options
+@kg_and_run_options
 @click.option("--reference", type=click.Choice(["none", "bear", "lama"]), default="none", show_default=True,
               help="Also run a reference probe and compare the model orderings.")
 @click.option("--metric", type=click.Choice(["hit@1", "hit@3", "hit@10", "hit@100", "mrr"]), default="hit@10",
@@ -263,7 +261,8 @@ def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use
     between the two model orderings (run the reference on a smaller --subset).
     --kg lama / bear / bear-big: each checkpoint on that benchmark (`deer cloze`), with orderings.md.
     """
-    from experiments.checkpoints import named_checkpoints, trainer_checkpoints
+    from experiments.checkpoints import Checkpoint, named_checkpoints, trainer_checkpoints
+    from experiments.runs import model_label
     from experiments.screen import run_screen
 
     refuse_run_making_options(given)  # before the series is read: --checkpoints with --run is refused by name
@@ -271,9 +270,6 @@ def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use
     probe_list = ["deer"] + ([reference] if reference else [])
     series = named_checkpoints(given["model_names"]) + (trainer_checkpoints(checkpoint_dir) if checkpoint_dir else [])
     if base_model:  # the series' step 0
-        from experiments.checkpoints import Checkpoint
-        from experiments.runs import model_label
-
         series.insert(0, Checkpoint(model_label(base_model), base_model, 0))
     # Every checkpoint takes the --model-arg / --adapter: a --checkpoints folder's and --base-model as each --model.
     series = [dataclasses.replace(c, model=loading_of(click.get_current_context(), c.model)) for c in series]
@@ -287,8 +283,7 @@ def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use
     click.echo(f"\nDEER leaderboard by {metric} ({rank_type})")
     click.echo(text_table(result["leaderboard"], (
         ("#", ">3", "place"), (" model", "<29", lambda row: f" {row['model'][:27]}"), N_6, ("Hit@1", ">8.3f"),
-        ("Hit@10", ">8.3f"), ("±se", ">7.3f", "hit@10_se"), ("MRR", ">8.4f"),
-        ("cached", ">8", lambda row: row.get("from_cache", 0)),
+        ("Hit@10", ">8.3f"), ("±se", ">7.3f", "hit@10_se"), ("MRR", ">8.4f"), ("cached", ">8", lambda row: row.get("from_cache", 0)),
         ("", "", lambda row: f"  same weights as {row['same_weights_as']}" if row.get("same_weights_as") else ""))))
     if reference:
         for name in ("hit@10", "mrr"):
@@ -319,9 +314,8 @@ def training_demo_command(model_name, no_bear, out_dir, **options):
     from experiments.training_demo import run_training_demo
 
     result = run_training_demo(Path(out_dir), model=model_name, bear=not no_bear, **options)
-    columns = (("set", "<9"), ("step", ">6"), ("Hit@1", ">8.3f"), ("Hit@10", ">8.3f"), ("MRR", ">8.4f"),
-               ("probe s", ">9.1f", "probe_seconds"))
-    click.echo(text_table(result["rows"], columns))
+    click.echo(text_table(result["rows"], (("set", "<9"), ("step", ">6"), ("Hit@1", ">8.3f"), ("Hit@10", ">8.3f"),
+                                           ("MRR", ">8.4f"), ("probe s", ">9.1f", "probe_seconds"))))
     click.echo(f"training {result['train_seconds_per_step']:.2f} s/step")
     echo_results(result)
 
@@ -333,9 +327,8 @@ def training_demo_command(model_name, no_bear, out_dir, **options):
 @click.option("--query-sizes", default=",".join(map(str, range(16, 152, 15))), show_default=True,
               help="|Q| values timed for the BEAR linear fit (paper: 16,31,...,151).")
 @click.option("--candidates", type=click.IntRange(min=2), default=None,
-              help="Entities per query for bear_ref (default all; sampled, gold tails kept, at least 2). When "
-                   "reduced, only the per-statement part of its time is scaled to all entities; the per-query "
-                   "context pass is not.")
+              help="Entities per query for bear_ref (default all; sampled, gold tails kept, at least 2). When reduced, only the "
+                   "per-statement part of its time is scaled to all entities; the per-query context pass is not.")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed runs per size, each on a fresh independent query sample.")
 @click.option("--plain-statements", type=click.IntRange(min=1), default=32, show_default=True,
