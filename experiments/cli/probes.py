@@ -87,9 +87,8 @@ def spelled_as_probe_option():
 
 
 def open_kg_run(g: dict, probe_names, *, options: dict | None = None, long_prompts: str = "error"):
-    """The start every KG probe command shares, from its options ``g``: --kg lama|bear|bear-big is run as
-    `deer cloze` (its old spelling) and gives None; else (queries, templates, loaded, out), the model opened
-    once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the
+    """The start every KG probe command shares, from its options ``g``: (queries, templates, loaded, out), the model
+    opened once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the
     probes' options (a probe's ``folder_suffix(options)``, where it has one: LAMA's single-token protocol ranks
     fewer queries, so its ranks get a folder of their own; without a suffix a folder holding another spec is
     refused now, before any work).  ``options``: {probe name: its own options} (its defaults where missing),
@@ -98,9 +97,6 @@ def open_kg_run(g: dict, probe_names, *, options: dict | None = None, long_promp
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
-    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
-        forward_to_cloze(g, ",".join(probe_names))
-        return None
     queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
                                          out_dir=g["out_dir"])
     suffixes = []
@@ -133,15 +129,14 @@ def options_by_probe(probes, pairs: dict) -> dict:
 
 
 def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "error", ray_workers=None, ray_address=None) -> None:
-    """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes on one KG's queries
-    through ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics."""
+    """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes on one KG's queries through
+    ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics; --kg lama|bear|bear-big: `deer cloze`."""
     from deer.runner import Budget, run_kg
 
     started = time.perf_counter()
-    opened = open_kg_run(g, probe_names, options=options, long_prompts=long_prompts)
-    if opened is None:
-        return
-    queries, templates, loaded, out = opened
+    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
+        return forward_to_cloze(g, ",".join(probe_names))
+    queries, templates, loaded, out = open_kg_run(g, probe_names, options=options, long_prompts=long_prompts)
     if ray_workers:
         from deer.backends import open_backend
         from deer.platform.length_guard import guard_lengths
