@@ -109,15 +109,13 @@ def cloze(kg, model_names, probes, bear_run, bootstrap, token_budget, backend, n
     Several --model: one folder per model and orderings.md (the models ordered by each probe).
     Python: experiments.benchmarks.probe_benchmark / compare_models.
     """
-    from deer.probes import probe_names
-
-    probe_list, known = comma_list(probes), probe_names()
-    unknown = [p for p in probe_list or [] if p not in known]
-    if not probe_list or unknown:
-        raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")
     from deer.platform.run_options import Budget, ModelLoading
+    from deer.probes import probe_names
     from experiments.benchmarks import BenchmarkSelection
 
+    probe_list, known = comma_list(probes), probe_names()
+    if not probe_list or any(p not in known for p in probe_list):
+        raise click.BadParameter(f"choose from {', '.join(known)}", param_hint="--probes")
     selection = BenchmarkSelection(given["data_dir"], comma_list(given["relations"]), comma_list(given["sources"]), given["max_facts"],
                                    given["seed"], comma_list(given["modes"]), comma_list(given["candidate_kinds"]))
     run_benchmark_command(kg, models_or_default(model_names), probe_list, out_dir, selection=selection,
