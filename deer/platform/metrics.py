@@ -33,8 +33,7 @@ def random_baseline(n_competitors: np.ndarray, ks: Sequence[int] = HIT_KS) -> di
     baseline: dict = {"n": int(len(counts))}
     if len(counts) == 0:
         return baseline
-    for k in ks:
-        baseline[f"hit@{k}"] = float(np.mean(np.minimum(k, counts) / counts))
+    baseline.update({f"hit@{k}": float(np.mean(np.minimum(k, counts) / counts)) for k in ks})
     # E[1/rank] = H_C / C, with H_C the C-th harmonic number.
     harmonic_numbers = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, int(counts.max()) + 1))])
     harmonic = harmonic_numbers[counts.astype(np.int64)]
@@ -47,12 +46,8 @@ def adjusted_index(metrics: dict, baseline: dict) -> dict:
     """PyKEEN's adjusted index of each metric (Hoyt et al. 2022): (value - expected) / (1 - expected),
     expected under random ranking (``random_baseline``).  0 = chance, 1 = perfect; for MR this is AMRI.
     None where chance is already perfect (Hit@k with k >= every query's candidate count)."""
-    adjusted = {}
-    for name, expected in baseline.items():
-        if name != "n" and name in metrics:
-            room = 1.0 - expected
-            adjusted[name] = None if abs(room) < 1e-12 else (metrics[name] - expected) / room
-    return adjusted
+    return {name: None if abs(1.0 - expected) < 1e-12 else (metrics[name] - expected) / (1.0 - expected)
+            for name, expected in baseline.items() if name != "n" and name in metrics}
 
 
 def grouped_metrics(ranks: np.ndarray, groups: Sequence[str], ks: Sequence[int] = HIT_KS) -> dict:

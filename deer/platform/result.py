@@ -17,14 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deer.base.files import (
-    as_written,
-    default_table_suffix,
-    folder_lock,
-    write_json,
-    write_table,
-    write_text,
-)
+from deer.base.files import as_written, default_table_suffix, folder_lock, write_json, write_table, write_text
 from deer.platform.metrics import cloze_metrics, observed_rank_metrics, probes_in
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec
@@ -67,17 +60,15 @@ class Metrics(Mapping):
 
     def flat(self) -> dict[str, Any]:
         """``{"filtered/hit@10": 0.11, ...}``: every leaf value by its path."""
-        values: dict[str, Any] = {}
 
-        def walk(node: dict, prefix: str) -> None:
+        def walk(node: dict, prefix: str) -> Iterator[tuple[str, Any]]:
             for name, value in node.items():
                 if isinstance(value, dict):
-                    walk(value, f"{prefix}{name}/")
+                    yield from walk(value, f"{prefix}{name}/")
                 else:
-                    values[f"{prefix}{name}"] = value
+                    yield f"{prefix}{name}", value
 
-        walk(self._tree, "")
-        return values
+        return dict(walk(self._tree, ""))
 
     def to_dict(self) -> dict:
         return self._tree
@@ -246,9 +237,8 @@ ProbeResult = RunResult  # 0.1's name, for one release (CHANGELOG); build one pr
 def combine_results(results: Sequence[RunResult]) -> RunResult:
     """KG results of one run spec (the same queries, in order) as one result, their probes side by side."""
     results = list(results)
-    table = join_results(results)
-    first = results[0]
-    return dataclasses.replace(first, table=table, probe_metrics={p: r.probe_metrics[p] for r in results for p in r.probes},
+    return dataclasses.replace(results[0], table=join_results(results),
+                               probe_metrics={p: r.probe_metrics[p] for r in results for p in r.probes},
                                probe_metadata={p: r.metadata_of(p) for r in results for p in r.probes},
                                probe_arrays={p: r.probe_arrays.get(p, {}) for r in results for p in r.probes})
 
@@ -343,12 +333,11 @@ def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics
     """A KG probe's raw and filtered metrics, overall and per relation, are a function of its ranks: made again
     from the table read back, a ``metrics.json`` block that disagrees is refused by name (a table rewritten
     without its metrics, or metrics edited).  The baseline, head and tie blocks need the KG: read as stored."""
+    relations = table["relation"].astype(str).tolist() if "relation" in table.columns else None
     for probe in _probes_in(table):
         stored = metrics.get(probe, {})
-        relations = table["relation"].astype(str).tolist() if "relation" in table.columns else None
         raw, filtered = (table[f"{probe}_rank_{rank_type}"].to_numpy(np.float64) for rank_type in ("raw", "filtered"))
-        made = observed_rank_metrics(raw, filtered, relations)
-        for block, values in made.items():
+        for block, values in observed_rank_metrics(raw, filtered, relations).items():
             if block in stored and as_written(values) != stored[block]:
                 raise StoredFileError(path, f"its {probe} {block} metrics disagree with {table_path.name} (made again from its ranks)")
 
@@ -421,10 +410,8 @@ def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
         return fresh[_query_columns(fresh)].copy()
     table = read_ranks_table(path)
     if len(table) != len(fresh) or any(table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS):
-        raise ValueError(
-            f"{path} holds ranks for different queries; use another --out folder "
-            "(or the same --kg/--split/--subset/--seed as the run that wrote it)"
-        )
+        raise ValueError(f"{path} holds ranks for different queries; use another --out folder "
+                         "(or the same --kg/--split/--subset/--seed as the run that wrote it)")
     return table
 
 
@@ -441,10 +428,7 @@ def other_run_in(folder: Path, layout: str) -> str | None:
 def refuse_other_run(folder: Path | None, layout: str, label: str) -> None:
     """Refuse (ValueError) a folder holding another kind of run, whose metrics.json and metadata.json a
     ``layout`` run (``label`` names it) would overwrite: checked before any work."""
-    other = None if folder is None else other_run_in(Path(folder), layout)
-    if other:
-        raise ValueError(f"{folder} already holds {other}; {label} writes its own metrics.json and metadata.json there "
-                         "and would overwrite that run's. Use another --out folder.")
+    _refuse_overwrite(folder, None if folder is None else other_run_in(Path(folder), layout), label)
 
 
 def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | None) -> str | None:
@@ -455,11 +439,10 @@ def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | 
     if other:
         return other
     for name in ("metadata.json", "metrics.json"):
-        path = folder / name
-        if not path.exists():
+        if not (folder / name).exists():
             continue
         try:
-            stored = read_json_object(path)
+            stored = read_json_object(folder / name)
         except StoredFileError as error:
             return f"a {name} that is not a readable JSON object ({error})"
         if name == "metadata.json":
@@ -476,10 +459,13 @@ def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | 
 def check_instances_folder(folder: Path, probe: str, kind: str, block: str | None, label: str | None = None) -> None:
     """Refuse a folder holding another kind of run, whose metrics.json/metadata.json saving would
     overwrite; ``label`` names this run in the message (default: 'a KIND run')."""
-    conflict = instances_folder_conflict(Path(folder), probe, kind, block)
+    _refuse_overwrite(folder, instances_folder_conflict(Path(folder), probe, kind, block), label or f"a {kind} run")
+
+
+def _refuse_overwrite(folder: Path | None, conflict: str | None, label: str) -> None:
     if conflict:
-        raise ValueError(f"{folder} already holds {conflict}; {label or f'a {kind} run'} writes its own metrics.json and "
-                         "metadata.json there and would overwrite that run's. Use another --out folder.")
+        raise ValueError(f"{folder} already holds {conflict}; {label} writes its own metrics.json and metadata.json there "
+                         "and would overwrite that run's. Use another --out folder.")
 
 
 def _save_instances_result(result: RunResult, folder: Path) -> None:

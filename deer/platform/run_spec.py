@@ -114,10 +114,8 @@ class RunSpec:
 
     def describe_differences(self, other: RunSpec, names: tuple[str, str] = ("this run", "the folder")) -> str:
         """One line per differing field: ``k_shot: this run 3, the folder 2``."""
-        return "; ".join(
-            f"{field}: {names[0]} {_short(mine)}, {names[1]} {_short(theirs)}"
-            for field, (mine, theirs) in self.differences(other).items()
-        )
+        return "; ".join(f"{field}: {names[0]} {_short(mine)}, {names[1]} {_short(theirs)}"
+                         for field, (mine, theirs) in self.differences(other).items())
 
     def digest(self, exclude: tuple[str, ...] = ()) -> str:
         """Short hash of the spec (less the ``exclude`` fields)."""
@@ -158,7 +156,7 @@ def spec_folder(folder: Path | None, runs_dir: Path, kg: str, model: str, spec: 
     return out
 
 
-def check_folder_spec(folder: Path, spec: RunSpec, what: str = "ranks") -> None:
+def check_folder_spec(folder: Path, spec: RunSpec) -> None:
     """Raise ValueError unless ``folder`` is new or holds runs of exactly ``spec``."""
     folder = Path(folder)
     stored = RunSpec.read(folder)
@@ -166,14 +164,11 @@ def check_folder_spec(folder: Path, spec: RunSpec, what: str = "ranks") -> None:
         # Ranks, or another kind of run's metrics/metadata, that this write would merge into unchecked.
         held = sorted(p.name for p in folder.glob("*") if p.name.startswith("ranks.") or p.name in ("metrics.json", "metadata.json"))
         if held:
-            raise ValueError(
-                f"{folder} holds {', '.join(held)} written without a run spec ({RUN_SPEC_FILE}), so they cannot be "
-                "checked against this run; use another --out folder (or leave --out out for a fresh default one)"
-            )
+            raise ValueError(f"{folder} holds {', '.join(held)} written without a run spec ({RUN_SPEC_FILE}), "
+                             "so they cannot be checked against this run; use another --out folder "
+                             "(or leave --out out for a fresh default one)")
         return
     if stored.differences(spec):
-        raise ValueError(
-            f"{folder} holds {what} made with another run spec ({spec.describe_differences(stored)}); "
-            "ranks of different settings never share a folder: use another --out folder "
-            "(or leave --out out: the default folder name is made from the spec)"
-        )
+        raise ValueError(f"{folder} holds ranks made with another run spec ({spec.describe_differences(stored)}); "
+                         "ranks of different settings never share a folder: use another --out folder "
+                         "(or leave --out out: the default folder name is made from the spec)")
