@@ -46,7 +46,6 @@ def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chu
     rule (``deer.platform.ranking``).  Rows of one width are ranked together, ``chunk_rows`` at a time."""
     n = len(task.queries)
     rank, correct, gold_score = (np.full(n, np.nan) for _ in range(3))
-    predicted = [None] * n
     predicted_index = np.full(n, -1, dtype=np.int64)
     by_width: dict[int, list[int]] = defaultdict(list)
     for i, row in scores.items():
@@ -60,6 +59,5 @@ def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chu
             rank[rows], predicted_index[rows] = ranks, best
             correct[rows] = (best == gold).astype(np.float64)
             gold_score[rows] = matrix[np.arange(len(rows)), gold]
-    for i in scores:
-        predicted[i] = task.candidate_set(task.queries[i]).labels[predicted_index[i]]
+    predicted = [task.candidate_set(q).labels[predicted_index[i]] if i in scores else None for i, q in enumerate(task.queries)]
     return pd.DataFrame(dict(zip(rank_columns(probe), (rank, predicted, correct, predicted_index, gold_score), strict=True)))

@@ -273,12 +273,11 @@ def load_result(folder: str | Path) -> RunResult:
     or queries table (a cloze run).  A file there that is unreadable or lacks what the result needs is
     refused with a ValueError naming it (``deer.platform.read_back``)."""
     folder = Path(folder)
-    queries_table = find_table(folder, QUERIES_TABLE)
-    if queries_table is not None and not find_table(folder, RANKS_TABLE) and not find_table(folder, INSTANCES_TABLE):
+    ranks, instances, queries_table = (find_table(folder, name) for name in (RANKS_TABLE, INSTANCES_TABLE, QUERIES_TABLE))
+    if queries_table is not None and ranks is None and instances is None:
         return _load_cloze_result(folder, queries_table)
     metrics = _probe_entries(folder / "metrics.json")
     metadata = _probe_entries(folder / "metadata.json")
-    ranks = find_table(folder, RANKS_TABLE)
     if ranks is not None:
         table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
@@ -291,7 +290,6 @@ def load_result(folder: str | Path) -> RunResult:
         _check_kg_metrics(folder / "metrics.json", ranks, table, metrics)
         return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
                          spec, folder=folder)
-    instances = find_table(folder, INSTANCES_TABLE)
     if instances is not None:
         summary = folder / "summary.md"
         return RunResult(read_stored_table(instances), metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
@@ -432,9 +430,8 @@ def refuse_other_run(folder: Path | None, layout: str, label: str) -> None:
 
 
 def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | None) -> str | None:
-    """Why ``folder`` holds another kind of run than an instances result (None if it does not): no other
-    layout's files, and its metrics.json and metadata.json hold only ``probe`` (of ``kind``, with a ``block``
-    of metrics)."""
+    """Why ``folder`` holds another kind of run than an instances result (None if it does not): no other layout's
+    files, and its metrics.json and metadata.json hold only ``probe`` (of ``kind``, with a ``block`` of metrics)."""
     other = other_run_in(folder, INSTANCES_TABLE)
     if other:
         return other

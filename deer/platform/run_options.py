@@ -1,9 +1,7 @@
 """The option objects of a KG run, which the command line builds, the Python API takes and the run
 records: which queries (``QuerySelection``), how the model is loaded (``ModelLoading``), how much a batch
-holds (``Budget``); the prompts are ``deer.platform.templates.PromptTemplates``.
-
-``gather_options`` turns the Python API's loose keywords (``split=``, ``k_shot=``, ``dtype=``, ...) into
-these objects; a keyword given beside its object is refused by name, since one of the two would be ignored.
+holds (``Budget``); the prompts are ``deer.platform.templates.PromptTemplates``.  ``gather_options`` turns
+the Python API's loose keywords (``split=``, ``k_shot=``, ``dtype=``, ...) into these objects.
 """
 
 from __future__ import annotations

@@ -63,13 +63,10 @@ class RunSpec:
     @classmethod
     def build(cls, queries, loaded, templates) -> RunSpec:
         """The spec of probing ``queries`` with ``loaded`` (a ``LoadedModel``) and ``templates``."""
-        subset_seed = queries.subset_seed
-        return cls(
-            **model_identity(loaded), kg_fingerprint=queries.kg.fingerprint(), split=str(queries.split),
-            subset=len(queries) if subset_seed is not None else None,
-            subset_seed=None if subset_seed is None else int(subset_seed), queries=queries_fingerprint(queries),
-            templates=json.loads(_canonical(templates.to_metadata())),
-        )
+        seed = queries.subset_seed
+        return cls(**model_identity(loaded), kg_fingerprint=queries.kg.fingerprint(), split=str(queries.split),
+                   subset=len(queries) if seed is not None else None, subset_seed=None if seed is None else int(seed),
+                   queries=queries_fingerprint(queries), templates=json.loads(_canonical(templates.to_metadata())))
 
     def to_dict(self) -> dict:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}

@@ -20,9 +20,7 @@ def format_number(value, spec: str | None = None, digits: int = 4) -> str:
         if spec is not None:
             return format(value, spec)
         if isinstance(value, (float, np.floating)):
-            if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
-                return f"{value:.{digits - 1}e}"
-            return f"{value:.{digits}g}"
+            return f"{value:.{digits - 1}e}" if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3) else f"{value:.{digits}g}"
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
