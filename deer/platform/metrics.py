@@ -93,9 +93,10 @@ def candidate_kind(candidates: pd.Series) -> pd.Series:
     return candidates.where(candidates == "common-vocab", "relation")
 
 
-def probes_in(table: pd.DataFrame) -> list[str]:
-    """The probes with a rank column in a cloze run's table, in its order."""
-    return [c[: -len("_rank")] for c in table.columns if c.endswith("_rank")]
+def probes_in(table: pd.DataFrame, suffix: str = "_rank") -> list[str]:
+    """The probes with a ``{probe}{suffix}`` column in a table, in its order: a cloze run's rank column, or
+    (``suffix="_rank_raw"``) a KG ranks table's."""
+    return [c[: -len(suffix)] for c in table.columns if c.endswith(suffix)]
 
 
 def _block(frame: pd.DataFrame, probe: str) -> dict:

@@ -281,7 +281,7 @@ def load_result(folder: str | Path) -> RunResult:
     if ranks is not None:
         table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
-        probes = _probes_in(table)
+        probes = probes_in(table, "_rank_raw")
         for probe in probes:
             if spec is None and not isinstance(metadata.get(probe, {}).get("run_spec"), dict):
                 raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
@@ -301,7 +301,7 @@ def read_ranks_table(path: Path) -> pd.DataFrame:
     """A run folder's ranks table: readable, with the query ids and, for every probe in it, numeric raw and
     filtered rank columns (a ValueError naming the file otherwise)."""
     table = read_stored_table(path, KEY_COLUMNS)
-    for probe in _probes_in(table):
+    for probe in probes_in(table, "_rank_raw"):
         for column in (f"{probe}_rank_raw", f"{probe}_rank_filtered"):
             if column not in table.columns or not pd.api.types.is_numeric_dtype(table[column]):
                 raise StoredFileError(path, f"has no numeric {column} column")
@@ -332,7 +332,7 @@ def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics
     from the table read back, a ``metrics.json`` block that disagrees is refused by name (a table rewritten
     without its metrics, or metrics edited).  The baseline, head and tie blocks need the KG: read as stored."""
     relations = table["relation"].astype(str).tolist() if "relation" in table.columns else None
-    for probe in _probes_in(table):
+    for probe in probes_in(table, "_rank_raw"):
         stored = metrics.get(probe, {})
         raw, filtered = (table[f"{probe}_rank_{rank_type}"].to_numpy(np.float64) for rank_type in ("raw", "filtered"))
         for block, values in observed_rank_metrics(raw, filtered, relations).items():
@@ -358,14 +358,9 @@ def find_ranks_table(folder: Path) -> Path | None:
     return find_table(folder, RANKS_TABLE)
 
 
-def _probes_in(table: pd.DataFrame) -> list[str]:
-    """Probes with rank columns in a ranks table, in column order."""
-    return [c[: -len("_rank_raw")] for c in table.columns if c.endswith("_rank_raw")]
-
-
 def _query_columns(table: pd.DataFrame) -> list[str]:
     """The columns every probe of a folder shares (everything that is not a probe's)."""
-    owned = {c for p in _probes_in(table) for c in _probe_columns(table, p)}
+    owned = {c for p in probes_in(table, "_rank_raw") for c in _probe_columns(table, p)}
     return [c for c in table.columns if c not in owned]
 
 
@@ -454,8 +449,7 @@ def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | 
 
 
 def check_instances_folder(folder: Path, probe: str, kind: str, block: str | None, label: str | None = None) -> None:
-    """Refuse a folder holding another kind of run, whose metrics.json/metadata.json saving would
-    overwrite; ``label`` names this run in the message (default: 'a KIND run')."""
+    """``refuse_other_run`` for an instances result (``instances_folder_conflict``); ``label`` default: 'a KIND run'."""
     _refuse_overwrite(folder, instances_folder_conflict(Path(folder), probe, kind, block), label or f"a {kind} run")
 
 
