@@ -21,6 +21,7 @@ import pandas as pd
 
 from deer.base.files import read_table
 from deer.platform.validate import warn
+from kg_data.task import shorten
 
 BAD_SUFFIX = ".bad"
 
@@ -48,8 +49,7 @@ def set_aside(error: StoredFileError, redo: str) -> None:
 
 def _parse_failure(path: Path, what: str, error: Exception, limit: int = 200) -> StoredFileError:
     """The reader's error in one line (the path, already in front, shortened to the file's name)."""
-    text = " ".join(str(error).replace(str(path), path.name).split())
-    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    text = shorten(" ".join(str(error).replace(str(path), path.name).split()), limit)
     return StoredFileError(path, f"not a readable {what} ({type(error).__name__}{': ' + text if text else ''})")
 
 
