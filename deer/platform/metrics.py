@@ -30,16 +30,12 @@ def rank_metrics(ranks: np.ndarray, ks: Sequence[int] = HIT_KS) -> dict:
 def random_baseline(n_competitors: np.ndarray, ks: Sequence[int] = HIT_KS) -> dict:
     """Expected metrics when the gold tail's rank is uniform on 1..C for each query's C."""
     counts = np.asarray(n_competitors, dtype=np.float64)
-    baseline: dict = {"n": int(len(counts))}
     if len(counts) == 0:
-        return baseline
-    baseline.update({f"hit@{k}": float(np.mean(np.minimum(k, counts) / counts)) for k in ks})
+        return {"n": 0}
     # E[1/rank] = H_C / C, with H_C the C-th harmonic number.
-    harmonic_numbers = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, int(counts.max()) + 1))])
-    harmonic = harmonic_numbers[counts.astype(np.int64)]
-    baseline["mrr"] = float(np.mean(harmonic / counts))
-    baseline["mr"] = float(np.mean((counts + 1) / 2))
-    return baseline
+    harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, int(counts.max()) + 1))])[counts.astype(np.int64)]
+    return {"n": len(counts), **{f"hit@{k}": float(np.mean(np.minimum(k, counts) / counts)) for k in ks},
+            "mrr": float(np.mean(harmonic / counts)), "mr": float(np.mean((counts + 1) / 2))}
 
 
 def adjusted_index(metrics: dict, baseline: dict) -> dict:
