@@ -127,12 +127,10 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
             source = read()
             _scan(states[start], query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
                   source, rows, gold, excluded, heads, filters, width, device, band)
+    ranking = Ranking.joined([_finish(states[start], range(start, min(start + query_block, n_queries)), n_candidates, excluded,
+                                      heads, gold, filters) for start in block_starts], width)
     if not n_queries:
-        return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
-    parts = [_finish(states[start], range(start, min(start + query_block, n_queries)), n_candidates, excluded, heads,
-                     gold, filters) for start in block_starts]
-    ranks, tops, above = zip(*parts, strict=True)
-    ranking = Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+        return ranking
     exact = torch.cat([states[start].gold_score.cpu() for start in block_starts]).double()
     outside = np.flatnonzero((torch.isfinite(exact) & ((exact - approx_gold.double()).abs() > band)).numpy())
     if len(outside) and band < WIDE_BAND:  # counts made against the wrong side of the band: made again

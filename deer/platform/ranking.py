@@ -53,6 +53,14 @@ class Ranking:
     top: np.ndarray
     head_above_gold: np.ndarray
 
+    @staticmethod
+    def joined(parts: Sequence[tuple[GoldRanks, np.ndarray, np.ndarray]], width: int) -> Ranking:
+        """One ranking of consecutive query blocks' (ranks, top, head above gold); ``width``: the top's, for no blocks."""
+        if not parts:  # no queries
+            return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
+        ranks, tops, above = zip(*parts, strict=True)
+        return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+
 
 def _no_positions(n: int, device) -> torch.Tensor:
     return torch.full((n,), -1, dtype=torch.int64, device=device)
@@ -133,29 +141,17 @@ def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
     return torch.gather(positions, 1, order).cpu().numpy().astype(np.int64)
 
 
-def _chunk_rows(n_candidates: int, chunk_size: int | None) -> int:
-    return chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
-
-
-def _ranked_chunks(chunks, queries, k: int, n_candidates: int) -> Ranking:
-    """Concatenate :func:`rank_chunk` over (query slice, score tensor) chunks."""
-    gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
-                             for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
-    width = min(k, n_candidates - bool((excluded >= 0).any()))  # one top-k width for every chunk
-    parts = [rank_chunk(scores, gold[part], queries.filter_tails[part], excluded[part], heads[part], width)
-             for part, scores in chunks]
-    if not parts:  # no queries
-        return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
-    ranks, tops, above = zip(*parts, strict=True)
-    return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
-
-
 def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None = None) -> Ranking:
     """Rank a (n_queries, n_candidates) score matrix (higher = better) for ``queries`` (a QuerySet)."""
     scores = np.asarray(scores, dtype=np.float64)
-    rows = _chunk_rows(scores.shape[1], chunk_size)
-    chunks = ((slice(s, s + rows), torch.from_numpy(scores[s:s + rows])) for s in range(0, len(scores), rows))
-    return _ranked_chunks(chunks, queries, k, scores.shape[1])
+    n_candidates = scores.shape[1]
+    rows = chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
+    gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
+                             for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
+    width = min(k, n_candidates - bool((excluded >= 0).any()))  # one top-k width for every chunk
+    parts = [rank_chunk(torch.from_numpy(scores[part]), gold[part], queries.filter_tails[part], excluded[part], heads[part], width)
+             for part in (slice(s, s + rows) for s in range(0, len(scores), rows))]
+    return Ranking.joined(parts, width)
 
 
 def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filtered: bool,
