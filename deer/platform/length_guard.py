@@ -78,18 +78,9 @@ class LengthCheck:
 
     def too_long(self, backend, limit: int) -> dict[int, int]:
         """{index: tokens} of the texts over ``limit``."""
-        found = {}
-        for start in range(0, self.count, CHUNK):
-            texts = self.texts(start, min(start + CHUNK, self.count))
-            found.update({start + i: n for i, n in over_limit(backend, texts, limit, self.special_tokens, self.extra).items()})
-        return found
-
-    def refuse(self, found: dict[int, int], limit: int) -> None:
-        """Raise :func:`too_long` for the first of ``found``."""
-        if found:
-            first = min(found)
-            hint = self.hint if isinstance(self.hint, str) else self.hint(first)
-            raise too_long(self.name(first), self.kind, found[first], limit, len(found) - 1, hint)
+        return {start + i: n for start in range(0, self.count, CHUNK)
+                for i, n in over_limit(backend, self.texts(start, min(start + CHUNK, self.count)), limit, self.special_tokens,
+                                       self.extra).items()}
 
 
 @dataclasses.dataclass
@@ -118,8 +109,7 @@ def guard_lengths(task: Task, probes: Sequence, backend, templates=None, mode: s
         return task, report
     if mode == "truncate-descriptions":
         for check in _checks(task, probes, templates, backend):
-            found = check.too_long(backend, limit) if check.cut is not None else {}
-            if found:
+            if check.cut is not None and (found := check.too_long(backend, limit)):
                 task = check.cut(found, limit, report)
     refuse_too_long(_checks(task, probes, templates, backend), backend)
     return task, report
@@ -129,7 +119,10 @@ def refuse_too_long(checks: Iterable[LengthCheck], backend) -> None:
     """Raise PromptTooLongError for the first text of ``checks`` longer than the backend's ``max_positions``."""
     limit = backend.max_positions
     for check in checks if limit is not None else ():
-        check.refuse(check.too_long(backend, limit), limit)
+        if found := check.too_long(backend, limit):
+            first = min(found)
+            hint = check.hint if isinstance(check.hint, str) else check.hint(first)
+            raise too_long(check.name(first), check.kind, found[first], limit, len(found) - 1, hint)
 
 
 def _checks(task: Task, probes: Sequence, templates, backend) -> Iterator[LengthCheck]:
@@ -174,8 +167,7 @@ def query_check(queries: QuerySet, templates, kind: str, text: Callable) -> Leng
     """Each KG query's ``text(kg, triple)`` (a query prompt, a query context), fed as the templates say."""
     kg, triples = queries.kg, queries.triples
     return LengthCheck(kind, len(triples), lambda start, stop: [text(kg, tuple(t)) for t in triples[start:stop].tolist()],
-                       lambda i: query_label(kg, triples[i]), query_hint(templates),
-                       templates.prompt_special_tokens)
+                       lambda i: query_label(kg, triples[i]), query_hint(templates), templates.prompt_special_tokens)
 
 
 def kg_statement_checks(queries: QuerySet, templates, backend) -> Iterator[LengthCheck]:
@@ -213,7 +205,6 @@ def cut_descriptions(queries: QuerySet, backend, templates, long_tails: dict[int
     """The queries with the descriptions of the ``long_tails`` ({candidate position: tokens}) cut at one of
     their own token boundaries, each to fit; every cut is listed in the report."""
     kg = queries.kg
-    special = templates.prompt_special_tokens
     tokenizer = backend.tokenizer
     descriptions = list(kg.entity_descriptions)
     for position, n_tokens in long_tails.items():
@@ -223,7 +214,7 @@ def cut_descriptions(queries: QuerySet, backend, templates, long_tails: dict[int
         while keep > 0:
             cut = tokenizer.decode(description_ids[:keep]).strip()
             trial = dataclasses.replace(kg, entity_descriptions=[*descriptions[:entity], cut, *descriptions[entity + 1:]])
-            if not over_limit(backend, [templates.tail_prompt(trial, entity)], limit, special):
+            if not over_limit(backend, [templates.tail_prompt(trial, entity)], limit, templates.prompt_special_tokens):
                 break
             keep -= SLACK
         if keep <= 0:

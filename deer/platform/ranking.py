@@ -149,8 +149,8 @@ def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None
     gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
                              for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
     width = min(k, n_candidates - bool((excluded >= 0).any()))  # one top-k width for every chunk
-    parts = [rank_chunk(torch.from_numpy(scores[part]), gold[part], queries.filter_tails[part], excluded[part], heads[part], width)
-             for part in (slice(s, s + rows) for s in range(0, len(scores), rows))]
+    parts = [rank_chunk(torch.from_numpy(scores[at]), gold[at], queries.filter_tails[at], excluded[at], heads[at], width)
+             for at in (slice(s, s + rows) for s in range(0, len(scores), rows))]
     return Ranking.joined(parts, width)
 
 
