@@ -41,16 +41,14 @@ class ShardedEncoder:
     def __getattr__(self, name):  # stats, token_budget, device, show_progress, ...
         return getattr(self.inner, name)
 
-    def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
-               progress=None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
-        return self.encode_ids(self.inner.tokenize(texts), next_token_ids, description, progress, on_batch)
+    encode = PromptEOLEncoder.encode  # the inner encoder's tokens, then this ``encode_ids``
 
     def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
                    description: str = "encoding", progress=None,
                    on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
         import torch.distributed as dist
 
-        texts = id_lists  # one result per prompt, as ``encode``'s texts
+        n = len(id_lists)  # one result per prompt, as ``encode``'s texts
         mine = my_share([len(ids) for ids in id_lists], self.rank, self.world_size)
         out = self.inner.encode_ids([id_lists[i] for i in mine], next_token_ids, description)
         parts: list = [(mine, out.embeddings, out.next_token_logprobs)]
@@ -58,16 +56,16 @@ class ShardedEncoder:
             parts = [None] * self.world_size
             dist.all_gather_object(parts, (mine, out.embeddings, out.next_token_logprobs))
         width = next(p[1].shape[1] for p in parts)
-        embeddings = np.zeros((len(texts), width), dtype=np.float32)
-        logprobs = None if next_token_ids is None else np.zeros((len(texts), len(next_token_ids)), dtype=np.float32)
+        embeddings = np.zeros((n, width), dtype=np.float32)
+        logprobs = None if next_token_ids is None else np.zeros((n, len(next_token_ids)), dtype=np.float32)
         for positions, vectors, part_logprobs in parts:
             embeddings[positions] = vectors
             if logprobs is not None:
                 logprobs[positions] = part_logprobs
         if progress is not None:
-            progress.update(len(texts))
+            progress.update(n)
         if on_batch is not None:
-            on_batch(np.arange(len(texts)), embeddings)
+            on_batch(np.arange(n), embeddings)
             return EncoderOutput(None, logprobs)
         return EncoderOutput(embeddings, logprobs)
 
