@@ -161,16 +161,10 @@ class PromptTemplates:
         return TAIL_TEMPLATE.format(name=kg.entity_names[entity], description=kg.entity_descriptions[entity])
 
     def to_metadata(self) -> dict:
-        return {
-            **dataclasses.asdict(self),
-            "example_line": EXAMPLE_LINE,
-            "query_line": self._query_line(),
-            "query_layout": "example lines joined by '\\n', then '\\n' + query_line (no examples: query_line alone)",
-            "shot_sampling": SHOT_SAMPLING,
-            "continuation": CONTINUATION,
-            "tail_template": TAIL_TEMPLATE,
-            "prompt_special_tokens": self.prompt_special_tokens,
-        }
+        return {**dataclasses.asdict(self), "example_line": EXAMPLE_LINE, "query_line": self._query_line(),
+                "query_layout": "example lines joined by '\\n', then '\\n' + query_line (no examples: query_line alone)",
+                "shot_sampling": SHOT_SAMPLING, "continuation": CONTINUATION, "tail_template": TAIL_TEMPLATE,
+                "prompt_special_tokens": self.prompt_special_tokens}
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_metadata(), sort_keys=True).encode()).hexdigest()[:12]
@@ -190,8 +184,7 @@ def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
     if cached is None or cached[0] is not train:
         keys = train[:, 0] * max(kg.n_relations, 1) + train[:, 1]
         order = np.argsort(keys, kind="stable")
-        cached = (train, keys[order], order)
-        kg.__dict__["_train_pair_index"] = cached
+        cached = kg.__dict__["_train_pair_index"] = (train, keys[order], order)
     return cached[1], cached[2]
 
 
