@@ -100,8 +100,7 @@ class EmbeddingStore:
 
     # -- opening -------------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Index the shards not seen yet (written by another process since this one looked); one that
-        fails its checks is set aside with a warning and its items stay missing."""
+        """Index the shards written since this one looked (by another process); one failing its checks is set aside."""
         seen = set(self._shards)
         for index_file in sorted(self.folder.glob(f"shard-*{INDEX}")):
             name = index_file.name[: -len(INDEX)]
@@ -117,8 +116,7 @@ class EmbeddingStore:
             self._entries[number], self._maps[number], self._stale = entries, vectors, True
 
     def _read_shard_index(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """A shard's (index entries, memory-mapped vectors), after checking both files' headers against
-        each other and the store."""
+        """A shard's (index entries, memory-mapped vectors), both files' headers checked against each other and the store."""
         index_path, vectors_path = self.folder / f"{name}{INDEX}", self.folder / f"{name}{VECTORS}"
         entries = _load_npy(index_path)
         if entries.dtype != INDEX_DTYPE or entries.ndim != 1:
@@ -137,14 +135,12 @@ class EmbeddingStore:
         """The sorted index over every usable shard, made again only after shards came or went."""
         if not self._stale:
             return
-        numbers = sorted(self._entries)
-        keys = np.concatenate([np.zeros(0, KEY_DTYPE), *(self._entries[n]["key"] for n in numbers)])
+        shards = sorted(self._entries.items())
+        entries = np.concatenate([np.zeros(0, INDEX_DTYPE), *(e for _, e in shards)])
         where = np.concatenate([np.zeros((0, 2), np.int64),
-                                *(np.stack([np.full(len(self._entries[n]), n), np.arange(len(self._entries[n]))], 1)
-                                  for n in numbers)])
-        checksums = np.concatenate([np.zeros(0, np.uint64), *(self._entries[n]["checksum"] for n in numbers)])
-        keys, first = np.unique(keys, return_index=True)  # an item stored twice (two runs): its first copy
-        self._keys, self._where, self._checksums, self._stale = keys, where[first], checksums[first], False
+                                *(np.stack([np.full(len(e), n), np.arange(len(e))], 1) for n, e in shards)])
+        keys, first = np.unique(entries["key"], return_index=True)  # an item stored twice (two runs): its first copy
+        self._keys, self._where, self._checksums, self._stale = keys, where[first], entries["checksum"][first], False
 
     def _set_aside(self, name: str, error: StoredFileError) -> None:
         """Set aside both files of a shard (the one named in ``error`` with the warning), drop its rows."""
@@ -255,18 +251,17 @@ class EmbeddingStore:
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
         vectors = self._read_rows(shard, rows)
-        problem = None
         if vectors is None:
             problem = "it is shorter than its header says"
         elif (changed := int((row_checksums(vectors) != checksums).sum())):
             problem = f"{changed} of the rows read differ from what was written"
         elif (invalid := int(self._invalid_rows(vectors).sum())):
             problem = f"{invalid} of the rows read hold NaN or infinity"
-        if problem:
-            name = self._shards[shard]
-            self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
-            raise StoreDamaged(f"{self.folder / name}{VECTORS}: {problem}")
-        return vectors
+        else:
+            return vectors
+        name = self._shards[shard]
+        self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
+        raise StoreDamaged(f"{self.folder / name}{VECTORS}: {problem}")
 
     def _invalid_rows(self, vectors: np.ndarray) -> np.ndarray:
         """Per row: whether it holds a value no shard may hold (NaN, +inf, and -inf unless it is a value here)."""
