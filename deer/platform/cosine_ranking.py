@@ -102,7 +102,6 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(where, (n, d) array)``
     blocks, ``where`` a start (rows start..start+n-1) or the rows' ascending candidate positions; every
     candidate in exactly one block, in any order (a list, or a function giving them anew for each pass).
-    The same result as ``rank_chunk`` on the whole cosine matrix.
 
     ``query_vectors`` (n_queries, d); ``gold_vectors`` (n_queries, d): each query's gold candidate's
     vector (to place the tie band); ``queries``: what a QuerySet gives the kernel (``gold``,
@@ -118,20 +117,19 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     width = min(k, n_candidates - bool((excluded >= 0).any()))
     query_tensor = normalize_rows(torch.as_tensor(np.asarray(query_vectors, np.float32)))
     approx_gold = (query_tensor * normalize_rows(torch.as_tensor(np.asarray(gold_vectors, np.float32)))).sum(1)
-    block_starts = range(0, n_queries, query_block) if n_queries else []
-    states = {start: _new_state(min(query_block, n_queries - start), device) for start in block_starts}
+    starts = range(0, n_queries, query_block) if n_queries else ()
+    blocks = [range(start, min(start + query_block, n_queries)) for start in starts]
+    states = [_new_state(len(rows), device) for rows in blocks]
     read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
     with torch.inference_mode():
-        for start in block_starts:  # one pass over the candidates per block of queries
-            rows = range(start, min(start + query_block, n_queries))
-            source = read()
-            _scan(states[start], query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
-                  source, rows, gold, excluded, heads, filters, width, device, band)
-    ranking = Ranking.joined([_finish(states[start], range(start, min(start + query_block, n_queries)), n_candidates, excluded,
-                                      heads, gold, filters) for start in block_starts], width)
+        for rows, state in zip(blocks, states, strict=True):  # one pass over the candidates per block of queries
+            _scan(state, query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
+                  read(), rows, gold, excluded, heads, filters, width, device, band)
+    ranking = Ranking.joined([_finish(state, rows, n_candidates, excluded, heads, gold, filters)
+                              for rows, state in zip(blocks, states, strict=True)], width)
     if not n_queries:
         return ranking
-    exact = torch.cat([states[start].gold_score.cpu() for start in block_starts]).double()
+    exact = torch.cat([state.gold_score.cpu() for state in states]).double()
     outside = np.flatnonzero((torch.isfinite(exact) & ((exact - approx_gold.double()).abs() > band)).numpy())
     if len(outside) and band < WIDE_BAND:  # counts made against the wrong side of the band: made again
         again = rank_cosine_blocks(np.asarray(query_vectors)[outside], np.asarray(gold_vectors)[outside], read, n_candidates,
@@ -224,8 +222,7 @@ def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarr
     if state.top_values.shape[1] == keep:
         last = state.top_values[:, -1].astype(np.float32)
         last[np.isnan(last)] = -np.inf  # the excluded candidate, marked NaN, is last: any score enters
-        entering = flags.count(torch.ge, scores, torch.as_tensor(last, device=scores.device)[:, None]) > 0
-        rows = entering.nonzero().flatten()
+        rows = (flags.count(torch.ge, scores, torch.as_tensor(last, device=scores.device)[:, None]) > 0).nonzero().flatten()
         if len(rows) > n_rows // 2:  # most rows: all of them, without copying their scores
             rows = torch.arange(n_rows, device=scores.device)
         elif len(rows):
@@ -285,8 +282,7 @@ def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cell
         return
     width = scores.shape[1]
     block = scores[rows]
-    in_band = (block >= lower[rows]) & (block <= upper[rows])
-    local_rows, columns = in_band.nonzero(as_tuple=True)
+    local_rows, columns = ((block >= lower[rows]) & (block <= upper[rows])).nonzero(as_tuple=True)
     query_rows = rows[local_rows]
     keys = (query_rows * width + columns).cpu().numpy()
     skipped = np.concatenate([(here * width + cols).cpu().numpy() for here, cols in (gold_cells, excluded_cells)])
@@ -334,23 +330,18 @@ def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, h
     higher_filtered = state.higher_filtered.cpu().numpy().astype(np.int64)
     at_least, at_least_filtered = higher.copy(), higher_filtered.copy()
     if state.band_rows:
-        band_rows = np.concatenate(state.band_rows)
+        band_rows, band_filtered = np.concatenate(state.band_rows), np.concatenate(state.band_filtered)
         band_scores = np.concatenate(state.band_scores).astype(np.float64)
-        band_filtered = np.concatenate(state.band_filtered)
-        above = band_scores > gold_score[band_rows]
-        tied = band_scores >= gold_score[band_rows]
-        np.add.at(higher, band_rows, above)
-        np.add.at(at_least, band_rows, tied)
-        np.add.at(higher_filtered, band_rows, above & band_filtered)
-        np.add.at(at_least_filtered, band_rows, tied & band_filtered)
+        above, tied = band_scores > gold_score[band_rows], band_scores >= gold_score[band_rows]
+        for counts, hits in ((higher, above), (at_least, tied), (higher_filtered, above & band_filtered),
+                             (at_least_filtered, tied & band_filtered)):
+            np.add.at(counts, band_rows, hits)
     block_excluded = excluded[rows.start:rows.stop]
     n_filters, excluded_in_filters = filter_counts(filters, np.arange(rows.start, rows.stop), block_excluded)
     invalid_gold = ~np.isfinite(gold_score)
     if invalid_gold.any():  # every competitor beats an invalid gold: the worst rank (``rank_chunk``'s rule)
-        competitors = n_candidates - 1 - (block_excluded >= 0)
-        higher[invalid_gold] = at_least[invalid_gold] = competitors[invalid_gold]
-        filtered_competitors = n_filters - excluded_in_filters
-        higher_filtered[invalid_gold] = at_least_filtered[invalid_gold] = filtered_competitors[invalid_gold]
+        higher[invalid_gold] = at_least[invalid_gold] = (n_candidates - 1 - (block_excluded >= 0))[invalid_gold]
+        higher_filtered[invalid_gold] = at_least_filtered[invalid_gold] = (n_filters - excluded_in_filters)[invalid_gold]
     raw_opt, raw_pes = 1 + higher, 1 + at_least
     ranks = GoldRanks(*(a.astype(np.float64) for a in (raw_opt, raw_pes, raw_opt - higher_filtered, raw_pes - at_least_filtered)))
     block_heads = heads[rows.start:rows.stop]
