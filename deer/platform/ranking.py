@@ -93,14 +93,11 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
         at_least &= valid
     invalid_gold = ~valid[rows, gold]
     if bool(invalid_gold.any()):  # every competitor beats an invalid gold: the worst rank
-        higher[invalid_gold] = True
+        higher[invalid_gold] = at_least[invalid_gold] = True
         higher[rows[invalid_gold], gold[invalid_gold]] = False
-        at_least[invalid_gold] = True
     out = torch.nonzero(excluded >= 0).flatten()
-    higher[out, excluded[out]] = False
-    at_least[out, excluded[out]] = False
-    raw_opt = 1 + higher.sum(dim=1)
-    raw_pes = at_least.sum(dim=1)
+    higher[out, excluded[out]] = at_least[out, excluded[out]] = False
+    raw_opt, raw_pes = 1 + higher.sum(dim=1), at_least.sum(dim=1)
     filtered_opt, filtered_pes = raw_opt.clone(), raw_pes.clone()
     pair_rows, pair_columns = FilterTails.of(filter_tails).pairs(np.arange(n_rows))  # the other true tails, as (row, candidate)
     if len(pair_rows):

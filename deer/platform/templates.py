@@ -51,9 +51,7 @@ STYLE_DEFAULTS = {"paper": ("per-query", False), "authors": ("shared", True)}
 @functools.lru_cache(maxsize=8)
 def candidate_prompt(label: str, description: str | None = None) -> str:
     """DEER's prompt for a benchmark's answer: name and description (``TAIL_TEMPLATE``), or the name alone."""
-    if description:
-        return TAIL_TEMPLATE.format(name=label, description=description)
-    return NAME_TAIL_TEMPLATE.format(name=label)
+    return TAIL_TEMPLATE.format(name=label, description=description) if description else NAME_TAIL_TEMPLATE.format(name=label)
 
 
 def candidate_prompts(candidates) -> list[str]:

@@ -77,9 +77,7 @@ def check_out_folder(out, option: str = "out") -> None:
     path = Path(out).expanduser()
     if path.exists() and not path.is_dir():
         raise OptionError(option, str(out), "exists and is not a folder")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
+    existing = next(folder for folder in (path, *path.parents) if folder.exists())
     if not existing.is_dir():
         raise OptionError(option, str(out), f"{existing} is a file, so the folder cannot be created there")
     try:
