@@ -369,7 +369,9 @@ class PendingParts:
         self._write(wait=True)
 
     def _write(self, wait: bool) -> None:
-        self._wait()  # one part written at a time, in order
+        if self._writing is not None:  # one part written at a time, in order
+            writing, self._writing = self._writing, None
+            writing.result()  # its error, raised here
         if self._pending:
             keys, vectors = np.concatenate(self._keys), np.concatenate(self._vectors)
             if wait:
@@ -378,11 +380,6 @@ class PendingParts:
                 self._writing = self._writer.submit(self.store.add, keys, vectors)
         self._keys, self._vectors, self._pending = [], [], 0
         self._last_write = self.clock()
-
-    def _wait(self) -> None:
-        if self._writing is not None:
-            writing, self._writing = self._writing, None
-            writing.result()  # its error, raised here
 
     def __enter__(self) -> PendingParts:
         return self
