@@ -40,10 +40,8 @@ SHOT_MODES = ("per-query", "shared")
 STYLES = ("paper", "authors")
 # Recorded in the metadata (and so in every cache key): change it whenever the examples a query
 # gets change, so embeddings stored under the old rule are never reused.
-SHOT_SAMPLING = (
-    "v2: train triples with the query's (head, relation) excluded; per-query: k drawn by "
-    "default_rng([seed, head, relation]); shared: first k of default_rng([seed]).permutation(n_train)"
-)
+SHOT_SAMPLING = ("v2: train triples with the query's (head, relation) excluded; per-query: k drawn by "
+                 "default_rng([seed, head, relation]); shared: first k of default_rng([seed]).permutation(n_train)")
 # What each style implies when shots / query_trailing_space are not given.
 STYLE_DEFAULTS = {"paper": ("per-query", False), "authors": ("shared", True)}
 
