@@ -38,9 +38,8 @@ def check_count(option: str, value, minimum: int, allow_none: bool = False) -> N
 def check_run_options(*, subset=None, seed=0, k_shot=None, token_budget=None, dtype=None, device=None,
                       max_instances=None) -> None:
     """The numeric and named options shared by the probes (those given; None is not checked)."""
-    counts = (("subset", subset, 1), ("seed", seed, 0), ("k_shot", k_shot, 0), ("token_budget", token_budget, 1),
-              ("max_instances", max_instances, 1))
-    for option, value, minimum in counts:
+    for option, value, minimum in (("subset", subset, 1), ("seed", seed, 0), ("k_shot", k_shot, 0),
+                                   ("token_budget", token_budget, 1), ("max_instances", max_instances, 1)):
         check_count(option, value, minimum, allow_none=option != "seed")
     if dtype is not None and dtype not in DTYPES:
         raise OptionError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
