@@ -61,15 +61,12 @@ def _concatenated_parts(package_prefix: str, n_parts: int, file_name: str) -> Ca
     """GGUF split over ``n_parts`` pip packages, each holding ``data/partNN.bin``."""
 
     def locate(work_dir: Path) -> Path | None:
-        parts = []
-        for i in range(1, n_parts + 1):
-            folder = _package_folder(f"{package_prefix}{i}")
-            if folder is None:
-                return None
-            parts.extend(sorted((folder / "data").glob("part*.bin")))
+        folders = [_package_folder(f"{package_prefix}{i}") for i in range(1, n_parts + 1)]
+        if None in folders:
+            return None
         target = work_dir / file_name
         with open(target, "wb") as out:
-            for part in sorted(parts, key=lambda p: p.name):
+            for part in sorted((p for folder in folders for p in (folder / "data").glob("part*.bin")), key=lambda p: p.name):
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, out)
         return target
@@ -140,9 +137,8 @@ def _convert_gguf(alias: str, target: Path) -> None:
         work_dir = Path(work)
         gguf_path = bundled.locate_gguf(work_dir)
         if gguf_path is None:
-            raise ModelUnavailableError(
-                f"Model '{alias}' ({bundled.description}) is not installed. Install it with:\n    {bundled.install}"
-            )
+            raise ModelUnavailableError(f"Model '{alias}' ({bundled.description}) is not installed. "
+                                        f"Install it with:\n    {bundled.install}")
         folder, file_name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
         gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
@@ -184,14 +180,13 @@ def resolve_model(name: str) -> ResolvedModel:
 
 
 def _hub_unavailable(resolved: ResolvedModel, error: Exception) -> ModelUnavailableError:
-    known = ", ".join(BUNDLED_MODELS)
+    revision = resolved.revision
     return ModelUnavailableError(
-        f"Model '{resolved.name}' (hub id '{resolved.source}'{f', revision {resolved.revision}' if resolved.revision else ''}) could not be loaded: it is not in the local "
-        f"Hugging Face cache and the hub cannot be reached ({type(error).__name__}).\n"
-        f"On a networked machine run once: hf download {resolved.source}"
-        f"{f' --revision {resolved.revision}' if resolved.revision else ''}\n"
-        f"or pass a local folder with --model PATH. Models that install offline with pip: {known} "
-        f"(see `deer models`)."
+        f"Model '{resolved.name}' (hub id '{resolved.source}'{f', revision {revision}' if revision else ''}) could not be "
+        f"loaded: it is not in the local Hugging Face cache and the hub cannot be reached ({type(error).__name__}).\n"
+        f"On a networked machine run once: hf download {resolved.source}{f' --revision {revision}' if revision else ''}\n"
+        f"or pass a local folder with --model PATH. Models that install offline with pip: {', '.join(BUNDLED_MODELS)} "
+        "(see `deer models`)."
     )
 
 
@@ -229,8 +224,7 @@ def check_model_config(model) -> None:
     except ModelUnavailableError:
         return
     kwargs = loading_options(model)[0]
-    source = {**({"revision": resolved.revision} if resolved.revision else {}),
-              **{key: kwargs[key] for key in SOURCE_KWARGS if key in kwargs}}
+    source = _source_kwargs(resolved, kwargs)
     overrides = {key: value for key, value in kwargs.items() if key not in SOURCE_KWARGS}
     problem = _config_problem(resolved.source, source, overrides)
     if problem is None:
@@ -239,6 +233,12 @@ def check_model_config(model) -> None:
         given = ", ".join(f"{key}={value!r}" for key, value in overrides.items())
         raise OptionError("model_kwargs", given, f"the config of {name} refuses it: {problem}")
     raise ModelUnavailableError(f"{name}: its config.json does not validate: {problem}")
+
+
+def _source_kwargs(resolved: ResolvedModel, model_kwargs: dict) -> dict:
+    """What the config and tokenizer are read with: the name's revision and the loading options in ``SOURCE_KWARGS``."""
+    revision = {"revision": resolved.revision} if resolved.revision else {}
+    return {**revision, **{key: model_kwargs[key] for key in SOURCE_KWARGS if key in model_kwargs}}
 
 
 def _config_problem(source: str, source_kwargs: dict, overrides: dict) -> str | None:
@@ -268,13 +268,12 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     resolved = resolve_model(name)
     device = resolve_device(device)
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[resolve_dtype(dtype, device)]
+    source_kwargs = _source_kwargs(resolved, model_kwargs)
     try:
-        revision = {"revision": resolved.revision} if resolved.revision else {}
-        source_kwargs = {**revision, **{key: model_kwargs[key] for key in SOURCE_KWARGS if key in model_kwargs}}
         config = AutoConfig.from_pretrained(resolved.source, **source_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(resolved.source, **source_kwargs)
         model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
-        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **{**revision, **model_kwargs})
+        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **{**source_kwargs, **model_kwargs})
     except (OSError, ValueError, TypeError) as error:
         if resolved.kind == "hub" and not isinstance(error, TypeError):
             raise _hub_unavailable(resolved, error) from error
@@ -297,8 +296,7 @@ def merged_adapter(model, adapter: str):
 
 def is_masked_lm_config(config) -> bool:
     """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right."""
-    architectures = getattr(config, "architectures", None) or []
-    if any(a.endswith("ForMaskedLM") for a in architectures):
+    if any(a.endswith("ForMaskedLM") for a in getattr(config, "architectures", None) or []):
         return True
     return getattr(config, "model_type", "") in {"bert", "roberta", "distilbert", "albert", "electra", "xlm-roberta", "deberta", "deberta-v2", "modernbert"}
 
@@ -456,11 +454,10 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     model_kwargs, adapter = loading_options(name)
     loading = {key: value for key, value in (("model_kwargs", model_kwargs), ("adapter", adapter)) if value}
-    return LoadedModel(
-        str(name), model, tokenizer, resolved.source, model_fingerprint(model) + loading_suffix(model_kwargs),
-        tokenizer_fingerprint(tokenizer), str(next(model.parameters()).dtype).replace("torch.", ""),
-        str(next(model.parameters()).device), time.perf_counter() - started, loading=loading,
-    )
+    parameter = next(model.parameters())
+    return LoadedModel(str(name), model, tokenizer, resolved.source, model_fingerprint(model) + loading_suffix(model_kwargs),
+                       tokenizer_fingerprint(tokenizer), str(parameter.dtype).replace("torch.", ""), str(parameter.device),
+                       time.perf_counter() - started, loading=loading)
 
 
 def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
