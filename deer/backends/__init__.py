@@ -1,18 +1,11 @@
 """The backend seam: the model-facing operations every probe needs, behind one interface.
 
-* ``backend.encoder(special_tokens)``: ``encode(texts, next_token_ids=..., progress=..., on_batch=...)``
-  gives each prompt's last-layer state at its last token (PromptEOL) and, when asked, log p(next
-  token) for chosen ids there (LAMA); with ``stats``, ``token_budget``, ``max_batch_size``, ``device``;
-* ``backend.statement_scorer(pll_variant)``: ``score(context, continuations)`` and
-  ``score_statements(statements, progress)`` give whole statements' summed log-likelihoods (every
-  token after the first; PLL for a masked LM), with ``method``, ``statements_method`` and ``work()``;
-* ``backend.mask_filler()``: ``logprobs(sentences, token_ids)`` at a masked LM's mask token (LAMA).
-
-Every backend derives from ``ModelBackend``, which answers for the model it runs: ``max_positions``,
-``is_masked_lm``, ``device`` (where its vectors are ranked), ``output_size``, ``evaluation_mode()`` and
-``token_counts(texts)``; the rest of the toolkit asks the backend, never the model object.
-``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``: an alias, hub
-id, folder or ``ModelSpec``; or a ``LoadedModel`` taken as it is) and opens the backend on it.
+``Backend`` states them with their units and shapes: ``encoder`` (PromptEOL states, LAMA's next-token
+log-probs), ``statement_scorer`` (whole statements' summed log-likelihoods; PLL for a masked LM) and
+``mask_filler`` (LAMA on a masked LM).  Every backend derives from ``ModelBackend``, which answers for
+the model it runs (``max_positions``, ``is_masked_lm``, ``device``, ``output_size``, ``evaluation_mode()``,
+``token_counts(texts)``): the rest of the toolkit asks the backend, never the model object.
+``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on it.
 
 Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
 forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
