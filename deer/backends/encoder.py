@@ -45,9 +45,7 @@ def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
 
 def token_logprobs(model, hidden: torch.Tensor, targets: Sequence[int], rows: np.ndarray | None = None) -> np.ndarray:
     """log p(targets[j] | hidden row rows[j]) (rows default: row j) for final hidden states (k, d): float64.
-
-    The LM head runs once per hidden row, in chunks of 256 rows, so the logits stay small for large vocabularies.
-    """
+    The LM head runs once per hidden row, in chunks of 256 rows, so the logits stay small for large vocabularies."""
     targets = np.asarray(targets, dtype=np.int64)
     rows = np.arange(len(targets)) if rows is None else np.asarray(rows, dtype=np.int64)
     out = np.zeros(len(targets), dtype=np.float64)
@@ -67,25 +65,38 @@ def output_size(model) -> int:
     return int(model.get_output_embeddings().weight.shape[-1])
 
 
-class PromptEOLEncoder:
+class Encoder:
+    """What every encoder shares: ``tokenize``, ``output_size`` and ``encode``, over its own ``encode_ids``."""
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
+
+    @property
+    def output_size(self) -> int:
+        """Width of the vectors: ``output_size(model)``."""
+        return output_size(self.model)
+
+    def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
+               progress: tqdm | None = None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
+        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``
+        (``on_batch``: see ``encode_ids``)."""
+        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
+
+
+class PromptEOLEncoder(Encoder):
     """Batched PromptEOL embeddings for a causal LM (model in eval mode)."""
 
-    def __init__(
-        self, model, tokenizer, token_budget: int | None = None, max_batch_size: int | None = None, show_progress: bool = True,
-        special_tokens: str = "bos", reuse_prefix: bool = True,
-    ):
+    def __init__(self, model, tokenizer, token_budget: int | None = None, max_batch_size: int | None = None,
+                 show_progress: bool = True, special_tokens: str = "bos", reuse_prefix: bool = True):
         """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: what the device
         holds, ``deer.backends.batching.auto_batch_limits``).  ``special_tokens``: "bos" (the project's
         BOS policy) or "tokenizer" (its own).  ``reuse_prefix``: run a long token prefix shared by
         prompts once, then only each prompt's tail (``deer.backends.shared_prefix``)."""
-        self.model = model
-        self.special_tokens = special_tokens
-        self.tokenizer = tokenizer
+        self.model, self.tokenizer, self.special_tokens = model, tokenizer, special_tokens
         budget, rows = auto_batch_limits(model)  # None: what the model's device holds
         self.token_budget = budget if token_budget is None else token_budget
         self.max_batch_size = rows if max_batch_size is None else max_batch_size
-        self.show_progress = show_progress
-        self.reuse_prefix = reuse_prefix
+        self.show_progress, self.reuse_prefix = show_progress, reuse_prefix
         self.stats = WorkCounter("prompts", "tokens", "padded_tokens")
         self.device = next(model.parameters()).device
         self.pad_id = padding_id(tokenizer)
@@ -104,33 +115,15 @@ class PromptEOLEncoder:
         The text is the whole prompt: wrap it in a PromptEOL template yourself (``PromptTemplates``
         builds DEER's).  ``normalize``: unit length, so dot products are cosines."""
         vectors = self.encode(texts, description="embedding").embeddings
-        if normalize:
-            vectors = normalize_rows(vectors)
-        return vectors
-
-    @property
-    def output_size(self) -> int:
-        """Width of the vectors: ``output_size(model)``."""
-        return output_size(self.model)
-
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
-
-    def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
-               progress: tqdm | None = None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
-        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``
-        (``on_batch``: see ``encode_ids``)."""
-        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
+        return normalize_rows(vectors) if normalize else vectors
 
     @torch.inference_mode()
     def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
                    description: str = "encoding", progress: tqdm | None = None,
                    on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
         """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given.
-
         ``on_batch(positions, vectors)``: called after each batch with its input positions and
-        float32 embeddings; these are then not gathered (``embeddings`` is None).
-        """
+        float32 embeddings; these are then not gathered (``embeddings`` is None)."""
         n = len(id_lists)
         if n and min(len(ids) for ids in id_lists) == 0:
             raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
@@ -144,9 +137,8 @@ class PromptEOLEncoder:
         embeddings = None  # sized by the first batch's hidden states
         logprobs = None
         if next_token_ids is not None:
-            next_token_ids = np.asarray(next_token_ids, dtype=np.int64)
-            logprobs = np.zeros((n, len(next_token_ids)), dtype=np.float32)
-            gather_ids = torch.as_tensor(next_token_ids, device=self.device)
+            gather_ids = torch.as_tensor(np.asarray(next_token_ids, dtype=np.int64), device=self.device)
+            logprobs = np.zeros((n, len(gather_ids)), dtype=np.float32)
         own_progress = progress is None
         if own_progress:
             progress = tqdm(total=n, desc=description, unit="prompt", disable=not self.show_progress, leave=False)
@@ -187,13 +179,12 @@ class PromptEOLEncoder:
                 tokens = sum(len(tails[i]) for i in batch)
                 self.stats.add(tokens=fed, padded_tokens=fed, prefix_tokens=fed - tokens, tail_tokens=tokens)
                 yield members[batch], hidden
-        base = self.model.base_model
         for batch in length_sorted_batches([len(id_lists[i]) for i in rest], self.token_budget, self.max_batch_size):
             batch = rest[batch]
             input_ids, attention_mask = pad_right([id_lists[i] for i in batch], self.pad_id)
             # No padding mask: under causal attention a right-padded row's real tokens never see
             # the padding after them, and without a mask the back-end takes its causal fast path.
-            output = base(input_ids=torch.as_tensor(input_ids, device=self.device), use_cache=False)
+            output = self.model.base_model(input_ids=torch.as_tensor(input_ids, device=self.device), use_cache=False)
             last = torch.as_tensor(attention_mask.sum(axis=1) - 1, device=self.device)
             self.stats.add(tokens=int(attention_mask.sum()), padded_tokens=int(attention_mask.size))
             yield batch, output.last_hidden_state[torch.arange(len(batch), device=self.device), last]

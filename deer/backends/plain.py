@@ -15,7 +15,7 @@ import torch
 
 from deer.backends.batching import pad_right
 from deer.backends.boundary import move_trailing_whitespace
-from deer.backends.encoder import EncoderOutput, output_size
+from deer.backends.encoder import Encoder, EncoderOutput
 from deer.backends.mask_fill import MaskFiller
 from deer.backends.model_backend import ModelBackend
 from deer.backends.models import is_masked_lm
@@ -81,7 +81,7 @@ def plain_last_state(model, ids: Sequence[int]) -> np.ndarray:
     return model.base_model(input_ids=torch.as_tensor([list(ids)], device=device)).last_hidden_state[0, -1].float().cpu().numpy()
 
 
-class PlainEncoder:
+class PlainEncoder(Encoder):
     """``PromptEOLEncoder``'s interface, one prompt per forward pass (the next-token log-probs from a
     second, whole pass of the model with its own LM head)."""
 
@@ -92,17 +92,6 @@ class PlainEncoder:
         self.token_budget = None
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("prompts", "tokens", "padded_tokens")
-
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
-
-    @property
-    def output_size(self) -> int:
-        return output_size(self.model)
-
-    def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
-               progress=None, on_batch=None) -> EncoderOutput:
-        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
 
     def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
                    description: str = "encoding", progress=None, on_batch=None) -> EncoderOutput:
@@ -143,8 +132,7 @@ class PlainStatementScorer:
                 if self.masked:
                     scores[i] = plain_pll(self.model, self.tokenizer, statement, self.pll_variant)
                 else:
-                    ids = batch_token_ids(self.tokenizer, [statement])[0]
-                    scores[i] = plain_statement_score(self.model, ids)
+                    scores[i] = plain_statement_score(self.model, batch_token_ids(self.tokenizer, [statement])[0])
             self.stats.add(statements=1)
             if progress is not None:
                 progress(1)
@@ -155,20 +143,18 @@ class PlainStatementScorer:
 
 
 class PlainBackend(ModelBackend):
-    """One whole forward pass per prompt or statement (see the module docstring); budgets do not apply."""
+    """One whole forward pass per prompt, statement (per masked copy for PLL) or masked sentence (see the module
+    docstring); budgets do not apply."""
 
     name = "plain"
     can_cache = False  # a cross-check: reads and writes no store
     store_key: dict = {}
 
     def encoder(self, special_tokens: str = "bos") -> PlainEncoder:
-        """The ``Backend.encoder`` interface, one whole forward pass per prompt."""
         return PlainEncoder(self.model, self.tokenizer, special_tokens, self.show_progress)
 
     def statement_scorer(self, pll_variant: str = "within_word_l2r") -> PlainStatementScorer:
-        """The ``Backend.statement_scorer`` interface, one whole forward pass per statement (per masked copy for PLL)."""
         return PlainStatementScorer(self.model, self.tokenizer, pll_variant)
 
     def mask_filler(self) -> MaskFiller:
-        """The ``Backend.mask_filler`` interface, one masked sentence per forward pass."""
         return MaskFiller(self.model, self.tokenizer, token_budget=1)
