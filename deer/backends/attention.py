@@ -29,18 +29,15 @@ def attention_windows(model) -> int | None | dict[str, int | None]:
     every layer, or a dict {layer kind: window} when layers differ (``config.layer_types``).
 
     Raises NotImplementedError for layer kinds whose masks are not causal or sliding
-    (chunked or linear attention), rather than scoring them wrongly.
-    """
+    (chunked or linear attention), rather than scoring them wrongly."""
     config = text_config(model)
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
         kinds = set(layer_types)
-        unknown = kinds - {FULL, SLIDING}
-        if unknown:
-            raise NotImplementedError(
-                f"{type(model).__name__} has attention layers of kind {sorted(unknown)}; custom masks for them are not implemented"
-            )
+        if unknown := kinds - {FULL, SLIDING}:
+            raise NotImplementedError(f"{type(model).__name__} has attention layers of kind {sorted(unknown)}; "
+                                      "custom masks for them are not implemented")
         if kinds == {FULL}:
             return None
         return {kind: (window if kind == SLIDING else None) for kind in sorted(kinds)}
@@ -54,18 +51,15 @@ def attention_windows(model) -> int | None | dict[str, int | None]:
 def custom_attention_mask(model, allowed: np.ndarray, query_positions: np.ndarray, key_positions: np.ndarray,
                           device: str | torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
     """The ``attention_mask`` argument for a forward pass with a custom attention pattern.
-
     ``allowed``: bool (q, k), True where query token i may attend to key j (cached keys first);
     ``query_positions`` (q,) and ``key_positions`` (k,): position ids, for sliding windows.  Returns a
-    (1, 1, q, k) additive mask in the model's dtype, or a dict of them per layer kind.
-    """
+    (1, 1, q, k) additive mask in the model's dtype, or a dict of them per layer kind."""
     dtype = next(model.parameters()).dtype
     if not dtype.is_floating_point:
         dtype = torch.float32
     allowed_t = torch.as_tensor(np.asarray(allowed, dtype=bool), device=device)
-    distance = torch.as_tensor(
-        np.asarray(query_positions, dtype=np.int64)[:, None] - np.asarray(key_positions, dtype=np.int64)[None, :], device=device
-    )
+    queries, keys = np.asarray(query_positions, dtype=np.int64), np.asarray(key_positions, dtype=np.int64)
+    distance = torch.as_tensor(queries[:, None] - keys[None, :], device=device)
 
     def mask_for(window: int | None) -> torch.Tensor:
         visible = allowed_t if window is None else allowed_t & (distance < window)
@@ -80,12 +74,8 @@ def custom_attention_mask(model, allowed: np.ndarray, query_positions: np.ndarra
 
 def _configs(model) -> list:
     """Every distinct config object the model's modules read their attention back-end from."""
-    seen: dict[int, object] = {}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and hasattr(config, "_attn_implementation_internal"):
-            seen.setdefault(id(config), config)
-    return list(seen.values())
+    configs = (getattr(module, "config", None) for module in model.modules())
+    return list({id(config): config for config in configs if hasattr(config, "_attn_implementation_internal")}.values())
 
 
 def configured_backend(model) -> str:
@@ -103,9 +93,7 @@ def mask_backend(model) -> str:
 @contextlib.contextmanager
 def backend_for_custom_masks(model) -> Iterator[str]:
     """Within the block the model attends with ``mask_backend(model)``; yields its name.
-
-    Writes the configs' back-end field directly (as ``set_attn_implementation`` does after its checks).
-    """
+    Writes the configs' back-end field directly (as ``set_attn_implementation`` does after its checks)."""
     wanted = mask_backend(model)
     configs = _configs(model)
     saved = [config._attn_implementation_internal for config in configs]

@@ -14,10 +14,8 @@ def length_sorted_batches(
     lengths: Sequence[int], token_budget: int, max_batch_size: int = 256, max_padding: float = 0.1
 ) -> list[np.ndarray]:
     """Index arrays, each a batch whose padded size (rows x longest) fits ``token_budget``.
-
     Inputs are taken longest first; a batch also closes when its padded slots would exceed
-    ``max_padding`` of its size.  An input longer than the budget gets a batch of its own.
-    """
+    ``max_padding`` of its size.  An input longer than the budget gets a batch of its own."""
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
     batches: list[np.ndarray] = []

@@ -24,12 +24,10 @@ def move_trailing_whitespace(context: str, continuation: str) -> tuple[str, str]
 @dataclasses.dataclass
 class SplitStatements:
     """Token ids of one context and of continuations that follow it.
-
     ``context_ids``: BOS + context tokens, length P.
     ``continuation_ids[i]``: tokens of statement i after its shared prefix (never empty).
     ``shared_lengths[i]``: how many of ``context_ids`` statement i starts with (<= P, >= 1);
-    ``context_ids[:shared_lengths[i]] + continuation_ids[i]`` is statement i's whole tokenisation.
-    """
+    ``context_ids[:shared_lengths[i]] + continuation_ids[i]`` is statement i's whole tokenisation."""
 
     context_ids: list[int]
     continuation_ids: list[list[int]]
@@ -47,24 +45,19 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 def split_statements(tokenizer, context: str, continuations: Sequence[str]) -> SplitStatements:
     """Tokenise ``context`` once and each ``context + continuation`` so that they agree.
-
     Raises ValueError when a statement would have no context token to condition on (an empty
-    context with a tokenizer that has no BOS token): its first token cannot be scored.
-    """
+    context with a tokenizer that has no BOS token): its first token cannot be scored."""
     stripped = context.rstrip()
     tails = [move_trailing_whitespace(context, c)[1] for c in continuations]
     context_ids = token_ids(tokenizer, stripped)
     wholes = batch_token_ids(tokenizer, [stripped + tail for tail in tails])
     continuation_ids, shared_lengths = [], []
     for whole, continuation in zip(wholes, tails, strict=True):
-        shared = common_prefix_length(context_ids, whole)
-        if shared == len(whole):  # continuation adds no token (e.g. empty): keep the last token scored
-            shared = len(whole) - 1
+        # A continuation that adds no token (e.g. empty) keeps the last token scored.
+        shared = min(common_prefix_length(context_ids, whole), len(whole) - 1)
         if shared < 1:
-            raise ValueError(
-                f"cannot score {continuation!r} after an empty context: the tokenizer has no BOS token "
-                "to condition the first token on"
-            )
+            raise ValueError(f"cannot score {continuation!r} after an empty context: the tokenizer has no BOS token "
+                             "to condition the first token on")
         continuation_ids.append(list(whole[shared:]))
         shared_lengths.append(shared)
     return SplitStatements(context_ids, continuation_ids, shared_lengths)

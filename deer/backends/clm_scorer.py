@@ -26,30 +26,23 @@ from deer.base.work import WorkCounter
 
 class SharedPrefixScorer:
     """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode).
-
     ``token_budget``: continuation tokens (trie: trie nodes, leaves included) per forward pass.  ``stats``:
-    ``continuation_tokens`` is what the packed layout feeds (whichever ran), ``trie_nodes`` what the trie fed.
-    """
+    ``continuation_tokens`` is what the packed layout feeds (whichever ran), ``trie_nodes`` what the trie fed."""
 
     LAYOUTS = ("packed", "trie")
 
     def __init__(self, model, tokenizer, token_budget: int = 512, layout: str = "trie"):
         if layout not in self.LAYOUTS:
             raise ValueError(f"layout must be one of {self.LAYOUTS}, not {layout!r}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.token_budget = token_budget
-        self.layout = layout
+        self.model, self.tokenizer, self.token_budget, self.layout = model, tokenizer, token_budget, layout
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("contexts", "statements", "context_tokens", "continuation_tokens", "trie_nodes", "tokens",
                                  "padded_tokens", "scored_tokens")
 
     def score_texts(self, context: str, continuations: Sequence[str], whole: bool = False) -> np.ndarray:
         """Summed log p(continuation tokens | context) per continuation: float64 (n,), nats.
-
         ``whole=True``: the whole statement's summed log-likelihood (every token after the first)
-        instead: the only comparable score where a token straddles the boundary (``deer.backends.boundary``).
-        """
+        instead: the only comparable score where a token straddles the boundary (``deer.backends.boundary``)."""
         return self.score_split(split_statements(self.tokenizer, context, continuations), whole)
 
     def score_split(self, split: SplitStatements, whole: bool = False) -> np.ndarray:
@@ -96,8 +89,7 @@ class SharedPrefixScorer:
             keyed = [[length, *ids] for length, ids in zip(shared_lengths, continuation_ids, strict=True)]
             for row in build_rows(keyed, self.token_budget):
                 node_logprobs = self._trie_logprobs(cache, context_length, row)
-                for index, path in zip(row.statements, row.paths, strict=True):
-                    scores[index] += node_logprobs[path].sum()
+                scores[row.statements] += [node_logprobs[path].sum() for path in row.paths]
             return scores
 
         # Tokens 2.. of the continuations, packed side by side into rows on the context cache.

@@ -27,10 +27,8 @@ def consecutive_packs(widths: Sequence[int], token_budget: int) -> list[list[int
 
 def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], widths: Sequence[int]) -> np.ndarray:
     """Boolean (L, P + L) pattern for continuations packed in one row after a P-token context.
-
     Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
-    tokens 0..j of its own continuation, nothing of the others (True = may attend).
-    """
+    tokens 0..j of its own continuation, nothing of the others (True = may attend)."""
     total = int(sum(widths))
     owner = np.repeat(np.arange(len(widths)), widths)
     offset = np.concatenate([np.arange(w) for w in widths]) if total else np.zeros(0, dtype=np.int64)

@@ -50,11 +50,8 @@ def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence, 
 
 def _mlm_head(model):
     """The MLM head module applied to final hidden states, when the model exposes one."""
-    for name in ("cls", "lm_head", "predictions"):
-        head = getattr(model, name, None)
-        if head is not None:
-            return head
-    return None
+    heads = (getattr(model, name, None) for name in ("cls", "lm_head", "predictions"))
+    return next((head for head in heads if head is not None), None)
 
 
 class PLLScorer:

@@ -23,11 +23,9 @@ PACK_TOKENS = 512
 
 def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_TOKENS) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """Prompts grouped by a shared token prefix: ([(shared length, member indices)], the others).
-
     Sorted lexicographically, a group is a run of neighbours sharing at least T tokens, T chosen to
     save the most tokens.  Groups share at least ``min_shared`` tokens and have two members or more;
-    each member keeps a token of its own.
-    """
+    each member keeps a token of its own."""
     n = len(id_lists)
     if n < 2:
         return [], np.arange(n)
@@ -69,24 +67,18 @@ def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARE
 def context_cache(model, ids: Sequence[int]):
     """The base transformer's output for one context row, with its key/value cache (``past_key_values``)."""
     device = next(model.parameters()).device
-    return model.base_model(input_ids=torch.as_tensor([list(ids)], device=device), past_key_values=DynamicCache(),
-                            use_cache=True)
+    return model.base_model(input_ids=torch.as_tensor([list(ids)], device=device), past_key_values=DynamicCache(), use_cache=True)
 
 
 def forward_on_cache(model, cache, context_length: int, input_ids, positions: np.ndarray, allowed: np.ndarray) -> torch.Tensor:
     """Final hidden states (L, d) of one row on top of a context cache, which is left as it was.
-
-    ``positions``: the row's position ids; ``allowed``: bool (L, context_length + L), who may attend to whom.
-    """
+    ``positions``: the row's position ids; ``allowed``: bool (L, context_length + L), who may attend to whom."""
     device = next(model.parameters()).device
     key_positions = np.concatenate([np.arange(context_length), positions])
-    hidden = model.base_model(
-        input_ids=torch.as_tensor([list(input_ids)], device=device),
-        position_ids=torch.as_tensor(positions[None], device=device),
-        attention_mask=custom_attention_mask(model, allowed, positions, key_positions, device),
-        past_key_values=cache,
-        use_cache=True,
-    ).last_hidden_state[0]
+    hidden = model.base_model(input_ids=torch.as_tensor([list(input_ids)], device=device),
+                              position_ids=torch.as_tensor(positions[None], device=device),
+                              attention_mask=custom_attention_mask(model, allowed, positions, key_positions, device),
+                              past_key_values=cache, use_cache=True).last_hidden_state[0]
     # Drop the row again so the next one sees only the context (negative = tokens to remove).
     cache.crop(context_length - cache.get_seq_length())
     return hidden
@@ -101,8 +93,8 @@ def packed_forward(model, cache, context_length: int, sequences: Sequence[Sequen
     return forward_on_cache(model, cache, context_length, [t for ids in sequences for t in ids], positions, allowed)
 
 
-def hidden_after_prefix(model, prefix: Sequence[int], tails: Sequence[Sequence[int]],
-                        pack_tokens: int = PACK_TOKENS) -> Iterator[tuple[np.ndarray, torch.Tensor, int]]:
+def hidden_after_prefix(model, prefix: Sequence[int],
+                        tails: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor, int]]:
     """Yield (tail indices, last-layer states at each tail's last token (k, d), tokens fed) per
     pack, after running ``prefix`` once; the first pack's count includes the prefix."""
     length = len(prefix)
@@ -110,7 +102,7 @@ def hidden_after_prefix(model, prefix: Sequence[int], tails: Sequence[Sequence[i
         cache = context_cache(model, prefix).past_key_values
         prefix_fed = length
         widths = [len(ids) for ids in tails]
-        for pack in consecutive_packs(widths, pack_tokens):
+        for pack in consecutive_packs(widths, PACK_TOKENS):
             hidden = packed_forward(model, cache, length, [tails[i] for i in pack], [length] * len(pack))
             pack_widths = [widths[i] for i in pack]
             last = torch.as_tensor(np.cumsum(pack_widths) - 1, device=hidden.device)

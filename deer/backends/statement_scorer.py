@@ -30,8 +30,7 @@ class StatementScorer:
         else:
             self.clm = SharedPrefixScorer(model, tokenizer, token_budget)
             self.trie = PrefixTrieScorer(model, tokenizer, token_budget)
-            self.method = "clm-shared-prefix-sum-logprob"
-            self.statements_method = PrefixTrieScorer.method
+            self.method, self.statements_method = "clm-shared-prefix-sum-logprob", PrefixTrieScorer.method
 
     def score(self, context: str, continuations: Sequence[str]) -> np.ndarray:
         """float64 (len(continuations),): log p(context + continuation) summed over every token after the

@@ -83,9 +83,7 @@ class PrefixTrieScorer:
     method = "clm-prefix-trie-sum-logprob"
 
     def __init__(self, model, tokenizer, token_budget: int = 512):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.token_budget = token_budget
+        self.model, self.tokenizer, self.token_budget = model, tokenizer, token_budget
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("statements", "statement_tokens", "fed_tokens", "tokens", "rows")
 
@@ -101,8 +99,7 @@ class PrefixTrieScorer:
             self.stats.attention = backend
             for row in build_rows(sequences, self.token_budget):
                 node_logprobs = self._node_logprobs(row)
-                for index, path in zip(row.statements, row.paths, strict=True):
-                    scores[index] = node_logprobs[path].sum()
+                scores[row.statements] = [node_logprobs[path].sum() for path in row.paths]
                 if progress is not None:
                     progress(len(row.statements))
         self.stats.add(statements=len(sequences), statement_tokens=sum(len(ids) for ids in sequences))
@@ -121,12 +118,9 @@ class PrefixTrieScorer:
         fed_parents = np.where(parents[fed_nodes] >= 0, fed_index[np.maximum(parents[fed_nodes], 0)], -1)
         depths = np.asarray(row.depths, dtype=np.int64)[fed_nodes]
         mask = custom_attention_mask(self.model, ancestor_mask(fed_parents), depths, depths, self.device)
-        hidden = self.model.base_model(
-            input_ids=torch.as_tensor(tokens[fed_nodes][None], device=self.device),
-            position_ids=torch.as_tensor(depths[None], device=self.device),
-            attention_mask=mask,
-            use_cache=False,
-        ).last_hidden_state[0]
+        hidden = self.model.base_model(input_ids=torch.as_tensor(tokens[fed_nodes][None], device=self.device),
+                                       position_ids=torch.as_tensor(depths[None], device=self.device),
+                                       attention_mask=mask, use_cache=False).last_hidden_state[0]
         self.stats.add(rows=1, fed_tokens=len(fed_nodes), tokens=len(fed_nodes))
         # LM head once per fed node; every child reads its token's log-prob from its parent's row.
         targets = np.flatnonzero(parents >= 0)
