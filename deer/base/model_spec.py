@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from deer.base.errors import OptionError
+from deer.base.extras import require_extra
 
 RESERVED = {"dtype": "dtype (--dtype)", "torch_dtype": "dtype (--dtype)", "device_map": "device (--device)",
             "device": "device (--device)"}
@@ -68,8 +69,6 @@ def check_adapter(adapter) -> None:
     that is no folder here is a hub id (``name`` or ``namespace/name``), one the hub cache holds when offline."""
     if adapter is None:
         return
-    from deer.base.extras import require_extra
-
     require_extra("peft", "peft", f"--adapter {adapter}")
     path, text = Path(adapter).expanduser(), str(adapter)
     if path.exists():

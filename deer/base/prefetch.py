@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -19,11 +20,9 @@ def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
 
     def put(entry) -> bool:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(queue.Full):
                 waiting.put(entry, timeout=0.1)
                 return True
-            except queue.Full:
-                continue
         return False
 
     def work():

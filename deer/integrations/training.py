@@ -36,12 +36,11 @@ def probe_during_training(model, tokenizer, queries: QuerySet, templates: Prompt
     the run is identified by ``training_identity`` (class, name, parameter count, ``step``)."""
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # else no CUDA generator state to restore
     rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
-    distributed = world()[1] > 1
     try:
         with full_weights(model):
             loaded = LoadedModel.from_objects(model, tokenizer, fingerprint=training_identity(model, step))
             return probe(queries, loaded, templates=templates or PromptTemplates(), token_budget=token_budget,
-                         show_progress=show_progress, distributed=distributed)
+                         show_progress=show_progress, distributed=world()[1] > 1)
     finally:
         random.setstate(rng_states[0])
         np.random.set_state(rng_states[1])
@@ -65,8 +64,7 @@ class DeerCallback(TrainerCallback):
     each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}).
     After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
     ``metric_for_best_model="deer/mrr"`` (checked against the names reported when attached and when
-    training begins); an ``EarlyStoppingCallback`` must come after this callback.
-    """
+    training begins); an ``EarlyStoppingCallback`` must come after this callback."""
 
     def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,
                  templates: PromptTemplates | None = None, split: str = "test", subset: int | None = None, seed: int = 0,
