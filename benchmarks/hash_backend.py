@@ -11,13 +11,11 @@ is a function of its token ids alone (a splitmix64 stream seeded by their hash),
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 
 import numpy as np
 
 from deer.backends import ModelBackend
-from deer.backends.encoder import EncoderOutput
-from deer.backends.tokenization import batch_token_ids
+from deer.backends.encoder import Encoder, EncoderOutput
 from deer.base.work import WorkCounter
 
 WIDTH = 2048  # OPT-1.3B's hidden size: the scale benchmark's vectors
@@ -34,7 +32,7 @@ def _splitmix(seeds: np.ndarray, width: int) -> np.ndarray:
     return ((z >> np.uint64(40)).astype(np.float32) / np.float32(1 << 23) - 1.0).astype(np.float32)
 
 
-class HashEncoder:
+class HashEncoder(Encoder):
     """``PromptEOLEncoder``'s interface: vectors from token ids, no model."""
 
     max_batch_size = ROWS_PER_BATCH
@@ -47,12 +45,6 @@ class HashEncoder:
     @property
     def output_size(self) -> int:
         return self.width
-
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
-
-    def encode(self, texts, next_token_ids=None, description="encoding", progress=None, on_batch=None) -> EncoderOutput:
-        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
 
     def encode_ids(self, id_lists, next_token_ids=None, description="encoding", progress=None, on_batch=None) -> EncoderOutput:
         if next_token_ids is not None:

@@ -121,8 +121,9 @@ class RunSpec:
 
 
 def _short(value, limit: int = 60) -> str:
-    text = repr(value) if isinstance(value, str) else _canonical(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    from kg_data.task import shorten
+
+    return shorten(repr(value) if isinstance(value, str) else _canonical(value), limit)
 
 
 def _label(name: str) -> str:

@@ -20,6 +20,7 @@ from deer.backends import DEFAULT_BACKEND
 from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.backends.models import DEFAULT_MODEL
 from deer.platform.validate import DTYPES
+from kg_data.task import shorten
 
 if TYPE_CHECKING:
     from deer.platform.run_options import RunOptions
@@ -67,15 +68,10 @@ def friendly_errors(command):
                                   ValueError, OSError)):
                 raise UserFacingError(str(error)) from None
             where = write_traceback(error)  # a bug: one line here, the traceback in a file
-            raise UserFacingError(f"unexpected {type(error).__name__}: {_one_line(error)} (traceback in {where}; "
+            raise UserFacingError(f"unexpected {type(error).__name__}: {shorten(' '.join(str(error).split()), 300)} (traceback in {where}; "
                                   "rerun with `deer --debug ...` to see it, and please report it)") from None
 
     return wrapper
-
-
-def _one_line(error: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def write_traceback(error: BaseException) -> Path:
