@@ -137,9 +137,10 @@ def _answer_space(path: Path, code: str, meta: dict) -> tuple[list[str], list[st
     labels = [_text(path, None, value, f"relation {code}: answer_space_labels[{i}]") for i, value in enumerate(labels)]
     first: dict[str, int] = {}
     for i, answer in enumerate(ids):
-        if first.setdefault(answer, i) != i:
+        if answer in first:
             raise KGFormatError(path, None, f"relation {code}: answer id {answer} is in answer_space_ids twice "
                                             f"(positions {first[answer]} and {i})")
+        first[answer] = i
     return ids, labels
 
 

@@ -89,7 +89,8 @@ class SharedPrefixScorer:
             keyed = [[length, *ids] for length, ids in zip(shared_lengths, continuation_ids, strict=True)]
             for row in build_rows(keyed, self.token_budget):
                 node_logprobs = self._trie_logprobs(cache, context_length, row)
-                scores[row.statements] += [node_logprobs[path].sum() for path in row.paths]
+                for index, path in zip(row.statements, row.paths, strict=True):
+                    scores[index] += node_logprobs[path].sum()
             return scores
 
         # Tokens 2.. of the continuations, packed side by side into rows on the context cache.

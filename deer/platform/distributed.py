@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from deer.backends.encoder import EncoderOutput, PromptEOLEncoder
+from deer.backends.encoder import Encoder, EncoderOutput, PromptEOLEncoder
 
 
 def world() -> tuple[int, int]:
@@ -41,7 +41,7 @@ class ShardedEncoder:
     def __getattr__(self, name):  # stats, token_budget, device, show_progress, ...
         return getattr(self.inner, name)
 
-    encode = PromptEOLEncoder.encode  # the inner encoder's tokens, then this ``encode_ids``
+    encode = Encoder.encode  # the inner encoder's tokens, then this ``encode_ids``
 
     def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
                    description: str = "encoding", progress=None,

@@ -251,17 +251,18 @@ class EmbeddingStore:
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
         vectors = self._read_rows(shard, rows)
+        problem = None
         if vectors is None:
             problem = "it is shorter than its header says"
         elif (changed := int((row_checksums(vectors) != checksums).sum())):
             problem = f"{changed} of the rows read differ from what was written"
         elif (invalid := int(self._invalid_rows(vectors).sum())):
             problem = f"{invalid} of the rows read hold NaN or infinity"
-        else:
-            return vectors
-        name = self._shards[shard]
-        self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
-        raise StoreDamaged(f"{self.folder / name}{VECTORS}: {problem}")
+        if problem:
+            name = self._shards[shard]
+            self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
+            raise StoreDamaged(f"{self.folder / name}{VECTORS}: {problem}")
+        return vectors
 
     def _invalid_rows(self, vectors: np.ndarray) -> np.ndarray:
         """Per row: whether it holds a value no shard may hold (NaN, +inf, and -inf unless it is a value here)."""

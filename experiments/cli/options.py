@@ -68,7 +68,8 @@ def friendly_errors(command):
                                   ValueError, OSError)):
                 raise UserFacingError(str(error)) from None
             where = write_traceback(error)  # a bug: one line here, the traceback in a file
-            raise UserFacingError(f"unexpected {type(error).__name__}: {shorten(' '.join(str(error).split()), 300)} (traceback in {where}; "
+            summary = shorten(" ".join(str(error).split()), 300)  # one line
+            raise UserFacingError(f"unexpected {type(error).__name__}: {summary} (traceback in {where}; "
                                   "rerun with `deer --debug ...` to see it, and please report it)") from None
 
     return wrapper
