@@ -58,9 +58,8 @@ def observed_rank_metrics(raw: np.ndarray, filtered: np.ndarray, relations: Sequ
     query's relation) ``per_relation``, as metrics.json holds them; what a run computes and a read-back checks."""
     observed: dict = {"raw": rank_metrics(raw), "filtered": rank_metrics(filtered)}
     if relations is not None:
-        by_relation = {rank_type: grouped_metrics(ranks, relations) for rank_type, ranks in (("raw", raw), ("filtered", filtered))}
-        observed["per_relation"] = {relation: {"raw": raw_metrics, "filtered": by_relation["filtered"][relation]}
-                                    for relation, raw_metrics in by_relation["raw"].items()}
+        raw_blocks, filtered_blocks = grouped_metrics(raw, relations), grouped_metrics(filtered, relations)
+        observed["per_relation"] = {name: {"raw": block, "filtered": filtered_blocks[name]} for name, block in raw_blocks.items()}
     return observed
 
 
@@ -105,7 +104,7 @@ def cloze_metrics(table: pd.DataFrame) -> dict:
     table = table.assign(kind=candidate_kind(table["candidates"]))
     out: dict = {probe: {} for probe in probes_in(table)}
     for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
-        for probe in probes_in(table):
+        for probe in out:
             per_relation = {f"{s}/{r}": _block(p, probe) for (s, r), p in part.groupby(["source", "relation"], sort=True)}
             per_source = {}
             for source, p in part.groupby("source", sort=True):
