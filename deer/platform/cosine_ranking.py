@@ -110,17 +110,24 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     band; a query whose gold's exact score lies outside it from the row-wise estimate is ranked again
     with ``WIDE_BAND`` (another pass over the candidates, for those queries only).
     """
-    device = torch.device(device)
-    n_queries = len(query_vectors)
     gold, filters = np.asarray(queries.gold, dtype=np.int64), FilterTails.of(queries.filter_tails)
     excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
+    read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
+    return _rank_blocks(query_vectors, gold_vectors, read, n_candidates, (gold, filters, excluded, heads), k, query_block,
+                        torch.device(device), band)
+
+
+def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[int, np.ndarray]]], n_candidates: int,
+                 query_arrays: tuple, k: int, query_block: int, device: torch.device, band: float) -> Ranking:
+    """``rank_cosine_blocks`` over the queries' (gold, filter tails, excluded, heads) arrays, ``read()`` giving the blocks."""
+    gold, filters, excluded, heads = query_arrays
+    n_queries = len(query_vectors)
     width = min(k, n_candidates - bool((excluded >= 0).any()))
     query_tensor = normalize_rows(torch.as_tensor(np.asarray(query_vectors, np.float32)))
     approx_gold = (query_tensor * normalize_rows(torch.as_tensor(np.asarray(gold_vectors, np.float32)))).sum(1)
     starts = range(0, n_queries, query_block) if n_queries else ()
     blocks = [range(start, min(start + query_block, n_queries)) for start in starts]
     states = [_new_state(len(rows), device) for rows in blocks]
-    read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
     with torch.inference_mode():
         for rows, state in zip(blocks, states, strict=True):  # one pass over the candidates per block of queries
             _scan(state, query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
@@ -132,28 +139,14 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     exact = torch.cat([state.gold_score.cpu() for state in states]).double()
     outside = np.flatnonzero((torch.isfinite(exact) & ((exact - approx_gold.double()).abs() > band)).numpy())
     if len(outside) and band < WIDE_BAND:  # counts made against the wrong side of the band: made again
-        again = rank_cosine_blocks(np.asarray(query_vectors)[outside], np.asarray(gold_vectors)[outside], read, n_candidates,
-                                   _QuerySubset(queries, outside), k, query_block, device, WIDE_BAND)
+        again = _rank_blocks(np.asarray(query_vectors)[outside], np.asarray(gold_vectors)[outside], read, n_candidates,
+                             (gold[outside], filters.take(outside), excluded[outside], heads[outside]), k, query_block, device,
+                             WIDE_BAND)
         for field in dataclasses.fields(GoldRanks):
             getattr(ranking.ranks, field.name)[outside] = getattr(again.ranks, field.name)
         ranking.top[outside] = again.top[:, :width]
         ranking.head_above_gold[outside] = again.head_above_gold
     return ranking
-
-
-class _QuerySubset:
-    """Some queries of a QuerySet, as the kernel reads them."""
-
-    def __init__(self, queries, rows: np.ndarray):
-        self.gold = np.asarray(queries.gold)[rows]
-        self.filter_tails = FilterTails.of(queries.filter_tails).take(rows)
-        self._excluded, self._heads = np.asarray(queries.excluded_positions())[rows], np.asarray(queries.head_positions())[rows]
-
-    def excluded_positions(self) -> np.ndarray:
-        return self._excluded
-
-    def head_positions(self) -> np.ndarray:
-        return self._heads
 
 
 def _new_state(n: int, device) -> _QueryBlockState:
@@ -173,7 +166,7 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
                                                for a in (gold, excluded, heads))
     queries_finite = bool(torch.isfinite(block_queries).all())
     lower, upper = (approx_gold - band)[:, None], (approx_gold + band)[:, None]
-    flags, buffers = _Flags(), _Buffers()
+    buffers = _Buffers()
     for where, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending
@@ -189,8 +182,8 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
             _located(columns_t, positions) for positions in (block_gold, block_excluded, block_heads))
         state.gold_score[has_gold] = scores[has_gold, gold_col]
         state.head_score[has_head] = scores[has_head, head_col]
-        clearly_higher = flags.count(torch.gt, scores, upper)
-        near = flags.count(torch.ge, scores, lower) - clearly_higher
+        clearly_higher = buffers.count(torch.gt, scores, upper)
+        near = buffers.count(torch.ge, scores, lower) - clearly_higher
         for here, cells in ((has_gold, gold_col), (has_excluded, excluded_col)):  # never competitors
             own = scores[here, cells]
             clearly = own > upper[here, 0]
@@ -207,11 +200,11 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
         _keep_near_ties(state, scores, near, lower, upper, (has_gold, gold_col), (has_excluded, excluded_col),
                         f_rows * len(columns) + f_cols)
         scores[has_excluded, excluded_col] = float("-inf")
-        _update_top(state, scores, columns, has_excluded, excluded_col, excluded[rows.start:rows.stop], width + 1, flags)
+        _update_top(state, scores, columns, has_excluded, excluded_col, excluded[rows.start:rows.stop], width + 1, buffers)
 
 
 def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarray, has_excluded, excluded_col,
-                block_excluded: np.ndarray, keep: int, flags: _Flags) -> None:
+                block_excluded: np.ndarray, keep: int, buffers: _Buffers) -> None:
     """Merge the block's best ``keep`` of each row into the running top lists (the excluded candidate, one
     more, marked NaN: it sorts last and leaves at the end).  Once a row's list is full, only a row with a
     score at or above its last kept value can change it (a tie may enter by position); the other rows are
@@ -222,7 +215,7 @@ def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarr
     if state.top_values.shape[1] == keep:
         last = state.top_values[:, -1].astype(np.float32)
         last[np.isnan(last)] = -np.inf  # the excluded candidate, marked NaN, is last: any score enters
-        rows = (flags.count(torch.ge, scores, torch.as_tensor(last, device=scores.device)[:, None]) > 0).nonzero().flatten()
+        rows = (buffers.count(torch.ge, scores, torch.as_tensor(last, device=scores.device)[:, None]) > 0).nonzero().flatten()
         if len(rows) > n_rows // 2:  # most rows: all of them, without copying their scores
             rows = torch.arange(n_rows, device=scores.device)
         elif len(rows):
@@ -250,28 +243,19 @@ class _Buffers:
     def __init__(self):
         self.held: dict[str, torch.Tensor] = {}
 
-    def take(self, name: str, shape, device) -> torch.Tensor:
-        """A float32 tensor of ``shape`` (contents undefined) on ``device``, from the buffer kept under ``name``."""
+    def take(self, name: str, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A tensor of ``shape`` (contents undefined) on ``device``, from the buffer kept under ``name``."""
         size = int(np.prod(shape))
         held = self.held.get(name)
-        if held is None or held.numel() < size or held.device != torch.device(device):
-            held = self.held[name] = torch.empty(size, dtype=torch.float32, device=device)
+        if held is None or held.numel() < size or held.device != torch.device(device) or held.dtype != dtype:
+            held = self.held[name] = torch.empty(size, dtype=dtype, device=device)
         return held[:size].view(*shape)
 
-
-class _Flags:
-    """Counts of a comparison per row, through one float buffer reused across blocks: a comparison
-    written as 0/1 floats and summed is several times faster on a CPU than summing a boolean mask (exact:
-    float64 once a row is longer than float32 counts exactly)."""
-
-    def __init__(self):
-        self.buffer = None
-
     def count(self, compare, scores: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+        """Counts of a comparison per row, written as 0/1 floats into a buffer and summed: several times faster
+        on a CPU than summing a boolean mask (exact: float64 once a row is longer than float32 counts exactly)."""
         dtype = torch.float32 if scores.shape[1] < 1 << 24 else torch.float64
-        if self.buffer is None or self.buffer.shape != scores.shape or self.buffer.dtype != dtype:
-            self.buffer = torch.empty(scores.shape, dtype=dtype, device=scores.device)
-        return compare(scores, bound, out=self.buffer).sum(1).long()
+        return compare(scores, bound, out=self.take("flags", scores.shape, scores.device, dtype)).sum(1).long()
 
 
 def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cells, filter_keys) -> None:
