@@ -184,7 +184,10 @@ class EmbeddingStore:
             raise KeyError(f"{len(self.missing(keys))} of {len(positions)} items are not in {self.folder}")
         if not len(positions):
             return np.zeros((0, self.width or 0), np.float32)
-        out = np.empty((len(positions), self._row_width(keys, positions)), np.float32)
+        width = self.width
+        if width is None:  # that of the first row asked for (stored or held unstored)
+            width = len(self._unstored[keys[0]]) if positions[0] < 0 else self._maps[int(self._where[positions[0], 0])].shape[1]
+        out = np.empty((len(positions), width), np.float32)
         for i in held:
             out[i] = self._unstored[keys[i]]
         stored = np.flatnonzero(positions >= 0)
@@ -217,14 +220,6 @@ class EmbeddingStore:
                     by_position = np.argsort(piece, kind="stable")
                     piece, vectors = piece[by_position], vectors[by_position]
                 yield piece, vectors
-
-    def _row_width(self, keys: np.ndarray, positions: np.ndarray) -> int:
-        """The rows' width: the store's, else that of the first row asked for (stored or held unstored)."""
-        if self.width is not None:
-            return self.width
-        if positions[0] < 0:
-            return len(self._unstored[keys[0]])
-        return self._maps[int(self._where[positions[0], 0])].shape[1]
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray | None:
         """Rows (ascending) of a shard, read from its file: a dense run in one read, scattered rows one read
