@@ -96,7 +96,9 @@ class PromptTemplates:
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(0, dtype=np.int64)
-        excluded = train_rows_of_pair(kg, int(triple[0]), int(triple[1]))  # sorted: the query's own (h, r) rows
+        keys, order = _train_pair_index(kg)
+        key = int(triple[0]) * max(kg.n_relations, 1) + int(triple[1])
+        excluded = order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]  # the query's own (h, r) rows, ascending
         k = min(self.k_shot, len(train) - len(excluded))
         if self.shots == "shared":
             candidates = _shared_order(int(self.seed), len(train))[: k + len(excluded)]
@@ -182,13 +184,6 @@ def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(keys, kind="stable")
         cached = kg.__dict__["_train_pair_index"] = (train, keys[order], order)
     return cached[1], cached[2]
-
-
-def train_rows_of_pair(kg: TextualKG, head: int, relation: int) -> np.ndarray:
-    """Sorted train rows whose (head, relation) is the given pair."""
-    keys, order = _train_pair_index(kg)
-    key = head * max(kg.n_relations, 1) + relation
-    return order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]  # stable: rows ascending
 
 
 def query_prompts(queries, templates: PromptTemplates) -> list[str]:
