@@ -24,12 +24,6 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def my_share(lengths: Sequence[int], rank: int, world_size: int) -> np.ndarray:
-    """Positions this process encodes: every ``world_size``-th prompt of the longest-first order."""
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-    return np.sort(order[rank::world_size])
-
-
 class ShardedEncoder:
     """A ``PromptEOLEncoder`` whose ``encode`` runs this process's share of the prompts and returns every
     prompt's results; every process must call ``encode`` with the same texts, in the same order."""
@@ -49,7 +43,8 @@ class ShardedEncoder:
         import torch.distributed as dist
 
         n = len(id_lists)  # one result per prompt, as ``encode``'s texts
-        mine = my_share([len(ids) for ids in id_lists], self.rank, self.world_size)
+        longest_first = np.argsort(-np.asarray([len(ids) for ids in id_lists], dtype=np.int64), kind="stable")
+        mine = np.sort(longest_first[self.rank::self.world_size])  # this process's share: every world_size-th prompt
         out = self.inner.encode_ids([id_lists[i] for i in mine], next_token_ids, description)
         parts: list = [(mine, out.embeddings, out.next_token_logprobs)]
         if self.world_size > 1:
