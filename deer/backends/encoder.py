@@ -73,7 +73,6 @@ class Encoder:
 
     @property
     def output_size(self) -> int:
-        """Width of the vectors: ``output_size(model)``."""
         return output_size(self.model)
 
     def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",

@@ -11,13 +11,10 @@ STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none 
 
 
 class HFBackend(ModelBackend):
-    """Batched kernels: shared few-shot prefixes, shared query caches, prefix tries (the default).
-
-    PromptEOL states from ``PromptEOLEncoder``; statement scores from ``StatementScorer``."""
+    """Batched kernels: shared few-shot prefixes, shared query caches, prefix tries (the default)."""
 
     name = "hf"
     can_cache = True
-    store_key: dict = {}
 
     def encoder(self, special_tokens: str = "bos") -> PromptEOLEncoder:
         return PromptEOLEncoder(self.model, self.tokenizer, token_budget=self.token_budget, show_progress=self.show_progress,

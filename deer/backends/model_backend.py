@@ -15,8 +15,8 @@ from deer.backends.tokenization import batch_token_ids
 
 class ModelBackend:
     """The base of every backend: the model and tokenizer it runs and the facts about them (each documented in
-    the ``deer.backends.Backend`` protocol).  A backend adds ``encoder``, ``statement_scorer`` and ``mask_filler``,
-    ``can_cache`` and ``store_key``; ``loaded``, the ``LoadedModel`` it was opened on, is set by ``open_backend``."""
+    the ``deer.backends.Backend`` protocol).  A backend adds ``encoder``, ``statement_scorer``, ``mask_filler``, ``can_cache``
+    (and ``store_key`` where it is not {}); ``loaded``, the ``LoadedModel`` it was opened on, is set by ``open_backend``."""
 
     name = ""
     can_cache = False

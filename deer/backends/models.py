@@ -454,10 +454,9 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
     model_kwargs, adapter = loading_options(name)
     loading = {key: value for key, value in (("model_kwargs", model_kwargs), ("adapter", adapter)) if value}
-    parameter = next(model.parameters())
-    return LoadedModel(str(name), model, tokenizer, resolved.source, model_fingerprint(model) + loading_suffix(model_kwargs),
-                       tokenizer_fingerprint(tokenizer), str(parameter.dtype).replace("torch.", ""), str(parameter.device),
-                       time.perf_counter() - started, loading=loading)
+    loaded = LoadedModel.from_objects(model, tokenizer, str(name))
+    return dataclasses.replace(loaded, source=resolved.source, fingerprint=loaded.fingerprint + loading_suffix(model_kwargs),
+                               load_seconds=time.perf_counter() - started, loading=loading)
 
 
 def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:

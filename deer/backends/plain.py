@@ -148,7 +148,6 @@ class PlainBackend(ModelBackend):
 
     name = "plain"
     can_cache = False  # a cross-check: reads and writes no store
-    store_key: dict = {}
 
     def encoder(self, special_tokens: str = "bos") -> PlainEncoder:
         return PlainEncoder(self.model, self.tokenizer, special_tokens, self.show_progress)
