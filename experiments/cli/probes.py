@@ -86,23 +86,22 @@ def spelled_as_probe_option():
         raise OptionError("probe_option", f"{error.option}={error.value}", error.problem) from None
 
 
-def open_kg_run(g: dict, probe_names, *, options: dict | None = None, long_prompts: str = "error"):
-    """The start every KG probe command shares, from its options ``g``: (queries, templates, loaded, out), the model
-    opened once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and the
-    probes' options (a probe's ``folder_suffix(options)``, where it has one: LAMA's single-token protocol ranks
-    fewer queries, so its ranks get a folder of their own; without a suffix a folder holding another spec is
-    refused now, before any work).  ``options``: {probe name: its own options} (its defaults where missing),
-    checked against the queries and templates before the model opens."""
+def open_kg_run(g: dict, options: dict, run_options):
+    """The start of a KG probe run, from the command's options ``g`` and their ``run_options_of`` objects: (queries,
+    templates, loaded, out), the model opened once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX],
+    named by the run's spec and the probes' options (a probe's ``folder_suffix(options)``, where it has one: LAMA's
+    single-token protocol ranks fewer queries, so its ranks get a folder of their own; without a suffix a folder holding
+    another spec is refused now, before any work).  ``options``: {probe name: its own options} (its defaults where
+    missing), checked against the queries and templates before the model opens."""
     from deer.backends import open_backend
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
-    queries, templates = prepare_queries(g["kg"], run_options_of({**g, "long_prompts": long_prompts}), model_names=[g["model_name"]],
-                                         out_dir=g["out_dir"])
+    queries, templates = prepare_queries(g["kg"], run_options, model_names=[g["model_name"]], out_dir=g["out_dir"])
     suffixes = []
-    for name in probe_names:
+    for name in options:
         probe = get_probe(name)
-        own = {**probe.options, **(options or {}).get(name, {})}
+        own = {**probe.options, **options[name]}
         with spelled_as_probe_option():
             check_probe_inputs(probe, own, queries, templates)
         folder_suffix = getattr(probe, "folder_suffix", None)
@@ -128,31 +127,32 @@ def options_by_probe(probes, pairs: dict) -> dict:
         return {probe.name: probe_options(probe, {k: v for k, v in pairs.items() if k in probe.options}) for probe in probes}
 
 
-def run_kg_command(g: dict, probe_names, options: dict, *, long_prompts: str = "error", ray_workers=None, ray_address=None) -> None:
-    """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes on one KG's queries through
-    ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics; --kg lama|bear|bear-big: `deer cloze`."""
-    from deer.runner import Budget, run_kg
+def run_kg_command(g: dict, options: dict, *, long_prompts: str = "error", ray_workers=None, ray_address=None) -> None:
+    """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes of ``options`` ({name: its options})
+    on one KG's queries through ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics;
+    --kg lama|bear|bear-big: `deer cloze`."""
+    from deer.runner import run_kg
 
     started = time.perf_counter()
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
-        return forward_to_cloze(g, ",".join(probe_names))
-    queries, templates, loaded, out = open_kg_run(g, probe_names, options=options, long_prompts=long_prompts)
+        return forward_to_cloze(g, ",".join(options))
+    run_options = run_options_of({**g, "long_prompts": long_prompts})
+    queries, templates, loaded, out = open_kg_run(g, options, run_options)
     if ray_workers:
         from deer.backends import open_backend
         from deer.platform.length_guard import guard_lengths
-        from deer.platform.run_options import ModelLoading
         from deer.platform.templates import kg_benchmark_task
         from deer.probes import get_probe
         from experiments.ray_runs import encode_entities_on_ray
 
         # The run's length guard first: nothing too long reaches a worker, and cut descriptions are encoded as the run cuts them.
-        fitted, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in probe_names],
+        fitted, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in options],
                                   open_backend(g["backend"], loaded), templates, long_prompts)
         store = encode_entities_on_ray(fitted.kg_queries.kg, g["model_name"], templates, workers=ray_workers,
-                                       entities=queries.candidates.tolist(), loading=ModelLoading(g["dtype"], g["device"]),
+                                       entities=queries.candidates.tolist(), loading=run_options.loading,
                                        token_budget=g["token_budget"], address=ray_address, loaded=loaded, backend=g["backend"])
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
-    run = run_kg(probe_names, queries, loaded, options=options, templates=templates, budget=Budget(g["token_budget"], long_prompts),
+    run = run_kg(list(options), queries, loaded, options=options, templates=templates, budget=run_options.budget,
                  backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
     print_metrics_table(run)
     for result in (run[probe] for probe in run.probes):
@@ -214,7 +214,7 @@ def probe(probe_name, probe_option_pairs, long_prompts, ray_workers, ray_address
     options = options_by_probe(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
     if ray_workers and (given["no_cache"] or "deer" not in options):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
-    run_kg_command(given, list(options), options, long_prompts=long_prompts, ray_workers=ray_workers, ray_address=ray_address)
+    run_kg_command(given, options, long_prompts=long_prompts, ray_workers=ray_workers, ray_address=ray_address)
 
 
 PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
@@ -240,7 +240,7 @@ def bear(pll_variant, **given):
     data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
     """
     old_spelling("bear", f"--probe bear --probe-option pll_variant={pll_variant}")
-    run_kg_command(given, ["bear"], {"bear": {"pll_variant": pll_variant}})
+    run_kg_command(given, {"bear": {"pll_variant": pll_variant}})
 
 
 @click.command()
@@ -259,10 +259,9 @@ def lama(single_token, with_deer, **given):
     Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
     metadata.json.  Python: deer.runner.run_kg(["lama", "deer"], ..., options={"lama": {"single_token": True}}).
     """
-    names = ["lama", "deer"] if with_deer else ["lama"]
-    old_spelling("lama", f"--probe {','.join(names)}" + (" --probe-option single_token=true" if single_token else ""))
     options = {"lama": {"single_token": single_token}, **({"deer": {}} if with_deer else {})}
-    run_kg_command(given, names, options)
+    old_spelling("lama", f"--probe {','.join(options)}" + (" --probe-option single_token=true" if single_token else ""))
+    run_kg_command(given, options)
 
 
 def _print_bear_dataset_summary(metrics: dict) -> None:
