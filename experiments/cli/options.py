@@ -291,8 +291,7 @@ def parse_key_values(pairs, option: str) -> dict:
     return options
 
 
-# What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as
-# facts per relation); any other option given there is refused by name instead of dropped.
+# What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as facts per relation).
 BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "model_names", "dtype", "device", "out_dir", "token_budget",
                      "probe_name", "backend", "no_cache", "model_args", "adapter"}
 

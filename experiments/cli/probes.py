@@ -87,12 +87,11 @@ def spelled_as_probe_option():
 
 
 def open_kg_run(g: dict, options: dict, run_options):
-    """The start of a KG probe run, from the command's options ``g`` and their ``run_options_of`` objects: (queries,
-    templates, loaded, out), the model opened once and ``out`` --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX],
-    named by the run's spec and the probes' options (a probe's ``folder_suffix(options)``, where it has one: LAMA's
-    single-token protocol ranks fewer queries, so its ranks get a folder of their own; without a suffix a folder holding
-    another spec is refused now, before any work).  ``options``: {probe name: its own options} (its defaults where
-    missing), checked against the queries and templates before the model opens."""
+    """(queries, templates, loaded, out) from the command's options ``g`` and their ``run_options_of`` objects; the probes'
+    ``options`` ({name: its own options}, its defaults where missing) checked against the queries and templates before the
+    model opens, once.  ``out``: --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and a probe's
+    ``folder_suffix(options)`` where it has one (LAMA's single-token protocol ranks fewer queries, so its ranks get a folder
+    of their own); without a suffix a folder holding another spec is refused now, before any work."""
     from deer.backends import open_backend
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
