@@ -126,7 +126,7 @@ def options_by_probe(probes, pairs: dict) -> dict:
         return {probe.name: probe_options(probe, {k: v for k, v in pairs.items() if k in probe.options}) for probe in probes}
 
 
-def run_kg_command(g: dict, options: dict, *, long_prompts: str = "error", ray_workers=None, ray_address=None) -> None:
+def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None) -> None:
     """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes of ``options`` ({name: its options})
     on one KG's queries through ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics;
     --kg lama|bear|bear-big: `deer cloze`."""
@@ -135,7 +135,7 @@ def run_kg_command(g: dict, options: dict, *, long_prompts: str = "error", ray_w
     started = time.perf_counter()
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
         return forward_to_cloze(g, ",".join(options))
-    run_options = run_options_of({**g, "long_prompts": long_prompts})
+    run_options = run_options_of(g)
     queries, templates, loaded, out = open_kg_run(g, options, run_options)
     if ray_workers:
         from deer.backends import open_backend
@@ -146,7 +146,7 @@ def run_kg_command(g: dict, options: dict, *, long_prompts: str = "error", ray_w
 
         # The run's length guard first: nothing too long reaches a worker, and cut descriptions are encoded as the run cuts them.
         fitted, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in options],
-                                  open_backend(g["backend"], loaded), templates, long_prompts)
+                                  open_backend(g["backend"], loaded), templates, run_options.budget.long_prompts)
         store = encode_entities_on_ray(fitted.kg_queries.kg, g["model_name"], templates, workers=ray_workers,
                                        entities=queries.candidates.tolist(), loading=run_options.loading,
                                        token_budget=g["token_budget"], address=ray_address, loaded=loaded, backend=g["backend"])
@@ -192,7 +192,7 @@ def old_spelling(command: str, spelled: str) -> None:
               help="Encode the candidate entities split over N Ray workers into the embedding cache first (pip install .[ray]).")
 @click.option("--ray-address", default=None, help="A running Ray cluster for --ray-workers (default: a local one).")
 @friendly_errors
-def probe(probe_name, probe_option_pairs, long_prompts, ray_workers, ray_address, **given):
+def probe(probe_name, probe_option_pairs, ray_workers, ray_address, **given):
     """Run probes (DEER by default) on a KG: rank every candidate tail for each (h, r, ?) query.
 
     Writes ranks.parquet (per query: gold rank raw/filtered, tail token length, top-10 of every probe),
@@ -213,7 +213,7 @@ def probe(probe_name, probe_option_pairs, long_prompts, ray_workers, ray_address
     options = options_by_probe(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
     if ray_workers and (given["no_cache"] or "deer" not in options):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
-    run_kg_command(given, options, long_prompts=long_prompts, ray_workers=ray_workers, ray_address=ray_address)
+    run_kg_command(given, options, ray_workers=ray_workers, ray_address=ray_address)
 
 
 PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
