@@ -47,9 +47,29 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
     """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now.  With a store,
     rows are written in chunks (``PendingParts``, also on Ctrl-C) under its lock: a parallel run waits;
     stored rows that fail their checks when read back are scored again."""
-    ids = queries.item_ids()
+    kg, ids = queries.kg, queries.item_ids()
+    continuations = [templates.continuation(kg, t) for t in queries.candidates]
     scores = np.zeros((len(queries), len(queries.candidates)), dtype=np.float32)
-    scored = _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids)
+
+    def score_missing() -> int:
+        """Score the queries the store lacks (all without one) into ``scores``; how many."""
+        with contextlib.ExitStack() as stack:
+            pending = None
+            if store is not None and store.missing(ids):
+                stack.enter_context(store.locked())
+                pending = stack.enter_context(PendingParts(store, count=chunk_size))
+            missing = store.missing(ids) if store is not None else list(range(len(queries)))
+            bar = stack.enter_context(tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt",
+                                           disable=not show_progress))
+            for q in missing:
+                context = templates.query_context(kg, tuple(queries.triples[q].tolist()))
+                scores[q] = scorer.score(context, continuations)
+                bar.update(len(continuations))
+                if pending is not None:
+                    pending.add([ids[q]], scores[q : q + 1])
+        return len(missing)
+
+    scored = score_missing()
     if store is None:
         return scores, scored
     for attempt in range(READ_ATTEMPTS + 1):
@@ -61,28 +81,7 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
         except StoreDamaged:  # set aside by the store, with a warning naming it: its rows are missing again
             if attempt == READ_ATTEMPTS:
                 raise
-            scored += _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids)
-
-
-def _score_missing(queries, scorer, templates, store, chunk_size, show_progress, scores, ids) -> int:
-    """Score the queries the store lacks (all without one) into ``scores``; how many."""
-    kg = queries.kg
-    continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    with contextlib.ExitStack() as stack:
-        pending = None
-        if store is not None and store.missing(ids):
-            stack.enter_context(store.locked())
-            pending = stack.enter_context(PendingParts(store, count=chunk_size))
-        missing = store.missing(ids) if store is not None else list(range(len(queries)))
-        bar = stack.enter_context(tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt",
-                                       disable=not show_progress))
-        for q in missing:
-            context = templates.query_context(kg, tuple(queries.triples[q].tolist()))
-            scores[q] = scorer.score(context, continuations)
-            bar.update(len(continuations))
-            if pending is not None:
-                pending.add([ids[q]], scores[q : q + 1])
-    return len(missing)
+            scored += score_missing()
 
 
 class BearProbe:
