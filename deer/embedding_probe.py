@@ -73,8 +73,7 @@ class EncodingForecast:
         self.lengths: list[int] = []
 
     def chunk(self, lengths: list[int], preparing_seconds: float = 0.0) -> None:
-        """The next chunk's token counts and the seconds making and tokenizing it took (the first chunk
-        announces the encoding)."""
+        """The next chunk's token counts and the seconds making and tokenizing it took; the first announces the encoding."""
         self.lengths = lengths
         self.prepared += len(lengths)
         self.preparing_seconds += preparing_seconds
@@ -132,18 +131,6 @@ def all_prompt_keys(texts_of: Callable[[np.ndarray], list[str]], n: int, chunk: 
                                                        for s in range(0, n, chunk)])
 
 
-def encode_missing(encoder, store: EmbeddingStore, keys: np.ndarray, texts_of: Callable[[np.ndarray], list[str]],
-                   description: str) -> int:
-    """Encode the prompts (``keys``, texts ``texts_of(rows)``) the store lacks, chunk by chunk, storing them as
-    they finish, under its lock (a parallel run waits, then encodes only what is still missing); how many."""
-    if not store.missing(keys):
-        return 0
-    with store.locked(), PendingParts(store, behind=True) as pending:  # a part written while the next is encoded
-        missing = np.asarray(store.missing(keys), dtype=np.int64)  # less if another run stored some while this one waited
-        encode_chunked(encoder, texts_of, missing, description, store, lambda rows, vectors: pending.add(keys[rows], vectors))
-    return len(missing)
-
-
 def encode_prompts(encoder, store: EmbeddingStore | None, texts_of: Callable[[np.ndarray], list[str]], n: int,
                    description: str) -> tuple[np.ndarray | StoredPrompts, int]:
     """(vectors of prompts ``texts_of(0..n-1)`` in order, prompts encoded now): kept in the store (``StoredPrompts``),
@@ -172,13 +159,14 @@ def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[
 class StoredPrompts:
     """The vectors of ``n`` prompts kept in a store, never all in memory: ``blocks`` streams them in order,
     ``rows`` reads some; a shard that fails its checks when read is set aside, its prompts encoded again
-    (``repair``) and the read repeated.  ``np.asarray`` of it reads them all.  ``encoded``: prompts encoded
-    now (``encode_missing``); texts are made a chunk at a time, twice: for the keys, then for the missing ones' tokens."""
+    (``encode_missing``) and the read repeated.  ``np.asarray`` of it reads them all.  ``encoded``: prompts encoded
+    now; texts are made a chunk at a time, twice: for the keys, then for the missing ones' tokens."""
 
     def __init__(self, encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int, description: str):
         self.encoder, self.store, self.texts_of, self.description = encoder, store, texts_of, description
         self.keys = all_prompt_keys(texts_of, n)
-        self.encoded = encode_missing(encoder, store, self.keys, texts_of, description)
+        self.encoded = 0
+        self.encode_missing()
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -187,9 +175,16 @@ class StoredPrompts:
     def shape(self) -> tuple[int, int]:
         return len(self.keys), self.store.width
 
-    def repair(self) -> None:
-        """Encode again what a damaged shard held (set aside, its prompts are missing)."""
-        self.encoded += encode_missing(self.encoder, self.store, self.keys, self.texts_of, self.description)
+    def encode_missing(self) -> None:
+        """Encode the prompts the store lacks (at first, or a damaged shard's, set aside), chunk by chunk, storing
+        them as they finish, under its lock (a parallel run waits, then encodes only what is still missing)."""
+        if not self.store.missing(self.keys):
+            return
+        with self.store.locked(), PendingParts(self.store, behind=True) as pending:  # a part written while the next is encoded
+            missing = np.asarray(self.store.missing(self.keys), dtype=np.int64)  # less if another run stored some as this waited
+            encode_chunked(self.encoder, self.texts_of, missing, self.description, self.store,
+                           lambda rows, vectors: pending.add(self.keys[rows], vectors))
+        self.encoded += len(missing)
 
     def rows(self, positions) -> np.ndarray:
         keys = self.keys[np.asarray(positions, dtype=np.int64)]
@@ -197,7 +192,7 @@ class StoredPrompts:
             try:
                 return self.store.get(keys)
             except StoreDamaged:  # set aside by the store, with a warning naming it
-                self.repair()
+                self.encode_missing()
         return self.store.get(keys)
 
     def blocks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -212,7 +207,7 @@ class StoredPrompts:
                     yield todo[positions], vectors
                 return
             except StoreDamaged:  # set aside by the store, with a warning naming it
-                self.repair()
+                self.encode_missing()
         raise StoreDamaged(f"{self.store.folder}: its shards kept failing their checks when read")
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
