@@ -124,7 +124,11 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
         ranked = getattr(probe, "queries_ranked", None)
         queries = queries if ranked is None else ranked(queries, options[probe.name], run.loaded.tokenizer)
     checked_out_folder(out, queries, run.loaded, run.templates)
-    stores = store_root(resolve_cache(cache, run.loaded), cache_dir)
+    # a fingerprint given for a model (one in training) names no weights: vectors stored under it could reach other weights
+    if cache and not run.loaded.content_addressed:
+        raise OptionError("cache", cache, f"{run.loaded.name}'s fingerprint ({run.loaded.fingerprint}) does not hash its "
+                                          "weights; nothing can be cached on it (use cache=False)")
+    stores = store_root(cache, cache_dir)
     ranking = KGRanking(run.loaded, run.templates, backend, runner.device, show_progress)
     scored = score_probes(kg_benchmark_task(queries, run.templates), chosen, runner,
                           options={name: {**own, "distributed": distributed} for name, own in options.items()},
@@ -135,15 +139,6 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
-
-
-def resolve_cache(cache: bool, loaded) -> bool:
-    """``cache``, checked: a model whose fingerprint is an identity given for it (a model in
-    training) names no weights, so storing under it could hand vectors to other weights later."""
-    if cache and not loaded.content_addressed:
-        raise OptionError("cache", cache, f"{loaded.name}'s fingerprint ({loaded.fingerprint}) does not hash its weights; "
-                                          "nothing can be cached on it (use cache=False)")
-    return cache
 
 
 def benchmark_probes(names: Sequence[str]) -> list[Probe]:
