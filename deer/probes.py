@@ -188,9 +188,8 @@ def get_probe(name: str) -> Probe:
 
 
 def as_probe(probe) -> Probe:
-    """``probe`` checked to have the one ``score(request)``.  One written for 0.1's protocol is read through
-    it until 0.3, with a DeprecationWarning: its two methods (``score_benchmark``) through the one, its
-    ``text_kind`` (``TEXT_KINDS``) as the length checks of the built-in probe that feeds those texts."""
+    """``probe`` checked to have the one ``score(request)``; one written for 0.1's protocol is read through
+    ``_OldProtocol`` until 0.3, with a DeprecationWarning."""
     if _names_texts_by_kind(probe) or callable(getattr(probe, "score_benchmark", None)):
         probe = _OldProtocol(probe)
     if not callable(getattr(probe, "score", None)):
