@@ -4,8 +4,7 @@
     -> the probe scores -> rank (``deer.platform.ranking``) -> metrics -> save
 
 Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here, in one run
-loop, ``score_probes`` (every group of a task's queries, each probe in turn, its stored rows reused or the
-group scored and ranked).  Its ranking step is the task's: a KG's one large candidate set is ranked with
+loop, ``score_probes``, whose ranking step is the task's: a KG's one large candidate set is ranked with
 the known-true filters (``KGRanking``: ``run_kg`` and ``run_probe``, which ``deer.probe``, ``bear_ref.bear``
 and ``bear_ref.lama`` call); a task of many candidate sets one row per query, resumable by parts
 (``cloze_rows``: ``run_cloze`` and the BEAR data-set score, ``bear_ref.dataset``).  Every run's answer is
