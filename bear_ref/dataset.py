@@ -234,12 +234,10 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     runner = open_backend(backend, loaded, token_budget=token_budget)
     method = runner.statement_scorer(pll_variant).statements_method
     key = resume_key(dataset, loaded, selection, method)
-    parts_dir = None
     if out_dir is not None:
-        out_dir = Path(out_dir)
         check_out_dir(out_dir)
-        if can_cache(backend):  # the plain backend is a cross-check: it stores nothing to resume from
-            parts_dir = out_dir / "parts" / key_digest(key)
+    # the plain backend is a cross-check: it stores nothing to resume from
+    parts_dir = None if out_dir is None or not can_cache(backend) else Path(out_dir) / "parts" / key_digest(key)
     task = bear_cloze_task(dataset)
     check_cloze_run(task, [probe], runner)  # the one length guard: it names the data set's files and lines
     started = time.perf_counter()
