@@ -99,7 +99,7 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], rel
     kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
                    dict(split_files or {}))
     for split, rows in split_rows.items():
-        fast = _bulk_triples(kg, (split_files or {}).get(split))
+        fast = _bulk_triples(kg, kg.split_files.get(split))
         if fast is not None:
             kg.splits[split] = fast
             continue

@@ -28,9 +28,8 @@ def _find(folder: Path, *stems: str) -> Path | None:
     """The one file for ``stems`` (e.g. "valid", "dev") as .tsv or .jsonl; None if absent."""
     found = [folder / f"{stem}{suffix}" for stem in stems for suffix in (".tsv", ".jsonl") if (folder / f"{stem}{suffix}").exists()]
     if len(found) > 1:
-        names = [path.name for path in found]
-        listed = f"{', '.join(names[:-1])} and {names[-1]}"
-        raise KGFormatError(folder, None, f"ambiguous: {listed} are present; keep only one of them")
+        *others, last = [path.name for path in found]
+        raise KGFormatError(folder, None, f"ambiguous: {', '.join(others)} and {last} are present; keep only one of them")
     return found[0] if found else None
 
 

@@ -9,7 +9,6 @@ from kg_data.kg import TextualKG, build_kg, relation_display_name
 from kg_data.lines import read_tsv
 from kg_data.textual import nonempty, read_rows
 
-REQUIRED_FILES = ("entity2text.txt", "train.tsv", "dev.tsv", "test.tsv")
 SPLIT_FILES = {"train": "train.tsv", "valid": "dev.tsv", "test": "test.tsv"}
 
 
@@ -35,11 +34,11 @@ def _relations(folder: Path) -> list[tuple[Path, int, str, str]]:
 def load_wn18rr(folder: Path) -> TextualKG:
     """Read WN18RR from a folder holding the KG-BERT files (see shared/data/wn18rr/README.md)."""
     folder = Path(folder)
-    for file_name in REQUIRED_FILES:
-        if not (folder / file_name).exists():
-            raise KGFormatError(folder / file_name, None, "missing WN18RR file")
-    paths = {split: folder / file_name for split, file_name in SPLIT_FILES.items()}
     entities = folder / "entity2text.txt"
+    paths = {split: folder / file_name for split, file_name in SPLIT_FILES.items()}
+    for path in (entities, *paths.values()):
+        if not path.exists():
+            raise KGFormatError(path, None, "missing WN18RR file")
     rows = ((entities, line, entity_id, *split_entity_text(text)) for line, (entity_id, text) in read_tsv(entities, 2))
     return build_kg("wn18rr", nonempty(rows, entities, "entities"), _relations(folder),
                     {split: read_rows(path, "head", "relation", "tail") for split, path in paths.items()},
