@@ -73,8 +73,7 @@ class LamaDataset:
 
 
 def _text(path: Path, line: int, record: dict, key: str) -> str:
-    """``record[key]`` as a non-empty string (an integer read as its decimal string); any other type,
-    and a lone surrogate (``json_text``), is refused."""
+    """``record[key]`` as ``json_text`` reads it (an integer as its decimal string), refused when blank."""
     value = json_text(path, line, record, key, integer=True)
     if not value.strip():
         raise KGFormatError(path, line, f"key '{key}' must be a non-empty string")

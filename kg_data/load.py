@@ -42,8 +42,7 @@ def dataset_kind(name_or_folder) -> str:
 
 
 def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
-    """Load a KG by name ('wn18rr', 'wikidata5m') or from a folder (str or Path): WN18RR's or Wikidata5M's files,
-    or the generic TSV/JSONL format."""
+    """Load a KG by name ('wn18rr', 'wikidata5m') or from a folder: WN18RR's or Wikidata5M's files, or the TSV/JSONL format."""
     if isinstance(kg, (str, Path)) and (kind := dataset_kind(kg)) != "kg":
         raise KGNotFoundError(f"'{kg}' is a cloze benchmark ({kind.upper()} format), not a KG: probe it with "
                               f"`deer cloze --dataset {kg}` or experiments.benchmarks.probe_benchmark('{kg}', model)")

@@ -34,8 +34,7 @@ def _find(folder: Path, *stems: str) -> Path | None:
 
 
 def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
-    """(path, line, *values) per row: the JSONL ``keys`` or the TSV columns in that order.  Ids may be
-    integers, a name must be a string; a description may be null or missing (TSV: an absent last column)."""
+    """(path, line, *values) per row: the JSONL ``keys`` or the TSV columns in that order, as the module docstring allows them."""
     if path.suffix == ".jsonl":
         for line, record in read_jsonl(path, tuple(key for key in keys if key != "description")):
             yield (path, line, *(json_text(path, line, record, key, integer=key not in ("name", "description"),
