@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from kg_data.errors import KGFormatError, refuse_lone_surrogates, some_of
-from kg_data.lines import JSON_TYPE_NAMES, read_jsonl, read_text
+from kg_data.lines import JSON_TYPE_NAMES, nonempty, read_jsonl, read_text
 
 SUBJECT, ANSWER = "[X]", "[Y]"
 METADATA_FILE = "metadata_relations.json"
@@ -172,12 +172,10 @@ def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instan
     templates = _check_templates(metadata_path, code, meta.get("templates"))
     path = folder / f"{code}.jsonl"
     records = []
-    for line, record in read_jsonl(path, ("sub_id", "sub_label", "obj_id", "obj_label")):
+    for line, record in nonempty(read_jsonl(path, ("sub_id", "sub_label", "obj_id", "obj_label")), path, "instances"):
         texts = {key: _text(path, line, record[key], f"key '{key}'", empty=key == "sub_label")
                  for key in ("sub_id", "sub_label", "obj_id", "obj_label")}
         records.append((line, {**record, **texts}))
-    if not records:
-        raise KGFormatError(path, None, "no instances")
     if "answer_space_ids" in meta or "answer_space_labels" in meta:
         answer_ids, answer_labels = _answer_space(metadata_path, code, meta)
     else:

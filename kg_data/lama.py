@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kg_data.bear import sample_rows
 from kg_data.errors import KGFormatError, refuse_lone_surrogates, some_of
-from kg_data.lines import json_text, read_jsonl, read_lines
+from kg_data.lines import json_text, nonempty, read_jsonl, read_lines
 
 RELATIONS_FILE = "relations.jsonl"
 COMMON_VOCAB_FILE = "common_vocab_cased.txt"
@@ -97,7 +97,7 @@ def read_facts(path: Path, source: str) -> list[LamaFact]:
     """Every fact of one LAMA file, checked (errors name file and line)."""
     id_key = {"TREx": "uuid", "Google_RE": "uuid", "Squad": "id"}[source]
     facts = []
-    for line, record in read_jsonl(path, (id_key, "obj_label")):
+    for line, record in nonempty(read_jsonl(path, (id_key, "obj_label")), path, "facts"):
         if source == "Squad":  # its questions hold their subject: sub_label is optional, only shown in tables
             subject = record.get("sub_label") if isinstance(record.get("sub_label"), str) else ""
             subject = refuse_lone_surrogates(path, line, subject, "key 'sub_label'")
@@ -106,8 +106,6 @@ def read_facts(path: Path, source: str) -> list[LamaFact]:
         facts.append(LamaFact(fact_id=json_text(path, line, record, id_key, integer=True), subject=subject,
                               answer=_text(path, line, record, "obj_label"),
                               masked_sentences=_masked_sentences(path, line, record), line=line))
-    if not facts:
-        raise KGFormatError(path, None, "no facts")
     return facts
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kg_data.errors import KGFormatError, refuse_lone_surrogates
@@ -78,6 +78,17 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
         if missing:
             raise KGFormatError(path, number, f"missing key(s): {', '.join(missing)}")
         yield number, record
+
+
+def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
+    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (an empty entities or
+    relations file would otherwise surface as an unknown id in the first split line)."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise KGFormatError(path, None, f"no {what}")
 
 
 def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = False, optional: bool = False) -> str:

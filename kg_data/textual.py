@@ -15,13 +15,13 @@ ids may be integers, a description null or missing; no value may hold a tab or a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from kg_data.errors import KGFormatError
 from kg_data.id_columns import read_entity_texts
 from kg_data.kg import BULK_BYTES, EMPTY_DESCRIPTION, SPLIT_STEMS, TextualKG, build_kg
-from kg_data.lines import json_text, read_jsonl, read_tsv
+from kg_data.lines import json_text, nonempty, read_jsonl, read_tsv
 
 
 def _find(folder: Path, *stems: str) -> Path | None:
@@ -42,17 +42,6 @@ def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
     else:
         for line, fields in read_tsv(path, len(keys), min_columns=len(keys) - 1 if "description" in keys else len(keys)):
             yield (path, line, *fields, *[""] * (len(keys) - len(fields)))
-
-
-def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
-    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (an empty entities or
-    relations file would otherwise surface as an unknown id in the first split line)."""
-    empty = True
-    for row in rows:
-        empty = False
-        yield row
-    if empty:
-        raise KGFormatError(path, None, f"no {what}")
 
 
 def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from kg_data.errors import KGFormatError
 from kg_data.kg import TextualKG, build_kg, relation_display_name
-from kg_data.lines import read_tsv
-from kg_data.textual import nonempty, read_rows
+from kg_data.lines import nonempty, read_tsv
+from kg_data.textual import read_rows
 
 SPLIT_FILES = {"train": "train.tsv", "valid": "dev.tsv", "test": "test.tsv"}
 
