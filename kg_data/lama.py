@@ -3,8 +3,7 @@
 A LAMA folder holds ``relations.jsonl`` (T-REx templates), ``common_vocab_cased.txt``, ``TREx/<relation>.jsonl``,
 ``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``; each fact has a subject, an object and masked sentences where
 ``[MASK]`` stands for the object.  Google-RE's templates are LAMA's ``scripts/run_experiments.py``'s; SQuAD has none.  A
-relation without a data file is listed in ``relations_without_file``.  A relation's ``objects`` always come from the whole
-file, even with ``max_facts``.  Errors name the file and line.
+relation without a data file is listed in ``relations_without_file``.  Errors name the file and line.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ class LamaFact:
 
 @dataclasses.dataclass
 class LamaRelation:
-    """One relation of one source; ``template`` is None for SQuAD.  ``objects``: the distinct
-    object labels of the whole file, in order of first appearance."""
+    """One relation of one source; ``template`` is None for SQuAD.  ``objects``: the distinct object labels of the
+    whole file (even with ``max_facts``), in order of first appearance."""
 
     source: str
     code: str
