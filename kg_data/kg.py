@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from kg_data.errors import KGFormatError, KGSplitError
+from kg_data.lines import read_rows
 
 EMPTY_DESCRIPTION = "-"
 # the file stems each split is read from (a KG folder holds one file per split, .tsv or .jsonl)
@@ -82,11 +83,10 @@ class TextualKG:
 
 
 def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], relations: Iterable[tuple[Path, int, str, str]],
-             split_rows: dict[str, Iterable[tuple[Path, int, str, str, str]]], source: str,
-             split_files: dict[str, str] | None = None, entity_texts: tuple | None = None) -> TextualKG:
-    """Assemble a TextualKG from parsed rows, validating ids (errors name file and line): ``entities`` yields (path, line,
-    id, name, description), ``relations`` (path, line, id, name), each split (path, line, head id, relation id, tail id);
-    ``split_files``: each split's file; ``entity_texts``: (ids, names, descriptions) read in bulk, in place of ``entities``."""
+             split_files: dict[str, Path], source: str, entity_texts: tuple | None = None) -> TextualKG:
+    """Assemble a TextualKG, validating ids (errors name file and line): ``entities`` yields (path, line, id, name,
+    description), ``relations`` (path, line, id, name); ``split_files``: each split's file of head, relation and tail ids
+    (``read_rows``); ``entity_texts``: (ids, names, descriptions) read in bulk, in place of ``entities``."""
     if entity_texts is not None:  # read in bulk and checked already: the rows are not read
         entity_ids, entity_names, entity_descriptions = entity_texts
     else:
@@ -97,15 +97,15 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], rel
         del entity_list
     relation_ids, relation_names = _validated_named_rows(relations, "relation")
     kg = TextualKG(name, entity_ids, entity_names, entity_descriptions, relation_ids, relation_names, {}, source,
-                   dict(split_files or {}))
-    for split, rows in split_rows.items():
-        fast = _bulk_triples(kg, kg.split_files.get(split))
+                   {split: str(file) for split, file in split_files.items()})
+    for split, file in split_files.items():
+        fast = _bulk_triples(kg, file)
         if fast is not None:
             kg.splits[split] = fast
             continue
         entity_index, relation_index = kg.entity_index, kg.relation_index
         indices: list[tuple[int, int, int]] = []
-        for path, line, head, relation, tail in rows:
+        for path, line, head, relation, tail in read_rows(file, "head", "relation", "tail"):
             head, relation, tail = head.strip(), relation.strip(), tail.strip()
             for role, entity in (("head", head), ("tail", tail)):
                 if entity not in entity_index:

@@ -91,6 +91,18 @@ def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
         raise KGFormatError(path, None, f"no {what}")
 
 
+def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
+    """(path, line, *values) per row of a KG file (``kg_data.textual``): the JSONL ``keys`` or the TSV columns in that order.
+    Ids may be integers, a name must be a string; a description may be null or missing (TSV: an absent last column)."""
+    if path.suffix == ".jsonl":
+        for line, record in read_jsonl(path, tuple(key for key in keys if key != "description")):
+            yield (path, line, *(json_text(path, line, record, key, integer=key not in ("name", "description"),
+                                           optional=key == "description") for key in keys))
+    else:
+        for line, fields in read_tsv(path, len(keys), min_columns=len(keys) - 1 if "description" in keys else len(keys)):
+            yield (path, line, *fields, *[""] * (len(keys) - len(fields)))
+
+
 def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = False, optional: bool = False) -> str:
     """``record[key]`` checked as text: a string, or with ``integer`` an integer (as its decimal string;
     not a boolean), or with ``optional`` null or missing (as "").  Tabs, line breaks and lone surrogates are refused too."""

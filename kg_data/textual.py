@@ -15,13 +15,12 @@ ids may be integers, a description null or missing; no value may hold a tab or a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from kg_data.errors import KGFormatError
 from kg_data.id_columns import read_entity_texts
 from kg_data.kg import BULK_BYTES, EMPTY_DESCRIPTION, SPLIT_STEMS, TextualKG, build_kg
-from kg_data.lines import json_text, nonempty, read_jsonl, read_tsv
+from kg_data.lines import nonempty, read_rows
 
 
 def _find(folder: Path, *stems: str) -> Path | None:
@@ -31,17 +30,6 @@ def _find(folder: Path, *stems: str) -> Path | None:
         *others, last = [path.name for path in found]
         raise KGFormatError(folder, None, f"ambiguous: {', '.join(others)} and {last} are present; keep only one of them")
     return found[0] if found else None
-
-
-def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
-    """(path, line, *values) per row: the JSONL ``keys`` or the TSV columns in that order, as the module docstring allows them."""
-    if path.suffix == ".jsonl":
-        for line, record in read_jsonl(path, tuple(key for key in keys if key != "description")):
-            yield (path, line, *(json_text(path, line, record, key, integer=key not in ("name", "description"),
-                                           optional=key == "description") for key in keys))
-    else:
-        for line, fields in read_tsv(path, len(keys), min_columns=len(keys) - 1 if "description" in keys else len(keys)):
-            yield (path, line, *fields, *[""] * (len(keys) - len(fields)))
 
 
 def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
@@ -56,7 +44,5 @@ def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
         raise KGFormatError(folder / "test.tsv", None, "missing file: a KG needs at least train.tsv or test.tsv")
     bulk = read_entity_texts(entities, EMPTY_DESCRIPTION) if entities.suffix == ".tsv" and entities.stat().st_size >= BULK_BYTES else None
     return build_kg(name or folder.name, nonempty(read_rows(entities, "id", "name", "description"), entities, "entities"),
-                    nonempty(read_rows(relations, "id", "name"), relations, "relations"),
-                    {split: read_rows(path, "head", "relation", "tail") for split, path in split_files.items()},
-                    source=str(folder), split_files={split: str(path) for split, path in split_files.items()},
-                    entity_texts=bulk)
+                    nonempty(read_rows(relations, "id", "name"), relations, "relations"), split_files,
+                    source=str(folder), entity_texts=bulk)

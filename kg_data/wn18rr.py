@@ -7,7 +7,6 @@ from pathlib import Path
 from kg_data.errors import KGFormatError
 from kg_data.kg import TextualKG, build_kg, relation_display_name
 from kg_data.lines import nonempty, read_tsv
-from kg_data.textual import read_rows
 
 SPLIT_FILES = {"train": "train.tsv", "valid": "dev.tsv", "test": "test.tsv"}
 
@@ -40,6 +39,4 @@ def load_wn18rr(folder: Path) -> TextualKG:
         if not path.exists():
             raise KGFormatError(path, None, "missing WN18RR file")
     rows = ((entities, line, entity_id, *split_entity_text(text)) for line, (entity_id, text) in read_tsv(entities, 2))
-    return build_kg("wn18rr", nonempty(rows, entities, "entities"), _relations(folder),
-                    {split: read_rows(path, "head", "relation", "tail") for split, path in paths.items()},
-                    source=str(folder), split_files={split: str(path) for split, path in paths.items()})
+    return build_kg("wn18rr", nonempty(rows, entities, "entities"), _relations(folder), paths, source=str(folder))
