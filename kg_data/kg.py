@@ -117,15 +117,15 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], rel
     return kg
 
 
-def _bulk_triples(kg: TextualKG, path) -> np.ndarray | None:
+def _bulk_triples(kg: TextualKG, path: Path) -> np.ndarray | None:
     """A large TSV split's triples read in bulk (``kg_data.id_columns``); None for a small or JSONL file, or
     one with anything unusual: the line-by-line reader then reads it and names any problem."""
-    if path is None or not str(path).endswith(".tsv") or Path(path).stat().st_size < BULK_BYTES:
+    if path.suffix != ".tsv" or path.stat().st_size < BULK_BYTES:
         return None
     from kg_data.id_columns import index_triples
     from kg_data.text_column import as_arrow
 
-    return index_triples(Path(path), as_arrow(kg.entity_ids), as_arrow(kg.relation_ids))
+    return index_triples(path, as_arrow(kg.entity_ids), as_arrow(kg.relation_ids))
 
 
 def _validated_named_rows(rows, kind: str) -> tuple[list[str], list[str]]:
