@@ -100,9 +100,6 @@ class LinearFit:
         variance = self.intercept_se**2 + (x**2) * self.slope_se**2 + 2 * x * self.covariance
         return math.sqrt(max(variance, 0.0))
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def linear_fit(x: Sequence[float], y: Sequence[float]) -> LinearFit:
     """Ordinary least squares of y on x (at least two distinct x); standard errors from the residual variance
@@ -132,8 +129,8 @@ def repeated_fit_extrapolation(sizes: Sequence[float], times_by_repeat: Sequence
     sizes = np.asarray(sizes, dtype=np.float64)
     per_repeat = [linear_fit(sizes, times) for times in times_by_repeat]
     pooled = linear_fit(np.tile(sizes, len(times_by_repeat)), np.concatenate([np.asarray(t, float) for t in times_by_repeat]))
-    return {"target": float(target), "pooled_fit": pooled.as_dict(), "prediction": pooled.predict(target),
-            "prediction_se": pooled.predict_se(target), "per_repeat_fits": [fit.as_dict() for fit in per_repeat],
+    return {"target": float(target), "pooled_fit": dataclasses.asdict(pooled), "prediction": pooled.predict(target),
+            "prediction_se": pooled.predict_se(target), "per_repeat_fits": [dataclasses.asdict(fit) for fit in per_repeat],
             "per_repeat_predictions": spread([fit.predict(target) for fit in per_repeat])}
 
 
