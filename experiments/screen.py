@@ -78,6 +78,7 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
         [r.get(f"{metric}_se", 0.0) for r in deer_rows], f"DEER {metric} ({rank_type})"))
     result = {**result_header("screen", runs, rank_type, settings), "metric": metric, "leaderboard": deer_rows,
               "same_weights": repeats}
+    boards = {"deer": deer_rows}  # probe -> its leaderboard rows, which the curves repeat
     if reference:
         lacking = [run.label for run in runs if reference not in run.probes]
         if lacking:
@@ -86,6 +87,7 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
         reference_rows = sorted((leaderboard_row(by_label[r["model"]], reference, rank_type) for r in deer_rows),
                                 key=lambda r: -r[metric])
         output.table(f"leaderboard_{reference}", pd.DataFrame(reference_rows))
+        boards[reference] = reference_rows
         reference_scores = {r["model"]: r for r in reference_rows}
         labels = [r["model"] for r in deer_rows]
         orderings = {name: ordering_agreement([r[name] for r in deer_rows], [reference_scores[label][name] for label in labels],
@@ -98,24 +100,21 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
              for name, o in orderings.items()]),
             note=f"Rank correlation between the model orderings of DEER and {reference.upper()} by each metric.")
     if steps and any(step is not None for step in steps.values()):
-        result["curves"] = write_curves(output, runs, steps, ["deer"] + ([reference] if reference else []), rank_type)
+        result["curves"] = write_curves(output, runs, steps, boards, rank_type)
     return output.finish(result)
 
 
-def write_curves(output: ExperimentOutput, runs: Sequence[RunResult], steps: dict[str, int | None], probes: Sequence[str],
-                 rank_type: str) -> list[dict]:
-    """Every metric of every probe per checkpoint, by training step (checkpoints without a step are
-    left out of the figure, kept in the table)."""
-    rows = []
-    for run in runs:
-        row = {"checkpoint": run.label, "step": steps.get(run.label)}
-        for probe in probes:
-            found = leaderboard_row(run, probe, rank_type)
-            row.update({f"{probe} {name}": found[name] for name in (*METRICS, "mr")})
-        rows.append(row)
+def write_curves(output: ExperimentOutput, runs: Sequence[RunResult], steps: dict[str, int | None],
+                 boards: dict[str, list[dict]], rank_type: str) -> list[dict]:
+    """Every metric of every probe's leaderboard (``boards``: probe -> its rows) per checkpoint, by training step
+    (checkpoints without a step are left out of the figure, kept in the table)."""
+    by_label = {probe: {row["model"]: row for row in board} for probe, board in boards.items()}
+    rows = [{"checkpoint": run.label, "step": steps.get(run.label),
+             **{f"{probe} {name}": found[run.label][name] for probe, found in by_label.items() for name in (*METRICS, "mr")}}
+            for run in runs]
     rows.sort(key=lambda r: (r["step"] is None, r["step"] if r["step"] is not None else 0))
     output.table("curves", pd.DataFrame(rows), note=f"{rank_type} ranks per checkpoint, by training step.")
     stepped = [r for r in rows if r["step"] is not None]
-    series = {f"{name} | {probe}": [r[f"{probe} {name}"] for r in stepped] for name in ("hit@1", "hit@10", "mrr", "mr") for probe in probes}
+    series = {f"{name} | {probe}": [r[f"{probe} {name}"] for r in stepped] for name in ("hit@1", "hit@10", "mrr", "mr") for probe in boards}
     output.figure("curves", lambda: plots.metric_curves([r["step"] for r in stepped], series, f"{rank_type} ranks by checkpoint"))
     return rows
