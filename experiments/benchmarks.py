@@ -49,19 +49,33 @@ def benchmark_kind(dataset) -> str:
     return kind
 
 
-def load_benchmark(dataset, data_dir=None, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,
-                   max_facts: int | None = None, seed: int = 0, candidate_kinds: Sequence[str] = CANDIDATE_KINDS,
-                   modes: Sequence[str] = MODES):
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSelection:
+    """Which facts of a benchmark: ``relations`` and (LAMA) ``sources``, at most ``max_facts`` per relation
+    sampled with ``seed`` (also the bootstrap's), queried in ``modes`` over ``candidate_kinds``."""
+
+    data_dir: Any = None
+    relations: Sequence[str] | None = None
+    sources: Sequence[str] | None = None
+    max_facts: int | None = None
+    seed: int = 0
+    modes: Sequence[str] = MODES
+    candidate_kinds: Sequence[str] = CANDIDATE_KINDS
+
+
+def load_benchmark(dataset, selection: BenchmarkSelection):
     """The benchmark's data, read and checked with no model: a bad file is an error naming it, as
-    LAMA data that gives no query in ``modes``."""
-    check_modes(modes, candidate_kinds)
+    LAMA data that gives no query in ``selection.modes``."""
+    check_modes(selection.modes, selection.candidate_kinds)
     if benchmark_kind(dataset) == "bear":
-        return load_bear_dataset(dataset, data_dir, relations=relations, max_instances=max_facts, seed=seed)
-    data = load_lama(dataset, data_dir, sources=sources, relations=relations, max_facts=max_facts, seed=seed)
-    if "common-vocab" in candidate_kinds and not data.common_vocab:
+        return load_bear_dataset(dataset, selection.data_dir, relations=selection.relations, max_instances=selection.max_facts,
+                                 seed=selection.seed)
+    data = load_lama(dataset, selection.data_dir, sources=selection.sources, relations=selection.relations,
+                     max_facts=selection.max_facts, seed=selection.seed)
+    if "common-vocab" in selection.candidate_kinds and not data.common_vocab:
         raise KGFormatError(Path(data.path) / COMMON_VOCAB_FILE, None,
                             "missing or empty: the common-vocabulary candidates need it (or rank the relation's objects only)")
-    check_lama_queries(data, modes)
+    check_lama_queries(data, selection.modes)
     return data
 
 
@@ -107,31 +121,16 @@ def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Seq
     return task
 
 
-@dataclasses.dataclass(frozen=True)
-class BenchmarkSelection:
-    """Which facts of a benchmark: ``relations`` and (LAMA) ``sources``, at most ``max_facts`` per relation
-    sampled with ``seed`` (also the bootstrap's), queried in ``modes`` over ``candidate_kinds``."""
-
-    data_dir: Any = None
-    relations: Sequence[str] | None = None
-    sources: Sequence[str] | None = None
-    max_facts: int | None = None
-    seed: int = 0
-    modes: Sequence[str] = MODES
-    candidate_kinds: Sequence[str] = CANDIDATE_KINDS
-
-
 def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: BenchmarkSelection | None = None,
                     loading: ModelLoading | None = None, budget: Budget | None = None, probes: Sequence[str] = BENCHMARK_PROBES,
                     bear_run=None, bootstrap: int = 1000, out=None, backend: str = "hf", cache: bool = False,
                     show_progress: bool = True, **options) -> dict:
     """Run ``probes`` on a benchmark; returns the report {"result" (the cloze run's ``RunResult``), "agreement",
     "mode_agreement", and the result's "table", "metrics" and "metadata" by probe} (and "bear_dataset" for DEER
-    on a BEAR-format data set).  ``selection``, ``loading`` and ``budget``
-    are each an object or its fields as loose keywords (``max_facts=``, ``relations=``, ``dtype=``,
-    ``token_budget=``, ...).  ``backend``: 'hf', or 'plain' (one whole forward pass per text, a
-    cross-check).  ``cache``: keep DEER's candidate vectors in the model's prompt store under
-    ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
+    on a BEAR-format data set).  ``selection``, ``loading`` and ``budget`` are each an object or its fields as
+    loose keywords (``max_facts=``, ``relations=``, ``dtype=``, ``token_budget=``, ...).  ``backend``: 'hf', or
+    'plain' (one whole forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the
+    model's prompt store under ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     cache_dir = options.pop("cache_dir", None)
     selection = take(options, BenchmarkSelection, selection, "selection")
@@ -150,8 +149,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
         raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
     if bear_run is not None and not bear_data_set:
         raise ValueError("bear_run (--bear-run) is read only for DEER on a BEAR-format data set (--probes with deer)")
-    data = load_benchmark(dataset, selection.data_dir, selection.relations, selection.sources, selection.max_facts, selection.seed,
-                          selection.candidate_kinds, selection.modes)
+    data = load_benchmark(dataset, selection)
     if bear_run is not None:
         check_bear_run(bear_run, data)
     runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device)
