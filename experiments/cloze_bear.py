@@ -50,8 +50,8 @@ def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
         if changed:
             problems.append(f"relations scored on other data (templates, answers or instances edited, or not scored): "
                             f"{', '.join(changed)}")
-    if metadata.get("dataset", {}).get("instances") != dataset.n_instances:
-        problems.append(f"{metadata.get('dataset', {}).get('instances')} instances != {dataset.n_instances}")
+    if (instances := metadata.get("dataset", {}).get("instances")) != dataset.n_instances:
+        problems.append(f"{instances} instances != {dataset.n_instances}")
     if problems:
         raise ValueError(f"{folder} is not a BEAR run of this data: " + "; ".join(problems))
     return metadata
