@@ -186,12 +186,9 @@ class TimingPlan:
 
 def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | None = None, split: str = "test",
                      settings: dict | None = None, token_budget: int | None = None, log=print) -> dict:
-    """Time DEER and the BEAR scorers on ``kg`` with ``loaded`` as ``plan`` says; write Table 1, fits and plot.
-
-    ``token_budget``: DEER's padded tokens per batch (None: the probe's default; the one used is
-    ``deer.token_budget``).  Writes compute_time.csv/.md (Table 1, each row with its basis),
-    compute_time_fits.csv/.md, compute_time_fit.png, compute_time.json.
-    """
+    """Time DEER and the BEAR scorers on ``kg`` with ``loaded`` as ``plan`` says; write compute_time.csv/.md (Table 1,
+    each row with its basis), compute_time_fits.csv/.md, compute_time_fit.png and compute_time.json.  ``token_budget``:
+    DEER's padded tokens per batch (None: the probe's default; the one used is ``deer.token_budget``)."""
     from kg_data import build_queries
 
     plan = plan or TimingPlan()
@@ -215,8 +212,9 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
         np.random.default_rng(seed).choice(len(all_queries), size=min(plan.deer_queries, len(all_queries)), replace=False)
     log(f"timing DEER on {len(deer_rows)} queries x {plan.deer_candidates or n_entities} entities")
     deer = time_deer(all_queries, loaded, templates, deer_rows, plan.deer_candidates, n_target, seed, token_budget)
-    default_note = " (the probe default)" if token_budget is None else ""
-    log(f"DEER token budget {deer['token_budget']} padded tokens per batch{default_note}")
+    budget_note = (f"DEER token budget {deer['token_budget']} padded tokens per batch"
+                   + (" (the probe default)" if token_budget is None else ""))
+    log(budget_note)
     table_rows = [_table_row("DEER", deer["total_seconds"], n_target, 1.0, deer["basis"])]
     scorer_results, fit_rows, curves = {}, [], []
     for scorer in plan.scorers:
@@ -248,9 +246,8 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
 
     output.table("compute_time", pd.DataFrame(table_rows), note=(
         f"Total = all {n_target} {'triples' if target == 'all' else target + ' queries'} x {n_entities} entities, "
-        f"model {loaded.name} on {loaded.device} ({loaded.dtype}); DEER token budget {deer['token_budget']} padded tokens "
-        f"per batch{default_note}. BEAR totals are extrapolated as each basis says; "
-        f"total_se_fit = standard error of the fitted line at the target (independent subsets), "
+        f"model {loaded.name} on {loaded.device} ({loaded.dtype}); {budget_note}. BEAR totals are extrapolated as each "
+        f"basis says; total_se_fit = standard error of the fitted line at the target (independent subsets), "
         f"total_std_over_runs = spread of the per-run fits' extrapolations. "
         f"Paper: DEER 16 min, BEAR 330 days ({PAPER['setting']})."))
     if fit_rows:
