@@ -227,7 +227,8 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
         extrapolation = repeated_fit_extrapolation(sizes, timing["times_by_repeat"], n_target)
         points = np.tile(sizes, repeats)
         parts = {part: np.concatenate(timing[f"{part}_times_by_repeat"]) for part in ("context", "statement")}
-        parts = {part: dataclasses.asdict(linear_fit(points, times)) if np.ptp(times) > 0 else None for part, times in parts.items()}
+        parts = {part: dataclasses.asdict(linear_fit(points, times)) if np.ptp(times) > 0 else None
+                 for part, times in parts.items()}
         basis = extrapolation_method(timing, n_entities, n_target, repeats)
         scorer_results[scorer] = {**timing, "extrapolation": extrapolation, "part_fits": parts, "basis": basis}
         fit, total, per_run = extrapolation["pooled_fit"], extrapolation["prediction"], extrapolation["per_repeat_predictions"]

@@ -98,7 +98,8 @@ class PromptTemplates:
             return np.zeros(0, dtype=np.int64)
         keys, order = _train_pair_index(kg)
         key = int(triple[0]) * max(kg.n_relations, 1) + int(triple[1])
-        excluded = order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]  # the query's own (h, r) rows, ascending
+        # the query's own (h, r) train rows, ascending
+        excluded = order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]
         k = min(self.k_shot, len(train) - len(excluded))
         if self.shots == "shared":
             candidates = _shared_order(int(self.seed), len(train))[: k + len(excluded)]
