@@ -190,7 +190,8 @@ def get_probe(name: str) -> Probe:
 def as_probe(probe) -> Probe:
     """``probe`` checked to have the one ``score(request)``; one written for 0.1's protocol is read through
     ``_OldProtocol`` until 0.3, with a DeprecationWarning."""
-    if _names_texts_by_kind(probe) or callable(getattr(probe, "score_benchmark", None)):
+    old = _names_texts_by_kind(probe) or callable(getattr(probe, "score_benchmark", None))
+    if old and not isinstance(probe, _OldProtocol):  # read once: run_probe hands run_kg the probe it checked
         probe = _OldProtocol(probe)
     if not callable(getattr(probe, "score", None)):
         raise ValueError(f"probe '{probe.name}' has no score(request): every probe scores queries over candidate sets")

@@ -105,8 +105,9 @@ def test_a_probe_of_the_old_two_methods_is_still_read_with_a_warning(tiny_kg_dir
     model, tokenizer = tiny_clm
     queries = build_queries(load_kg(tiny_kg_dir), "train")
     loaded = as_loaded_model(model, tokenizer)
-    with pytest.warns(DeprecationWarning, match="score_benchmark is the old name of score"):
+    with pytest.warns(DeprecationWarning, match="score_benchmark is the old name of score") as caught:
         old = run_probe(OldBear(), queries, loaded, k_shot=2, show_progress=False)
+    assert sum("score_benchmark is the old name" in str(w.message) for w in caught) == 1  # said once, not per layer
     new = run_probe("bear", queries, loaded, k_shot=2, show_progress=False)
     np.testing.assert_array_equal(old.ranks("filtered"), new.ranks("filtered"))
     assert calls == ["QuerySet"]
