@@ -27,9 +27,10 @@ def timing_scorer(scorer: str) -> Callable[..., dict]:
     if scorer == "bear_ref":
 
         def score_query(loaded, context, continuations, state):
-            scorer_ = state.setdefault("scorer", open_backend("hf", loaded).statement_scorer())
-            scorer_.score(context, continuations)
-            return scorer_.work()
+            if "scorer" not in state:  # one scorer for the run (setdefault would open a backend per query, timed)
+                state["scorer"] = open_backend("hf", loaded).statement_scorer()
+            state["scorer"].score(context, continuations)
+            return state["scorer"].work()
     else:
 
         def score_query(loaded, context, continuations, state):
