@@ -113,8 +113,9 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     gold, filters = np.asarray(queries.gold, dtype=np.int64), FilterTails.of(queries.filter_tails)
     excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
     read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
+    device = torch.empty(0, device=device).device  # "cuda" as "cuda:0": the reused buffers are kept per device, compared
     return _rank_blocks(query_vectors, gold_vectors, read, n_candidates, (gold, filters, excluded, heads), k, query_block,
-                        torch.device(device), band)
+                        device, band)
 
 
 def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[int, np.ndarray]]], n_candidates: int,
