@@ -155,8 +155,8 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per
     query and probe the gold's realistic rank among the query's candidates (a non-finite score never
     beats the gold), the argmax prediction (first on a tie), whether it is the gold, and the gold's score;
-    NaN where a probe does not score a query.  Refused before anything is scored or written: a probe that
-    scores no benchmark, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
+    NaN where a probe does not score a query.  Refused before anything is scored or written: an unknown probe
+    or one without ``score``, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
 
     With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
     model, tokenizer, dtype and the task, so a stopped run resumes (a part that is unreadable or lacks
