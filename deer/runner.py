@@ -50,6 +50,7 @@ from deer.probes import (
     probe_names,
     score_task,
 )
+from kg_data.cloze import STATEMENT_RULE
 from kg_data.task import Task
 
 BENCHMARK_PROBES = ("deer", "lama", "bear")  # the probes a benchmark runs when none are named
@@ -170,7 +171,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
-    key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE}
+    key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE}
     plain = not can_cache(backend)  # a cross-check stores nothing
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
@@ -178,7 +179,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     names = [probe.name for probe in chosen]
     shared = {"task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
               "model": loaded.metadata(), "probes": names, "backend": backend, "rank_rule": RANK_RULE,
-              "versions": package_versions()}
+              "statement_rule": STATEMENT_RULE, "versions": package_versions()}
     metadata = {name: {"probe": name, **shared, **(scored.metadata[name] or [{}])[0],  # its work now, if scored now
                        "resumed": bool(scored.resumed[name]), "seconds": scored.timings.get(f"{name}_seconds")}
                 for name in names}

@@ -28,12 +28,13 @@ METADATA_FILE = "metadata_relations.json"
 RELATION_INFO_FILE = "relation_info.json"
 
 
-def fill_statement(template: str, subject: str, answer: str) -> str:
+def fill_statement(template: str, subject: str, answer: str, capitalise: bool = True) -> str:
     """The statement for one (subject, answer): [X] and [Y] filled, first character capitalised (as
-    lm-pub-quiz).  [X] is filled around [Y], so an answer label containing "[X]" is not rewritten."""
+    lm-pub-quiz; ``capitalise=False``: filled only, as LAMA's ``parse_template``).  [X] is filled around [Y],
+    so an answer label containing "[X]" is not rewritten."""
     before, after = template.split(ANSWER)
     statement = before.replace(SUBJECT, subject) + answer + after.replace(SUBJECT, subject)
-    return statement[:1].upper() + statement[1:]
+    return statement[:1].upper() + statement[1:] if capitalise else statement
 
 
 @dataclasses.dataclass

@@ -22,13 +22,20 @@ CANDIDATE_KINDS = ("common-vocab", "relation")
 LARGE_SET = "common-vocab"  # LAMA's common vocabulary: one set of |vocabulary| answers for every fact
 
 
+BEAR_SOURCE = "bear"  # the source of a BEAR-format data set's queries
+STATEMENT_RULE = ("[X] and [Y] filled; a BEAR-format data set's statement with its first character capitalised "
+                  "(lm-pub-quiz), LAMA's as written (LAMA's parse_template: 'iCarly', not 'ICarly')")
+
+
 def statement(query: ClozeQuery, answer: str) -> str:
-    return fill_statement(query.template, query.subject, answer)
+    """The query's text with ``answer`` in its slot, by ``STATEMENT_RULE``."""
+    return fill_statement(query.template, query.subject, answer, capitalise=query.source == BEAR_SOURCE)
 
 
 def answer_context(query: ClozeQuery) -> str:
     """The statement up to the answer slot, right-stripped ("" when the answer comes first)."""
-    return fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "").rstrip()
+    before = query.template.split(ANSWER)[0] + ANSWER
+    return fill_statement(before, query.subject, "", capitalise=query.source == BEAR_SOURCE).rstrip()
 
 
 def bear_cloze_task(dataset: BearDataset) -> Task:
@@ -41,7 +48,7 @@ def bear_cloze_task(dataset: BearDataset) -> Task:
         for t, template in enumerate(relation.templates):
             for i, (sub_id, subject) in enumerate(zip(relation.subject_ids, relation.subject_labels, strict=True)):
                 gold = int(relation.gold[i])
-                queries.append(ClozeQuery("bear", code, sub_id, int(relation.rows[i]), "template", t, template, subject,
+                queries.append(ClozeQuery(BEAR_SOURCE, code, sub_id, int(relation.rows[i]), "template", t, template, subject,
                                           relation.answer_labels[gold], code, gold))
     instance = {(code, int(row)): i for code, r in dataset.relations.items() for i, row in enumerate(r.rows)}
     return Task(dataset.name, queries, sets, {"dataset": dataset.summary()},

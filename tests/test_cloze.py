@@ -4,6 +4,7 @@ or statement) on several architectures and both attention back-ends."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -26,6 +27,7 @@ from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
 from kg_data.cloze import answer_context, bear_cloze_task, lama_cloze_task, statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
+from kg_data.task import ClozeQuery
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
 
 
@@ -478,3 +480,18 @@ def test_deer_cloze_prints_its_headline_numbers(tmp_path, tiny_clm_dir):
     assert "candidates    mode           probe       n     P@1    P@10     MRR  random P@1" in result.output
     assert f"relation      template       deer   {overall['n']:>6}{overall['p@1']:>8.3f}{overall['p@10']:>8.3f}{overall['mrr']:>8.4f}" \
         in result.output
+
+
+def test_lama_statements_are_lamas_own_and_bears_are_capitalised():
+    """LAMA fills [X] and [Y] as its parse_template does, never capitalising (its subject 'iCarly' stays
+    'iCarly', its sentence 'paris is ...' stays lower case); a BEAR-format data set's statement is capitalised
+    as lm-pub-quiz does.  Every probe reads these texts (BEAR and LAMA the statement, DEER the context)."""
+    lama = ClozeQuery("TREx", "P449", "f1", 3, "template", 0, "[X] was originally aired on [Y] .", "iCarly", "Nickelodeon",
+                      "relation", 0)
+    assert statement(lama, "Nickelodeon") == "iCarly was originally aired on Nickelodeon ."
+    assert answer_context(lama) == deer_query_text(lama) == "iCarly was originally aired on"
+    free = dataclasses.replace(lama, mode="template-free", template_index=-1, template="[Y] is where he was born .")
+    assert statement(free, "paris") == "paris is where he was born ."
+    bear = dataclasses.replace(lama, source="bear")
+    assert statement(bear, "Nickelodeon") == "ICarly was originally aired on Nickelodeon ."
+    assert answer_context(bear) == "ICarly was originally aired on"
