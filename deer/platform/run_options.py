@@ -27,6 +27,10 @@ class QuerySelection:
     data_dir: Any = None
     exclude_head: bool = False
 
+    def __post_init__(self):
+        if not isinstance(self.exclude_head, bool):  # "False" would be read as true
+            raise OptionError("exclude_head", self.exclude_head, "must be True or False")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelLoading:

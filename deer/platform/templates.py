@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deer.base.errors import OptionError
 from kg_data.bear import ANSWER, SUBJECT
 from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.kg import TextualKG
@@ -72,6 +73,8 @@ class PromptTemplates:
     def __post_init__(self):
         if self.style not in STYLES:
             raise ValueError(f"style must be one of {STYLES}, got '{self.style}'")
+        if not isinstance(self.query_trailing_space, (bool, type(None))):  # "false" would be read as true
+            raise OptionError("query_trailing_space", self.query_trailing_space, "must be True, False or None (the style's)")
         default_shots, default_space = STYLE_DEFAULTS[self.style]
         object.__setattr__(self, "shots", default_shots if self.shots is None else self.shots)
         space = default_space if self.query_trailing_space is None else self.query_trailing_space
