@@ -14,6 +14,7 @@ from bear_ref.kg_probe import BearProbe
 from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.backends.hf import STATEMENT_TOKEN_BUDGET
 from deer.backends.models import DEFAULT_MODEL, as_loaded_model
+from deer.base.errors import OptionError
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs
 from deer.platform.result import RunResult
@@ -80,11 +81,16 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     check_inputs(model, out=out, seed=selection.seed, token_budget=token_budget, dtype=loading.dtype, device=loading.device,
                  max_instances=selection.max_instances)
     relations = list(selection.relations) if selection.relations else None
+    chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
+    if isinstance(dataset, BearDataset):  # scored as it was loaded: a selection is not applied to it again
+        if (relations or selection.max_instances is not None) and chosen != dataset.selection:
+            raise OptionError("selection", chosen, f"the BearDataset given was loaded with {dataset.selection or 'no selection'}; "
+                                                   "pass the selection to load_bear_dataset (or the data set's name here)")
+        chosen = dataset.selection or chosen  # what the data holds is what the run records
     data = dataset if isinstance(dataset, BearDataset) else load_bear_dataset(
         dataset, selection.data_dir, relations=relations, max_instances=selection.max_instances, seed=selection.seed)
     if out is not None:
         check_out_dir(out)  # another kind of run there: refused before the model loads
     loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
-    chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
     return run_bear_dataset(data, loaded, out, chosen, token_budget=token_budget, pll_variant=pll_variant,
                             show_progress=show_progress, domain_support=domain_support, ties=ties, backend=backend)

@@ -82,6 +82,7 @@ class BearDataset:
     path: str
     relations: dict[str, BearRelation]
     relations_without_file: list[str]
+    selection: dict = dataclasses.field(default_factory=dict)  # load_bear_dataset's relations, max_instances, seed
 
     @property
     def n_instances(self) -> int:
@@ -94,7 +95,8 @@ class BearDataset:
 
     def summary(self) -> dict:
         return {"name": self.name, "path": self.path, "relations": len(self.relations), "instances": self.n_instances,
-                "statements": self.n_statements, "relations_without_file": self.relations_without_file}
+                "statements": self.n_statements, "relations_without_file": self.relations_without_file,
+                "selection": self.selection}
 
 
 def _read_object(path: Path, shape: str) -> dict:
@@ -229,7 +231,8 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
     domains = _relation_domains(folder)
     loaded = {code: load_relation(folder, code, metadata[code], domains, max_instances, seed)
               for code in wanted if code not in without_file}
-    return BearDataset(name, str(folder), loaded, without_file)
+    selection = {"relations": list(relations) if relations else None, "max_instances": max_instances, "seed": seed}
+    return BearDataset(name, str(folder), loaded, without_file, selection)
 
 
 def save_lm_pub_quiz_folder(dataset: BearDataset, folder: str | Path) -> Path:
