@@ -80,13 +80,16 @@ def data(ctx, data_dir):
 @click.option("--base-url", default=None, help="A mirror laid out like the data root (default: each data set's "
                                                "upstream repository at its pinned commit; or $DEER_DATA_BASE_URL).")
 @click.option("--offline", is_flag=True, help="Never download: only check what is there and say what is missing.")
+@click.pass_context
 @friendly_errors
-def fetch(names, data_dir, base_url, offline):
+def fetch(ctx, names, data_dir, base_url, offline):
     """Download data sets from their public originals (pinned commits), verify sha256, install atomically.
 
     Python: kg_data.fetch.fetch_dataset(name).  Files already present and correct are kept.
     """
     from kg_data.fetch import fetch_dataset
+
+    data_dir = data_dir or ctx.parent.params["data_dir"]  # `deer data --data-dir X fetch NAME` too
 
     for name in names:
         folder = fetch_dataset(name, data_dir=data_dir, base_url=base_url, offline=offline or None)
