@@ -27,6 +27,7 @@ from deer.api import probe as deer_probe
 from deer.backends import open_backend
 from deer.platform.length_guard import guard_lengths
 from deer.platform.templates import kg_benchmark_task
+from deer.platform.validate import warn
 from deer.probes import get_probe
 from experiments import plots, reference
 from experiments.report import ExperimentOutput
@@ -198,6 +199,9 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
     all_queries = build_queries(kg, split)
     n_entities, n_target = kg.n_entities, target_query_count(kg, target)
     sizes = sorted(set(int(s) for s in plan.query_sizes if 0 < int(s) <= len(all_queries)))
+    left_out = sorted(set(int(s) for s in plan.query_sizes) - set(sizes))
+    if left_out:  # said, not dropped silently: the fit's sizes are not the ones asked for
+        warn(f"query sizes {', '.join(map(str, left_out))} left out: the {split} split has {len(all_queries)} queries")
     if len(sizes) < 2:
         raise ValueError(f"need at least two query sizes between 1 and {len(all_queries)} ({split} queries)")
     if candidates is not None and candidates < 2:

@@ -1,0 +1,56 @@
+"""Options are used as given or refused, never read as something else (the audit of session 10): text booleans,
+a selection given beside a loaded data set, a group option of `deer data`, query sizes the split cannot give."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+import bear_ref
+import deer
+from deer.base.errors import OptionError
+from deer.platform.run_options import QuerySelection
+from deer.platform.templates import PromptTemplates
+from experiments.cli import main
+from kg_data.bear import load_bear_dataset
+from tests.test_bear_dataset import write_dataset
+
+
+def test_text_booleans_are_refused_not_read_as_true(tiny_kg_dir):
+    """bool("false") is True: a text or number given for a yes/no option was read as yes."""
+    with pytest.raises(OptionError, match="query_trailing_space='false': must be True, False or None"):
+        PromptTemplates(query_trailing_space="false")
+    with pytest.raises(OptionError, match="exclude_head='False': must be True or False"):
+        QuerySelection(exclude_head="False")
+    with pytest.raises(OptionError, match="exclude_head"):  # through the API, before any model is looked for
+        deer.probe(tiny_kg_dir, "no-such-model-anywhere", exclude_head="False")
+    assert PromptTemplates(query_trailing_space=False).query_trailing_space is False
+    assert QuerySelection(exclude_head=True).exclude_head is True
+
+
+def test_a_loaded_bear_dataset_is_scored_as_loaded_and_its_selection_recorded(tmp_path):
+    """bear_dataset(BearDataset, relations=...) scored every relation while recording the selection asked for."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    whole = load_bear_dataset(str(folder))
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(whole, "no-such-model-anywhere", relations=["P37"], max_instances=1)
+    part = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=1)
+    assert part.summary()["selection"] == {"relations": ["P37"], "max_instances": 2, "seed": 1}
+    assert whole.summary()["selection"] == {"relations": None, "max_instances": None, "seed": 0}
+
+
+def test_deer_data_fetch_reads_the_groups_data_dir(tmp_path):
+    """`deer data --data-dir X fetch NAME` fetched into the default root, ignoring X."""
+    result = CliRunner().invoke(main, ["data", "--data-dir", str(tmp_path / "mine"), "fetch", "wn18rr", "--offline"])
+    assert result.exit_code == 1 and str(tmp_path / "mine" / "wn18rr") in result.output, result.output
+
+
+def test_compute_time_says_which_query_sizes_it_leaves_out(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """Sizes above the split's query count were dropped without a word (the fit on other sizes than asked)."""
+    pytest.importorskip("deer.backends.plain")
+    result = CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--split", "train", "--query-sizes", "1,3,500", "--repeats", "1", "--candidates", "2",
+                                       "--plain-statements", "1", "--deer-queries", "2", "--scorers", "plain",
+                                       "--out", str(tmp_path / "ct")])
+    assert result.exit_code == 0, result.output
+    assert "query sizes 500 left out: the train split has 9 queries" in result.output
