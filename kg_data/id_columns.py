@@ -71,10 +71,17 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
     return np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
 
 
+def _is_header(line: str) -> bool:
+    """Whether ``line`` is made only of column names (``kg_data.lines.HEADER_WORDS``), as ``read_tsv`` refuses it."""
+    from kg_data.lines import HEADER_WORDS
+
+    return all(field.strip().lower() in HEADER_WORDS for field in line.split("\t"))
+
+
 def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
     """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional description; stripped, an
     empty description ``empty_description``), read a block of lines at a time; None when any line is not plain (a BOM, a NUL, an
-    empty id or name, a repeated id, a fourth column): the line-by-line reader then names the problem."""
+    empty id or name, a repeated id, a fourth column, a header line): the line-by-line reader then names the problem."""
     from kg_data.text_column import TextColumn
 
     columns: tuple[list, list, list] = ([], [], [])
@@ -83,11 +90,14 @@ def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
             lines = batch.column(0)
             if pc.any(pc.match_substring(lines, "\x00")).as_py() or (not columns[0] and lines[0].as_py().startswith("\ufeff")):
                 return None
+            if not columns[0] and _is_header(lines[0].as_py()):
+                return None
             ids, rest = split_first(lines)
             names, descriptions = split_first(rest)
+            if pc.any(pc.match_substring(descriptions, "\t")).as_py():  # a fourth column (looked for before trimming)
+                return None
             ids, names, descriptions = (pc.utf8_trim_whitespace(column) for column in (ids, names, descriptions))
-            if (pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.equal(names, "")).as_py()
-                    or pc.any(pc.match_substring(descriptions, "\t")).as_py()):
+            if pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.equal(names, "")).as_py():
                 return None
             for kept, column in zip(columns, (ids, names, pc.if_else(pc.equal(descriptions, ""), empty_description,
                                                                    descriptions)), strict=True):

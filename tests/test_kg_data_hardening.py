@@ -268,3 +268,25 @@ def test_subset_accepts_numpy_integers(tiny_kg_dir):
     kg = load_textual_kg(tiny_kg_dir)
     assert len(sample_subset(kg, "test", np.int64(2), np.int64(3))) == 2
     assert len(build_queries(kg, "test", subset=4, seed=0)) == 4
+
+
+# 9. the bulk entities reader (entities.tsv >= BULK_BYTES) refuses what the line reader refuses
+
+
+@pytest.mark.parametrize(("first_line", "problem"), [
+    ("id\tname\tdescription", "looks like a header line (id, name, description)"),
+    ("x0\tdog\t\tan animal", "expected 2-3 tab-separated columns, found 4"),
+    ("x0\tdog\tan animal\t", "expected 2-3 tab-separated columns, found 4"),
+])
+def test_bulk_entities_reader_refuses_a_header_or_a_fourth_column(tiny_kg_dir, monkeypatch, first_line, problem):
+    """Audit E1: read in bulk, a header became an entity 'id' named 'name', and a fourth column was accepted (the
+    description was trimmed before its tab was looked for); the line reader refuses both, naming file and line."""
+    import kg_data.textual as textual
+    from kg_data.id_columns import read_entity_texts
+
+    path = tiny_kg_dir / "entities.tsv"
+    path.write_text(first_line + "\n" + path.read_text())
+    assert read_entity_texts(path, "-") is None
+    monkeypatch.setattr(textual, "BULK_BYTES", 0)
+    error = _format_error(tiny_kg_dir)
+    assert str(error).startswith(f"{path}:1: {problem}")
