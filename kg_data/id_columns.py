@@ -9,6 +9,7 @@ before.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,27 @@ import pyarrow.csv as pcsv
 
 NO_DELIMITER = "\x1f"  # a byte that no text file here holds: read a line as one column
 TRIPLE_BLOCK_BYTES = 1 << 26  # a triples file read 64 MiB at a time: a few lookups, each hashing every entity id, at 20M triples
+CR_SCAN_BYTES = 1 << 24  # the scan for a lone carriage return reads 16 MiB at a time
+# a CR followed by neither CR nor LF: pyarrow ends a line there, the line reader keeps it in a field (a run of CRs before LF
+# is a line end to both)
+LONE_CR = re.compile(rb"\r(?![\r\n])")
+
+
+def has_lone_carriage_return(path: Path) -> bool:
+    """Whether the file holds a carriage return that does not end its line (is not followed by LF, after any more CRs);
+    a run of CRs at the file's end ends its last line.  One pass of ``bytes`` scans, a block at a time."""
+    carry = b""
+    with open(path, "rb") as handle:
+        while block := handle.read(CR_SCAN_BYTES):
+            block = carry + block if carry else block
+            if b"\r" not in block:
+                carry = b""
+                continue
+            kept = block.rstrip(b"\r")  # CRs at the block's end: judged with the next block's first byte
+            carry = block[len(kept):]
+            if LONE_CR.search(kept):
+                return True
+    return False
 
 
 def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, column_type: pa.DataType | None = None) -> dict:
@@ -31,8 +53,10 @@ def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, 
 
 def read_columns(path: Path, n_columns: int | None) -> pa.Table | None:
     """The file's tab-separated columns as strings (``n_columns`` None: each line whole, as one
-    column); None when pyarrow cannot read it plainly (wrong column count, not UTF-8, ...)."""
+    column); None when pyarrow cannot read it plainly (wrong column count, not UTF-8, a lone CR, ...)."""
     names = [f"c{i}" for i in range(n_columns or 1)]
+    if has_lone_carriage_return(path):
+        return None
     try:
         return pcsv.read_csv(path, **_plain_options(names, "\t" if n_columns else NO_DELIMITER))
     except (pa.ArrowInvalid, UnicodeDecodeError):
@@ -55,6 +79,8 @@ def indices_in(values: pa.ChunkedArray | pa.Array, vocabulary: pa.Array) -> np.n
 def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> np.ndarray | None:
     """(n, 3) int64 (head, relation, tail) indices of a triples file, read a block of lines at a time (only the indices are kept);
     None when any line is not a plain triple of known ids (the line-by-line reader then names it)."""
+    if has_lone_carriage_return(path):
+        return None
     try:
         parts = []
         for batch in pcsv.open_csv(path, **_plain_options(["head", "relation", "tail"], "\t", TRIPLE_BLOCK_BYTES)):
@@ -81,9 +107,12 @@ def _is_header(line: str) -> bool:
 def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
     """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional description; stripped, an
     empty description ``empty_description``), read a block of lines at a time; None when any line is not plain (a BOM, a NUL, an
-    empty id or name, a repeated id, a fourth column, a header line): the line-by-line reader then names the problem."""
+    empty id or name, a repeated id, a fourth column, a header line,
+    a lone CR): the line-by-line reader then names the problem."""
     from kg_data.text_column import TextColumn
 
+    if has_lone_carriage_return(path):
+        return None
     columns: tuple[list, list, list] = ([], [], [])
     try:
         for batch in pcsv.open_csv(path, **_plain_options(["line"], NO_DELIMITER, column_type=pa.large_string())):

@@ -52,9 +52,14 @@ HEADER_WORDS = {"id", "name", "description", "desc", "label", "entity", "entity_
 
 def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) for a tab-separated file, checking the column count; a first
-    line made only of column names (``HEADER_WORDS``) is refused: these files have no header."""
+    line made only of column names (``HEADER_WORDS``) is refused: these files have no header; so is a carriage return
+    that does not end its line."""
     min_columns = n_columns if min_columns is None else min_columns
     for index, (number, text) in enumerate(read_lines(path)):
+        if "\r" in text:  # a bulk (pyarrow) reader would end the line there
+            column = text[:text.index("\r")].count("\t") + 1
+            raise KGFormatError(path, number, f"column {column} holds a carriage return (\\r) inside the line; remove it "
+                                              "(a line may end with LF or CRLF only)")
         fields = text.split("\t")
         if not min_columns <= len(fields) <= n_columns:
             expected = n_columns if min_columns == n_columns else f"{min_columns}-{n_columns}"

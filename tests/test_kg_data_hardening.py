@@ -290,3 +290,56 @@ def test_bulk_entities_reader_refuses_a_header_or_a_fourth_column(tiny_kg_dir, m
     monkeypatch.setattr(textual, "BULK_BYTES", 0)
     error = _format_error(tiny_kg_dir)
     assert str(error).startswith(f"{path}:1: {problem}")
+
+
+# 10. a carriage return inside a TSV line (not before its newline)
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+@pytest.mark.parametrize("file_name", ["entities.tsv", "test.tsv"])
+def test_a_carriage_return_inside_a_tsv_line_is_refused(tiny_kg_dir, monkeypatch, bulk, file_name):
+    """Audit E6: line by line a lone CR stayed inside a field (a name 'bad\\rname'; JSONL refuses one), read in bulk
+    (pyarrow) it ended the line and made a bogus entity; both now refuse it, naming file and line.  CRLF stays fine."""
+    import kg_data.kg as kg_module
+    import kg_data.textual as textual
+
+    if bulk:
+        monkeypatch.setattr(textual, "BULK_BYTES", 0)
+        monkeypatch.setattr(kg_module, "BULK_BYTES", 0)
+    plain = load_textual_kg(tiny_kg_dir).fingerprint()
+    for path in tiny_kg_dir.iterdir():
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert load_textual_kg(tiny_kg_dir).fingerprint() == plain
+    path = tiny_kg_dir / file_name
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b"\t", b"\r", 1) if file_name == "test.tsv" else lines[1].replace(b"t\t", b"t\rx\t", 1)
+    path.write_bytes(b"".join(lines))
+    error = _format_error(tiny_kg_dir)
+    assert str(error).startswith(f"{path}:2: ") and "carriage return" in str(error)
+
+
+def test_the_bulk_readers_give_up_on_a_lone_carriage_return(tmp_path, monkeypatch):
+    """The byte scan behind the bulk readers finds a lone CR also across a block's end, and lets CRLF pass."""
+    import pyarrow as pa
+
+    from kg_data import id_columns
+
+    monkeypatch.setattr(id_columns, "CR_SCAN_BYTES", 4)
+    path = tmp_path / "lines.tsv"
+    for data, lone in [(b"a\tb\r\nc\td\r\n", False), (b"abc\r\nd\te\n", False), (b"abc\rxd\te\n", True),
+                       (b"ab\tc\r", False), (b"abc\r\r\nd\te\n", False), (b"a\tbc\rd\te\n", True), (b"abc\t\r\rd\n", True)]:
+        path.write_bytes(data)
+        assert id_columns.has_lone_carriage_return(path) is lone, data
+    path.write_bytes(b"Q1\tP1\tQ2\rQ2\tP1\tQ1\n")
+    ids = pa.array(["Q1", "Q2"])
+    assert id_columns.index_triples(path, ids, pa.array(["P1"])) is None
+    assert id_columns.read_columns(path, 3) is None and id_columns.read_entity_texts(path, "-") is None
+
+
+def test_wikidata5m_refuses_a_carriage_return_inside_a_line(tmp_path):
+    from kg_data.wikidata5m import load_wikidata5m
+    from tests.test_wikidata5m import _write
+
+    folder = _write(tmp_path / "w5m", **{"wikidata5m_text.txt": "Q1\tBerlin is\rthe capital.\nQ9\tUnused.\n"})
+    with pytest.raises(KGFormatError, match=r"wikidata5m_text.txt:1: .*carriage return"):
+        load_wikidata5m(folder)
