@@ -54,20 +54,26 @@ def candidate_data_dirs(data_dir: str | Path | None = None) -> list[Path]:
 def find_dataset(name: str, data_dir: str | Path | None = None) -> Path:
     """Folder of a named data set; KGNotFoundError names the folder given, else lists every place tried."""
     sub = NAMED_DATASETS[name]
-    tried = []
+    tried, misnamed = [], []
     for root in candidate_data_dirs(data_dir):
         # Accept both a data root (holding wn18rr/) and the data set folder itself.
         for folder in (root / sub, root):
             tried.append(folder)
             if _looks_like(name, folder):
+                if folder == root and (why := _misnamed(name, folder)):
+                    misnamed.append(why)
+                    continue
                 return folder
+    if data_dir and misnamed:
+        raise ValueError(f"--data-dir {misnamed[0]}. Pass the data root that holds {sub}/ for '{name}', or ask for the "
+                         "data set that folder is.")
     if data_dir:
         root, marker = Path(data_dir).expanduser(), MARKERS[name]
         raise KGNotFoundError(
             f"--data-dir {root} holds no '{name}' data set (expected {root / sub / marker}, or {root / marker}); "
             f"a data folder given is the only one searched. Fetch it there with `deer data fetch {name} --data-dir {root}`; "
             "`deer data` lists where the data sets are found without one.")
-    listing = "\n  ".join(str(p) for p in tried)
+    listing = "\n  ".join(str(p) for p in tried) + "".join(f"\n  (passed over: {note})" for note in misnamed)
     raise KGNotFoundError(f"Could not find the '{name}' data. Looked in:\n  {listing}\n"
                           f"Pass --data-dir DIR (a folder holding '{sub}/') or set {DATA_DIR_ENV}.")
 
@@ -76,13 +82,28 @@ def _looks_like(name: str, folder: Path) -> bool:
     return (folder / MARKERS[name]).is_file()
 
 
+def _misnamed(name: str, folder: Path) -> str | None:
+    """Why ``folder``, holding ``name``'s marker file, is not taken as ``name``'s own folder: another named data set shares
+    that marker (BEAR and BEAR-big) and the folder does not carry ``name``'s folder name; None when it may be taken."""
+    shared = [other for other in NAMED_DATASETS if other != name and MARKERS[other] == MARKERS[name]]
+    own, folder_name = Path(NAMED_DATASETS[name]).name, folder.resolve().name
+    if not shared or folder_name.lower() == own.lower():
+        return None
+    for other in shared:
+        if folder_name.lower() == Path(NAMED_DATASETS[other]).name.lower():
+            return (f"{folder} is the '{other}' data set's folder ({NAMED_DATASETS[other]}), not the '{name}' data set's "
+                    f"({NAMED_DATASETS[name]}); the two share their marker file {MARKERS[name]}")
+    return (f"{folder} holds {MARKERS[name]} but is named '{folder_name}', not '{own}': '{name}' shares that marker file with "
+            f"{', '.join(repr(other) for other in shared)}, so a data set's own folder is known by its name")
+
+
 def describe_datasets(data_dir: str | Path | None = None) -> list[dict]:
     """Rows for `deer data`: each named data set, where it was found (or not), and whether a probe can use it."""
     rows = []
     for name in NAMED_DATASETS:
         try:
             path = str(find_dataset(name, data_dir))
-        except KGNotFoundError:
+        except (KGNotFoundError, ValueError):  # ValueError: --data-dir is another data set's folder
             path = ""
         rows.append({"name": name, "found": bool(path), "path": path, "usable": bool(path), "note": ""})
     return rows

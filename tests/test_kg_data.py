@@ -56,6 +56,32 @@ def test_missing_data_names_where_it_looked(tmp_path, monkeypatch):
     assert "--data-dir" in str(error.value)
 
 
+def test_a_data_dir_that_is_the_other_bear_folder_is_not_taken_for_it(tmp_path, monkeypatch):
+    """Audit E3: BEAR and BEAR-big share their marker file, and a --data-dir that is a data set's folder itself was taken as
+    whichever of the two was asked for ('bear' loaded BEAR-big, under the name 'bear').  The folder's name now decides."""
+    from kg_data.bear import load_bear_dataset
+    from kg_data.locate import find_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    monkeypatch.delenv("DEER_DATA_DIR", raising=False)
+    monkeypatch.setattr(locate, "default_data_dirs", lambda: [tmp_path / "default"])
+    big, small = (write_dataset(tmp_path / "data" / "bear" / folder) for folder in ("BEAR-big", "BEAR"))
+    assert find_dataset("bear-big", big) == big and find_dataset("bear", small) == small
+    assert find_dataset("bear", tmp_path / "data") == small and find_dataset("bear-big", tmp_path / "data") == big
+    for name, folder, other in (("bear", big, "bear-big"), ("bear-big", small, "bear")):
+        with pytest.raises(ValueError) as error:
+            find_dataset(name, folder)
+        assert not isinstance(error.value, KGNotFoundError)  # not a data set to fetch into that folder
+        message = str(error.value)
+        assert f"--data-dir {folder}" in message and f"'{other}'" in message and f"'{name}'" in message
+        with pytest.raises(ValueError, match=f"'{other}'"):
+            load_bear_dataset(name, data_dir=folder)
+    monkeypatch.setenv("DEER_DATA_DIR", str(big))  # not named on purpose: looked past, as any other root without it
+    with pytest.raises(KGNotFoundError, match="BEAR-big"):
+        find_dataset("bear")
+    assert find_dataset("bear-big") == big
+
+
 def test_generic_tsv_reader(tiny_kg_dir):
     kg = load_textual_kg(tiny_kg_dir)
     assert kg.n_entities == 12 and kg.n_relations == 3
