@@ -50,14 +50,20 @@ def _columns(path: Path, n_columns: int | None) -> pa.Table:
 
 def _named(path: Path) -> tuple[pa.Array, pa.Array, np.ndarray]:
     """(ids, first aliases, whether a line has more aliases) of an alias file; a line whose first
-    alias is blank names nothing and is left out."""
+    alias is blank names nothing and is left out; an id named on two lines is refused."""
     ids, aliases = split_first(_columns(path, None).column(0).combine_chunks())
     names, others = split_first(aliases)
     names = pc.utf8_trim_whitespace(names)
     named = np.flatnonzero(pc.not_equal(names, "").to_numpy(zero_copy_only=False))
     if len(named) == 0:
         raise KGFormatError(path, None, "no entries with a name")
-    return ids.take(named), names.take(named), pc.not_equal(others, "").to_numpy(zero_copy_only=False)[named]
+    ids = ids.take(named)
+    if pc.count_distinct(ids).as_py() != len(ids):  # a second line would be one more entity, never gold nor filtered
+        seen: set[str] = set()
+        repeated = next(i for i in ids.to_pylist() if i in seen or seen.add(i))
+        raise KGFormatError(path, None, f"id '{repeated}' is listed more than once; give each id one line (its aliases "
+                                        "tab-separated on that line)")
+    return ids, names.take(named), pc.not_equal(others, "").to_numpy(zero_copy_only=False)[named]
 
 
 def load_wikidata5m(folder: str | Path) -> TextualKG:

@@ -114,3 +114,17 @@ def test_wikidata5m_by_name_from_a_data_dir_and_where_to_get_it(tmp_path):
     assert str(tmp_path / "empty" / "wikidata5m") in fetched.output
     with pytest.raises(KGNotFoundError, match="wikidata5m_transductive.tar.gz"):
         load_kg("wikidata5m", tmp_path / "empty")
+
+
+@pytest.mark.parametrize(("file_name", "text", "repeated"), [
+    ("wikidata5m_entity.txt", "Q1\tBerlin\nQ2\tGermany\nQ3\tParis\nQ1\tBerlin again\n", "Q1"),
+    ("wikidata5m_relation.txt", "P1\tcapital of\nP2\tshares border with\nP2\tborders\n", "P2"),
+])
+def test_an_id_listed_twice_in_an_alias_file_is_refused(tmp_path, file_name, text, repeated):
+    """Audit E4: a repeated id was kept twice (an extra candidate that can never be gold or filtered, and a negative
+    'entities_without_alias' count)."""
+    folder = _write(tmp_path / "w5m", **{file_name: text})
+    with pytest.raises(KGFormatError) as error:
+        load_wikidata5m(folder)
+    assert str(error.value).startswith(f"{folder / file_name}: ") and f"'{repeated}'" in str(error.value)
+    assert "more than once" in str(error.value)
