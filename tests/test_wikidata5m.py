@@ -128,3 +128,20 @@ def test_an_id_listed_twice_in_an_alias_file_is_refused(tmp_path, file_name, tex
         load_wikidata5m(folder)
     assert str(error.value).startswith(f"{folder / file_name}: ") and f"'{repeated}'" in str(error.value)
     assert "more than once" in str(error.value)
+
+
+@pytest.mark.parametrize(("file_name", "text", "padded"), [
+    ("wikidata5m_transductive_train.txt", "Q1\tP1\tQ2 \nQ2\tP2\tQ3\n", "'Q2 '"),
+    ("wikidata5m_transductive_test.txt", "Q1\t P2\tQ3\n", "' P2'"),
+    ("wikidata5m_entity.txt", "Q1\tBerlin\nQ2 \tGermany\nQ3\tParis\n", "'Q2 '"),
+    ("wikidata5m_relation.txt", "P1\tcapital of\n P2\tshares border with\n", "' P2'"),
+    ("wikidata5m_text.txt", "Q1 \tBerlin is the capital of Germany.\n", "'Q1 '"),
+])
+def test_an_id_with_whitespace_around_it_is_refused(tmp_path, file_name, text, padded):
+    """Audit E8: 'Q2 ' matched no id, so its triple was dropped and counted under 'triples_dropped_without_alias' (a wrong
+    reason), or its entity lost its alias or description; such an id is now refused, naming the file."""
+    folder = _write(tmp_path / "w5m", **{file_name: text})
+    with pytest.raises(KGFormatError) as error:
+        load_wikidata5m(folder)
+    assert str(error.value).startswith(f"{folder / file_name}: ") and padded in str(error.value)
+    assert "whitespace" in str(error.value)
