@@ -32,6 +32,21 @@ def _find(folder: Path, *stems: str) -> Path | None:
     return found[0] if found else None
 
 
+def _refuse_unread_split_files(folder: Path, split_files: dict[str, Path]) -> None:
+    """KGFormatError for a split's file that would be ignored (train.txt, Train.tsv, dev.csv: another suffix or case)
+    where that split has no .tsv/.jsonl file: the KG would lack the split, and its triples the known-true filter."""
+    for split, stems in SPLIT_STEMS.items():
+        if split in split_files:
+            continue
+        unread = sorted(path.name for path in folder.iterdir() if path.name.split(".")[0].lower() in stems and path.is_file())
+        if unread:
+            read = " or ".join(f"{stem}{suffix}" for stem in stems for suffix in (".tsv", ".jsonl"))
+            raise KGFormatError(folder / unread[0], None, f"not read: the {split} split is read from {read} only, and this "
+                                                          f"file would be ignored (no {split} split, its triples missing from "
+                                                          f"the known-true filter); rename it to {stems[0]}.tsv (or "
+                                                          f"{stems[0]}.jsonl), or move it out of the folder")
+
+
 def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
     """Read a KG folder in the format above; raises KGFormatError naming file and line."""
     folder = Path(folder)
@@ -40,6 +55,7 @@ def load_textual_kg(folder: Path, name: str | None = None) -> TextualKG:
         if path is None:
             raise KGFormatError(folder / f"{stem}.tsv", None, f"missing file (need {stem}.tsv or {stem}.jsonl)")
     split_files = {split: path for split, stems in SPLIT_STEMS.items() if (path := _find(folder, *stems)) is not None}
+    _refuse_unread_split_files(folder, split_files)
     if "test" not in split_files and "train" not in split_files:
         raise KGFormatError(folder / "test.tsv", None, "missing file: a KG needs at least train.tsv or test.tsv")
     bulk = read_entity_texts(entities, EMPTY_DESCRIPTION) if entities.suffix == ".tsv" and entities.stat().st_size >= BULK_BYTES else None

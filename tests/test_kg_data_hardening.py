@@ -343,3 +343,23 @@ def test_wikidata5m_refuses_a_carriage_return_inside_a_line(tmp_path):
     folder = _write(tmp_path / "w5m", **{"wikidata5m_text.txt": "Q1\tBerlin is\rthe capital.\nQ9\tUnused.\n"})
     with pytest.raises(KGFormatError, match=r"wikidata5m_text.txt:1: .*carriage return"):
         load_wikidata5m(folder)
+
+
+# 11. a split file the loader does not read
+
+
+@pytest.mark.parametrize(("present", "odd"), [("train.tsv", "train.txt"), ("test.tsv", "test.csv"), ("valid.tsv", "dev.txt"),
+                                              ("train.tsv", "Train.tsv"), ("valid.tsv", "valid")])
+def test_a_split_file_with_a_suffix_not_read_is_refused(tiny_kg_dir, present, odd):
+    """Audit E7: train.txt beside test.tsv was ignored without a word: the KG had no train split, the known-true filter
+    missed its tails and filtered ranks changed silently."""
+    (tiny_kg_dir / present).rename(tiny_kg_dir / odd)
+    error = _format_error(tiny_kg_dir)
+    assert error.path == str(tiny_kg_dir / odd) and ".tsv" in str(error) and ".jsonl" in str(error)
+    assert "not read" in str(error)
+
+
+def test_a_stray_file_beside_a_split_that_is_read_is_left_alone(tiny_kg_dir):
+    (tiny_kg_dir / "train.txt").write_text("not a split\n")
+    (tiny_kg_dir / "test.tsv.bak").write_text("not a split\n")
+    assert len(load_textual_kg(tiny_kg_dir).triples("train")) == 9
