@@ -63,11 +63,23 @@ class BenchmarkSelection:
     candidate_kinds: Sequence[str] = CANDIDATE_KINDS
 
 
+def _refuse_lama_only_selection(dataset, selection: BenchmarkSelection) -> None:
+    """ValueError naming what a BEAR-format data set cannot honour: LAMA's sources, a selection of modes without
+    'template' (BEAR has templates only; the default modes, both, are fine: BEAR then runs its templates)."""
+    if selection.sources:
+        raise ValueError(f"{dataset}: sources {list(selection.sources)} are LAMA's (TREx, Google_RE, Squad); a BEAR-format "
+                         "data set has none: drop sources, or probe LAMA")
+    if "template" not in selection.modes:
+        raise ValueError(f"{dataset}: modes {list(selection.modes)}: a BEAR-format data set has templates only (mode "
+                         "'template'); template-free (evidence sentences) is LAMA's")
+
+
 def load_benchmark(dataset, selection: BenchmarkSelection):
     """The benchmark's data, read and checked with no model: a bad file is an error naming it, as
     LAMA data that gives no query in ``selection.modes``."""
     check_modes(selection.modes, selection.candidate_kinds)
     if benchmark_kind(dataset) == "bear":
+        _refuse_lama_only_selection(dataset, selection)
         return load_bear_dataset(dataset, selection.data_dir, relations=selection.relations, max_instances=selection.max_facts,
                                  seed=selection.seed)
     data = load_lama(dataset, selection.data_dir, sources=selection.sources, relations=selection.relations,

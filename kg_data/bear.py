@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -214,6 +215,9 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
     (default: every relation with a file); ``max_instances``: at most N per relation, sampled with ``seed``."""
     from kg_data.fetch import named_or_folder
 
+    if max_instances is not None and (isinstance(max_instances, bool) or not isinstance(max_instances, numbers.Integral)
+                                      or max_instances < 1):
+        raise ValueError(f"max_instances must be an integer >= 1, got {max_instances!r} (None: every instance)")
     name, folder = named_or_folder(name_or_path, ("bear", "bear-big"), data_dir, METADATA_FILE, "BEAR-format data set")
     metadata = _read_object(folder / METADATA_FILE, "{relation: {...}}")
     if relations:

@@ -301,3 +301,25 @@ def test_a_failed_run_removes_only_its_own_files_and_a_second_run_waits(tmp_path
     assert order == ["first fails", "second writes"]
     assert sorted(p.name for p in out.rglob("*")) == ["summary.md"]  # the failed run's files gone, the second's kept
     assert not (tmp_path / ".out.lock").exists()
+
+
+def test_bear_refuses_the_lama_only_selection_it_cannot_honour(tmp_path, no_model_loading):
+    """Audit E9: for a BEAR-format data set, LAMA's sources and the template-free mode were dropped without a word, and
+    load_bear_dataset(max_instances=0) gave relations without instances; each is now refused by name (the defaults stay)."""
+    from experiments.benchmarks import BenchmarkSelection, load_benchmark
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    full = load_benchmark(str(folder), BenchmarkSelection()).summary()["instances"]
+    assert load_benchmark(str(folder), BenchmarkSelection(modes=["template"])).summary()["instances"] == full > 0
+    assert load_benchmark(str(folder), BenchmarkSelection(modes=["template-free", "template"])).summary()["instances"] == full
+    for selection, named in ((BenchmarkSelection(sources=["Squad"]), "sources"),
+                             (BenchmarkSelection(modes=["template-free"]), "template-free")):
+        with pytest.raises(ValueError, match=named) as error:
+            load_benchmark(str(folder), selection)
+        assert str(folder) in str(error.value) and "BEAR" in str(error.value)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=rf"max_instances must be an integer >= 1, got {bad!r}"):
+            load_bear_dataset(str(folder), max_instances=bad)
+    result = CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--modes", "template-free", "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0 and "template-free" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
