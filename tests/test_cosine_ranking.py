@@ -125,3 +125,23 @@ def test_a_gold_estimate_outside_the_band_is_ranked_again_exactly():
     for field in ("raw_optimistic", "raw_pessimistic", "filtered_optimistic", "filtered_pessimistic"):
         assert np.array_equal(getattr(got.ranks, field), getattr(expected.ranks, field)), field
     assert np.array_equal(got.top, expected.top) and np.array_equal(got.head_above_gold, expected.head_above_gold)
+
+
+@pytest.mark.parametrize("exclude_head", [False, True])
+@pytest.mark.parametrize("n_candidates", [2, 5, 10])
+def test_top_lists_every_candidate_when_there_are_at_most_k(n_candidates, exclude_head):
+    """With k or fewer candidates the streamed top lists all of them (less the excluded head), as
+    ``rank_scores`` does on the same cosine matrix: none lost at the end of the list."""
+    from deer.platform.ranking import rank_scores
+    rng = np.random.default_rng(n_candidates)
+    vectors, entities = rng.normal(size=(4, 8)).astype(np.float32), rng.normal(size=(n_candidates, 8)).astype(np.float32)
+    gold = rng.integers(0, n_candidates, 4)
+    heads = (gold + 1) % n_candidates
+    queries = _Queries(gold, [np.zeros(0, np.int64)] * 4, heads, exclude_head)
+    scores = (torch.nn.functional.normalize(torch.from_numpy(vectors), dim=1)
+              @ torch.nn.functional.normalize(torch.from_numpy(entities), dim=1).T).double().numpy()
+    expected = rank_scores(scores, queries, k=10)
+    for block in (1, 3, n_candidates):
+        got = rank_cosine_blocks(vectors, entities[gold], _blocks(entities, block), n_candidates, queries, k=10)
+        assert got.top.shape == (4, n_candidates - exclude_head)
+        assert np.array_equal(got.top, expected.top), block

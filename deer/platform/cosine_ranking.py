@@ -133,7 +133,7 @@ def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[
         for rows, state in zip(blocks, states, strict=True):  # one pass over the candidates per block of queries
             _scan(state, query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
                   read(), rows, gold, excluded, heads, filters, width, device, band)
-    ranking = Ranking.joined([_finish(state, rows, n_candidates, excluded, heads, gold, filters)
+    ranking = Ranking.joined([_finish(state, rows, n_candidates, excluded, heads, gold, filters, width)
                               for rows, state in zip(blocks, states, strict=True)], width)
     if not n_queries:
         return ranking
@@ -307,8 +307,9 @@ def _block_top(scores: torch.Tensor, k: int, excluded_local: torch.Tensor, extra
     return top
 
 
-def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, heads, gold, filters: FilterTails):
-    """Resolve the near-ties against each gold's exact score; the block's (ranks, top, head above gold)."""
+def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, heads, gold, filters: FilterTails,
+            width: int):
+    """Resolve the near-ties against each gold's exact score; the block's (ranks, top of ``width``, head above gold)."""
     n = len(rows)
     gold_score = state.gold_score.cpu().numpy().astype(np.float64)
     higher = state.higher.cpu().numpy().astype(np.int64)
@@ -334,7 +335,6 @@ def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, h
     has_head = (block_heads >= 0) & (block_heads != gold[rows.start:rows.stop])
     with np.errstate(invalid="ignore"):
         head_above = has_head & np.isfinite(head_score) & np.isfinite(gold_score) & (head_score > gold_score)
-    width = state.top_positions.shape[1] - 1 if n else 0
     keep = ~np.isnan(state.top_values)  # the excluded candidate, marked NaN, leaves the list
     top = np.stack([state.top_positions[i][keep[i]][:width] for i in range(n)]) if n else np.zeros((0, width), np.int64)
     return ranks, top.astype(np.int64), head_above
