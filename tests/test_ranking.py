@@ -186,3 +186,20 @@ def test_candidate_counts_and_grouping():
     assert candidate_counts(10, filters, filtered=True).tolist() == [8, 10]
     grouped = grouped_metrics(np.array([1, 3, 5]), ["b", "a", "b"], ks=(1,))
     assert list(grouped) == ["a", "b"] and grouped["b"]["hit@1"] == 0.5
+
+
+def test_top_k_never_lists_the_excluded_candidate_when_the_kth_value_is_minus_inf():
+    """A query left unscored (all NaN) or with fewer than k valid scores: its top k is filled with
+    invalid candidates in position order, never with its excluded one (which is no competitor)."""
+    from tests.ranking_oracle import plain_top_k
+    rows = [[np.nan] * 4, [np.nan] * 4, [0.3, -np.inf, 0.1, 0.2], [-np.inf, 0.5, np.nan, -np.inf],
+            [np.nan, np.nan, 0.4, np.nan], [-np.inf] * 4]
+    scores = np.array(rows)
+    gold = np.array([1, 2, 0, 1, 2, 3])
+    excluded = np.array([0, 3, 1, 3, 0, 2])
+    for k in (1, 2, 3):
+        _, top, _ = rank_chunk(torch.from_numpy(scores), torch.from_numpy(gold), [()] * len(rows),
+                               torch.from_numpy(excluded), k=k)
+        for i, row in enumerate(rows):
+            assert excluded[i] not in top[i].tolist(), (i, k, top[i])
+            assert top[i].tolist() == plain_top_k(np.array(row), k, int(excluded[i])), (i, k)

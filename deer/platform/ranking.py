@@ -129,7 +129,8 @@ def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
     out = torch.nonzero(excluded >= 0).flatten()
     at[out, excluded[out]] = False  # an excluded candidate at -inf must not fill a tie at -inf
     room = k - (cleaned > threshold).sum(dim=1)
-    tied = torch.nonzero(at.sum(dim=1) > room).flatten()  # more ties at the k-th value than places left
+    # more ties at the k-th value than places left, or topk took the excluded one (at -inf) to fill them
+    tied = torch.nonzero((at.sum(dim=1) > room) | (positions == excluded[:, None]).any(dim=1)).flatten()
     if len(tied):  # of those ties, the first positions (topk picks among them arbitrarily)
         chosen = (cleaned[tied] > threshold[tied]) | (at[tied] & (torch.cumsum(at[tied], dim=1) <= room[tied, None]))
         positions[tied] = torch.nonzero(chosen)[:, 1].reshape(len(tied), k)
