@@ -203,3 +203,27 @@ def test_top_k_never_lists_the_excluded_candidate_when_the_kth_value_is_minus_in
         for i, row in enumerate(rows):
             assert excluded[i] not in top[i].tolist(), (i, k, top[i])
             assert top[i].tolist() == plain_top_k(np.array(row), k, int(excluded[i])), (i, k)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_an_invalid_gold_never_has_the_head_above_it(bad):
+    """A gold without a valid score ranks last, but is no score the head can be 'above': head_above_gold is
+    False in the score kernel (whatever the invalid value) and in the cosine kernel (an invalid gold vector)."""
+    scores = torch.tensor([[bad, 1.0, 0.5], [0.2, 1.0, 0.5]], dtype=torch.float64)
+    ranks, _, above = rank_chunk(scores, torch.tensor([0, 0]), [(), ()], heads=torch.tensor([1, 1]), k=3)
+    assert ranks.raw[0] == 3 and above.tolist() == [False, True]
+    rng = np.random.default_rng(0)
+    entities = rng.normal(size=(3, 4)).astype(np.float32)
+    entities[0] = bad
+    vectors = np.stack([entities[1], entities[2]])  # row 1: its head (2) above its gold (1)
+    cosine = rank_cosine(vectors, entities, _HeadQueries([0, 1], [1, 2]))
+    assert cosine.ranks.raw[0] == 3 and cosine.head_above_gold.tolist() == [False, True]
+
+
+class _HeadQueries(_Queries):
+    def __init__(self, gold, heads):
+        super().__init__(gold, [np.zeros(0, np.int64)] * len(gold))
+        self.heads = np.asarray(heads)
+
+    def head_positions(self):
+        return self.heads

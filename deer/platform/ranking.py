@@ -73,7 +73,8 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
 
     ``gold``: int64 (rows,) gold positions; ``filter_tails[i]``: candidate positions of the other
     true tails of row i (never gold); ``excluded`` (rows,): a candidate that is no competitor of row i
-    at all, or -1; ``heads`` (rows,): the query's head position for ``head_above_gold``, or -1.
+    at all, or -1; ``heads`` (rows,): the query's head position for ``head_above_gold`` (a valid head score
+    above a valid gold score; never for an invalid gold), or -1.
     ``top``: the ``k`` best candidates per row (invalid scores last, the excluded one never), ties in
     candidate order.
     """
@@ -108,7 +109,8 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
 
     has_head = (heads >= 0) & (heads != gold)
     head_scores = scores[rows, heads.clamp(min=0)]
-    above = (has_head & torch.isfinite(head_scores) & (head_scores > scores[rows, gold])).cpu().numpy()
+    above = (has_head & torch.isfinite(head_scores) & ~invalid_gold  # an invalid gold has nothing "above" it
+             & (head_scores > scores[rows, gold])).cpu().numpy()
 
     # invalid scores last; a copy wherever one is changed (never the caller's scores)
     cleaned = scores if all_valid and not len(out) else scores.masked_fill(~valid, float("-inf"))
