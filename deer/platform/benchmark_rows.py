@@ -43,12 +43,18 @@ def query_frame(task: Task) -> pd.DataFrame:
 
 def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
     """Per query: rank of the gold, predicted label, correct (NaN/None where not scored), by the one rank
-    rule (``deer.platform.ranking``).  Rows of one width are ranked together, ``chunk_rows`` at a time."""
+    rule (``deer.platform.ranking``).  Rows of one width are ranked together, ``chunk_rows`` at a time; a row
+    of another width than its query's candidate set is refused (ValueError)."""
     n = len(task.queries)
     rank, correct, gold_score = (np.full(n, np.nan) for _ in range(3))
     predicted_index = np.full(n, -1, dtype=np.int64)
     by_width: dict[int, list[int]] = defaultdict(list)
     for i, row in scores.items():
+        query = task.queries[i]
+        if len(row) != len(task.candidate_set(query)):  # ranked so, the gold's rank would count the wrong candidates
+            raise ValueError(f"probe {probe!r}, query {i} ({task.describe(query)}): {len(row)} scores for the "
+                             f"{len(task.candidate_set(query))} candidates of its set {query.candidates!r}; a probe "
+                             "scores each candidate once, in the set's order")
         by_width[len(row)].append(i)
     for members in by_width.values():
         for start in range(0, len(members), chunk_rows):

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from deer.base.prefetch import read_ahead
 from deer.base.vectors import normalize_rows
-from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k, filter_counts
+from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k, check_candidate_count, filter_counts
 from kg_data.queries import FilterTails
 
 TIE_BAND = 1e-6  # cosine units: the row-wise and matrix-product roundings of a gold's score differ by far less
@@ -40,8 +40,10 @@ def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 
     store (``rows(positions)`` and ``blocks(size)``, as ``deer.embedding_probe.StoredPrompts``, which
     makes again what a damaged shard held), read block by block.  ``chunk_size``: queries per pass over the
     candidates (None: all, up to ``MAX_QUERY_BLOCK``); candidate blocks as many rows as keep a block's
-    scores within ``SCORE_BYTES_PER_CHUNK``.  ``show_progress``: a bar over the candidates read, with an estimate."""
+    scores within ``SCORE_BYTES_PER_CHUNK``.  ``show_progress``: a bar over the candidates read, with an estimate.
+    Vectors of another count than the queries' candidates are refused (ValueError)."""
     source = candidate_vectors if hasattr(candidate_vectors, "blocks") else _ArrayBlocks(candidate_vectors)
+    check_candidate_count(len(source), queries, "candidate vectors")
     query_block = chunk_size or max(1, min(len(query_vectors), MAX_QUERY_BLOCK))
     rows = max(1, min(len(source), SCORE_BYTES_PER_CHUNK // (4 * query_block)))
     gold_vectors = source.rows(np.asarray(queries.gold, dtype=np.int64))
@@ -108,9 +110,15 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     ``filter_tails``, ``excluded_positions()``, ``head_positions()``).  Candidate blocks are read once
     per block of ``query_block`` queries (once in all for up to that many queries).  ``band``: the near-tie
     band; a query whose gold's exact score lies outside it from the row-wise estimate is ranked again
-    with ``WIDE_BAND`` (another pass over the candidates, for those queries only).
+    with ``WIDE_BAND`` (another pass over the candidates, for those queries only).  ``n_candidates`` other than the
+    queries' candidates, vectors of another count than the queries, and blocks that do not hold each of the
+    ``n_candidates`` once (checked as they arrive) are refused (ValueError).
     """
     gold, filters = np.asarray(queries.gold, dtype=np.int64), FilterTails.of(queries.filter_tails)
+    check_candidate_count(n_candidates, queries, "candidates (n_candidates)")
+    for name, vectors in (("query vectors", query_vectors), ("gold vectors", gold_vectors)):
+        if len(vectors) != len(gold):
+            raise ValueError(f"{len(vectors)} {name} for {len(gold)} queries: give one per query, in the queries' order")
     excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
     read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
     device = torch.empty(0, device=device).device  # "cuda" as "cuda:0": the reused buffers are kept per device, compared
@@ -132,7 +140,7 @@ def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[
     with torch.inference_mode():
         for rows, state in zip(blocks, states, strict=True):  # one pass over the candidates per block of queries
             _scan(state, query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
-                  read(), rows, gold, excluded, heads, filters, width, device, band)
+                  read(), rows, gold, excluded, heads, filters, width, device, band, n_candidates)
     ranking = Ranking.joined([_finish(state, rows, n_candidates, excluded, heads, gold, filters, width)
                               for rows, state in zip(blocks, states, strict=True)], width)
     if not n_queries:
@@ -158,9 +166,10 @@ def _new_state(n: int, device) -> _QueryBlockState:
 
 
 def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
-          filters: FilterTails, width: int, device, band: float) -> None:
+          filters: FilterTails, width: int, device, band: float, n_candidates: int) -> None:
     """Accumulate one block of queries over every candidate block: a few passes over each block's
-    scores (two counts and a top k) besides the matrix product; near-ties are read row by row."""
+    scores (two counts and a top k) besides the matrix product; near-ties are read row by row.  A block
+    position outside the ``n_candidates`` is refused at once, a count of rows other than theirs after the pass."""
     filter_rows, filter_positions = filters.pairs(np.arange(rows.start, rows.stop))
     filter_excluded = excluded[rows.start + filter_rows]  # a filtered tail that is excluded is no competitor at all
     block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
@@ -168,9 +177,15 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
     queries_finite = bool(torch.isfinite(block_queries).all())
     lower, upper = (approx_gold - band)[:, None], (approx_gold + band)[:, None]
     buffers = _Buffers()
+    seen = 0
     for where, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending
+        seen += len(columns)
+        if len(columns) and (columns[0] < 0 or columns[-1] >= n_candidates):
+            outside = columns[(columns < 0) | (columns >= n_candidates)][0]
+            raise ValueError(f"a block of candidate vectors holds candidate position {outside}, outside the {n_candidates} "
+                             f"candidates (0..{n_candidates - 1}): the blocks must hold each candidate once")
         columns_t = torch.as_tensor(columns, device=device)
         norms = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
         finite = bool(torch.isfinite(norms).all())  # a finite norm: finite values
@@ -202,6 +217,9 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
                         f_rows * len(columns) + f_cols)
         scores[has_excluded, excluded_col] = float("-inf")
         _update_top(state, scores, columns, has_excluded, excluded_col, excluded[rows.start:rows.stop], width + 1, buffers)
+    if seen != n_candidates:
+        raise ValueError(f"the blocks held {seen} candidate vectors for {n_candidates} candidates: the blocks must hold "
+                         "each candidate once")
 
 
 def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarray, has_excluded, excluded_col,

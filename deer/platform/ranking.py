@@ -141,10 +141,31 @@ def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
     return torch.gather(positions, 1, order).cpu().numpy().astype(np.int64)
 
 
+def check_candidate_count(count: int, queries, what: str) -> None:
+    """ValueError unless ``count`` (``what``: the score matrix's columns, or the candidate vectors) is the number
+    of candidates of ``queries``, where they tell it (a QuerySet's ``candidates``)."""
+    candidates = getattr(queries, "candidates", None)
+    if candidates is not None and count != len(candidates):
+        raise ValueError(f"{count} {what} for {len(candidates)} candidates of {_describe_queries(queries)}: ranked so, "
+                         "every rank would count the wrong candidates; give one per candidate, in the QuerySet's order")
+
+
+def _describe_queries(queries) -> str:
+    kg = getattr(queries, "kg", None)
+    split = getattr(queries, "split", None)
+    return f"KG {kg.name!r} split {split!r}" if kg is not None else "the queries"
+
+
 def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None = None) -> Ranking:
-    """Rank a (n_queries, n_candidates) score matrix (higher = better) for ``queries`` (a QuerySet)."""
+    """Rank a (n_queries, n_candidates) score matrix (higher = better) for ``queries`` (a QuerySet); a matrix of
+    another shape is refused (ValueError)."""
     scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 2 or scores.shape[0] != len(queries.gold):
+        rows = scores.shape[0] if scores.ndim else 0
+        raise ValueError(f"a score matrix of {rows} rows (shape {scores.shape}) for {len(queries.gold)} queries of "
+                         f"{_describe_queries(queries)}: give one row per query, in the QuerySet's order")
     n_candidates = scores.shape[1]
+    check_candidate_count(n_candidates, queries, "columns of the score matrix")
     rows = chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
     gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
                              for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
