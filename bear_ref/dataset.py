@@ -84,11 +84,12 @@ def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.Dat
 
 
 def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:
-    """Per row: correct under ``ties`` ("first": argmax == gold; "wrong": gold strictly highest), never
-    from a stored ``correct`` column, so tables written under either convention give the same answer."""
+    """Per row: correct under ``ties`` ("first": argmax == gold, with a valid gold score; "wrong": gold strictly
+    highest), never from a stored ``correct`` column, so tables written under either convention give the same answer."""
     metric_convention(ties=ties)
-    if ties == "first":
-        return table["predicted_id"].astype(str) == table["obj_id"].astype(str)
+    if ties == "first":  # an invalid gold score ranks last: never correct, though an all-invalid row's argmax is its first
+        gold_valid = np.isfinite(pd.to_numeric(table["gold_score"], errors="coerce").to_numpy(dtype=np.float64))
+        return (table["predicted_id"].astype(str) == table["obj_id"].astype(str)) & gold_valid
     return table["rank"] == 1
 
 

@@ -80,3 +80,24 @@ def test_benchmark_rows_ranked_in_chunks_equal_one_query_at_a_time():
     pd.testing.assert_frame_equal(chunked, ranks_from_scores(task, scores, "bear", chunk_rows=1))
     assert chunked["bear_rank"].isna().sum() == len(task.queries) - len(scores)
     assert (chunked["bear_rank"] >= 1).sum() == len(scores) and chunked["bear_rank"].max() > 4  # NaN golds rank last
+
+
+def test_a_row_without_a_valid_gold_score_is_never_correct():
+    """A query whose scores are all invalid (or whose gold's is) ranks last and is not correct, even where
+    the first of its (invalid) candidates is the gold: in the cloze rows and in BEAR's correctness."""
+    import pandas as pd
+
+    from bear_ref.dataset import correctness
+    from deer.platform.benchmark_rows import ranks_from_scores
+    from kg_data.task import CandidateSet, ClozeQuery, Task
+
+    rows = [[np.nan, np.nan, np.nan], [-np.inf, -np.inf, -np.inf], [-np.inf, np.nan, -np.inf], [0.9, 0.1, 0.2]]
+    query = ClozeQuery("S", "r", "f", 0, "template", 0, "[X] [Y]", "x", "a", "set", 0)
+    task = Task("t", [query] * len(rows), {"set": CandidateSet(["a", "b", "c"])}, {})
+    frame = ranks_from_scores(task, {i: np.array(row) for i, row in enumerate(rows)}, "p")
+    assert frame["p_rank"].tolist() == [3.0, 3.0, 3.0, 1.0]
+    assert frame["p_correct"].tolist() == [0.0, 0.0, 0.0, 1.0]
+    table = pd.DataFrame({"predicted_id": ["a", "a", "a", "b"], "obj_id": ["a", "a", "a", "a"],
+                          "gold_score": [np.nan, -np.inf, 0.5, 0.5], "rank": [3.0, 3.0, 1.0, 2.0]})
+    assert correctness(table, "first").tolist() == [False, False, True, False]
+    assert correctness(table, "wrong").tolist() == [False, False, True, False]

@@ -63,7 +63,8 @@ def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chu
             matrix = np.stack([scores[i] for i in rows])
             ranks, best = rank_and_best(matrix, gold)
             rank[rows], predicted_index[rows] = ranks, best
-            correct[rows] = (best == gold).astype(np.float64)
             gold_score[rows] = matrix[np.arange(len(rows)), gold]
+            # an invalid gold score ranks last and is never correct (the argmax of an all-invalid row is its first)
+            correct[rows] = ((best == gold) & np.isfinite(gold_score[rows])).astype(np.float64)
     predicted = [task.candidate_set(q).labels[predicted_index[i]] if i in scores else None for i, q in enumerate(task.queries)]
     return pd.DataFrame(dict(zip(rank_columns(probe), (rank, predicted, correct, predicted_index, gold_score), strict=True)))
