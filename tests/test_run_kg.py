@@ -118,3 +118,26 @@ def test_deer_bear_is_its_deer_probe_spelling(tiny_kg_dir, tiny_clm_dir, tmp_pat
     pd.testing.assert_frame_equal(_table(tmp_path / "new"), _table(tmp_path / "old"))
     metrics = [json.loads((tmp_path / side / "metrics.json").read_text()) for side in ("old", "new")]
     assert metrics[0] == metrics[1]
+
+
+def test_relations_that_share_a_name_get_their_own_per_relation_blocks(tiny_kg_dir):
+    """Two relations (distinct ids) of one name: each its own per-relation block, keyed "name (id)", in the
+    metrics and the ranks table's relation column alike (the read-back makes the blocks again from that column);
+    relations of distinct names keep their plain names as keys."""
+    from deer.platform.kg_result import probe_metrics, query_frame
+    from deer.platform.metrics import observed_rank_metrics
+    from deer.platform.ranking import rank_scores
+
+    plain = build_queries(load_kg(tiny_kg_dir), "test")
+    scores = np.random.default_rng(0).normal(size=(len(plain), len(plain.candidates)))
+    keys = set(probe_metrics(plain, rank_scores(scores, plain).ranks)["per_relation"])
+    assert keys == set(plain.kg.relation_names[r] for r in plain.triples[:, 1])  # distinct names: keys unchanged
+
+    (tiny_kg_dir / "relations.tsv").write_text("_hypernym\tis a\ncapital_of\tis a\n_has_part\thas part\n")
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    ranks = rank_scores(scores, queries).ranks
+    per_relation = probe_metrics(queries, ranks)["per_relation"]
+    assert {key: block["raw"]["n"] for key, block in per_relation.items()} == {"is a (_hypernym)": 3, "is a (capital_of)": 1}
+    table = query_frame(queries)
+    assert set(table["relation"]) == set(per_relation)
+    assert observed_rank_metrics(ranks.raw, ranks.filtered, table["relation"].tolist())["per_relation"] == per_relation

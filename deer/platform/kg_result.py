@@ -4,6 +4,7 @@ chance-adjusted index, the head entity and ties), as a one-probe :class:`~deer.p
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,17 +28,27 @@ def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
     return np.asarray([len(ids) for ids in encoded], dtype=np.int64)
 
 
+def relation_labels(kg) -> list[str]:
+    """Each relation's label in the ranks table and the per-relation metrics: its name, or "name (id)" where
+    another relation has the same name (their queries are never pooled into one block)."""
+    shared = Counter(kg.relation_names)
+    return [name if shared[name] == 1 else f"{name} ({relation_id})"
+            for relation_id, name in zip(kg.relation_ids, kg.relation_names, strict=True)]
+
+
 def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
-    """The query columns of a ranks table: ids, names, tail token length, candidate counts."""
+    """The query columns of a ranks table: ids, names (a relation's as ``relation_labels``), tail token length,
+    candidate counts."""
     kg = queries.kg
     heads, relations, tails = queries.triples.T
     tail_names = [kg.entity_names[t] for t in tails]
+    labels = relation_labels(kg)
     return pd.DataFrame({
         "query": np.arange(len(queries)),
         "head_id": [kg.entity_ids[h] for h in heads],
         "head": [kg.entity_names[h] for h in heads],
         "relation_id": [kg.relation_ids[r] for r in relations],
-        "relation": [kg.relation_names[r] for r in relations],
+        "relation": [labels[r] for r in relations],
         "tail_id": [kg.entity_ids[t] for t in tails],
         "tail": tail_names,
         "tail_tokens": tail_token_lengths(tokenizer, tail_names),
@@ -67,7 +78,8 @@ def head_metrics(queries: QuerySet, head_above_gold: np.ndarray | None) -> dict:
 
 
 def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarray | None = None) -> dict:
-    relations = [queries.kg.relation_names[r] for r in queries.triples[:, 1]]
+    labels = relation_labels(queries.kg)
+    relations = [labels[r] for r in queries.triples[:, 1]]
     observed = observed_rank_metrics(ranks.raw, ranks.filtered, relations)
     per_relation = observed.pop("per_relation")
     n = len(queries.candidates)
