@@ -3,14 +3,26 @@ candidates, and candidates that stay in a store on disk (``rank_cosine``).
 
 A query block meets one candidate block at a time (on any device).  Each query keeps counts of the
 candidates that score above its gold tail (raw and filtered), the candidates whose score lies within
-``TIE_BAND`` of the gold's (their exact scores, resolved once the gold's own score is known), its
-head's score and a running top k.  The gold's score is the one computed in its own block's matrix
-product, as in :func:`deer.platform.ranking.rank_chunk`, so ranks, ties and the top k equal that
-kernel's on the whole score matrix (``tests/test_cosine_ranking.py``, several block sizes).
+``TIE_BAND`` of the gold's (their computed scores, resolved once the gold's own score is known), its
+head's score and a running top k.
+
+What holds: the rule of :func:`deer.platform.ranking.rank_chunk` (ranks, ties, head above gold, top k
+with ties in candidate order) applied to the scores this kernel computes: each a float32 entry of the
+matrix product of the query's block with the candidate's block, the gold's being the one from its own
+block's product.  Those scores equal the entries of a score matrix computed whole up to float rounding
+only, since a matrix product's summation order depends on its shapes (query and candidate block sizes)
+and device: two cosines equal in exact arithmetic may come out equal in one shape and a rounding
+(up to about 1e-7) apart in another.  On such a tie the optimistic and pessimistic ranks, and the order of the
+tied candidates in the top k, can differ from ``rank_chunk`` on a whole matrix; where the computed scores
+are the same, so are the results (``tests/test_cosine_ranking.py``, several block sizes).
 
 The band: before the gold's block is reached its score is known only approximately (a row-wise dot
 product, rounded differently from a matrix product by far less than the band), so a candidate is
-counted as higher at once only when it is clearly higher; near-ties wait for the exact score.
+counted as higher at once only when it lies above the estimate plus the band.  A candidate within the
+band is kept and compared with the gold's computed score at the end (higher: counted as higher; equal: a
+tie), so a near-tie is counted by the exact comparison of computed scores, as ``rank_chunk`` counts it,
+never by the estimate; a query whose computed gold score lies outside the band around its estimate is
+ranked again with ``WIDE_BAND``.
 """
 
 from __future__ import annotations
