@@ -23,7 +23,7 @@ from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.kg_result import tail_token_lengths
 from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer, query_check, set_statement_checks
 from deer.platform.templates import PromptTemplates, query_prompts
-from deer.probes import OptionValues, ProbeRequest, ProbeScores
+from deer.probes import OptionValues, ProbeRequest, ProbeScores, check_model_kind
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -138,13 +138,17 @@ class LamaProbe:
     summary = "log-probability of the tail's first token after the query"
     options = {"single_token": False}
     option_values = {"single_token": OptionValues(bool)}
+    causal_lm_only_on_kg = True  # the next token after a KG's query text; a benchmark's masked LM fills its mask
+
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_end(templates)
 
     def length_checks(self, task, templates, backend):
         """The texts LAMA reads: a KG's query texts; a benchmark's query texts (a masked LM's masked
-        sentences) and the statements of the queries scored whole (``lama_rules``)."""
+        sentences) and the statements of the queries scored whole (``lama_rules``).  A masked LM on a KG is
+        refused here, before any pass (``check_model_kind``)."""
+        check_model_kind(self, backend, task)
         if task.kg_queries is not None:
             yield query_check(task.kg_queries, templates, "query text", templates.query_context)
             return
@@ -173,6 +177,7 @@ class LamaProbe:
         return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
+        check_model_kind(self, request.backend, request.task)  # where no length guard ran (a backend without max_positions)
         queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
         queries = self.queries_ranked(queries, request.options, loaded.tokenizer)

@@ -135,8 +135,9 @@ class Probe(Protocol):
     # Optional: ``length_checks(task, templates, backend)``, the texts it feeds the model (``LengthCheck``s of
     # ``deer.platform.length_guard``: the run's one guard counts them through the backend before any forward
     # pass; a probe without it feeds nothing to check), ``causal_lm_only`` (default False: True refuses a
-    # masked LM before any work), ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks
-    # where fewer than given) with ``folder_suffix(options)`` (what that adds to the default run folder's name), and
+    # masked LM before any work; ``causal_lm_only_on_kg``: on a KG's task only, ``check_model_kind``),
+    # ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
+    # ``folder_suffix(options)`` (what that adds to the default run folder's name), and
     # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
     # queries or the templates, before the model loads.
 
@@ -260,8 +261,19 @@ def check_probe_inputs(probe: Probe, options: Mapping[str, Any], queries, templa
         check(options, queries, templates)
 
 
-def check_model_kind(probe: Probe, backend) -> None:
-    """Refuse, before any work, a masked LM (as the backend says) for a probe that reads a causal LM only."""
-    if getattr(probe, "causal_lm_only", False) and backend.is_masked_lm:
+# What runs on a masked LM, for the refusals' messages.
+ON_A_MASKED_LM = "on a masked LM run bear on a KG, or lama on a cloze benchmark (through its mask filler)"
+
+
+def check_model_kind(probe: Probe, backend, task=None) -> None:
+    """Refuse, before any work, a masked LM (as the backend says) for a probe that reads a causal LM only
+    (``causal_lm_only``), or only on a KG's task (``causal_lm_only_on_kg``, refused where ``task`` is a KG's:
+    ``task.kg_queries``; such a probe calls this with its task itself, before its first pass)."""
+    if not backend.is_masked_lm:
+        return
+    if getattr(probe, "causal_lm_only", False):
         raise ValueError(f"the {probe.name} probe needs a causal LM; {backend.loaded.name} is a masked LM "
-                         "(DEER embeds with PromptEOL: run lama,bear on it)")
+                         f"(DEER embeds with PromptEOL: {ON_A_MASKED_LM})")
+    if getattr(probe, "causal_lm_only_on_kg", False) and task is not None and task.kg_queries is not None:
+        raise ValueError(f"the {probe.name} probe needs a causal LM on a KG; {backend.loaded.name} is a masked LM (LAMA on a KG "
+                         f"reads the next token after the query text, which a masked LM does not predict: {ON_A_MASKED_LM})")

@@ -74,3 +74,27 @@ def test_deer_refuses_a_masked_lm_on_a_kg_and_bear_runs(tiny_mlm, tiny_kg_dir):
         run_probe("deer", str(tiny_kg_dir), loaded, show_progress=False)
     result = run_probe("bear", str(tiny_kg_dir), loaded, show_progress=False)
     assert result.metadata["scoring"].startswith("pll") and len(result.ranks()) == len(result.queries) > 0
+
+
+def test_lama_refuses_a_masked_lm_on_a_kg_before_any_pass(tiny_mlm, tiny_kg_dir):
+    """LAMA on a KG reads the next token after the query text (a causal LM's): a masked LM is refused by
+    name before the model is used (no forward pass), with bear,lama as with lama alone; DEER's refusal
+    points only at what runs on it (bear on a KG, lama on a cloze benchmark)."""
+    from deer.backends.models import LoadedModel
+    from deer.runner import run_kg, run_probe
+
+    model, tokenizer = tiny_mlm
+    loaded = LoadedModel.from_objects(model, tokenizer, "tiny-bert")
+    passes = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda *_: passes.append(1))
+    try:
+        for probes in (["lama"], ["bear", "lama"]):
+            with pytest.raises(ValueError, match="the lama probe needs a causal LM on a KG; tiny-bert is a masked LM") as refused:
+                run_kg(probes, str(tiny_kg_dir), loaded, show_progress=False)
+            assert "bear on a KG" in str(refused.value) and passes == []
+    finally:
+        hook.remove()
+    with pytest.raises(ValueError, match="the deer probe needs a causal LM; tiny-bert is a masked LM") as refused:
+        run_probe("deer", str(tiny_kg_dir), loaded, show_progress=False)
+    assert "run lama,bear" not in str(refused.value) and "bear on a KG" in str(refused.value)
+    assert "lama on a cloze benchmark" in str(refused.value)
