@@ -5,6 +5,7 @@ statements' log-likelihoods (``statement_scores``, grouped so the prefix trie re
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -14,24 +15,71 @@ from deer.backends.statement_scorer import StatementScorer
 from kg_data.cloze import statement
 from kg_data.task import Task
 
+# The text around a mask that decides how a word in its place is tokenised: the character before the
+# whitespace before the mask with that whitespace, and the whitespace after it with the next character.
+_BEFORE_SLOT = re.compile(r"\S?\s*\Z")
+_AFTER_SLOT = re.compile(r"\A\s*\S?")
+REFERENCE_SLOT = ("is ", " .")  # a LAMA template's "[X] is [Y] ." around the mask: where a word's tokens are counted
+
+
+def mask_slot(tokenizer, sentence: str) -> tuple[str, str]:
+    """The text around the mask of a masked ``sentence`` that decides the tokens of a word filling it (``slot_tokens``)."""
+    before, _, after = sentence.partition(tokenizer.mask_token)
+    return _BEFORE_SLOT.search(before).group(), _AFTER_SLOT.search(after).group()
+
+
+def slot_tokens(tokenizer, labels: Sequence[str], slot: tuple[str, str] = REFERENCE_SLOT) -> list[list[int] | None]:
+    """Each label's tokens as the text ``slot[0] + label + slot[1]`` has them from the mask's position of
+    ``slot[0] + mask + slot[1]`` (a byte-level BPE mask stands for the space-prefixed token, WordPiece's for
+    the word's own pieces) up to the text after the mask's tokens; None where the tokens before the mask
+    change (the label joins the text before it: no token of its own at the mask)."""
+    before, after = slot
+    masked = tokenizer(before + tokenizer.mask_token + after, add_special_tokens=False)["input_ids"]
+    if masked.count(tokenizer.mask_token_id) != 1:
+        raise ValueError(f"the text {before + tokenizer.mask_token + after!r} does not tokenise to one mask token")
+    position = masked.index(tokenizer.mask_token_id)
+    tail = masked[position + 1:]
+    filled = tokenizer([before + label + after for label in labels], add_special_tokens=False)["input_ids"]
+    tokens: list[list[int] | None] = []
+    for ids in filled:
+        if ids[:position] != masked[:position]:
+            tokens.append(None)
+        else:
+            clean = tail and len(ids) >= position + len(tail) and ids[len(ids) - len(tail):] == tail
+            tokens.append(ids[position:len(ids) - len(tail)] if clean else ids[position:])
+    return tokens
+
 
 def answer_tokens(tokenizer, labels: Sequence[str], masked: bool) -> list[list[int]]:
-    """Each answer's tokens as it follows the context: " label" for a causal LM's BPE, "label" for
-    a masked LM's word-piece vocabulary (no special tokens)."""
-    return tokenizer(list(labels) if masked else [" " + label for label in labels], add_special_tokens=False)["input_ids"]
+    """Each answer's tokens as it follows the context: " label" for a causal LM, and for a masked LM as the
+    label fills the mask of LAMA's "[X] is [Y] ." (``slot_tokens``; no special tokens)."""
+    if masked:
+        return [[] if ids is None else ids for ids in slot_tokens(tokenizer, labels)]
+    return tokenizer([" " + label for label in labels], add_special_tokens=False)["input_ids"]
 
 
-def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool) -> np.ndarray:
-    """int64: the first token of each answer as it follows the context (``answer_tokens``)."""
-    encoded = answer_tokens(tokenizer, labels, masked)
+def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple[str, str] | None = None) -> np.ndarray:
+    """int64: the first token of each answer as it follows the context (``answer_tokens``); for a masked LM
+    the token the filled sentence has at the mask's position, with the text around the mask ``slot``
+    (``mask_slot``; default LAMA's "[X] is [Y] .")."""
+    if masked:
+        encoded = slot_tokens(tokenizer, labels, REFERENCE_SLOT if slot is None else slot)
+        for label, ids in zip(labels, encoded, strict=True):
+            if ids is None:
+                raise ValueError(f"the answer {label!r} has no token of its own at the mask of "
+                                 f"{(slot or REFERENCE_SLOT)[0] + tokenizer.mask_token + (slot or REFERENCE_SLOT)[1]!r}: "
+                                 "in that place it joins the text before it; LAMA cannot read it at the mask")
+    else:
+        encoded = answer_tokens(tokenizer, labels, masked)
     if any(len(ids) == 0 for ids in encoded):
         raise ValueError("an answer label tokenises to nothing")
     return np.asarray([ids[0] for ids in encoded], dtype=np.int64)
 
 
 def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[str]:
-    """The words that are one token for this tokenizer (LAMA's single-token protocol); a word the
-    tokenizer only knows as its unknown token is not one of them."""
+    """The words that are one token for this tokenizer (LAMA's single-token protocol): " word" for a causal
+    LM, for a masked LM a word that fills the mask of "[X] is [Y] ." with one token (``slot_tokens``); a word
+    the tokenizer only knows as its unknown token is not one of them."""
     encoded = answer_tokens(tokenizer, words, masked)
     unknown = tokenizer.unk_token_id
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]

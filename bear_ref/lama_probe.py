@@ -16,7 +16,7 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from bear_ref.cloze_scoring import answer_token_ids, count_statements, statement_scores
+from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_slot, statement_scores
 from deer.backends.boundary import split_statements
 from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
@@ -202,18 +202,23 @@ class LamaProbe:
         task, loaded, backend = request.task, request.loaded, request.backend
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
-        answer_ids = {name: answer_token_ids(loaded.tokenizer, s.labels, masked) for name, s in task.candidate_sets.items() if len(s)}
+        sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries] if masked else []
+        # each query's answer tokens: a masked LM's as its sentence has them at the mask (``mask_slot``), per set and slot
+        keys = [(q.candidates, mask_slot(loaded.tokenizer, s)) for q, s in zip(task.queries, sentences, strict=True)] if masked else \
+            [(q.candidates, None) for q in task.queries]
+        answer_ids = {(name, slot): answer_token_ids(loaded.tokenizer, task.candidate_sets[name].labels, masked, slot)
+                      for name, slot in dict.fromkeys(keys) if len(task.candidate_sets[name])}
         token_ids = np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)
         arrays, work = {}, {}
         if masked:
-            logprobs = backend.mask_filler().logprobs([mask_sentence(loaded.tokenizer, q) for q in task.queries], token_ids)
+            logprobs = backend.mask_filler().logprobs(sentences, token_ids)
         else:
             encoder = backend.encoder()
             output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=token_ids, description="queries")
             logprobs, arrays["query_embeddings"], work = output.next_token_logprobs, output.embeddings, encoder.stats.as_dict()
         columns = {name: np.searchsorted(token_ids, ids) for name, ids in answer_ids.items()}
-        scores = {i: logprobs[i, columns.get(q.candidates, [])].astype(np.float64)
-                  for i, (q, rule) in enumerate(zip(task.queries, rules, strict=True)) if rule in ("mask-fill", "next-token")}
+        scores = {i: logprobs[i, columns.get(keys[i], [])].astype(np.float64)
+                  for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token")}
         statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
         if statement_rows:
             scorer = backend.statement_scorer()

@@ -1,0 +1,95 @@
+"""LAMA on a benchmark reads each answer's token where the sentence has it: at a masked LM's mask, the
+token the filled sentence has at the mask's position (byte-level BPE's space-prefixed one, WordPiece's as
+before); after a causal LM's context, the statement's first token after the context's tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bear_ref.cloze_scoring import answer_token_ids, single_token_words
+from deer.backends.models import LoadedModel
+from deer.platform.cloze_texts import mask_sentence
+from deer.runner import run_cloze
+from kg_data.cloze import lama_cloze_task
+from kg_data.lama import load_lama
+from tests.test_cloze import write_lama
+
+
+@pytest.fixture(scope="module")
+def roberta_tokenizer(smollm2_dir):
+    """A RoBERTa-style byte-level BPE tokenizer (SmolLM2's vocabulary, RoBERTa's special tokens, a <mask>
+    that takes the space before it as RoBERTa's does)."""
+    from tokenizers import AddedToken, Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
+    tk.add_special_tokens([AddedToken("<s>"), AddedToken("</s>"), AddedToken("<pad>"), AddedToken("<mask>", lstrip=True, special=True)])
+    tk.post_processor = processors.RobertaProcessing(("</s>", tk.token_to_id("</s>")), ("<s>", tk.token_to_id("<s>")),
+                                                     trim_offsets=True, add_prefix_space=False)
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>",
+                                   pad_token="<pad>", mask_token="<mask>", unk_token=None)
+
+
+def wordpiece_tokenizer():
+    from transformers import BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "capital", "of", "france", "is", "london", ".", "par", "##is",
+             "ox", "##en", "gold"]
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+
+
+def test_masked_answer_token_is_the_filled_sentences_token_at_the_mask(roberta_tokenizer):
+    tok = roberta_tokenizer
+    sentence = "The capital of France is " + tok.mask_token + " ."
+    position = tok(sentence)["input_ids"].index(tok.mask_token_id)
+    labels = ["Paris", "London", "Berlin"]
+    at_mask = [tok(sentence.replace(tok.mask_token, label))["input_ids"][position] for label in labels]
+    assert tok.convert_ids_to_tokens(at_mask) == ["ĠParis", "ĠLondon", "ĠBerlin"]
+    assert answer_token_ids(tok, labels, masked=True).tolist() == at_mask
+    # one token as it fills the mask (with the space the mask stands for), not as the bare word
+    words = ["Paris", "London", "capital", "Zanzibarx"]
+    assert single_token_words(tok, words, masked=True) == [w for w in words if len(tok(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+    bare_only = next(w for w in ("ris", "aris", "ondon", "apital") if len(tok(w, add_special_tokens=False)["input_ids"]) == 1
+                     and len(tok(" " + w, add_special_tokens=False)["input_ids"]) > 1)
+    assert single_token_words(tok, [bare_only], masked=True) == []
+
+
+def test_wordpiece_masked_answers_are_as_before():
+    """BERT's WordPiece: the word's own first piece, as the mask has it (what it gave before)."""
+    tok = wordpiece_tokenizer()
+    labels = ["Paris", "London", "oxen", "gold", "zzz"]
+    assert answer_token_ids(tok, labels, masked=True).tolist() == [ids[0] for ids in tok(labels, add_special_tokens=False)["input_ids"]]
+    assert single_token_words(tok, ["paris", "parisx", "the", "London", "Gold", "oxen"], masked=True) == ["the", "London", "Gold"]
+
+
+def test_masked_lm_lama_on_a_benchmark_equals_one_forward_pass_per_filled_sentence(tmp_path, roberta_tokenizer):
+    """A RoBERTa-like masked LM: each candidate's score is log p(the token the filled sentence has at the
+    mask) in one whole forward pass of the masked sentence, with the mask at a sentence's start too."""
+    import transformers
+
+    tok = roberta_tokenizer
+    torch.manual_seed(0)
+    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        pad_token_id=tok.pad_token_id, max_position_embeddings=tok.pad_token_id + 300)).eval()
+    loaded = LoadedModel.from_objects(model, tok, "tiny-roberta")
+    labels = ["Paris", "London", "actor", "France", "lawyer", "gold"]
+    task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), labels, causal=False)
+    result = run_cloze(task, loaded, ["lama"], show_progress=False)
+    starts = 0
+    for row, query in enumerate(task.queries):
+        sentence = mask_sentence(tok, query)
+        starts += sentence.startswith(tok.mask_token)
+        encoded = tok(sentence)["input_ids"]
+        position = encoded.index(tok.mask_token_id)
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(input_ids=torch.tensor([encoded])).logits[0, position], -1)
+        candidates = task.candidate_set(query).labels
+        filled = [tok(sentence.replace(tok.mask_token, label))["input_ids"][position] for label in candidates]
+        expected = logprobs[torch.as_tensor(filled)].numpy()
+        np.testing.assert_allclose(result.table["lama_gold_score"][row], expected[query.gold], atol=1e-5)
+        rank = 1 + np.sum(expected > expected[query.gold]) + (np.sum(expected == expected[query.gold]) - 1) / 2
+        assert result.table["lama_rank"][row] == rank, (sentence, candidates)
+    assert starts > 0  # a mask at the sentence's start, where the token has no space before it
