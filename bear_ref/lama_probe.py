@@ -24,6 +24,8 @@ from deer.platform.kg_result import tail_token_lengths
 from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer, query_check, set_statement_checks
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores, check_model_kind
+from kg_data.bear import ANSWER, fill_statement
+from kg_data.cloze import statement
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -129,6 +131,76 @@ def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: Pr
     return len(prefixes)
 
 
+@dataclasses.dataclass
+class SlotFirstTokens:
+    """A benchmark's next-token rows' first tokens (``slot_first_tokens``): per row its ``key``, per key the
+    candidates' first tokens (``ids``, int64) and how many of the context's last tokens each replaces (``drops``)."""
+
+    keys: dict[int, tuple]
+    ids: dict[tuple, np.ndarray]
+    drops: dict[tuple, np.ndarray]
+
+
+def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
+    """Each candidate's first token after each row's query text (``deer_query_text``) as the statement has
+    it: the first token of the statement's continuation after the context's tokens (``split_statements``:
+    no space is assumed before the slot, a SentencePiece '▁' is never read alone, and a token straddling
+    the context's end is marked by its ``drops``).  The continuation is the text from the context to the
+    slot, the label and what follows it up to the next whitespace; split once per candidate set and
+    ``boundary_region`` of the context with that text around the slot.  A context that is not the
+    statement's start (a fill-in-the-blank prompt) is followed by " label"."""
+    keys, ids, drops = {}, {}, {}
+    for i in rows:
+        query = task.queries[i]
+        context = deer_query_text(query)
+        before = fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "")
+        if context and before.startswith(context):
+            gap, after = before[len(context):], statement(query, "")[len(before):]
+            after = re.match(r"\S*", after).group()
+        else:
+            gap, after = " ", ""
+        key = (query.candidates, boundary_region(context), gap, after)
+        if key not in ids:
+            split = split_statements(tokenizer, context, [gap + label + after for label in task.candidate_set(query).labels])
+            ids[key] = np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64)
+            drops[key] = np.asarray([len(split.context_ids) - shared for shared in split.shared_lengths], dtype=np.int64)
+        keys[i] = key
+    return SlotFirstTokens(keys, ids, drops)
+
+
+def score_straddling_slots(encoder, tokenizer, task, first: SlotFirstTokens, scores: dict) -> int:
+    """Put into ``scores[row]`` the log-probability of each first token that straddles its query text's end,
+    after the statement's tokens before it (as ``score_straddling_tokens`` on a KG).  Returns the number of prefixes."""
+    rows = [i for i, key in first.keys.items() if first.drops[key].any()]
+    if not rows:
+        return 0
+    contexts = [deer_query_text(task.queries[i]).rstrip() for i in rows]
+    encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
+    bos = [] if bos_id(tokenizer) is None else [bos_id(tokenizer)]
+    prefixes, expected, targets = [], [], []
+    for context, ids, offsets, i in zip(contexts, encoded["input_ids"], encoded["offset_mapping"], rows, strict=True):
+        drops = first.drops[first.keys[i]]
+        for drop in np.unique(drops[drops > 0]).tolist():
+            kept = len(ids) - drop
+            prefixes.append(context[: offsets[kept - 1][1]] if kept > 0 else "")
+            expected.append(bos + list(ids[:kept]))
+            targets.append((i, np.flatnonzero(drops == drop)))
+    for prefix, ids, got, (i, _) in zip(prefixes, expected, batch_token_ids(tokenizer, prefixes), targets, strict=True):
+        if got != ids:
+            raise ValueError(f"LAMA: a candidate's first token straddles the end of the query text of {describe_query(task, i)}, "
+                             f"and the text before it, {prefix[-40:]!r}, does not tokenise to the tokens it stands for")
+    wanted = np.unique(np.concatenate([first.ids[first.keys[i]][columns] for i, columns in targets]))
+    logprobs = encoder.encode(prefixes, next_token_ids=wanted, description="straddling prefixes").next_token_logprobs
+    for row, (i, columns) in enumerate(targets):
+        scores[i][columns] = logprobs[row, np.searchsorted(wanted, first.ids[first.keys[i]][columns])]
+    return len(prefixes)
+
+
+def describe_query(task, i: int) -> str:
+    """Query ``i`` of ``task`` for a message: its file and line where the task locates it, else its index."""
+    return task.locate(task.queries[i]) if task.locate is not None else f"query {i}"
+
+
 class LamaProbe:
     """LAMA on a KG: rank by log p(first token of " t_name)") after each query text.  Option
     ``single_token``: LAMA's protocol (``restrict_to_single_token``).  The pass's query vectors are kept
@@ -202,23 +274,29 @@ class LamaProbe:
         task, loaded, backend = request.task, request.loaded, request.backend
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
-        sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries] if masked else []
-        # each query's answer tokens: a masked LM's as its sentence has them at the mask (``mask_slot``), per set and slot
-        keys = [(q.candidates, mask_slot(loaded.tokenizer, s)) for q, s in zip(task.queries, sentences, strict=True)] if masked else \
-            [(q.candidates, None) for q in task.queries]
-        answer_ids = {(name, slot): answer_token_ids(loaded.tokenizer, task.candidate_sets[name].labels, masked, slot)
-                      for name, slot in dict.fromkeys(keys) if len(task.candidate_sets[name])}
+        read = [i for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token") and len(task.candidate_set(task.queries[i]))]
+        arrays, work, straddling = {}, {}, 0
+        if masked:  # each query's answer tokens as its sentence has them at the mask (``mask_slot``), per set and slot
+            sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries]
+            keys = {i: (task.queries[i].candidates, mask_slot(loaded.tokenizer, sentences[i])) for i in read}
+            answer_ids = {(name, slot): answer_token_ids(loaded.tokenizer, task.candidate_sets[name].labels, masked, slot)
+                          for name, slot in dict.fromkeys(keys.values())}
+        else:  # each query's answer tokens as its statement has them after the query text (``slot_first_tokens``)
+            first = slot_first_tokens(loaded.tokenizer, task, read)
+            keys, answer_ids = first.keys, first.ids
         token_ids = np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)
-        arrays, work = {}, {}
         if masked:
             logprobs = backend.mask_filler().logprobs(sentences, token_ids)
         else:
             encoder = backend.encoder()
             output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=token_ids, description="queries")
-            logprobs, arrays["query_embeddings"], work = output.next_token_logprobs, output.embeddings, encoder.stats.as_dict()
-        columns = {name: np.searchsorted(token_ids, ids) for name, ids in answer_ids.items()}
-        scores = {i: logprobs[i, columns.get(keys[i], [])].astype(np.float64)
+            logprobs, arrays["query_embeddings"] = output.next_token_logprobs, output.embeddings
+        columns = {key: np.searchsorted(token_ids, ids) for key, ids in answer_ids.items()}
+        scores = {i: logprobs[i, columns[keys[i]] if i in keys else []].astype(np.float64)
                   for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token")}
+        if not masked:
+            straddling = score_straddling_slots(encoder, loaded.tokenizer, task, first, scores)
+            work = encoder.stats.as_dict()
         statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
         if statement_rows:
             scorer = backend.statement_scorer()
@@ -226,5 +304,6 @@ class LamaProbe:
                       disable=not request.show_progress) as bar:
                 scores.update(statement_scores(scorer, task, statement_rows, bar.update))
             work["statements"] = scorer.work()
-        return ProbeScores(scores=scores, metadata={"work": work, "statement_rows": len(statement_rows)}, arrays=arrays,
+        metadata = {"work": work, "statement_rows": len(statement_rows)} | ({} if masked else {"straddling_prefixes": straddling})
+        return ProbeScores(scores=scores, metadata=metadata, arrays=arrays,
                            columns={"lama_rule": rules})

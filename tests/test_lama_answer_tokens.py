@@ -93,3 +93,84 @@ def test_masked_lm_lama_on_a_benchmark_equals_one_forward_pass_per_filled_senten
         rank = 1 + np.sum(expected > expected[query.gold]) + (np.sum(expected == expected[query.gold]) - 1) / 2
         assert result.table["lama_rank"][row] == rank, (sentence, candidates)
     assert starts > 0  # a mask at the sentence's start, where the token has no space before it
+
+
+def sentencepiece_tokenizer():
+    """A Llama-2-style legacy SentencePiece look-alike: '▁' prepended and every space made '▁' (Llama-2's
+    tokenizer.json normalizer), BPE merges that stay inside words: " Paris" is ['▁', '▁Pa', 'ris']."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    corpus = ["The capital of France is Paris.", "The capital of Germany is Berlin.", "Rome is in Italy.",
+              'The album "Rome" (FR) was released.'] * 50
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"]))
+    tk.pre_tokenizer = None
+    tk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def next_token_task(rows, labels):
+    """A benchmark of (mode, template, subject, answer) rows over one candidate set."""
+    from kg_data.cloze import ClozeQuery
+    from kg_data.task import CandidateSet, Task
+
+    queries = [ClozeQuery("lama", "P1", f"f{i}", i + 1, mode, 0 if mode == "template" else -1, template, subject, answer, "set",
+                          labels.index(answer)) for i, (mode, template, subject, answer) in enumerate(rows)]
+    return Task("next-token", queries, {"set": CandidateSet(tuple(labels))}, {})
+
+
+@torch.inference_mode()
+def assert_next_token_rows_equal_whole_passes(result, task, model, tokenizer):
+    """Each next-token row's scores: log p(the statement's first token after the context) in one whole
+    forward pass of the statement (the token located by character offsets)."""
+    from deer.backends.plain import plain_logprobs, statement_ids_and_start
+    from deer.platform.cloze_texts import deer_query_text
+    from kg_data.cloze import statement
+
+    assert set(result.table["lama_rule"]) == {"next-token"}
+    for row, query in enumerate(task.queries):
+        context = deer_query_text(query)
+        expected = []
+        for label in task.candidate_set(query).labels:
+            ids, start = statement_ids_and_start(tokenizer, context, statement(query, label)[len(context):])
+            expected.append(float(plain_logprobs(model, ids[:start])[start - 1, ids[start]]))
+        expected = np.asarray(expected)
+        np.testing.assert_allclose(result.table["lama_gold_score"][row], expected[query.gold], atol=1e-4, err_msg=query.template)
+        rank = 1 + np.sum(expected > expected[query.gold]) + (np.sum(expected == expected[query.gold]) - 1) / 2
+        assert result.table["lama_rank"][row] == rank, query.template
+
+
+def test_causal_lama_next_token_is_the_statements_first_token_with_no_space_before_the_slot(tiny_clm):
+    """Byte-level BPE: after 'album "' or 'France (' the label's first token has no space ('T', not 'ĠTitanic');
+    after 'the cap' the statement's first token ('Ġcapital') straddles the context's end."""
+    model, tokenizer = tiny_clm
+    labels = ["Titanic", "FR", "Paris", "ital", "e"]
+    task = next_token_task([("template-free", 'The band released the album "[Y]" in 1999.', "x", "Titanic"),
+                            ("template-free", "Paris is the capital of France ([Y]).", "x", "FR"),
+                            ("template", "The capital of [X] is [Y] .", "France", "Paris"),
+                            ("template-free", "Paris is the cap[Y] of France.", "x", "ital")], labels)
+    result = run_cloze(task, LoadedModel.from_objects(model, tokenizer, "tiny-clm"), ["lama"], show_progress=False)
+    assert_next_token_rows_equal_whole_passes(result, task, model, tokenizer)
+    assert result.metadata_of("lama")["straddling_prefixes"] == 1  # 'Paris is the' before 'Ġcapital'
+
+
+def test_causal_lama_next_token_on_a_legacy_sentencepiece_tokenizer():
+    """Llama-2's legacy SentencePiece: " Paris" starts with a lone '▁' (every label's first token alike); the
+    statement's first token after "... is" is '▁Pa'."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = sentencepiece_tokenizer()
+    assert tokenizer.convert_ids_to_tokens(tokenizer(" Paris", add_special_tokens=False)["input_ids"])[0] == "▁"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id,
+                                         eos_token_id=tokenizer.eos_token_id)).eval()
+    labels = ["Paris", "Berlin", "Rome", "FR"]
+    task = next_token_task([("template", "The capital of [X] is [Y] .", "France", "Paris"),
+                            ("template", "The capital of [X] is [Y] .", "Germany", "Berlin"),
+                            ("template-free", 'The album "[Y]" (FR) was released.', "x", "Rome"),
+                            ("template-free", "Rome is in Italy ([Y]).", "x", "FR")], labels)
+    result = run_cloze(task, LoadedModel.from_objects(model, tokenizer, "tiny-llama2"), ["lama"], show_progress=False)
+    assert_next_token_rows_equal_whole_passes(result, task, model, tokenizer)
