@@ -68,6 +68,11 @@ def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
     return {**probe.options, **{name: option_values(probe, name).check(name, value) for name, value in given.items()}}
 
 
+def recorded_options(options: Mapping[str, Any]) -> dict:
+    """A probe's options as its metadata records them: all but an array handed on (``HANDED_ON``)."""
+    return {name: value for name, value in options.items() if name != HANDED_ON}
+
+
 def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
@@ -136,6 +141,7 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     result = run.finish(combine_results([scored.ranked[name][0][1] for name in names]))  # a KG's task is one group
     for name in names:  # scored and ranked now (a pass handed on counts in the probe that made it), as a cloze run records
         result.metadata_of(name)["seconds"] = scored.timings.get(f"{name}_seconds")
+        result.metadata_of(name)["options"] = recorded_options(options[name])  # what a reuse of its ranks must match
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result

@@ -94,16 +94,41 @@ def load_run(folder: Path, label: str | None = None) -> RunResult:
     return run
 
 
-def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec) -> dict[str, RunResult]:
+def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
+                    options: dict[str, dict] | None = None) -> dict[str, RunResult]:
     """{probe: its result} of ``probes`` in the folder (read once) whose ranks the folder's ``run_spec.json``
-    and the probe's own metadata both record under ``spec``, in every field (never the weight fingerprint alone)."""
+    and the probe's own metadata both record under ``spec``, in every field (never the weight fingerprint alone),
+    made with ``options`` ({probe: its options, defaults included}; None: every probe's defaults).
+
+    A probe whose metadata records no options (a folder written before they were recorded), or that is handed
+    query vectors, is not reused (run again).  One whose recorded options differ is refused (ValueError naming
+    them): the folder holds one set of ranks per probe, and ranks of other settings never share a folder."""
+    from deer.probes import get_probe
+    from deer.runner import HANDED_ON, recorded_options
+    from deer.runner import probe_options as checked_options
+
     stored = RunSpec.read(folder)
     if stored is None or find_ranks_table(folder) is None or stored.differences(spec):
         return {}
     run = load_result(folder)
     recorded = {probe: run.metadata_of(probe).get("run_spec") for probe in probes if probe in run.probes}
-    return {probe: run[probe] for probe, made_under in recorded.items()
-            if isinstance(made_under, dict) and not RunSpec.from_dict(made_under).differences(spec)}
+    same_spec = [probe for probe, made_under in recorded.items()
+                 if isinstance(made_under, dict) and not RunSpec.from_dict(made_under).differences(spec)]
+    reusable = []
+    for probe in same_spec:
+        asked = checked_options(get_probe(probe), (options or {}).get(probe, {}))
+        made_with = run.metadata_of(probe).get("options")
+        if not isinstance(made_with, dict) or asked.get(HANDED_ON) is not None:
+            continue  # options unknown, or vectors handed in: its ranks are made again
+        asked = recorded_options(asked)
+        differing = sorted(name for name in set(asked) | set(made_with) if asked.get(name) != made_with.get(name))
+        if differing:
+            named = "; ".join(f"{name}: the folder {made_with.get(name)!r}, asked {asked.get(name)!r}" for name in differing)
+            raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options ({named}); "
+                             "a folder holds one set of ranks per probe: give these options another folder "
+                             "(folder=, or another runs_dir=)")
+        reusable.append(probe)
+    return {probe: run[probe] for probe in reusable}
 
 
 def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates, *,
@@ -114,7 +139,8 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
 
     ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  ``loading``
     (or dtype=, device=) and ``budget`` (or token_budget=) as ``deer.probe``'s.  A probe whose ranks for
-    this very run spec are already in the folder is read back, not run again; the others run together in
+    this very run spec and its options are already in the folder is read back, not run again (ranks of other
+    options there: a ValueError naming them, ``_stored_results``); the others run together in
     one ``run_kg`` (LAMA's pass hands DEER its query vectors), DEER through its embedding cache.
     ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.  The run's
     ``experiment`` records each probe's seconds (its own scoring and ranking, or the one read of the folder that gave it back)
@@ -130,7 +156,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     started = time.perf_counter()
-    results = _stored_results(folder, probes, spec) if use_cache else {}  # read back: no work done now
+    results = _stored_results(folder, probes, spec, probe_options) if use_cache else {}  # read back: no work done now
     seconds = dict.fromkeys(results, time.perf_counter() - started)  # each the seconds of the one read that gave it back
     for probe in results:
         log(f"  {model_name}: {probe} ranks already in {folder}, reused")
