@@ -32,12 +32,14 @@ from kg_data.queries import QuerySet
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
 
 
-def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path) -> EmbeddingStore:
+def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path,
+                backend_key: dict | None = None) -> EmbeddingStore:
     """Store of score rows (one float32 per candidate, -inf a possible log-likelihood) keyed by everything
-    that determines them; a stored row of another width is damage (``EmbeddingStore``)."""
+    that determines them; a stored row of another width is damage (``EmbeddingStore``).  ``backend_key``: what
+    a backend's scores depend on beyond the model (its ``store_key``; {} for the model's own: the key as before)."""
     candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
     key = {"scorer": SCORER_VERSION, "method": method, **model_identity(loaded), "kg_fingerprint": queries.kg.fingerprint(),
-           "templates": templates.to_metadata(), "candidates": candidates}
+           "templates": templates.to_metadata(), "candidates": candidates, **(backend_key or {})}
     return EmbeddingStore(Path(root) / "scores", "bear", key, width=len(queries.candidates), minus_inf=True)
 
 
@@ -109,7 +111,8 @@ class BearProbe:
         queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
         started = time.perf_counter()
         scorer = request.backend.statement_scorer(request.options["pll_variant"])
-        store = None if request.store_root is None else score_store(loaded, queries, templates, scorer.method, request.store_root)
+        store = None if request.store_root is None else score_store(loaded, queries, templates, scorer.method, request.store_root,
+                                                                    request.backend.store_key)
         scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=request.show_progress)
         elapsed = time.perf_counter() - started
         statements = scored_now * len(queries.candidates)

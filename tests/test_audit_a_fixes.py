@@ -1,6 +1,7 @@
 """Audit A's defects (s9): stored work reused only for what it was made with.
 
 A1: run_probes reused a folder's ranks whatever probe options they were made with.
+A2: BEAR's KG score store was keyed without the backend's ``store_key``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import json
 
 import pytest
 
+from deer.backends.hf import HFBackend
+from deer.backends.statement_scorer import StatementScorer
 from deer.platform.templates import PromptTemplates
 from experiments.runs import run_probes
 from kg_data import build_queries, load_kg
@@ -33,4 +36,53 @@ def test_run_probes_reuses_a_probes_ranks_only_for_the_options_they_were_made_wi
         run_probes(queries, str(tiny_clm_dir), ["lama"], folder, templates, log=_quiet,
                    probe_options={"lama": {"single_token": True}})
     assert str(folder) in str(refused.value)
+
+
+class _NegatedScorer(StatementScorer):
+    def score(self, context, continuations):
+        return -super().score(context, continuations)
+
+    def score_statements(self, statements, *args, **kwargs):
+        return -super().score_statements(statements, *args, **kwargs)
+
+
+class ShiftedBackend(HFBackend):
+    """A caching backend whose scores are not the model's own (declared in ``store_key``, as the protocol asks)."""
+
+    name = "shifted"
+    store_key = {"variant": "negated-scores"}
+
+    def statement_scorer(self, pll_variant="within_word_l2r"):
+        return _NegatedScorer(self.model, self.tokenizer, token_budget=512, pll_variant=pll_variant)
+
+
+@pytest.fixture()
+def shifted(monkeypatch):
+    from deer import backends
+
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))  # forgotten after the test
+    backends.register_backend("shifted", "tests.test_audit_a_fixes:ShiftedBackend")
+
+
+def test_bear_kg_score_rows_are_stored_apart_per_backend_store_key(shifted, tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """A2: a caching backend whose scores differ read the hf backend's stored BEAR rows (same key)."""
+    from bear_ref.kg_probe import score_store
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded = open_model(str(tiny_clm_dir))
+    cache = tmp_path / "cache"
+
+    def run(**options):
+        return run_kg(["bear"], queries, loaded, show_progress=False, **options)
+
+    run(backend="hf", cache=True, cache_dir=cache)
+    fresh = run(backend="shifted", cache=False)
+    cached = run(backend="shifted", cache=True, cache_dir=cache)
+    assert cached.metadata_of("bear")["cache"]["queries_from_cache"] == 0
+    assert cached.ranks("filtered", "bear").tolist() == fresh.ranks("filtered", "bear").tolist()
+    # the model's own scores (store_key {}): the store as before
+    templates = PromptTemplates()
+    assert score_store(loaded, queries, templates, "m", cache).folder == score_store(loaded, queries, templates, "m", cache, {}).folder
 
