@@ -190,9 +190,10 @@ def check_out_dir(out_dir: Path) -> None:
     check_instances_folder(Path(out_dir), "bear", PROBE, "overall", label="a BEAR data-set run")
 
 
-def resume_key(dataset: BearDataset, loaded, selection: dict, method) -> dict:
+def resume_key(dataset: BearDataset, loaded, selection: dict, method, backend_key: dict | None = None) -> dict:
     """What a stored part depends on: the model identity (``model_identity``), data set, subset and scoring
-    (``method``: the statement scorer's ``statements_method``, or the scorer)."""
+    (``method``: the statement scorer's ``statements_method``, or the scorer); ``backend_key``: what the backend's
+    scores depend on beyond the model (its ``store_key``; {} for the model's own: the key as before)."""
     return {
         **model_identity(loaded),
         "dataset": dataset.name,  # its content enters per relation: each part is named by its relation's digest
@@ -200,6 +201,7 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, method) -> dict:
         "method": getattr(method, "statements_method", method),
         "statement_rule": STATEMENT_RULE,
         "part_columns": PART_COLUMNS,
+        **(backend_key or {}),
     }
 
 
@@ -234,7 +236,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     options = probe_options(probe, {"pll_variant": pll_variant})
     runner = open_backend(backend, loaded, token_budget=token_budget)
     method = runner.statement_scorer(pll_variant).statements_method
-    key = resume_key(dataset, loaded, selection, method)
+    key = resume_key(dataset, loaded, selection, method, runner.store_key)
     if out_dir is not None:
         check_out_dir(out_dir)
     # the plain backend is a cross-check: it stores nothing to resume from

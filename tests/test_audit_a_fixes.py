@@ -2,6 +2,7 @@
 
 A1: run_probes reused a folder's ranks whatever probe options they were made with.
 A2: BEAR's KG score store was keyed without the backend's ``store_key``.
+A3: the BEAR data-set resume key lacked it too.
 """
 
 from __future__ import annotations
@@ -85,4 +86,25 @@ def test_bear_kg_score_rows_are_stored_apart_per_backend_store_key(shifted, tiny
     # the model's own scores (store_key {}): the store as before
     templates = PromptTemplates()
     assert score_store(loaded, queries, templates, "m", cache).folder == score_store(loaded, queries, templates, "m", cache, {}).folder
+
+
+def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
+    """A3: a rerun on another caching backend into the same folder resumed the first backend's parts."""
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import open_model
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def run(backend, out):
+        return run_bear_dataset(data, loaded, out, {"relations": None}, backend=backend, show_progress=False)
+
+    run("hf", tmp_path / "out")
+    fresh = run("shifted", tmp_path / "fresh")
+    again = run("shifted", tmp_path / "out")
+    assert again.metadata["relations_resumed"] == []
+    assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
+    assert again.metadata["resume_key"] != run("hf", tmp_path / "out").metadata["resume_key"]
 
