@@ -166,7 +166,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     or one without ``score``, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
 
     With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
-    model, tokenizer, dtype and the task, so a stopped run resumes (a part that is unreadable or lacks
+    model, tokenizer, dtype, the task and the backend's ``store_key``, so a stopped run resumes (a part that is unreadable or lacks
     rows or columns is set aside and scored again: ``deer.platform.read_back.reusable_table``).  With
     ``store_root``, DEER's candidate vectors go into the model's prompt store.  The plain backend stores nothing.
     """
@@ -177,7 +177,8 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
-    key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE}
+    key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,
+           **runner.store_key}  # {} for hf
     plain = not can_cache(backend)  # a cross-check stores nothing
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)

@@ -2,7 +2,7 @@
 
 A1: run_probes reused a folder's ranks whatever probe options they were made with.
 A2: BEAR's KG score store was keyed without the backend's ``store_key``.
-A3: the BEAR data-set resume key lacked it too.
+A3, A4: the BEAR data-set resume key and run_cloze's part key lacked it too.
 """
 
 from __future__ import annotations
@@ -107,4 +107,25 @@ def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_
     assert again.metadata["relations_resumed"] == []
     assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
     assert again.metadata["resume_key"] != run("hf", tmp_path / "out").metadata["resume_key"]
+
+
+def test_cloze_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
+    """A4: run_cloze's part key lacked the backend's store_key: another caching backend resumed the first one's rows."""
+    from deer.backends.models import open_model
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def run(backend, out):
+        return run_cloze(task, loaded, ["bear"], out, backend=backend, show_progress=False)
+
+    run("hf", tmp_path / "out")
+    fresh = run("shifted", tmp_path / "fresh")
+    again = run("shifted", tmp_path / "out")
+    assert again.metadata_of("bear")["resumed"] is False
+    assert again.table["bear_rank"].tolist() == fresh.table["bear_rank"].tolist()
 
