@@ -225,7 +225,8 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     interrupted run resumes; an edited relation is scored anew) and the result saved at the end; None:
     nothing is written.  ``selection``: how the subset was chosen, part of the resume key.
     ``domain_support``/``ties``: the metric convention (``metric_convention``); not in the stored parts, so
-    it can change on resume.  ``backend``: 'hf' (prefix trie) or 'plain' (a cross-check, which stores nothing).
+    it can change on resume (a model whose fingerprint hashes no weights, one in training, stores and resumes
+    nothing).  ``backend``: 'hf' (prefix trie) or 'plain' (a cross-check, which stores nothing).
     A folder holding another kind of run is refused with a ValueError, a statement longer than the
     model's positions with a PromptTooLongError, both before anything is scored or written.
     """
@@ -239,8 +240,10 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     key = resume_key(dataset, loaded, selection, method, runner.store_key)
     if out_dir is not None:
         check_out_dir(out_dir)
-    # the plain backend is a cross-check: it stores nothing to resume from
-    parts_dir = None if out_dir is None or not can_cache(backend) else Path(out_dir) / "parts" / key_digest(key)
+    # the plain backend is a cross-check: it stores nothing to resume from; nor is anything kept for a model whose
+    # fingerprint hashes no weights (one in training): its parts could be resumed for other weights
+    keeps = can_cache(backend) and loaded.content_addressed
+    parts_dir = None if out_dir is None or not keeps else Path(out_dir) / "parts" / key_digest(key)
     task = bear_cloze_task(dataset)
     check_cloze_run(task, [probe], runner)  # the one length guard: it names the data set's files and lines
     started = time.perf_counter()

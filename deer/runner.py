@@ -130,9 +130,7 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
         queries = queries if ranked is None else ranked(queries, options[probe.name], run.loaded.tokenizer)
     checked_out_folder(out, queries, run.loaded, run.templates)
     # a fingerprint given for a model (one in training) names no weights: vectors stored under it could reach other weights
-    if cache and not run.loaded.content_addressed:
-        raise OptionError("cache", cache, f"{run.loaded.name}'s fingerprint ({run.loaded.fingerprint}) does not hash its "
-                                          "weights; nothing can be cached on it (use cache=False)")
+    refuse_unhashed(run.loaded, "cache", cache, bool(cache), "use cache=False")
     stores = store_root(cache, cache_dir)
     ranking = KGRanking(run.loaded, run.templates, backend, runner.device, show_progress)
     scored = score_probes(kg_benchmark_task(queries, run.templates), chosen, runner,
@@ -145,6 +143,14 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
+
+
+def refuse_unhashed(loaded: LoadedModel, option: str, value, wanted: bool, instead: str) -> None:
+    """A store asked for (``wanted``) on a model whose fingerprint hashes no weights (one in training: ``content_addressed``
+    False) is an OptionError naming the model: what is stored under that fingerprint could be read back for other weights."""
+    if wanted and not loaded.content_addressed:
+        raise OptionError(option, value, f"{loaded.name}'s fingerprint ({loaded.fingerprint}) does not hash its "
+                                         f"weights; nothing can be cached on it ({instead})")
 
 
 def benchmark_probes(names: Sequence[str]) -> list[Probe]:
@@ -168,18 +174,21 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
     model, tokenizer, dtype, the task and the backend's ``store_key``, so a stopped run resumes (a part that is unreadable or lacks
     rows or columns is set aside and scored again: ``deer.platform.read_back.reusable_table``).  With
-    ``store_root``, DEER's candidate vectors go into the model's prompt store.  The plain backend stores nothing.
+    ``store_root``, DEER's candidate vectors go into the model's prompt store.  The plain backend stores nothing, nor
+    does a model whose fingerprint hashes no weights (one in training: no parts; a ``store_root`` is refused, as
+    ``run_kg`` refuses ``cache=True``).
     """
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, store_root is not None)
+    refuse_unhashed(loaded, "store_root", store_root, store_root is not None, "leave store_root out")
     refuse_other_run(out, QUERIES_TABLE, "a cloze run")
     runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
     check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,
            **runner.store_key}  # {} for hf
-    plain = not can_cache(backend)  # a cross-check stores nothing
+    plain = not can_cache(backend) or not loaded.content_addressed  # a cross-check, or weights no fingerprint hashes: nothing kept
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
     scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)

@@ -3,6 +3,7 @@
 A1: run_probes reused a folder's ranks whatever probe options they were made with.
 A2: BEAR's KG score store was keyed without the backend's ``store_key``.
 A3, A4: the BEAR data-set resume key and run_cloze's part key lacked it too.
+A5: cloze parts were stored and resumed for a model whose fingerprint hashes no weights.
 """
 
 from __future__ import annotations
@@ -128,4 +129,41 @@ def test_cloze_parts_are_resumed_only_on_the_backend_store_key_they_were_made_wi
     again = run("shifted", tmp_path / "out")
     assert again.metadata_of("bear")["resumed"] is False
     assert again.table["bear_rank"].tolist() == fresh.table["bear_rank"].tolist()
+
+
+def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
+    """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
+    the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is
+    refused as run_kg refuses cache=True."""
+    import torch
+
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import LoadedModel, load_model
+    from deer.platform.validate import OptionError
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    task = bear_cloze_task(data)
+    model, tokenizer, _ = load_model(str(tiny_clm_dir))  # its own copy: the weights change below
+    identity = "in-training:tiny:step-None"
+    first = run_cloze(task, LoadedModel.from_objects(model, tokenizer, fingerprint=identity), ["bear"], tmp_path / "out",
+                      show_progress=False)
+    with torch.no_grad():  # training moved the weights
+        torch.manual_seed(1)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    changed = LoadedModel.from_objects(model, tokenizer, fingerprint=identity)
+    fresh = run_cloze(task, changed, ["bear"], None, show_progress=False)
+    again = run_cloze(task, changed, ["bear"], tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out" / "parts").exists()
+    assert again.metadata_of("bear")["resumed"] is False
+    assert again.table["bear_rank"].tolist() == fresh.table["bear_rank"].tolist() != first.table["bear_rank"].tolist()
+    with pytest.raises(OptionError, match="does not hash its weights"):
+        run_cloze(task, changed, ["deer"], None, show_progress=False, store_root=tmp_path / "stores")
+    assert not (tmp_path / "stores").exists()
+    run_bear_dataset(data, changed, tmp_path / "dataset", {"relations": None}, show_progress=False)
+    assert not (tmp_path / "dataset" / "parts").exists()
 
