@@ -4,6 +4,7 @@ A1: run_probes reused a folder's ranks whatever probe options they were made wit
 A2: BEAR's KG score store was keyed without the backend's ``store_key``.
 A3, A4: the BEAR data-set resume key and run_cloze's part key lacked it too.
 A5: cloze parts were stored and resumed for a model whose fingerprint hashes no weights.
+A7: row_checksums' docstring claimed more than a sum detects.
 """
 
 from __future__ import annotations
@@ -166,4 +167,22 @@ def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze
     assert not (tmp_path / "stores").exists()
     run_bear_dataset(data, changed, tmp_path / "dataset", {"relations": None}, show_progress=False)
     assert not (tmp_path / "dataset" / "parts").exists()
+
+
+def test_row_checksums_see_a_changed_word_but_not_words_moved_within_a_row():
+    """A7: row_checksums' docstring said "any changed word changes it"; a plain sum misses words swapped within a row.
+    The stored format stays; what the sum sees and misses is pinned here as its docstring now says."""
+    import numpy as np
+
+    from deer.platform.stores import row_checksums
+
+    rows = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]], np.float32)
+    one_word = rows.copy()
+    one_word[0, 1] = 2.5
+    assert (row_checksums(one_word) != row_checksums(rows)).tolist() == [True, False]
+    moved = rows.copy()
+    moved[0, [0, 3]] = moved[0, [3, 0]]
+    moved[1] = moved[1, ::-1]
+    assert (row_checksums(moved) == row_checksums(rows)).all()  # not seen: the same words, the same sum
+    assert "does not see words moved within a row" in row_checksums.__doc__
 

@@ -3,7 +3,7 @@ determines them: shards on disk, memory-mapped, with an index from item id to (s
 
 A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Each
 ``add`` writes one shard: ``<name>.vectors.npy`` (float32 rows) and ``<name>.index.npy`` (per row the
-item's 16-byte id digest and a checksum of its bytes), each written atomically, the index last, so
+item's 16-byte id digest and a checksum of its words, ``row_checksums``), each written atomically, the index last, so
 a shard exists only once both are whole.  Opening a store reads the index files and the vectors'
 headers (memory-mapped, never faulted in); ``get`` and ``blocks`` read only the rows asked for, with
 plain file reads.
@@ -61,7 +61,13 @@ def item_keys(ids) -> np.ndarray:
 
 
 def row_checksums(vectors: np.ndarray) -> np.ndarray:
-    """Per row, the sum of its 32-bit words (uint64): any changed word changes it."""
+    """Per row, the sum of its 32-bit words (uint64, exact: no wrap below 2**32 words a row).
+
+    It changes, so a read-back row is refused, where one word of the row changed, or several whose changes do not
+    cancel out (a row zeroed, cut short, or another row's read in its place, unless the two sums are equal).  It
+    does not see words moved within a row (two values swapped, a row reversed: the same words, the same sum) nor
+    changes that cancel out (one word up by k, another down by k): such a row reads back as good.  The index
+    stores this sum; a stronger checksum would be a new index format."""
     return np.ascontiguousarray(vectors).view(np.uint32).sum(axis=1, dtype=np.uint64)
 
 
