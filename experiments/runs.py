@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.backends.models import LoadedModel, open_model
+from deer.backends.models import LoadedModel, as_loaded_model, open_model
+from deer.base.model_spec import with_loading
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.run_spec import RunSpec, spec_folder
@@ -150,8 +151,10 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
 
     loading, budget = take(loose, ModelLoading, loading, "loading"), take(loose, Budget, budget, "budget")
     refuse_leftover(loose, "run_probes")
-    # A model already open (e.g. for its tokenizer) is used as it is: opened and fingerprinted once.
-    loaded = model if isinstance(model, LoadedModel) else open_model(model, dtype=loading.dtype, device=loading.device)
+    # A model already open (e.g. for its tokenizer) is used as it is: opened and fingerprinted once.  A name is opened with
+    # every loading option (model_kwargs and the adapter too: they were dropped here); given beside a loaded one: refused.
+    model = with_loading(model, loading.model_kwargs, loading.adapter)
+    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
     model_name = loaded.name if isinstance(model, LoadedModel) else model
     spec = RunSpec.build(queries, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now

@@ -54,3 +54,19 @@ def test_compute_time_says_which_query_sizes_it_leaves_out(tiny_kg_dir, tiny_clm
                                        "--out", str(tmp_path / "ct")])
     assert result.exit_code == 0, result.output
     assert "query sizes 500 left out: the train split has 9 queries" in result.output
+
+
+def test_run_probes_opens_a_name_with_every_loading_option(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """run_probes (the experiments' runs) opened a model by name with dtype and device only: model_kwargs and an adapter
+    were dropped (a LoRA adapter silently not merged); beside a model already loaded they are refused."""
+    from deer.backends.models import open_model
+    from experiments.runs import run_probes
+    from kg_data import build_queries, load_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "train", subset=3)
+    run = run_probes(queries, str(tiny_clm_dir), ["deer"], tmp_path / "run", PromptTemplates(k_shot=1),
+                     model_kwargs={"attn_implementation": "eager"}, log=lambda *_: None)
+    assert run.metadata_of("deer")["model"]["attention"] == "eager"
+    with pytest.raises(OptionError, match="applies to a model given by name"):
+        run_probes(queries, open_model(str(tiny_clm_dir)), ["deer"], tmp_path / "other", PromptTemplates(k_shot=1),
+                   model_kwargs={"attn_implementation": "eager"}, log=lambda *_: None)
