@@ -84,8 +84,9 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
     if isinstance(dataset, BearDataset):  # scored as it was loaded: a selection is not applied to it again
         if (relations or selection.max_instances is not None) and chosen != dataset.selection:
-            raise OptionError("selection", chosen, f"the BearDataset given was loaded with {dataset.selection or 'no selection'}; "
-                                                   "pass the selection to load_bear_dataset (or the data set's name here)")
+            loaded_with = dataset.selection or "no selection"
+            raise OptionError("selection", chosen, f"the BearDataset given was loaded with {loaded_with}; pass the selection "
+                                                   "to load_bear_dataset (or the data set's name here)")
         chosen = dataset.selection or chosen  # what the data holds is what the run records
     data = dataset if isinstance(dataset, BearDataset) else load_bear_dataset(
         dataset, selection.data_dir, relations=relations, max_instances=selection.max_instances, seed=selection.seed)

@@ -25,7 +25,7 @@ from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer, query
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores, check_model_kind
 from kg_data.bear import ANSWER, fill_statement
-from kg_data.cloze import statement
+from kg_data.cloze import BEAR_SOURCE, statement
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -153,7 +153,8 @@ def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
     for i in rows:
         query = task.queries[i]
         context = deer_query_text(query)
-        before = fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "")
+        capitalise = query.source == BEAR_SOURCE  # kg_data.cloze.STATEMENT_RULE
+        before = fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "", capitalise=capitalise)
         if context and before.startswith(context):
             gap, after = before[len(context):], statement(query, "")[len(before):]
             after = re.match(r"\S*", after).group()
@@ -274,7 +275,8 @@ class LamaProbe:
         task, loaded, backend = request.task, request.loaded, request.backend
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
-        read = [i for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token") and len(task.candidate_set(task.queries[i]))]
+        read = [i for i, rule in enumerate(rules)
+                if rule in ("mask-fill", "next-token") and len(task.candidate_set(task.queries[i]))]
         arrays, work, straddling = {}, {}, 0
         if masked:  # each query's answer tokens as its sentence has them at the mask (``mask_slot``), per set and slot
             sentences = [mask_sentence(loaded.tokenizer, q) for q in task.queries]

@@ -171,9 +171,9 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     NaN where a probe does not score a query.  Refused before anything is scored or written: an unknown probe
     or one without ``score``, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
 
-    With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of
-    model, tokenizer, dtype, the task and the backend's ``store_key``, so a stopped run resumes (a part that is unreadable or lacks
-    rows or columns is set aside and scored again: ``deer.platform.read_back.reusable_table``).  With
+    With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of model,
+    tokenizer, dtype, the task, the statement rule and the backend's ``store_key``, so a stopped run resumes (a part
+    that is unreadable or lacks rows or columns is set aside and scored again: ``deer.platform.read_back.reusable_table``).  With
     ``store_root``, DEER's candidate vectors go into the model's prompt store.  The plain backend stores nothing, nor
     does a model whose fingerprint hashes no weights (one in training: no parts; a ``store_root`` is refused, as
     ``run_kg`` refuses ``cache=True``).
@@ -188,7 +188,8 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,
            **runner.store_key}  # {} for hf
-    plain = not can_cache(backend) or not loaded.content_addressed  # a cross-check, or weights no fingerprint hashes: nothing kept
+    # a cross-check, or weights no fingerprint hashes: nothing kept
+    plain = not can_cache(backend) or not loaded.content_addressed
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
     scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)

@@ -150,7 +150,9 @@ def test_causal_lama_next_token_is_the_statements_first_token_with_no_space_befo
     task = next_token_task([("template-free", 'The band released the album "[Y]" in 1999.', "x", "Titanic"),
                             ("template-free", "Paris is the capital of France ([Y]).", "x", "FR"),
                             ("template", "The capital of [X] is [Y] .", "France", "Paris"),
-                            ("template-free", "Paris is the cap[Y] of France.", "x", "ital")], labels)
+                            ("template-free", "Paris is the cap[Y] of France.", "x", "ital"),
+                            # LAMA's text is not capitalised: the query text is the statement's start all the same
+                            ("template-free", "paris is the capital of France ([Y]).", "x", "FR")], labels)
     result = run_cloze(task, LoadedModel.from_objects(model, tokenizer, "tiny-clm"), ["lama"], show_progress=False)
     assert_next_token_rows_equal_whole_passes(result, task, model, tokenizer)
     assert result.metadata_of("lama")["straddling_prefixes"] == 1  # 'Paris is the' before 'Ġcapital'
