@@ -2,7 +2,7 @@
 
 Every answer of a relation's answer space fills [Y] and the whole statement is scored (summed
 log-likelihood after BOS; PLL for masked LMs), a template's statements together through a prefix trie.
-Metrics follow lm-pub-quiz 0.3.3 unless asked otherwise (``metric_convention``: ``TIES``,
+Metrics follow lm-pub-quiz 0.3.3 unless asked otherwise (``metric_convention``, ``deer.platform.bear_accuracy``: ``TIES``,
 ``DOMAIN_SUPPORT``).  The per-(instance, template) table is metric independent, so either convention
 can be recomputed from it (``resummarise_bear_dataset``); finished relations are stored as parts, so
 an interrupted run resumes.
@@ -13,14 +13,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
 from deer.base.files import package_versions
 from deer.base.work import summed_work
+from deer.platform.bear_accuracy import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, accuracy_block, correctness, metric_convention
 from deer.platform.benchmark_rows import query_frame
-from deer.platform.metrics import adjusted_index
 from deer.platform.read_back import read_json_object, read_stored_table
 from deer.platform.result import INSTANCES_TABLE, RunResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
@@ -38,31 +37,6 @@ STATEMENT_RULE = (
 )
 # What a stored part holds (part of the resume key); no metric convention enters it.
 PART_COLUMNS = "a cloze run's bear_* rank columns (deer.platform.benchmark_rows): rank = 1 + #higher + #tied/2, argmax first on ties"
-
-DOMAIN_SUPPORT = {
-    "divided": "a relation with k domains adds 1/k of its support to each domain "
-    "(lm-pub-quiz 0.3.3 DatasetResults.get_metrics(accumulate='domains', divide_support=True))",
-    "full": "a relation with k domains counts with its full support in each domain",
-}
-TIES = {
-    "first": "prediction = highest-scoring answer, the first in answer-space order on a tie (argmax); "
-    "correct iff prediction == gold (lm-pub-quiz 0.3.3 Accuracy)",
-    "wrong": "correct iff the gold answer scores strictly highest (a tie with the gold counts as wrong)",
-}
-DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES = "divided", "first"
-CONVENTION_NAMES = {("divided", "first"): "lm-pub-quiz-0.3.3",
-                    ("full", "wrong"): "full-domain-support+strict-ties (this toolkit before issue 9)"}
-
-
-def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> dict:
-    """The named convention the metrics are computed under (stored in metrics.json and metadata.json)."""
-    for what, value, known in (("domain_support", domain_support, DOMAIN_SUPPORT), ("ties", ties, TIES)):
-        if value not in known:
-            raise ValueError(f"{what} must be one of {', '.join(known)}, not {value!r}")
-    name = CONVENTION_NAMES.get((domain_support, ties), f"domain_support={domain_support}+ties={ties}")
-    return {"name": name, "domain_support": domain_support, "ties": ties,
-            "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}
-
 
 # The columns of an instances table (``bear_format``), which a stored part must hold.
 INSTANCE_COLUMNS = ("relation", "template", "row", "sub_id", "sub_label", "obj_id", "obj_label", "n_answers", "gold_score",
@@ -83,50 +57,6 @@ def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.Dat
     })
 
 
-def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:
-    """Per row: correct under ``ties`` ("first": argmax == gold, with a valid gold score; "wrong": gold strictly
-    highest), never from a stored ``correct`` column, so tables written under either convention give the same answer."""
-    metric_convention(ties=ties)
-    if ties == "first":  # an invalid gold score ranks last: never correct, though an all-invalid row's argmax is its first
-        gold_valid = np.isfinite(pd.to_numeric(table["gold_score"], errors="coerce").to_numpy(dtype=np.float64))
-        return (table["predicted_id"].astype(str) == table["obj_id"].astype(str)) & gold_valid
-    return table["rank"] == 1
-
-
-def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
-    return float(np.average(values.astype(float), weights=weights))
-
-
-def _accuracy_block(frame: pd.DataFrame) -> dict:
-    """Accuracy per template, their mean (BEAR score) and spread, the random baseline and the BEAR score's
-    chance-adjusted index (``deer.platform.metrics.adjusted_index``: 0 = chance, 1 = perfect).
-
-    ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains under divided
-    support).  ``accuracy`` pools every row as lm-pub-quiz does; ``support`` is the weighted row count.
-    """
-    if not len(frame):
-        empty = ["accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "accuracy", "random_baseline", "mean_rank",
-                 "accuracy_mean_adjusted"]
-        return {"instances": 0, "support": 0.0, "accuracy_per_template": {}, **dict.fromkeys(empty)}
-    weights = frame["weight"]
-    per_template = frame.groupby("template")[["is_correct", "weight"]].apply(
-        lambda part: _weighted_mean(part["is_correct"], part["weight"]))
-    random = _weighted_mean(1.0 / frame["n_answers"], weights)
-    return {
-        "instances": int(frame.groupby("template").size().max()),
-        "support": float(weights.sum()),
-        "accuracy_per_template": {int(t): float(a) for t, a in per_template.items()},
-        "accuracy_mean": float(per_template.mean()),
-        "accuracy_std": float(per_template.std(ddof=0)),
-        "accuracy_min": float(per_template.min()),
-        "accuracy_max": float(per_template.max()),
-        "accuracy": _weighted_mean(frame["is_correct"], weights),
-        "random_baseline": random,
-        "mean_rank": _weighted_mean(frame["rank"], weights),
-        "accuracy_mean_adjusted": adjusted_index({"accuracy": float(per_template.mean())}, {"accuracy": random})["accuracy"],
-    }
-
-
 def bear_metrics(table: pd.DataFrame, dataset: BearDataset, domain_support: str = DEFAULT_DOMAIN_SUPPORT,
                  ties: str = DEFAULT_TIES) -> dict:
     """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention
@@ -144,13 +74,13 @@ def bear_metrics(table: pd.DataFrame, dataset: BearDataset, domain_support: str 
     by_domain = by_domain.explode("domain")
     return {
         "convention": convention,
-        "overall": _accuracy_block(frame),
+        "overall": accuracy_block(frame),
         "per_relation": {
-            code: {**_accuracy_block(part), "domains": domains[code], "cardinality": cardinality[code]}
+            code: {**accuracy_block(part), "domains": domains[code], "cardinality": cardinality[code]}
             for code, part in frame.groupby("relation", sort=True)
         },
-        "per_domain": {domain: _accuracy_block(part) for domain, part in by_domain.groupby("domain", sort=True)},
-        "per_cardinality": {c: _accuracy_block(part) for c, part in frame.assign(cardinality=frame["relation"].map(cardinality)).groupby("cardinality")},
+        "per_domain": {domain: accuracy_block(part) for domain, part in by_domain.groupby("domain", sort=True)},
+        "per_cardinality": {c: accuracy_block(part) for c, part in frame.assign(cardinality=frame["relation"].map(cardinality)).groupby("cardinality")},
         "cardinality_rule": "N:1 if some answer is the gold object of more than one subject in the full relation file, else 1:1 "
         "(lm-pub-quiz: 'multiple' vs 'single instance per answer')",
     }

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from deer.base.files import as_written, default_table_suffix, folder_lock, write_json, write_table, write_text
+from deer.platform.bear_accuracy import check_accuracy_metrics
 from deer.platform.metrics import cloze_metrics, observed_rank_metrics, probes_in
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.run_spec import RUN_SPEC_FILE, RunSpec, check_folder_spec
@@ -291,8 +292,9 @@ def load_result(folder: str | Path) -> RunResult:
         return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
                          spec, folder=folder)
     if instances is not None:
-        summary = folder / "summary.md"
-        return RunResult(read_stored_table(instances), metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
+        summary, table = folder / "summary.md", read_stored_table(instances)
+        check_accuracy_metrics(folder / "metrics.json", instances, table, metrics)
+        return RunResult(table, metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
                          summary=summary.read_text() if summary.exists() else None, folder=folder)
     raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
 
