@@ -38,5 +38,15 @@ def load_wn18rr(folder: Path) -> TextualKG:
     for path in (entities, *paths.values()):
         if not path.exists():
             raise KGFormatError(path, None, "missing WN18RR file")
-    rows = ((entities, line, entity_id, *split_entity_text(text)) for line, (entity_id, text) in read_tsv(entities, 2))
+    rows = ((entities, line, _wordnet_id(entities, line, entity_id), *split_entity_text(text))
+            for line, (entity_id, text) in read_tsv(entities, 2))
     return build_kg("wn18rr", nonempty(rows, entities, "entities"), _relations(folder), paths, source=str(folder))
+
+
+def _wordnet_id(path: Path, line: int, entity_id: str) -> str:
+    """``entity_id``, refused when it is a Freebase path (/m/...): another KG-BERT folder (FB15k-237) would be read as
+    WN18RR, its names cut at WordNet's ", " (WN18RR's ids are synset offsets; a test's may be any other plain id)."""
+    if "/" in entity_id:
+        raise KGFormatError(path, line, f"id {entity_id!r} is not a WordNet synset offset: this folder holds entity2text.txt "
+                                        "but is not WN18RR (FB15k-237?); convert it to the generic TSV/JSONL KG format")
+    return entity_id

@@ -363,3 +363,15 @@ def test_a_stray_file_beside_a_split_that_is_read_is_left_alone(tiny_kg_dir):
     (tiny_kg_dir / "train.txt").write_text("not a split\n")
     (tiny_kg_dir / "test.tsv.bak").write_text("not a split\n")
     assert len(load_textual_kg(tiny_kg_dir).triples("train")) == 9
+
+
+def test_a_kg_bert_folder_of_freebase_ids_is_not_read_as_wn18rr(tmp_path):
+    """Any folder holding entity2text.txt was read as WN18RR: a KG-BERT FB15k-237 folder loaded as "wn18rr", its names cut
+    at ", " ("Washington" described as "D.C."); its Freebase ids are refused, naming the file and line."""
+    fb = tmp_path / "fb15k-237"
+    fb.mkdir()
+    (fb / "entity2text.txt").write_text("/m/0rh6k\tWashington, D.C.\n/m/09c7w0\tUnited States of America\n")
+    for file_name in ("train.tsv", "dev.tsv", "test.tsv"):
+        (fb / file_name).write_text("/m/0rh6k\t/location/location/contains\t/m/09c7w0\n")
+    with pytest.raises(KGFormatError, match=r"entity2text\.txt:1: id '/m/0rh6k' is not a WordNet synset offset"):
+        load_kg(fb)
