@@ -1,4 +1,4 @@
-"""Options are used as given or refused, never read as something else (the audit of session 10): text booleans,
+"""Options are used as given or refused, never read as something else (the audit of 2026-11-27): text booleans,
 a selection given beside a loaded data set, a group option of `deer data`, query sizes the split cannot give."""
 
 from __future__ import annotations
