@@ -24,8 +24,7 @@ from deer.platform.kg_result import tail_token_lengths
 from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer, query_check, set_statement_checks
 from deer.platform.templates import PromptTemplates, query_prompts
 from deer.probes import OptionValues, ProbeRequest, ProbeScores, check_model_kind
-from kg_data.bear import ANSWER, fill_statement
-from kg_data.cloze import BEAR_SOURCE, statement
+from kg_data.cloze import statement, text_before_answer
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -69,13 +68,21 @@ def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> Fi
         context = templates.query_context(kg, tuple(triple))
         region = boundary_region(context)
         if region not in regions:
-            split = split_statements(tokenizer, context, continuations)
             regions[region] = len(ids)
-            ids.append([first[0] for first in split.continuation_ids])
-            drops.append([len(split.context_ids) - shared for shared in split.shared_lengths])
+            first_ids, first_drops = first_tokens_after(tokenizer, context, continuations)
+            ids.append(first_ids)
+            drops.append(first_drops)
         group[q] = regions[region]
     shape = (len(ids), len(continuations))
     return FirstTokens(group, np.asarray(ids, dtype=np.int64).reshape(shape), np.asarray(drops, dtype=np.int64).reshape(shape))
+
+
+def first_tokens_after(tokenizer, context: str, continuations: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (len(continuations),) twice: each continuation's first token after ``context`` as the whole statement
+    has it (``split_statements``), and how many of the context's last tokens it replaces (0 unless it straddles)."""
+    split = split_statements(tokenizer, context, continuations)
+    return (np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64),
+            np.asarray([len(split.context_ids) - shared for shared in split.shared_lengths], dtype=np.int64))
 
 
 def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
@@ -102,33 +109,44 @@ def check_query_end(templates: PromptTemplates) -> None:
 
 def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: PromptTemplates, first: FirstTokens,
                             scores: np.ndarray) -> int:
-    """Put into ``scores`` the log-probability of each first token that straddles its query's end: it
-    follows the statement's tokens before it -- the context's, less the ``drop`` it replaces.  Returns
-    the number of such prefixes; each is text checked to tokenise back to exactly those tokens.
-    """
+    """Put into ``scores`` the log-probability of each first token that straddles its query's end
+    (``straddling_logprobs``).  Returns the number of prefixes read."""
     rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
-    if len(rows) == 0:
-        return 0
-    contexts = [templates.query_context(queries.kg, tuple(queries.triples[q].tolist())).rstrip() for q in rows]
+    contexts = [templates.query_context(queries.kg, tuple(queries.triples[q].tolist())) for q in rows]
+    found, prefixes = straddling_logprobs(encoder, tokenizer, contexts, [first.ids[first.group[q]] for q in rows],
+                                          [first.drops[first.group[q]] for q in rows], lambda i: "a query text")
+    for i, columns, logprobs in found:
+        scores[rows[i], columns] = logprobs
+    return prefixes
+
+
+def straddling_logprobs(encoder, tokenizer, contexts: list[str], first_ids: list[np.ndarray], drops: list[np.ndarray],
+                        where) -> tuple[list[tuple[int, np.ndarray, np.ndarray]], int]:
+    """For each text ``contexts[i]`` and its candidates' first tokens (``first_ids[i]``, ``drops[i]``: how many of the
+    text's last tokens each replaces, ``first_tokens_after``): the log-probability of each first token that straddles
+    the text's end, after the statement's tokens before it -- the text's, less the ``drop`` it replaces.  Each such
+    prefix is text checked to tokenise back to exactly those tokens (a ValueError naming ``where(i)`` otherwise).
+    Returns [(i, its straddling candidates' columns, their log-probabilities)] and the number of prefixes."""
+    if not contexts:
+        return [], 0
+    contexts = [context.rstrip() for context in contexts]
     encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
     bos = [] if bos_id(tokenizer) is None else [bos_id(tokenizer)]
-    prefixes, expected, targets = [], [], []  # targets: (query, its candidates with this cut)
-    for context, ids, offsets, q in zip(contexts, encoded["input_ids"], encoded["offset_mapping"], rows, strict=True):
-        drops = first.drops[first.group[q]]
-        for drop in np.unique(drops[drops > 0]).tolist():
+    prefixes, expected, targets = [], [], []  # targets: (text, its candidates with this cut)
+    for i, (context, ids, offsets) in enumerate(zip(contexts, encoded["input_ids"], encoded["offset_mapping"], strict=True)):
+        for drop in np.unique(drops[i][drops[i] > 0]).tolist():
             kept = len(ids) - drop  # context tokens before the first token, BOS aside
             prefixes.append(context[: offsets[kept - 1][1]] if kept > 0 else "")
             expected.append(bos + list(ids[:kept]))
-            targets.append((q, np.flatnonzero(drops == drop)))
-    for prefix, ids, got in zip(prefixes, expected, batch_token_ids(tokenizer, prefixes), strict=True):
+            targets.append((i, np.flatnonzero(drops[i] == drop)))
+    for prefix, ids, got, (i, _) in zip(prefixes, expected, batch_token_ids(tokenizer, prefixes), targets, strict=True):
         if got != ids:
-            raise ValueError(f"LAMA: a candidate's first token straddles the end of a query text, and the text before it, "
+            raise ValueError(f"LAMA: a candidate's first token straddles the end of {where(i)}, and the text before it, "
                              f"{prefix[-40:]!r}, does not tokenise to the tokens it stands for")
-    wanted = np.unique(np.concatenate([first.ids[first.group[q], columns] for q, columns in targets]))
+    wanted = np.unique(np.concatenate([first_ids[i][columns] for i, columns in targets]))
     logprobs = encoder.encode(prefixes, next_token_ids=wanted, description="straddling prefixes").next_token_logprobs
-    for row, (q, columns) in enumerate(targets):
-        scores[q, columns] = logprobs[row, np.searchsorted(wanted, first.ids[first.group[q], columns])]
-    return len(prefixes)
+    return ([(i, columns, logprobs[row, np.searchsorted(wanted, first_ids[i][columns])])
+             for row, (i, columns) in enumerate(targets)], len(prefixes))
 
 
 @dataclasses.dataclass
@@ -152,9 +170,7 @@ def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
     keys, ids, drops = {}, {}, {}
     for i in rows:
         query = task.queries[i]
-        context = deer_query_text(query)
-        capitalise = query.source == BEAR_SOURCE  # kg_data.cloze.STATEMENT_RULE
-        before = fill_statement(query.template.split(ANSWER)[0] + ANSWER, query.subject, "", capitalise=capitalise)
+        context, before = deer_query_text(query), text_before_answer(query)
         if context and before.startswith(context):
             gap, after = before[len(context):], statement(query, "")[len(before):]
             after = re.match(r"\S*", after).group()
@@ -162,39 +178,22 @@ def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
             gap, after = " ", ""
         key = (query.candidates, boundary_region(context), gap, after)
         if key not in ids:
-            split = split_statements(tokenizer, context, [gap + label + after for label in task.candidate_set(query).labels])
-            ids[key] = np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64)
-            drops[key] = np.asarray([len(split.context_ids) - shared for shared in split.shared_lengths], dtype=np.int64)
+            continuations = [gap + label + after for label in task.candidate_set(query).labels]
+            ids[key], drops[key] = first_tokens_after(tokenizer, context, continuations)
         keys[i] = key
     return SlotFirstTokens(keys, ids, drops)
 
 
 def score_straddling_slots(encoder, tokenizer, task, first: SlotFirstTokens, scores: dict) -> int:
-    """Put into ``scores[row]`` the log-probability of each first token that straddles its query text's end,
-    after the statement's tokens before it (as ``score_straddling_tokens`` on a KG).  Returns the number of prefixes."""
+    """Put into ``scores[row]`` the log-probability of each first token that straddles its query text's end
+    (``straddling_logprobs``, as ``score_straddling_tokens`` on a KG).  Returns the number of prefixes read."""
     rows = [i for i, key in first.keys.items() if first.drops[key].any()]
-    if not rows:
-        return 0
-    contexts = [deer_query_text(task.queries[i]).rstrip() for i in rows]
-    encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
-    bos = [] if bos_id(tokenizer) is None else [bos_id(tokenizer)]
-    prefixes, expected, targets = [], [], []
-    for context, ids, offsets, i in zip(contexts, encoded["input_ids"], encoded["offset_mapping"], rows, strict=True):
-        drops = first.drops[first.keys[i]]
-        for drop in np.unique(drops[drops > 0]).tolist():
-            kept = len(ids) - drop
-            prefixes.append(context[: offsets[kept - 1][1]] if kept > 0 else "")
-            expected.append(bos + list(ids[:kept]))
-            targets.append((i, np.flatnonzero(drops == drop)))
-    for prefix, ids, got, (i, _) in zip(prefixes, expected, batch_token_ids(tokenizer, prefixes), targets, strict=True):
-        if got != ids:
-            raise ValueError(f"LAMA: a candidate's first token straddles the end of the query text of {describe_query(task, i)}, "
-                             f"and the text before it, {prefix[-40:]!r}, does not tokenise to the tokens it stands for")
-    wanted = np.unique(np.concatenate([first.ids[first.keys[i]][columns] for i, columns in targets]))
-    logprobs = encoder.encode(prefixes, next_token_ids=wanted, description="straddling prefixes").next_token_logprobs
-    for row, (i, columns) in enumerate(targets):
-        scores[i][columns] = logprobs[row, np.searchsorted(wanted, first.ids[first.keys[i]][columns])]
-    return len(prefixes)
+    found, prefixes = straddling_logprobs(encoder, tokenizer, [deer_query_text(task.queries[i]) for i in rows],
+                                          [first.ids[first.keys[i]] for i in rows], [first.drops[first.keys[i]] for i in rows],
+                                          lambda i: f"the query text of {describe_query(task, rows[i])}")
+    for i, columns, logprobs in found:
+        scores[rows[i]][columns] = logprobs
+    return prefixes
 
 
 def describe_query(task, i: int) -> str:

@@ -15,7 +15,8 @@ from kg_data.task import CandidateSet, ClozeQuery, Task, shorten
 
 ClozeTask = Task  # its name before the KG's queries became a task too (until 0.3)
 __all__ = ["CANDIDATE_KINDS", "LARGE_SET", "MODES", "CandidateSet", "ClozeQuery", "ClozeTask", "Task", "answer_context",
-           "bear_cloze_task", "check_lama_queries", "check_modes", "lama_cloze_task", "shorten", "statement"]
+           "bear_cloze_task", "check_lama_queries", "check_modes", "lama_cloze_task", "shorten", "statement",
+           "text_before_answer"]
 
 MODES = ("template", "template-free")
 CANDIDATE_KINDS = ("common-vocab", "relation")
@@ -32,10 +33,15 @@ def statement(query: ClozeQuery, answer: str) -> str:
     return fill_statement(query.template, query.subject, answer, capitalise=query.source == BEAR_SOURCE)
 
 
+def text_before_answer(query: ClozeQuery) -> str:
+    """The statement up to the answer slot, as ``statement`` writes it ("" when the answer comes first)."""
+    before = query.template.split(ANSWER)[0] + ANSWER
+    return fill_statement(before, query.subject, "", capitalise=query.source == BEAR_SOURCE)
+
+
 def answer_context(query: ClozeQuery) -> str:
     """The statement up to the answer slot, right-stripped ("" when the answer comes first)."""
-    before = query.template.split(ANSWER)[0] + ANSWER
-    return fill_statement(before, query.subject, "", capitalise=query.source == BEAR_SOURCE).rstrip()
+    return text_before_answer(query).rstrip()
 
 
 def bear_cloze_task(dataset: BearDataset) -> Task:
