@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from kg_data.lines import is_header
+
 NO_DELIMITER = "\x1f"  # a byte that no text file here holds: read a line as one column
 TRIPLE_BLOCK_BYTES = 1 << 26  # a triples file read 64 MiB at a time: a few lookups, each hashing every entity id, at 20M triples
 CR_SCAN_BYTES = 1 << 24  # the scan for a lone carriage return reads 16 MiB at a time
@@ -97,13 +99,6 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
     return np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
 
 
-def _is_header(line: str) -> bool:
-    """Whether ``line`` is made only of column names (``kg_data.lines.HEADER_WORDS``), as ``read_tsv`` refuses it."""
-    from kg_data.lines import HEADER_WORDS
-
-    return all(field.strip().lower() in HEADER_WORDS for field in line.split("\t"))
-
-
 def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
     """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional description; stripped, an
     empty description ``empty_description``), read a block of lines at a time; None when any line is not plain (a BOM, a NUL, an
@@ -119,7 +114,7 @@ def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
             lines = batch.column(0)
             if pc.any(pc.match_substring(lines, "\x00")).as_py() or (not columns[0] and lines[0].as_py().startswith("\ufeff")):
                 return None
-            if not columns[0] and _is_header(lines[0].as_py()):
+            if not columns[0] and is_header(lines[0].as_py().split("\t")):  # as read_tsv refuses it
                 return None
             ids, rest = split_first(lines)
             names, descriptions = split_first(rest)

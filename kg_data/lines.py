@@ -50,6 +50,11 @@ HEADER_WORDS = {"id", "name", "description", "desc", "label", "entity", "entity_
                 "head_id", "tail", "tail_id", "subject", "predicate", "object", "h", "r", "t", "text"}
 
 
+def is_header(fields: list[str]) -> bool:
+    """Whether a line's ``fields`` are only column names (``HEADER_WORDS``)."""
+    return all(field.strip().lower() in HEADER_WORDS for field in fields)
+
+
 def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) for a tab-separated file, checking the column count; a first
     line made only of column names (``HEADER_WORDS``) is refused: these files have no header; so is a carriage return
@@ -64,7 +69,7 @@ def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iter
         if not min_columns <= len(fields) <= n_columns:
             expected = n_columns if min_columns == n_columns else f"{min_columns}-{n_columns}"
             raise KGFormatError(path, number, f"expected {expected} tab-separated columns, found {len(fields)}")
-        if index == 0 and all(field.strip().lower() in HEADER_WORDS for field in fields):
+        if index == 0 and is_header(fields):
             raise KGFormatError(path, number, f"looks like a header line ({', '.join(fields)}); the file has no header: "
                                               "delete the line")
         yield number, fields
