@@ -63,11 +63,12 @@ def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple
     the token the filled sentence has at the mask's position, with the text around the mask ``slot``
     (``mask_slot``; default LAMA's "[X] is [Y] .")."""
     if masked:
-        encoded = slot_tokens(tokenizer, labels, REFERENCE_SLOT if slot is None else slot)
+        before, after = REFERENCE_SLOT if slot is None else slot
+        encoded = slot_tokens(tokenizer, labels, (before, after))
         for label, ids in zip(labels, encoded, strict=True):
             if ids is None:
                 raise ValueError(f"the answer {label!r} has no token of its own at the mask of "
-                                 f"{(slot or REFERENCE_SLOT)[0] + tokenizer.mask_token + (slot or REFERENCE_SLOT)[1]!r}: "
+                                 f"{before + tokenizer.mask_token + after!r}: "
                                  "in that place it joins the text before it; LAMA cannot read it at the mask")
     else:
         encoded = answer_tokens(tokenizer, labels, masked)
