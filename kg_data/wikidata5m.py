@@ -16,6 +16,7 @@ Files are read in bulk (``kg_data.id_columns``); a line that is not plain is nam
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +43,8 @@ def _columns(path: Path, n_columns: int | None) -> pa.Table:
         raise KGFormatError(path, None, "missing Wikidata5M file (see `deer data`)")
     table = read_columns(path, n_columns)
     if table is None:
-        for _ in read_tsv(path, n_columns or 2, min_columns=n_columns or 1):
-            pass  # raises naming the first bad line
+        for _ in read_tsv(path, n_columns or sys.maxsize, min_columns=n_columns or 1):
+            pass  # raises naming the first bad line (a line of the alias and text files has any number of tabs)
         raise KGFormatError(path, None, "not a plain tab-separated UTF-8 file")
     return table
 

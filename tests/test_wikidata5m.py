@@ -145,3 +145,17 @@ def test_an_id_with_whitespace_around_it_is_refused(tmp_path, file_name, text, p
         load_wikidata5m(folder)
     assert str(error.value).startswith(f"{folder / file_name}: ") and padded in str(error.value)
     assert "whitespace" in str(error.value)
+
+
+@pytest.mark.parametrize(("file_name", "text", "bad_line"), [
+    ("wikidata5m_entity.txt", b"Q1\tBerlin\tberlin city\nQ2\tGermany\nQ3\tPar\ris\n", 3),
+    ("wikidata5m_text.txt", b"Q1\tBerlin\tthe capital.\nQ3\tA city \xff in France.\n", 2),
+])
+def test_a_bad_line_of_an_alias_or_text_file_is_named_not_a_line_with_more_tabs(tmp_path, file_name, text, bad_line):
+    """Audit s11-C: a file pyarrow could not read (a lone CR, a byte that is not UTF-8) was read again allowing two columns,
+    so the error named its first line with several aliases (or a tab in its text), a good line, instead of the bad one."""
+    folder = _write(tmp_path / "w5m")
+    (folder / file_name).write_bytes(text)
+    with pytest.raises(KGFormatError) as error:
+        load_wikidata5m(folder)
+    assert str(error.value).startswith(f"{folder / file_name}:{bad_line}: "), str(error.value)
