@@ -70,3 +70,20 @@ def test_streamed_blocks_that_do_not_cover_the_candidates_are_refused(tiny_kg_di
     with pytest.raises(ValueError, match=rf"{len(queries) - 1} query vectors.*{len(queries)} queries"):
         rank_cosine_blocks(query_vectors[1:], gold_vectors, [(0, vectors[:n])], n, queries)
     assert len(rank_cosine_blocks(query_vectors, gold_vectors, [(0, vectors[:n])], n, queries).ranks.raw) == len(queries)
+
+
+@pytest.mark.parametrize("blocks", [
+    lambda n: [(np.r_[3, 0, 1, 2, 4:n], None)],  # positions out of order: the gold's column looked up in the wrong place
+    lambda n: [(np.r_[0, 0, 2:n], None)],  # candidate 0 twice, candidate 1 never: the count is right
+    lambda n: [(np.arange(0, 3), None), (np.arange(2, n - 1), None)],  # candidate 2 in two blocks, the last in none
+])
+def test_blocks_that_repeat_a_candidate_or_list_it_out_of_order_are_refused(tiny_kg_dir, blocks):
+    """Audit s11-C: blocks of the right total count but a repeated or unordered position were ranked (wrong ranks, no
+    error), though the blocks "must hold each candidate once", in ascending positions."""
+    queries = _queries(tiny_kg_dir)
+    n = len(queries.candidates)
+    rng = np.random.default_rng(3)
+    query_vectors, vectors = rng.normal(size=(len(queries), 8)), rng.normal(size=(n, 8)).astype(np.float32)
+    given = [(where, vectors[where]) for where, _ in blocks(n)]
+    with pytest.raises(ValueError, match="each candidate once"):
+        rank_cosine_blocks(query_vectors, vectors[queries.gold], given, n, queries)

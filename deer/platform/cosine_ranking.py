@@ -180,8 +180,9 @@ def _new_state(n: int, device) -> _QueryBlockState:
 def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
           filters: FilterTails, width: int, device, band: float, n_candidates: int) -> None:
     """Accumulate one block of queries over every candidate block: a few passes over each block's
-    scores (two counts and a top k) besides the matrix product; near-ties are read row by row.  A block
-    position outside the ``n_candidates`` is refused at once, a count of rows other than theirs after the pass."""
+    scores (two counts and a top k) besides the matrix product; near-ties are read row by row.  A block position
+    outside the ``n_candidates``, out of ascending order or held before is refused at once, a candidate no block held
+    after the pass."""
     filter_rows, filter_positions = filters.pairs(np.arange(rows.start, rows.stop))
     filter_excluded = excluded[rows.start + filter_rows]  # a filtered tail that is excluded is no competitor at all
     block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
@@ -189,15 +190,18 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
     queries_finite = bool(torch.isfinite(block_queries).all())
     lower, upper = (approx_gold - band)[:, None], (approx_gold + band)[:, None]
     buffers = _Buffers()
-    seen = 0
+    seen = np.zeros(n_candidates, dtype=bool)  # the candidates the blocks held so far
     for where, vectors in candidate_blocks:
         vectors = torch.as_tensor(np.asarray(vectors, np.float32)).to(device)
         columns = _block_positions(where, len(vectors))  # each column's candidate position, ascending
-        seen += len(columns)
-        if len(columns) and (columns[0] < 0 or columns[-1] >= n_candidates):
-            outside = columns[(columns < 0) | (columns >= n_candidates)][0]
-            raise ValueError(f"a block of candidate vectors holds candidate position {outside}, outside the {n_candidates} "
+        outside = columns[(columns < 0) | (columns >= n_candidates)]
+        if len(outside):
+            raise ValueError(f"a block of candidate vectors holds candidate position {outside[0]}, outside the {n_candidates} "
                              f"candidates (0..{n_candidates - 1}): the blocks must hold each candidate once")
+        if (np.diff(columns) <= 0).any() or seen[columns].any():
+            raise ValueError("a block of candidate vectors holds its positions out of ascending order, or a candidate held "
+                             "twice: the blocks must hold each candidate once, each block's positions ascending")
+        seen[columns] = True
         columns_t = torch.as_tensor(columns, device=device)
         norms = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
         finite = bool(torch.isfinite(norms).all())  # a finite norm: finite values
@@ -229,8 +233,8 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
                         f_rows * len(columns) + f_cols)
         scores[has_excluded, excluded_col] = float("-inf")
         _update_top(state, scores, columns, has_excluded, excluded_col, excluded[rows.start:rows.stop], width + 1, buffers)
-    if seen != n_candidates:
-        raise ValueError(f"the blocks held {seen} candidate vectors for {n_candidates} candidates: the blocks must hold "
+    if seen.sum() != n_candidates:
+        raise ValueError(f"the blocks held {seen.sum()} candidate vectors for {n_candidates} candidates: the blocks must hold "
                          "each candidate once")
 
 
