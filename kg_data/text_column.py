@@ -24,9 +24,10 @@ class TextColumn(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self.array))
-            part = self.array.slice(start, max(stop - start, 0)).to_pylist()
-            return part[::step] if step != 1 else part
+            rows = range(*index.indices(len(self.array)))
+            if rows.step == 1:
+                return self.array.slice(rows.start, len(rows)).to_pylist()
+            return self.array.take(np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)).to_pylist()
         if isinstance(index, (int, np.integer)):
             position = int(index) + (len(self.array) if index < 0 else 0)
             if not 0 <= position < len(self.array):

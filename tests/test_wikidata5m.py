@@ -159,3 +159,17 @@ def test_a_bad_line_of_an_alias_or_text_file_is_named_not_a_line_with_more_tabs(
     with pytest.raises(KGFormatError) as error:
         load_wikidata5m(folder)
     assert str(error.value).startswith(f"{folder / file_name}:{bad_line}: "), str(error.value)
+
+
+def test_the_names_of_a_kg_read_in_bulk_slice_as_a_list_does():
+    """Audit s11-C: a TextColumn (a Wikidata5M or bulk-read KG's names and descriptions) gave [] for a slice with a
+    negative step, where the list of the same texts gives them reversed."""
+    import pyarrow as pa
+
+    from kg_data.text_column import TextColumn
+
+    texts = ["a", "b", "c", "d", "e"]
+    column = TextColumn(pa.array(texts))
+    for index in (slice(None, None, -1), slice(3, 0, -1), slice(-1, None, -2), slice(None, None, 2), slice(1, 4),
+                  slice(4, 1), slice(None, None, -9)):
+        assert column[index] == texts[index], index
