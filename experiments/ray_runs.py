@@ -102,6 +102,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     A tail prompt longer than the model takes is refused (``PromptTooLongError``) before any worker starts: cut
     descriptions first where that is wanted (``guard_lengths`` in ``truncate-descriptions`` mode gives the KG)."""
     from deer.backends import open_backend, refuse_cache_on
+    from deer.base.model_spec import with_loading
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
     from deer.platform.length_guard import entity_prompt_check, refuse_too_long
@@ -110,6 +111,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     loading = take(loose, ModelLoading, loading, "loading")
     refuse_leftover(loose, "encode_entities_on_ray")
     dtype, device = loading.dtype, loading.device
+    model_name = with_loading(model_name, loading.model_kwargs, loading.adapter)  # a ModelSpec: its options reach the workers
     runner = open_backend(backend, loaded if loaded is not None else model_name, dtype=dtype, device=device)
     loaded, width = runner.loaded, runner.output_size  # the store's key: weights, tokenizer, dtype, the backend's own
     store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width, runner.store_key)
@@ -126,7 +128,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
             return store.folder
         with ray_session(address, workers) as ray:
             actor = ray.remote(max_restarts=3, **task_resources(ray))(_EncodingWorker)  # a dead worker is started again
-            pool = [actor.remote(backend, str(model_name), dtype, device, templates.prompt_special_tokens, token_budget,
+            pool = [actor.remote(backend, model_name, dtype, device, templates.prompt_special_tokens, token_budget,
                                  str(store.folder.parent.parent), store.key, width) for _ in range(workers)]
             failure = None
             for attempt in range(3):  # a failed worker's prompts are still missing: handed out again, to workers that are up
