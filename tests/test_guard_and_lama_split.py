@@ -255,3 +255,29 @@ def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_ben
     assert whole > max(backend.token_counts([deer_query_text(q) for q in task.queries], "bos"))
     assert _refusal(task, "lama", backend, whole) is None
     assert f"its longest statement is {whole} tokens" in _refusal(task, "lama", backend, whole - 1)
+
+
+def test_a_masked_lm_statement_is_counted_with_both_its_special_tokens(tiny_kg_dir, smollm2_dir):
+    """PLL feeds a masked LM each statement with the tokenizer's own special tokens (<s> ... </s>); the guard counted
+    a tokenizer that defines a BOS token as adding one, so a statement one token too long passed and then failed."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from tests.test_lama_answer_tokens import roberta_style_tokenizer
+
+    tok = roberta_style_tokenizer(smollm2_dir)
+    queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
+    statements = [templates.query_context(queries.kg, tuple(t)) + templates.continuation(queries.kg, e)
+                  for t in queries.triples.tolist() for e in queries.candidates]
+    fed = max(len(ids) for ids in tok(statements)["input_ids"])
+    for limit in (fed - 1, fed):
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32, pad_token_id=tok.pad_token_id, max_position_embeddings=limit)).eval()
+        backend = open_backend("hf", (model, tok))
+        task = kg_benchmark_task(queries, templates)
+        if limit < fed:
+            with pytest.raises(PromptTooLongError, match=f"longest statement is {fed} tokens, more than the model's {limit}"):
+                guard_lengths(task, [get_probe("bear")], backend, templates)
+        else:
+            guard_lengths(task, [get_probe("bear")], backend, templates)
+            assert np.isfinite(backend.statement_scorer("original").score_statements(statements)).all()

@@ -19,6 +19,10 @@ from tests.test_cloze import write_lama
 
 @pytest.fixture(scope="module")
 def roberta_tokenizer(smollm2_dir):
+    return roberta_style_tokenizer(smollm2_dir)
+
+
+def roberta_style_tokenizer(smollm2_dir):
     """A RoBERTa-style byte-level BPE tokenizer (SmolLM2's vocabulary, RoBERTa's special tokens, a <mask>
     that takes the space before it as RoBERTa's does)."""
     from tokenizers import AddedToken, Tokenizer, processors

@@ -133,12 +133,12 @@ def _checks(task: Task, probes: Sequence, templates, backend) -> Iterator[Length
 def statement_checks(backend, stems: Sequence[str], answers: Sequence[str], stem_name: Callable[[int], str],
                      answer_name: Callable[[int], str], answer_kind: str, hints: tuple[str, str]) -> Iterator[LengthCheck]:
     """The checks of the statements stem + answer: each answer by itself, then (once they fit) each stem with
-    the longest answer in tokens, BOS and a masked LM's [CLS] and [SEP].  ``hints``: (the stems', the answers')."""
+    the longest answer in tokens and the special tokens the scorer feeds (a causal LM's BOS; a masked LM's own,
+    [CLS] and [SEP] or <s> and </s>, as PLL feeds them).  ``hints``: (the stems', the answers')."""
     yield LengthCheck.of(answer_kind, answers, answer_name, hints[1], "tokenizer")
     if answers:
-        tokenizer = backend.tokenizer
-        longest = max(len(ids) for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"])
-        yield LengthCheck.of("longest statement", stems, stem_name, hints[0], "bos", longest + (2 if tokenizer.bos_token_id is None else 0))
+        longest = max(len(ids) for ids in backend.tokenizer(list(answers), add_special_tokens=False)["input_ids"])
+        yield LengthCheck.of("longest statement", stems, stem_name, hints[0], "tokenizer" if backend.is_masked_lm else "bos", longest)
 
 
 # -- a KG's texts --------------------------------------------------------------------------------
