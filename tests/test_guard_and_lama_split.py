@@ -281,3 +281,30 @@ def test_a_masked_lm_statement_is_counted_with_both_its_special_tokens(tiny_kg_d
         else:
             guard_lengths(task, [get_probe("bear")], backend, templates)
             assert np.isfinite(backend.statement_scorer("original").score_statements(statements)).all()
+
+
+def test_a_roberta_model_holds_two_positions_fewer_than_its_config_states(tiny_kg_dir, smollm2_dir):
+    """RoBERTa numbers positions from its padding id + 1 (roberta-base: 514 position embeddings, 512 tokens); the guard
+    took max_position_embeddings as the limit, so a statement up to two tokens too long passed and then failed."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    from tests.test_lama_answer_tokens import roberta_style_tokenizer
+
+    tok = roberta_style_tokenizer(smollm2_dir)
+    queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
+    statements = [templates.query_context(queries.kg, tuple(t)) + templates.continuation(queries.kg, e)
+                  for t in queries.triples.tolist() for e in queries.candidates]
+    fed = max(len(ids) for ids in tok(statements)["input_ids"])
+    for embeddings in (fed, fed + 2):
+        torch.manual_seed(0)
+        model = RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                 intermediate_size=32, pad_token_id=1, max_position_embeddings=embeddings)).eval()
+        backend = open_backend("hf", (model, tok))
+        assert backend.max_positions == embeddings - 2
+        task = kg_benchmark_task(queries, templates)
+        if embeddings == fed:
+            with pytest.raises(PromptTooLongError, match=f"longest statement is {fed} tokens, more than the model's {fed - 2}"):
+                guard_lengths(task, [get_probe("bear")], backend, templates)
+        else:
+            guard_lengths(task, [get_probe("bear")], backend, templates)
+            assert np.isfinite(backend.statement_scorer("original").score_statements(statements)).all()

@@ -13,10 +13,13 @@ POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_l
 
 
 def max_positions(model) -> int | None:
-    """The model's position limit from its config (None if it states none)."""
+    """The model's position limit from its config (None if it states none); where the position embeddings
+    have a padding id (RoBERTa's family), positions are numbered from it + 1: roberta-base's 514 hold 512 tokens."""
     config = text_config(model)
+    embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
+    padding = getattr(getattr(embeddings, "position_embeddings", None), "padding_idx", None)
     for attribute in POSITION_ATTRIBUTES:
         value = getattr(config, attribute, None)
         if isinstance(value, int) and value > 0:
-            return value
+            return value if padding is None else value - padding - 1
     return None
