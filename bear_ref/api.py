@@ -79,7 +79,7 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     check_inputs(model, out=out, seed=selection.seed, token_budget=token_budget, dtype=loading.dtype, device=loading.device,
-                 max_instances=selection.max_instances)
+                 max_instances=selection.max_instances, long_prompts=budget.long_prompts, benchmark=True)
     relations = list(selection.relations) if selection.relations else None
     chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
     if isinstance(dataset, BearDataset):  # scored as it was loaded: a selection is not applied to it again

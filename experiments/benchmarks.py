@@ -153,7 +153,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     backend_class(backend)
     refuse_cache_on(backend, cache)
     check_inputs(model, out=out, seed=selection.seed, token_budget=budget.token_budget, dtype=loading.dtype,
-                 device=loading.device, max_instances=selection.max_facts)
+                 device=loading.device, max_instances=selection.max_facts, long_prompts=budget.long_prompts, benchmark=True)
     for folder in () if out is None else (Path(out), Path(out) / "cloze"):  # its report, and the run's own folder
         refuse_other_run(folder, QUERIES_TABLE, "a cloze benchmark run")
     probes = [probe.name for probe in benchmark_probes(probes)]

@@ -323,3 +323,16 @@ def test_bear_refuses_the_lama_only_selection_it_cannot_honour(tmp_path, no_mode
     result = CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--modes", "template-free", "--out", str(tmp_path / "o")])
     assert result.exit_code != 0 and "template-free" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["truncate-descriptions", "banana"])
+def test_a_long_prompts_mode_the_benchmarks_cannot_honour_is_refused(tmp_path, no_model_loading, value):
+    """A benchmark's texts hold no descriptions to cut, and its runs never read long_prompts: any mode but 'error' (a
+    misspelt one too) was taken into the Budget and dropped; it is refused by name before the model loads."""
+    from deer.platform.run_options import Budget
+    from deer.platform.validate import OptionError
+
+    with pytest.raises(OptionError, match=f"long_prompts='{value}'.*benchmark"):
+        probe_benchmark(write_lama(tmp_path / "lama"), "no-such-model-is-loaded", probes=["lama"], long_prompts=value)
+    with pytest.raises(OptionError, match=f"long_prompts='{value}'.*benchmark"):
+        bear_ref.bear_dataset(write_dataset(tmp_path / "bear"), "no-such-model-is-loaded", budget=Budget(long_prompts=value))

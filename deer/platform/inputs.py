@@ -100,13 +100,16 @@ def warn_about_few_shot(queries: QuerySet, templates: PromptTemplates) -> None:
 
 def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | None = None, token_budget: int | None = None,
                  dtype: str | None = None, device: str | None = None, long_prompts: str = "error",
-                 max_instances: int | None = None, out_option: str = "out") -> None:
-    """Check the options, the output folder and (for a model given by name) the model folder's files."""
+                 max_instances: int | None = None, out_option: str = "out", benchmark: bool = False) -> None:
+    """Check the options, the output folder and (for a model given by name) the model folder's files.
+    ``benchmark``: a cloze benchmark's run, whose texts hold no descriptions to cut (long_prompts 'error' only)."""
     named_model = isinstance(model, (str, os.PathLike))
     check_run_options(subset=subset, seed=seed, k_shot=k_shot, token_budget=token_budget, max_instances=max_instances,
                       dtype=dtype if named_model else None, device=device if named_model else None)
-    if long_prompts not in LONG_PROMPT_MODES:
-        raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(LONG_PROMPT_MODES)}")
+    modes = LONG_PROMPT_MODES[:1] if benchmark else LONG_PROMPT_MODES
+    if long_prompts not in modes:
+        raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(modes)}"
+                                                        + (" on a benchmark: its texts hold no descriptions to cut" if benchmark else ""))
     check_out_folder(out, out_option)
     flush_seconds()  # $DEER_STORE_FLUSH_SECONDS read now, not when the first store part is written
     check_model_source(model)
