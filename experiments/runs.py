@@ -18,6 +18,7 @@ import numpy as np
 
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.base.model_spec import with_loading
+from deer.platform.inputs import fitted_queries
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.run_spec import RunSpec, spec_folder
@@ -156,7 +157,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
     model_name = loaded.name if isinstance(model, LoadedModel) else model
-    spec = RunSpec.build(queries, loaded, templates)
+    spec = RunSpec.build(fitted_queries(queries, probes, loaded, templates, budget.long_prompts), loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     started = time.perf_counter()
     results = _stored_results(folder, probes, spec, probe_options) if use_cache else {}  # read back: no work done now

@@ -213,6 +213,30 @@ def test_long_descriptions_can_be_cut_to_fit(tmp_path, tiny_kg_dir, tiny_clm_dir
     assert bear.queries.kg.entity_descriptions[2] == ("a living organism " * 2000).strip()
 
 
+def test_a_run_with_cut_descriptions_can_be_run_again_into_its_folder(tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
+    """Its run spec records the KG as cut; `deer probe` and experiments.runs.run_probes checked (and named) the folder by
+    the uncut KG's spec, so the same command a second time was refused as 'another run spec'."""
+    from deer.backends.models import open_model
+    from deer.platform.inputs import as_query_set
+    from deer.platform.templates import PromptTemplates
+    from experiments.runs import run_probes
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
+    lines[2] = "e2\tanimal\t" + "a living organism " * 2000
+    _write(tiny_kg_dir / "entities.tsv", "\n".join(lines) + "\n")
+    command = ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--long-prompts",
+               "truncate-descriptions", "--out", str(tmp_path / "cli")]
+    for _ in range(2):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 0, result.output
+    queries, loaded = as_query_set(str(tiny_kg_dir)), open_model(str(tiny_clm_dir))
+    runs = [run_probes(queries, loaded, ["deer"], None, PromptTemplates(k_shot=2), long_prompts="truncate-descriptions",
+                       runs_dir=tmp_path / "runs", log=lambda *_: None) for _ in range(2)]
+    assert runs[1].experiment["reused"] == ["deer"] and runs[1].folder == runs[0].folder
+    assert list(runs[1].metadata["length_guard"]["truncated_descriptions"]) == ["e2"]
+
+
 def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_file(tmp_path, tiny_kg_dir, monkeypatch):
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("DEER_DEBUG", raising=False)

@@ -93,6 +93,7 @@ def open_kg_run(g: dict, options: dict, run_options):
     ``folder_suffix(options)`` where it has one (LAMA's single-token protocol ranks fewer queries, so its ranks get a folder
     of their own); without a suffix a folder holding another spec is refused now, before any work."""
     from deer.backends import open_backend
+    from deer.platform.inputs import fitted_queries
     from deer.platform.run_spec import RunSpec, spec_folder
     from deer.probes import check_probe_inputs, get_probe
 
@@ -107,7 +108,8 @@ def open_kg_run(g: dict, options: dict, run_options):
         suffixes.append(folder_suffix(own) if folder_suffix is not None else "")
     suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
     loaded = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"]).loaded  # once, also for stores and Ray
-    spec = RunSpec.build(queries, loaded, templates)
+    spec = RunSpec.build(fitted_queries(queries, options, loaded, templates, run_options.budget.long_prompts, g["backend"]),
+                         loaded, templates)  # what the run records: the KG as the guard leaves it
     return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
 
 
