@@ -199,12 +199,14 @@ def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
 
 def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str = "auto",
                  device: str = "auto", log=print, **options) -> list[RunResult]:
-    """``run_probes`` for each model of a series, each opened once; a model whose run spec repeats an earlier
-    one's is not probed again: its run is the earlier one's under its own name, marked ``experiment.same_weights_as``."""
+    """``run_probes`` for each model of a series, each opened once (as ``loading=`` or dtype=/device= say); a model
+    whose run spec repeats an earlier one's is not probed again: its run is the earlier one's under its own name,
+    marked ``experiment.same_weights_as``."""
+    loading = take({"dtype": dtype, "device": device}, ModelLoading, options.pop("loading", None), "loading")
     runs: list[RunResult] = []
     done: dict[RunSpec, RunResult] = {}
     for name in names:
-        loaded = open_model(name, dtype=dtype, device=device)
+        loaded = open_model(name, dtype=loading.dtype, device=loading.device)
         identity = RunSpec.build(queries, loaded, templates)
         if identity in done:
             earlier = done[identity]
@@ -213,7 +215,7 @@ def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str],
             experiment = {**json.loads(json.dumps(earlier.experiment)), "same_weights_as": earlier.label, "probe_seconds": {}}
             runs.append(dataclasses.replace(earlier, label=model_label(name), experiment=experiment))
             continue
-        done[identity] = run_probes(queries, loaded, probes, None, templates, dtype=dtype, device=device, log=log, **options)
+        done[identity] = run_probes(queries, loaded, probes, None, templates, loading=loading, log=log, **options)
         runs.append(done[identity])
     return runs
 

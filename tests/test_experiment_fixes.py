@@ -244,3 +244,21 @@ def test_ray_workers_encode_only_prompts_that_fit_as_the_run_will_cut_them(tiny_
     metadata = json.loads((tmp_path / "cut" / "metadata.json").read_text())["deer"]
     assert list(metadata["length_guard"]["truncated_descriptions"]) == ["e2"]
     assert len(handed) == 1 and max(len(d) for d in handed[0]) < 2000 * 18  # the cut description, not the whole
+
+
+def test_probe_series_opens_each_model_as_its_loading_object_says(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """probe_series opened each model with its own dtype=/device= keywords ('auto') and handed run_probes the opened
+    model, so a loading=ModelLoading(dtype=...) given to it was dropped without a word; a keyword set beside it is refused."""
+    from deer.platform.inputs import as_query_set
+    from deer.platform.run_options import ModelLoading
+    from deer.platform.templates import PromptTemplates
+    from deer.platform.validate import OptionError
+    from experiments.runs import probe_series
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    queries = as_query_set(str(tiny_kg_dir))
+    (run,) = probe_series(queries, [str(tiny_clm_dir)], ["deer"], PromptTemplates(k_shot=2), loading=ModelLoading(dtype="bfloat16"),
+                          runs_dir=tmp_path / "runs", log=lambda *_: None)
+    assert run.metadata["model"]["dtype"] == "bfloat16"
+    with pytest.raises(OptionError, match="dtype='float16': given beside loading="):
+        probe_series(queries, [str(tiny_clm_dir)], ["deer"], PromptTemplates(k_shot=2), loading=ModelLoading(), dtype="float16")
