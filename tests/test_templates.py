@@ -126,3 +126,13 @@ def test_style_settings_are_checked():
     with pytest.raises(ValueError, match="ends the query with ', '"):
         PromptTemplates(style="authors", query_trailing_space=False)
     assert PromptTemplates(style="authors", shots="shared", query_trailing_space=True) == PromptTemplates(style="authors")
+
+
+@pytest.mark.parametrize("field, value", [("seed", 1.5), ("seed", -1), ("seed", "3"), ("k_shot", 2.5), ("k_shot", True), ("k_shot", -1)])
+def test_a_templates_object_checks_k_shot_and_seed_as_the_keywords_are(field, value):
+    """k_shot= and seed= as keywords were checked (an integer >= 0), the same fields of a PromptTemplates given as an
+    object were not: seed=1.5 ran as seed 1 while the run recorded 1.5, others failed deep in numpy after the model loaded."""
+    from deer.platform.validate import OptionError
+
+    with pytest.raises(OptionError, match=f"{field}={value!r}: must be"):
+        PromptTemplates(**{field: value})

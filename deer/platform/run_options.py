@@ -13,7 +13,6 @@ from typing import Any
 
 from deer.base.errors import OptionError
 from deer.platform.templates import PromptTemplates
-from deer.platform.validate import check_run_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +58,6 @@ def templates_from(k_shot: int = 8, shots: str | None = None, shot_seed: int | N
     """``PromptTemplates`` from the loose keywords, checked; the few-shot examples' seed is ``shot_seed``,
     else the subset's (``QuerySelection.seed``), as before the two had names of their own."""
     seed = subset_seed if shot_seed is None else shot_seed
-    check_run_options(k_shot=k_shot, seed=seed)
     return PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space, style=template_style)
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from deer.base.errors import OptionError
+from deer.platform.validate import check_run_options
 from kg_data.bear import ANSWER, SUBJECT
 from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.kg import TextualKG
@@ -81,8 +82,7 @@ class PromptTemplates:
         object.__setattr__(self, "query_trailing_space", bool(space))
         if self.shots not in SHOT_MODES:
             raise ValueError(f"shots must be one of {SHOT_MODES}, got '{self.shots}'")
-        if self.k_shot < 0:
-            raise ValueError("k_shot must be >= 0")
+        check_run_options(k_shot=self.k_shot, seed=self.seed)  # as the keywords are: seed=1.5 would run as 1
         if self.style == "authors" and self.shots != "shared":
             raise ValueError("the authors' template style uses one few-shot set for all queries (shots='shared'), "
                              "as deer-probe 0.1.1 does; per-query examples are the paper style")
