@@ -197,12 +197,13 @@ def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
     return repeats
 
 
-def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str = "auto",
-                 device: str = "auto", log=print, **options) -> list[RunResult]:
+def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str | None = None,
+                 device: str | None = None, log=print, **options) -> list[RunResult]:
     """``run_probes`` for each model of a series, each opened once (as ``loading=`` or dtype=/device= say); a model
     whose run spec repeats an earlier one's is not probed again: its run is the earlier one's under its own name,
     marked ``experiment.same_weights_as``."""
-    loading = take({"dtype": dtype, "device": device}, ModelLoading, options.pop("loading", None), "loading")
+    given = {key: value for key, value in (("dtype", dtype), ("device", device)) if value is not None}  # None: not written
+    loading = take(given, ModelLoading, options.pop("loading", None), "loading")
     runs: list[RunResult] = []
     done: dict[RunSpec, RunResult] = {}
     for name in names:

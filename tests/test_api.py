@@ -173,7 +173,11 @@ def test_loose_keywords_and_option_objects_are_one_thing(tiny_kg_dir):
     assert (gathered.templates.k_shot, gathered.budget, rest) == (2, Budget(token_budget=64), {"pll_variant": "original"})
     assert gathered.loading == ModelLoading(dtype="float32")
     given = PromptTemplates(k_shot=3)
-    assert gather_options({"k_shot": 8}, templates=given)[0].templates is given  # the default beside an object: nothing lost
+    assert gather_options({"k_shot": 3}, templates=given)[0].templates is given  # the object's own value beside it: nothing lost
+    with pytest.raises(OptionError, match="k_shot=8: given beside templates="):  # the default, written, is a value too
+        gather_options({"k_shot": 8}, templates=given)
+    with pytest.raises(OptionError, match="split='test': given beside selection="):  # it ranked the valid split, exit 0
+        deer.probe(tiny_kg_dir, "no-such-model-is-loaded", selection=QuerySelection(split="valid"), split="test")
     with pytest.raises(OptionError, match="k_shot=2: given beside templates="):
         deer.probe(tiny_kg_dir, "no-such-model-is-loaded", templates=given, k_shot=2)
     with pytest.raises(OptionError, match="split='train': given beside selection="):

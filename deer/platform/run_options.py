@@ -74,20 +74,25 @@ class RunOptions:
 def gather_options(options: Mapping[str, Any], selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
                    loading: ModelLoading | None = None, budget: Budget | None = None) -> tuple[RunOptions, dict]:
     """The loose keywords in ``options`` gathered into their objects (where the object itself is not
-    given); what is left are the probe's own options.  A keyword set to other than its default beside
-    its object (``templates=`` and ``k_shot=3``) is refused by name: it would be ignored."""
+    given); what is left are the probe's own options.  A keyword given beside its object with another value
+    (``templates=PromptTemplates(k_shot=3)`` and ``k_shot=8``) is refused by name: it would be ignored."""
     rest = dict(options)
     selection = take(rest, QuerySelection, selection, "selection")
     return RunOptions(selection, take(rest, templates_from, templates, "templates", subset_seed=selection.seed),
                       take(rest, ModelLoading, loading, "loading"), take(rest, Budget, budget, "budget")), rest
 
 
+_ABSENT = object()  # a keyword the given object has no field of
+
+
 def take(rest: dict, build, given, name: str, **fixed):
     """``given``, else ``build`` called with the keywords of ``rest`` it takes (removed from ``rest``); one of
-    them set to other than its default beside ``given`` is an OptionError naming it."""
+    them given beside ``given`` with a value other than the object's (its default too: it was written) is an
+    OptionError naming it."""
     parameters = inspect.signature(build).parameters
     loose = {key: rest.pop(key) for key, p in parameters.items() if p.kind is not p.KEYWORD_ONLY and key in rest}
-    clashing = [key for key, value in loose.items() if not (value is parameters[key].default or value == parameters[key].default)]
+    clashing = [key for key, value in loose.items()
+                if value is not getattr(given, key, _ABSENT) and value != getattr(given, key, _ABSENT)]
     if given is not None and clashing:
         raise OptionError(clashing[0], loose[clashing[0]], f"given beside {name}=: set it in the {name} object instead")
     return given if given is not None else build(**loose, **fixed)
