@@ -59,6 +59,10 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     check_distinct_labels(runs)  # two runs under one name would swap rows (reference, steps, JSON keys)
+    other = next((run for run in runs if run.spec.differences(runs[0].spec).keys() & {"kg_fingerprint", "split", "queries"}), None)
+    if other is not None:  # a leaderboard of models on different queries compares the queries, not the models
+        raise ValueError(f"{runs[0].folder} and {other.folder} ranked different queries (another KG, split, subset or "
+                         "candidates); screen models on one query set: runs made with the same --kg/--split/--subset/--seed")
     output = ExperimentOutput(out_dir, "screen")
     missing = [run.label for run in runs if "deer" not in run.probes]
     if missing:

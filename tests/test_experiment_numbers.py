@@ -1,0 +1,39 @@
+"""The experiments' numbers on hand-made runs (no model): what is compared, read back and reported.
+
+Each run is a ``RunResult`` built from given ranks, as ``experiments.runs.load_run`` reads one from its folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deer.platform.result import RunResult
+from deer.platform.run_spec import RunSpec
+from experiments.screen import run_screen
+
+
+def make_run(label: str, ranks: dict[str, list[float]], queries: str = "q", metadata: dict | None = None,
+             folder: Path | None = None) -> RunResult:
+    """A KG run of ``label`` whose probes have these gold ranks (raw = filtered), on the query set ``queries``."""
+    n = len(next(iter(ranks.values())))
+    table = pd.DataFrame({"query": np.arange(n), "head_id": [f"h{i}" for i in range(n)], "relation_id": ["r"] * n,
+                          "tail_id": [f"t{i}" for i in range(n)], "relation": ["r"] * n, "tail_tokens": np.ones(n, int)})
+    for probe, values in ranks.items():
+        table[f"{probe}_rank_raw"] = table[f"{probe}_rank_filtered"] = np.asarray(values, dtype=np.float64)
+    spec = RunSpec(f"weights-{label}", "tok", "float32", "kg", "test", None, None, queries, {}, {})
+    run = RunResult(table, {p: {} for p in ranks}, metadata or {p: {} for p in ranks}, spec=spec)
+    run.label, run.folder = label, folder or Path(f"runs/{label}")
+    return run
+
+
+def test_screen_refuses_runs_that_ranked_different_queries(tmp_path):
+    """A leaderboard set models probed on different queries (another subset, split or KG) side by side."""
+    same = [make_run("a", {"deer": [1, 2, 3, 4]}), make_run("b", {"deer": [1, 1, 1, 1]})]
+    assert len(run_screen(same, tmp_path / "same")["leaderboard"]) == 2
+    other = [make_run("a", {"deer": [1, 2, 3, 4]}, queries="q"), make_run("b", {"deer": [1, 1, 1]}, queries="q-other")]
+    with pytest.raises(ValueError, match=r"runs/a and runs/b ranked different queries"):
+        run_screen(other, tmp_path / "other")
