@@ -90,18 +90,19 @@ def hits_row(run: RunResult, probe: str, rank_type: str) -> dict:
 
 
 def run_agreement(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
-                  bootstrap: int = 1000, seed: int = 0, settings: dict | None = None) -> dict:
-    """Compare the probes present in each run: write agreement.csv/.md (model x probe pair), hits.csv/.md
+                  bootstrap: int = 1000, seed: int = 0, settings: dict | None = None, probes: Sequence[str] | None = None) -> dict:
+    """Compare the probes present in each run (of ``probes``, None: all): write agreement.csv/.md (model x probe pair), hits.csv/.md
     (model x probe), agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's dict."""
     check_distinct_labels(runs)  # the rows, facets and JSON keys name runs by label
     output = ExperimentOutput(out_dir, "agreement")
     pair_rows, hit_rows, panels = [], [], []
     for run in runs:
-        present = run.probes
+        present = [probe for probe in run.probes if probes is None or probe in probes]
         pairs = [(a, b) for a, b in PAIRS if a in present and b in present]
         pairs += [(a, b) for a, b in itertools.combinations(present, 2) if (a, b) not in pairs and (b, a) not in pairs]
         if not pairs:
-            raise ValueError(f"{run.folder}: agreement needs two probes' ranks; this run has only {present or 'none'}")
+            raise ValueError(f"{run.folder}: agreement needs two probes' ranks; this run has {run.probes or 'none'}"
+                             + ("" if probes is None else f", of the probes asked for: {present or 'none'}"))
         for first, second in pairs:
             row = pair_row(run, first, second, rank_type, hit_k, bootstrap, seed)
             pair_rows.append(row)

@@ -5,6 +5,7 @@ Each run is a ``RunResult`` built from given ranks, as ``experiments.runs.load_r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -37,3 +38,24 @@ def test_screen_refuses_runs_that_ranked_different_queries(tmp_path):
     other = [make_run("a", {"deer": [1, 2, 3, 4]}, queries="q"), make_run("b", {"deer": [1, 1, 1]}, queries="q-other")]
     with pytest.raises(ValueError, match=r"runs/a and runs/b ranked different queries"):
         run_screen(other, tmp_path / "other")
+
+
+def test_agreement_over_run_folders_compares_only_the_probes_asked_for(tmp_path):
+    """--probes was dropped with --run: every pair of the folder's probes was compared and reported."""
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    make_run("m", {"deer": [1, 2, 3, 4, 5], "bear": [2, 1, 4, 3, 5], "lama": [5, 4, 3, 2, 1]}).save(tmp_path / "run")
+    result = CliRunner().invoke(main, ["experiment", "agreement", "--run", str(tmp_path / "run"), "--probes", "deer,bear",
+                                       "--bootstrap", "0", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    numbers = json.loads((tmp_path / "out" / "agreement.json").read_text())
+    assert [row["pair"] for row in numbers["pairs"]] == ["deer vs bear"]
+    assert [row["probe"] for row in numbers["hits"]] == ["deer", "bear"]
+    # Without --probes, every probe of the folder is compared (a third probe's too), as before.
+    make_run("m", {"deer": [1, 2, 3], "shortest": [3, 2, 1]}).save(tmp_path / "third")
+    result = CliRunner().invoke(main, ["experiment", "agreement", "--run", str(tmp_path / "third"), "--bootstrap", "0",
+                                       "--out", str(tmp_path / "out3")])
+    assert result.exit_code == 0, result.output
+    assert [row["pair"] for row in json.loads((tmp_path / "out3" / "agreement.json").read_text())["pairs"]] == ["deer vs shortest"]

@@ -221,7 +221,8 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
                                    "single-token protocol (or are missing); run `deer probe --probe lama,deer --probe-option single_token=true` "
                                    "or this command with --single-token --model")
     result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=given["seed"],
-                           settings={**settings, "single_token": single_token})
+                           settings={**settings, "single_token": single_token},
+                           probes=None if click.get_current_context().get_parameter_source("probes").name == "DEFAULT" else probe_list)
     click.echo(f"\nagreement of {rank_type} gold ranks (paper: DEER vs LAMA log-rank r = 0.50 .. 0.80, "
                f"{result['paper']['lama_protocol_detail']})")
     click.echo(text_table(result["pairs"], (
