@@ -59,3 +59,14 @@ def test_agreement_over_run_folders_compares_only_the_probes_asked_for(tmp_path)
                                        "--out", str(tmp_path / "out3")])
     assert result.exit_code == 0, result.output
     assert [row["pair"] for row in json.loads((tmp_path / "out3" / "agreement.json").read_text())["pairs"]] == ["deer vs shortest"]
+
+
+def test_screen_counts_nothing_as_encoded_now_for_a_run_it_did_not_probe(tmp_path):
+    """A --run folder (read back, experiment {}) showed the encodings of the run that made it as encoded now."""
+    cache = {"entities_encoded_now": 24, "queries_encoded_now": 30, "entities_from_cache": 0, "queries_from_cache": 0}
+    read_back = make_run("a", {"deer": [1, 2, 3]}, metadata={"deer": {"cache": cache}})
+    probed_now = make_run("b", {"deer": [1, 2, 3]}, metadata={"deer": {"cache": cache}})
+    probed_now.experiment = {"probe_seconds": {"deer": 1.5}, "reused": []}
+    board = {row["model"]: row for row in run_screen([read_back, probed_now], tmp_path)["leaderboard"]}
+    assert (board["a"]["encoded_now"], board["a"]["from_cache"]) == (0, 54)
+    assert (board["b"]["encoded_now"], board["b"]["from_cache"]) == (54, 0)
