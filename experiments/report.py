@@ -3,7 +3,9 @@ OUT/TABLE.csv and TABLE.md per table, OUT/FIGURE.png per figure."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,11 +58,16 @@ class ExperimentOutput:
         return path
 
     def finish(self, result: dict) -> dict:
-        """Write ``result`` as ``<experiment name>.json`` (listing the other files) and return it with ``out_dir``."""
+        """Write ``result`` as ``<experiment name>.json`` (listing the other files) and return it with ``out_dir``; the
+        files an earlier run listed there and this one did not write are removed (its tables and figures, now stale)."""
         if self.skipped:
             result["figures_skipped"] = dict(self.skipped)
         path = self.folder / f"{self.name}.json"
-        write_json(path, {**result, "files": sorted(str(p.name) for p in self.files)})
+        names = sorted(str(p.name) for p in self.files)
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):  # an earlier run's files this one did not write: stale
+            for name in set(json.loads(path.read_text()).get("files", [])) - set(names):
+                (self.folder / Path(name).name).unlink(missing_ok=True)
+        write_json(path, {**result, "files": names})
         self.files.append(path)
         result["out_dir"] = str(self.folder)
         return result

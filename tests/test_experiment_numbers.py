@@ -70,3 +70,16 @@ def test_screen_counts_nothing_as_encoded_now_for_a_run_it_did_not_probe(tmp_pat
     board = {row["model"]: row for row in run_screen([read_back, probed_now], tmp_path)["leaderboard"]}
     assert (board["a"]["encoded_now"], board["a"]["from_cache"]) == (0, 54)
     assert (board["b"]["encoded_now"], board["b"]["from_cache"]) == (54, 0)
+
+
+def test_an_experiment_run_again_into_its_folder_leaves_no_table_of_the_earlier_run(tmp_path):
+    """A second screen into the same --out (no reference, no steps) left the first one's curves.csv,
+    leaderboard_bear.csv and ordering_agreement.csv beside its own leaderboard, as if made now."""
+    first = [make_run("a", {"deer": [1, 2, 3], "bear": [1, 3, 2]}), make_run("b", {"deer": [2, 2, 9], "bear": [1, 1, 1]})]
+    run_screen(first, tmp_path, reference="bear", steps={"a": 1, "b": 2})
+    assert (tmp_path / "curves.csv").exists() and (tmp_path / "leaderboard_bear.csv").exists()
+    (tmp_path / "notes.txt").write_text("the user's own file")
+    numbers = run_screen([make_run("a", {"deer": [5, 5, 5]}), make_run("b", {"deer": [1, 1, 1]})], tmp_path)
+    written = json.loads((tmp_path / "screen.json").read_text())["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*written, "screen.json", "notes.txt"])
+    assert numbers["out_dir"] == str(tmp_path)
