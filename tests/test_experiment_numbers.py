@@ -83,3 +83,18 @@ def test_an_experiment_run_again_into_its_folder_leaves_no_table_of_the_earlier_
     written = json.loads((tmp_path / "screen.json").read_text())["files"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*written, "screen.json", "notes.txt"])
     assert numbers["out_dir"] == str(tmp_path)
+
+
+def test_size_trend_says_which_ranks_its_agreement_correlated(tmp_path):
+    """size_trend.csv/.md/.json dropped the agreement's rank type: raw-rank r read as the paper's filtered one."""
+    from experiments.agreement import run_agreement
+    from experiments.size_trend import write_size_trend
+
+    metadata = {probe: {"model": {"name": "m", "parameters": 1000}} for probe in ("deer", "lama")}
+    run = make_run("m", {"deer": [9, 8, 30, 4, 5], "lama": [5, 40, 3, 2, 1]}, metadata=metadata, folder=tmp_path / "run")
+    run.save(tmp_path / "run")
+    run_agreement([run], tmp_path / "agreement", rank_type="raw", bootstrap=0)
+    table = write_size_trend(tmp_path / "agreement" / "agreement.json", tmp_path / "trend")
+    assert table["rank_type"].tolist() == ["raw"]
+    assert json.loads((tmp_path / "trend" / "size_trend.json").read_text())["points"][0]["rank_type"] == "raw"
+    assert "| raw |" in (tmp_path / "trend" / "size_trend.md").read_text()
