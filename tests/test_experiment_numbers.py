@@ -98,3 +98,17 @@ def test_size_trend_says_which_ranks_its_agreement_correlated(tmp_path):
     assert table["rank_type"].tolist() == ["raw"]
     assert json.loads((tmp_path / "trend" / "size_trend.json").read_text())["points"][0]["rank_type"] == "raw"
     assert "| raw |" in (tmp_path / "trend" / "size_trend.md").read_text()
+
+
+@pytest.mark.parametrize("command", ["token-bias", "agreement"])
+def test_a_probe_asked_for_that_a_run_folder_lacks_is_refused(command, tmp_path):
+    """token-bias --run DIR --probes deer,bear on a folder without BEAR reported DEER alone, exit 0."""
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    make_run("m", {"deer": [1, 2, 3, 4, 5], "lama": [5, 4, 3, 2, 1]}).save(tmp_path / "run")
+    result = CliRunner().invoke(main, ["experiment", command, "--run", str(tmp_path / "run"), "--probes", "deer,bear",
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0 and f"{tmp_path / 'run'} has no bear ranks" in result.output
+    assert not (tmp_path / "out").exists()

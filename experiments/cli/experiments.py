@@ -126,6 +126,19 @@ def _parse_probes(text: str) -> list[str]:
     return _known(text.lower(), probe_names(), "probe")
 
 
+def _asked_probes(runs, probe_list: list[str]) -> list[str] | None:
+    """--probes as given on the command line (None: its default, which takes the probes a run has); a run lacking
+    one of them is a UsageError naming its folder."""
+    if click.get_current_context().get_parameter_source("probes").name == "DEFAULT":
+        return None
+    for run in runs:
+        lacking = [probe for probe in probe_list if probe not in run.probes]
+        if lacking:
+            raise click.UsageError(f"{run.folder} has no {', '.join(lacking)} ranks (it has {', '.join(run.probes)}); "
+                                   "leave them out of --probes, or probe them into that folder first")
+    return probe_list
+
+
 def _known(text: str, allowed, kind: str) -> list[str]:
     names = comma_list(text) or []
     unknown = [name for name in names if name not in allowed]
@@ -180,6 +193,7 @@ def token_bias_command(rank_type, probes, out_dir, **given):
 
     probe_list = _parse_probes(probes)
     runs, settings = _collect_runs(given, probe_list)
+    _asked_probes(runs, probe_list)
     result = run_token_bias(runs, Path(out_dir), rank_type=rank_type, probes=probe_list, settings=settings)
     click.echo(f"\ntoken length vs {rank_type} rank (paper: BEAR r=0.48, DEER r=0.005)")
     click.echo(text_table(result["correlations"], (MODEL_24, PROBE_7, N_6, ("pearson r", ">11", "pearson_r", _fmt),
@@ -222,7 +236,7 @@ def agreement_command(rank_type, probes, hit_k, bootstrap, single_token, out_dir
                                    "or this command with --single-token --model")
     result = run_agreement(runs, Path(out_dir), rank_type=rank_type, hit_k=hit_k, bootstrap=bootstrap, seed=given["seed"],
                            settings={**settings, "single_token": single_token},
-                           probes=None if click.get_current_context().get_parameter_source("probes").name == "DEFAULT" else probe_list)
+                           probes=_asked_probes(runs, probe_list))
     click.echo(f"\nagreement of {rank_type} gold ranks (paper: DEER vs LAMA log-rank r = 0.50 .. 0.80, "
                f"{result['paper']['lama_protocol_detail']})")
     click.echo(text_table(result["pairs"], (
