@@ -59,10 +59,19 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     check_distinct_labels(runs)  # two runs under one name would swap rows (reference, steps, JSON keys)
-    other = next((run for run in runs if run.spec.differences(runs[0].spec).keys() & {"kg_fingerprint", "split", "queries"}), None)
-    if other is not None:  # a leaderboard of models on different queries compares the queries, not the models
-        raise ValueError(f"{runs[0].folder} and {other.folder} ranked different queries (another KG, split, subset or "
-                         "candidates); screen models on one query set: runs made with the same --kg/--split/--subset/--seed")
+    for other in runs[1:]:  # a leaderboard labelled by model must differ by model alone: same queries, templates, options
+        differs = other.spec.differences(runs[0].spec)
+        if differs.keys() & {"kg_fingerprint", "split", "queries"}:
+            raise ValueError(f"{runs[0].folder} and {other.folder} ranked different queries (another KG, split, subset or "
+                             "candidates); screen models on one query set: runs made with the same --kg/--split/--subset/--seed")
+        options = [(f"{probe} {name}", (mine, theirs[name])) for probe in ("deer", reference)
+                   for name, mine in (runs[0].probe_metadata.get(probe, {}).get("options") or {}).items()
+                   if name in (theirs := other.probe_metadata.get(probe, {}).get("options") or {}) and mine != theirs[name]]
+        setting = [(key, values[::-1]) for key, values in differs.items() if key.startswith("templates")] + options
+        if setting:
+            raise ValueError(f"{runs[0].folder} and {other.folder} were made with other settings ("
+                             + "; ".join(f"{key}: {a!r} and {b!r}" for key, (a, b) in setting)
+                             + "); screen models probed alike: runs made with the same templates and probe options")
     output = ExperimentOutput(out_dir, "screen")
     missing = [run.label for run in runs if "deer" not in run.probes]
     if missing:

@@ -112,3 +112,19 @@ def test_a_probe_asked_for_that_a_run_folder_lacks_is_refused(command, tmp_path)
                                        "--out", str(tmp_path / "out")])
     assert result.exit_code != 0 and f"{tmp_path / 'run'} has no bear ranks" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_screen_refuses_runs_made_with_other_templates_or_probe_options(tmp_path):
+    """--run folders of k_shot 8 and 0 (or of other reference options) went on one leaderboard labelled by model only."""
+    import dataclasses
+
+    eight, zero = make_run("a", {"deer": [1, 2, 3], "bear": [1, 2, 3]}), make_run("b", {"deer": [9, 9, 9], "bear": [1, 2, 3]})
+    eight.spec, zero.spec = (dataclasses.replace(run.spec, templates={"k_shot": k}) for run, k in ((eight, 8), (zero, 0)))
+    with pytest.raises(ValueError, match=r"runs/a and runs/b were made with other settings \(templates.k_shot: 8 and 0\)"):
+        run_screen([eight, zero], tmp_path / "templates")
+    options = [make_run(label, {"deer": [1, 2, 3], "bear": [1, 2, 3]},
+                        metadata={"deer": {"options": {}}, "bear": {"options": {"pll_variant": variant}}})
+               for label, variant in (("a", "original"), ("b", "within_word_l2r"))]
+    with pytest.raises(ValueError, match=r"bear pll_variant: 'original' and 'within_word_l2r'"):
+        run_screen(options, tmp_path / "options", reference="bear")
+    assert len(run_screen(options, tmp_path / "deer-only")["leaderboard"]) == 2  # BEAR's options: no part of a DEER board
