@@ -27,7 +27,7 @@ from deer.platform.result import QUERIES_TABLE, refuse_other_run
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
-from experiments.cloze_bear import check_bear_run, compare_with_bear, stored_bear_table
+from experiments.cloze_bear import bear_scoring, check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
@@ -168,7 +168,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device)
     loaded = runner.loaded
     with nothing_left_on_failure(out), runner.evaluation_mode():
-        bear_table = stored_bear_table(bear_run, data, loaded) if bear_run is not None else None
+        bear_table = stored_bear_table(bear_run, data, loaded, bear_scoring(runner)) if bear_run is not None else None
         task = build_task(data, runner, selection.modes, selection.candidate_kinds)
         report = {}
         run_probes = [p for p in probes if not (bear_run and p == "bear")] if bear_data_set else list(probes)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, bear_format, bear_metrics, find_instances_table
+from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, STATEMENT_RULE, bear_format, bear_metrics, find_instances_table
 from deer.backends.models import LoadedModel
 from deer.base.files import write_json, write_table, write_text
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
@@ -57,12 +57,23 @@ def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
     return metadata
 
 
-def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel) -> pd.DataFrame:
+def bear_scoring(runner) -> dict:
+    """How this command's own BEAR would score the data set on ``runner`` (a backend), as ``deer bear-dataset``'s
+    metadata records it: a stored run stands in for it only if scored so (``stored_bear_table``)."""
+    from deer.probes import get_probe
+
+    method = runner.statement_scorer(get_probe("bear").options["pll_variant"]).statements_method
+    return {"backend": runner.name, "scoring": method, "statement_rule": STATEMENT_RULE}
+
+
+def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel, scoring: dict | None = None) -> pd.DataFrame:
     """BEAR's instances from a finished ``deer bear-dataset`` run; ValueError unless it scored the same weights
-    and tokenizer in the same dtype on the same data (``check_bear_run``)."""
+    and tokenizer in the same dtype on the same data (``check_bear_run``), and as ``scoring`` (``bear_scoring``) says."""
     folder = Path(folder)
-    model = check_bear_run(folder, dataset).get("model", {})
-    problems = []
+    metadata = check_bear_run(folder, dataset)
+    model = metadata.get("model", {})
+    problems = [f"{name} {metadata.get(name)!r}, this command's BEAR {value!r}" for name, value in (scoring or {}).items()
+                if metadata.get(name) != value]
     if model.get("fingerprint") != loaded.fingerprint:
         problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
     if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
@@ -71,7 +82,8 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     if model.get("dtype", dtype) != dtype:
         problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
     if problems:
-        raise ValueError(f"{folder} is not a BEAR run of this model: " + "; ".join(problems))
+        raise ValueError(f"{folder} is not a BEAR run of this model and scoring: " + "; ".join(problems)
+                         + "; make one with `deer bear-dataset` of this model, --dtype and --backend (default --pll-variant)")
     rows = sum(len(relation) * len(relation.templates) for relation in dataset.relations.values())  # one per (instance, template)
     return read_stored_table(find_instances_table(folder), INSTANCE_COLUMNS, rows)
 
