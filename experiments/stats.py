@@ -160,12 +160,13 @@ def pearson_r(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> float:
 
 def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Sequence[str] | None = None) -> dict:
     """How alike two probes order the same models (``scores_*``: one number per model, higher = knows more):
-    Spearman and Kendall between their scores, and each ordering."""
+    Spearman and Kendall between their scores (``n_models``: the models with a finite score in both), and each
+    ordering (a NaN score last)."""
     a, b = np.asarray(scores_a, dtype=np.float64), np.asarray(scores_b, dtype=np.float64)
     labels = list(labels) if labels is not None else [str(i) for i in range(len(a))]
     # Two models already give an ordering (rho = +-1); p-values then say it means little.
     result = correlations(a, b, min_n=2)
-    return {"n_models": int(len(a)), "caveat": small_sample_note(len(a)),
+    return {"n_models": result["n"], "caveat": small_sample_note(result["n"]),
             **{key: result[key] for key in ("spearman_rho", "spearman_p", "kendall_tau", "kendall_p")},
             "order_a": [labels[i] for i in np.argsort(-a, kind="stable")],
             "order_b": [labels[i] for i in np.argsort(-b, kind="stable")]}

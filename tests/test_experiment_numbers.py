@@ -165,3 +165,13 @@ def test_cloze_takes_a_stored_bear_run_only_if_scored_as_its_own_bear(tiny_clm_d
     with pytest.raises(ValueError, match=r"scoring 'pll-original', this command's BEAR 'pll-within_word_l2r'"):
         stored_bear_table(tmp_path / "original", data, loaded, scoring)
     assert len(stored_bear_table(tmp_path / "within_word_l2r", data, loaded, scoring)) == 3 * data.n_instances
+
+
+
+def test_ordering_agreement_counts_only_the_models_it_correlated():
+    """n_models (and its small-sample caveat) counted a model with a NaN score, which the correlation left out."""
+    from experiments.stats import ordering_agreement
+
+    ordering = ordering_agreement([0.9, float("nan"), 0.5, 0.1], [0.7, 0.9, 0.4, 0.2], ["a", "b", "c", "d"])
+    assert ordering["n_models"] == 3 and ordering["spearman_rho"] == 1.0
+    assert ordering["order_a"] == ["a", "c", "d", "b"]  # a NaN score orders last
