@@ -82,14 +82,13 @@ def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
         _plain_log_ticks(axis.xaxis, axis.yaxis)
         axis.axvline(hit_k + 0.5, color="grey", lw=0.8, ls="--")
         axis.axhline(hit_k + 0.5, color="grey", lw=0.8, ls="--")
-        n = max(len(x), 1)
         for x_hit, y_hit in itertools.product((True, False), repeat=2):
             share = np.mean(((x <= hit_k) == x_hit) & ((y <= hit_k) == y_hit)) if len(x) else 0.0
             axis.text(0.04 if x_hit else 0.96, 0.96 if not y_hit else 0.04, f"{share:.0%}", transform=axis.transAxes,
                       ha="left" if x_hit else "right", va="top" if not y_hit else "bottom", fontsize=8, color="dimgrey")
         r = panel.get("r")
         r_text = f"r = {r:.2f}" if r is not None and np.isfinite(r) else "r = n/a"
-        axis.set_title(f"{panel['row']}: {panel['column']}\n{r_text} (log ranks, n={n}); dashed: Hit@{hit_k}", fontsize=9)
+        axis.set_title(f"{panel['row']}: {panel['column']}\n{r_text} (log ranks, n={len(x)}); dashed: Hit@{hit_k}", fontsize=9)
     return _finish(figure)
 
 

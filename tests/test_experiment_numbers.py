@@ -175,3 +175,14 @@ def test_ordering_agreement_counts_only_the_models_it_correlated():
     ordering = ordering_agreement([0.9, float("nan"), 0.5, 0.1], [0.7, 0.9, 0.4, 0.2], ["a", "b", "c", "d"])
     assert ordering["n_models"] == 3 and ordering["spearman_rho"] == 1.0
     assert ordering["order_a"] == ["a", "c", "d", "b"]  # a NaN score orders last
+
+
+def test_a_scatter_panel_without_finite_pairs_is_titled_n_0():
+    """A panel with no finite (x, y) pair was titled n=1."""
+    pytest.importorskip("matplotlib")
+    from experiments.plots import log_rank_scatter
+
+    nan = float("nan")
+    figure = log_rank_scatter([{"row": "m", "column": "deer vs lama", "x": [nan, 2.0], "y": [1.0, nan],
+                                "x_label": "DEER", "y_label": "LAMA", "r": nan}])
+    assert "n=0" in figure.axes[0].get_title()
