@@ -108,8 +108,8 @@ def compute_time_fits(curves: Sequence[dict]):
 
 
 def leaderboard_bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float], metric: str):
-    """Horizontal bars of one metric per model, best on top, with standard-error whiskers."""
-    order = np.argsort(np.asarray(values, dtype=np.float64), kind="stable")
+    """Horizontal bars of one metric per model, best on top (a NaN at the bottom), with standard-error whiskers."""
+    order = np.argsort(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=-np.inf), kind="stable")
     figure, axis = _subplots(figsize=(6, 0.4 * len(labels) + 1.2))
     axis.barh([labels[i] for i in order], [values[i] for i in order], xerr=[errors[i] for i in order], color="tab:blue")
     axis.set_xlabel(metric)

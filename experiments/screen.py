@@ -76,10 +76,13 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
     missing = [run.label for run in runs if "deer" not in run.probes]
     if missing:
         raise ValueError(f"no DEER ranks for: {', '.join(missing)}")
-    deer_rows = sorted((leaderboard_row(run, "deer", rank_type) for run in runs), key=lambda r: -r[metric])
+    def best_first(row: dict) -> tuple:  # higher first, a NaN (no finite rank) last
+        return bool(np.isnan(row[metric])), -row[metric]
+
+    deer_rows = sorted((leaderboard_row(run, "deer", rank_type) for run in runs), key=best_first)
     repeats = same_weights(runs)  # byte-identical weights under two names: one model, not two results
     for row in deer_rows:  # equal scores share a place (1, 1, 3): a tie is not broken by another metric
-        row["place"] = 1 + sum(other[metric] > row[metric] for other in deer_rows)
+        row["place"] = 1 + sum(best_first(other) < best_first(row) for other in deer_rows)
         row["same_weights_as"] = repeats.get(row["model"], "")
     deer_table = pd.DataFrame(deer_rows)
     deer_table = deer_table[["place"] + [c for c in deer_table.columns if c != "place"]]
@@ -98,7 +101,7 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
             raise ValueError(f"no {reference} ranks for: {', '.join(lacking)}")
         by_label = {run.label: run for run in runs}
         reference_rows = sorted((leaderboard_row(by_label[r["model"]], reference, rank_type) for r in deer_rows),
-                                key=lambda r: -r[metric])
+                                key=best_first)
         output.table(f"leaderboard_{reference}", pd.DataFrame(reference_rows))
         boards[reference] = reference_rows
         reference_scores = {r["model"]: r for r in reference_rows}

@@ -186,3 +186,17 @@ def test_a_scatter_panel_without_finite_pairs_is_titled_n_0():
     figure = log_rank_scatter([{"row": "m", "column": "deer vs lama", "x": [nan, 2.0], "y": [1.0, nan],
                                 "x_label": "DEER", "y_label": "LAMA", "r": nan}])
     assert "n=0" in figure.axes[0].get_title()
+
+
+def test_screen_places_a_run_without_a_finite_metric_last(tmp_path):
+    """A run whose DEER ranks are all NaN (hit@10 NaN) was placed first, place 1, on the leaderboard and its figure."""
+    pytest.importorskip("matplotlib")
+    from experiments.plots import leaderboard_bars
+
+    nan = float("nan")
+    runs = [make_run("none", {"deer": [nan, nan, nan]}), make_run("good", {"deer": [1, 2, 30]}),
+            make_run("poor", {"deer": [40, 50, 60]})]
+    board = run_screen(runs, tmp_path)["leaderboard"]
+    assert [(row["model"], row["place"]) for row in board] == [("good", 1), ("poor", 2), ("none", 3)]
+    bars = leaderboard_bars([row["model"] for row in board], [row["hit@10"] for row in board], [0.0] * 3, "hit@10")
+    assert [label.get_text() for label in bars.axes[0].get_yticklabels()] == ["none", "poor", "good"]  # best on top
