@@ -46,8 +46,12 @@ SCORER_LABELS = {"bear_ref": "BEAR (bear_ref, shared prefix)", "plain": "BEAR (p
 
 
 def target_query_count(kg, target: str) -> int:
-    """Queries to extrapolate to: one split, or 'all' triples of every split (the paper's 93,003)."""
-    return int(sum(len(t) for t in kg.splits.values())) if target == "all" else int(len(kg.triples(target)))
+    """Queries to extrapolate to: one split, or 'all' triples of every split (the paper's 93,003); none: a ValueError."""
+    count = int(sum(len(t) for t in kg.splits.values())) if target == "all" else int(len(kg.triples(target)))
+    if not count:
+        raise ValueError(f"--target {target}: the {target} split of {kg.source or kg.name} has no triples to extrapolate "
+                         f"the time to; name a split with triples ({', '.join(s for s, t in kg.splits.items() if len(t))}) or 'all'")
+    return count
 
 
 def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queries: int, seed: int,

@@ -200,3 +200,23 @@ def test_screen_places_a_run_without_a_finite_metric_last(tmp_path):
     assert [(row["model"], row["place"]) for row in board] == [("good", 1), ("poor", 2), ("none", 3)]
     bars = leaderboard_bars([row["model"] for row in board], [row["hit@10"] for row in board], [0.0] * 3, "hit@10")
     assert [label.get_text() for label in bars.axes[0].get_yticklabels()] == ["none", "poor", "good"]  # best on top
+
+
+def test_compute_time_refuses_a_target_split_without_triples_before_any_timing(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """--target naming an empty split raised ZeroDivisionError after all the timing."""
+    from click.testing import CliRunner
+
+    from experiments import compute_time
+    from experiments.cli import main
+
+    def timed(*args, **kwargs):
+        raise AssertionError("timing started before the target was checked")
+
+    monkeypatch.setattr(compute_time, "time_deer", timed)
+    monkeypatch.setattr(compute_time, "deer_probe", timed)
+    (tiny_kg_dir / "valid.tsv").write_text("")
+    result = CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--split", "train", "--target", "valid", "--query-sizes", "1,2", "--repeats", "1",
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"--target valid: the valid split of {tiny_kg_dir} has no triples" in result.output
