@@ -140,14 +140,15 @@ def _by_pair(points: Sequence[dict]):
 
 def size_trend(points: Sequence[dict], paper: Sequence[dict]):
     """Pearson r of log ranks against parameter count (log x), one line per probe pair, with the
-    95% bootstrap interval as error bars; the paper's points as open markers of the same colour."""
+    95% bootstrap interval as a vertical bar (drawn as it is: it need not hold r); the paper's points as open markers
+    of the same colour."""
     figure, axis = _subplots(figsize=(6.4, 4.2))
     colours = {}
     for pair, rows in _by_pair(points):
-        errors = [[p["r"] - p["ci_low"] for p in rows], [p["ci_high"] - p["r"] for p in rows]]
-        line = axis.errorbar([p["parameters"] for p in rows], [p["r"] for p in rows], yerr=errors, marker="o", capsize=3,
-                             label=f"{pair} (this toolkit)")
-        colours[pair] = line.lines[0].get_color()
+        sizes = [p["parameters"] for p in rows]
+        (line,) = axis.plot(sizes, [p["r"] for p in rows], marker="o", label=f"{pair} (this toolkit)")
+        colours[pair] = line.get_color()
+        axis.vlines(sizes, [p["ci_low"] for p in rows], [p["ci_high"] for p in rows], color=colours[pair])
     for pair, rows in _by_pair(paper):
         axis.plot([p["parameters"] for p in rows], [p["r"] for p in rows], linestyle=":", marker="s", markerfacecolor="none",
                   color=colours.get(pair), label=f"{pair} (paper, OPT)")

@@ -220,3 +220,15 @@ def test_compute_time_refuses_a_target_split_without_triples_before_any_timing(t
                                        "--out", str(tmp_path / "out")])
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert f"--target valid: the valid split of {tiny_kg_dir} has no triples" in result.output
+
+
+def test_size_trend_draws_a_bootstrap_interval_that_excludes_r():
+    """A bootstrap interval not around r (ci_low above r) gave a negative error bar: the figure raised."""
+    pytest.importorskip("matplotlib")
+    from experiments.plots import size_trend
+
+    points = [{"pair": "deer vs lama", "parameters": 1e8, "r": 0.50, "ci_low": 0.55, "ci_high": 0.70},
+              {"pair": "deer vs lama", "parameters": 1e9, "r": 0.60, "ci_low": 0.40, "ci_high": 0.58}]
+    axis = size_trend(points, []).axes[0]
+    drawn = [segment[:, 1].tolist() for collection in axis.collections for segment in collection.get_segments()]
+    assert sorted(drawn) == [[0.4, 0.58], [0.55, 0.7]]  # each interval as it is, not moved to r
