@@ -232,3 +232,36 @@ def test_size_trend_draws_a_bootstrap_interval_that_excludes_r():
     axis = size_trend(points, []).axes[0]
     drawn = [segment[:, 1].tolist() for collection in axis.collections for segment in collection.get_segments()]
     assert sorted(drawn) == [[0.4, 0.58], [0.55, 0.7]]  # each interval as it is, not moved to r
+
+
+@pytest.mark.parametrize(("kg", "split", "fingerprint", "paper"), [
+    ("wn18rr", "test", "e987fa4ff860fefa", True), ("my-own-kg", "test", "e987fa4ff860fefa", False),
+    ("wn18rr", "valid", "e987fa4ff860fefa", False), ("wn18rr", "test", "another-kg", False)])
+def test_agreement_sets_the_paper_number_only_beside_wn18rr_test_rows(kg, split, fingerprint, paper, tmp_path):
+    """same_protocol_as_paper was True, and the paper's 0.50-0.80 shown, for a single-token DEER vs LAMA row on any KG or split."""
+    import dataclasses
+
+    from experiments.agreement import run_agreement
+
+    metadata = {probe: {"kg": {"name": kg}, "split": split} for probe in ("deer", "lama")}
+    metadata["lama"]["single_token"] = True
+    run = make_run("m", {"deer": [1, 2, 3, 4, 5], "lama": [2, 1, 4, 3, 5]}, metadata=metadata)
+    run.spec = dataclasses.replace(run.spec, kg_fingerprint=fingerprint, split=split)
+    (row,) = run_agreement([run], tmp_path, bootstrap=0)["pairs"]
+    assert row["same_protocol_as_paper"] is paper
+    assert (row["paper_pearson_r_log"] == "0.50 (OPT-350M) .. 0.80 (OPT-6.7B)") is paper
+    assert (row["paper_protocol"] is not None) is paper
+
+
+def test_the_pinned_wn18rr_fingerprint_is_the_readers():
+    """The fingerprint agreement pins is the one the WN18RR reader gives the files kg_data/manifest.json pins."""
+    from experiments.agreement import WN18RR_FINGERPRINT
+    from kg_data.errors import KGNotFoundError
+    from kg_data.load import load_kg
+    from kg_data.locate import find_dataset
+
+    try:
+        folder = find_dataset("wn18rr")
+    except KGNotFoundError:
+        pytest.skip("WN18RR is not on disk")
+    assert load_kg(str(folder)).fingerprint() == WN18RR_FINGERPRINT
