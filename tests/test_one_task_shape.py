@@ -50,6 +50,19 @@ def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
         assert lama_rule(query) == "next-token"  # by LAMA's rule: only ')' follows the answer slot
 
 
+def test_a_kgs_task_names_relations_sharing_a_name_apart(tiny_kg_dir):
+    """Two relation ids of one name are two relations in a KG's task, labelled as the KG probes' ranks
+    tables label them ("name (id)"; they were one relation, pooled by relation); distinct names stay as they were."""
+    kg = load_kg(tiny_kg_dir)
+    templates = PromptTemplates(k_shot=0)
+    plain = kg_benchmark_task(build_queries(kg, "test"), templates)
+    assert [q.relation for q in plain.queries] == [kg.relation_names[r] for r in build_queries(kg, "test").triples[:, 1]]
+    assert [q.relation for q in plain.queries] == ["capital of", "hypernym", "hypernym", "hypernym"]
+    names = ["hypernym" if name == "capital of" else name for name in kg.relation_names]
+    shared = kg_benchmark_task(build_queries(dataclasses.replace(kg, relation_names=names), "test"), templates)
+    assert [q.relation for q in shared.queries] == ["hypernym (capital_of)"] + ["hypernym (_hypernym)"] * 3
+
+
 def test_a_slot_marker_in_a_kg_text_is_refused_by_query(tiny_kg_dir):
     kg = load_kg(tiny_kg_dir)
     kg.entity_names[int(build_queries(kg, "train").triples[0, 0])] = "a [Y] name"

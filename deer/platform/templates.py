@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from deer.base.errors import OptionError
+from deer.platform.kg_result import relation_labels
 from deer.platform.validate import check_run_options
 from kg_data.bear import ANSWER, SUBJECT
 from kg_data.cloze import CandidateSet, ClozeQuery
@@ -226,6 +227,11 @@ class _KGQueries(Sequence):
         """The queries' ids, made when the first query is read (a probe with a way of its own reads none)."""
         return self.queries.item_ids()
 
+    @functools.cached_property
+    def relations(self) -> list[str]:
+        """Each relation's label as a KG run's ranks table has it (``relation_labels``: "name (id)" where names collide)."""
+        return relation_labels(self.queries.kg)
+
     def __len__(self) -> int:
         return len(self.queries)
 
@@ -237,7 +243,7 @@ class _KGQueries(Sequence):
         if SUBJECT in context or ANSWER in context:
             raise ValueError(f"query {self.ids[i]!r}: its text holds {SUBJECT} or {ANSWER}, which a task reads "
                              "as a slot; this probe needs a KG without them")
-        return ClozeQuery(kg.name, kg.relation_names[relation], self.ids[i], int(i), "template", 0,
+        return ClozeQuery(kg.name, self.relations[relation], self.ids[i], int(i), "template", 0,
                           context + CONTINUATION.format(tail=ANSWER), kg.entity_names[head], kg.entity_names[tail],
                           KG_CANDIDATE_SET, int(self.queries.gold[i]))
 
