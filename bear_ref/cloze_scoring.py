@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from deer.backends.boundary import split_statements
 from deer.backends.statement_scorer import StatementScorer
 from kg_data.cloze import statement
 from kg_data.task import Task
@@ -51,11 +52,12 @@ def slot_tokens(tokenizer, labels: Sequence[str], slot: tuple[str, str] = REFERE
 
 
 def answer_tokens(tokenizer, labels: Sequence[str], masked: bool) -> list[list[int]]:
-    """Each answer's tokens as it follows the context: " label" for a causal LM, and for a masked LM as the
-    label fills the mask of LAMA's "[X] is [Y] ." (``slot_tokens``; no special tokens)."""
+    """Each answer's tokens where it stands in LAMA's "[X] is [Y] .": for a causal LM the statement's tokens after
+    "is" (``split_statements``, as the causal probe reads them: SentencePiece's "▁Paris", not a lone "▁" first), for a
+    masked LM as the label fills the mask (``slot_tokens``); no special tokens."""
     if masked:
         return [[] if ids is None else ids for ids in slot_tokens(tokenizer, labels)]
-    return tokenizer([" " + label for label in labels], add_special_tokens=False)["input_ids"]
+    return split_statements(tokenizer, REFERENCE_SLOT[0], labels).continuation_ids
 
 
 def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple[str, str] | None = None) -> np.ndarray:
@@ -78,9 +80,9 @@ def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple
 
 
 def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[str]:
-    """The words that are one token for this tokenizer (LAMA's single-token protocol): " word" for a causal
-    LM, for a masked LM a word that fills the mask of "[X] is [Y] ." with one token (``slot_tokens``); a word
-    the tokenizer only knows as its unknown token is not one of them."""
+    """The words that are one token for this tokenizer (LAMA's single-token protocol): one token where they stand in
+    "[X] is [Y] ." (``answer_tokens``: after "is" for a causal LM, filling the mask for a masked LM); a word the
+    tokenizer only knows as its unknown token is not one of them."""
     encoded = answer_tokens(tokenizer, words, masked)
     unknown = tokenizer.unk_token_id
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]

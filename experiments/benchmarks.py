@@ -123,14 +123,14 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
 
 def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> Task:
     """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one
-    token for the backend's tokenizer (with a leading space for a causal LM; as it fills the mask for a masked LM)."""
+    token for the backend's tokenizer where they stand in '[X] is [Y] .' (after "is" for a causal LM; filling the mask for a masked LM)."""
     if isinstance(data, BearDataset):
         return bear_cloze_task(data)
     masked = backend.is_masked_lm
     vocabulary = single_token_words(backend.tokenizer, data.common_vocab, masked)
     task = lama_cloze_task(data, vocabulary, modes, candidate_kinds, causal=not masked)
     task.info["single_token_rule"] = ("'word' fills the mask of '[X] is [Y] .' with one token" if masked
-                                      else "' word' (leading space) is one token")
+                                      else "'word' is one token after 'is' in the statement '[X] is [Y] .'")
     return task
 
 

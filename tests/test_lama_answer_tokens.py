@@ -180,3 +180,31 @@ def test_causal_lama_next_token_on_a_legacy_sentencepiece_tokenizer():
                             ("template-free", "Rome is in Italy ([Y]).", "x", "FR")], labels)
     result = run_cloze(task, LoadedModel.from_objects(model, tokenizer, "tiny-llama2"), ["lama"], show_progress=False)
     assert_next_token_rows_equal_whole_passes(result, task, model, tokenizer)
+
+
+def test_causal_single_token_words_count_the_tokens_a_statement_has_on_a_legacy_sentencepiece_tokenizer():
+    """Llama-2's legacy SentencePiece: " Rome" alone is ['▁', '▁Rome'] (every word two tokens or more, so the causal
+    single-token vocabulary was empty and a LAMA run stopped with 'no query to score'); in "[X] is [Y] ." the statement
+    has '▁Rome' after "is", one token, and its first token is the one the causal probe reads ('▁Pa' for Paris, not '▁')."""
+    from deer.backends.boundary import split_statements
+
+    tok = sentencepiece_tokenizer()
+    words = ["Paris", "Rome", "France", "Berlin", "capital", "Italy"]
+    assert all(len(tok(" " + w, add_special_tokens=False)["input_ids"]) > 1 for w in words)
+    in_statement = split_statements(tok, "France is", [" " + w for w in words]).continuation_ids
+    assert single_token_words(tok, words, masked=False) == [w for w, ids in zip(words, in_statement, strict=True) if len(ids) == 1]
+    assert single_token_words(tok, words, masked=False) == ["Rome", "France", "capital"]
+    assert answer_token_ids(tok, words, masked=False).tolist() == [ids[0] for ids in in_statement]
+
+
+def test_causal_single_token_words_on_byte_level_bpe_are_as_before(tiny_clm):
+    """SmolLM2's byte-level BPE (the tiny causal model's): the words one token as " word" stay the vocabulary, in order."""
+    tok = tiny_clm[1]
+    pieces = tok.convert_ids_to_tokens(list(range(0, len(tok), 7)))
+    words = [tok.convert_tokens_to_string([p]).strip() for p in pieces] + ["Paris", "New York", "e", "-", "1999", "'s"]
+    words = [w for w in words if w]
+    before = [w for w, ids in zip(words, tok([" " + w for w in words], add_special_tokens=False)["input_ids"], strict=True)
+              if len(ids) == 1]
+    assert len(before) > 1000 and single_token_words(tok, words, masked=False) == before
+    firsts = [ids[0] for ids in tok([" " + w for w in words], add_special_tokens=False)["input_ids"]]
+    assert answer_token_ids(tok, words, masked=False).tolist() == firsts
