@@ -85,6 +85,42 @@ def test_single_token_restriction(tiny_setup):
         assert (f >= 0).all() and (f < len(restricted.candidates)).all()
 
 
+def test_kg_tail_tokens_are_counted_where_the_tail_stands_on_a_legacy_sentencepiece_tokenizer(tiny_kg_dir):
+    """Llama-2's legacy SentencePiece: " Rome" alone is ['▁', '▁Rome']; after the query's comma the statement has
+    '▁Rome', one token.  The ranks table's tail_tokens counted one token more for every tail, and LAMA's single_token
+    on a KG kept no candidate at all."""
+    import dataclasses
+
+    from deer.backends.boundary import split_statements
+    from deer.platform.kg_result import query_frame
+    from tests.test_lama_answer_tokens import sentencepiece_tokenizer
+
+    tok = sentencepiece_tokenizer()
+    kg = load_kg(str(tiny_kg_dir))
+    names = list(kg.entity_names)
+    names[2], names[3], names[7], names[9] = "Rome", "France", "capital", "Paris"
+    queries = build_queries(dataclasses.replace(kg, entity_names=names), "test")
+    templates = PromptTemplates(k_shot=0)
+    in_statement = [len(split_statements(tok, templates.query_context(queries.kg, tuple(t)),
+                                         [templates.continuation(queries.kg, t[2])[:-1]]).continuation_ids[0])
+                    for t in queries.triples.tolist()]
+    assert query_frame(queries, tok)["tail_tokens"].tolist() == in_statement == [1, 2, 1, 2]
+    restricted = restrict_to_single_token(queries, tok)
+    assert sorted(names[e] for e in restricted.candidates) == ["France", "Rome", "capital"]
+    assert [names[t] for t in restricted.triples[:, 2]] == ["capital", "France"]
+
+
+def test_kg_tail_tokens_on_byte_level_bpe_are_as_before(tiny_setup):
+    """SmolLM2's byte-level BPE (the tiny causal model's): every name's count is the tokens of " name", as before."""
+    from deer.platform.kg_result import tail_token_lengths
+
+    tok = tiny_setup[1].tokenizer
+    pieces = tok.convert_ids_to_tokens(list(range(0, len(tok), 7)))
+    names = [tok.convert_tokens_to_string([p]) for p in pieces] + ["united states", "New York", "1999", "'s", "", "a-b"]
+    before = [len(ids) for ids in tok([" " + n for n in names], add_special_tokens=False)["input_ids"]]
+    assert tail_token_lengths(tok, names).tolist() == before
+
+
 def test_lama_with_deer_shares_the_query_pass(tiny_setup, tmp_path):
     queries, loaded, templates = tiny_setup
     out = tmp_path / "out"

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from deer.backends.boundary import split_statements
 from deer.base.files import package_versions
 from deer.platform.metrics import adjusted_index, observed_rank_metrics, random_baseline
 from deer.platform.ranking import GoldRanks, candidate_counts
@@ -21,10 +22,11 @@ TOP_K = 10
 
 
 def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
-    """Tokens in " name" (as the tail appears after the query), per name."""
+    """Tokens of " name" where the tail stands, after the query's comma, per name: the statement's tokens after the
+    comma's (``split_statements``; SentencePiece's "▁dog", not a lone "▁" more)."""
     if tokenizer is None:
         return np.zeros(len(names), dtype=np.int64)
-    encoded = tokenizer([" " + name for name in names], add_special_tokens=False)["input_ids"]
+    encoded = split_statements(tokenizer, ",", [" " + name for name in names]).continuation_ids
     return np.asarray([len(ids) for ids in encoded], dtype=np.int64)
 
 
