@@ -65,7 +65,11 @@ class BenchmarkSelection:
 
 def _refuse_lama_only_selection(dataset, selection: BenchmarkSelection) -> None:
     """ValueError naming what a BEAR-format data set cannot honour: LAMA's sources, a selection of modes without
-    'template' (BEAR has templates only; the default modes, both, are fine: BEAR then runs its templates)."""
+    'template' or of candidate kinds without 'relation' (BEAR has templates and each relation's answers only; the
+    defaults, both of each, are fine: BEAR then runs its templates over its answers)."""
+    if "relation" not in selection.candidate_kinds:
+        raise ValueError(f"{dataset}: candidate kinds {list(selection.candidate_kinds)}: a BEAR-format data set ranks each "
+                         "relation's answers only (kind 'relation'); common-vocab is LAMA's")
     if selection.sources:
         raise ValueError(f"{dataset}: sources {list(selection.sources)} are LAMA's (TREx, Google_RE, Squad); a BEAR-format "
                          "data set has none: drop sources, or probe LAMA")

@@ -336,3 +336,18 @@ def test_a_long_prompts_mode_the_benchmarks_cannot_honour_is_refused(tmp_path, n
         probe_benchmark(write_lama(tmp_path / "lama"), "no-such-model-is-loaded", probes=["lama"], long_prompts=value)
     with pytest.raises(OptionError, match=f"long_prompts='{value}'.*benchmark"):
         bear_ref.bear_dataset(write_dataset(tmp_path / "bear"), "no-such-model-is-loaded", budget=Budget(long_prompts=value))
+
+
+def test_bear_refuses_candidates_without_the_relations_answers(tmp_path, no_model_loading):
+    """A BEAR-format data set ranks each relation's answer space only: candidate_kinds=['common-vocab'] (`--candidates
+    common-vocab`) ran on the relations' answers all the same, recorded nowhere; it is refused by name (the default stays)."""
+    from experiments.benchmarks import BenchmarkSelection, load_benchmark
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    assert load_benchmark(str(folder), BenchmarkSelection(candidate_kinds=["relation"])).summary()["instances"] > 0
+    with pytest.raises(ValueError, match="common-vocab") as error:
+        load_benchmark(str(folder), BenchmarkSelection(candidate_kinds=["common-vocab"]))
+    assert str(folder) in str(error.value) and "BEAR" in str(error.value)
+    result = CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--candidates", "common-vocab", "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0 and "common-vocab" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
