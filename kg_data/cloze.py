@@ -62,10 +62,13 @@ def bear_cloze_task(dataset: BearDataset) -> Task:
 
 
 def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
-    """Refuse unknown or empty modes and candidate kinds (checked before any model is loaded)."""
+    """Refuse unknown, empty or repeated modes and candidate kinds (checked before any model is loaded; one given twice
+    would query every fact twice)."""
     bad = [m for m in modes if m not in MODES] + [k for k in candidate_kinds if k not in CANDIDATE_KINDS]
-    if bad or not modes or not candidate_kinds:
-        raise ValueError(f"modes must be among {MODES} and candidate kinds among {CANDIDATE_KINDS}; got {list(modes)}, {list(candidate_kinds)}")
+    twice = [x for given in (list(modes), list(candidate_kinds)) for x in dict.fromkeys(given) if given.count(x) > 1]
+    if bad or twice or not modes or not candidate_kinds:
+        raise ValueError(f"modes must be among {MODES} and candidate kinds among {CANDIDATE_KINDS}, each once"
+                         f"{f' ({twice[0]!r} is given twice)' if twice else ''}; got {list(modes)}, {list(candidate_kinds)}")
 
 
 def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> None:

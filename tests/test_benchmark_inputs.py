@@ -351,3 +351,22 @@ def test_bear_refuses_candidates_without_the_relations_answers(tmp_path, no_mode
     result = CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--candidates", "common-vocab", "--out", str(tmp_path / "o")])
     assert result.exit_code != 0 and "common-vocab" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("selection", [{"candidate_kinds": ["relation", "relation"]}, {"modes": ["template", "template"]}])
+def test_a_mode_or_candidate_kind_given_twice_is_refused(tmp_path, no_model_loading, selection):
+    """`--candidates relation,relation` queried every fact twice over the same set (n doubled in every metric and agreement);
+    a mode or candidate kind given twice is now refused by name, before the model."""
+    from experiments.benchmarks import BenchmarkSelection, load_benchmark
+    from kg_data.cloze import lama_cloze_task
+
+    folder = write_lama(tmp_path / "lama")
+    with pytest.raises(ValueError, match="twice"):
+        load_benchmark(str(folder), BenchmarkSelection(**selection))
+    with pytest.raises(ValueError, match="twice"):
+        lama_cloze_task(load_lama(folder), ["Paris", "London"], **selection)
+    option, values = next(iter(selection.items()))
+    result = CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--candidates" if option == "candidate_kinds" else "--modes",
+                                       ",".join(values), "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0 and "twice" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
