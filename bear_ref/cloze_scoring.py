@@ -88,6 +88,16 @@ def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[st
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
 
 
+def lama_vocabulary(tokenizer, words: Sequence[str], masked: bool) -> dict[str, str]:
+    """{each of ``single_token_words``: the word whose candidate it is}.  A masked LM's candidates are its token ids, as
+    LAMA ranks them: words of one token id (an uncased tokenizer's "Act" and "act") are one candidate, the first of them
+    in ``words`` order; a causal LM's words are each their own."""
+    kept = single_token_words(tokenizer, words, masked)
+    ids = answer_token_ids(tokenizer, kept, masked).tolist() if masked else kept
+    first: dict = {}
+    return {word: first.setdefault(i, word) for word, i in zip(kept, ids, strict=True)}
+
+
 def statement_scores(scorer: StatementScorer, task: Task, indices: Sequence[int],
                      progress: Callable[[int], object] | None = None) -> dict[int, np.ndarray]:
     """Whole-statement scores of every candidate, per query index (float64 over its candidate set)."""

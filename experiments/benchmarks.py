@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from bear_ref.cloze_scoring import single_token_words
+from bear_ref.cloze_scoring import lama_vocabulary
 from deer.backends import backend_class, open_backend, refuse_cache_on
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
@@ -127,11 +127,12 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
 
 def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> Task:
     """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one
-    token for the backend's tokenizer where they stand in '[X] is [Y] .' (after "is" for a causal LM; filling the mask for a masked LM)."""
+    token for the backend's tokenizer where they stand in '[X] is [Y] .' (after "is" for a causal LM; filling the mask for a masked LM),
+    a masked LM's words of one token id one candidate (``lama_vocabulary``)."""
     if isinstance(data, BearDataset):
         return bear_cloze_task(data)
     masked = backend.is_masked_lm
-    vocabulary = single_token_words(backend.tokenizer, data.common_vocab, masked)
+    vocabulary = lama_vocabulary(backend.tokenizer, data.common_vocab, masked)
     task = lama_cloze_task(data, vocabulary, modes, candidate_kinds, causal=not masked)
     task.info["single_token_rule"] = ("'word' fills the mask of '[X] is [Y] .' with one token" if masked
                                       else "'word' is one token after 'is' in the statement '[X] is [Y] .'")

@@ -5,7 +5,7 @@ masked LM's sentence) is the probe's: ``deer.platform.cloze_texts``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kg_data.bear import ANSWER, METADATA_FILE, BearDataset, fill_statement
@@ -87,20 +87,22 @@ def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> No
     raise KGFormatError(where, None, f"no query to score in mode(s) {', '.join(modes)}: {'; '.join(reasons)}")
 
 
-def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequence[str] = MODES,
+def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str] | Mapping[str, str], modes: Sequence[str] = MODES,
                     candidate_kinds: Sequence[str] = CANDIDATE_KINDS, causal: bool = True) -> Task:
     """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are one token for the model, the
-    caller's choice) are kept, the others counted as dropped.  Candidates: "common-vocab" ranks ``vocabulary``; "relation" the
-    relation's objects in it.  Modes: "template" and "template-free" (the first masked sentence with one [MASK] and, for a causal
-    model, text before it)."""
+    caller's choice; or {word: the word whose candidate it is}, a masked LM's words of one token id one candidate) are kept, the
+    others counted as dropped.  Candidates: "common-vocab" ranks ``vocabulary``; "relation" the relation's objects in it.
+    Modes: "template" and "template-free" (the first masked sentence with one [MASK] and, for a causal model, text before it)."""
     check_modes(modes, candidate_kinds)
-    vocab = tuple(dict.fromkeys(vocabulary))
-    position = {word: i for i, word in enumerate(vocab)}
+    label_of = vocabulary if isinstance(vocabulary, Mapping) else {word: word for word in vocabulary}
+    vocab = tuple(dict.fromkeys(label_of.values()))
+    index = {word: i for i, word in enumerate(vocab)}
+    position = {word: index[label_of[word]] for word in label_of}
     sets = {"common-vocab": CandidateSet(vocab)} if "common-vocab" in candidate_kinds else {}
     queries: list[ClozeQuery] = []
     counts: dict[str, dict] = {}
     for key, relation in dataset.relations.items():
-        objects = tuple(o for o in relation.objects if o in position)
+        objects = tuple(dict.fromkeys(label_of[o] for o in relation.objects if o in position))
         if "relation" in candidate_kinds:
             sets[key] = CandidateSet(objects)
         local = {label: i for i, label in enumerate(objects)}
@@ -120,7 +122,7 @@ def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str], modes: Sequ
             for mode, t, template in texts:
                 count[mode] += 1
                 for kind in candidate_kinds:
-                    name, gold = ("common-vocab", position[fact.answer]) if kind == "common-vocab" else (key, local[fact.answer])
+                    name, gold = ("common-vocab", position[fact.answer]) if kind == "common-vocab" else (key, local[label_of[fact.answer]])
                     queries.append(ClozeQuery(relation.source, relation.code, fact.fact_id, fact.line, mode, t, template,
                                               fact.subject, fact.answer, name, gold))
         counts[key] = count

@@ -208,3 +208,75 @@ def test_causal_single_token_words_on_byte_level_bpe_are_as_before(tiny_clm):
     assert len(before) > 1000 and single_token_words(tok, words, masked=False) == before
     firsts = [ids[0] for ids in tok([" " + w for w in words], add_special_tokens=False)["input_ids"]]
     assert answer_token_ids(tok, words, masked=False).tolist() == firsts
+
+
+def case_variant_lama(folder):
+    """``write_lama``'s data with case variants in the common vocabulary ("paris", "Gold", "LONDON") and a fact whose
+    object is one ("paris")."""
+    import json
+
+    from tests.test_cloze import trex_record
+
+    write_lama(folder)
+    (folder / "common_vocab_cased.txt").write_text("Paris\nLondon\nactor\nFrance\nlawyer\ngold\nparis\nGold\nLONDON\n")
+    with (folder / "TREx" / "P19.jsonl").open("a") as f:
+        f.write(json.dumps(trex_record("p", "Pia", "paris", ["Pia was born in [MASK] ."])) + "\n")
+    return load_lama(folder)
+
+
+@torch.inference_mode()
+def test_masked_lama_ranks_an_uncased_tokenizers_case_variants_as_one_candidate(tmp_path):
+    """An uncased BERT: "Paris" and "paris" are one token id, so LAMA (which ranks token ids) has one candidate for
+    them, labelled by the first in the vocabulary; the gold of a fact whose object is "paris" is that candidate.  They
+    were two candidates of one score: every gold tied with its variant, its rank half a place worse."""
+    from types import SimpleNamespace
+
+    import transformers
+
+    from experiments.benchmarks import build_task
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "actor", "france", "lawyer", "gold", "was", "born",
+             "in", "is", "a", "by", "profession", ".", "the", "color", "used"]
+    tok = transformers.BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1,
+                                                                 num_attention_heads=2, intermediate_size=64)).eval()
+    task = build_task(case_variant_lama(tmp_path / "lama"), SimpleNamespace(is_masked_lm=True, tokenizer=tok))
+    assert task.candidate_sets["common-vocab"].labels == ("Paris", "London", "actor", "France", "lawyer", "gold")
+    assert task.info["vocabulary"] == 6 and task.candidate_sets["TREx/P19"].labels == ("Paris", "London")
+    pia = [q for q in task.queries if q.subject == "Pia"]
+    assert pia and all(task.candidate_set(q).labels[q.gold] == "Paris" for q in pia)
+    result = run_cloze(task, LoadedModel.from_objects(model, tok, "tiny-bert"), ["lama"], show_progress=False)
+    for row, query in enumerate(task.queries):
+        encoded = tok(mask_sentence(tok, query), return_tensors="pt")["input_ids"]
+        logprobs = torch.log_softmax(model(input_ids=encoded).logits[0, int((encoded[0] == tok.mask_token_id).nonzero()[0, 0])], -1)
+        ids = tok.convert_tokens_to_ids([label.lower() for label in task.candidate_set(query).labels])
+        assert len(set(ids)) == len(ids)
+        scores = logprobs[torch.as_tensor(ids)].numpy()
+        assert result.table["lama_rank"][row] == 1 + np.sum(scores > scores[query.gold]), query
+
+
+def test_masked_lama_on_a_cased_tokenizer_is_as_before(tmp_path, roberta_tokenizer):
+    """A cased (byte-level BPE) masked LM: no two words share a token id, so the task and every number are as before."""
+    from types import SimpleNamespace
+
+    import transformers
+
+    from deer.platform.benchmark_rows import task_digest
+    from experiments.benchmarks import build_task
+
+    tok = roberta_tokenizer
+    torch.manual_seed(0)
+    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        pad_token_id=tok.pad_token_id, max_position_embeddings=tok.pad_token_id + 300)).eval()
+    loaded = LoadedModel.from_objects(model, tok, "tiny-roberta")
+    data = case_variant_lama(tmp_path / "lama")
+    before = lama_cloze_task(data, single_token_words(tok, data.common_vocab, masked=True), causal=False)
+    task = build_task(data, SimpleNamespace(is_masked_lm=True, tokenizer=tok))
+    assert "Gold" in before.candidate_sets["common-vocab"].labels  # a case variant, a token of its own here
+    assert task.candidate_sets["common-vocab"].labels == before.candidate_sets["common-vocab"].labels
+    assert task_digest(task) == task_digest(before)
+    assert task.info == {**before.info, "single_token_rule": task.info["single_token_rule"]}
+    result, expected = (run_cloze(t, loaded, ["lama", "bear"], show_progress=False) for t in (task, before))
+    assert result.table.equals(expected.table) and result.probe_metrics == expected.probe_metrics
