@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from deer.platform.kg_result import TAIL_TOKEN_RULE
 from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
@@ -57,6 +58,11 @@ def run_token_bias(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "f
         run_probes = [p for p in (probes or run.probes) if p in run.probes]
         if not run_probes:
             raise ValueError(f"{run.folder}: none of the probes {list(probes or [])} has ranks in this run")
+        stale = [p for p in run_probes if run.metadata_of(p).get("tail_token_rule") != TAIL_TOKEN_RULE]
+        if stale:
+            raise ValueError(f"{run.folder}: its {', '.join(stale)} metadata records no tail-token rule or another one, so its "
+                             "tail_tokens may be counted by an older rule (one too many per tail on a SentencePiece tokenizer); "
+                             "run its probes again into it (deer probe --out, or this command with --no-cache)")
         correlation_rows, length_rows = token_bias_rows(run, run_probes, rank_type)
         all_correlations += correlation_rows
         all_lengths += length_rows

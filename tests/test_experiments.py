@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
 from deer import probes
-from deer.base.files import read_table
+from deer.base.files import read_table, write_table
 from deer.platform.kg_result import tail_token_lengths
 from deer.platform.metrics import rank_metrics
 from deer.platform.result import find_ranks_table
@@ -188,6 +188,34 @@ def test_token_bias_runs_probes_and_reports_correlations(experiment_kg_dir, tiny
     invoke(["token-bias", "--run", str(run_folder), "--out", str(again)])
     reread = json.loads((again / "token_bias.json").read_text())
     assert reread["correlations"] == numbers["correlations"]
+
+
+def test_token_bias_refuses_a_run_folder_whose_tail_tokens_were_counted_by_another_rule(experiment_kg_dir, tiny_clm_dir,
+                                                                                         tmp_path, stand_in_references):
+    """A folder made before the tail-token rule was recorded (its tail_tokens one too many per tail on a SentencePiece
+    tokenizer) was read back as if fresh.  It is refused by name, read or reused; run again into it, it reads back
+    fresh; a run made now reads back as before."""
+    runs_dir, make = tmp_path / "runs", ["--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,bear"]
+    invoke(["token-bias", *make, "--runs-dir", str(runs_dir), "--out", str(tmp_path / "fresh")])
+    fresh = json.loads((tmp_path / "fresh" / "token_bias.json").read_text())
+    folder = next(runs_dir.iterdir())
+    invoke(["token-bias", "--run", str(folder), "--out", str(tmp_path / "reread")])
+    assert json.loads((tmp_path / "reread" / "token_bias.json").read_text())["correlations"] == fresh["correlations"]
+    metadata = json.loads((folder / "metadata.json").read_text())  # as a folder of an older version: no rule, stale counts
+    for probe in ("deer", "bear"):
+        metadata[probe].pop("tail_token_rule", None)
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    table = read_table(find_ranks_table(folder))
+    counted = table["tail_tokens"].tolist()
+    table["tail_tokens"] += 1
+    write_table(find_ranks_table(folder), table)
+    for reading in (["--run", str(folder)], [*make, "--runs-dir", str(runs_dir)]):
+        result = CliRunner().invoke(main, ["experiment", "token-bias", *reading, "--out", str(tmp_path / "stale")])
+        assert result.exit_code != 0 and str(folder) in result.output and "again" in result.output, result.output
+    invoke(["token-bias", *make, "--runs-dir", str(runs_dir), "--no-cache", "--out", str(tmp_path / "again")])
+    assert read_table(find_ranks_table(folder))["tail_tokens"].tolist() == counted
+    invoke(["token-bias", "--run", str(folder), "--out", str(tmp_path / "reread")])
+    assert json.loads((tmp_path / "reread" / "token_bias.json").read_text())["correlations"] == fresh["correlations"]
 
 
 def test_agreement_from_run_folders_faceted_by_model(experiment_kg_dir, tiny_clm_dir, second_clm_dir, tmp_path,

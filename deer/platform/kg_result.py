@@ -19,11 +19,12 @@ from deer.platform.run_spec import RunSpec, queries_fingerprint
 from kg_data.queries import QuerySet
 
 TOP_K = 10
+TAIL_TOKEN_RULE = "' name' after the query's comma, as the statement splits (split_statements)"  # metadata: how tail_tokens counts
 
 
 def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
-    """Tokens of " name" where the tail stands, after the query's comma, per name: the statement's tokens after the
-    comma's (``split_statements``; SentencePiece's "▁dog", not a lone "▁" more)."""
+    """Tokens of " name" where the tail stands, after the query's comma, per name, by ``TAIL_TOKEN_RULE``: the statement's
+    tokens after the comma's (``split_statements``; SentencePiece's "▁dog", not a lone "▁" more)."""
     if tokenizer is None:
         return np.zeros(len(names), dtype=np.int64)
     encoded = split_statements(tokenizer, ",", [" " + name for name in names]).continuation_ids
@@ -65,7 +66,7 @@ def run_metadata(probe: str, queries: QuerySet, loaded, templates) -> dict:
         "probe": probe, "model": loaded.metadata(), "kg": queries.kg.summary(), "split": queries.split,
         "queries": len(queries), "candidates": int(len(queries.candidates)), "subset_seed": queries.subset_seed,
         "exclude_head": bool(queries.exclude_head), "templates": templates.to_metadata(),
-        "run_spec": RunSpec.build(queries, loaded, templates).to_dict(),
+        "run_spec": RunSpec.build(queries, loaded, templates).to_dict(), "tail_token_rule": TAIL_TOKEN_RULE,
         "versions": package_versions(),
     }
 

@@ -399,7 +399,8 @@ def _save_kg_result(result: RunResult, folder: Path) -> None:
 
 
 def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
-    """The folder's table if it holds exactly these queries (same order), else ``fresh``'s query columns."""
+    """The folder's table with ``fresh``'s query columns (tail_tokens as this version counts them) if it holds exactly
+    these queries (same order), else ``fresh``'s query columns."""
     path = find_ranks_table(folder)
     if path is None:
         return fresh[_query_columns(fresh)].copy()
@@ -407,7 +408,7 @@ def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
     if len(table) != len(fresh) or any(table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS):
         raise ValueError(f"{path} holds ranks for different queries; use another --out folder "
                          "(or the same --kg/--split/--subset/--seed as the run that wrote it)")
-    return table
+    return table.assign(**{column: fresh[column].to_numpy() for column in _query_columns(fresh)})
 
 
 def other_run_in(folder: Path, layout: str) -> str | None:
