@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
@@ -148,6 +149,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     ``experiment`` records each probe's seconds (its own scoring and ranking, or the one read of the folder that gave it back)
     and which were reused.
     """
+    from deer.probes import get_probe
     from deer.runner import run_kg
 
     loading, budget = take(loose, ModelLoading, loading, "loading"), take(loose, Budget, budget, "budget")
@@ -157,7 +159,9 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
     model_name = loaded.name if isinstance(model, LoadedModel) else model
-    spec = RunSpec.build(fitted_queries(queries, probes, loaded, templates, budget.long_prompts), loaded, templates)
+    guarded = fitted_queries(queries, [get_probe(probe) for probe in probes], open_backend(DEFAULT_BACKEND, loaded), templates,
+                             budget.long_prompts)
+    spec = RunSpec.build(guarded, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     started = time.perf_counter()
     results = _stored_results(folder, probes, spec, probe_options) if use_cache else {}  # read back: no work done now

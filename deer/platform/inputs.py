@@ -139,15 +139,12 @@ def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=
     return PreparedRun(task.kg_queries, runner.loaded, templates, report, runner)
 
 
-def fitted_queries(queries: QuerySet, probes, loaded: LoadedModel, templates: PromptTemplates, long_prompts: str,
-                   backend: str = DEFAULT_BACKEND) -> QuerySet:
-    """The queries as the run's length guard leaves them (descriptions cut with 'truncate-descriptions'): the KG its run
-    spec records, so a folder is named and checked by it before the run (``probes``: names)."""
-    from deer.probes import get_probe
-
-    task, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in probes],
-                            open_backend(backend, loaded), templates, long_prompts)
-    return task.kg_queries
+def fitted_queries(queries: QuerySet, probes, runner, templates: PromptTemplates, long_prompts: str) -> QuerySet:
+    """The queries as the run's length guard leaves them (descriptions cut with 'truncate-descriptions'; in 'error' mode
+    as given): the KG its run spec records, so a folder is named and checked by it before the run (``probes``: Probes)."""
+    if long_prompts == "error":  # nothing is cut: no second pass of the guard over every text
+        return queries
+    return guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, long_prompts)[0].kg_queries
 
 
 def store_root(cache: bool, cache_dir=None) -> Path | None:

@@ -107,8 +107,9 @@ def open_kg_run(g: dict, options: dict, run_options):
         folder_suffix = getattr(probe, "folder_suffix", None)
         suffixes.append(folder_suffix(own) if folder_suffix is not None else "")
     suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
-    loaded = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"]).loaded  # once, also for stores and Ray
-    spec = RunSpec.build(fitted_queries(queries, options, loaded, templates, run_options.budget.long_prompts, g["backend"]),
+    runner = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray
+    loaded, probes = runner.loaded, [get_probe(name) for name in options]
+    spec = RunSpec.build(fitted_queries(queries, probes, runner, templates, run_options.budget.long_prompts),
                          loaded, templates)  # what the run records: the KG as the guard leaves it
     return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
 
