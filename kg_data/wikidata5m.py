@@ -9,7 +9,7 @@ The same rules every time, counted in ``TextualKG.notes``:
 - the entities are those named by a triple of the three splits (4,594,485 in the release; the alias
   file also lists the inductive setting's), in the alias file's order;
 - an entity's name is its first alias; the other aliases are counted, not used;
-- an entity without a line in the text file gets the empty description ("-");
+- an entity without a line in the text file gets the empty description ("-"); an id on two lines there, its first;
 - a triple naming an entity or relation with no alias is dropped (it has no text to probe).
 Files are read in bulk (``kg_data.id_columns``); a line that is not plain is named with its file and line.
 """
@@ -110,6 +110,9 @@ def load_wikidata5m(folder: str | Path) -> TextualKG:
              "entities_without_description": int((~described).sum()),
              "entities_with_more_aliases": int(more_aliases[keep].sum()),
              "entities_without_alias": int(len(used) - len(keep)), "triples_dropped_without_alias": dropped}
+    repeated_texts = len(text_ids) - pc.count_distinct(text_ids).as_py()
+    if repeated_texts:  # the release is read as its loaders read it, one text per id: the first used here, and counted
+        notes["text_lines_repeating_an_id"] = int(repeated_texts)
     return TextualKG("wikidata5m", TextColumn(entity_ids), TextColumn(entity_names), TextColumn(descriptions),
                      relation_ids.to_pylist(), relation_names.to_pylist(), splits, str(folder),
                      {split: str(folder / name) for split, name in SPLIT_FILES.items()}, notes)

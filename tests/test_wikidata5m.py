@@ -173,3 +173,12 @@ def test_the_names_of_a_kg_read_in_bulk_slice_as_a_list_does():
     for index in (slice(None, None, -1), slice(3, 0, -1), slice(-1, None, -2), slice(None, None, 2), slice(1, 4),
                   slice(4, 1), slice(None, None, -9)):
         assert column[index] == texts[index], index
+
+
+def test_a_text_file_listing_an_id_twice_uses_its_first_text_and_counts_it(tmp_path):
+    """An id given two texts was read without a word (its second text dropped): the first is used and the notes say so."""
+    text = "Q1\tBerlin is the capital of Germany.\nQ3\tParis is in France.\nQ1\tA second text.\n"
+    kg = load_wikidata5m(_write(tmp_path / "w5m", **{"wikidata5m_text.txt": text}))
+    assert kg.entity_descriptions[:1] == ["Berlin is the capital of Germany."]
+    assert kg.notes["text_lines_repeating_an_id"] == 1 and kg.summary()["notes"]["text_lines_repeating_an_id"] == 1
+    assert "text_lines_repeating_an_id" not in load_wikidata5m(_write(tmp_path / "plain")).notes  # none: no note
