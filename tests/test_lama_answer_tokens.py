@@ -68,17 +68,22 @@ def test_wordpiece_masked_answers_are_as_before():
     assert single_token_words(tok, ["paris", "parisx", "the", "London", "Gold", "oxen"], masked=True) == ["the", "London", "Gold"]
 
 
-def test_masked_lm_lama_on_a_benchmark_equals_one_forward_pass_per_filled_sentence(tmp_path, roberta_tokenizer):
-    """A RoBERTa-like masked LM: each candidate's score is log p(the token the filled sentence has at the
-    mask) in one whole forward pass of the masked sentence, with the mask at a sentence's start too."""
+def tiny_roberta(tok) -> LoadedModel:
+    """A RoBERTa-like masked LM of random weights (seed 0) over ``tok``."""
     import transformers
 
-    tok = roberta_tokenizer
     torch.manual_seed(0)
     model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
         vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
         pad_token_id=tok.pad_token_id, max_position_embeddings=tok.pad_token_id + 300)).eval()
-    loaded = LoadedModel.from_objects(model, tok, "tiny-roberta")
+    return LoadedModel.from_objects(model, tok, "tiny-roberta")
+
+
+def test_masked_lm_lama_on_a_benchmark_equals_one_forward_pass_per_filled_sentence(tmp_path, roberta_tokenizer):
+    """A RoBERTa-like masked LM: each candidate's score is log p(the token the filled sentence has at the
+    mask) in one whole forward pass of the masked sentence, with the mask at a sentence's start too."""
+    tok = roberta_tokenizer
+    loaded = tiny_roberta(tok)
     labels = ["Paris", "London", "actor", "France", "lawyer", "gold"]
     task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), labels, causal=False)
     result = run_cloze(task, loaded, ["lama"], show_progress=False)
@@ -89,7 +94,7 @@ def test_masked_lm_lama_on_a_benchmark_equals_one_forward_pass_per_filled_senten
         encoded = tok(sentence)["input_ids"]
         position = encoded.index(tok.mask_token_id)
         with torch.no_grad():
-            logprobs = torch.log_softmax(model(input_ids=torch.tensor([encoded])).logits[0, position], -1)
+            logprobs = torch.log_softmax(loaded.model(input_ids=torch.tensor([encoded])).logits[0, position], -1)
         candidates = task.candidate_set(query).labels
         filled = [tok(sentence.replace(tok.mask_token, label))["input_ids"][position] for label in candidates]
         expected = logprobs[torch.as_tensor(filled)].numpy()
@@ -260,17 +265,11 @@ def test_masked_lama_on_a_cased_tokenizer_is_as_before(tmp_path, roberta_tokeniz
     """A cased (byte-level BPE) masked LM: no two words share a token id, so the task and every number are as before."""
     from types import SimpleNamespace
 
-    import transformers
-
     from deer.platform.benchmark_rows import task_digest
     from experiments.benchmarks import build_task
 
     tok = roberta_tokenizer
-    torch.manual_seed(0)
-    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
-        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        pad_token_id=tok.pad_token_id, max_position_embeddings=tok.pad_token_id + 300)).eval()
-    loaded = LoadedModel.from_objects(model, tok, "tiny-roberta")
+    loaded = tiny_roberta(tok)
     data = case_variant_lama(tmp_path / "lama")
     before = lama_cloze_task(data, single_token_words(tok, data.common_vocab, masked=True), causal=False)
     task = build_task(data, SimpleNamespace(is_masked_lm=True, tokenizer=tok))
