@@ -83,7 +83,7 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     relations = list(selection.relations) if selection.relations else None
     chosen = {"relations": relations, "max_instances": selection.max_instances, "seed": selection.seed}
     if isinstance(dataset, BearDataset):  # scored as it was loaded: a selection is not applied to it again
-        if (relations or selection.max_instances is not None) and chosen != dataset.selection:
+        if (relations or selection.max_instances is not None or selection.seed != 0) and chosen != dataset.selection:
             loaded_with = dataset.selection or "no selection"
             raise OptionError("selection", chosen, f"the BearDataset given was loaded with {loaded_with}; pass the selection "
                                                    "to load_bear_dataset (or the data set's name here)")

@@ -39,6 +39,17 @@ def test_a_loaded_bear_dataset_is_scored_as_loaded_and_its_selection_recorded(tm
     assert whole.summary()["selection"] == {"relations": None, "max_instances": None, "seed": 0}
 
 
+def test_a_seed_given_beside_a_sampled_bear_dataset_is_refused_not_dropped(tmp_path):
+    """bear_dataset(BearDataset sampled with seed 0, seed=5) scored seed 0's sample without a word (only relations and
+    max_instances were compared with the data set's selection)."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    sampled = load_bear_dataset(str(folder), max_instances=2, seed=0)
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(sampled, "no-such-model-anywhere", seed=5)
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(load_bear_dataset(str(folder)), "no-such-model-anywhere", seed=5)
+
+
 def test_deer_data_fetch_reads_the_groups_data_dir(tmp_path):
     """`deer data --data-dir X fetch NAME` fetched into the default root, ignoring X."""
     result = CliRunner().invoke(main, ["data", "--data-dir", str(tmp_path / "mine"), "fetch", "wn18rr", "--offline"])
