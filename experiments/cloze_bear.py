@@ -76,8 +76,9 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
                 if metadata.get(name) != value]
     if model.get("fingerprint") != loaded.fingerprint:
         problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
-    if model.get("tokenizer_fingerprint", loaded.tokenizer_fingerprint) != loaded.tokenizer_fingerprint:
-        problems.append("tokenizer fingerprint differs")
+    if model.get("tokenizer_fingerprint") != loaded.tokenizer_fingerprint:
+        problems.append(f"tokenizer fingerprint {model.get('tokenizer_fingerprint') or 'not recorded (a run made before it was)'}"
+                        f" != {loaded.tokenizer_fingerprint}")
     dtype = str(loaded.dtype).replace("torch.", "")
     if model.get("dtype", dtype) != dtype:
         problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")

@@ -102,3 +102,26 @@ def test_a_bear_run_stored_before_relation_digests_is_refused_with_a_hint_to_rer
         stored_bear_table(bear_run, data, loaded)
     with pytest.raises(ValueError, match="not a finished `deer bear-dataset` run"):
         stored_bear_table(tmp_path, data, loaded)
+
+
+def test_a_bear_run_of_the_same_weights_with_another_tokenizer_is_refused(tmp_path, loaded):
+    """`deer cloze --bear-run` took a BEAR run scored through another tokenizer (same weights) as this model's: its check of
+    the tokenizer fingerprint read a field that metadata.json never held, so it could not fail."""
+    import tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from deer.backends.models import LoadedModel
+
+    spec = json.loads(loaded.tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    vocab["Ġis"], vocab["Ġthe"] = vocab["Ġthe"], vocab["Ġis"]  # two ids swapped: other scores from the same weights
+    other = PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer.from_str(json.dumps(spec)),
+                                    bos_token=loaded.tokenizer.bos_token, eos_token=loaded.tokenizer.eos_token)
+    swapped = LoadedModel.from_objects(loaded.model, other, "tiny-swapped")
+    assert swapped.fingerprint == loaded.fingerprint and swapped.tokenizer_fingerprint != loaded.tokenizer_fingerprint
+    folder = write_dataset(tmp_path / "BEARmini")
+    bear_ref.bear_dataset(str(folder), swapped, out=tmp_path / "swapped", show_progress=False)
+    data = load_bear_dataset(str(folder))
+    with pytest.raises(ValueError, match="is not a BEAR run of this model and scoring: tokenizer fingerprint"):
+        stored_bear_table(tmp_path / "swapped", data, loaded)
+    assert len(stored_bear_table(tmp_path / "swapped", data, swapped)) == 3 * data.n_instances
