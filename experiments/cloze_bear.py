@@ -8,12 +8,14 @@ template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreemen
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, STATEMENT_RULE, bear_format, bear_metrics, find_instances_table
 from deer.backends.models import LoadedModel
+from deer.backends.tokenization import bos_policy
 from deer.base.files import write_json, write_table, write_text
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.result import RunResult
@@ -79,6 +81,8 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     if model.get("tokenizer_fingerprint") != loaded.tokenizer_fingerprint:
         problems.append(f"tokenizer fingerprint {model.get('tokenizer_fingerprint') or 'not recorded (a run made before it was)'}"
                         f" != {loaded.tokenizer_fingerprint}")
+    if model.get("bos") != (bos := json.loads(json.dumps(bos_policy(loaded.tokenizer)))):  # a BOS starts every statement or none
+        problems.append(f"BOS policy {model.get('bos')} != {bos}")
     dtype = str(loaded.dtype).replace("torch.", "")
     if model.get("dtype", dtype) != dtype:
         problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")

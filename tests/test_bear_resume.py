@@ -125,3 +125,23 @@ def test_a_bear_run_of_the_same_weights_with_another_tokenizer_is_refused(tmp_pa
     with pytest.raises(ValueError, match="is not a BEAR run of this model and scoring: tokenizer fingerprint"):
         stored_bear_table(tmp_path / "swapped", data, loaded)
     assert len(stored_bear_table(tmp_path / "swapped", data, swapped)) == 3 * data.n_instances
+
+
+def test_a_bear_run_of_the_same_weights_and_vocabulary_without_a_bos_is_refused(tmp_path, loaded):
+    """`deer cloze --bear-run` took a BEAR run scored without the BOS token this model's statements begin with (a
+    tokenizer of the same vocabulary that defines none): metadata.json records the BOS policy, nothing compared it."""
+    import tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from deer.backends.models import LoadedModel
+
+    no_bos = PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer.from_str(loaded.tokenizer.backend_tokenizer.to_str()),
+                                     eos_token=loaded.tokenizer.eos_token)
+    other = LoadedModel.from_objects(loaded.model, no_bos, "tiny-no-bos")
+    assert (other.fingerprint, other.tokenizer_fingerprint) == (loaded.fingerprint, loaded.tokenizer_fingerprint)
+    folder = write_dataset(tmp_path / "BEARmini")
+    bear_ref.bear_dataset(str(folder), other, out=tmp_path / "no-bos", show_progress=False)
+    data = load_bear_dataset(str(folder))
+    with pytest.raises(ValueError, match="is not a BEAR run of this model and scoring: BOS policy"):
+        stored_bear_table(tmp_path / "no-bos", data, loaded)
+    assert len(stored_bear_table(tmp_path / "no-bos", data, other)) == 3 * data.n_instances
