@@ -152,10 +152,11 @@ def _relation_domains(folder: Path) -> dict[str, list[str]]:
     for candidate in (folder / RELATION_INFO_FILE, folder.parent / RELATION_INFO_FILE):
         if candidate.is_file():
             info = _read_object(candidate, "{relation: {\"domains\": [...]}}")
-            domains = {code: entry.get("domains", []) if isinstance(entry, dict) else [] for code, entry in info.items()}
+            domains = {code: entry.get("domains", []) if isinstance(entry, dict) else None for code, entry in info.items()}
             for code, listed in domains.items():
                 if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
-                    raise KGFormatError(candidate, None, f"relation {code}: 'domains' must be a list of strings")
+                    raise KGFormatError(candidate, None, f"relation {code}: expected an object whose 'domains' is a list of "
+                                                         "strings, {\"domains\": [...]}")
             return domains
     return {}
 

@@ -91,6 +91,17 @@ def test_errors_name_file_and_line(tmp_path):
         load_bear_dataset(str(folder))
 
 
+def test_a_relation_info_entry_that_is_not_an_object_is_refused(tmp_path):
+    """relation_info.json written {code: [domains]} (not {code: {"domains": [...]}}) was read without a word as no
+    domains: every relation went to the domain "unknown" and the per-domain accuracy was of that one group."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    (tmp_path / "relation_info.json").write_text(json.dumps({"P36": ["Geographic"], "P37": {"domains": ["Cultural"]}}))
+    with pytest.raises(KGFormatError, match=r"relation_info.json: relation P36: expected an object"):
+        load_bear_dataset(str(folder))
+    (tmp_path / "relation_info.json").write_text(json.dumps({"P36": {}, "P37": {"domains": ["Cultural"]}}))
+    assert load_bear_dataset(str(folder)).relations["P36"].domains == []  # an entry without domains: as before
+
+
 def test_real_bear_counts():
     try:
         data = load_bear_dataset("bear")
