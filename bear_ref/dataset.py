@@ -232,11 +232,12 @@ def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
             raise ValueError(f"{metadata_path} records no data set path and selection; pass the data set")
         dataset = load_bear_dataset(recorded["path"], relations=selection.get("relations"),
                                     max_instances=selection.get("max_instances"), seed=selection.get("seed", 0))
-    expected = {code: len(relation) for code, relation in dataset.relations.items()}
-    found = (table[table["template"] == 0].groupby("relation").size().to_dict()) if len(table) else {}
-    if {k: int(v) for k, v in found.items()} != expected:
+    expected = {code: sorted(zip(r.subject_ids, [r.answer_ids[g] for g in r.gold], strict=True)) for code, r in dataset.relations.items()}
+    found = {code: sorted(zip(part["sub_id"].astype(str), part["obj_id"].astype(str), strict=True))
+             for code, part in table[table["template"] == 0].groupby("relation")}
+    if found != expected:
         raise ValueError(f"the instances table in {out_dir} does not match the data set {dataset.path} "
-                         "(relations or instance counts differ); pass the data set and selection of that run")
+                         "(relations, or their subjects and gold answers, differ); pass the data set and selection of that run")
     metrics = bear_metrics(table, dataset, domain_support, ties)
     previous = metadata.get("metric_convention", metric_convention("full", "wrong"))  # before issue 9: not stored
     metadata = {

@@ -227,6 +227,26 @@ def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
     check_out_dir(out)  # a BEAR data-set run's own folder is fine
 
 
+def test_resummarise_refuses_a_data_set_of_other_instances_in_the_same_number(tmp_path):
+    """resummarise_bear_dataset compared only the instance count per relation with the given data set: another sample (or
+    another folder's relation of as many instances) was taken, and its cardinality and domains written as the run's."""
+    from deer.base.files import write_json, write_table
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    data = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=0)
+    pairs = {"P37": [(s, o) for _, s, _, o in LANGUAGES]}
+    out = tmp_path / "run"
+    out.mkdir()
+    write_table(out / "instances.parquet", score_relation(OracleScorer(pairs["P37"], wrong_for=set()), data.relations["P37"]))
+    write_json(out / "metrics.json", {"bear": {"overall": {}}})
+    write_json(out / "metadata.json", {"bear": {"probe": "bear-dataset", "dataset": data.summary(), "selection": data.selection}})
+    other = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=7)
+    assert other.relations["P37"].subject_ids != data.relations["P37"].subject_ids
+    with pytest.raises(ValueError, match="does not match the data set"):
+        resummarise_bear_dataset(out, other)
+    assert resummarise_bear_dataset(out, data).metrics["instances"] == 2  # its own data set: accepted
+
+
 def test_bear_dataset_on_smollm2(smollm2, tmp_path):
     """Real model on three capitals: gold scores are whole-statement log-likelihoods (1e-4 nats)."""
     from deer.backends.plain import plain_conditional_scores
