@@ -150,6 +150,29 @@ def test_callback_without_trainer_writes_the_state_log_and_keeps_results(tiny_cl
         DeerCallback(str(tiny_kg_dir), every_n_steps=0)
 
 
+def test_an_evaluation_after_training_probes_the_weights_it_evaluates(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """An evaluation after training (load_best_model_at_end loaded another checkpoint's weights, then
+    trainer.evaluate() at the final step) reported the DEER metrics of the final step's weights, kept
+    from that step's probe: the weights evaluated now are probed."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    model, tokenizer = _fresh_model(tiny_clm_dir)
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    callback = DeerCallback(queries, every_n_steps=2)
+    state, args = TrainerState(), TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True)
+    state.global_step = 2
+    callback.on_step_end(args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    callback.on_train_end(args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    with torch.no_grad():  # the best checkpoint's weights loaded at the end of training
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    metrics = {}
+    callback.on_evaluate(args, state, TrainerControl(), model=model, processing_class=tokenizer, metrics=metrics)
+    now = deer.probe(queries, (model.eval(), tokenizer), show_progress=False)
+    assert metrics["eval_deer/mrr"] == pytest.approx(now.metrics["mrr"], rel=1e-9)
+    assert metrics["eval_deer/mr"] == pytest.approx(now.metrics["mr"], rel=1e-9)
+
+
 def test_two_process_data_parallel_training_shares_the_probe(tiny_clm_dir, tiny_kg_dir, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

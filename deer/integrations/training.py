@@ -116,6 +116,9 @@ class DeerCallback(TrainerCallback):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
             self._probe(state, control, model, processing_class)
 
+    def on_train_end(self, args, state, control, **kwargs):
+        self._last_step = None  # the end may load other weights at this step (load_best_model_at_end): an evaluation probes them
+
     def on_evaluate(self, args, state, control, model=None, processing_class=None, metrics=None, **kwargs):
         if self.on_evaluate_too:
             self._probe(state, control, model, processing_class)
