@@ -115,3 +115,19 @@ def test_device_auto_takes_the_gpu_when_there_is_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == "cpu"
     assert resolve_device("cuda:1") == "cuda:1" and resolve_device("cpu") == "cpu"
+
+
+def test_a_dtype_or_device_other_than_the_given_models_is_refused(tiny_clm, tiny_kg_dir):
+    """A model object (or a LoadedModel) given with dtype="bfloat16" ran in its own float32 without a
+    word, its run recorded as float32: a dtype or device it does not have is refused, its own is accepted."""
+    import deer
+    from deer.backends.models import as_loaded_model
+    from deer.base.errors import OptionError
+
+    model, tokenizer = tiny_clm
+    with pytest.raises(OptionError, match=r"dtype='bfloat16'.*loaded already, in float32"):
+        deer.probe(str(tiny_kg_dir), (model, tokenizer), dtype="bfloat16", show_progress=False)
+    loaded = as_loaded_model(model, tokenizer, dtype="float32", device="cpu")
+    with pytest.raises(OptionError, match=r"device='cuda:1'.*loaded already, in float32 on cpu"):
+        as_loaded_model(loaded, dtype="auto", device="cuda:1")
+    assert as_loaded_model(loaded, dtype="float32", device="cpu") is loaded

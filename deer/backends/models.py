@@ -462,15 +462,19 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
 def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     """A :class:`LoadedModel` from what the Python API accepts: one; a name or folder (loaded with ``dtype``
     and ``device``); a ``(model, tokenizer)`` pair; or a model object with ``tokenizer=``."""
-    if isinstance(model, LoadedModel):
-        return model
     if isinstance(model, (str, os.PathLike)):
         return open_model(model if isinstance(model, str) else str(model), dtype=dtype, device=device)
-    if isinstance(model, tuple) and len(model) == 2:
-        model, tokenizer = model
-    if not hasattr(model, "parameters") or not hasattr(model, "config"):
-        raise TypeError(f"model must be a name, a folder, a LoadedModel or a transformers model, not {type(model).__name__}")
-    return LoadedModel.from_objects(model, tokenizer)
+    if not isinstance(model, LoadedModel):
+        if isinstance(model, tuple) and len(model) == 2:
+            model, tokenizer = model
+        if not hasattr(model, "parameters") or not hasattr(model, "config"):
+            raise TypeError(f"model must be a name, a folder, a LoadedModel or a transformers model, not {type(model).__name__}")
+        model = LoadedModel.from_objects(model, tokenizer)
+    for option, given, has in (("dtype", dtype, model.dtype), ("device", device, model.device)):  # a model loaded already
+        if given not in (None, "auto", has) and not has.startswith(f"{given}:"):  # device "cuda": any CUDA device
+            raise OptionError(option, given, f"{model.name} is loaded already, in {model.dtype} on {model.device}: convert or "
+                                             f"move it (model.to(...)), or leave {option} out")
+    return model
 
 
 @contextlib.contextmanager
