@@ -107,6 +107,17 @@ def test_probe_leaves_training_state_untouched(tiny_clm_dir, tiny_kg_dir):
     np.testing.assert_array_equal(result.table["deer_rank_filtered"], plain.table["deer_rank_filtered"])
 
 
+def test_probe_leaves_each_part_of_the_model_in_its_own_mode(tiny_clm_dir, tiny_kg_dir):
+    """A model training with one part kept in eval mode (frozen, its dropout off) came back from the probe
+    with every part training (model.train() on the whole): each module is put back in the mode it had."""
+    model, tokenizer = _fresh_model(tiny_clm_dir)
+    model.train()
+    model.model.layers[0].eval()
+    before = {name: module.training for name, module in model.named_modules()}
+    probe_during_training(model, tokenizer, build_queries(load_kg(tiny_kg_dir), "test"))
+    assert {name: module.training for name, module in model.named_modules()} == before
+
+
 def test_probing_while_training_hashes_no_weights(tiny_clm_dir, tiny_kg_dir, monkeypatch):
     """Bug 4: every evaluation hashed every byte of every weight (a 7B bf16 model: ~14 GB copied to the
     host and hashed per call); the probe of a model in training is named without reading its weights."""

@@ -479,11 +479,12 @@ def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "a
 
 @contextlib.contextmanager
 def evaluation_mode(model):
-    """Eval mode (no dropout) for the enclosed probe; a model that was training goes back to training."""
-    was_training = bool(getattr(model, "training", False))
+    """Eval mode (no dropout) for the enclosed probe; after it each module goes back to its own mode (a model
+    training with a part kept in eval mode, model.train() on the whole would switch that part's dropout on)."""
+    modes = [(module, module.training) for module in model.modules()] if callable(getattr(model, "modules", None)) else []
     model.eval()
     try:
         yield model
     finally:
-        if was_training:
-            model.train()
+        for module, training in modes:
+            module.train(training)
