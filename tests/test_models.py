@@ -131,3 +131,19 @@ def test_a_dtype_or_device_other_than_the_given_models_is_refused(tiny_clm, tiny
     with pytest.raises(OptionError, match=r"device='cuda:1'.*loaded already, in float32 on cpu"):
         as_loaded_model(loaded, dtype="auto", device="cuda:1")
     assert as_loaded_model(loaded, dtype="float32", device="cpu") is loaded
+
+
+def test_a_tokenizer_beside_a_model_that_has_its_own_is_refused(tiny_clm, tiny_clm_dir, tiny_kg_dir):
+    """deer.probe(kg, "folder", tokenizer=mine) ran with the folder's tokenizer, mine dropped without a
+    word: a tokenizer is taken only beside a model object; beside a name or a LoadedModel it is refused."""
+    import deer
+    from deer.backends.models import as_loaded_model
+    from deer.base.errors import OptionError
+
+    model, tokenizer = tiny_clm
+    with pytest.raises(OptionError, match=r"tokenizer=.*a model given by name or a LoadedModel has its own"):
+        deer.probe(str(tiny_kg_dir), str(tiny_clm_dir), tokenizer=tokenizer, show_progress=False)
+    loaded = as_loaded_model(model, tokenizer)
+    with pytest.raises(OptionError, match=r"tokenizer=.*has its own"):
+        as_loaded_model(loaded, object())
+    assert as_loaded_model(loaded, loaded.tokenizer) is loaded
