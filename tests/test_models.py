@@ -147,3 +147,14 @@ def test_a_tokenizer_beside_a_model_that_has_its_own_is_refused(tiny_clm, tiny_c
     with pytest.raises(OptionError, match=r"tokenizer=.*has its own"):
         as_loaded_model(loaded, object())
     assert as_loaded_model(loaded, loaded.tokenizer) is loaded
+
+
+def test_a_tokenizer_beside_a_model_and_tokenizer_pair_is_refused(tiny_clm):
+    """as_loaded_model((model, its_tokenizer), another) ran with the pair's tokenizer, the other dropped without a word."""
+    from deer.backends.models import as_loaded_model
+    from deer.base.errors import OptionError
+
+    model, tokenizer = tiny_clm
+    with pytest.raises(OptionError, match=r"tokenizer=.*as has a \(model, tokenizer\) pair"):
+        as_loaded_model((model, tokenizer), object())
+    assert as_loaded_model((model, tokenizer), tokenizer).tokenizer is tokenizer

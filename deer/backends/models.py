@@ -462,9 +462,10 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
 def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     """A :class:`LoadedModel` from what the Python API accepts: one; a name or folder (loaded with ``dtype``
     and ``device``); a ``(model, tokenizer)`` pair; or a model object with ``tokenizer=``."""
-    if tokenizer is not None and isinstance(model, (str, os.PathLike, LoadedModel)) and tokenizer is not getattr(model, "tokenizer", None):
+    own = model[1] if isinstance(model, tuple) and len(model) == 2 else getattr(model, "tokenizer", None)
+    if tokenizer is not None and isinstance(model, (str, os.PathLike, LoadedModel, tuple)) and tokenizer is not own:
         raise OptionError("tokenizer", type(tokenizer).__name__, "applies to a model given as an object; a model given by name "
-                                                                 "or a LoadedModel has its own: leave tokenizer out")
+                                                                 "or a LoadedModel has its own, as has a (model, tokenizer) pair: leave tokenizer out")
     if isinstance(model, (str, os.PathLike)):
         return open_model(model if isinstance(model, str) else str(model), dtype=dtype, device=device)
     if not isinstance(model, LoadedModel):
