@@ -173,6 +173,7 @@ def test_an_evaluation_after_training_probes_the_weights_it_evaluates(tiny_clm_d
     state, args = TrainerState(), TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True)
     state.global_step = 2
     callback.on_step_end(args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    at_step = callback.results[2]
     callback.on_train_end(args, state, TrainerControl(), model=model, processing_class=tokenizer)
     with torch.no_grad():  # the best checkpoint's weights loaded at the end of training
         for parameter in model.parameters():
@@ -182,6 +183,7 @@ def test_an_evaluation_after_training_probes_the_weights_it_evaluates(tiny_clm_d
     now = deer.probe(queries, (model.eval(), tokenizer), show_progress=False)
     assert metrics["eval_deer/mrr"] == pytest.approx(now.metrics["mrr"], rel=1e-9)
     assert metrics["eval_deer/mr"] == pytest.approx(now.metrics["mr"], rel=1e-9)
+    assert list(callback.results) == [2] and callback.results[2] is at_step  # step 2's own probe (its weights) is kept, not replaced by the later weights'
 
 
 def test_two_process_data_parallel_training_shares_the_probe(tiny_clm_dir, tiny_kg_dir, tmp_path):

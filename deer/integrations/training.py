@@ -61,7 +61,8 @@ class DeerCallback(TrainerCallback):
     ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split`` and
     ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it);
     without one they go into ``state.log_history`` only.  ``out``: a folder where process 0 saves
-    each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}).
+    each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}); a probe after training
+    (an evaluation of the best checkpoint loaded at the end) is logged only.
     After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
     ``metric_for_best_model="deer/mrr"`` (checked against the names reported when attached and when
     training begins); an ``EarlyStoppingCallback`` must come after this callback."""
@@ -79,6 +80,7 @@ class DeerCallback(TrainerCallback):
         self.results: dict[int, RunResult] = {}
         self.seconds: dict[int, float] = {}
         self._last_step: int | None = None
+        self._after_training = False  # probes after on_train_end are logged, never kept as their step's
         self._last_logs: dict[str, float] = {}
 
     @classmethod
@@ -109,6 +111,7 @@ class DeerCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.check_best_metric(args)
+        self._after_training = False
         if self.at_start:
             self._probe(state, control, model, processing_class)
 
@@ -117,7 +120,9 @@ class DeerCallback(TrainerCallback):
             self._probe(state, control, model, processing_class)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._last_step = None  # the end may load other weights at this step (load_best_model_at_end): an evaluation probes them
+        # The end may load other weights at this step (load_best_model_at_end): an evaluation after it probes them, and
+        # logs what it finds without taking the place of the step's own probe in results and out.
+        self._last_step, self._after_training = None, True
 
     def on_evaluate(self, args, state, control, model=None, processing_class=None, metrics=None, **kwargs):
         if self.on_evaluate_too:
@@ -135,11 +140,12 @@ class DeerCallback(TrainerCallback):
         result = probe_during_training(model, tokenizer, self.queries, self.templates, token_budget=self.token_budget,
                                        step=state.global_step)
         seconds = time.perf_counter() - started
-        self.seconds[state.global_step] = seconds
-        if self.keep_results:
-            self.results[state.global_step] = result
-        if self.out is not None and world()[0] == 0:
-            result.save(self.out / f"step-{state.global_step}")
+        if not self._after_training:
+            self.seconds[state.global_step] = seconds
+            if self.keep_results:
+                self.results[state.global_step] = result
+            if self.out is not None and world()[0] == 0:
+                result.save(self.out / f"step-{state.global_step}")
         logs = self._last_logs = {**logged_metrics(result, self.prefix), f"{self.prefix}/seconds": seconds}
         if self.trainer is not None:
             should_log = control.should_log
