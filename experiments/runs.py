@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from deer.backends import DEFAULT_BACKEND, open_backend
-from deer.backends.models import LoadedModel, as_loaded_model, open_model
+from deer.backends.models import IN_TRAINING, LoadedModel, as_loaded_model, open_model
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
@@ -189,11 +189,13 @@ def model_label(model_name: str) -> str:
 
 
 def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
-    """{label: label of the first run with the same run spec} for every run repeating an earlier one (same weights)."""
+    """{label: label of the first run with the same run spec} for every run repeating an earlier one (same weights;
+    a model probed while training is named, not hashed (``training_identity``): never the same as another)."""
     first: dict[RunSpec, str] = {}
     repeats = {}
     for run in runs:
-        if spec := run.probe_metadata.get("deer", {}).get("run_spec"):  # the run spec its DEER ranks were made under
+        spec = run.probe_metadata.get("deer", {}).get("run_spec")  # the run spec its DEER ranks were made under
+        if spec and not str(spec.get("model_fingerprint")).startswith(IN_TRAINING):
             identity = RunSpec.from_dict(spec)
             if identity in first:
                 repeats[run.label] = first[identity]

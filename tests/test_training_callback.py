@@ -186,6 +186,28 @@ def test_an_evaluation_after_training_probes_the_weights_it_evaluates(tiny_clm_d
     assert list(callback.results) == [2] and callback.results[2] is at_step  # step 2's own probe (its weights) is kept, not replaced by the later weights'
 
 
+def test_two_training_runs_probed_at_one_step_are_not_called_the_same_weights(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """Two training runs (other weights) saved by DeerCallback at the same step share their identity (class, name,
+    size, step: no weights hashed), and screening their folders marked the second "same weights as" the first."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from experiments.runs import load_run, same_weights
+
+    state, args = TrainerState(), TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True)
+    state.global_step = 100
+    for run in ("a", "b"):
+        model, tokenizer = _fresh_model(tiny_clm_dir)
+        if run == "b":
+            with torch.no_grad():  # another seed's weights
+                for parameter in model.parameters():
+                    parameter.add_(torch.randn_like(parameter) * 0.5)
+        DeerCallback(str(tiny_kg_dir), every_n_steps=100, out=tmp_path / run).on_step_end(
+            args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    runs = [load_run(tmp_path / run / "step-100", label=run) for run in ("a", "b")]
+    assert runs[0].metrics != runs[1].metrics
+    assert same_weights(runs) == {}
+
+
 def test_two_process_data_parallel_training_shares_the_probe(tiny_clm_dir, tiny_kg_dir, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

@@ -383,12 +383,15 @@ def model_fingerprint(model) -> str:
     return tensors_fingerprint(model.state_dict().items())
 
 
+IN_TRAINING = "in-training:"  # how a training_identity begins: a fingerprint that hashes no weights
+
+
 def training_identity(model, step: int | None) -> str:
     """A model in training at ``step``, named without reading its weights (class, name, parameter
     count, step).  Not content-addressed, so used only where nothing is cached or reused."""
     count = sum(parameter.numel() for parameter in model.parameters())
     name = getattr(model.config, "_name_or_path", "") or ""
-    return f"in-training:{type(model).__name__}:{name}:{count}:step-{step}"
+    return f"{IN_TRAINING}{type(model).__name__}:{name}:{count}:step-{step}"
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
