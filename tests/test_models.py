@@ -158,3 +158,20 @@ def test_a_tokenizer_beside_a_model_and_tokenizer_pair_is_refused(tiny_clm):
     with pytest.raises(OptionError, match=r"tokenizer=.*as has a \(model, tokenizer\) pair"):
         as_loaded_model((model, tokenizer), object())
     assert as_loaded_model((model, tokenizer), tokenizer).tokenizer is tokenizer
+
+
+def test_a_bert_family_model_trained_as_a_decoder_is_a_causal_lm(tmp_path, tiny_clm_dir):
+    """A RoBERTa trained left to right (RobertaForCausalLM, is_decoder) was loaded as RobertaForMaskedLM and scored
+    with pseudo log-likelihood, its model type being a masked LM's: a decoder is loaded and scored as a causal LM."""
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForCausalLM
+
+    from deer.backends.models import is_masked_lm, is_masked_lm_config, open_model
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_clm_dir)
+    config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=4, is_decoder=True)
+    RobertaForCausalLM(config).save_pretrained(tmp_path / "decoder")
+    tokenizer.save_pretrained(tmp_path / "decoder")
+    loaded = open_model(str(tmp_path / "decoder"))
+    assert type(loaded.model).__name__ == "RobertaForCausalLM" and not is_masked_lm(loaded.model)
+    assert is_masked_lm_config(RobertaConfig()) and is_masked_lm_config(RobertaConfig(architectures=["RobertaForMaskedLM"]))

@@ -295,7 +295,10 @@ def merged_adapter(model, adapter: str):
 
 
 def is_masked_lm_config(config) -> bool:
-    """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right."""
+    """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right; one of their
+    family trained as a decoder (``is_decoder``: RobertaForCausalLM, BertLMHeadModel) attends left to right."""
+    if getattr(config, "is_decoder", False):
+        return False
     if any(a.endswith("ForMaskedLM") for a in getattr(config, "architectures", None) or []):
         return True
     return getattr(config, "model_type", "") in {"bert", "roberta", "distilbert", "albert", "electra", "xlm-roberta", "deberta", "deberta-v2", "modernbert"}
