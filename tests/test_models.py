@@ -175,3 +175,31 @@ def test_a_bert_family_model_trained_as_a_decoder_is_a_causal_lm(tmp_path, tiny_
     loaded = open_model(str(tmp_path / "decoder"))
     assert type(loaded.model).__name__ == "RobertaForCausalLM" and not is_masked_lm(loaded.model)
     assert is_masked_lm_config(RobertaConfig()) and is_masked_lm_config(RobertaConfig(architectures=["RobertaForMaskedLM"]))
+
+
+def test_a_roberta_decoders_statements_score_as_in_one_whole_pass(tmp_path, tiny_clm_dir):
+    """A RoBERTa decoder's statement scores (prefix trie, shared context) differed from one whole pass per statement:
+    RoBERTa numbers positions from its padding id + 1 where the hf kernels passed their own from 0, and its LM head
+    transforms the hidden states (dense, GELU, norm) before the output embeddings, which the kernels applied alone."""
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForCausalLM
+
+    from deer.backends import open_backend
+    from deer.backends.model_config import max_positions, position_offset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_clm_dir)
+    torch.manual_seed(0)
+    RobertaForCausalLM(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=4, is_decoder=True, pad_token_id=tokenizer.pad_token_id,
+                                     )).save_pretrained(tmp_path / "decoder")  # its padding id the tokenizer's, as a RoBERTa's is
+    tokenizer.save_pretrained(tmp_path / "decoder")
+    hf, plain = (open_backend(name, str(tmp_path / "decoder"), show_progress=False) for name in ("hf", "plain"))
+    offset = tokenizer.pad_token_id + 1  # positions begin after the padding id
+    assert position_offset(hf.model) == offset and max_positions(hf.model) == hf.model.config.max_position_embeddings - offset
+    statements = ["a cat is an animal", "Paris is a city", "Paris is a river"]
+    expected = plain.statement_scorer().score_statements(statements)
+    np.testing.assert_allclose(hf.statement_scorer().score_statements(statements), expected, rtol=1e-5, atol=1e-4)
+    context, continuations = "Paris is a", [" city", " river"]
+    np.testing.assert_allclose(hf.statement_scorer().score(context, continuations),
+                               plain.statement_scorer().score(context, continuations), rtol=1e-5, atol=1e-4)

@@ -32,9 +32,19 @@ class EncoderOutput:
     next_token_logprobs: np.ndarray | None = None
 
 
+def lm_head(model) -> torch.nn.Module:
+    """What turns final hidden states into logits: the model's part holding its output embeddings (a BERT-family
+    head transforms the states before them: dense, activation, norm); most heads are the output embeddings alone."""
+    output = model.get_output_embeddings()
+    children = list(model.children())
+    if any(child is output for child in children):
+        return output
+    return next((child for child in children if any(module is output for module in child.modules())), output)
+
+
 def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
     """log p(next token) from final hidden states (n, d), applying the LM head only to these rows."""
-    logits = model.get_output_embeddings()(hidden).float()
+    logits = lm_head(model)(hidden).float()
     # Gemma-style logit soft-capping: the model's own forward applies it; here the LM head is
     # called directly, so it is applied here (plain full forward passes must not apply it again).
     softcap = getattr(text_config(model), "final_logit_softcapping", None)

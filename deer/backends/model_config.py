@@ -12,14 +12,20 @@ def text_config(model):
 POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 
 
-def max_positions(model) -> int | None:
-    """The model's position limit from its config (None if it states none); where the position embeddings
-    have a padding id (RoBERTa's family), positions are numbered from it + 1: roberta-base's 514 hold 512 tokens."""
-    config = text_config(model)
+def position_offset(model) -> int:
+    """The first position id: RoBERTa's family numbers positions from its padding id + 1 (a padded position
+    embedding), other models from 0.  Where a kernel passes position ids itself, they start here."""
     embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
     padding = getattr(getattr(embeddings, "position_embeddings", None), "padding_idx", None)
+    return 0 if padding is None else padding + 1
+
+
+def max_positions(model) -> int | None:
+    """The model's position limit from its config (None if it states none), less the positions numbered before
+    the first (``position_offset``): roberta-base's 514 hold 512 tokens."""
+    config = text_config(model)
     for attribute in POSITION_ATTRIBUTES:
         value = getattr(config, attribute, None)
         if isinstance(value, int) and value > 0:
-            return value if padding is None else value - padding - 1
+            return value - position_offset(model)
     return None

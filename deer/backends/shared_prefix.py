@@ -13,6 +13,7 @@ import torch
 from transformers import DynamicCache
 
 from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
+from deer.backends.model_config import position_offset
 from deer.backends.packing import consecutive_packs, packed_attention_mask
 
 # Below this many shared tokens the prefix pass does not pay for its masks.
@@ -76,7 +77,7 @@ def forward_on_cache(model, cache, context_length: int, input_ids, positions: np
     device = next(model.parameters()).device
     key_positions = np.concatenate([np.arange(context_length), positions])
     hidden = model.base_model(input_ids=torch.as_tensor([list(input_ids)], device=device),
-                              position_ids=torch.as_tensor(positions[None], device=device),
+                              position_ids=torch.as_tensor(positions[None] + position_offset(model), device=device),
                               attention_mask=custom_attention_mask(model, allowed, positions, key_positions, device),
                               past_key_values=cache, use_cache=True).last_hidden_state[0]
     # Drop the row again so the next one sees only the context (negative = tokens to remove).

@@ -18,6 +18,7 @@ import torch
 from deer.backends.attention import backend_for_custom_masks, custom_attention_mask
 from deer.backends.boundary import common_prefix_length
 from deer.backends.encoder import token_logprobs
+from deer.backends.model_config import position_offset
 from deer.backends.tokenization import batch_token_ids
 from deer.base.work import WorkCounter
 
@@ -119,7 +120,7 @@ class PrefixTrieScorer:
         depths = np.asarray(row.depths, dtype=np.int64)[fed_nodes]
         mask = custom_attention_mask(self.model, ancestor_mask(fed_parents), depths, depths, self.device)
         hidden = self.model.base_model(input_ids=torch.as_tensor(tokens[fed_nodes][None], device=self.device),
-                                       position_ids=torch.as_tensor(depths[None], device=self.device),
+                                       position_ids=torch.as_tensor(depths[None] + position_offset(self.model), device=self.device),
                                        attention_mask=mask, use_cache=False).last_hidden_state[0]
         self.stats.add(rows=1, fed_tokens=len(fed_nodes), tokens=len(fed_nodes))
         # LM head once per fed node; every child reads its token's log-prob from its parent's row.
