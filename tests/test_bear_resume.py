@@ -119,12 +119,7 @@ def test_a_bear_run_of_the_same_weights_with_another_tokenizer_is_refused(tmp_pa
                                     bos_token=loaded.tokenizer.bos_token, eos_token=loaded.tokenizer.eos_token)
     swapped = LoadedModel.from_objects(loaded.model, other, "tiny-swapped")
     assert swapped.fingerprint == loaded.fingerprint and swapped.tokenizer_fingerprint != loaded.tokenizer_fingerprint
-    folder = write_dataset(tmp_path / "BEARmini")
-    bear_ref.bear_dataset(str(folder), swapped, out=tmp_path / "swapped", show_progress=False)
-    data = load_bear_dataset(str(folder))
-    with pytest.raises(ValueError, match="is not a BEAR run of this model and scoring: tokenizer fingerprint"):
-        stored_bear_table(tmp_path / "swapped", data, loaded)
-    assert len(stored_bear_table(tmp_path / "swapped", data, swapped)) == 3 * data.n_instances
+    _refused_beside(loaded, swapped, tmp_path, "tokenizer fingerprint")
 
 
 def test_a_bear_run_of_the_same_weights_and_vocabulary_without_a_bos_is_refused(tmp_path, loaded):
@@ -139,9 +134,14 @@ def test_a_bear_run_of_the_same_weights_and_vocabulary_without_a_bos_is_refused(
                                      eos_token=loaded.tokenizer.eos_token)
     other = LoadedModel.from_objects(loaded.model, no_bos, "tiny-no-bos")
     assert (other.fingerprint, other.tokenizer_fingerprint) == (loaded.fingerprint, loaded.tokenizer_fingerprint)
+    _refused_beside(loaded, other, tmp_path, "BOS policy")
+
+
+def _refused_beside(loaded, other, tmp_path, refusal: str) -> None:
+    """A BEAR data-set run of ``other`` is refused as ``loaded``'s BEAR (naming ``refusal``) and taken as its own."""
     folder = write_dataset(tmp_path / "BEARmini")
-    bear_ref.bear_dataset(str(folder), other, out=tmp_path / "no-bos", show_progress=False)
+    bear_ref.bear_dataset(str(folder), other, out=tmp_path / "other", show_progress=False)
     data = load_bear_dataset(str(folder))
-    with pytest.raises(ValueError, match="is not a BEAR run of this model and scoring: BOS policy"):
-        stored_bear_table(tmp_path / "no-bos", data, loaded)
-    assert len(stored_bear_table(tmp_path / "no-bos", data, other)) == 3 * data.n_instances
+    with pytest.raises(ValueError, match=f"is not a BEAR run of this model and scoring: {refusal}"):
+        stored_bear_table(tmp_path / "other", data, loaded)
+    assert len(stored_bear_table(tmp_path / "other", data, other)) == 3 * data.n_instances
