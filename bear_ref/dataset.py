@@ -186,7 +186,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     statements = sum(part["statements"] for part in scored.metadata[probe.name])
     metadata = {
         "probe": PROBE,
-        "model": {**loaded.metadata(), "tokenizer_fingerprint": loaded.tokenizer_fingerprint},  # `deer cloze --bear-run` checks it
+        "model": {**loaded.metadata(), "tokenizer_fingerprint": loaded.tokenizer_fingerprint},  # `--bear-run` checks it
         "dataset": dataset.summary(),
         "relation_digests": {code: relation.digest() for code, relation in dataset.relations.items()},
         "selection": selection,
@@ -232,7 +232,8 @@ def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
             raise ValueError(f"{metadata_path} records no data set path and selection; pass the data set")
         dataset = load_bear_dataset(recorded["path"], relations=selection.get("relations"),
                                     max_instances=selection.get("max_instances"), seed=selection.get("seed", 0))
-    expected = {code: sorted(zip(r.subject_ids, [r.answer_ids[g] for g in r.gold], strict=True)) for code, r in dataset.relations.items()}
+    expected = {code: sorted(zip(r.subject_ids, [r.answer_ids[g] for g in r.gold], strict=True))
+                for code, r in dataset.relations.items()}
     found = {code: sorted(zip(part["sub_id"].astype(str), part["obj_id"].astype(str), strict=True))
              for code, part in table[table["template"] == 0].groupby("relation")}
     if found != expected:

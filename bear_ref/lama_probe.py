@@ -86,7 +86,8 @@ def first_tokens_after(tokenizer, context: str, continuations: list[str]) -> tup
 
 
 def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
-    """Candidates whose name is one token where the tail stands (``tail_token_lengths``); queries whose gold tail is one of them."""
+    """Candidates whose name is one token where the tail stands (``tail_token_lengths``); queries whose gold tail is
+    one of them."""
     names = [queries.kg.entity_names[e] for e in queries.candidates]
     keep = tail_token_lengths(tokenizer, names) == 1
     if not keep.any():

@@ -100,9 +100,11 @@ def hits_row(run: RunResult, probe: str, rank_type: str) -> dict:
 
 
 def run_agreement(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
-                  bootstrap: int = 1000, seed: int = 0, settings: dict | None = None, probes: Sequence[str] | None = None) -> dict:
-    """Compare the probes present in each run (of ``probes``, None: all): write agreement.csv/.md (model x probe pair), hits.csv/.md
-    (model x probe), agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's dict."""
+                  bootstrap: int = 1000, seed: int = 0, settings: dict | None = None,
+                  probes: Sequence[str] | None = None) -> dict:
+    """Compare the probes present in each run (of ``probes``, None: all): write agreement.csv/.md (model x probe
+    pair), hits.csv/.md (model x probe), agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's
+    dict."""
     check_distinct_labels(runs)  # the rows, facets and JSON keys name runs by label
     output = ExperimentOutput(out_dir, "agreement")
     pair_rows, hit_rows, panels = [], [], []

@@ -126,9 +126,9 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
 
 
 def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> Task:
-    """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one
-    token for the backend's tokenizer where they stand in '[X] is [Y] .' (after "is" for a causal LM; filling the mask for a masked LM),
-    a masked LM's words of one token id one candidate (``lama_vocabulary``)."""
+    """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one token for the
+    backend's tokenizer where they stand in '[X] is [Y] .' (after "is" for a causal LM; filling the mask for a masked
+    LM), a masked LM's words of one token id one candidate (``lama_vocabulary``)."""
     if isinstance(data, BearDataset):
         return bear_cloze_task(data)
     masked = backend.is_masked_lm

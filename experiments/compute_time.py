@@ -49,8 +49,9 @@ def target_query_count(kg, target: str) -> int:
     """Queries to extrapolate to: one split, or 'all' triples of every split (the paper's 93,003); none: a ValueError."""
     count = int(sum(len(t) for t in kg.splits.values())) if target == "all" else int(len(kg.triples(target)))
     if not count:
+        with_triples = ", ".join(split for split, triples in kg.splits.items() if len(triples))
         raise ValueError(f"--target {target}: the {target} split of {kg.source or kg.name} has no triples to extrapolate "
-                         f"the time to; name a split with triples ({', '.join(s for s, t in kg.splits.items() if len(t))}) or 'all'")
+                         f"the time to; name a split with triples ({with_triples}) or 'all'")
     return count
 
 

@@ -64,7 +64,8 @@ class ExperimentOutput:
             result["figures_skipped"] = dict(self.skipped)
         path = self.folder / f"{self.name}.json"
         names = sorted(str(p.name) for p in self.files)
-        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):  # an earlier run's files this one did not write: stale
+        # An earlier run's files that this one did not write are stale: removed.
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
             for name in set(json.loads(path.read_text()).get("files", [])) - set(names):
                 (self.folder / Path(name).name).unlink(missing_ok=True)
         write_json(path, {**result, "files": names})

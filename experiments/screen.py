@@ -42,7 +42,8 @@ def leaderboard_row(run: RunResult, probe: str, rank_type: str) -> dict:
     if probe == "deer":
         encoded = (cache.get("entities_encoded_now", 0) or 0) + (cache.get("queries_encoded_now", 0) or 0)
         from_cache = (cache.get("entities_from_cache", 0) or 0) + (cache.get("queries_from_cache", 0) or 0)
-        if probe in run.experiment.get("reused", ()) or probe not in run.experiment.get("probe_seconds", {}):  # read back, not probed now
+        probed_now = probe in run.experiment.get("probe_seconds", {}) and probe not in run.experiment.get("reused", ())
+        if not probed_now:  # read back: nothing encoded now
             encoded, from_cache = 0, encoded + from_cache
         row["encoded_now"], row["from_cache"] = encoded, from_cache
     return row

@@ -34,7 +34,8 @@ def size_trend_table(agreement_json: str | Path) -> pd.DataFrame:
     report = read_json_object(Path(agreement_json))
     runs = dict(report["runs"])
     rows = [{"model": pair["model"], "parameters": model_parameters(runs[pair["model"]]), "pair": pair["pair"],
-             "rank_type": report.get("rank_type"), "n": pair["n"], "candidates": pair.get("candidates"), "lama_protocol": pair.get("lama_protocol"),
+             "rank_type": report.get("rank_type"), "n": pair["n"], "candidates": pair.get("candidates"),
+             "lama_protocol": pair.get("lama_protocol"),
              "r": pair["pearson_r_log"], "ci_low": pair["pearson_r_log_ci_low"], "ci_high": pair["pearson_r_log_ci_high"],
              "spearman_rho": pair.get("spearman_rho")} for pair in report["pairs"] if pair["pair"] in PAIRS]
     return pd.DataFrame(rows).sort_values(["pair", "parameters"], ignore_index=True)
@@ -48,7 +49,8 @@ def write_size_trend(agreement_json: str | Path, out: str | Path) -> pd.DataFram
     table = size_trend_table(agreement_json)
     write_table(out / "size_trend.csv", table)
     rows = [{"pair": row.pair, "model": row.model, "parameters": f"{row.parameters / 1e6:,.0f}M", "n": row.n,
-             "ranks": row.rank_type, "r (log ranks)": row.r, "95% CI": f"[{row.ci_low:.2f}, {row.ci_high:.2f}]", "Spearman": row.spearman_rho,
+             "ranks": row.rank_type, "r (log ranks)": row.r, "95% CI": f"[{row.ci_low:.2f}, {row.ci_high:.2f}]",
+             "Spearman": row.spearman_rho,
              "LAMA protocol": row.lama_protocol} for row in table.itertuples()]
     write_text(out / "size_trend.md", markdown_table(rows, {"r (log ranks)": ".3f", "Spearman": ".3f"})
                + "\nPaper (OPT family; DEER vs LAMA with LAMA's single-token protocol):\n\n"

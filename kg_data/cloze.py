@@ -122,7 +122,8 @@ def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str] | Mapping[st
             for mode, t, template in texts:
                 count[mode] += 1
                 for kind in candidate_kinds:
-                    name, gold = ("common-vocab", position[fact.answer]) if kind == "common-vocab" else (key, local[label_of[fact.answer]])
+                    name, gold = (("common-vocab", position[fact.answer]) if kind == "common-vocab"
+                                  else (key, local[label_of[fact.answer]]))
                     queries.append(ClozeQuery(relation.source, relation.code, fact.fact_id, fact.line, mode, t, template,
                                               fact.subject, fact.answer, name, gold))
         counts[key] = count

@@ -470,8 +470,8 @@ def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "a
     and ``device``); a ``(model, tokenizer)`` pair; or a model object with ``tokenizer=``."""
     own = model[1] if isinstance(model, tuple) and len(model) == 2 else getattr(model, "tokenizer", None)
     if tokenizer is not None and isinstance(model, (str, os.PathLike, LoadedModel, tuple)) and tokenizer is not own:
-        raise OptionError("tokenizer", type(tokenizer).__name__, "applies to a model given as an object; a model given by name "
-                                                                 "or a LoadedModel has its own, as has a (model, tokenizer) pair: leave tokenizer out")
+        raise OptionError("tokenizer", type(tokenizer).__name__, "applies to a model given as an object; a model given by "
+                          "name or a LoadedModel has its own, as has a (model, tokenizer) pair: leave tokenizer out")
     if isinstance(model, (str, os.PathLike)):
         return open_model(model if isinstance(model, str) else str(model), dtype=dtype, device=device)
     if not isinstance(model, LoadedModel):

@@ -119,9 +119,9 @@ class PrefixTrieScorer:
         fed_parents = np.where(parents[fed_nodes] >= 0, fed_index[np.maximum(parents[fed_nodes], 0)], -1)
         depths = np.asarray(row.depths, dtype=np.int64)[fed_nodes]
         mask = custom_attention_mask(self.model, ancestor_mask(fed_parents), depths, depths, self.device)
-        hidden = self.model.base_model(input_ids=torch.as_tensor(tokens[fed_nodes][None], device=self.device),
-                                       position_ids=torch.as_tensor(depths[None] + position_offset(self.model), device=self.device),
-                                       attention_mask=mask, use_cache=False).last_hidden_state[0]
+        inputs = {"input_ids": torch.as_tensor(tokens[fed_nodes][None], device=self.device),
+                  "position_ids": torch.as_tensor(depths[None] + position_offset(self.model), device=self.device)}
+        hidden = self.model.base_model(**inputs, attention_mask=mask, use_cache=False).last_hidden_state[0]
         self.stats.add(rows=1, fed_tokens=len(fed_nodes), tokens=len(fed_nodes))
         # LM head once per fed node; every child reads its token's log-prob from its parent's row.
         targets = np.flatnonzero(parents >= 0)

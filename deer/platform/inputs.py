@@ -108,8 +108,8 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
                       dtype=dtype if named_model else None, device=device if named_model else None)
     modes = LONG_PROMPT_MODES[:1] if benchmark else LONG_PROMPT_MODES
     if long_prompts not in modes:
-        raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(modes)}"
-                                                        + (" on a benchmark: its texts hold no descriptions to cut" if benchmark else ""))
+        where = " on a benchmark: its texts hold no descriptions to cut" if benchmark else ""
+        raise OptionError("long_prompts", long_prompts, f"must be one of {', '.join(modes)}{where}")
     check_out_folder(out, out_option)
     flush_seconds()  # $DEER_STORE_FLUSH_SECONDS read now, not when the first store part is written
     check_model_source(model)

@@ -19,7 +19,8 @@ from deer.platform.run_spec import RunSpec, queries_fingerprint
 from kg_data.queries import QuerySet
 
 TOP_K = 10
-TAIL_TOKEN_RULE = "' name' after the query's comma, as the statement splits (split_statements)"  # metadata: how tail_tokens counts
+# The metadata's word for how tail_tokens counts (token-bias refuses a run counted otherwise).
+TAIL_TOKEN_RULE = "' name' after the query's comma, as the statement splits (split_statements)"
 
 
 def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:

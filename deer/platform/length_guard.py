@@ -138,7 +138,8 @@ def statement_checks(backend, stems: Sequence[str], answers: Sequence[str], stem
     yield LengthCheck.of(answer_kind, answers, answer_name, hints[1], "tokenizer")
     if answers:
         longest = max(len(ids) for ids in backend.tokenizer(list(answers), add_special_tokens=False)["input_ids"])
-        yield LengthCheck.of("longest statement", stems, stem_name, hints[0], "tokenizer" if backend.is_masked_lm else "bos", longest)
+        specials = "tokenizer" if backend.is_masked_lm else "bos"
+        yield LengthCheck.of("longest statement", stems, stem_name, hints[0], specials, longest)
 
 
 # -- a KG's texts --------------------------------------------------------------------------------
