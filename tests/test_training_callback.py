@@ -237,3 +237,19 @@ def test_training_demo_on_a_tiny_model(tiny_clm_dir, tiny_kg_dir, tmp_path):
     bear = result["bear_heldout"]
     assert bear["deer_hit@10"] == pytest.approx(bear["deer_hit@10_logged_at_last_step"])  # final weights, probed twice
     assert result["loss_first_last"] is not None and result["train_seconds_per_step"] > 0
+
+
+def test_the_callbacks_seed_picks_the_few_shot_examples_as_deer_probes_does(tiny_clm, tiny_kg_dir, tmp_path):
+    """DeerCallback(kg, seed=S) sampled its subset with S but took its few-shot examples with seed 0, where
+    deer.probe(kg, seed=S) takes both with S: the same weights gave other numbers than a separate probe."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    model, tokenizer = tiny_clm
+    args = TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True)
+    callback = DeerCallback(str(tiny_kg_dir), every_n_steps=1, seed=2, templates=None)
+    state = TrainerState()
+    state.global_step = 1
+    callback.on_step_end(args, state, TrainerControl(), model=model, processing_class=tokenizer)
+    separate = deer.probe(str(tiny_kg_dir), (model, tokenizer), seed=2, show_progress=False)
+    assert callback.results[1].metadata["templates"]["seed"] == separate.metadata["templates"]["seed"] == 2
+    assert callback.results[1].table["deer_rank_filtered"].tolist() == separate.table["deer_rank_filtered"].tolist()

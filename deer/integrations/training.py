@@ -58,8 +58,8 @@ class DeerCallback(TrainerCallback):
     """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with
     ``at_start``, once before the first step).
 
-    ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split`` and
-    ``subset``.  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it);
+    ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split``, ``subset`` and
+    ``seed`` (which also picks the few-shot examples unless ``templates`` are given, as in ``deer.probe``).  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it);
     without one they go into ``state.log_history`` only.  ``out``: a folder where process 0 saves
     each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}); a probe after training
     (an evaluation of the best checkpoint loaded at the end) is logged only.
@@ -74,7 +74,8 @@ class DeerCallback(TrainerCallback):
         check_out_folder(out)  # an existing file would fail only at the first probe's save
         self.queries = queries if isinstance(queries, QuerySet) else load_queries(queries, split=split, subset=subset, seed=seed)
         self.every_n_steps, self.on_evaluate_too, self.at_start = every_n_steps, on_evaluate, at_start
-        self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(), token_budget
+        # Without templates, the few-shot examples follow seed as deer.probe(kg, seed=...) has them (they were seed 0's).
+        self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(seed=seed), token_budget
         self.out = Path(out) if out is not None else None
         self.prefix, self.keep_results = prefix, keep_results
         self.results: dict[int, RunResult] = {}
