@@ -186,7 +186,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     statements = sum(part["statements"] for part in scored.metadata[probe.name])
     metadata = {
         "probe": PROBE,
-        "model": {**loaded.metadata(), "tokenizer_fingerprint": loaded.tokenizer_fingerprint},  # `--bear-run` checks it
+        "model": loaded.metadata(),
         "dataset": dataset.summary(),
         "relation_digests": {code: relation.digest() for code, relation in dataset.relations.items()},
         "selection": selection,

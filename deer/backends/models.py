@@ -440,7 +440,8 @@ class LoadedModel:
 
         torch_model = callable(getattr(self.model, "parameters", None))
         return {
-            "name": self.name, "source": self.source, "fingerprint": self.fingerprint, "class": type(self.model).__name__,
+            "name": self.name, "source": self.source, "fingerprint": self.fingerprint,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint, "class": type(self.model).__name__,
             "dtype": self.dtype, "device": self.device,
             "parameters": int(sum(p.numel() for p in self.model.parameters())) if torch_model else None,
             "bos": bos_policy(self.tokenizer),
