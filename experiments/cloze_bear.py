@@ -8,15 +8,13 @@ template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreemen
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, STATEMENT_RULE, bear_format, bear_metrics, find_instances_table
 from deer.backends.models import LoadedModel
-from deer.backends.tokenization import bos_policy
-from deer.base.files import write_json, write_table, write_text
+from deer.base.files import as_written, write_json, write_table, write_text
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.result import RunResult
 from deer.platform.tables import markdown_table
@@ -76,16 +74,12 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     model = metadata.get("model", {})
     problems = [f"{name} {metadata.get(name)!r}, this command's BEAR {value!r}" for name, value in (scoring or {}).items()
                 if metadata.get(name) != value]
-    if model.get("fingerprint") != loaded.fingerprint:
-        problems.append(f"model fingerprint {model.get('fingerprint')} != {loaded.fingerprint}")
-    if model.get("tokenizer_fingerprint") != loaded.tokenizer_fingerprint:
-        problems.append(f"tokenizer fingerprint {model.get('tokenizer_fingerprint') or 'not recorded (a run made before it was)'}"
-                        f" != {loaded.tokenizer_fingerprint}")
-    if model.get("bos") != (bos := json.loads(json.dumps(bos_policy(loaded.tokenizer)))):  # a BOS starts every statement or none
-        problems.append(f"BOS policy {model.get('bos')} != {bos}")
-    dtype = str(loaded.dtype).replace("torch.", "")
-    if model.get("dtype", dtype) != dtype:
-        problems.append(f"dtype {model.get('dtype')} != {loaded.dtype}")
+    now = as_written(loaded.metadata())  # as this model's own run would record it
+    for key, name in (("fingerprint", "model fingerprint"), ("tokenizer_fingerprint", "tokenizer fingerprint"),
+                      ("bos", "BOS policy"), ("dtype", "dtype")):
+        recorded = model.get(key, now[key] if key == "dtype" else None)  # a run before dtypes were recorded: as now
+        if recorded != now[key]:
+            problems.append(f"{name} {recorded or 'not recorded (a run made before it was)'} != {now[key]}")
     if problems:
         raise ValueError(f"{folder} is not a BEAR run of this model and scoring: " + "; ".join(problems)
                          + "; make one with `deer bear-dataset` of this model, --dtype and --backend (default --pll-variant)")
