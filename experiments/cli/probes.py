@@ -98,9 +98,8 @@ def open_kg_run(g: dict, options: dict, run_options):
     from deer.probes import check_probe_inputs, get_probe
 
     queries, templates = prepare_queries(g["kg"], run_options, model_names=[g["model_name"]], out_dir=g["out_dir"])
-    suffixes = []
-    for name in options:
-        probe = get_probe(name)
+    suffixes, probes = [], [get_probe(name) for name in options]
+    for name, probe in zip(options, probes, strict=True):
         own = {**probe.options, **options[name]}
         with spelled_as_probe_option():
             check_probe_inputs(probe, own, queries, templates)
@@ -108,10 +107,9 @@ def open_kg_run(g: dict, options: dict, run_options):
         suffixes.append(folder_suffix(own) if folder_suffix is not None else "")
     suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
     runner = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray
-    loaded, probes = runner.loaded, [get_probe(name) for name in options]
     spec = RunSpec.build(fitted_queries(queries, probes, runner, templates, run_options.budget.long_prompts),
-                         loaded, templates)  # what the run records: the KG as the guard leaves it
-    return queries, templates, loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
+                         runner.loaded, templates)  # what the run records: the KG as the guard leaves it
+    return queries, templates, runner.loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
 
 
 def options_by_probe(probes, pairs: dict) -> dict:
