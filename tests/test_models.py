@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import deer
 from deer.backends.models import ModelUnavailableError, load_model, resolve_model
 
 
@@ -203,3 +205,80 @@ def test_a_roberta_decoders_statements_score_as_in_one_whole_pass(tmp_path, tiny
     context, continuations = "Paris is a", [" city", " river"]
     np.testing.assert_allclose(hf.statement_scorer().score(context, continuations),
                                plain.statement_scorer().score(context, continuations), rtol=1e-5, atol=1e-4)
+
+
+def _twin_with_config(model, **changes):
+    """The same weights under a config with ``changes`` (another activation, norm epsilon...)."""
+    twin = type(model)(type(model.config)(**{**model.config.to_dict(), **changes})).eval()
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+def test_the_same_weights_under_another_config_are_another_model(tiny_clm, tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """The fingerprint hashes the config as well as the weights: with cache=True the second model used to read the
+    first one's stored vectors (same weights, other activation: the first model's MRR)."""
+    import torch
+
+    from deer.backends.models import model_fingerprint
+
+    model, tokenizer = tiny_clm
+    twin = _twin_with_config(model, hidden_act="relu", rms_norm_eps=0.5)
+    assert model_fingerprint(twin) != model_fingerprint(model)
+    # One model loaded twice, from another folder or with another attention back-end, keeps its fingerprint.
+    assert model_fingerprint(load_model(str(tiny_clm_dir))[0]) == model_fingerprint(model)
+    eager = type(model).from_pretrained(tiny_clm_dir, attn_implementation="eager", dtype=torch.float32)
+    assert model_fingerprint(eager) == model_fingerprint(model)
+    cache = tmp_path / "cache"
+    deer.probe(str(tiny_kg_dir), (model, tokenizer), k_shot=2, cache=True, cache_dir=cache, show_progress=False)
+    cached = deer.probe(str(tiny_kg_dir), (twin, tokenizer), k_shot=2, cache=True, cache_dir=cache, show_progress=False)
+    fresh = deer.probe(str(tiny_kg_dir), (twin, tokenizer), k_shot=2, show_progress=False)
+    assert cached.metadata["cache"]["entities_encoded_now"] > 0
+    np.testing.assert_array_equal(cached.ranks(), fresh.ranks())
+
+
+def test_a_tokenizer_that_splits_text_otherwise_is_another_tokenizer(tiny_clm, tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """A lower-casing normalizer (same vocabulary) changes the fingerprint; loading twice or a padded call does not."""
+    from tokenizers import normalizers
+    from transformers import AutoTokenizer
+
+    from deer.backends.models import tokenizer_fingerprint
+
+    model, tokenizer = tiny_clm
+    before = tokenizer_fingerprint(tokenizer)
+    assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(tiny_clm_dir)) == before
+    lower = AutoTokenizer.from_pretrained(tiny_clm_dir)
+    lower(["Paris", "a longer text"], padding=True, truncation=True, max_length=3)  # sets the backend's padding/truncation
+    assert tokenizer_fingerprint(lower) == before
+    lower.backend_tokenizer.normalizer = normalizers.Lowercase()
+    assert lower("Paris")["input_ids"] != tokenizer("Paris")["input_ids"]
+    assert tokenizer_fingerprint(lower) != before
+    cache = tmp_path / "cache"
+    deer.probe(str(tiny_kg_dir), (model, tokenizer), k_shot=2, cache=True, cache_dir=cache, show_progress=False)
+    cached = deer.probe(str(tiny_kg_dir), (model, lower), k_shot=2, cache=True, cache_dir=cache, show_progress=False)
+    fresh = deer.probe(str(tiny_kg_dir), (model, lower), k_shot=2, show_progress=False)
+    np.testing.assert_array_equal(cached.ranks(), fresh.ranks())
+
+
+def test_a_loaded_model_changed_in_place_is_fingerprinted_again(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """A LoadedModel fine-tuned (here: scaled) after it was opened used to keep its fingerprint, and cache=True
+    returned the old weights' numbers; a config entry set in place likewise."""
+    import torch
+
+    loaded = deer.open_model(str(tiny_clm_dir))
+    first = loaded.fingerprint
+    cache = tmp_path / "cache"
+    deer.probe(str(tiny_kg_dir), loaded, k_shot=2, cache=True, cache_dir=cache, show_progress=False)
+    with torch.no_grad():
+        for parameter in loaded.model.parameters():
+            parameter.mul_(1.5)
+    cached = deer.probe(str(tiny_kg_dir), loaded, k_shot=2, cache=True, cache_dir=cache, show_progress=False)
+    fresh = deer.probe(str(tiny_kg_dir), deer.LoadedModel.from_objects(loaded.model, loaded.tokenizer), k_shot=2,
+                       show_progress=False)
+    np.testing.assert_array_equal(cached.ranks(), fresh.ranks())
+    assert loaded.fingerprint != first and cached.metadata["model"]["fingerprint"] == loaded.fingerprint
+    from deer.backends.models import weights_stamp
+
+    assert weights_stamp(loaded.model) == loaded.stamp  # probing writes nothing in place: no hashing on every call
+    scaled = loaded.fingerprint
+    loaded.model.config.rms_norm_eps = 0.5
+    assert loaded.current().fingerprint != scaled

@@ -381,9 +381,39 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
     return outer.hexdigest()[:16]
 
 
+# Config entries that say how a model was saved, loaded or asked to return its outputs, not what it computes
+# (also every "_"-prefixed one: the folder it came from, the attention back-end); one model loaded twice keeps its
+# fingerprint, the same weights with another activation, norm epsilon or rotary base do not.
+CONFIG_ENTRIES_NOT_HASHED = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "use_cache",
+                                       "output_attentions", "output_hidden_states", "return_dict"})
+
+
+def config_fingerprint(model) -> str:
+    """Hash of the model's configuration as it computes ('' for a model without a transformers config)."""
+    to_dict = getattr(getattr(model, "config", None), "to_dict", None)
+    if not callable(to_dict):
+        return ""
+
+    def computing(value):
+        if isinstance(value, dict):  # nested configs (a multimodal model's text_config) alike
+            return {key: computing(item) for key, item in value.items()
+                    if not str(key).startswith("_") and key not in CONFIG_ENTRIES_NOT_HASHED}
+        return value
+
+    return hashlib.sha256(json.dumps(computing(to_dict()), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def model_fingerprint(model) -> str:
-    """Identifies the weights wherever they were loaded from: :func:`tensors_fingerprint` of the state dict."""
-    return tensors_fingerprint(model.state_dict().items())
+    """Identifies what the model computes, wherever it was loaded from: :func:`tensors_fingerprint` of the
+    state dict with :func:`config_fingerprint` folded in."""
+    weights, config = tensors_fingerprint(model.state_dict().items()), config_fingerprint(model)
+    return hashlib.sha256(f"{weights}+config-{config}".encode()).hexdigest()[:16] if config else weights
+
+
+def weights_stamp(model) -> tuple:
+    """Changes whenever the weights or the config do, read without hashing a byte: each tensor's address and
+    torch's count of its in-place writes (a training step, an edit, ``load_state_dict``), and the config's hash."""
+    return tuple((tensor.data_ptr(), tensor._version) for tensor in model.state_dict().values()), config_fingerprint(model)
 
 
 IN_TRAINING = "in-training:"  # how a training_identity begins: a fingerprint that hashes no weights
@@ -397,10 +427,28 @@ def training_identity(model, step: int | None) -> str:
     return f"{IN_TRAINING}{type(model).__name__}:{name}:{count}:step-{step}"
 
 
+TOKENIZER_LOADING_SETTINGS = frozenset({"is_local", "local_files_only", "model_max_length", "padding_side", "truncation_side"})
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
-    """Identifies the vocabulary (token strings and ids), which embeddings and scores depend on."""
+    """Identifies how the tokenizer turns text into ids and back (LAMA reads words from ids): a fast tokenizer's
+    normalizer, pre-tokenizer, model (vocabulary, merges), post-processor, decoder and added tokens; otherwise its
+    vocabulary and scalar settings (lower-casing and the like), with a SentencePiece model's bytes where it has one."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # truncation and padding left out: each call sets them for itself
+        parts = [part.__getstate__() if part is not None else b"null"
+                 for part in (backend.normalizer, backend.pre_tokenizer, backend.model, backend.post_processor, backend.decoder)]
+        added = sorted((index, str(token), token.special, token.normalized, token.lstrip, token.rstrip, token.single_word)
+                       for index, token in tokenizer.added_tokens_decoder.items())
+        return hashlib.sha256(b"\x1e".join([*parts, json.dumps(added, ensure_ascii=False).encode()])).hexdigest()[:16]
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    return hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest()[:16]
+    settings = sorted((key, value) for key, value in getattr(tokenizer, "init_kwargs", {}).items()
+                      if isinstance(value, (bool, int, float, str)) and key not in TOKENIZER_LOADING_SETTINGS
+                      and not key.endswith(("_file", "name_or_path")))
+    proto = getattr(getattr(tokenizer, "sp_model", None), "serialized_model_proto", None)
+    digest = hashlib.sha256(json.dumps([vocabulary, settings], ensure_ascii=False).encode())
+    digest.update(proto() if callable(proto) else b"")
+    return digest.hexdigest()[:16]
 
 
 @dataclasses.dataclass
@@ -419,6 +467,7 @@ class LoadedModel:
     load_seconds: float = 0.0
     content_addressed: bool = True  # the fingerprint hashes the weights (False: an identity given, nothing caches on it)
     loading: dict = dataclasses.field(default_factory=dict)  # a ModelSpec's model_kwargs and adapter, when given
+    stamp: tuple | None = dataclasses.field(default=None, repr=False, compare=False)  # weights_stamp when fingerprinted
 
     @classmethod
     def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
@@ -430,7 +479,17 @@ class LoadedModel:
         parameter = next(model.parameters())
         name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         return cls(name, model, tokenizer, "in-memory", fingerprint or model_fingerprint(model), tokenizer_fingerprint(tokenizer),
-                   str(parameter.dtype).replace("torch.", ""), str(parameter.device), content_addressed=fingerprint is None)
+                   str(parameter.dtype).replace("torch.", ""), str(parameter.device), content_addressed=fingerprint is None,
+                   stamp=None if fingerprint else weights_stamp(model))
+
+    def current(self) -> LoadedModel:
+        """Itself, its fingerprints taken again first where the model or tokenizer changed in place since they
+        were taken (a model fine-tuned in a notebook): a cache keyed on the old ones would give the old numbers."""
+        if self.stamp is not None and weights_stamp(self.model) != self.stamp:
+            suffix = loading_suffix(self.loading.get("model_kwargs"))
+            self.fingerprint, self.stamp = model_fingerprint(self.model) + suffix, weights_stamp(self.model)
+        self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
+        return self
 
     def metadata(self) -> dict:
         """What metadata.json records of the model.  ``parameters`` and ``attention`` are read from a torch
@@ -475,7 +534,9 @@ def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "a
                           "name or a LoadedModel has its own, as has a (model, tokenizer) pair: leave tokenizer out")
     if isinstance(model, (str, os.PathLike)):
         return open_model(model if isinstance(model, str) else str(model), dtype=dtype, device=device)
-    if not isinstance(model, LoadedModel):
+    if isinstance(model, LoadedModel):
+        model = model.current()
+    else:
         if isinstance(model, tuple) and len(model) == 2:
             model, tokenizer = model
         if not hasattr(model, "parameters") or not hasattr(model, "config"):
