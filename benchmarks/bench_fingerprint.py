@@ -1,6 +1,6 @@
 """Benchmark: the weight fingerprint over every byte of 1.3B parameters (OPT-1.3B's shapes).
 
-``deer.backends.models.model_fingerprint`` hashes all of every tensor (names, shapes, dtypes too).  This
+``deer.backends.fingerprints.model_fingerprint`` hashes all of every tensor (names, shapes, dtypes too).  This
 times the ways of doing that on tensors shaped like OPT-1.3B's state dict (24 layers of d=2048,
 FFN 8192, vocabulary 50272, 2050 positions, lm_head tied to the token embeddings), allocated as
 random fp32 tensors without building a model:
@@ -30,7 +30,7 @@ from pathlib import Path
 import click
 import torch
 
-from deer.backends.models import FINGERPRINT_ALGORITHM, FINGERPRINT_CHUNK_BYTES, _raw_bytes, tensors_fingerprint
+from deer.backends.fingerprints import FINGERPRINT_ALGORITHM, FINGERPRINT_CHUNK_BYTES, _raw_bytes, tensors_fingerprint
 from deer.base.files import package_versions, write_json
 
 NO_CHUNKS = 1 << 62  # one piece per tensor

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from deer.backends import DEFAULT_BACKEND, open_backend
-from deer.backends.models import IN_TRAINING, LoadedModel, as_loaded_model, open_model
+from deer.backends.fingerprints import IN_TRAINING
+from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result

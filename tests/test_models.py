@@ -46,7 +46,7 @@ def _embedding_model(rows: int = 100, width: int = 64, dtype=None):
 def test_fingerprint_sees_an_edit_past_the_first_2048_values(dtype_name):
     import torch
 
-    from deer.backends.models import model_fingerprint
+    from deer.backends.fingerprints import model_fingerprint
 
     model = _embedding_model(dtype=getattr(torch, dtype_name))
     before = model_fingerprint(model)
@@ -62,7 +62,7 @@ def test_fingerprint_sees_an_edit_past_the_first_2048_values(dtype_name):
 def test_fingerprint_names_shapes_and_dtypes():
     import torch
 
-    from deer.backends.models import tensors_fingerprint
+    from deer.backends.fingerprints import tensors_fingerprint
 
     weight = torch.arange(12, dtype=torch.float32)
     base = tensors_fingerprint([("w", weight)])
@@ -76,7 +76,7 @@ def test_identical_weights_in_two_copies_share_the_fingerprint(tmp_path):
 
     import torch
 
-    from deer.backends.models import model_fingerprint, tensors_fingerprint
+    from deer.backends.fingerprints import model_fingerprint, tensors_fingerprint
 
     model = _embedding_model()
     twin = copy.deepcopy(model)
@@ -99,7 +99,7 @@ def test_identical_weights_in_two_copies_share_the_fingerprint(tmp_path):
 
 
 def test_fingerprint_of_a_loaded_model_in_two_copies(tiny_clm_dir):
-    from deer.backends.models import model_fingerprint
+    from deer.backends.fingerprints import model_fingerprint
 
     first, _, _ = load_model(str(tiny_clm_dir))
     second, _, _ = load_model(str(tiny_clm_dir))
@@ -219,7 +219,7 @@ def test_the_same_weights_under_another_config_are_another_model(tiny_clm, tiny_
     first one's stored vectors (same weights, other activation: the first model's MRR)."""
     import torch
 
-    from deer.backends.models import model_fingerprint
+    from deer.backends.fingerprints import model_fingerprint
 
     model, tokenizer = tiny_clm
     twin = _twin_with_config(model, hidden_act="relu", rms_norm_eps=0.5)
@@ -241,7 +241,7 @@ def test_a_tokenizer_that_splits_text_otherwise_is_another_tokenizer(tiny_clm, t
     from tokenizers import normalizers
     from transformers import AutoTokenizer
 
-    from deer.backends.models import tokenizer_fingerprint
+    from deer.backends.fingerprints import tokenizer_fingerprint
 
     model, tokenizer = tiny_clm
     before = tokenizer_fingerprint(tokenizer)
@@ -276,7 +276,7 @@ def test_a_loaded_model_changed_in_place_is_fingerprinted_again(tiny_clm_dir, ti
                        show_progress=False)
     np.testing.assert_array_equal(cached.ranks(), fresh.ranks())
     assert loaded.fingerprint != first and cached.metadata["model"]["fingerprint"] == loaded.fingerprint
-    from deer.backends.models import weights_stamp
+    from deer.backends.fingerprints import weights_stamp
 
     assert weights_stamp(loaded.model) == loaded.stamp  # probing writes nothing in place: no hashing on every call
     scaled = loaded.fingerprint

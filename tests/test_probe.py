@@ -248,7 +248,8 @@ def test_the_python_api_caches_only_when_asked_and_never_on_a_training_identity(
     """Issue 22.8: the Python API writes nothing unless asked (cache=True reuses the stores as the CLI
     does); a model whose fingerprint is an identity given for it (a model in training) is never cached on."""
     import deer
-    from deer.backends.models import LoadedModel, training_identity
+    from deer.backends.fingerprints import training_identity
+    from deer.backends.models import LoadedModel
     from deer.platform.validate import OptionError
 
     _, queries, loaded = tiny_setup

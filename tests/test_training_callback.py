@@ -121,10 +121,10 @@ def test_probe_leaves_each_part_of_the_model_in_its_own_mode(tiny_clm_dir, tiny_
 def test_probing_while_training_hashes_no_weights(tiny_clm_dir, tiny_kg_dir, monkeypatch):
     """Bug 4: every evaluation hashed every byte of every weight (a 7B bf16 model: ~14 GB copied to the
     host and hashed per call); the probe of a model in training is named without reading its weights."""
-    from deer.backends import models
+    from deer.backends import fingerprints
 
     hashed = []
-    monkeypatch.setattr(models, "tensors_fingerprint", lambda *args, **kwargs: hashed.append(1) or "x")
+    monkeypatch.setattr(fingerprints, "tensors_fingerprint", lambda *args, **kwargs: hashed.append(1) or "x")
     model, tokenizer = _fresh_model(tiny_clm_dir)
     queries = build_queries(load_kg(tiny_kg_dir), "test")
     first = probe_during_training(model, tokenizer, queries, step=10)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -19,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from deer.backends.fingerprints import model_fingerprint, tokenizer_fingerprint, weights_stamp
 from deer.base.errors import OptionError
 from deer.base.extras import MissingExtraError, import_extra
 from deer.base.files import folder_lock
@@ -324,131 +323,6 @@ def _in_hub_cache(hub_id: str) -> bool:
         return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
     except Exception:  # noqa: BLE001 - a broken cache just means "not installed"
         return False
-
-
-# Fastest exact way measured (benchmarks/bench_fingerprint.py, results/bench_fingerprint.json): sha1 with the
-# CPU's SHA extensions, ~7% ahead of sha256 and twice blake2b/md5.  Not a security hash here: it
-# tells checkpoints apart, and the fingerprint keeps 64 bits of it.
-FINGERPRINT_ALGORITHM = "sha1"
-FINGERPRINT_CHUNK_BYTES = 32 << 20  # big tensors are hashed in pieces of this size, in parallel
-
-
-def _raw_bytes(tensor):
-    """The tensor's memory as a flat uint8 array (its bytes, never a dtype conversion)."""
-    import torch
-
-    flat = tensor.detach().cpu().contiguous().reshape(-1)  # cpu(), contiguous(): no copy where none is needed
-    if flat.dtype == torch.bool:
-        flat = flat.to(torch.uint8)
-    return flat.view(torch.uint8).numpy()
-
-
-def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: int | None = None,
-                        chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
-    """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters).
-
-    Tensors are hashed in ``chunk_bytes`` pieces in ``threads`` threads (default: one per CPU, at most
-    8; the result does not depend on it); tensors that must be copied (on a GPU, strided) are copied
-    one at a time, so memory stays bounded."""
-    from concurrent.futures import ThreadPoolExecutor, wait
-
-    import torch
-
-    named_tensors = list(named_tensors)
-    workers = min(8, os.cpu_count() or 1) if threads is None else threads
-    step = max(1, int(chunk_bytes))
-    digests: dict[tuple, list] = {}  # one entry per distinct memory region: its pieces' hashes (futures)
-    keys = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # hashlib releases the GIL on large buffers
-        for _, tensor in named_tensors:
-            key = (tensor.device.type, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
-            keys.append(key)
-            if key in digests:
-                continue
-            data = memoryview(_raw_bytes(tensor))
-            pieces = [data[start : start + step] for start in range(0, len(data), step)] or [data]
-            digests[key] = [pool.submit(hashlib.new, algorithm, piece) for piece in pieces]
-            if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype == torch.bool:
-                wait(digests[key])  # _raw_bytes copied it: finish before the next copy is made
-    outer = hashlib.new(algorithm)
-    outer.update(f"tensors-{algorithm}-chunk{step}".encode())
-    for (name, tensor), key in zip(named_tensors, keys, strict=True):
-        tensor_digest = hashlib.new(algorithm)
-        for piece in digests[key]:
-            tensor_digest.update(piece.result().digest())
-        outer.update(f"\x1e{name}\x1f{tuple(tensor.shape)}\x1f{tensor.dtype}\x1f".encode())
-        outer.update(tensor_digest.digest())
-    return outer.hexdigest()[:16]
-
-
-# Config entries that say how a model was saved, loaded or asked to return its outputs, not what it computes
-# (also every "_"-prefixed one: the folder it came from, the attention back-end); one model loaded twice keeps its
-# fingerprint, the same weights with another activation, norm epsilon or rotary base do not.
-CONFIG_ENTRIES_NOT_HASHED = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "use_cache",
-                                       "output_attentions", "output_hidden_states", "return_dict"})
-
-
-def config_fingerprint(model) -> str:
-    """Hash of the model's configuration as it computes ('' for a model without a transformers config)."""
-    to_dict = getattr(getattr(model, "config", None), "to_dict", None)
-    if not callable(to_dict):
-        return ""
-
-    def computing(value):
-        if isinstance(value, dict):  # nested configs (a multimodal model's text_config) alike
-            return {key: computing(item) for key, item in value.items()
-                    if not str(key).startswith("_") and key not in CONFIG_ENTRIES_NOT_HASHED}
-        return value
-
-    return hashlib.sha256(json.dumps(computing(to_dict()), sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def model_fingerprint(model) -> str:
-    """Identifies what the model computes, wherever it was loaded from: :func:`tensors_fingerprint` of the
-    state dict with :func:`config_fingerprint` folded in."""
-    weights, config = tensors_fingerprint(model.state_dict().items()), config_fingerprint(model)
-    return hashlib.sha256(f"{weights}+config-{config}".encode()).hexdigest()[:16] if config else weights
-
-
-def weights_stamp(model) -> tuple:
-    """Changes whenever the weights or the config do, read without hashing a byte: each tensor's address and
-    torch's count of its in-place writes (a training step, an edit, ``load_state_dict``), and the config's hash."""
-    return tuple((tensor.data_ptr(), tensor._version) for tensor in model.state_dict().values()), config_fingerprint(model)
-
-
-IN_TRAINING = "in-training:"  # how a training_identity begins: a fingerprint that hashes no weights
-
-
-def training_identity(model, step: int | None) -> str:
-    """A model in training at ``step``, named without reading its weights (class, name, parameter
-    count, step).  Not content-addressed, so used only where nothing is cached or reused."""
-    count = sum(parameter.numel() for parameter in model.parameters())
-    name = getattr(model.config, "_name_or_path", "") or ""
-    return f"{IN_TRAINING}{type(model).__name__}:{name}:{count}:step-{step}"
-
-
-TOKENIZER_LOADING_SETTINGS = frozenset({"is_local", "local_files_only", "model_max_length", "padding_side", "truncation_side"})
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """Identifies how the tokenizer turns text into ids and back (LAMA reads words from ids): a fast tokenizer's
-    normalizer, pre-tokenizer, model (vocabulary, merges), post-processor, decoder and added tokens; otherwise its
-    vocabulary and scalar settings (lower-casing and the like), with a SentencePiece model's bytes where it has one."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:  # truncation and padding left out: each call sets them for itself
-        parts = [part.__getstate__() if part is not None else b"null"
-                 for part in (backend.normalizer, backend.pre_tokenizer, backend.model, backend.post_processor, backend.decoder)]
-        added = sorted((index, str(token), token.special, token.normalized, token.lstrip, token.rstrip, token.single_word)
-                       for index, token in tokenizer.added_tokens_decoder.items())
-        return hashlib.sha256(b"\x1e".join([*parts, json.dumps(added, ensure_ascii=False).encode()])).hexdigest()[:16]
-    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    settings = sorted((key, value) for key, value in getattr(tokenizer, "init_kwargs", {}).items()
-                      if isinstance(value, (bool, int, float, str)) and key not in TOKENIZER_LOADING_SETTINGS
-                      and not key.endswith(("_file", "name_or_path")))
-    proto = getattr(getattr(tokenizer, "sp_model", None), "serialized_model_proto", None)
-    digest = hashlib.sha256(json.dumps([vocabulary, settings], ensure_ascii=False).encode())
-    digest.update(proto() if callable(proto) else b"")
-    return digest.hexdigest()[:16]
 
 
 @dataclasses.dataclass

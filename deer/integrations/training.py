@@ -17,7 +17,8 @@ import torch
 from transformers import TrainerCallback
 
 from deer.api import load_queries, probe
-from deer.backends.models import LoadedModel, training_identity
+from deer.backends.fingerprints import training_identity
+from deer.backends.models import LoadedModel
 from deer.platform.distributed import full_weights, world
 from deer.platform.result import RunResult
 from deer.platform.templates import PromptTemplates
