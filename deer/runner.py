@@ -124,10 +124,7 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     runner = run.backend
     for probe in chosen:
         check_model_kind(probe, runner)
-    queries = run.queries
-    for probe in chosen:  # the fewest any probe ranks (LAMA's single-token protocol), so the folder is checked against them now
-        ranked = getattr(probe, "queries_ranked", None)
-        queries = queries if ranked is None else ranked(queries, options[probe.name], run.loaded.tokenizer)
+    queries = queries_ranked(chosen, options, run.queries, run.loaded.tokenizer)  # so the folder is checked against them now
     checked_out_folder(out, queries, run.loaded, run.templates)
     # a fingerprint given for a model (one in training) names no weights: vectors stored under it could reach other weights
     refuse_unhashed(run.loaded, "cache", cache, bool(cache), "use cache=False")
@@ -143,6 +140,15 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
         result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
     return result
+
+
+def queries_ranked(probes: Sequence[Probe], options: Mapping[str, Mapping], queries, tokenizer):
+    """The queries a run of ``probes`` ranks (``options``: {probe name: its checked options}): the fewest any
+    probe ranks (LAMA's single-token protocol, ``queries_ranked``), which every probe of the run then ranks."""
+    for probe in probes:
+        ranked = getattr(probe, "queries_ranked", None)
+        queries = queries if ranked is None else ranked(queries, options[probe.name], tokenizer)
+    return queries
 
 
 def refuse_unhashed(loaded: LoadedModel, option: str, value, wanted: bool, instead: str) -> None:

@@ -151,7 +151,8 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     and which were reused.
     """
     from deer.probes import get_probe
-    from deer.runner import run_kg
+    from deer.runner import probe_options as checked_options
+    from deer.runner import queries_ranked, run_kg
 
     loading, budget = take(loose, ModelLoading, loading, "loading"), take(loose, Budget, budget, "budget")
     refuse_leftover(loose, "run_probes")
@@ -160,12 +161,17 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
     model_name = loaded.name if isinstance(model, LoadedModel) else model
-    guarded = fitted_queries(queries, [get_probe(probe) for probe in probes], open_backend(DEFAULT_BACKEND, loaded), templates,
-                             budget.long_prompts)
-    spec = RunSpec.build(guarded, loaded, templates)
+    chosen = [get_probe(probe) for probe in probes]
+    guarded = fitted_queries(queries, chosen, open_backend(DEFAULT_BACKEND, loaded), templates, budget.long_prompts)
+    # the spec run_kg records: of the queries it ranks (fewer with LAMA's single_token), so a rerun finds its own folder
+    ranked = queries_ranked(chosen, {p.name: checked_options(p, (probe_options or {}).get(p.name, {})) for p in chosen},
+                            guarded, loaded.tokenizer)
+    spec = RunSpec.build(ranked, loaded, templates)
     folder = spec_folder(folder, runs_dir, queries.kg.name, model_name, spec)  # another spec's folder: refused now
     started = time.perf_counter()
     results = _stored_results(folder, probes, spec, probe_options) if use_cache else {}  # read back: no work done now
+    if len(results) < len(probes) and ranked is not guarded:  # run_kg keeps those queries only with the probe keeping them
+        results = {}
     seconds = dict.fromkeys(results, time.perf_counter() - started)  # each the seconds of the one read that gave it back
     for probe in results:
         log(f"  {model_name}: {probe} ranks already in {folder}, reused")

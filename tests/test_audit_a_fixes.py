@@ -26,7 +26,9 @@ def _quiet(*_args) -> None:
 
 def test_run_probes_reuses_a_probes_ranks_only_for_the_options_they_were_made_with(tiny_kg_dir, tiny_clm_dir, tmp_path):
     """A1: the folder's LAMA ranks (single_token=False) were handed back, logged as reused, when single_token=True
-    was asked; now each probe's options are recorded and other options are refused by name."""
+    was asked; now each probe's options are recorded and other options are refused by name.  (s12: single_token=True
+    ranks fewer queries, so since the run spec is that of the queries ranked, it is refused as another run spec; the
+    options' own refusal is seen with BEAR's pll_variant, which leaves the queries as they are.)"""
     queries = build_queries(load_kg(tiny_kg_dir), "test")
     templates, folder = PromptTemplates(), tmp_path / "run"
     first = run_probes(queries, str(tiny_clm_dir), ["lama"], folder, templates, log=_quiet)
@@ -35,10 +37,36 @@ def test_run_probes_reuses_a_probes_ranks_only_for_the_options_they_were_made_wi
                        probe_options={"lama": {"single_token": False}})
     assert again.experiment["reused"] == ["lama"]  # the same options: read back
     assert again.ranks("filtered", "lama").tolist() == first.ranks("filtered", "lama").tolist()
-    with pytest.raises(ValueError, match=r"single_token: the folder False, asked True") as refused:
+    with pytest.raises(ValueError, match=r"another run spec \(queries: ") as refused:
         run_probes(queries, str(tiny_clm_dir), ["lama"], folder, templates, log=_quiet,
                    probe_options={"lama": {"single_token": True}})
     assert str(folder) in str(refused.value)
+    run_probes(queries, str(tiny_clm_dir), ["bear"], folder, templates, log=_quiet)
+    with pytest.raises(ValueError, match=r"pll_variant: the folder 'within_word_l2r', asked 'original'") as refused:
+        run_probes(queries, str(tiny_clm_dir), ["bear"], folder, templates, log=_quiet,
+                   probe_options={"bear": {"pll_variant": "original"}})
+    assert str(folder) in str(refused.value)
+
+
+def test_run_probes_reruns_lamas_single_token_run_into_its_own_folder(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """s12: the folder was named and checked by the spec of every query, but the run recorded the spec of the queries
+    LAMA's single_token ranks (fewer), so a rerun into it was refused as another run spec.  Now a rerun reuses its
+    ranks, a run adding a probe runs them all on those queries, and another run (single_token=False) is refused."""
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    templates, single = PromptTemplates(), {"lama": {"single_token": True}}
+    first = run_probes(queries, str(tiny_clm_dir), ["lama"], None, templates, log=_quiet, runs_dir=tmp_path,
+                       probe_options=single)
+    assert 0 < len(first.table) < len(queries)  # the tiny KG has a query whose gold is no single token
+    for folder in (None, first.folder):  # the default folder again, and the folder given
+        again = run_probes(queries, str(tiny_clm_dir), ["lama"], folder, templates, log=_quiet, runs_dir=tmp_path,
+                           probe_options=single)
+        assert again.folder == first.folder and again.experiment["reused"] == ["lama"]
+        assert again.ranks("filtered", "lama").tolist() == first.ranks("filtered", "lama").tolist()
+    both = run_probes(queries, str(tiny_clm_dir), ["deer", "lama"], first.folder, templates, log=_quiet, probe_options=single)
+    assert both.experiment["reused"] == [] and len(both.table) == len(first.table)
+    assert both.ranks("filtered", "lama").tolist() == first.ranks("filtered", "lama").tolist()
+    with pytest.raises(ValueError, match=r"another run spec \(queries: "):
+        run_probes(queries, str(tiny_clm_dir), ["lama"], first.folder, templates, log=_quiet)
 
 
 class _NegatedScorer(StatementScorer):
