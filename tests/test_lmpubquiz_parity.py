@@ -290,37 +290,90 @@ class HandScorer:
         return scores
 
 
-def hand_dataset() -> BearDataset:
+def hand_dataset(hand: dict = HAND) -> BearDataset:
     relations = {}
-    for code, r in HAND.items():
+    for code, r in hand.items():
         n = len(r["gold"])
         relations[code] = BearRelation(
-            code=code, templates=["[X] t0 [Y].", "[X] t1 [Y]."], answer_ids=[f"{code}-a{i}" for i in range(3)],
+            code=code, templates=[f"[X] t{t} [Y]." for t in range(len(r["scores"]))], answer_ids=[f"{code}-a{i}" for i in range(3)],
             answer_labels=[f"a{i}" for i in range(3)], subject_ids=[f"{code}-s{i}" for i in range(n)],
             subject_labels=[f"s{i}" for i in range(n)], gold=np.asarray(r["gold"]), rows=np.arange(n),
             domains=r["domains"], cardinality=r["cardinality"], total_instances=n)
     return BearDataset("hand", "hand", relations, [])
 
 
-def hand_table(dataset: BearDataset) -> pd.DataFrame:
-    return pd.concat([score_relation(HandScorer(HAND[code]["scores"]), relation) for code, relation in dataset.relations.items()],
+def hand_table(dataset: BearDataset, hand: dict = HAND) -> pd.DataFrame:
+    return pd.concat([score_relation(HandScorer(hand[code]["scores"]), relation) for code, relation in dataset.relations.items()],
                      ignore_index=True)
 
 
-def test_metrics_match_lm_pub_quiz_accumulation_on_hand_made_ties(lmpq):
+def hand_results(hand: dict = HAND):
+    """The hand-made scores as lm-pub-quiz's DatasetResults (one row per instance and template of each relation)."""
     from lm_pub_quiz import DatasetResults, RelationResult
 
-    dataset = hand_dataset()
-    metrics = bear_metrics(hand_table(dataset), dataset)
     results = DatasetResults()
-    for code, r in HAND.items():
+    for code, r in hand.items():
         rows = [{"instance_index": i, "template_index": t, "answer_idx": gold, "pll_scores": [float(s) for s in r["scores"][t][i]]}
-                for t in range(2) for i, gold in enumerate(r["gold"])]
+                for t in range(len(r["scores"])) for i, gold in enumerate(r["gold"])]
         answer_space = pd.Series([f"a{i}" for i in range(3)], index=pd.Index([f"{code}-a{i}" for i in range(3)], name="obj_id"))
         cardinality = {v: k for k, v in LMPQ_CARDINALITY.items()}[r["cardinality"]]
         results.append(RelationResult(code, metadata={"reduction": "sum"}, instance_table=pd.DataFrame(rows),
                                       answer_space=answer_space, relation_info={"domains": r["domains"], "cardinality": cardinality}))
-    assert_same_metrics(lmpq_metrics(results, range(2)), ours_by_view(metrics, range(2)))
+    return results
+
+
+def test_metrics_match_lm_pub_quiz_accumulation_on_hand_made_ties(lmpq):
+    dataset = hand_dataset()
+    metrics = bear_metrics(hand_table(dataset), dataset)
+    assert_same_metrics(lmpq_metrics(hand_results(), range(2)), ours_by_view(metrics, range(2)))
+
+
+# PC has one template, PA and PD three (PA shares the domain Geo and the cardinality N:1 with PC).
+UNEVEN = {
+    "PC": {"domains": ["Geo"], "cardinality": "N:1", "gold": [0, 1], "scores": [[[2, 1, 0], [0, 2, 1]]]},
+    "PA": {"domains": ["Geo", "Bio"], "cardinality": "N:1", "gold": [0, 1],
+           "scores": [[[2, 1, 0], [2, 1, 0]], [[0, 1, 2], [2, 1, 0]], [[0, 1, 2], [0, 0, 1]]]},
+    "PD": {"domains": ["Bio"], "cardinality": "1:1", "gold": [2, 0, 1],
+           "scores": [[[0, 0, 1], [1, 0, 0], [0, 1, 1]], [[1, 1, 0], [1, 0, 0], [0, 1, 0]], [[0, 0, 1], [0, 1, 0], [1, 0, 0]]]},
+}
+
+
+def test_bear_score_is_lm_pub_quiz_accuracy_when_relations_have_different_numbers_of_templates(lmpq):
+    """s12: the BEAR score (accuracy_mean, the headline) was the plain mean over templates, each template pooling only
+    the relations that have it; lm-pub-quiz's accuracy pools every (instance, template) row, each relation weighted by
+    its support (instances x its templates).  With one and three templates they differed; now they are the same number,
+    overall and per relation, domain (divided support) and cardinality, and the chance-adjusted score follows it."""
+    dataset = hand_dataset(UNEVEN)
+    metrics = bear_metrics(hand_table(dataset, UNEVEN), dataset)
+    results = hand_results(UNEVEN)
+    domains, cardinality = (results.get_metrics("accuracy", accumulate=group) for group in ("domains", "cardinality"))
+    theirs = {"overall": {None: float(results.get_metrics("accuracy"))},
+              "per_relation": results.get_metrics("accuracy", accumulate=False).to_dict(),
+              "per_domain": domains.to_dict(), "per_cardinality": {LMPQ_CARDINALITY[c]: v for c, v in cardinality.items()}}
+    ours = {"overall": {None: metrics["overall"]}, **{key: metrics[key] for key in theirs if key != "overall"}}
+    plain_mean = np.mean(list(metrics["overall"]["accuracy_per_template"].values()))
+    assert plain_mean != pytest.approx(theirs["overall"][None])  # the two rules differ on this data set
+    for key, values in theirs.items():
+        assert set(ours[key]) == set(values), key
+        for name, value in values.items():
+            assert ours[key][name]["accuracy_mean"] == pytest.approx(value, abs=1e-12), (key, name)
+            assert ours[key][name]["accuracy"] == pytest.approx(value, abs=1e-12), (key, name)
+    block = metrics["overall"]
+    random = np.mean(1.0 / hand_table(dataset, UNEVEN)["n_answers"])
+    assert block["accuracy_mean_adjusted"] == pytest.approx((theirs["overall"][None] - random) / (1 - random))
+
+
+def test_bear_score_is_the_plain_template_mean_where_every_relation_has_every_template():
+    """Every BEAR and BEAR-big relation has three templates: there the BEAR score stays the plain mean over templates
+    (bit for bit, as stored before s12), which equals the pooled accuracy, in every block."""
+    dataset = hand_dataset()
+    metrics = bear_metrics(hand_table(dataset), dataset)
+    blocks = [metrics["overall"], *(block for key in ("per_relation", "per_domain", "per_cardinality")
+                                    for block in metrics[key].values())]
+    for block in blocks:
+        per_template = pd.Series(block["accuracy_per_template"], dtype=float)
+        assert block["accuracy_mean"] == float(per_template.mean())  # the old rule, exactly
+        assert block["accuracy_mean"] == pytest.approx(block["accuracy"], abs=1e-12)
 
 
 def test_old_conventions_fail_where_lm_pub_quiz_differs():
