@@ -246,6 +246,49 @@ def test_ray_workers_encode_only_prompts_that_fit_as_the_run_will_cut_them(tiny_
     assert len(handed) == 1 and max(len(d) for d in handed[0]) < 2000 * 18  # the cut description, not the whole
 
 
+def test_ray_workers_guard_the_kg_once_before_the_workers_start(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """s12: with --long-prompts truncate-descriptions, --ray-workers ran the run's length guard again (after the one that
+    names the run folder) before encode_entities_on_ray's own check: every tail prompt made and counted three times
+    before any worker started.  Now one guard runs before the workers (in either mode), then only that check."""
+    from deer.platform import inputs, length_guard
+    from experiments import ray_runs
+    from tests.conftest import write_tiny_kg
+
+    checks, guards, at_start = [], [], []
+    too_long, guard = length_guard.LengthCheck.too_long, length_guard.guard_lengths
+
+    def counted(self, backend, limit):
+        checks.extend([self.kind] if self.kind == "tail prompt" else [])
+        return too_long(self, backend, limit)
+
+    def guarded(*args, **kwargs):  # the tail prompts' checks each guard makes
+        before = len(checks)
+        try:
+            return guard(*args, **kwargs)
+        finally:
+            guards.append(len(checks) - before)
+
+    def starting(*args, **kwargs):
+        at_start.append((list(guards), len(checks)))
+        raise RuntimeError("the workers would start here")
+
+    monkeypatch.setattr(length_guard.LengthCheck, "too_long", counted)
+    for module in (inputs, length_guard):
+        monkeypatch.setattr(module, "guard_lengths", guarded)
+    monkeypatch.setattr(ray_runs, "ray_session", starting)
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    long_kg = write_tiny_kg(tmp_path / "long_kg")
+    lines = (long_kg / "entities.tsv").read_text().splitlines()
+    lines[2] = "e2\tanimal\t" + "a living organism " * 2000  # cut with truncate-descriptions
+    (long_kg / "entities.tsv").write_text("\n".join(lines) + "\n")
+    for kg, mode in ((tiny_kg_dir, "error"), (long_kg, "truncate-descriptions")):
+        checks.clear(), guards.clear(), at_start.clear()
+        CliRunner().invoke(main, ["probe", "--kg", str(kg), "--model", str(tiny_clm_dir), "--long-prompts", mode,
+                                  "--ray-workers", "2", "--out", str(tmp_path / mode)])
+        ((guarded_before, checked_before),) = at_start  # the workers were reached
+        assert len(guarded_before) == 1 and checked_before == guarded_before[0] + 1, (mode, guarded_before, checked_before)
+
+
 def test_probe_series_opens_each_model_as_its_loading_object_says(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
     """probe_series opened each model with its own dtype=/device= keywords ('auto') and handed run_probes the opened
     model, so a loading=ModelLoading(dtype=...) given to it was dropped without a word; a keyword set beside it is refused."""

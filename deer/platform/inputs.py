@@ -139,10 +139,12 @@ def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=
     return PreparedRun(task.kg_queries, runner.loaded, templates, report, runner)
 
 
-def fitted_queries(queries: QuerySet, probes, runner, templates: PromptTemplates, long_prompts: str) -> QuerySet:
+def fitted_queries(queries: QuerySet, probes, runner, templates: PromptTemplates, long_prompts: str,
+                   check: bool = False) -> QuerySet:
     """The queries as the run's length guard leaves them (descriptions cut with 'truncate-descriptions'; in 'error' mode
-    as given): the KG its run spec records, so a folder is named and checked by it before the run (``probes``: Probes)."""
-    if long_prompts == "error":  # nothing is cut: no second pass of the guard over every text
+    as given): the KG its run spec records, so a folder is named and checked by it before the run (``probes``: Probes).
+    ``check``: guarded in 'error' mode too, a text too long refused now (before Ray workers start, say)."""
+    if long_prompts == "error" and not check:  # nothing is cut: no second pass of the guard over every text
         return queries
     return guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, long_prompts)[0].kg_queries
 

@@ -86,12 +86,14 @@ def spelled_as_probe_option():
         raise OptionError("probe_option", f"{error.option}={error.value}", error.problem) from None
 
 
-def open_kg_run(g: dict, options: dict, run_options):
-    """(queries, templates, loaded, out) from the command's options ``g`` and their ``run_options_of`` objects; the probes'
+def open_kg_run(g: dict, options: dict, run_options, guard: bool = False):
+    """(queries, the KG as the run's length guard leaves it, templates, loaded, out) from the command's options ``g`` and
+    their ``run_options_of`` objects; the probes'
     ``options`` ({name: its own options}, its defaults where missing) checked against the queries and templates before the
     model opens, once.  ``out``: --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and a probe's
     ``folder_suffix(options)`` where it has one (LAMA's single-token protocol ranks fewer queries, so its ranks get a folder
-    of their own); without a suffix a folder holding another spec is refused now, before any work."""
+    of their own); without a suffix a folder holding another spec is refused now, before any work.  ``guard``: every text
+    checked now in --long-prompts error mode too (before Ray's workers)."""
     from deer.backends import open_backend
     from deer.platform.inputs import fitted_queries
     from deer.platform.run_spec import RunSpec, spec_folder
@@ -107,9 +109,10 @@ def open_kg_run(g: dict, options: dict, run_options):
         suffixes.append(folder_suffix(own) if folder_suffix is not None else "")
     suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
     runner = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray
-    spec = RunSpec.build(fitted_queries(queries, probes, runner, templates, run_options.budget.long_prompts),
-                         runner.loaded, templates)  # what the run records: the KG as the guard leaves it
-    return queries, templates, runner.loaded, spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
+    fitted = fitted_queries(queries, probes, runner, templates, run_options.budget.long_prompts, guard)
+    spec = RunSpec.build(fitted, runner.loaded, templates)  # what the run records: the KG as the guard leaves it
+    out = spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
+    return queries, fitted.kg, templates, runner.loaded, out
 
 
 def options_by_probe(probes, pairs: dict) -> dict:
@@ -137,18 +140,13 @@ def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
         return forward_to_cloze(g, ",".join(options))
     run_options = run_options_of(g)
-    queries, templates, loaded, out = open_kg_run(g, options, run_options)
+    queries, fitted_kg, templates, loaded, out = open_kg_run(g, options, run_options, guard=bool(ray_workers))
     if ray_workers:
-        from deer.backends import open_backend
-        from deer.platform.length_guard import guard_lengths
-        from deer.platform.templates import kg_benchmark_task
-        from deer.probes import get_probe
         from experiments.ray_runs import encode_entities_on_ray
 
-        # The run's length guard first: nothing too long reaches a worker, and cut descriptions are encoded as the run cuts them.
-        fitted, _ = guard_lengths(kg_benchmark_task(queries, templates), [get_probe(name) for name in options],
-                                  open_backend(g["backend"], loaded), templates, run_options.budget.long_prompts)
-        store = encode_entities_on_ray(fitted.kg_queries.kg, g["model_name"], templates, workers=ray_workers,
+        # The KG as open_kg_run's guard left it (nothing too long reaches a worker; descriptions encoded as the run cuts
+        # them), not guarded again here.
+        store = encode_entities_on_ray(fitted_kg, g["model_name"], templates, workers=ray_workers,
                                        entities=queries.candidates.tolist(), loading=run_options.loading,
                                        token_budget=g["token_budget"], address=ray_address, loaded=loaded, backend=g["backend"])
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
