@@ -92,7 +92,8 @@ def summary_markdown(metrics: dict) -> str:
     templates = ", ".join(f"template {t}: {a:.3f}" for t, a in overall["accuracy_per_template"].items())
     convention = metrics.get("convention")
     lines = [
-        f"BEAR score (mean accuracy over templates) **{overall['accuracy_mean']:.4f}**, spread (std over templates) "
+        f"BEAR score (lm-pub-quiz's accuracy: the mean over templates where every relation has each) "
+        f"**{overall['accuracy_mean']:.4f}**, spread (std over templates) "
         f"{overall['accuracy_std']:.4f}; {templates}; random baseline {overall['random_baseline']:.4f}"
         + (f" (chance-adjusted score {overall['accuracy_mean_adjusted']:.4f})" if overall.get("accuracy_mean_adjusted") is not None else "")
         + f"; {overall['instances']} instances.",
