@@ -102,11 +102,12 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
                     options: dict[str, dict] | None = None) -> dict[str, RunResult]:
     """{probe: its result} of ``probes`` in the folder (read once) whose ranks the folder's ``run_spec.json``
     and the probe's own metadata both record under ``spec``, in every field (never the weight fingerprint alone),
-    made with ``options`` ({probe: its options, defaults included}; None: every probe's defaults).
+    made with ``options`` ({probe: its options, defaults included}; None: every probe's defaults) on the backend
+    ``run_probes`` runs (``DEFAULT_BACKEND``: another backend's scores may differ, ``store_key``).
 
-    A probe whose metadata records no options (a folder written before they were recorded), or that is handed
-    query vectors, is not reused (run again).  One whose recorded options differ is refused (ValueError naming
-    them): the folder holds one set of ranks per probe, and ranks of other settings never share a folder."""
+    A probe whose metadata records no options or backend (a folder written before they were recorded), or that is
+    handed query vectors, is not reused (run again).  One whose recorded options or backend differ is refused
+    (ValueError naming them): the folder holds one set of ranks per probe, and ranks of other settings never share a folder."""
     from deer.probes import get_probe
     from deer.runner import HANDED_ON, recorded_options
     from deer.runner import probe_options as checked_options
@@ -121,14 +122,14 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
     reusable = []
     for probe in same_spec:
         asked = checked_options(get_probe(probe), (options or {}).get(probe, {}))
-        made_with = run.metadata_of(probe).get("options")
-        if not isinstance(made_with, dict) or asked.get(HANDED_ON) is not None:
-            continue  # options unknown, or vectors handed in: its ranks are made again
-        asked = recorded_options(asked)
+        made_with, backend = run.metadata_of(probe).get("options"), run.metadata_of(probe).get("backend")
+        if not isinstance(made_with, dict) or backend is None or asked.get(HANDED_ON) is not None:
+            continue  # options or backend unknown, or vectors handed in: its ranks are made again
+        asked, made_with = {**recorded_options(asked), "backend": DEFAULT_BACKEND}, {**made_with, "backend": backend}
         differing = sorted(name for name in set(asked) | set(made_with) if asked.get(name) != made_with.get(name))
         if differing:
             named = "; ".join(f"{name}: the folder {made_with.get(name)!r}, asked {asked.get(name)!r}" for name in differing)
-            raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options ({named}); "
+            raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options or backend ({named}); "
                              "a folder holds one set of ranks per probe: give these options another folder "
                              "(folder=, or another runs_dir=)")
         reusable.append(probe)

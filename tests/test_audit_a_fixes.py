@@ -160,6 +160,26 @@ def test_cloze_parts_are_resumed_only_on_the_backend_store_key_they_were_made_wi
     assert again.table["bear_rank"].tolist() == fresh.table["bear_rank"].tolist()
 
 
+def test_run_probes_reuses_no_ranks_made_on_another_backend(shifted, tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """s12-b: run_probes (the hf backend) handed back a folder's ranks made on another backend whose scores differ
+    (``deer probe --backend shifted --out`` the same folder), logged as reused; now the backend is compared as the
+    options are, and another one is refused by name."""
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded, folder = open_model(str(tiny_clm_dir)), tmp_path / "run"
+    shifted_ranks = run_kg(["bear"], queries, loaded, backend="shifted", out=folder, show_progress=False)
+    hf_ranks = run_kg(["bear"], queries, loaded, show_progress=False).ranks("filtered", "bear").tolist()
+    assert shifted_ranks.ranks("filtered", "bear").tolist() != hf_ranks  # the two backends' numbers differ
+    with pytest.raises(ValueError, match=r"backend: the folder 'shifted', asked 'hf'"):
+        run_probes(queries, loaded, ["bear"], folder, PromptTemplates(), log=_quiet)
+    hf_folder = tmp_path / "hf"
+    run_probes(queries, loaded, ["bear"], hf_folder, PromptTemplates(), log=_quiet)
+    again = run_probes(queries, loaded, ["bear"], hf_folder, PromptTemplates(), log=_quiet)
+    assert again.experiment["reused"] == ["bear"] and again.ranks("filtered", "bear").tolist() == hf_ranks
+
+
 def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
     """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
     the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is
