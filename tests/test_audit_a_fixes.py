@@ -180,6 +180,66 @@ def test_run_probes_reuses_no_ranks_made_on_another_backend(shifted, tiny_kg_dir
     assert again.experiment["reused"] == ["bear"] and again.ranks("filtered", "bear").tolist() == hf_ranks
 
 
+def _metadata_of_shifted_runs_fails(monkeypatch):
+    """Writing a metadata.json that records the shifted backend raises, as a full disk would: a save stopped after
+    the run's table (and metrics) were written, before its metadata."""
+    from pathlib import Path
+
+    import deer.base.files as files
+
+    real = files.atomic_write_bytes
+
+    def write(path, data):
+        if Path(path).name == "metadata.json" and b'"backend": "shifted"' in data:
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(files, "atomic_write_bytes", write)
+
+
+def test_a_kg_save_stopped_before_its_metadata_leaves_no_ranks_under_the_old_metadata(shifted, tiny_kg_dir, tiny_clm_dir,
+                                                                                       tmp_path, monkeypatch):
+    """s12-b: a probe's save wrote its ranks and metrics, then metadata.json; stopped in between, the new ranks lay
+    under the old run's metadata, and run_probes reused them as that run's (another backend's ranks, logged as reused).
+    Now the probe's old metadata entry goes first and its new one last: its ranks are made again."""
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded, folder = open_model(str(tiny_clm_dir)), tmp_path / "run"
+    hf_ranks = run_probes(queries, loaded, ["bear"], folder, PromptTemplates(), log=_quiet).ranks("filtered", "bear").tolist()
+    with monkeypatch.context() as patched:
+        _metadata_of_shifted_runs_fails(patched)
+        with pytest.raises(OSError):
+            run_kg(["bear"], queries, loaded, backend="shifted", out=folder, show_progress=False)
+    again = run_probes(queries, loaded, ["bear"], folder, PromptTemplates(), log=_quiet)
+    assert again.experiment["reused"] == [] and again.ranks("filtered", "bear").tolist() == hf_ranks
+
+
+def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shifted, tiny_clm_dir, tmp_path, monkeypatch):
+    """s12-b: `deer bear-dataset` wrote its instances table, then metadata.json; a run into the folder of another that
+    stopped in between left its table under the other's metadata, and --bear-run took that table as the other run's.
+    Now metadata.json (what marks a finished run) is removed first and written last: --bear-run refuses the folder."""
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends import open_backend
+    from deer.backends.models import open_model
+    from experiments.cloze_bear import bear_scoring, stored_bear_table
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "out"
+    hf = run_bear_dataset(data, loaded, out, {"relations": None}, show_progress=False)
+    scoring = bear_scoring(open_backend("hf", loaded))
+    assert stored_bear_table(out, data, loaded, scoring)["rank"].tolist() == hf.table["rank"].tolist()
+    with monkeypatch.context() as patched:
+        _metadata_of_shifted_runs_fails(patched)
+        with pytest.raises(OSError):
+            run_bear_dataset(data, loaded, out, {"relations": None}, backend="shifted", show_progress=False)
+    with pytest.raises(ValueError, match="not a finished `deer bear-dataset` run"):
+        stored_bear_table(out, data, loaded, scoring)
+
+
 def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
     """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
     the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is

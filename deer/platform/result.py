@@ -388,6 +388,11 @@ def _save_kg_result(result: RunResult, folder: Path) -> None:
     with folder_lock(folder):
         check_folder_spec(folder, result.spec)
         table = _with_probe_columns(_base_table(folder, result.table), result.table, result.probe)
+        # metadata.json says what a probe's ranks were made with (read back as reusable): the probe's old entry goes
+        # first and its new one last, so a save stopped part-way never leaves new ranks under the old entry
+        stored = _read_json(folder / "metadata.json")
+        if result.probe in stored:
+            write_json(folder / "metadata.json", {probe: entry for probe, entry in stored.items() if probe != result.probe})
         if not (folder / RUN_SPEC_FILE).exists():
             result.spec.write(folder)
         for old in folder.glob(f"{RANKS_TABLE}.*"):
@@ -465,6 +470,9 @@ def _refuse_overwrite(folder: Path | None, conflict: str | None, label: str) -> 
 def _save_instances_result(result: RunResult, folder: Path) -> None:
     with folder_lock(folder):  # the folder's check and writes, one saving process at a time
         check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
+        # metadata.json marks a finished run (--bear-run, --resummarise read it): gone first, written last, so a save
+        # stopped part-way never leaves this run's table under the run before's metadata
+        (folder / "metadata.json").unlink(missing_ok=True)
         write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table)
         write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()})
         if result.summary is not None:
