@@ -49,6 +49,12 @@ def leaderboard_row(run: RunResult, probe: str, rank_type: str) -> dict:
     return row
 
 
+def _probe_settings(run: RunResult, probe: str | None) -> dict:
+    """A probe's recorded options and backend (another backend's scores may differ: its ``store_key``)."""
+    metadata = run.probe_metadata.get(probe, {})
+    return {**(metadata.get("options") or {}), **({"backend": metadata["backend"]} if metadata.get("backend") else {})}
+
+
 def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
                rank_type: str = "filtered", settings: dict | None = None, steps: dict[str, int | None] | None = None) -> dict:
     """Leaderboard of ``runs`` (each under its own label) by DEER ``metric``; ordering agreement with ``reference``.
@@ -66,13 +72,13 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
             raise ValueError(f"{runs[0].folder} and {other.folder} ranked different queries (another KG, split, subset or "
                              "candidates); screen models on one query set: runs made with the same --kg/--split/--subset/--seed")
         options = [(f"{probe} {name}", (mine, theirs[name])) for probe in ("deer", reference)
-                   for name, mine in (runs[0].probe_metadata.get(probe, {}).get("options") or {}).items()
-                   if name in (theirs := other.probe_metadata.get(probe, {}).get("options") or {}) and mine != theirs[name]]
+                   for name, mine in _probe_settings(runs[0], probe).items()
+                   if name in (theirs := _probe_settings(other, probe)) and mine != theirs[name]]
         setting = [(key, values[::-1]) for key, values in differs.items() if key.startswith("templates")] + options
         if setting:
             raise ValueError(f"{runs[0].folder} and {other.folder} were made with other settings ("
                              + "; ".join(f"{key}: {a!r} and {b!r}" for key, (a, b) in setting)
-                             + "); screen models probed alike: runs made with the same templates and probe options")
+                             + "); screen models probed alike: runs made with the same templates, probe options and backend")
     output = ExperimentOutput(out_dir, "screen")
     missing = [run.label for run in runs if "deer" not in run.probes]
     if missing:

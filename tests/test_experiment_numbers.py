@@ -130,6 +130,17 @@ def test_screen_refuses_runs_made_with_other_templates_or_probe_options(tmp_path
     assert len(run_screen(options, tmp_path / "deer-only")["leaderboard"]) == 2  # BEAR's options: no part of a DEER board
 
 
+def test_screen_refuses_runs_whose_reference_ran_on_another_backend(tmp_path):
+    """s12-b: --run folders whose BEAR ranks were made on two backends (a caching backend's scores may differ: its
+    store_key) went on one leaderboard, their orderings correlated, exit 0."""
+    runs = [make_run(label, {"deer": [1, 2, 3], "bear": [1, 2, 3]},
+                     metadata={"deer": {"options": {}, "backend": "hf"}, "bear": {"options": {}, "backend": backend}})
+            for label, backend in (("a", "hf"), ("b", "shifted"))]
+    with pytest.raises(ValueError, match=r"bear backend: 'hf' and 'shifted'"):
+        run_screen(runs, tmp_path / "backends", reference="bear")
+    assert len(run_screen(runs, tmp_path / "deer-only")["leaderboard"]) == 2  # BEAR's backend: no part of a DEER board
+
+
 def test_cloze_takes_a_stored_bear_run_only_if_scored_as_its_own_bear(tiny_clm_dir, tmp_path, monkeypatch):
     """--bear-run took a `deer bear-dataset` table scored on another backend (another store_key) or PLL variant
     as BEAR's numbers of this comparison, unchecked."""
