@@ -248,7 +248,6 @@ def save_lm_pub_quiz_folder(dataset: BearDataset, folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=False)
     metadata = {code: {"templates": r.templates, "answer_space_ids": r.answer_ids, "answer_space_labels": r.answer_labels}
                 for code, r in dataset.relations.items()}
-    (folder / METADATA_FILE).write_text(json.dumps(metadata, ensure_ascii=False), encoding="utf-8")
     for code, r in dataset.relations.items():
         lines = [json.dumps({"sub_id": sub_id, "sub_label": label, "obj_id": r.answer_ids[gold],
                              "obj_label": r.answer_labels[gold], "answer_idx": int(gold)}, ensure_ascii=False)
@@ -256,4 +255,6 @@ def save_lm_pub_quiz_folder(dataset: BearDataset, folder: str | Path) -> Path:
         (folder / f"{code}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     info = {code: {"domains": r.domains} for code, r in dataset.relations.items()}
     (folder / RELATION_INFO_FILE).write_text(json.dumps(info, ensure_ascii=False), encoding="utf-8")
+    # the file that makes the folder a BEAR-format data set, last: a save stopped before it leaves no smaller data set
+    (folder / METADATA_FILE).write_text(json.dumps(metadata, ensure_ascii=False), encoding="utf-8")
     return folder

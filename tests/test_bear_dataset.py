@@ -76,6 +76,30 @@ def test_subset_saved_in_lm_pub_quiz_format_reads_back_the_same(tmp_path):
         save_lm_pub_quiz_folder(subset, tmp_path / "saved")
 
 
+def test_a_lm_pub_quiz_save_stopped_part_way_leaves_no_smaller_data_set(tmp_path, monkeypatch):
+    """s12-b: metadata_relations.json (what makes a folder a BEAR-format data set) was written first: a save stopped
+    after it (a relation file not written: a full disk) read back as a data set without that relation, no word said.
+    Now it is written last, and such a folder is no data set."""
+    from pathlib import Path
+
+    from kg_data.errors import KGNotFoundError
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini")))
+    real = Path.write_text
+
+    def write_text(self, *args, **kwargs):
+        if self.name == "P37.jsonl":
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "write_text", write_text)
+        with pytest.raises(OSError):
+            save_lm_pub_quiz_folder(data, tmp_path / "saved")
+    with pytest.raises(KGNotFoundError, match="holds no metadata_relations.json"):
+        load_bear_dataset(str(tmp_path / "saved"))
+
+
 def test_errors_name_file_and_line(tmp_path):
     folder = write_dataset(tmp_path / "BEARmini")
     lines = (folder / "P36.jsonl").read_text().splitlines()
