@@ -69,8 +69,10 @@ def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
 
 
 def recorded_options(options: Mapping[str, Any]) -> dict:
-    """A probe's options as its metadata records them: all but an array handed on (``HANDED_ON``)."""
-    return {name: value for name, value in options.items() if name != HANDED_ON}
+    """A probe's options as its metadata records them: an array handed on (``HANDED_ON``) as "given" where one was
+    given from outside (such ranks are no reuse of the probe's own: ``experiments.runs``), else left out."""
+    recorded = {name: value for name, value in options.items() if name != HANDED_ON}
+    return recorded if options.get(HANDED_ON) is None else {**recorded, HANDED_ON: "given"}
 
 
 def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,

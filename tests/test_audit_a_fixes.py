@@ -240,6 +240,29 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
         stored_bear_table(out, data, loaded, scoring)
 
 
+def test_run_probes_reuses_no_deer_ranks_made_from_query_vectors_given_from_outside(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """s12-b: deer.probe(..., query_embeddings=V, out=F) recorded the same options as DEER's own run ({}), so run_probes
+    reused ranks made from V (any vectors of the right shape) as DEER's own.  Now they are recorded as given, and refused."""
+    import numpy as np
+
+    import deer
+    from deer.backends.models import open_model
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded, folder = open_model(str(tiny_clm_dir)), tmp_path / "run"
+    other = np.random.default_rng(0).standard_normal((len(queries), 32)).astype(np.float32)
+    given = deer.probe(queries, loaded, query_embeddings=other, out=folder, show_progress=False)
+    own = deer.probe(queries, loaded, show_progress=False)
+    assert given.ranks("filtered").tolist() != own.ranks("filtered").tolist()  # other vectors, other ranks
+    with pytest.raises(ValueError, match=r"query_embeddings: the folder 'given', asked None"):
+        run_probes(queries, loaded, ["deer"], folder, PromptTemplates(), log=_quiet)
+    together = run_probes(queries, loaded, ["lama", "deer"], tmp_path / "together", PromptTemplates(), log=_quiet)
+    assert together.metadata_of("deer")["options"] == {}  # handed on by LAMA's pass in the run: DEER's own
+    again = run_probes(queries, loaded, ["deer"], tmp_path / "together", PromptTemplates(), log=_quiet)
+    assert again.experiment["reused"] == ["deer"]
+    assert again.ranks("filtered", "deer").tolist() == together.ranks("filtered", "deer").tolist()
+
+
 def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
     """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
     the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is
