@@ -129,8 +129,8 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
         differing = sorted(name for name in set(asked) | set(made_with) if asked.get(name) != made_with.get(name))
         if differing:
             named = "; ".join(f"{name}: the folder {made_with.get(name)!r}, asked {asked.get(name)!r}" for name in differing)
-            raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options or backend ({named}); "
-                             "a folder holds one set of ranks per probe: give these options another folder "
+            raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options or backend "
+                             f"({named}); a folder holds one set of ranks per probe: give these options another folder "
                              "(folder=, or another runs_dir=)")
         reusable.append(probe)
     return {probe: run[probe] for probe in reusable}
