@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import deer
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
 from deer.base.files import package_versions
 from deer.base.work import summed_work
@@ -132,6 +133,7 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, method, backend_ke
         "method": getattr(method, "statements_method", method),
         "statement_rule": STATEMENT_RULE,
         "part_columns": PART_COLUMNS,
+        "toolkit": deer.__version__,  # another version's probes may score otherwise: its parts are scored again
         **(backend_key or {}),
     }
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+import deer
 from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend, refuse_cache_on
 from deer.backends.models import DEFAULT_MODEL, LoadedModel
 from deer.base.files import package_versions, write_json, write_table
@@ -180,11 +181,11 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     or one without ``score``, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
 
     With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of model,
-    tokenizer, dtype, the task, the statement rule and the backend's ``store_key``, so a stopped run resumes (a part
-    that is unreadable or lacks rows or columns is set aside and scored again: ``deer.platform.read_back.reusable_table``).  With
-    ``store_root``, DEER's candidate vectors go into the model's prompt store.  The plain backend stores nothing, nor
-    does a model whose fingerprint hashes no weights (one in training: no parts; a ``store_root`` is refused, as
-    ``run_kg`` refuses ``cache=True``).
+    tokenizer, dtype, the task, the statement rule, the toolkit's version and the backend's ``store_key``, so a
+    stopped run resumes (a part that is unreadable or lacks rows or columns is set aside and scored again:
+    ``deer.platform.read_back.reusable_table``).  With ``store_root``, DEER's candidate vectors go into the model's
+    prompt store.  The plain backend stores nothing, nor does a model whose fingerprint hashes no weights (one in
+    training: no parts; a ``store_root`` is refused, as ``run_kg`` refuses ``cache=True``).
     """
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
@@ -195,7 +196,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,
-           **runner.store_key}  # {} for hf
+           "toolkit": deer.__version__, **runner.store_key}  # {} for hf; parts of another version's probes: scored again
     # a cross-check, or weights no fingerprint hashes: nothing kept
     plain = not can_cache(backend) or not loaded.content_addressed
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume

@@ -263,6 +263,32 @@ def test_run_probes_reuses_no_deer_ranks_made_from_query_vectors_given_from_outs
     assert again.ranks("filtered", "deer").tolist() == together.ranks("filtered", "deer").tolist()
 
 
+def test_cloze_and_bear_dataset_parts_of_another_toolkit_version_are_scored_again(tiny_clm_dir, tmp_path, monkeypatch):
+    """s12-b: a cloze run's and the BEAR data set's parts were keyed by model, task, rules and backend but by nothing of
+    the code that scored them: after an upgrade that scores a probe otherwise, a rerun into the same --out resumed the
+    old version's numbers as its own.  The toolkit's version is part of both keys now."""
+    import deer
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import open_model
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def runs():
+        cloze = run_cloze(bear_cloze_task(data), loaded, ["bear"], tmp_path / "cloze", show_progress=False)
+        dataset = run_bear_dataset(data, loaded, tmp_path / "dataset", {"relations": None}, show_progress=False)
+        return cloze.metadata_of("bear")["resumed"], dataset.metadata["relations_resumed"]
+
+    runs()
+    assert runs() == (True, ["P36", "P37"])  # the same version: resumed
+    monkeypatch.setattr(deer, "__version__", "9.9.9")  # another version, which may score otherwise
+    assert runs() == (False, [])
+
+
 def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
     """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
     the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is
