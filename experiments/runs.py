@@ -19,6 +19,7 @@ import numpy as np
 from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.fingerprints import IN_TRAINING
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
+from deer.base.files import package_versions
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
@@ -28,6 +29,7 @@ from deer.probes import probe_names
 from experiments.report import distinct_labels
 from kg_data.queries import QuerySet, queries_for
 
+TOOLKIT = "deer-probe-toolkit"  # its version, as every run's metadata records it (``package_versions``)
 ProbeRun = RunResult  # the experiments' old name of a run (until 0.3): one RunResult, labelled and read from its folder
 
 
@@ -107,7 +109,8 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
 
     A probe whose metadata records no options or backend (a folder written before they were recorded), or that is
     handed query vectors, is not reused (run again).  One whose recorded options or backend differ is refused
-    (ValueError naming them): the folder holds one set of ranks per probe, and ranks of other settings never share a folder."""
+    (ValueError naming them): the folder holds one set of ranks per probe, and ranks of other settings never share a folder.
+    Ranks made by another version of the toolkit (which may score otherwise) are not reused (run again)."""
     from deer.probes import get_probe
     from deer.runner import HANDED_ON, recorded_options
     from deer.runner import probe_options as checked_options
@@ -132,7 +135,8 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
             raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options or backend "
                              f"({named}); a folder holds one set of ranks per probe: give these options another folder "
                              "(folder=, or another runs_dir=)")
-        reusable.append(probe)
+        if (run.metadata_of(probe).get("versions") or {}).get(TOOLKIT) == package_versions().get(TOOLKIT):
+            reusable.append(probe)  # another version's ranks (it may score otherwise) are made again
     return {probe: run[probe] for probe in reusable}
 
 

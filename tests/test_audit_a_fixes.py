@@ -289,6 +289,27 @@ def test_cloze_and_bear_dataset_parts_of_another_toolkit_version_are_scored_agai
     assert runs() == (False, [])
 
 
+def test_run_probes_reuses_no_ranks_made_by_another_toolkit_version(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """s12-b: run_probes handed back a folder's ranks whatever version of the toolkit made them, so after an upgrade that
+    scores a probe otherwise the experiments went on with the old numbers.  Another version's ranks are made again now."""
+    import json
+
+    from deer.backends.models import open_model
+    from deer.base.files import package_versions
+    from experiments import runs
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded, folder = open_model(str(tiny_clm_dir)), tmp_path / "run"
+    first = run_probes(queries, loaded, ["lama"], folder, PromptTemplates(), log=_quiet)
+    assert run_probes(queries, loaded, ["lama"], folder, PromptTemplates(), log=_quiet).experiment["reused"] == ["lama"]
+    monkeypatch.setattr(runs, "package_versions", lambda: {**package_versions(), "deer-probe-toolkit": "9.9.9"}, raising=False)
+    again = run_probes(queries, loaded, ["lama"], folder, PromptTemplates(), log=_quiet)
+    assert again.experiment["reused"] == []
+    assert again.ranks("filtered", "lama").tolist() == first.ranks("filtered", "lama").tolist()
+    assert json.loads((folder / "metadata.json").read_text())["lama"]["versions"]["deer-probe-toolkit"] == package_versions()[
+        "deer-probe-toolkit"]  # recorded by the run, as every run's metadata records it
+
+
 def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
     """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
     the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is
