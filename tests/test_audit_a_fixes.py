@@ -240,6 +240,29 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
         stored_bear_table(out, data, loaded, scoring)
 
 
+def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metadata(shifted, tiny_clm_dir, tmp_path,
+                                                                                      monkeypatch):
+    """s12-b: a cloze run's save wrote its table and metrics, then metadata.json; stopped in between, deer.load_result gave
+    the new run's numbers under the old run's metadata (its model, backend).  Now the old metadata.json goes first."""
+    import deer
+    from deer.backends.models import open_model
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
+    loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "cloze"
+    run_cloze(task, loaded, ["bear"], out, show_progress=False)
+    assert deer.load_result(out).metadata_of("bear")["backend"] == "hf"
+    with monkeypatch.context() as patched:
+        _metadata_of_shifted_runs_fails(patched)
+        with pytest.raises(OSError):
+            run_cloze(task, loaded, ["bear"], out, backend="shifted", show_progress=False)
+    back = deer.load_result(out)
+    assert back.metadata_of("bear").get("backend") != "hf"  # no metadata of the run before beside the shifted rows
+
+
 def test_run_probes_reuses_no_deer_ranks_made_from_query_vectors_given_from_outside(tiny_kg_dir, tiny_clm_dir, tmp_path):
     """s12-b: deer.probe(..., query_embeddings=V, out=F) recorded the same options as DEER's own run ({}), so run_probes
     reused ranks made from V (any vectors of the right shape) as DEER's own.  Now they are recorded as given, and refused."""

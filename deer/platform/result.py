@@ -212,6 +212,7 @@ class RunResult:
                 _save_kg_result(self[probe], folder)
         elif self.layout == QUERIES_TABLE:
             refuse_other_run(folder, QUERIES_TABLE, "a cloze run")
+            (folder / "metadata.json").unlink(missing_ok=True)  # what made the rows: gone first, written last (as below)
             write_table(folder / f"{QUERIES_TABLE}.parquet", self.table)  # the atomic writer creates the folder
             write_json(folder / "metrics.json", self.probe_metrics)
             write_json(folder / "metadata.json", self.probe_metadata)
