@@ -94,8 +94,11 @@ def model_fingerprint(model) -> str:
 
 def weights_stamp(model) -> tuple:
     """Changes whenever the weights or the config do, read without hashing a byte: each tensor's address and
-    torch's count of its in-place writes (a training step, an edit, ``load_state_dict``), and the config's hash."""
-    return tuple((tensor.data_ptr(), tensor._version) for tensor in model.state_dict().values()), config_fingerprint(model)
+    torch's count of its in-place writes (a training step, an edit, ``load_state_dict``), and the config's hash.
+    Tensors made under ``torch.inference_mode`` keep no count (they cannot be trained, and can be written only
+    inside that mode): for them only the address is compared."""
+    return (tuple((tensor.data_ptr(), None if tensor.is_inference() else tensor._version) for tensor in model.state_dict().values()),
+            config_fingerprint(model))
 
 
 IN_TRAINING = "in-training:"  # how a training_identity begins: a fingerprint that hashes no weights
