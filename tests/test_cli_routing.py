@@ -143,3 +143,13 @@ def test_lamas_single_token_ranks_get_their_own_folder_under_either_spelling(tin
     single = json.loads((tmp_path / "runs" / folders[1] / "metadata.json").read_text())
     assert set(single) == {"lama"} and single["lama"]["single_token"] is True
     assert set(json.loads((tmp_path / "runs" / folders[0] / "metadata.json").read_text())) == {"deer"}
+
+
+def test_a_ray_address_without_ray_workers_is_refused_before_loading(tiny_kg_dir, monkeypatch):
+    """`deer probe --ray-address ADDR` without --ray-workers ran locally, the address dropped without a word (exit 0)."""
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    result = _invoke(["probe", "--kg", str(tiny_kg_dir), "--ray-address", "10.0.0.1:6379"])
+    assert result.exit_code == 2 and "--ray-address" in result.output and "--ray-workers" in result.output

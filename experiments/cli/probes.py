@@ -212,6 +212,8 @@ def probe(probe_name, probe_option_pairs, ray_workers, ray_address, **given):
     options = options_by_probe(chosen, parse_key_values(probe_option_pairs, "--probe-option"))
     if ray_workers and (given["no_cache"] or "deer" not in options):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
+    if ray_address and not ray_workers:  # read only by the workers: without them the run was local, the address dropped
+        raise click.UsageError("--ray-address is the cluster of --ray-workers: give --ray-workers N too, or leave it out")
     run_kg_command(given, options, ray_workers=ray_workers, ray_address=ray_address)
 
 
