@@ -305,3 +305,26 @@ def test_probe_series_opens_each_model_as_its_loading_object_says(tiny_kg_dir, t
     assert run.metadata["model"]["dtype"] == "bfloat16"
     with pytest.raises(OptionError, match="dtype='float16': given beside loading="):
         probe_series(queries, [str(tiny_clm_dir)], ["deer"], PromptTemplates(k_shot=2), loading=ModelLoading(), dtype="float16")
+
+
+def test_a_scorer_or_probe_named_twice_is_run_and_tabled_once(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """compute-time timed `--scorers bear_ref,bear_ref` twice (two table rows for one scorer with other totals, its JSON
+    keeping one), and token-bias `--probes deer,deer` listed DEER's correlation twice: a name now counts once."""
+    import deer
+    from experiments import compute_time
+
+    plans = []
+
+    def capture(kg, loaded, templates, out_dir, plan, **kwargs):
+        plans.append(plan)
+        raise KeyboardInterrupt  # the plan is all this test reads: stop before any timing
+
+    monkeypatch.setattr(compute_time, "run_compute_time", capture)
+    CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                              "--scorers", "bear_ref,bear_ref", "--out", str(tmp_path / "time")])
+    assert [list(plan.scorers) for plan in plans] == [["bear_ref"]]
+
+    deer.probe(str(tiny_kg_dir), str(tiny_clm_dir), k_shot=2, out=tmp_path / "run", show_progress=False)
+    invoke(["token-bias", "--run", str(tmp_path / "run"), "--probes", "deer,deer", "--out", str(tmp_path / "tb")])
+    rows = json.loads((tmp_path / "tb" / "token_bias.json").read_text())["correlations"]
+    assert [row["probe"] for row in rows] == ["deer"]

@@ -140,7 +140,7 @@ def _asked_probes(runs, probe_list: list[str]) -> list[str] | None:
 
 
 def _known(text: str, allowed, kind: str) -> list[str]:
-    names = comma_list(text) or []
+    names = list(dict.fromkeys(comma_list(text) or []))  # each once, as --probe does: a repeat was timed/tabled twice
     unknown = [name for name in names if name not in allowed]
     if unknown:
         raise click.BadParameter(f"unknown {kind}(s) {', '.join(unknown)}; choose from {', '.join(allowed)}")
