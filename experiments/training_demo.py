@@ -58,6 +58,7 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     query_sets = {"seen": build_queries(graph, "train", subset=n_queries, seed=seed),
                   "heldout": build_queries(graph, "test", subset=n_queries, seed=seed)}
     loaded = open_model(model, dtype="float32")
+    templates = PromptTemplates(seed=seed)  # the few-shot examples follow seed, as deer.probe(kg, subset=n, seed=...) has them
     tokenizer = loaded.tokenizer
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -68,7 +69,7 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
     trainer = Trainer(model=loaded.model, args=args, train_dataset=line_dataset(triple_lines(query_sets["seen"]), tokenizer),
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), processing_class=tokenizer)
     callbacks = {name: DeerCallback.attach(trainer, queries, every_n_steps=every, at_start=True, prefix=f"deer_{name}",
-                                           out=out_dir / "probes" / name)
+                                           out=out_dir / "probes" / name, templates=templates)
                  for name, queries in query_sets.items()}
     loaded.model.train()
     started = time.perf_counter()
@@ -104,11 +105,11 @@ def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn1
 
         loaded.model.eval()
         started = time.perf_counter()
-        reference = bear_ref.bear(query_sets["heldout"], (loaded.model, tokenizer), show_progress=False)
+        reference = bear_ref.bear(query_sets["heldout"], (loaded.model, tokenizer), templates=templates, show_progress=False)
         bear_seconds = time.perf_counter() - started
         final = callbacks["heldout"].results[max(callbacks["heldout"].results)]
         started = time.perf_counter()
-        again = probe_during_training(loaded.model, tokenizer, query_sets["heldout"])
+        again = probe_during_training(loaded.model, tokenizer, query_sets["heldout"], templates)
         deer_seconds = time.perf_counter() - started
         result["bear_heldout"] = {"seconds": bear_seconds, "deer_seconds_same_weights": deer_seconds,
                                   "bear_over_deer": bear_seconds / deer_seconds, "bear_hit@10": reference.metrics["hit@10"],

@@ -253,3 +253,16 @@ def test_the_callbacks_seed_picks_the_few_shot_examples_as_deer_probes_does(tiny
     separate = deer.probe(str(tiny_kg_dir), (model, tokenizer), seed=2, show_progress=False)
     assert callback.results[1].metadata["templates"]["seed"] == separate.metadata["templates"]["seed"] == 2
     assert callback.results[1].table["deer_rank_filtered"].tolist() == separate.table["deer_rank_filtered"].tolist()
+
+
+def test_the_training_demos_seed_picks_the_few_shot_examples_too(tiny_clm_dir, tiny_kg_dir, tmp_path):
+    """`deer experiment training-demo --seed S` sampled its query sets with S but probed them with seed 0's few-shot
+    examples, where `deer probe --subset N --seed S` takes both with S: its step-0 numbers were not a separate probe's."""
+    from experiments.training_demo import run_training_demo
+
+    run_training_demo(tmp_path / "demo", model=str(tiny_clm_dir), kg=str(tiny_kg_dir), n_queries=3, steps=1, every=1,
+                      batch_size=2, seed=3, bear=False)
+    before_training = deer.load_result(tmp_path / "demo" / "probes" / "heldout" / "step-0")
+    separate = deer.probe(str(tiny_kg_dir), str(tiny_clm_dir), subset=3, seed=3, dtype="float32", show_progress=False)
+    assert before_training.metadata["templates"]["seed"] == separate.metadata["templates"]["seed"] == 3
+    assert before_training.table["deer_rank_filtered"].tolist() == separate.table["deer_rank_filtered"].tolist()
