@@ -153,3 +153,17 @@ def test_a_ray_address_without_ray_workers_is_refused_before_loading(tiny_kg_dir
     monkeypatch.setattr(models, "load_model", no_loading)
     result = _invoke(["probe", "--kg", str(tiny_kg_dir), "--ray-address", "10.0.0.1:6379"])
     assert result.exit_code == 2 and "--ray-address" in result.output and "--ray-workers" in result.output
+
+
+@pytest.mark.parametrize("command", [["probe"], ["bear"], ["lama"], ["bear-dataset"], ["experiment", "compute-time"],
+                                     ["experiment", "training-demo"]])
+def test_a_one_model_command_refuses_a_second_model_instead_of_dropping_the_first(command, monkeypatch):
+    """`deer probe --model A --model B` (as `deer cloze` and `deer experiment agreement` take several) probed B alone and
+    exited 0, A dropped without a word (click keeps an option's last value)."""
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    result = _invoke([*command, "--model", "first-model", "--model", "second-model"])
+    assert result.exit_code == 2 and "--model" in result.output
+    assert "first-model" in result.output and "second-model" in result.output

@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 
 from deer.backends.batching import CPU_TOKEN_BUDGET
-from deer.backends.models import DEFAULT_MODEL
 from deer.platform.tables import format_number, text_table
 from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
@@ -23,6 +22,7 @@ from experiments.cli.options import (
     loading_of,
     model_options,
     models_or_default,
+    one_model_option,
     out_option,
     refuse_given,
     run_options_of,
@@ -310,7 +310,7 @@ def screen_command(rank_type, reference, metric, checkpoint_dir, base_model, use
 
 
 @experiment.command("training-demo")
-@click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, help="Model to fine-tune (alias, hub id or folder).")
+@one_model_option("Model to fine-tune (alias, hub id or folder).")
 @click.option("--kg", default="wn18rr", show_default=True, help="KG name or folder.")
 @click.option("--data-dir", default=None, help="Where the KG's files are (default: the usual search).")
 @click.option("--queries", "n_queries", type=click.IntRange(min=1), default=50, show_default=True,

@@ -130,8 +130,23 @@ def loading_of(ctx, name):
 
 
 def _with_loading_options(ctx, param, value):
-    """The --model name(s) with their loading options (``loading_of``)."""
-    return tuple(loading_of(ctx, name) for name in value) if isinstance(value, tuple) else loading_of(ctx, value)
+    """The repeated --model names with their loading options (``loading_of``)."""
+    return tuple(loading_of(ctx, name) for name in value)
+
+
+def _one_model(ctx, param, value):
+    """The --model of a command that probes one, with its loading options (``loading_of``): given twice it is refused,
+    where click kept the last and dropped the others without a word (`deer cloze` and `deer experiment` take several)."""
+    if len(value) > 1:
+        raise click.BadParameter(f"this command probes one model, given {len(value)}: {', '.join(value)} (run it once per "
+                                 "model, or use `deer cloze` / `deer experiment`, which take several)", ctx, param)
+    return loading_of(ctx, value[0] if value else DEFAULT_MODEL)
+
+
+def one_model_option(help_text: str):
+    """--model of a one-model command (``_one_model``): one name, default ``DEFAULT_MODEL``."""
+    return click.option("--model", "model_name", multiple=True, callback=_one_model, metavar="NAME",
+                        help=f"{help_text} [default: {DEFAULT_MODEL}]")
 
 
 def models_or_default(model_names) -> list:
@@ -157,8 +172,7 @@ def model_options(multiple: bool = False):
         model = click.option("--model", "model_names", multiple=True, callback=_with_loading_options,
                              help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")
     else:
-        model = click.option("--model", "model_name", default=DEFAULT_MODEL, show_default=True, callback=_with_loading_options,
-                             help="Alias (see `deer models`), hub id (facebook/opt-1.3b) or local folder.")
+        model = one_model_option("Alias (see `deer models`), hub id (facebook/opt-1.3b) or local folder.")
     return stacked(
         model,
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", is_eager=True, expose_value=False,
