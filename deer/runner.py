@@ -210,6 +210,11 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
                        "resumed": bool(scored.resumed[name]), "seconds": scored.timings.get(f"{name}_seconds")}
                 for name in names}
     table = pd.concat([query_frame(task)] + [scored.rows(name) for name in names], axis=1)
+    unscored = [name for name in names if table[f"{name}_rank"].isna().all()]
+    if unscored:  # an all-NaN column ran and exited 0 (BEAR on LAMA's common vocabulary alone); stored parts resume a rerun
+        raise ValueError(f"{task.name}: the {', '.join(unscored)} probe ranks none of the {len(table)} queries (candidate kinds "
+                         f"{task.info.get('candidate_kinds', '-')}, modes {task.info.get('modes', '-')}; BEAR and statement-scored "
+                         "LAMA queries rank a relation's objects only): add 'relation' to the candidates, or leave the probe out")
     result = RunResult(table, cloze_metrics(table), metadata, QUERIES_TABLE)
     if out is not None:
         result.save(out)

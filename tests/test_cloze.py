@@ -495,3 +495,20 @@ def test_lama_statements_are_lamas_own_and_bears_are_capitalised():
     bear = dataclasses.replace(lama, source="bear")
     assert statement(bear, "Nickelodeon") == "ICarly was originally aired on Nickelodeon ."
     assert answer_context(bear) == "ICarly was originally aired on"
+
+
+def test_a_probe_that_ranks_no_query_is_refused_not_written_as_an_empty_column(tmp_path, tiny_clm_dir):
+    """`deer cloze --probes bear --candidates common-vocab`: BEAR ranks a relation's objects only, so it scored none of
+    the queries and the run wrote an all-NaN column and an empty headline with exit code 0."""
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    lama = write_lama(tmp_path / "lama")
+    command = ["cloze", "--dataset", str(lama), "--model", str(tiny_clm_dir), "--modes", "template", "--bootstrap", "0"]
+    result = CliRunner().invoke(main, [*command, "--probes", "bear", "--candidates", "common-vocab", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 1 and "bear probe ranks none" in result.output
+    assert not (tmp_path / "a" / "cloze" / "queries.parquet").exists()
+    scored = CliRunner().invoke(main, [*command, "--probes", "bear", "--candidates", "relation", "--out", str(tmp_path / "b")])
+    assert scored.exit_code == 0, scored.output
+    assert pd.read_parquet(tmp_path / "b" / "cloze" / "queries.parquet")["bear_rank"].notna().all()
