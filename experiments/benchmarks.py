@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,8 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
                        "mode_agreement": modes_rows, "metadata": result.probe_metadata})
         if out is not None:
             out = Path(out)
+            if "bear_dataset" not in report:  # an earlier run's DEER-vs-BEAR comparison there is not this run's
+                shutil.rmtree(out / "bear_dataset", ignore_errors=True)
             write_json(out / "metrics.json", metrics)
             write_json(out / "agreement.json", {"probes": agreement, "template_vs_template_free": modes_rows})
             write_text(out / "summary.md", summary_markdown(metrics, agreement, modes_rows)

@@ -145,3 +145,16 @@ def _refused_beside(loaded, other, tmp_path, refusal: str) -> None:
     with pytest.raises(ValueError, match=f"is not a BEAR run of this model and scoring: {refusal}"):
         stored_bear_table(tmp_path / "other", data, loaded)
     assert len(stored_bear_table(tmp_path / "other", data, other)) == 3 * data.n_instances
+
+
+def test_a_cloze_run_again_into_its_folder_leaves_no_earlier_deer_vs_bear_comparison(tmp_path, tiny_clm_dir):
+    """`deer cloze --probes deer` then `--probes bear` into one --out: the second run makes no DEER-vs-BEAR comparison,
+    but the first run's bear_dataset/ (DEER's BEAR-format numbers) stayed beside its files, exit 0."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    command = ["cloze", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--bootstrap", "0", "--out", str(tmp_path / "run")]
+    first = CliRunner().invoke(main, [*command, "--probes", "deer"])
+    assert first.exit_code == 0 and (tmp_path / "run" / "bear_dataset" / "report.json").is_file(), first.output
+    second = CliRunner().invoke(main, [*command, "--probes", "bear"])
+    assert second.exit_code == 0, second.output
+    assert list(json.loads((tmp_path / "run" / "cloze" / "metadata.json").read_text())) == ["bear"]
+    assert not (tmp_path / "run" / "bear_dataset").exists()
