@@ -207,6 +207,11 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
     left_out = sorted(set(int(s) for s in plan.query_sizes) - set(sizes))
     if left_out:  # said, not dropped silently: the fit's sizes are not the ones asked for
         warn(f"query sizes {', '.join(map(str, left_out))} left out: the {split} split has {len(all_queries)} queries")
+    cut = [f"{name} {asked} (there are {have})" for name, asked, have in (
+        ("candidates", candidates, n_entities), ("deer_candidates", plan.deer_candidates, n_entities),
+        ("deer_queries", plan.deer_queries, len(all_queries))) if asked is not None and asked > have]
+    if cut:  # the settings record what was asked; each row's basis what was timed
+        warn(f"{', '.join(cut)}: timed with all of them")
     if len(sizes) < 2:
         raise ValueError(f"need at least two query sizes between 1 and {len(all_queries)} ({split} queries)")
     if candidates is not None and candidates < 2:

@@ -67,6 +67,17 @@ def test_compute_time_says_which_query_sizes_it_leaves_out(tiny_kg_dir, tiny_clm
     assert "query sizes 500 left out: the train split has 9 queries" in result.output
 
 
+def test_compute_time_says_which_counts_it_times_with_fewer(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """--candidates, --deer-candidates and --deer-queries above the KG's entities or the split's queries were cut to them
+    without a word, while compute_time.json's settings record the values asked."""
+    result = CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--query-sizes", "1,2", "--repeats", "1", "--no-warmup", "--scorers", "bear_ref",
+                                       "--candidates", "50", "--deer-candidates", "100", "--deer-queries", "100",
+                                       "--out", str(tmp_path / "ct")])
+    assert result.exit_code == 0, result.output
+    assert "candidates 50 (there are 12), deer_candidates 100 (there are 12), deer_queries 100 (there are 4)" in result.output
+
+
 def test_run_probes_opens_a_name_with_every_loading_option(tiny_kg_dir, tiny_clm_dir, tmp_path):
     """run_probes (the experiments' runs) opened a model by name with dtype and device only: model_kwargs and an adapter
     were dropped (a LoRA adapter silently not merged); beside a model already loaded they are refused."""
