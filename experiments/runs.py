@@ -122,10 +122,11 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
     recorded = {probe: run.metadata_of(probe).get("run_spec") for probe in probes if probe in run.probes}
     same_spec = [probe for probe, made_under in recorded.items()
                  if isinstance(made_under, dict) and not RunSpec.from_dict(made_under).differences(spec)]
-    reusable = []
+    reusable, toolkit = [], package_versions().get(TOOLKIT)
     for probe in same_spec:
         asked = checked_options(get_probe(probe), (options or {}).get(probe, {}))
-        made_with, backend = run.metadata_of(probe).get("options"), run.metadata_of(probe).get("backend")
+        made = run.metadata_of(probe)
+        made_with, backend = made.get("options"), made.get("backend")
         if not isinstance(made_with, dict) or backend is None or asked.get(HANDED_ON) is not None:
             continue  # options or backend unknown, or vectors handed in: its ranks are made again
         asked, made_with = {**recorded_options(asked), "backend": DEFAULT_BACKEND}, {**made_with, "backend": backend}
@@ -135,7 +136,7 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
             raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options or backend "
                              f"({named}); a folder holds one set of ranks per probe: give these options another folder "
                              "(folder=, or another runs_dir=)")
-        if (run.metadata_of(probe).get("versions") or {}).get(TOOLKIT) == package_versions().get(TOOLKIT):
+        if (made.get("versions") or {}).get(TOOLKIT) == toolkit:
             reusable.append(probe)  # another version's ranks (it may score otherwise) are made again
     return {probe: run[probe] for probe in reusable}
 

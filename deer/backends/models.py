@@ -359,9 +359,10 @@ class LoadedModel:
     def current(self) -> LoadedModel:
         """Itself, its fingerprints taken again first where the model or tokenizer changed in place since they
         were taken (a model fine-tuned in a notebook): a cache keyed on the old ones would give the old numbers."""
-        if self.stamp is not None and weights_stamp(self.model) != self.stamp:
+        stamp = weights_stamp(self.model) if self.stamp is not None else None
+        if stamp != self.stamp:
             suffix = loading_suffix(self.loading.get("model_kwargs"))
-            self.fingerprint, self.stamp = model_fingerprint(self.model) + suffix, weights_stamp(self.model)
+            self.fingerprint, self.stamp = model_fingerprint(self.model) + suffix, stamp
         self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
         return self
 

@@ -60,8 +60,9 @@ class DeerCallback(TrainerCallback):
     ``at_start``, once before the first step).
 
     ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split``, ``subset`` and
-    ``seed`` (which also picks the few-shot examples unless ``templates`` are given, as in ``deer.probe``).  ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it);
-    without one they go into ``state.log_history`` only.  ``out``: a folder where process 0 saves
+    ``seed`` (which also picks the few-shot examples unless ``templates`` are given, as in ``deer.probe``).
+    ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it); without one they go into
+    ``state.log_history`` only.  ``out``: a folder where process 0 saves
     each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}); a probe after training
     (an evaluation of the best checkpoint loaded at the end) is logged only.
     After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for

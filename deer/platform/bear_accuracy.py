@@ -68,15 +68,16 @@ def accuracy_block(frame: pd.DataFrame) -> dict:
                  "accuracy_mean_adjusted"]
         return {"instances": 0, "support": 0.0, "accuracy_per_template": {}, **dict.fromkeys(empty)}
     weights = frame["weight"]
+    rows_per_template = frame.groupby("template").size()
     per_template = frame.groupby("template")[["is_correct", "weight"]].apply(
         lambda part: weighted_mean(part["is_correct"], part["weight"]))
     random = weighted_mean(1.0 / frame["n_answers"], weights)
     accuracy = weighted_mean(frame["is_correct"], weights)
     # a relation's templates are 0..k-1, each on all its rows: equal row counts = every template on the same rows (BEAR,
     # BEAR-big), where the plain mean is that pooled accuracy: kept, so the stored scores stay the same bit for bit
-    score = float(per_template.mean()) if frame.groupby("template").size().nunique() == 1 else accuracy
+    score = float(per_template.mean()) if rows_per_template.nunique() == 1 else accuracy
     return {
-        "instances": int(frame.groupby("template").size().max()),
+        "instances": int(rows_per_template.max()),
         "support": float(weights.sum()),
         "accuracy_per_template": {int(t): float(a) for t, a in per_template.items()},
         "accuracy_mean": score,

@@ -88,9 +88,8 @@ def spelled_as_probe_option():
 
 def open_kg_run(g: dict, options: dict, run_options, guard: bool = False):
     """(queries, the KG as the run's length guard leaves it, templates, loaded, out) from the command's options ``g`` and
-    their ``run_options_of`` objects; the probes'
-    ``options`` ({name: its own options}, its defaults where missing) checked against the queries and templates before the
-    model opens, once.  ``out``: --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and a probe's
+    their ``run_options_of`` objects; the probes' ``options`` ({name: its own options}, its defaults where missing)
+    checked against the queries and templates before the model opens, once.  ``out``: --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and a probe's
     ``folder_suffix(options)`` where it has one (LAMA's single-token protocol ranks fewer queries, so its ranks get a folder
     of their own); without a suffix a folder holding another spec is refused now, before any work.  ``guard``: every text
     checked now in --long-prompts error mode too (before Ray's workers)."""
