@@ -14,11 +14,12 @@ import pandas as pd
 
 from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, STATEMENT_RULE, bear_format, bear_metrics, find_instances_table
 from deer.backends.models import LoadedModel
-from deer.base.files import as_written, write_json, write_table, write_text
+from deer.base.files import as_written, package_versions, write_json, write_table, write_text
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.result import RunResult
 from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
+from experiments.runs import TOOLKIT
 from kg_data.bear import BearDataset
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
@@ -72,8 +73,10 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     folder = Path(folder)
     metadata = check_bear_run(folder, dataset)
     model = metadata.get("model", {})
-    problems = [f"{name} {metadata.get(name)!r}, this command's BEAR {value!r}" for name, value in (scoring or {}).items()
-                if metadata.get(name) != value]
+    made_by = {**(scoring or {}), "toolkit": package_versions().get(TOOLKIT)}  # another version may score otherwise
+    recorded = {**metadata, "toolkit": (metadata.get("versions") or {}).get(TOOLKIT)}
+    problems = [f"{name} {recorded.get(name)!r}, this command's BEAR {value!r}" for name, value in made_by.items()
+                if recorded.get(name) != value]
     now = as_written(loaded.metadata())  # as this model's own run would record it
     for key, name in (("fingerprint", "model fingerprint"), ("tokenizer_fingerprint", "tokenizer fingerprint"),
                       ("bos", "BOS policy"), ("dtype", "dtype")):

@@ -16,7 +16,7 @@ from deer.platform.metrics import adjusted_index, rank_metrics
 from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import check_distinct_labels, result_header, same_weights
+from experiments.runs import TOOLKIT, check_distinct_labels, result_header, same_weights
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
@@ -50,9 +50,11 @@ def leaderboard_row(run: RunResult, probe: str, rank_type: str) -> dict:
 
 
 def _probe_settings(run: RunResult, probe: str | None) -> dict:
-    """A probe's recorded options and backend (another backend's scores may differ: its ``store_key``)."""
+    """A probe's recorded options, backend (another backend's scores may differ: its ``store_key``) and toolkit
+    version (another version may score otherwise)."""
     metadata = run.probe_metadata.get(probe, {})
-    return {**(metadata.get("options") or {}), **({"backend": metadata["backend"]} if metadata.get("backend") else {})}
+    made_by = {"backend": metadata.get("backend"), "toolkit": (metadata.get("versions") or {}).get(TOOLKIT)}
+    return {**(metadata.get("options") or {}), **{name: value for name, value in made_by.items() if value}}
 
 
 def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
@@ -78,7 +80,7 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
         if setting:
             raise ValueError(f"{runs[0].folder} and {other.folder} were made with other settings ("
                              + "; ".join(f"{key}: {a!r} and {b!r}" for key, (a, b) in setting)
-                             + "); screen models probed alike: runs made with the same templates, probe options and backend")
+                             + "); screen models probed alike: runs made with the same templates, probe options, backend and toolkit version")
     output = ExperimentOutput(out_dir, "screen")
     missing = [run.label for run in runs if "deer" not in run.probes]
     if missing:

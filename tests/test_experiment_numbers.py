@@ -14,6 +14,7 @@ import pytest
 
 from deer.platform.result import RunResult
 from deer.platform.run_spec import RunSpec
+from experiments.runs import TOOLKIT
 from experiments.screen import run_screen
 
 
@@ -139,6 +140,41 @@ def test_screen_refuses_runs_whose_reference_ran_on_another_backend(tmp_path):
     with pytest.raises(ValueError, match=r"bear backend: 'hf' and 'shifted'"):
         run_screen(runs, tmp_path / "backends", reference="bear")
     assert len(run_screen(runs, tmp_path / "deer-only")["leaderboard"]) == 2  # BEAR's backend: no part of a DEER board
+
+
+def test_screen_refuses_runs_made_by_another_version_of_the_toolkit(tmp_path):
+    """`experiment screen --run A --run B` put ranks made by two versions of the toolkit (which may score otherwise:
+    LAMA's scoring changed between them) on one leaderboard, exit 0."""
+    runs = [make_run(label, {"deer": [1, 2, 3]}, metadata={"deer": {"options": {}, "versions": {TOOLKIT: version}}})
+            for label, version in (("a", "0.1.0"), ("b", "0.2.0.dev0"))]
+    with pytest.raises(ValueError, match=r"deer toolkit: '0.1.0' and '0.2.0.dev0'"):
+        run_screen(runs, tmp_path / "versions")
+    same = [make_run(label, {"deer": [1, 2, 3]}, metadata={"deer": {"options": {}, "versions": {TOOLKIT: "0.2.0.dev0"}}})
+            for label in ("a", "b")]
+    assert len(run_screen(same, tmp_path / "same")["leaderboard"]) == 2
+
+
+def test_cloze_refuses_a_stored_bear_run_of_another_toolkit_version(tiny_clm_dir, tmp_path):
+    """--bear-run took a `deer bear-dataset` table scored by another version of the toolkit (whose BEAR may score
+    otherwise) as this comparison's BEAR numbers; run_probes makes such ranks again, --bear-run now refuses them."""
+    import bear_ref
+    from deer.backends import open_backend
+    from deer.backends.models import open_model
+    from deer.base.files import package_versions, write_json
+    from deer.platform.read_back import read_json_object
+    from experiments.cloze_bear import bear_scoring, stored_bear_table
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    data, loaded = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini"))), open_model(str(tiny_clm_dir))
+    made = bear_ref.bear_dataset(data, loaded, out=tmp_path / "bear", show_progress=False)
+    scoring = bear_scoring(open_backend("hf", loaded))
+    assert stored_bear_table(tmp_path / "bear", data, loaded, scoring)["rank"].tolist() == made.table["rank"].tolist()
+    metadata = read_json_object(tmp_path / "bear" / "metadata.json")
+    metadata["bear"]["versions"][TOOLKIT] = "0.0.1"  # no version this test runs on
+    write_json(tmp_path / "bear" / "metadata.json", metadata)
+    with pytest.raises(ValueError, match=rf"toolkit '0.0.1', this command's BEAR '{package_versions()[TOOLKIT]}'"):
+        stored_bear_table(tmp_path / "bear", data, loaded, scoring)
 
 
 def test_cloze_takes_a_stored_bear_run_only_if_scored_as_its_own_bear(tiny_clm_dir, tmp_path, monkeypatch):
