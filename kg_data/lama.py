@@ -144,7 +144,7 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
     from kg_data.fetch import named_or_folder
 
     _, folder = named_or_folder(name_or_path, ("lama",), data_dir, RELATIONS_FILE, "LAMA data folder")
-    wanted_sources = list(sources) if sources else [s for s in SOURCES if (folder / s).is_dir()]
+    wanted_sources = list(dict.fromkeys(sources)) if sources else [s for s in SOURCES if (folder / s).is_dir()]  # each once
     unknown = [s for s in wanted_sources if s not in SOURCES]
     if unknown:
         raise ValueError(f"unknown LAMA source(s) {', '.join(unknown)}; choose from {', '.join(SOURCES)}")

@@ -75,6 +75,14 @@ def write_lama(folder: Path) -> Path:
 # -- the LAMA reader ------------------------------------------------------------------------------
 
 
+def test_a_lama_source_named_twice_is_read_once(tmp_path):
+    """`--sources TREx,TREx` listed TREx's relations without a data file twice and recorded the source twice."""
+    folder = write_lama(tmp_path / "lama")
+    once, twice = load_lama(folder, sources=["TREx"]), load_lama(folder, sources=["TREx", "TREx"])
+    assert (twice.relations_without_file, twice.selection) == (once.relations_without_file, once.selection)
+    assert {key: len(r.facts) for key, r in twice.relations.items()} == {key: len(r.facts) for key, r in once.relations.items()}
+
+
 def test_lama_reader_on_constructed_files(tmp_path):
     data = load_lama(write_lama(tmp_path / "lama"))
     assert list(data.relations) == ["TREx/P19", "TREx/P106", "Google_RE/place_of_birth", "Squad/squad"]
