@@ -271,3 +271,31 @@ def test_options_a_path_ignores_are_refused_by_name(args, expected, where, tmp_p
     """Defect 5: `screen --kg lama` dropped them with exit 0; `screen --checkpoints X --run Y` said '--model names'."""
     (tmp_path / "r").mkdir()
     assert_refused_before_loading([arg.format(**where) for arg in args], expected, tmp_path / "r", monkeypatch, "ignored")
+
+
+def one_value_options(group: click.Group, prefix: tuple[str, ...] = ()):
+    """(words that reach it, option) for each one-value option of ``group``, its groups and commands."""
+    for param in group.params:
+        if isinstance(param, click.Option) and param.expose_value and not (param.multiple or param.count):
+            yield prefix, param
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            yield from one_value_options(command, (*prefix, name))
+        else:
+            yield from (((*prefix, name), param) for param in command.params
+                        if isinstance(param, click.Option) and param.expose_value and not (param.multiple or param.count))
+
+
+def test_every_one_value_option_given_twice_is_refused_by_name():
+    """click keeps the last of a one-value option given twice and drops the others without a word: `deer probe
+    --probe lama --probe deer` ran DEER alone, `--subset 10 --subset 500` probed 500.  Every one-value option of every
+    command (a new one too) is now refused when given twice, before anything runs; repeatable ones are unaffected."""
+    walked = list(one_value_options(main))
+    assert len({words for words, _ in walked}) >= 10 and len(walked) > 100  # the walk reaches the commands
+    for words, option in walked:
+        once = [option.opts[0]] if option.is_flag else [option.opts[0], "x"]
+        result = CliRunner().invoke(main, [*words, *once, *once])
+        assert result.exit_code == 2 and f"{option.opts[0]}" in result.output and "given 2 times" in result.output, \
+            (words, option.opts, result.output)
+    repeated = CliRunner().invoke(main, ["probe", "--probe-option", "lama:single_token=true", "--probe-option", "x", "--kg", "-"])
+    assert "given 2 times" not in repeated.output  # a repeatable option given twice is read as both

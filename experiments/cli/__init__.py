@@ -11,10 +11,11 @@ import click
 from experiments.cli.cloze import cloze
 from experiments.cli.experiments import experiment
 from experiments.cli.info import backends, data, models, probes
+from experiments.cli.options import OneValueGroup
 from experiments.cli.probes import bear, bear_dataset, lama, probe
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneValueGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="deer-probe-toolkit", prog_name="deer")
 @click.option("--debug", is_flag=True, help="Show the traceback of an error instead of a one-line message (or DEER_DEBUG=1).")
 @click.pass_context

@@ -11,6 +11,7 @@ from deer.backends import DEFAULT_BACKEND, cache_unless
 from deer.platform.metrics import cloze_blocks
 from deer.platform.tables import text_table
 from experiments.cli.options import (
+    OneValueCommand,
     backend_option,
     data_dir_option,
     friendly_errors,
@@ -67,7 +68,7 @@ def echo_headline(metrics: dict) -> None:
     click.echo("\n" + text_table(rows, columns) + "\n")
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @click.option("--dataset", "kg", default="lama", show_default=True,
               help="'lama', 'bear', 'bear-big', or a folder in the LAMA layout (relations.jsonl) or lm-pub-quiz's (BEAR).")
 @data_dir_option

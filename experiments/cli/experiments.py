@@ -16,6 +16,7 @@ from deer.backends.batching import CPU_TOKEN_BUDGET
 from deer.platform.tables import format_number, text_table
 from experiments.cli.cloze import comma_list, is_benchmark, run_benchmark_of
 from experiments.cli.options import (
+    OneValueGroup,
     friendly_errors,
     kg_options,
     kg_run_options,
@@ -166,7 +167,7 @@ def _seconds(value) -> str:
 MODEL_24, PROBE_7, N_6 = ("model", "<24", lambda row: row["model"][:23]), ("probe", "<7"), ("n", ">6")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneValueGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def experiment():
     """Experiments of the DEER paper on your models and KGs.
 

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from experiments.cli.options import friendly_errors
+from experiments.cli.options import OneValueCommand, OneValueGroup, friendly_errors
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def models(as_json):
     """List model aliases, what they point to, and whether they are installed here."""
@@ -26,7 +26,7 @@ def models(as_json):
             click.echo(f"{'':<27}install: {row['install']}")
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 def probes():
     """List the registered probes (this toolkit's and other packages' `deer.probes` entry points) with their options."""
     from deer.probes import get_probe, option_values, probe_names
@@ -37,7 +37,7 @@ def probes():
         click.echo(f"{name:<12}{probe.summary}\n{'':<12}options: {options or 'none'}")
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 def backends():
     """List the model backends (`--backend`): hf, plain, and any another package registered."""
     from deer.backends import backend_class, backend_names
@@ -47,7 +47,7 @@ def backends():
         click.echo(f"{name:<8}{lines[0] if lines else '(no description)'}")
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=OneValueGroup, invoke_without_command=True)
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the data sets (the only one searched when given).")
 @click.pass_context
 def data(ctx, data_dir):

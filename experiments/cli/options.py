@@ -26,6 +26,37 @@ if TYPE_CHECKING:
     from deer.platform.run_options import RunOptions
 
 
+class _OneValueOptions:
+    """Refuses a one-value option given twice: click keeps the last value and drops the others without a word
+    (`--probe lama --probe deer` ran DEER alone).  Options that take several (``multiple``) are unaffected."""
+
+    def make_parser(self, ctx):
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_args(args):
+            opts, rest, order = parse(args=args)  # order: each option as often as it was given
+            given = [p for p in order if isinstance(p, click.Option) and p.expose_value and not (p.multiple or p.count)]
+            if twice := next((p for p in given if given.count(p) > 1), None):
+                raise click.UsageError(f"{' / '.join(twice.opts + twice.secondary_opts)} given {given.count(twice)} times; "
+                                       "it takes one value: give it once", ctx)
+            return opts, rest, order
+
+        parser.parse_args = parse_args
+        return parser
+
+
+class OneValueCommand(_OneValueOptions, click.Command):
+    """Every `deer` command (``_OneValueOptions``)."""
+
+
+class OneValueGroup(_OneValueOptions, click.Group):
+    """Every `deer` command group; the commands it makes are ``OneValueCommand``s."""
+
+    command_class = OneValueCommand
+    group_class = type
+
+
 class UserFacingError(click.ClickException):
     """Printed as 'Error: ...' with exit code 1, never as a traceback."""
 

@@ -15,6 +15,7 @@ from deer.base.errors import OptionError
 from deer.platform.tables import format_number, text_table
 from experiments.cli.cloze import comma_list, forward_to_cloze, is_benchmark
 from experiments.cli.options import (
+    OneValueCommand,
     backend_option,
     data_dir_option,
     friendly_errors,
@@ -170,7 +171,7 @@ def old_spelling(command: str, spelled: str) -> None:
     click.echo(f"note: `deer {command}` is `deer probe {spelled}`; the old spelling is read until 0.3", err=True)
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @kg_run_options()
 @click.option("--probe", "probe_name", default="deer", show_default=True,
               help="Which registered probes run, comma-separated: deer, bear, lama, or one another package registered "
@@ -220,7 +221,7 @@ PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "withi
                           show_default=True, help="Masked LMs: pseudo log-likelihood variant.")
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @kg_run_options()
 @PLL_OPTION
 @backend_option
@@ -242,7 +243,7 @@ def bear(pll_variant, **given):
     run_kg_command(given, {"bear": {"pll_variant": pll_variant}})
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @kg_run_options()
 @click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
 @click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
@@ -278,7 +279,7 @@ def _print_bear_dataset_summary(metrics: dict) -> None:
         click.echo("\n" + text_table(rows, columns))
 
 
-@click.command("bear-dataset")
+@click.command("bear-dataset", cls=OneValueCommand)
 @click.option("--dataset", default="bear", show_default=True, help="'bear', 'bear-big' or a folder in the lm-pub-quiz format.")
 @data_dir_option
 @click.option("--relations", default=None, help="Comma-separated relation codes, e.g. P19,P20 (default all).")
