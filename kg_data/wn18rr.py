@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kg_data.errors import KGFormatError
@@ -44,9 +45,11 @@ def load_wn18rr(folder: Path) -> TextualKG:
 
 
 def _wordnet_id(path: Path, line: int, entity_id: str) -> str:
-    """``entity_id``, refused when it is a Freebase path (/m/...): another KG-BERT folder (FB15k-237) would be read as
-    WN18RR, its names cut at WordNet's ", " (WN18RR's ids are synset offsets; a test's may be any other plain id)."""
-    if "/" in entity_id:
-        raise KGFormatError(path, line, f"id {entity_id!r} is not a WordNet synset offset: this folder holds entity2text.txt "
-                                        "but is not WN18RR (FB15k-237?); convert it to the generic TSV/JSONL KG format")
+    """``entity_id``, refused unless it is a WordNet synset offset (8 digits): another KG-BERT folder (FB15k-237's /m/ ids,
+    a user's plain ids 1, 2, 3) would be read as WN18RR, named "wn18rr", its names cut at WordNet's ", " ("Paris, Texas"
+    named "Paris") and its relation2text.txt ignored."""
+    if not re.fullmatch(r"[0-9]{8}", entity_id.strip()):
+        raise KGFormatError(path, line, f"id {entity_id!r} is not a WordNet synset offset (8 digits): this folder holds "
+                                        "entity2text.txt but is not WN18RR; convert it to the generic TSV/JSONL KG format "
+                                        "(entities.tsv, relations.tsv)")
     return entity_id

@@ -37,11 +37,15 @@ def _model_copy(model: Path, tmp: Path) -> str:
 
 
 def _wn18rr_format(folder: Path) -> Path:
-    """The tiny KG in WN18RR's files (entity2text.txt, train/dev/test.tsv): a data set a fallback could find."""
+    """The tiny KG in WN18RR's files (entity2text.txt, train/dev/test.tsv; ids "e3" as synset offsets "00000003"):
+    a data set a fallback could find."""
+    def offset(entity_id: str) -> str:
+        return f"{int(entity_id[1:]):08d}"
+
     (folder / "wn18rr").mkdir(parents=True)
-    (folder / "wn18rr" / "entity2text.txt").write_text("".join(f"{i}\t{n}, {d}\n" for i, n, d in TINY_ENTITIES))
+    (folder / "wn18rr" / "entity2text.txt").write_text("".join(f"{offset(i)}\t{n}, {d}\n" for i, n, d in TINY_ENTITIES))
     for split, file_name in (("train", "train.tsv"), ("valid", "dev.tsv"), ("test", "test.tsv")):
-        (folder / "wn18rr" / file_name).write_text("".join("\t".join(row) + "\n" for row in TINY_SPLITS[split]))
+        (folder / "wn18rr" / file_name).write_text("".join(f"{offset(h)}\t{r}\t{offset(t)}\n" for h, r, t in TINY_SPLITS[split]))
     return folder
 
 

@@ -74,10 +74,10 @@ def test_utf8_bom_in_jsonl_wn18rr_and_bear_metadata(tmp_path):
 
     wn = tmp_path / "wn"
     wn.mkdir()
-    (wn / "entity2text.txt").write_bytes(BOM + b"01\tdog, a pet\n02\tanimal, a living thing\n")
+    (wn / "entity2text.txt").write_bytes(BOM + b"00000001\tdog, a pet\n00000002\tanimal, a living thing\n")
     for file_name in ("train.tsv", "dev.tsv", "test.tsv"):
-        (wn / file_name).write_text("01\t_hypernym\t02\n")
-    assert load_wn18rr(wn).entity_ids == ["01", "02"]
+        (wn / file_name).write_text("00000001\t_hypernym\t00000002\n")
+    assert load_wn18rr(wn).entity_ids == ["00000001", "00000002"]
 
     bear = write_dataset(tmp_path / "BEARmini")
     metadata = bear / "metadata_relations.json"
@@ -375,3 +375,18 @@ def test_a_kg_bert_folder_of_freebase_ids_is_not_read_as_wn18rr(tmp_path):
         (fb / file_name).write_text("/m/0rh6k\t/location/location/contains\t/m/09c7w0\n")
     with pytest.raises(KGFormatError, match=r"entity2text\.txt:1: id '/m/0rh6k' is not a WordNet synset offset"):
         load_kg(fb)
+
+
+@pytest.mark.parametrize("first_id", ["1", "123", "260881", "002608810"])
+def test_a_kg_bert_folder_of_plain_ids_is_not_read_as_wn18rr(tmp_path, first_id):
+    """A user's KG in the KG-BERT layout with plain ids (1, 2, 3) was read as WN18RR: named "wn18rr", "Paris, Texas" and
+    "Paris, France" both named "Paris" (cut at WordNet's ", "), relation2text.txt ignored; only 8-digit synset offsets
+    are read as WN18RR, any other id is refused, naming the file and line."""
+    kg = tmp_path / "my_kg"
+    kg.mkdir()
+    (kg / "entity2text.txt").write_text(f"{first_id}\tParis, Texas\n2\tParis, France\n3\tFrance\n")
+    (kg / "relation2text.txt").write_text("P17\tcountry\n")
+    for file_name in ("train.tsv", "dev.tsv", "test.tsv"):
+        (kg / file_name).write_text("2\tP17\t3\n")
+    with pytest.raises(KGFormatError, match=rf"entity2text\.txt:1: id '{first_id}' is not a WordNet synset offset"):
+        load_kg(kg)
