@@ -62,10 +62,12 @@ def test_wn18rr():
 
 
 def _plain_example_rows(templates, kg, triple):
-    """The examples as first written: a pass over the train split per query."""
+    """The examples as first written: a pass over the train split per query (rows showing the query's head and relation
+    names are not eligible)."""
     train = kg.splits["train"]
     head, relation = int(triple[0]), int(triple[1])
-    eligible = (train[:, 0] != head) | (train[:, 1] != relation)
+    names, relation_names = np.asarray(list(kg.entity_names)), np.asarray(kg.relation_names)
+    eligible = (names[train[:, 0]] != names[head]) | (relation_names[train[:, 1]] != relation_names[relation])
     k = min(templates.k_shot, int(eligible.sum()))
     if templates.shots == "shared":
         order = np.random.default_rng([templates.seed]).permutation(len(train))[: k + len(train) - int(eligible.sum())]

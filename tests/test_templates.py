@@ -103,6 +103,49 @@ def test_query_never_shows_its_own_triple_nor_its_head_and_relation(tiny_kg_dir,
         assert all(t[:2] != triple[:2] for t in train[rows].tolist())
 
 
+def _homonym_kg(folder):
+    """Two entities named "tyrannize" (as two WN18RR synsets are): one's train triple is the other's test answer."""
+    folder.mkdir()
+    (folder / "entities.tsv").write_text("v1\ttyrannize\trule as a tyrant\nv2\ttyrannize\trule cruelly\nn1\ttyrant\ta dictator\n"
+                                         "n2\tstar\ta celebrity\nn3\tmovie star\tan actor\nn4\tgrader\ta judge\n")
+    (folder / "relations.tsv").write_text("drf\tderivationally related form\nhyp\thypernym\n")
+    (folder / "train.tsv").write_text("v2\tdrf\tn1\nn3\thyp\tn2\nn4\thyp\tn2\n")
+    (folder / "test.tsv").write_text("v1\tdrf\tn1\n")
+    return load_textual_kg(folder)
+
+
+@pytest.mark.parametrize("style, shots", [("paper", "per-query"), ("paper", "shared"), ("authors", "shared")])
+def test_no_example_shows_the_querys_head_and_relation_text(tmp_path, style, shots):
+    """WN18RR test row 2975, (tyrannize, derivationally related form, ?): its shared examples held the line
+    "(tyrannize, derivationally related form, tyrant)", the train triple of another synset named "tyrannize": the
+    query's answer in its own prompt. Examples are excluded by the text they show, not only by the head's id."""
+    kg = _homonym_kg(tmp_path / "kg")
+    query = tuple(kg.triples("test")[0].tolist())
+    head_text = f"({kg.entity_names[query[0]]}, {kg.relation_names[query[1]]},"
+    templates = PromptTemplates(k_shot=8, style=style, shots=shots)
+    lines = templates.examples_text(kg, query).split("\n")
+    shown = [t for t in kg.triples("train").tolist()  # the train triples whose text differs from the query's: all of them
+             if (kg.entity_names[t[0]], kg.relation_names[t[1]]) != (kg.entity_names[query[0]], kg.relation_names[query[1]])]
+    assert sorted(lines) == sorted(templates.example_line(kg, *t) for t in shown)
+    assert not any(line.startswith(head_text) for line in lines)
+    assert templates.examples_used(kg, [query]).tolist() == [len(shown)]
+
+
+def test_no_wn18rr_test_prompt_shows_its_head_and_relation_text():
+    from kg_data.errors import KGNotFoundError
+    from kg_data.load import load_kg
+
+    try:
+        kg = load_kg("wn18rr")
+    except KGNotFoundError:
+        pytest.skip("WN18RR is not here")
+    for templates in (PromptTemplates(shots="shared"), PromptTemplates()):
+        for head, relation, tail in kg.triples("test").tolist():
+            opening = f"({kg.entity_names[head]}, {kg.relation_names[relation]},"
+            lines = templates.examples_text(kg, (head, relation, tail)).split("\n")
+            assert not any(line.startswith(opening) for line in lines), (templates.shots, opening)
+
+
 def test_style_is_in_metadata_and_fingerprint():
     paper, authors = PromptTemplates(), PromptTemplates(style="authors")
     assert paper.to_metadata()["style"] == "paper" and authors.to_metadata()["style"] == "authors"

@@ -5,7 +5,8 @@ resampled per query; ``style="authors"`` is byte for byte what the DEER authors'
 0.1.1 builds (one shared few-shot block, then ``AUTHORS_QUERY_LINES``).  The tail prompt
 (``TAIL_TEMPLATE``, PromptEOL) is the same in both.
 
-A query's examples never include a train triple with its head and relation; per-query examples are
+A query's examples never include a train triple with its head and relation, compared by name as the prompt shows them
+(two WN18RR synsets are named "tyrannize": one's train triple is the other's test answer); per-query examples are
 drawn with a generator seeded by (seed, head, relation), never the tail.  ``query_context`` (what BEAR
 and LAMA condition on) ends at the comma in both styles, since a statement "(h, r, t)" tokenises the
 space with the tail; ``query_prompt`` (the DEER embedding's text) adds " " with ``query_trailing_space``.
@@ -20,6 +21,7 @@ import json
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow.compute as pc
 
 from deer.base.errors import OptionError
 from deer.platform.kg_result import relation_labels
@@ -28,6 +30,7 @@ from kg_data.bear import ANSWER, SUBJECT
 from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.kg import TextualKG
 from kg_data.task import Task
+from kg_data.text_column import as_arrow
 
 EXAMPLE_LINE = "({head}, {relation}, {tail})"
 QUERY_LINE = "({head}, {relation},"
@@ -43,7 +46,8 @@ SHOT_MODES = ("per-query", "shared")
 STYLES = ("paper", "authors")
 # Recorded in the metadata (and so in every cache key): change it whenever the examples a query
 # gets change, so embeddings stored under the old rule are never reused.
-SHOT_SAMPLING = ("v2: train triples with the query's (head, relation) excluded; per-query: k drawn by "
+SHOT_SAMPLING = ("v3: train triples with the query's (head, relation) excluded, compared by name (head name, relation name); "
+                 "per-query: k drawn by "
                  "default_rng([seed, head, relation]); shared: first k of default_rng([seed]).permutation(n_train)")
 # What each style implies when shots / query_trailing_space are not given.
 STYLE_DEFAULTS = {"paper": ("per-query", False), "authors": ("shared", True)}
@@ -101,8 +105,8 @@ class PromptTemplates:
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(0, dtype=np.int64)
         keys, order = _train_pair_index(kg)
-        key = int(triple[0]) * max(kg.n_relations, 1) + int(triple[1])
-        # the query's own (h, r) train rows, ascending
+        key = int(_pair_keys(kg, np.asarray([triple[0]]), np.asarray([triple[1]]))[0])
+        # the train rows showing the query's own (h, r) names, ascending
         excluded = order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]
         k = min(self.k_shot, len(train) - len(excluded))
         if self.shots == "shared":
@@ -122,7 +126,7 @@ class PromptTemplates:
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(len(triples), dtype=np.int64)
         keys, _ = _train_pair_index(kg)
-        query_keys = triples[:, 0] * max(kg.n_relations, 1) + triples[:, 1]
+        query_keys = _pair_keys(kg, triples[:, 0], triples[:, 1])
         same_pair = np.searchsorted(keys, query_keys, "right") - np.searchsorted(keys, query_keys, "left")
         return np.minimum(self.k_shot, len(train) - same_pair).astype(np.int64)
 
@@ -179,16 +183,33 @@ def _shared_order(seed: int, n_train: int) -> np.ndarray:
     return np.random.default_rng([seed]).permutation(n_train)
 
 
+def _name_codes(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
+    """int64 codes of each entity's and each relation's name (equal names, equal codes), made once per KG's names."""
+    cached = kg.__dict__.get("_name_codes")
+    if cached is None or cached[0] is not kg.entity_names or cached[1] is not kg.relation_names:
+        entity_codes = pc.dictionary_encode(as_arrow(kg.entity_names)).indices.to_numpy(zero_copy_only=False)
+        relation_code = {name: i for i, name in enumerate(dict.fromkeys(kg.relation_names))}
+        cached = kg.__dict__["_name_codes"] = (kg.entity_names, kg.relation_names, entity_codes.astype(np.int64),
+                                               np.asarray([relation_code[name] for name in kg.relation_names], np.int64))
+    return cached[2], cached[3]
+
+
+def _pair_keys(kg: TextualKG, heads: np.ndarray, relations: np.ndarray) -> np.ndarray:
+    """One int64 key per (head, relation), equal where the prompt shows the same "(head name, relation name," text."""
+    entity_codes, relation_codes = _name_codes(kg)
+    return entity_codes[heads] * max(kg.n_relations, 1) + relation_codes[relations]
+
+
 def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted (head, relation) keys of the train rows, the rows in that order), made once per KG:
+    """(sorted (head, relation) name keys of the train rows, the rows in that order), made once per KG:
     a query's own pair's rows are then found by binary search, not by a pass over the train split."""
     train = kg.splits["train"]
     cached = kg.__dict__.get("_train_pair_index")
-    if cached is None or cached[0] is not train:
-        keys = train[:, 0] * max(kg.n_relations, 1) + train[:, 1]
+    if cached is None or cached[0] is not train or cached[1] is not _name_codes(kg)[0]:
+        keys = _pair_keys(kg, train[:, 0], train[:, 1])
         order = np.argsort(keys, kind="stable")
-        cached = kg.__dict__["_train_pair_index"] = (train, keys[order], order)
-    return cached[1], cached[2]
+        cached = kg.__dict__["_train_pair_index"] = (train, _name_codes(kg)[0], keys[order], order)
+    return cached[2], cached[3]
 
 
 def query_prompts(queries, templates: PromptTemplates) -> list[str]:
