@@ -257,6 +257,42 @@ def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_ben
     assert f"its longest statement is {whole} tokens" in _refusal(task, "lama", backend, whole - 1)
 
 
+def test_a_masked_sentence_an_nfkc_normaliser_lengthens_is_counted_as_fed(tmp_path):
+    """The guard tokenised only texts whose UTF-8 bytes + SLACK exceed the model's positions; an NFKC normaliser (XLM-R's,
+    ALBERT's) feeds a ligature's compatibility form (U+FDFA, 3 bytes, is 18 letters), so a masked sentence of several
+    times the positions in tokens passed the guard and failed in the forward pass.  It is refused now, as many tokens as fed."""
+    from tokenizers import normalizers
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from deer.platform.cloze_texts import mask_sentence
+    from deer.platform.length_guard import SLACK
+    from kg_data.cloze import lama_cloze_task
+    from kg_data.lama import load_lama
+    from tests.test_cloze import write_lama
+
+    arabic = [piece for c in range(0x621, 0x64b) for piece in (chr(c), "##" + chr(c))]  # a letter a token
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "was", "born", "in", ".", *arabic]
+    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    tok.backend_tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), tok.backend_tokenizer.normalizer])
+    task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London"], modes=["template"],
+                           candidate_kinds=["relation"], causal=False)
+    task.queries[0] = dataclasses.replace(task.queries[0], subject="\ufdfa " * 12)
+    sentences = [mask_sentence(tok, q) for q in task.queries]
+    fed = [len(ids) for ids in tok(sentences)["input_ids"]]  # what the mask filler feeds
+    fits_in_bytes = max(len(s.encode("utf-8")) for s in sentences) + SLACK
+    assert fed[0] > fits_in_bytes >= max(fed[1:])
+    for limit in (fits_in_bytes, fed[0] - 1, fed[0]):
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32, max_position_embeddings=limit)).eval()
+        backend = open_backend("hf", (model, tok))
+        if limit < fed[0]:
+            with pytest.raises(PromptTooLongError, match=f"its masked sentence is {fed[0]} tokens, more than the model's {limit}"):
+                guard_lengths(task, [get_probe("lama")], backend)
+        else:
+            guard_lengths(task, [get_probe("lama")], backend)
+            assert np.isfinite(backend.mask_filler().logprobs(sentences, np.arange(5, 7))).all()
+
 def test_a_masked_lm_statement_is_counted_with_both_its_special_tokens(tiny_kg_dir, smollm2_dir):
     """PLL feeds a masked LM each statement with the tokenizer's own special tokens (<s> ... </s>); the guard counted
     a tokenizer that defines a BOS token as adding one, so a statement one token too long passed and then failed."""

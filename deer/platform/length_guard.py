@@ -4,15 +4,16 @@
 Each probe hands the guard the texts it will feed (``length_checks(task, templates, backend)``: a few
 :class:`LengthCheck`); the guard (:func:`guard_lengths`) knows no kind of text, and counts each as the
 backend does (``token_counts``) against its ``max_positions``.  Only texts that could be too long are
-tokenised: a token covers at least one byte of UTF-8 in every tokenizer family here, so a text of B bytes
-has at most B + ``SLACK`` tokens with its special tokens.  The checks the probes share (a KG's query and
-tail prompts, statements, a benchmark's facts and answers) are made here, so every probe names what does
-not fit the same way.
+tokenised: a token covers at least one byte of UTF-8 of the text as the tokenizer normalises it, so a text of
+B bytes (``byte_bound``: its own or its NFKD form's, the larger) has at most B + ``SLACK`` tokens with its
+special tokens.  The checks the probes share (a KG's query and tail prompts, statements, a benchmark's facts
+and answers) are made here, so every probe names what does not fit the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -36,10 +37,18 @@ class PromptTooLongError(ValueError):
     """A prompt or statement is longer than the model's maximum positions."""
 
 
+def byte_bound(text: str) -> int:
+    """UTF-8 bytes of ``text`` or of its NFKD form, the larger: an NFKC normaliser (XLM-R's, ALBERT's, DeBERTa-v3's) feeds
+    a text's compatibility form, which may be longer (the ligature U+FDFA, 3 bytes, is 18 letters); no normaliser here
+    lengthens it beyond its full decomposition."""
+    size = len(text.encode("utf-8"))
+    return size if text.isascii() else max(size, len(unicodedata.normalize("NFKD", text).encode("utf-8")))
+
+
 def over_limit(backend, texts: Sequence[str], limit: int, special_tokens: str = "bos", extra: int = 0) -> dict[int, int]:
     """{index: token count} of the texts that exceed ``limit`` tokens (``extra`` added to each), as the
     backend counts them (``token_counts``: the tokens its encoder and scorers feed)."""
-    suspects = [i for i, text in enumerate(texts) if len(text.encode("utf-8")) + SLACK + extra > limit]
+    suspects = [i for i, text in enumerate(texts) if byte_bound(text) + SLACK + extra > limit]
     if not suspects:
         return {}
     counts = [n + extra for n in backend.token_counts([texts[i] for i in suspects], special_tokens)]
