@@ -250,8 +250,8 @@ def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_ben
     task = lama_cloze_task(data, ["Paris", "London", "actor", "lawyer"], modes=["template"], candidate_kinds=["relation"])
     rows = [i for i, rule in enumerate(lama_rules(task, False)) if rule == "statement"]
     assert rows and {task.queries[i].relation for i in rows} == {"P106"}
-    answers = backend.tokenizer(list(task.candidate_sets[task.queries[rows[0]].candidates].labels), add_special_tokens=False)["input_ids"]
-    whole = max(backend.token_counts([statement(task.queries[i], "") for i in rows], "bos")) + max(len(ids) for ids in answers)
+    labels = task.candidate_sets[task.queries[rows[0]].candidates].labels
+    whole = max(backend.token_counts([statement(task.queries[i], label) for i in rows for label in labels], "bos"))
     assert whole > max(backend.token_counts([deer_query_text(q) for q in task.queries], "bos"))
     assert _refusal(task, "lama", backend, whole) is None
     assert f"its longest statement is {whole} tokens" in _refusal(task, "lama", backend, whole - 1)
@@ -292,6 +292,40 @@ def test_a_masked_sentence_an_nfkc_normaliser_lengthens_is_counted_as_fed(tmp_pa
         else:
             guard_lengths(task, [get_probe("lama")], backend)
             assert np.isfinite(backend.mask_filler().logprobs(sentences, np.arange(5, 7))).all()
+
+def test_a_statement_is_counted_with_its_answer_in_place(tmp_path, tokenizer):
+    """The guard counted a statement as its stem (the answer slot empty) plus the longest answer's tokens alone; SmolLM2's
+    BPE has "Validator" as one token but " Validator" as three, so "Dora is a Validator by profession ." passed a model one
+    position short and was scored past its positions.  Each statement that may not fit is counted whole now."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from deer.platform.cloze_texts import lama_rules
+    from kg_data.cloze import lama_cloze_task, statement
+    from kg_data.lama import load_lama
+    from kg_data.task import CandidateSet
+    from tests.test_cloze import write_lama
+
+    task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London", "actor", "lawyer"], modes=["template"],
+                           candidate_kinds=["relation"])
+    task = dataclasses.replace(task, queries=[q for q, rule in zip(task.queries, lama_rules(task, False), strict=True)
+                                              if rule == "statement"])
+    labels = ("actor", "Validator")
+    task.candidate_sets["TREx/P106"] = CandidateSet(labels)
+    assert {q.candidates for q in task.queries} == {"TREx/P106"}
+    bos = 1  # the scorer's BOS policy: SmolLM2's tokenizer adds none itself
+    fed = max(len(ids) + bos for ids in tokenizer([statement(q, label) for q in task.queries for label in labels])["input_ids"])
+    alone = max(len(ids) for ids in tokenizer(list(labels))["input_ids"])
+    assert max(len(ids) + bos for ids in tokenizer([statement(q, "") for q in task.queries])["input_ids"]) + alone < fed
+    for limit in (fed - 1, fed):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, max_position_embeddings=limit)).eval()
+        backend = open_backend("hf", (model, tokenizer))
+        if limit < fed:
+            with pytest.raises(PromptTooLongError, match=f"its longest statement is {fed} tokens, more than the model's {limit}"):
+                guard_lengths(task, [get_probe("lama")], backend)
+        else:
+            guard_lengths(task, [get_probe("lama")], backend)
 
 def test_a_masked_lm_statement_is_counted_with_both_its_special_tokens(tiny_kg_dir, smollm2_dir):
     """PLL feeds a masked LM each statement with the tokenizer's own special tokens (<s> ... </s>); the guard counted

@@ -140,15 +140,28 @@ def _checks(task: Task, probes: Sequence, templates, backend) -> Iterator[Length
 
 
 def statement_checks(backend, stems: Sequence[str], answers: Sequence[str], stem_name: Callable[[int], str],
-                     answer_name: Callable[[int], str], answer_kind: str, hints: tuple[str, str]) -> Iterator[LengthCheck]:
-    """The checks of the statements stem + answer: each answer by itself, then (once they fit) each stem with
-    the longest answer in tokens and the special tokens the scorer feeds (a causal LM's BOS; a masked LM's own,
-    [CLS] and [SEP] or <s> and </s>, as PLL feeds them).  ``hints``: (the stems', the answers')."""
+                     answer_name: Callable[[int], str], answer_kind: str, hints: tuple[str, str],
+                     fill: Callable[[int, str], str]) -> Iterator[LengthCheck]:
+    """The checks of the statements ``fill(i, answer)`` (stem ``i`` with ``answer`` in place): each answer by itself, then
+    (once they fit) each stem's longest statement in tokens, with the special tokens the scorer feeds (a causal LM's BOS; a
+    masked LM's own, [CLS] and [SEP] or <s> and </s>, as PLL feeds them).  ``hints``: (the stems', the answers')."""
     yield LengthCheck.of(answer_kind, answers, answer_name, hints[1], "tokenizer")
-    if answers:
-        longest = max(len(ids) for ids in backend.tokenizer(list(answers), add_special_tokens=False)["input_ids"])
-        specials = "tokenizer" if backend.is_masked_lm else "bos"
-        yield LengthCheck.of("longest statement", stems, stem_name, hints[0], specials, longest)
+    if not answers or backend.max_positions is None:
+        return
+    specials = "tokenizer" if backend.is_masked_lm else "bos"
+    # A statement's bytes are its stem's and its answer's (a capitalised first letter may add a few): a stem whose
+    # statements all fit by bytes is not filled; the others' statements are each counted (an answer's tokens alone
+    # are not its tokens in the sentence: "Validator" is one token, " Validator" three).
+    answer_bytes = max(map(byte_bound, answers)) + 2 * SLACK
+
+    def longest(i: int) -> str:
+        if byte_bound(stems[i]) + answer_bytes <= backend.max_positions:
+            return stems[i]  # every statement of it fits, and so does the stem
+        statements = [fill(i, answer) for answer in answers]
+        return statements[int(np.argmax(backend.token_counts(statements, specials)))]
+
+    yield LengthCheck("longest statement", len(stems), lambda start, stop: [longest(i) for i in range(start, stop)],
+                      stem_name, hints[0], specials)
 
 
 # -- a KG's texts --------------------------------------------------------------------------------
@@ -187,7 +200,7 @@ def kg_statement_checks(queries: QuerySet, templates, backend) -> Iterator[Lengt
     continuations = [templates.continuation(kg, e) for e in queries.candidates]
     yield from statement_checks(backend, stems, continuations, lambda i: query_label(kg, queries.triples[i]),
                                 lambda i: entity_label(kg, int(queries.candidates[i])), "statement continuation",
-                                (query_hint(templates), NAME_HINT))
+                                (query_hint(templates), NAME_HINT), lambda i, continuation: stems[i] + continuation)
 
 
 def entity_prompt_check(kg: TextualKG, entities: np.ndarray, templates) -> LengthCheck:
@@ -266,4 +279,5 @@ def set_statement_checks(task: Task, rows: Sequence[int], backend) -> Iterator[L
         candidates = task.candidate_sets[set_name]
         yield from statement_checks(backend, [statement(task.queries[i], "") for i in members], candidates.labels,
                                     lambda i, members=members: fact_namer(task)(members[i]), answer_namer(candidates, set_name),
-                                    "text", (FACT_HINT, ANSWER_HINT))
+                                    "text", (FACT_HINT, ANSWER_HINT),
+                                    lambda i, label, members=members: statement(task.queries[members[i]], label))
