@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from kg_data.errors import KGFormatError
@@ -18,7 +19,7 @@ def split_entity_text(text: str) -> tuple[str, str]:
     return name, description
 
 
-def _relations(folder: Path) -> list[tuple[Path, int, str, str]]:
+def _relations(folder: Path) -> Iterator[tuple[Path, int, str, str]]:
     """Relations in first-seen order over the split files (relations.txt is optional), named from the
     ids ("_has_part" -> "has part") as relation2text.txt has them."""
     path = folder / "relations.txt"
@@ -27,8 +28,20 @@ def _relations(folder: Path) -> list[tuple[Path, int, str, str]]:
     else:
         rows = (fields for file_name in SPLIT_FILES.values() for _, fields in read_tsv(folder / file_name, 3))
         relation_ids = list(dict.fromkeys(relation.strip() for _, relation, _ in rows))
-    return [(path, line, relation_id, relation_display_name(relation_id))
-            for line, relation_id in enumerate(relation_ids, start=1)]
+    _refuse_other_relation_names(folder / "relation2text.txt")  # read after the entities (a generator): their ids first
+    yield from ((path, line, relation_id, relation_display_name(relation_id))
+                for line, relation_id in enumerate(relation_ids, start=1))
+
+
+def _refuse_other_relation_names(path: Path) -> None:
+    """KGFormatError for a relation2text.txt name that is not its id's (WN18RR's are: "_has_part" -> "has part"): the
+    folder is another KG in the KG-BERT layout (its ids may be 8 digits too), whose names this reader would ignore and
+    whose entity texts it would cut at WordNet's ", "."""
+    for line, fields in read_tsv(path, 2) if path.exists() else ():
+        if fields[1].strip() != relation_display_name(fields[0]):
+            raise KGFormatError(path, line, f"relation {fields[0]!r} is named {fields[1].strip()!r}, not as in WN18RR "
+                                            f"({relation_display_name(fields[0])!r}): this folder is not WN18RR; convert it "
+                                            "to the generic TSV/JSONL KG format (entities.tsv, relations.tsv)")
 
 
 def load_wn18rr(folder: Path) -> TextualKG:

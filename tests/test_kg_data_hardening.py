@@ -390,3 +390,19 @@ def test_a_kg_bert_folder_of_plain_ids_is_not_read_as_wn18rr(tmp_path, first_id)
         (kg / file_name).write_text("2\tP17\t3\n")
     with pytest.raises(KGFormatError, match=rf"entity2text\.txt:1: id '{first_id}' is not a WordNet synset offset"):
         load_kg(kg)
+
+
+def test_a_kg_bert_folder_of_eight_digit_ids_with_its_own_relation_names_is_not_read_as_wn18rr(tmp_path):
+    """A user's KG-BERT-layout folder whose ids happen to be 8 digits passed the synset-offset check and was read as WN18RR
+    ("Paris, Texas" named "Paris", relation P17 named "P17", not relation2text.txt's "country"); a relation2text.txt name
+    other than its id's, as WN18RR's all are, is refused naming the file and line."""
+    kg = tmp_path / "my_kg"
+    kg.mkdir()
+    (kg / "entity2text.txt").write_text("10000001\tParis, Texas\n10000002\tParis, France\n10000003\tFrance\n")
+    (kg / "relation2text.txt").write_text("P17\tcountry\n")
+    for file_name in ("train.tsv", "dev.tsv", "test.tsv"):
+        (kg / file_name).write_text("10000002\tP17\t10000003\n")
+    with pytest.raises(KGFormatError, match=r"relation2text\.txt:1: relation 'P17' is named 'country'.* not WN18RR"):
+        load_kg(kg)
+    (kg / "relation2text.txt").write_text("P17\tP17\n")  # named as its id: nothing tells this folder from WN18RR's layout
+    assert list(load_kg(kg).relation_names) == ["P17"]
