@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+import deer
 from bear_ref.cloze_scoring import count_statements, statement_scores
 from deer.backends.models import LoadedModel
 from deer.backends.pll import PLL_VARIANTS
@@ -38,7 +39,8 @@ def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplat
     that determines them; a stored row of another width is damage (``EmbeddingStore``).  ``backend_key``: what
     a backend's scores depend on beyond the model (its ``store_key``; {} for the model's own: the key as before)."""
     candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
-    key = {"scorer": SCORER_VERSION, "method": method, **model_identity(loaded), "kg_fingerprint": queries.kg.fingerprint(),
+    key = {"scorer": SCORER_VERSION, "toolkit": deer.__version__, "method": method, **model_identity(loaded),
+           "kg_fingerprint": queries.kg.fingerprint(),
            "templates": templates.to_metadata(), "candidates": candidates, **(backend_key or {})}
     return EmbeddingStore(Path(root) / "scores", "bear", key, width=len(queries.candidates), minus_inf=True)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+import deer
 from deer.backends.models import LoadedModel
 from deer.base.vectors import normalize_rows
 from deer.platform.cloze_texts import deer_query_text
@@ -48,7 +49,8 @@ def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos", w
     dtype and special tokens: every task that encodes the same prompt shares it.  ``width``: the
     encoder's ``output_size``, which every stored vector must have (None: not checked).  ``backend_key``:
     what a backend's vectors depend on beyond the model (its ``store_key``; {} for the model's own states)."""
-    key = {"encoder": ENCODER_VERSION, **model_identity(loaded), "special_tokens": special_tokens, **(backend_key or {})}
+    key = {"encoder": ENCODER_VERSION, "toolkit": deer.__version__,  # another version may encode otherwise: made again
+           **model_identity(loaded), "special_tokens": special_tokens, **(backend_key or {})}
     return EmbeddingStore(Path(root) / "embeddings", "prompts", key, width=width)
 
 

@@ -118,6 +118,30 @@ def test_bear_kg_score_rows_are_stored_apart_per_backend_store_key(shifted, tiny
     assert score_store(loaded, queries, templates, "m", cache).folder == score_store(loaded, queries, templates, "m", cache, {}).folder
 
 
+def test_stored_vectors_and_score_rows_of_another_toolkit_version_are_made_again(tiny_kg_dir, tiny_clm_dir, tmp_path,
+                                                                                   monkeypatch):
+    """The prompt and BEAR score stores were keyed by hand-bumped ENCODER_VERSION / SCORER_VERSION alone: a release that
+    changed how a text is encoded or scored without bumping them (the causal-RoBERTa position offset did not) read the
+    older release's vectors and rows as its own.  The keys now hold the toolkit's version, as the cloze parts' do."""
+    import deer
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+
+    queries, loaded, cache = build_queries(load_kg(tiny_kg_dir), "test"), open_model(str(tiny_clm_dir)), tmp_path / "cache"
+
+    def cached_run():
+        run = run_kg(["deer", "bear"], queries, loaded, show_progress=False, cache=True, cache_dir=cache)
+        return {probe: run.metadata_of(probe)["cache"] for probe in ("deer", "bear")}
+
+    monkeypatch.setattr(deer, "__version__", "0.0.1")
+    cached_run()
+    assert cached_run()["deer"]["entities_from_cache"] == len(queries.candidates)  # the same version: read back
+    monkeypatch.setattr(deer, "__version__", "0.0.2")
+    again = cached_run()
+    assert again["deer"]["entities_from_cache"] == again["deer"]["queries_from_cache"] == 0
+    assert again["bear"]["queries_from_cache"] == 0
+
+
 def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
     """A3: a rerun on another caching backend into the same folder resumed the first backend's parts."""
     from bear_ref.dataset import run_bear_dataset
