@@ -114,8 +114,32 @@ def test_every_damage_is_named_set_aside_and_its_items_missing_again(tmp_path, h
     assert len(messages) == 1 and vectors_file.name.split(".")[0] in messages[0], messages
     assert reopened.missing(IDS) == list(range(6))
     assert not vectors_file.exists() and not index_file.exists()
-    assert sorted(p.name for p in store.folder.glob("*.bad")) == sorted([vectors_file.name + ".bad", index_file.name + ".bad"])
+    stamp_file = vectors_file.with_name(vectors_file.name.replace(".vectors.npy", ".stamp.json"))
+    assert sorted(p.name for p in store.folder.glob("*.bad")) == sorted(f.name + ".bad" for f in (vectors_file, index_file, stamp_file))
     reopened.add(IDS[:6], VECTORS[:6])  # computed again: the store is whole, and a new store reads it silently
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.array_equal(_store(tmp_path).get(IDS), VECTORS)
+
+
+@pytest.mark.parametrize("copied", ["whole shard", "without its stamp", "with a stamp of this store's"])
+def test_a_shard_copied_in_from_another_store_is_refused(tmp_path, copied):
+    """Another model's store holds vectors for the same ids (prompts): its shard copied by hand into this
+    store's folder was read as this store's vectors.  Now it is refused on opening, named, and its items missing."""
+    import shutil
+
+    other = EmbeddingStore(tmp_path, "prompts", {"model": "another"}, width=5)
+    other.add(IDS[:6], -VECTORS[:6])
+    store = _store(tmp_path)
+    store.add(IDS[6:], VECTORS[6:])
+    own_stamp = next(store.folder.glob("shard-*.stamp.json"))
+    for path in other.folder.glob("shard-*"):
+        if path.name.endswith(".stamp.json") and copied != "whole shard":
+            if copied == "with a stamp of this store's":
+                shutil.copy(own_stamp, store.folder / path.name)
+            continue
+        shutil.copy(path, store.folder / path.name)
+    with pytest.warns(DeerWarning, match="not written by this store"):
+        reopened = _store(tmp_path)
+    assert reopened.missing(IDS) == list(range(6))
+    assert np.array_equal(reopened.get(IDS[6:]), VECTORS[6:])  # its own shard is read as before

@@ -3,8 +3,9 @@ determines them: shards on disk, memory-mapped, with an index from item id to (s
 
 A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Each
 ``add`` writes one shard: ``<name>.vectors.npy`` (float32 rows) and ``<name>.index.npy`` (per row the
-item's 16-byte id digest and a checksum of its words, ``row_checksums``), each written atomically, the index last, so
-a shard exists only once both are whole.  Opening a store reads the index files and the vectors'
+item's 16-byte id digest and a checksum of its words, ``row_checksums``) and ``<name>.stamp.json`` (the store key's
+digest and that of the shard's ids: a shard copied in from another store, or its stamp from another shard, is refused
+on opening), each written atomically, the index last, so a shard exists only once all are whole.  Opening a store reads the index files and the vectors'
 headers (memory-mapped, never faulted in); ``get`` and ``blocks`` read only the rows asked for, with
 plain file reads.
 
@@ -33,7 +34,7 @@ from deer.platform.validate import warn
 
 KEY_DTYPE = np.dtype("S16")
 INDEX_DTYPE = np.dtype([("key", KEY_DTYPE), ("checksum", "<u8")])
-VECTORS, INDEX = ".vectors.npy", ".index.npy"
+VECTORS, INDEX, STAMP = ".vectors.npy", ".index.npy", ".stamp.json"
 FLUSH_COUNT = 2048  # rows pending before a shard is written (more for narrow rows: FLUSH_BYTES)
 FLUSH_BYTES = 1 << 28
 FLUSH_SECONDS_ENV = "DEER_STORE_FLUSH_SECONDS"
@@ -135,7 +136,16 @@ class EmbeddingStore:
                                                 f"for its {len(entries)} ids")
         if self.width is not None and vectors.shape[1] != self.width:
             raise StoredFileError(vectors_path, f"its vectors are {vectors.shape[1]} wide where this store's are {self.width}")
+        stamp_path = self.folder / f"{name}{STAMP}"
+        if not stamp_path.exists():
+            raise StoredFileError(index_path, f"has no {stamp_path.name}: not written by this store (copied in, or older)")
+        if read_json_object(stamp_path) != self._stamp(entries["key"]):
+            raise StoredFileError(stamp_path, "names another store or other ids: the shard was not written by this store")
         return entries, vectors
+
+    def _stamp(self, keys: np.ndarray) -> dict:
+        """What a shard's stamp file holds: this store's key digest and its ids' digest (hashed on opening, not its rows)."""
+        return {"store": key_digest(self.key), "ids": hashlib.blake2b(np.ascontiguousarray(keys).tobytes()).hexdigest()}
 
     def _index(self) -> None:
         """The sorted index over every usable shard, made again only after shards came or went."""
@@ -151,7 +161,7 @@ class EmbeddingStore:
     def _set_aside(self, name: str, error: StoredFileError) -> None:
         """Set aside both files of a shard (the one named in ``error`` with the warning), drop its rows."""
         set_aside(error, "its items are computed again")
-        for suffix in (INDEX, VECTORS):
+        for suffix in (INDEX, VECTORS, STAMP):
             path = self.folder / f"{name}{suffix}"
             if path != error.path and path.exists():
                 os.replace(path, path.with_name(path.name + ".bad"))
@@ -299,6 +309,7 @@ class EmbeddingStore:
         entries = np.empty(len(keys), INDEX_DTYPE)
         entries["key"], entries["checksum"] = keys, row_checksums(vectors)
         atomic_write_with(self.folder / f"{name}{VECTORS}", lambda handle: np.save(handle, vectors))
+        atomic_write_bytes(self.folder / f"{name}{STAMP}", json.dumps(self._stamp(keys)).encode())
         atomic_write_with(self.folder / f"{name}{INDEX}", lambda handle: np.save(handle, entries))
         self.refresh()  # indexed lazily: many adds in a row cost one sort, at the next lookup
 
