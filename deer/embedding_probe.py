@@ -155,7 +155,8 @@ def encode_prompts(encoder, store: EmbeddingStore | None, texts_of: Callable[[np
 def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[str], description: str) -> tuple[np.ndarray, int]:
     """(vectors of ``texts`` in order, prompts encoded now): ``encode_prompts``, read back whole."""
     vectors, encoded = encode_prompts(encoder, store, lambda rows: [texts[i] for i in rows], len(texts), description)
-    return np.asarray(vectors), encoded
+    read = np.asarray(vectors)  # a damaged shard met reading is encoded again: counted then
+    return read, getattr(vectors, "encoded", encoded)
 
 
 class StoredPrompts:
@@ -168,6 +169,7 @@ class StoredPrompts:
         self.encoder, self.store, self.texts_of, self.description = encoder, store, texts_of, description
         self.keys = all_prompt_keys(texts_of, n)
         self.encoded = 0
+        self.on_encoded: Callable[[], None] = lambda: None  # told when a later read encodes a damaged shard's prompts again
         self.encode_missing()
 
     def __len__(self) -> int:
@@ -187,6 +189,7 @@ class StoredPrompts:
             encode_chunked(self.encoder, self.texts_of, missing, self.description, self.store,
                            lambda rows, vectors: pending.add(self.keys[rows], vectors))
         self.encoded += len(missing)
+        self.on_encoded()
 
     def rows(self, positions) -> np.ndarray:
         keys = self.keys[np.asarray(positions, dtype=np.int64)]
@@ -292,30 +295,36 @@ class DeerProbe:
         else:
             query_vectors, queries_encoded = encode_through_store(encoder, store, query_texts, "queries")
         timings["queries_seconds"] = time.perf_counter() - started
-
-        stats = encoder.stats.as_dict()
-        encode_seconds = stats["forward_seconds"]
+        query_tokens = encoder.stats.tokens - entity_stats["tokens"]
         metadata = {
             "example_query_prompt": query_texts[0] if query_texts else None,
             "example_tail_prompt": entity_texts(np.arange(1))[0] if len(candidates) else None,
             "token_budget": encoder.token_budget,
             "max_batch_size": encoder.max_batch_size,
-            "cache": {
-                "entities_encoded_now": entities_encoded,
-                "entities_from_cache": len(candidates) - entities_encoded,
+        }
+
+        def count_work():  # again where ranking reads a damaged shard and its entities are encoded again
+            entities_now = getattr(entity_vectors, "encoded", entities_encoded)
+            stats = encoder.stats.as_dict()
+            metadata["cache"] = {
+                "entities_encoded_now": entities_now,
+                "entities_from_cache": len(candidates) - entities_now,
                 "queries_encoded_now": queries_encoded,
                 "queries_from_cache": 0 if query_embeddings is not None else len(query_texts) - queries_encoded,
                 "entity_store": str(store.folder) if store else None,  # the prompt store: entities and queries
                 "query_embeddings_given": query_embeddings is not None,
-            },
-            "work": {
+            }
+            metadata["work"] = {
                 **stats,
-                "entity_tokens": entity_stats["tokens"],
-                "query_tokens": stats["tokens"] - entity_stats["tokens"],
-                "tokens_per_second": stats["tokens"] / encode_seconds if encode_seconds else None,
-            },
-            "timings": timings,  # perf_counter seconds, unrounded (compute-time scales them up)
-        }
+                "entity_tokens": stats["tokens"] - query_tokens,
+                "query_tokens": query_tokens,
+                "tokens_per_second": stats["tokens"] / stats["forward_seconds"] if stats["forward_seconds"] else None,
+            }
+            metadata["timings"] = timings  # perf_counter seconds, unrounded (compute-time scales them up)
+
+        count_work()
+        if isinstance(entity_vectors, StoredPrompts):
+            entity_vectors.on_encoded = count_work
         return ProbeScores(query_vectors=query_vectors, candidate_vectors=entity_vectors, metadata=metadata,
                            arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
 

@@ -85,6 +85,10 @@ def test_damaged_stored_vectors_are_set_aside_and_encoded_again(tmp_path, probed
     assert_each_named_once(second.output, damaged)
     assert len(set_aside_vector_files(cache)) == len(damaged)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "second" / "ranks.parquet")[RANK_COLUMNS], ranks)
+    # every stored vector was damaged: all encoded again, and counted so (also where the damage is met only when ranking)
+    metadata = json.loads((tmp_path / "second" / "metadata.json").read_text())["deer"]
+    assert metadata["cache"]["entities_from_cache"] == metadata["cache"]["queries_from_cache"] == 0, metadata["cache"]
+    assert metadata["work"]["prompts"] == metadata["cache"]["entities_encoded_now"] + metadata["cache"]["queries_encoded_now"]
 
     third = invoke([*args, "--out", str(tmp_path / "third")], cache)
     assert not warnings_in(third.output), third.output
