@@ -78,13 +78,18 @@ class _EncodingWorker:
         """The weights' fingerprint: an actor that answers is up (a restarted one, once it has loaded the model)."""
         return self.loaded.fingerprint
 
-    def encode(self, texts: list[str], keys: np.ndarray) -> tuple[str, int]:
-        """Encode ``texts`` into shards keyed by ``keys``; (the weights' fingerprint, prompts encoded)."""
+    def encode(self, texts: list[str], keys: np.ndarray) -> tuple[dict, int]:
+        """Encode ``texts`` into shards keyed by ``keys``; (this worker's model identity, prompts encoded).  A model
+        other than the store key's (weights, tokenizer, dtype) writes nothing: the driver refuses it."""
+        from deer.platform.run_spec import model_identity
         from deer.platform.stores import PendingParts
 
+        identity = model_identity(self.loaded)
+        if any(self.store.key.get(name) != value for name, value in identity.items()):
+            return identity, 0
         with PendingParts(self.store) as pending:
             self.encoder.encode(texts, on_batch=lambda rows, vectors: pending.add(keys[rows], vectors))
-        return self.loaded.fingerprint, len(texts)
+        return identity, len(texts)
 
 
 def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, entities: Sequence[int] | None = None,
@@ -106,6 +111,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
     from deer.platform.length_guard import entity_prompt_check, refuse_too_long
+    from deer.platform.run_spec import model_identity
 
     refuse_cache_on(backend, True)
     loading = take(loose, ModelLoading, loading, "loading")
@@ -135,7 +141,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
                 live = pool if attempt == 0 else _live_workers(ray, pool)
                 if not live:
                     break
-                failure = _encode_over(ray, live, missing, batch, texts_of, keys, loaded.fingerprint, model_name) or failure
+                failure = _encode_over(ray, live, missing, batch, texts_of, keys, model_identity(loaded), model_name) or failure
                 store.refresh()
                 missing = np.asarray(store.missing(keys), dtype=np.int64)
                 if not len(missing):
@@ -163,11 +169,11 @@ def _live_workers(ray, pool, timeout: float = 120.0) -> list:
         time.sleep(1.0)
 
 
-def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.ndarray, fingerprint: str,
+def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.ndarray, identity: dict,
                  model_name: str) -> str | None:
     """Hand ``missing`` out in batches to the actors, at most two batches in flight per actor; a batch whose
-    worker failed is left (its prompts stay missing); other weights on a worker are an error.  Returns the
-    last failure's text (None: none failed)."""
+    worker failed is left (its prompts stay missing); another model on a worker (which stores nothing) is an
+    error.  Returns the last failure's text (None: none failed)."""
     failure = None
     batches = [missing[start:start + batch] for start in range(0, len(missing), batch)]
     in_flight: dict = {}
@@ -183,6 +189,8 @@ def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.
         except ray.exceptions.RayError as error:
             failure = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             continue  # a dead or failed worker: its prompts stay missing and go out again
-        if seen != fingerprint:
-            raise RuntimeError(f"a Ray worker loaded other weights for {model_name} ({seen} != {fingerprint})")
+        if seen != identity:
+            other = sorted(name for name, value in seen.items() if identity.get(name) != value)
+            raise RuntimeError(f"a Ray worker loaded another model for {model_name} than the driver's (its {', '.join(other)} "
+                               "differ); it stored nothing")
     return failure

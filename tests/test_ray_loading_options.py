@@ -57,3 +57,30 @@ def test_ray_encoding_loads_the_model_with_its_loading_options_on_the_driver_and
     folder = ray_runs.encode_entities_on_ray(load_kg(tiny_kg_dir), templates=PromptTemplates(k_shot=1), workers=1,
                                              cache_dir=tmp_path / "cache", **call)
     assert json.loads((folder / "key.json").read_text())["model_fingerprint"].endswith(loading_suffix(options))
+
+
+@pytest.mark.parametrize("differs", ["tokenizer", "weights"])
+def test_a_worker_model_other_than_the_drivers_stores_nothing_and_is_refused(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch,
+                                                                              differs):
+    """The driver's ``loaded`` keys the store; the workers load ``model_name`` from disk.  Only the weights' fingerprint was
+    compared, and after the worker had written its shards: a driver tokenizer other than the disk's (lower-casing) had
+    the workers' vectors stored under its key and read by DEER as its own, and other weights left theirs in the store."""
+    import torch
+    from tokenizers import normalizers
+
+    from deer.backends.models import open_model
+    from experiments import ray_runs
+    from tests.store_faults import stored_parts
+
+    monkeypatch.setattr(ray_runs, "ray_session", lambda *args, **kwargs: contextlib.nullcontext(_in_process_ray()))
+    loaded = open_model(str(tiny_clm_dir))
+    if differs == "tokenizer":
+        loaded.tokenizer.backend_tokenizer.normalizer = normalizers.Lowercase()
+    else:
+        with torch.no_grad():
+            next(loaded.model.parameters()).add_(1.0)
+    loaded = loaded.current()
+    with pytest.raises(RuntimeError, match=f"another model .*{'tokenizer' if differs == 'tokenizer' else 'model'}_fingerprint"):
+        ray_runs.encode_entities_on_ray(load_kg(tiny_kg_dir), str(tiny_clm_dir), PromptTemplates(k_shot=1), workers=1,
+                                        cache_dir=tmp_path / "cache", loaded=loaded)
+    assert stored_parts(tmp_path / "cache") == []
