@@ -143,3 +143,20 @@ def test_a_shard_copied_in_from_another_store_is_refused(tmp_path, copied):
         reopened = _store(tmp_path)
     assert reopened.missing(IDS) == list(range(6))
     assert np.array_equal(reopened.get(IDS[6:]), VECTORS[6:])  # its own shard is read as before
+
+
+def test_a_shard_another_process_set_aside_is_missing_here_too(tmp_path):
+    """Two processes on one store: the one that finds a shard damaged sets it aside; the other, which had indexed it,
+    read its file by name and failed with FileNotFoundError.  Now it is damage here too: StoreDamaged, items missing."""
+    first, second = _store(tmp_path), _store(tmp_path)
+    first.add(IDS, VECTORS)
+    second.refresh()
+    _damage(next(first.folder.glob("*.vectors.npy")), "flip")
+    with pytest.warns(DeerWarning), pytest.raises(StoreDamaged):
+        first.get(IDS)
+    with pytest.warns(DeerWarning, match="set aside by another run"), pytest.raises(StoreDamaged):
+        second.get(IDS)
+    assert second.missing(IDS) == list(range(12))
+    second.add(IDS, VECTORS)  # computed again by either: both read it
+    first.refresh()
+    assert np.array_equal(first.get(IDS), VECTORS) and np.array_equal(second.get(IDS), VECTORS)

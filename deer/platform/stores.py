@@ -261,10 +261,13 @@ class EmbeddingStore:
         return read
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
-        vectors = self._read_rows(shard, rows)
         problem = None
-        if vectors is None:
-            problem = "it is shorter than its header says"
+        try:
+            vectors = self._read_rows(shard, rows)
+        except FileNotFoundError:  # set aside by another process since this one indexed it: its items are missing here too
+            vectors, problem = None, "it is gone (set aside by another run)"
+        if problem or vectors is None:
+            problem = problem or "it is shorter than its header says"
         elif (changed := int((row_checksums(vectors) != checksums).sum())):
             problem = f"{changed} of the rows read differ from what was written"
         elif (invalid := int(self._invalid_rows(vectors).sum())):
