@@ -91,3 +91,24 @@ def test_probe_reports_and_drops_the_head(tiny_kg_dir, tiny_clm):
     raw, filtered = _plain_ranks(scores, dropped.queries, True)
     np.testing.assert_allclose(dropped.ranks("raw"), raw)
     np.testing.assert_allclose(dropped.ranks("filtered"), filtered)
+
+
+def test_ranks_table_counts_the_candidates_each_query_is_ranked_among(tiny_kg_dir):
+    """The ranks table's n_candidates and n_filtered are the candidates a query's gold tail is ranked among and the
+    known-true tails dropped from them: with the head left out it is no candidate (it was counted, so the table
+    disagreed with metrics.json's random baseline)."""
+    from deer.platform.kg_result import probe_metrics, query_frame
+    from deer.platform.metrics import random_baseline
+
+    for exclude in (False, True):
+        queries = _queries(tiny_kg_dir, exclude)
+        table = query_frame(queries)
+        for i, row in table.iterrows():
+            head = queries.head_positions()[i]
+            dropped = exclude and head >= 0 and head != queries.gold[i]
+            kept = [f for f in queries.filter_tails[i] if not (dropped and f == head)]
+            assert row["n_candidates"] == len(queries.candidates) - dropped
+            assert row["n_filtered"] == len(kept)
+        ranks = rank_scores(np.random.default_rng(2).normal(size=(len(queries), len(queries.candidates))), queries).ranks
+        baseline = probe_metrics(queries, ranks)["random_baseline"]["filtered"]
+        assert random_baseline((table["n_candidates"] - table["n_filtered"]).to_numpy()) == baseline

@@ -40,6 +40,12 @@ def relation_labels(kg) -> list[str]:
             for relation_id, name in zip(kg.relation_ids, kg.relation_names, strict=True)]
 
 
+def ranked_among(queries: QuerySet, filtered: bool) -> np.ndarray:
+    """Candidates each query's gold tail is ranked among, raw or filtered (its head left out with ``exclude_head``)."""
+    excluded = queries.excluded_positions()
+    return candidate_counts(len(queries.candidates), queries.filter_tails, filtered=filtered, excluded=excluded)
+
+
 def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
     """The query columns of a ranks table: ids, names (a relation's as ``relation_labels``), tail token length,
     candidate counts."""
@@ -47,6 +53,8 @@ def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
     heads, relations, tails = queries.triples.T
     tail_names = [kg.entity_names[t] for t in tails]
     labels = relation_labels(kg)
+    # counted as the ranks and the random baseline count them: an excluded head is no candidate, nor a filtered one
+    raw = ranked_among(queries, filtered=False)
     return pd.DataFrame({
         "query": np.arange(len(queries)),
         "head_id": [kg.entity_ids[h] for h in heads],
@@ -56,8 +64,8 @@ def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
         "tail_id": [kg.entity_ids[t] for t in tails],
         "tail": tail_names,
         "tail_tokens": tail_token_lengths(tokenizer, tail_names),
-        "n_candidates": len(queries.candidates),
-        "n_filtered": queries.filter_tails.lengths(),
+        "n_candidates": raw.astype(np.int64),
+        "n_filtered": (raw - ranked_among(queries, filtered=True)).astype(np.int64),
     })
 
 
@@ -86,10 +94,7 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarr
     relations = [labels[r] for r in queries.triples[:, 1]]
     observed = observed_rank_metrics(ranks.raw, ranks.filtered, relations)
     per_relation = observed.pop("per_relation")
-    n = len(queries.candidates)
-    excluded = queries.excluded_positions()
-    baseline = {rank_type: random_baseline(candidate_counts(n, queries.filter_tails, filtered=rank_type == "filtered",
-                                                            excluded=excluded)) for rank_type in observed}
+    baseline = {rank_type: random_baseline(ranked_among(queries, filtered=rank_type == "filtered")) for rank_type in observed}
     return {
         **observed,
         "random_baseline": baseline,
