@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -131,6 +132,24 @@ def test_ordering_agreement_same_and_reversed():
     assert reversed_["order_b"] == ["c", "b", "a"]
     two = ordering_agreement([0.2, 0.1], [0.3, 0.1], ["x", "y"])
     assert two["spearman_rho"] == pytest.approx(1.0)
+
+
+
+@pytest.mark.parametrize("x, y", [
+    ([0.9, 0.5, 0.1], [0.1, 0.4, 0.8]),  # 3 models in reverse order: the t approximation's p was 0
+    ([0.12, 0.16, 0.12], [0.34, 0.19, 0.34]),  # tied scores, as a screen's repeated weights give
+    ([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 5]),
+    ([1, 2, 2, 5, 8, 9], [3, 1, 2, 7, 9, 8]),
+])
+def test_rank_p_values_of_a_few_pairs_count_every_pairing(x, y):
+    """Spearman's and Kendall's p at a few pairs (a screen's or compare_models' ordering of a few models): the share
+    of all pairings of y with x whose coefficient, as scipy computes it, is at least as far from 0 as the one observed."""
+    for key, test in (("spearman_p", scipy_stats.spearmanr), ("kendall_p", scipy_stats.kendalltau)):
+        observed = abs(test(x, y).statistic)
+        null = [abs(test(x, [y[i] for i in order]).statistic) for order in itertools.permutations(range(len(x)))]
+        exact = np.mean(np.asarray(null) >= observed - 1e-9)
+        assert correlations(x, y)[key] == pytest.approx(exact)
+        assert ordering_agreement(x, y)[key] == pytest.approx(exact)
 
 
 def test_bootstrap_interval_brackets_the_statistic():
