@@ -104,6 +104,20 @@ def test_the_cli_runs_several_probes_and_deer_lama_is_its_old_spelling(tiny_kg_d
     assert "no probe of this run has such an option" in unowned.output
 
 
+
+def test_the_cli_says_how_many_queries_and_candidates_single_token_ranks(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """The KG line printed before the run counts every query and candidate; where LAMA's single-token protocol ranks
+    fewer, the printed metrics (n = those queries) were of a run that metadata.json records with fewer, unsaid."""
+    monkeypatch.chdir(tmp_path)
+    args = ["probe", "--probe", "lama", "--probe-option", "single_token=true", "--kg", str(tiny_kg_dir), "--model",
+            str(tiny_clm_dir), "--k-shot", "2", "--no-cache", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lama = json.loads((tmp_path / "out" / "metadata.json").read_text())["lama"]
+    assert "KG tiny_kg: 4 test queries x 12 candidates" in result.output and lama["queries"] < 4
+    assert f"ranked {lama['queries']} of those queries x {lama['candidates']} candidates" in result.output
+
+
 def test_deer_bear_is_its_deer_probe_spelling(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
     """`deer bear --pll-variant X` runs `deer probe --probe bear --probe-option pll_variant=X`: the same table and
     metrics, with a note naming the new spelling."""

@@ -152,6 +152,10 @@ def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
     run = run_kg(list(options), queries, loaded, options=options, templates=templates, budget=run_options.budget,
                  backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
+    ranked = run.metadata_of(run.probes[0])
+    if (ranked["queries"], ranked["candidates"]) != (len(queries), len(queries.candidates)):  # LAMA's single_token keeps fewer
+        click.echo(f"ranked {ranked['queries']} of those queries x {ranked['candidates']} candidates (single-token names); "
+                   "every number below is of these")
     print_metrics_table(run)
     for result in (run[probe] for probe in run.probes):
         cache = result.metadata.get("cache", {})
