@@ -246,6 +246,9 @@ def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | No
         basis = extrapolation_method(timing, n_entities, n_target, repeats)
         scorer_results[scorer] = {**timing, "extrapolation": extrapolation, "part_fits": parts, "basis": basis}
         fit, total, per_run = extrapolation["pooled_fit"], extrapolation["prediction"], extrapolation["per_repeat_predictions"]
+        if not (fit["slope"] > 0 and total > 0):  # time that falls as queries grow: noise, not a cost
+            warn(f"{SCORER_LABELS[scorer]}: the fit of time on |Q| has slope {fit['slope']:.3g} s per query and extrapolates "
+                 f"to {total:.3g} s: timing noise at these query sizes, not a cost; time larger --query-sizes")
         table_rows.append(_table_row(SCORER_LABELS[scorer], total, n_target, total / deer["total_seconds"], basis,
                                      extrapolation["prediction_se"], per_run["std"]))
         fit_rows.append({

@@ -269,6 +269,35 @@ def test_compute_time_refuses_a_target_split_without_triples_before_any_timing(t
     assert f"--target valid: the valid split of {tiny_kg_dir} has no triples" in result.output
 
 
+@pytest.mark.parametrize("cost", [-0.2, 0.2])
+def test_compute_time_warns_where_the_fit_extrapolates_from_noise(cost, tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """On tiny query sizes the timing noise can make time fall as |Q| grows: the table showed BEAR's extrapolated total
+    as -7.24 s (a speed-up of -1.34x) with no word.  A fit whose slope or total is not positive is now named."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from experiments import compute_time, reference
+    from experiments.cli import main
+
+    clock = {"now": 0.0}
+
+    def score(queries, loaded, templates, statements_per_query=None, seed=0):  # on a fake clock: 1 s + cost per query
+        clock["now"] += 1.0 + cost * len(queries)
+        return {"statements": len(queries)}
+
+    monkeypatch.setattr(compute_time, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
+    monkeypatch.setattr(reference, "timing_scorer", lambda scorer: score)
+    result = CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--split", "train", "--query-sizes", "1,2,3", "--repeats", "1", "--scorers", "plain",
+                                       "--plain-statements", "2", "--deer-queries", "2", "--no-warmup",
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    fit = json.loads((tmp_path / "out" / "compute_time.json").read_text())["scorers"]["plain"]["extrapolation"]
+    assert (fit["prediction"] < 0) == (cost < 0)
+    assert ("timing noise at these query sizes" in result.output) == (cost < 0)
+
+
 def test_size_trend_draws_a_bootstrap_interval_that_excludes_r():
     """A bootstrap interval not around r (ci_low above r) gave a negative error bar: the figure raised."""
     pytest.importorskip("matplotlib")
