@@ -37,7 +37,7 @@ class _OneValueOptions:
         def parse_args(args):
             opts, rest, order = parse(args=args)  # order: each option as often as it was given
             given = [p for p in order if isinstance(p, click.Option) and p.expose_value and not (p.multiple or p.count)]
-            if twice := next((p for p in given if given.count(p) > 1), None):
+            if (twice := next((p for p in given if given.count(p) > 1), None)) and not ctx.resilient_parsing:  # completion: lenient
                 raise click.UsageError(f"{' / '.join(twice.opts + twice.secondary_opts)} given {given.count(twice)} times; "
                                        "it takes one value: give it once", ctx)
             return opts, rest, order
