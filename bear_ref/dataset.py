@@ -17,7 +17,7 @@ import pandas as pd
 
 import deer
 from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
-from deer.base.files import package_versions
+from deer.base.files import as_written, package_versions
 from deer.base.work import summed_work
 from deer.platform.bear_accuracy import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, accuracy_block, correctness, metric_convention
 from deer.platform.benchmark_rows import query_frame
@@ -122,6 +122,29 @@ def check_out_dir(out_dir: Path) -> None:
     check_instances_folder(Path(out_dir), "bear", PROBE, "overall", label="a BEAR data-set run")
 
 
+def run_settings(metadata: dict) -> dict:
+    """What a data-set run is of, as its metadata records it: the model (weights, tokenizer, dtype), the data set and
+    subset, the backend and scoring.  A folder holds one such run (``refuse_other_settings``)."""
+    model = metadata.get("model") or {}
+    return {**{f"model {name}": model.get(name) for name in ("fingerprint", "tokenizer_fingerprint", "dtype")},
+            "dataset": (metadata.get("dataset") or {}).get("name"),
+            **{name: metadata.get(name) for name in ("selection", "backend", "scoring")}}
+
+
+def refuse_other_settings(out_dir: Path, settings: dict) -> None:
+    """ValueError naming what differs when ``out_dir`` holds a finished data-set run of other ``settings``
+    (``run_settings``): its results would be replaced by this run's (a second seed or PLL variant into the default
+    folder lost the first's)."""
+    path = Path(out_dir) / "metadata.json"
+    stored = read_json_object(path).get("bear") if path.exists() else None
+    if isinstance(stored, dict) and stored.get("probe") == PROBE:
+        differ = [f"{name}: {value!r} there, {settings[name]!r} now" for name, value in run_settings(stored).items()
+                  if value != settings[name]]
+        if differ:
+            raise ValueError(f"{out_dir} holds a BEAR data-set run made otherwise ({'; '.join(differ)}), which this run would "
+                             "replace: give it another --out (out=), or remove that folder")
+
+
 def resume_key(dataset: BearDataset, loaded, selection: dict, method, backend_key: dict | None = None) -> dict:
     """What a stored part depends on: the model identity (``model_identity``), data set, subset and scoring
     (``method``: the statement scorer's ``statements_method``, or the scorer); ``backend_key``: what the backend's
@@ -173,6 +196,8 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
     key = resume_key(dataset, loaded, selection, method, runner.store_key)
     if out_dir is not None:
         check_out_dir(out_dir)
+        refuse_other_settings(out_dir, run_settings(as_written({"model": loaded.metadata(), "dataset": dataset.summary(),
+                                                               "selection": selection, "backend": backend, "scoring": method})))
     # the plain backend is a cross-check: it stores nothing to resume from; nor is anything kept for a model whose
     # fingerprint hashes no weights (one in training): its parts could be resumed for other weights
     keeps = can_cache(backend) and loaded.content_addressed

@@ -155,12 +155,13 @@ def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_
     def run(backend, out):
         return run_bear_dataset(data, loaded, out, {"relations": None}, backend=backend, show_progress=False)
 
-    run("hf", tmp_path / "out")
-    fresh = run("shifted", tmp_path / "fresh")
+    first = run("hf", tmp_path / "out")
+    (tmp_path / "out" / "metadata.json").unlink()  # the hf run stopped after storing its parts (a finished one refuses
+    fresh = run("shifted", tmp_path / "fresh")     # a run made otherwise: test_bear_dataset)
     again = run("shifted", tmp_path / "out")
     assert again.metadata["relations_resumed"] == []
     assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
-    assert again.metadata["resume_key"] != run("hf", tmp_path / "out").metadata["resume_key"]
+    assert again.metadata["resume_key"] != first.metadata["resume_key"]
 
 
 def test_cloze_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
@@ -243,7 +244,8 @@ def test_a_kg_save_stopped_before_its_metadata_leaves_no_ranks_under_the_old_met
 def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shifted, tiny_clm_dir, tmp_path, monkeypatch):
     """s12-b: `deer bear-dataset` wrote its instances table, then metadata.json; a run into the folder of another that
     stopped in between left its table under the other's metadata, and --bear-run took that table as the other run's.
-    Now metadata.json (what marks a finished run) is removed first and written last: --bear-run refuses the folder."""
+    Now metadata.json (what marks a finished run) is removed first and written last: --bear-run refuses the folder.
+    (A run made otherwise is now refused before it starts, so the run that stops here is the folder's own run again.)"""
     from bear_ref.dataset import run_bear_dataset
     from deer.backends import open_backend
     from deer.backends.models import open_model
@@ -253,9 +255,9 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "out"
-    hf = run_bear_dataset(data, loaded, out, {"relations": None}, show_progress=False)
-    scoring = bear_scoring(open_backend("hf", loaded))
-    assert stored_bear_table(out, data, loaded, scoring)["rank"].tolist() == hf.table["rank"].tolist()
+    shifted = run_bear_dataset(data, loaded, out, {"relations": None}, backend="shifted", show_progress=False)
+    scoring = bear_scoring(open_backend("shifted", loaded))
+    assert stored_bear_table(out, data, loaded, scoring)["rank"].tolist() == shifted.table["rank"].tolist()
     with monkeypatch.context() as patched:
         _metadata_of_shifted_runs_fails(patched)
         with pytest.raises(OSError):

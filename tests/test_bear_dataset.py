@@ -385,3 +385,28 @@ def test_the_plain_backend_cross_checks_a_bear_data_set_run(tiny_clm_dir, tmp_pa
     hf, plain = tables["hf"], tables["plain"]
     assert hf[["relation", "template", "row", "predicted_id", "rank"]].equals(plain[["relation", "template", "row", "predicted_id", "rank"]])
     np.testing.assert_allclose(plain["gold_score"], hf["gold_score"], atol=1e-4)
+
+
+def test_a_folder_holding_a_bear_data_set_run_refuses_a_run_made_otherwise(tiny_clm_dir, tmp_path):
+    """The default `deer bear-dataset` folder is named by data set, relations, subset size and model alone: a second run
+    with another --seed (or PLL variant, dtype, backend) replaced the first's results there, exit 0.  A folder holds one
+    data-set run: one made otherwise is refused before scoring, naming what differs; the same settings run again."""
+    from click.testing import CliRunner
+
+    from experiments.cli import main
+
+    folder, out = write_dataset(tmp_path / "BEARmini"), tmp_path / "out"
+
+    def run(*options):
+        return CliRunner().invoke(main, ["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir),
+                                         "--max-instances", "1", "--out", str(out), *options])
+
+    assert run("--seed", "0").exit_code == 0
+    first = (out / "instances.parquet").read_bytes(), (out / "metadata.json").read_text()
+    for other, named in ((["--seed", "1"], "selection"), (["--backend", "plain"], "backend")):
+        refused = run("--seed", "0", *other) if other[0] != "--seed" else run(*other)
+        assert refused.exit_code == 1 and "made otherwise" in refused.output and named in refused.output, refused.output
+        assert ((out / "instances.parquet").read_bytes(), (out / "metadata.json").read_text()) == first  # kept as it was
+    again = run("--seed", "0")
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "metadata.json").read_text())["bear"]["relations_resumed"]  # the same run, resumed
