@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
+from deer.platform.validate import warn
+
 NAN = float("nan")
 # coefficient key -> scipy test; each coefficient comes with its two-sided p under "<name>_p"
 _TESTS = {"pearson_r": "pearsonr", "spearman_rho": "spearmanr", "kendall_tau": "kendalltau"}
@@ -154,6 +156,9 @@ def repeated_fit_extrapolation(sizes: Sequence[float], times_by_repeat: Sequence
             "per_repeat_predictions": spread([fit.predict(target) for fit in per_repeat])}
 
 
+MIN_TAIL_RESAMPLES = 5  # resamples beyond each end of a percentile interval, at the least (200 for 95%)
+
+
 def bootstrap_interval(statistic: Callable[..., float], *arrays: Sequence[float], n_resamples: int = 1000,
                        confidence: float = 0.95, seed: int = 0) -> dict:
     """Percentile bootstrap interval of ``statistic(*arrays)``, resampling rows jointly
@@ -161,6 +166,10 @@ def bootstrap_interval(statistic: Callable[..., float], *arrays: Sequence[float]
     arrays = [np.asarray(a) for a in arrays]
     if len(arrays[0]) < 2:
         return {"low": NAN, "high": NAN, "resamples": 0}
+    if n_resamples * (1 - confidence) / 2 < MIN_TAIL_RESAMPLES:  # each end is then one of a few extreme resamples
+        warn(f"a {confidence:.0%} bootstrap interval from {n_resamples} resamples has {n_resamples * (1 - confidence) / 2:g} "
+             f"of them beyond each end: it is no {confidence:.0%} interval; use at least "
+             f"{math.ceil(2 * MIN_TAIL_RESAMPLES / (1 - confidence))} resamples (default 1,000)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy warns about a degenerate distribution; undefined values are dropped below
         values = scipy_stats.bootstrap(arrays, statistic, n_resamples=n_resamples, paired=True, vectorized=False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -211,3 +212,21 @@ def test_small_samples_carry_a_caveat_wherever_a_p_value_or_interval_is_shown():
     assert caveat_lines(rows, "kind", "mode", "pair") == [f"- relation, template, deer vs bear: {small_sample_note(10)}"]
     summary = summary_markdown({}, rows, [])
     assert summary.endswith(f"Small samples:\n\n- relation, template, deer vs bear: {small_sample_note(10)}\n")
+
+
+def test_a_bootstrap_interval_from_too_few_resamples_is_named():
+    """`--bootstrap 1` printed a one-resample "95% CI" (its two ends equal), and any count below about 40 gave a
+    percentile interval whose ends are the extreme resamples: no 95% interval, shown as one.  Fewer than 5 resamples
+    beyond each end (200 for 95%) is now named in a warning; the interval is still returned as computed."""
+    from deer.platform.validate import DeerWarning
+    from experiments.stats import bootstrap_interval, pearson_r
+
+    x = np.arange(20.0)
+    y = x + np.random.default_rng(0).normal(size=20)
+    for resamples, named in ((1, True), (10, True), (199, True), (200, False), (1000, False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            interval = bootstrap_interval(pearson_r, x, y, n_resamples=resamples)
+        said = [str(w.message) for w in caught if issubclass(w.category, DeerWarning)]
+        assert bool(said) == named and interval["resamples"] == resamples, (resamples, said)
+        assert not said or f"from {resamples} resamples" in said[0]
