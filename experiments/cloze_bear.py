@@ -19,7 +19,7 @@ from deer.platform.read_back import StoredFileError, read_json_object, read_stor
 from deer.platform.result import RunResult
 from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
-from experiments.runs import TOOLKIT
+from experiments.runs import TOOLKIT, toolkit_version
 from kg_data.bear import BearDataset
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
@@ -74,7 +74,7 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     metadata = check_bear_run(folder, dataset)
     model = metadata.get("model", {})
     made_by = {**(scoring or {}), "toolkit": package_versions().get(TOOLKIT)}  # another version may score otherwise
-    recorded = {**metadata, "toolkit": (metadata.get("versions") or {}).get(TOOLKIT)}
+    recorded = {**metadata, "toolkit": toolkit_version(metadata)}
     problems = [f"{name} {recorded.get(name)!r}, this command's BEAR {value!r}" for name, value in made_by.items()
                 if recorded.get(name) != value]
     now = as_written(loaded.metadata())  # as this model's own run would record it

@@ -19,6 +19,7 @@ import numpy as np
 from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.fingerprints import IN_TRAINING
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
+from deer.base.extras import DISTRIBUTION
 from deer.base.files import package_versions
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
@@ -29,7 +30,7 @@ from deer.probes import probe_names
 from experiments.report import distinct_labels
 from kg_data.queries import QuerySet, queries_for
 
-TOOLKIT = "deer-probe-toolkit"  # its version, as every run's metadata records it (``package_versions``)
+TOOLKIT = DISTRIBUTION  # its version, as every run's metadata records it (``package_versions``)
 ProbeRun = RunResult  # the experiments' old name of a run (until 0.3): one RunResult, labelled and read from its folder
 
 
@@ -100,6 +101,11 @@ def load_run(folder: Path, label: str | None = None) -> RunResult:
     return run
 
 
+def toolkit_version(metadata: dict) -> str | None:
+    """The toolkit version a run's or a probe's metadata records (``versions``); None where it records none."""
+    return (metadata.get("versions") or {}).get(TOOLKIT)
+
+
 def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
                     options: dict[str, dict] | None = None) -> dict[str, RunResult]:
     """{probe: its result} of ``probes`` in the folder (read once) whose ranks the folder's ``run_spec.json``
@@ -136,7 +142,7 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
             raise ValueError(f"{folder / 'metadata.json'}: its {probe} ranks were made with other {probe} options or backend "
                              f"({named}); a folder holds one set of ranks per probe: give these options another folder "
                              "(folder=, or another runs_dir=)")
-        if (made.get("versions") or {}).get(TOOLKIT) == toolkit:
+        if toolkit_version(made) == toolkit:
             reusable.append(probe)  # another version's ranks (it may score otherwise) are made again
     return {probe: run[probe] for probe in reusable}
 

@@ -16,7 +16,7 @@ from deer.platform.metrics import adjusted_index, rank_metrics
 from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import TOOLKIT, check_distinct_labels, result_header, same_weights
+from experiments.runs import check_distinct_labels, result_header, same_weights, toolkit_version
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")
@@ -53,7 +53,7 @@ def _probe_settings(run: RunResult, probe: str | None) -> dict:
     """A probe's recorded options, backend (another backend's scores may differ: its ``store_key``) and toolkit
     version (another version may score otherwise)."""
     metadata = run.probe_metadata.get(probe, {})
-    made_by = {"backend": metadata.get("backend"), "toolkit": (metadata.get("versions") or {}).get(TOOLKIT)}
+    made_by = {"backend": metadata.get("backend"), "toolkit": toolkit_version(metadata)}
     return {**(metadata.get("options") or {}), **{name: value for name, value in made_by.items() if value}}
 
 

@@ -19,6 +19,10 @@ def split_entity_text(text: str) -> tuple[str, str]:
     return name, description
 
 
+# another KG in WN18RR's KG-BERT layout (entity2text.txt), which this reader would read by WordNet's rules
+NOT_WN18RR = "this folder is not WN18RR; convert it to the generic TSV/JSONL KG format (entities.tsv, relations.tsv)"
+
+
 def _relations(folder: Path) -> Iterator[tuple[Path, int, str, str]]:
     """Relations in first-seen order over the split files (relations.txt is optional), named from the
     ids ("_has_part" -> "has part") as relation2text.txt has them."""
@@ -40,8 +44,7 @@ def _refuse_other_relation_names(path: Path) -> None:
     for line, fields in read_tsv(path, 2) if path.exists() else ():
         if fields[1].strip() != relation_display_name(fields[0]):
             raise KGFormatError(path, line, f"relation {fields[0]!r} is named {fields[1].strip()!r}, not as in WN18RR "
-                                            f"({relation_display_name(fields[0])!r}): this folder is not WN18RR; convert it "
-                                            "to the generic TSV/JSONL KG format (entities.tsv, relations.tsv)")
+                                            f"({relation_display_name(fields[0])!r}): {NOT_WN18RR}")
 
 
 def load_wn18rr(folder: Path) -> TextualKG:
@@ -62,7 +65,5 @@ def _wordnet_id(path: Path, line: int, entity_id: str) -> str:
     a user's plain ids 1, 2, 3) would be read as WN18RR, named "wn18rr", its names cut at WordNet's ", " ("Paris, Texas"
     named "Paris") and its relation2text.txt ignored."""
     if not re.fullmatch(r"[0-9]{8}", entity_id.strip()):
-        raise KGFormatError(path, line, f"id {entity_id!r} is not a WordNet synset offset (8 digits): this folder holds "
-                                        "entity2text.txt but is not WN18RR; convert it to the generic TSV/JSONL KG format "
-                                        "(entities.tsv, relations.tsv)")
+        raise KGFormatError(path, line, f"id {entity_id!r} is not a WordNet synset offset (8 digits): {NOT_WN18RR}")
     return entity_id

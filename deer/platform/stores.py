@@ -261,22 +261,27 @@ class EmbeddingStore:
         return read
 
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
-        problem = None
         try:
             vectors = self._read_rows(shard, rows)
         except FileNotFoundError:  # set aside by another process since this one indexed it: its items are missing here too
             vectors, problem = None, "it is gone (set aside by another run)"
-        if problem or vectors is None:
-            problem = problem or "it is shorter than its header says"
-        elif (changed := int((row_checksums(vectors) != checksums).sum())):
-            problem = f"{changed} of the rows read differ from what was written"
-        elif (invalid := int(self._invalid_rows(vectors).sum())):
-            problem = f"{invalid} of the rows read hold NaN or infinity"
+        else:
+            problem = self._damage(vectors, checksums)
         if problem:
             name = self._shards[shard]
             self._set_aside(name, StoredFileError(self.folder / f"{name}{VECTORS}", problem))
             raise StoreDamaged(f"{self.folder / name}{VECTORS}: {problem}")
         return vectors
+
+    def _damage(self, vectors: np.ndarray | None, checksums: np.ndarray) -> str | None:
+        """What is wrong with rows read from a shard (None: nothing)."""
+        if vectors is None:
+            return "it is shorter than its header says"
+        if (changed := int((row_checksums(vectors) != checksums).sum())):
+            return f"{changed} of the rows read differ from what was written"
+        if (invalid := int(self._invalid_rows(vectors).sum())):
+            return f"{invalid} of the rows read hold NaN or infinity"
+        return None
 
     def _invalid_rows(self, vectors: np.ndarray) -> np.ndarray:
         """Per row: whether it holds a value no shard may hold (NaN, +inf, and -inf unless it is a value here)."""

@@ -203,12 +203,12 @@ def _pair_keys(kg: TextualKG, heads: np.ndarray, relations: np.ndarray) -> np.nd
 def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
     """(sorted (head, relation) name keys of the train rows, the rows in that order), made once per KG:
     a query's own pair's rows are then found by binary search, not by a pass over the train split."""
-    train = kg.splits["train"]
+    train, entity_codes = kg.splits["train"], _name_codes(kg)[0]
     cached = kg.__dict__.get("_train_pair_index")
-    if cached is None or cached[0] is not train or cached[1] is not _name_codes(kg)[0]:
+    if cached is None or cached[0] is not train or cached[1] is not entity_codes:
         keys = _pair_keys(kg, train[:, 0], train[:, 1])
         order = np.argsort(keys, kind="stable")
-        cached = kg.__dict__["_train_pair_index"] = (train, _name_codes(kg)[0], keys[order], order)
+        cached = kg.__dict__["_train_pair_index"] = (train, entity_codes, keys[order], order)
     return cached[2], cached[3]
 
 
