@@ -8,14 +8,8 @@ the reference likelihood probes (``bear_ref``) it is judged against.
 The public names below are imported on first use, so ``import deer`` (and the CLI) stays fast.
 """
 
-from importlib import metadata as _metadata
-
+from deer.base.extras import VERSION as __version__
 from deer.lazy_exports import lazy_exports
-
-try:
-    __version__ = _metadata.version("deer-probe-toolkit")
-except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
 
 # public name -> module that defines it
 _PUBLIC = {

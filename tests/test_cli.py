@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 
+import pytest
 from click.testing import CliRunner
 
 from experiments.cli import main
@@ -61,6 +63,26 @@ def test_version_from_python_and_the_cli():
     assert deer.__version__ == bear_ref.__version__ == installed
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"deer, version {installed}"
+
+
+@pytest.mark.parametrize("metadata_says", ["none", "0.1.0"])
+def test_the_version_comes_from_the_code_not_installed_metadata(metadata_says):
+    """Store keys and run metadata record the toolkit's version: under PYTHONPATH (no metadata) or with a stale
+    installation's metadata it was '0+unknown' (every checkout alike) or the old release's, so a store made by
+    other code was reused as this code's."""
+    import subprocess
+    from importlib import metadata
+
+    patch = ("import importlib.metadata as m; real = m.version\n"
+             "def version(name):\n"
+             "    if name != 'deer-probe-toolkit': return real(name)\n"
+             + ("    raise m.PackageNotFoundError(name)\n" if metadata_says == "none" else f"    return {metadata_says!r}\n")
+             + "m.version = version\n"
+             "import deer; from deer.base.files import package_versions\n"
+             "print(deer.__version__, package_versions()['deer-probe-toolkit'])")
+    done = subprocess.run([sys.executable, "-c", patch], capture_output=True, text=True, check=True)
+    installed = metadata.version("deer-probe-toolkit")  # this checkout's own, freshly installed
+    assert done.stdout.split() == [installed, installed]
 
 
 def test_debug_shows_the_traceback(tiny_kg_dir, monkeypatch):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from deer.base.extras import DISTRIBUTION, VERSION
 from kg_data.locks import held_lock
 
 
@@ -74,7 +75,7 @@ def save_figure(path: Path, figure, **options) -> None:
     atomic_write_bytes(Path(path), buffer.getvalue())
 
 
-VERSIONED_PACKAGES = ("deer-probe-toolkit", "torch", "transformers", "numpy", "scipy", "pandas", "click")
+VERSIONED_PACKAGES = ("torch", "transformers", "numpy", "scipy", "pandas", "click")
 
 
 def json_default(value):
@@ -122,7 +123,7 @@ def default_table_suffix() -> str:
 
 
 def package_versions() -> dict:
-    versions = {"python": platform.python_version()}
+    versions = {"python": platform.python_version(), DISTRIBUTION: VERSION}  # the code's own version, not metadata's
     for package in VERSIONED_PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[package] = importlib.metadata.version(package)
