@@ -92,7 +92,8 @@ def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str] | Mapping[st
     """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are one token for the model, the
     caller's choice; or {word: the word whose candidate it is}, a masked LM's words of one token id one candidate) are kept, the
     others counted as dropped.  Candidates: "common-vocab" ranks ``vocabulary``; "relation" the relation's objects in it.
-    Modes: "template" and "template-free" (the first masked sentence with one [MASK] and, for a causal model, text before it)."""
+    Modes: "template" (once per distinct subject and object, as LAMA) and "template-free" (the first masked sentence with one
+    [MASK] and, for a causal model, text before it)."""
     check_modes(modes, candidate_kinds)
     label_of = vocabulary if isinstance(vocabulary, Mapping) else {word: word for word in vocabulary}
     vocab = tuple(dict.fromkeys(label_of.values()))
@@ -108,11 +109,17 @@ def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str] | Mapping[st
         local = {label: i for i, label in enumerate(objects)}
         kept = [f for f in relation.facts if f.answer in position]
         count = {"facts": len(relation.facts), "object_not_in_vocabulary": len(relation.facts) - len(kept),
-                 "relation_candidates": len(objects), "template": 0, "template-free": 0, "no_usable_sentence": 0}
+                 "relation_candidates": len(objects), "template": 0, "template-free": 0, "no_usable_sentence": 0,
+                 "template_repeats": 0}
+        templated = set()  # LAMA asks a template once per distinct (sub_label, obj_label): a repeat is one query, not two
         for fact in kept:
             texts = []
             if "template" in modes and relation.template is not None:
-                texts.append(("template", 0, relation.template))
+                if (fact.subject, fact.answer) in templated:
+                    count["template_repeats"] += 1
+                else:
+                    templated.add((fact.subject, fact.answer))
+                    texts.append(("template", 0, relation.template))
             if "template-free" in modes:
                 sentence = first_usable_sentence(fact.masked_sentences, need_prefix=causal)
                 if sentence is None:

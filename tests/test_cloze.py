@@ -195,6 +195,25 @@ def test_candidates_per_relation_keep_only_vocabulary_objects(tmp_path):
         ("a", "TREx/P19", 0), ("b", "TREx/P19", 1), ("d", "TREx/P106", 0), ("g1", "Google_RE/place_of_birth", 0)]
 
 
+def test_a_repeated_subject_and_object_is_asked_once_by_the_template(tmp_path):
+    """LAMA asks a template once per distinct (sub_label, obj_label) ('distinct template facts'); the shipped T-REx P176 holds
+    'BMW 3 Series'/'BMW' 4 times, and each repeat was one more identical query in the relation's P@1."""
+    folder = write_lama(tmp_path / "lama")
+    extra = [trex_record("b2", "Bob", "London", ["Bob lived in [MASK] ."]), trex_record("b3", "Bob", "Paris", ["Bob, [MASK] ."]),
+             trex_record("b4", "Bob", "London", ["In [MASK] , Bob ."])]
+    with open(folder / "TREx" / "P19.jsonl", "a") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in extra)
+    rows = [json.loads(line) for line in (folder / "TREx" / "P19.jsonl").read_text().splitlines()]
+    vocabulary = ["Paris", "London"]
+    distinct = list(dict.fromkeys((r["sub_label"], r["obj_label"]) for r in rows if r["obj_label"] in vocabulary))
+    task = lama_cloze_task(load_lama(folder, relations=["P19"]), vocabulary, candidate_kinds=["relation"])
+    template = [(q.subject, q.answer) for q in task.queries if q.mode == "template"]
+    assert template == distinct and len(distinct) == 3  # the first of each repeated pair is asked
+    free = [q.fact for q in task.queries if q.mode == "template-free"]
+    assert free == [r["uuid"] for r in rows if r["obj_label"] in vocabulary]  # every fact keeps its own sentence
+    assert task.info["counts"]["TREx/P19"]["template_repeats"] == len(free) - len(distinct) == 2
+
+
 # -- agreement statistics on constructed inputs --------------------------------------------------
 
 
