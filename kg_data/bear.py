@@ -213,7 +213,8 @@ def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instan
 def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = None, relations: Sequence[str] | None = None,
                       max_instances: int | None = None, seed: int = 0) -> BearDataset:
     """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.  ``relations``: codes to keep
-    (default: every relation with a file); ``max_instances``: at most N per relation, sampled with ``seed``."""
+    (default: every relation with a file; a file the metadata lacks is refused, as lm-pub-quiz fails on it);
+    ``max_instances``: at most N per relation, sampled with ``seed``."""
     from kg_data.fetch import named_or_folder
 
     if max_instances is not None and (isinstance(max_instances, bool) or not isinstance(max_instances, numbers.Integral)
@@ -236,6 +237,10 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
     domains = _relation_domains(folder)
     loaded = {code: load_relation(folder, code, metadata[code], domains, max_instances, seed)
               for code in wanted if code not in without_file}
+    unlisted = [] if relations else [path.stem for path in folder.glob("*.jsonl") if path.stem not in metadata]
+    if unlisted:  # lm-pub-quiz reads every CODE.jsonl (and fails on these): a smaller data set would be scored unsaid
+        raise KGFormatError(folder / METADATA_FILE, None, f"lists no relation {some_of(unlisted)}, whose data file is in {folder}: "
+                                                          "add it here (lm-pub-quiz reads it too) or choose the relations")
     selection = {"relations": list(relations) if relations else None, "max_instances": max_instances, "seed": seed}
     return BearDataset(name, str(folder), loaded, without_file, selection)
 

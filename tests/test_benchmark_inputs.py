@@ -114,6 +114,11 @@ def _bear_no_data_files(folder):
     (folder / "P37.jsonl").unlink()
 
 
+def _bear_file_the_metadata_lacks(folder):
+    """lm-pub-quiz reads every CODE.jsonl (and fails on P38); the toolkit scored P36 and P37 alone without a word."""
+    (folder / "P38.jsonl").write_text((folder / "P37.jsonl").read_text())
+
+
 LAMA_CASES = [  # damage, options, file, line, problem
     (_no_mask_anywhere, {"modes": ["template-free"]}, "lama", None,
      "no query to score in mode(s) template-free: no masked sentence of any fact holds [MASK] exactly once"),
@@ -124,6 +129,7 @@ BEAR_CASES = [
     (_bear_null_label, METADATA_FILE, None, "relation P36: answer_space_labels[1] must be a non-empty string or an integer, got null"),
     (_bear_no_relations, METADATA_FILE, None, "lists no relations"),
     (_bear_no_data_files, METADATA_FILE, None, "none of its 3 relations has a data file"),
+    (_bear_file_the_metadata_lacks, METADATA_FILE, None, "lists no relation P38, whose data file is in"),
 ]
 
 
@@ -159,6 +165,12 @@ def test_bad_bear_data_names_file_and_line_before_the_model(tmp_path, no_model_l
     where = str(error.value).split(": ")[0]
     _cli_refuses(["cloze", "--dataset", str(folder), "--probes", "deer,bear"], out, where, problem)
     _cli_refuses(["bear-dataset", "--dataset", str(folder)], out, where, problem)
+
+
+def test_relations_chosen_by_name_are_read_beside_a_file_the_metadata_lacks(tmp_path):
+    folder = write_dataset(tmp_path / "BEARmini")
+    _bear_file_the_metadata_lacks(folder)
+    assert list(load_bear_dataset(folder, relations=["P37", "P36"]).relations) == ["P37", "P36"]
 
 
 def test_a_numeric_label_is_read_as_its_string(tmp_path, tiny_clm_dir):
