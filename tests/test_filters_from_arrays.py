@@ -4,6 +4,7 @@ of every triple's tails (``kg_data.known_tails``), on the tiny KG, a synthetic K
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -72,7 +73,10 @@ def _plain_example_rows(templates, kg, triple):
     if templates.shots == "shared":
         order = np.random.default_rng([templates.seed]).permutation(len(train))[: k + len(train) - int(eligible.sum())]
         return order[eligible[order]][:k]
-    positions = np.random.default_rng([templates.seed, head, relation]).choice(int(eligible.sum()), size=k, replace=False)
+    # seeded by the head's and relation's ids (their text's 64-bit blake2b), not their rows in the entity/relation files
+    codes = [int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(), "little")
+             for i in (kg.entity_ids[head], kg.relation_ids[relation])]
+    positions = np.random.default_rng([templates.seed, *codes]).choice(int(eligible.sum()), size=k, replace=False)
     return np.flatnonzero(eligible)[positions]
 
 

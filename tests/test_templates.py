@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from deer.platform.templates import PromptTemplates
@@ -68,6 +70,27 @@ def test_sampling_is_seeded_per_query_and_shared_mode(tiny_kg_dir):
     shared = PromptTemplates(k_shot=4, seed=7, shots="shared")
     assert shared.example_rows(kg, a).tolist() == shared.example_rows(kg, b).tolist()
     assert len({tuple(PromptTemplates(k_shot=4, seed=s).example_rows(kg, a).tolist()) for s in range(5)}) > 1, "seeded"
+
+
+@pytest.mark.parametrize("templates", STYLES, ids=lambda t: f"{t.style}-{t.shots}-{t.query_trailing_space}")
+def test_the_order_of_the_entity_and_relation_files_changes_no_prompt(tiny_kg_dir, tmp_path, templates):
+    """entities.tsv and relations.tsv are lookup tables: their lines in another order are the same KG, so every query
+    gets the same prompt (the per-query examples were seeded by the head's and relation's row positions)."""
+    import shutil
+
+    reordered = tmp_path / "reordered"
+    shutil.copytree(tiny_kg_dir, reordered)
+    for name in ("entities.tsv", "relations.tsv"):
+        (reordered / name).write_text("".join(reversed((tiny_kg_dir / name).read_text().splitlines(True))))
+    kg, other = load_textual_kg(tiny_kg_dir), load_textual_kg(reordered)
+    assert list(other.entity_ids) == list(reversed(kg.entity_ids)) and other.relation_ids == kg.relation_ids[::-1]
+    for seed in range(3):
+        these = dataclasses.replace(templates, seed=seed)
+        for triple in kg.triples("test").tolist():
+            head, relation, tail = triple  # the same triple's indices in the reordered KG
+            same = (other.entity_index[kg.entity_ids[head]], other.relation_index[kg.relation_ids[relation]],
+                    other.entity_index[kg.entity_ids[tail]])
+            assert these.query_prompt(other, same) == these.query_prompt(kg, tuple(triple)), (seed, triple)
 
 
 @pytest.mark.parametrize("templates", STYLES, ids=lambda t: f"{t.style}-{t.shots}-{t.query_trailing_space}")

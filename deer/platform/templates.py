@@ -7,7 +7,8 @@ resampled per query; ``style="authors"`` is byte for byte what the DEER authors'
 
 A query's examples never include a train triple with its head and relation, compared by name as the prompt shows them
 (two WN18RR synsets are named "tyrannize": one's train triple is the other's test answer); per-query examples are
-drawn with a generator seeded by (seed, head, relation), never the tail.  ``query_context`` (what BEAR
+drawn with a generator seeded by (seed, head, relation), never the tail; head and relation enter by their ids' text
+(``_id_code``), so the order of the entity and relation files changes no prompt.  ``query_context`` (what BEAR
 and LAMA condition on) ends at the comma in both styles, since a statement "(h, r, t)" tokenises the
 space with the tail; ``query_prompt`` (the DEER embedding's text) adds " " with ``query_trailing_space``.
 """
@@ -46,9 +47,10 @@ SHOT_MODES = ("per-query", "shared")
 STYLES = ("paper", "authors")
 # Recorded in the metadata (and so in every cache key): change it whenever the examples a query
 # gets change, so embeddings stored under the old rule are never reused.
-SHOT_SAMPLING = ("v3: train triples with the query's (head, relation) excluded, compared by name (head name, relation name); "
-                 "per-query: k drawn by "
-                 "default_rng([seed, head, relation]); shared: first k of default_rng([seed]).permutation(n_train)")
+SHOT_SAMPLING = ("v4: train triples with the query's (head, relation) excluded, compared by name (head name, relation name); "
+                 "per-query: k drawn by default_rng([seed, head, relation]), head and relation as blake2b-64 codes of their ids "
+                 "(v3: their file positions); "
+                 "shared: first k of default_rng([seed]).permutation(n_train)")
 # What each style implies when shots / query_trailing_space are not given.
 STYLE_DEFAULTS = {"paper": ("per-query", False), "authors": ("shared", True)}
 
@@ -113,7 +115,8 @@ class PromptTemplates:
             candidates = _shared_order(int(self.seed), len(train))[: k + len(excluded)]
             rows = candidates[~np.isin(candidates, excluded)][:k]
         else:
-            rng = np.random.default_rng([int(self.seed), int(triple[0]), int(triple[1])])
+            head, relation = _id_code(kg.entity_ids[triple[0]]), _id_code(kg.relation_ids[triple[1]])
+            rng = np.random.default_rng([int(self.seed), head, relation])
             positions = rng.choice(len(train) - len(excluded), size=k, replace=False)
             # the positions-th eligible row: skip every excluded row at or before it
             rows = positions + np.searchsorted(excluded - np.arange(len(excluded)), positions, side="right")
@@ -175,6 +178,12 @@ class PromptTemplates:
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_metadata(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _id_code(item_id: str) -> int:
+    """A 64-bit code of an id's text: a query's examples follow its head and relation, not where their rows lie in
+    the entity and relation files (a reordered entities.tsv changed prompts and metrics)."""
+    return int.from_bytes(hashlib.blake2b(item_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 @functools.lru_cache(maxsize=2)
