@@ -410,3 +410,35 @@ def test_a_folder_holding_a_bear_data_set_run_refuses_a_run_made_otherwise(tiny_
     again = run("--seed", "0")
     assert again.exit_code == 0, again.output
     assert json.loads((out / "metadata.json").read_text())["bear"]["relations_resumed"]  # the same run, resumed
+
+
+def test_a_run_summary_with_non_ascii_domains_reads_back_as_written_in_any_locale(tmp_path):
+    """summary.md is written as UTF-8 (a domain named "Géographie"); it was read back in the locale's encoding: under
+    LC_ALL=C (PYTHONUTF8=0) RunResult.load failed (UnicodeDecodeError), under another 8-bit locale it decoded the UTF-8
+    bytes in that locale's encoding."""
+    import os
+    import subprocess
+    import sys
+
+    from deer.base.files import write_json, write_table
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    (folder.parent / "relation_info.json").write_text(json.dumps({"P36": {"domains": ["Géographie – 地理"]},
+                                                                  "P37": {"domains": ["Cultural"]}}), encoding="utf-8")
+    data = load_bear_dataset(str(folder))
+    pairs = {"P36": [(s, o) for _, s, _, o in CAPITALS], "P37": [(s, o) for _, s, _, o in LANGUAGES]}
+    out = tmp_path / "run"
+    out.mkdir()
+    write_table(out / "instances.parquet", pd.concat([score_relation(OracleScorer(pairs[c], wrong_for=set()), r)
+                                                      for c, r in data.relations.items()], ignore_index=True))
+    write_json(out / "metrics.json", {"bear": {"overall": {}}})
+    write_json(out / "metadata.json", {"bear": {"probe": "bear-dataset", "dataset": data.summary(), "selection": data.selection}})
+    resummarise_bear_dataset(out, data)  # writes summary.md
+    written = (out / "summary.md").read_bytes().decode("utf-8")
+    assert "Géographie – 地理" in written
+    code = "import sys; from deer.platform.result import load_result; print(ascii(load_result(sys.argv[1]).summary))"
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    read = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env)
+    assert read.returncode == 0, read.stderr[-500:]
+    assert read.stdout.strip() == ascii(written)

@@ -296,7 +296,7 @@ def load_result(folder: str | Path) -> RunResult:
         summary, table = folder / "summary.md", read_stored_table(instances)
         check_accuracy_metrics(folder / "metrics.json", instances, table, metrics)
         return RunResult(table, metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
-                         summary=summary.read_text() if summary.exists() else None, folder=folder)
+                         summary=summary.read_text(encoding="utf-8") if summary.exists() else None, folder=folder)
     raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
 
 
