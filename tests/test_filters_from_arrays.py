@@ -64,20 +64,23 @@ def test_wn18rr():
 
 def _plain_example_rows(templates, kg, triple):
     """The examples as first written: a pass over the train split per query (rows showing the query's head and relation
-    names are not eligible)."""
+    names are not eligible), the train rows taken in order of their (head id, relation id, tail id) text."""
+    ids, relation_ids = list(kg.entity_ids), kg.relation_ids
     train = kg.splits["train"]
+    content = np.asarray(sorted(range(len(train)), key=lambda i: (ids[train[i, 0]], relation_ids[train[i, 1]], ids[train[i, 2]])))
     head, relation = int(triple[0]), int(triple[1])
     names, relation_names = np.asarray(list(kg.entity_names)), np.asarray(kg.relation_names)
-    eligible = (names[train[:, 0]] != names[head]) | (relation_names[train[:, 1]] != relation_names[relation])
+    rows = train[content]
+    eligible = (names[rows[:, 0]] != names[head]) | (relation_names[rows[:, 1]] != relation_names[relation])
     k = min(templates.k_shot, int(eligible.sum()))
     if templates.shots == "shared":
         order = np.random.default_rng([templates.seed]).permutation(len(train))[: k + len(train) - int(eligible.sum())]
-        return order[eligible[order]][:k]
+        return content[order[eligible[order]][:k]]
     # seeded by the head's and relation's ids (their text's 64-bit blake2b), not their rows in the entity/relation files
     codes = [int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(), "little")
-             for i in (kg.entity_ids[head], kg.relation_ids[relation])]
+             for i in (ids[head], relation_ids[relation])]
     positions = np.random.default_rng([templates.seed, *codes]).choice(int(eligible.sum()), size=k, replace=False)
-    return np.flatnonzero(eligible)[positions]
+    return content[np.flatnonzero(eligible)[positions]]
 
 
 @pytest.mark.parametrize("shots, seed, k_shot", [("per-query", 0, 8), ("shared", 3, 8), ("per-query", 7, 40)])

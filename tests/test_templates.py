@@ -73,17 +73,19 @@ def test_sampling_is_seeded_per_query_and_shared_mode(tiny_kg_dir):
 
 
 @pytest.mark.parametrize("templates", STYLES, ids=lambda t: f"{t.style}-{t.shots}-{t.query_trailing_space}")
-def test_the_order_of_the_entity_and_relation_files_changes_no_prompt(tiny_kg_dir, tmp_path, templates):
-    """entities.tsv and relations.tsv are lookup tables: their lines in another order are the same KG, so every query
-    gets the same prompt (the per-query examples were seeded by the head's and relation's row positions)."""
+def test_the_order_of_the_entity_relation_and_train_files_changes_no_prompt(tiny_kg_dir, tmp_path, templates):
+    """entities.tsv and relations.tsv are lookup tables, train.tsv a set of triples: their lines in another order are the
+    same KG, so every query gets the same prompt (the per-query examples were seeded by the head's and relation's row
+    positions, and all examples were drawn by train row position)."""
     import shutil
 
     reordered = tmp_path / "reordered"
     shutil.copytree(tiny_kg_dir, reordered)
-    for name in ("entities.tsv", "relations.tsv"):
+    for name in ("entities.tsv", "relations.tsv", "train.tsv"):
         (reordered / name).write_text("".join(reversed((tiny_kg_dir / name).read_text().splitlines(True))))
     kg, other = load_textual_kg(tiny_kg_dir), load_textual_kg(reordered)
     assert list(other.entity_ids) == list(reversed(kg.entity_ids)) and other.relation_ids == kg.relation_ids[::-1]
+    assert [other.entity_ids[h] for h in other.triples("train")[:, 0]] == [kg.entity_ids[h] for h in kg.triples("train")[::-1, 0]]
     for seed in range(3):
         these = dataclasses.replace(templates, seed=seed)
         for triple in kg.triples("test").tolist():

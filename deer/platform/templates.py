@@ -8,7 +8,8 @@ resampled per query; ``style="authors"`` is byte for byte what the DEER authors'
 A query's examples never include a train triple with its head and relation, compared by name as the prompt shows them
 (two WN18RR synsets are named "tyrannize": one's train triple is the other's test answer); per-query examples are
 drawn with a generator seeded by (seed, head, relation), never the tail; head and relation enter by their ids' text
-(``_id_code``), so the order of the entity and relation files changes no prompt.  ``query_context`` (what BEAR
+(``_id_code``) and examples are drawn from the train rows in order of their ids' text (``_train_pair_index``), so the
+order of a KG's files' lines changes no prompt.  ``query_context`` (what BEAR
 and LAMA condition on) ends at the comma in both styles, since a statement "(h, r, t)" tokenises the
 space with the tail; ``query_prompt`` (the DEER embedding's text) adds " " with ``query_trailing_space``.
 """
@@ -47,7 +48,8 @@ SHOT_MODES = ("per-query", "shared")
 STYLES = ("paper", "authors")
 # Recorded in the metadata (and so in every cache key): change it whenever the examples a query
 # gets change, so embeddings stored under the old rule are never reused.
-SHOT_SAMPLING = ("v4: train triples with the query's (head, relation) excluded, compared by name (head name, relation name); "
+SHOT_SAMPLING = ("v4: train triples with the query's (head, relation) excluded, compared by name (head name, relation name), "
+                 "in order of their (head id, relation id, tail id) text (v3: of their lines); "
                  "per-query: k drawn by default_rng([seed, head, relation]), head and relation as blake2b-64 codes of their ids "
                  "(v3: their file positions); "
                  "shared: first k of default_rng([seed]).permutation(n_train)")
@@ -106,21 +108,21 @@ class PromptTemplates:
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(0, dtype=np.int64)
-        keys, order = _train_pair_index(kg)
+        keys, order, content = _train_pair_index(kg)
         key = int(_pair_keys(kg, np.asarray([triple[0]]), np.asarray([triple[1]]))[0])
-        # the train rows showing the query's own (h, r) names, ascending
+        # the places (in content order) of the train rows showing the query's own (h, r) names, ascending
         excluded = order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")]
         k = min(self.k_shot, len(train) - len(excluded))
         if self.shots == "shared":
             candidates = _shared_order(int(self.seed), len(train))[: k + len(excluded)]
-            rows = candidates[~np.isin(candidates, excluded)][:k]
+            places = candidates[~np.isin(candidates, excluded)][:k]
         else:
             head, relation = _id_code(kg.entity_ids[triple[0]]), _id_code(kg.relation_ids[triple[1]])
             rng = np.random.default_rng([int(self.seed), head, relation])
             positions = rng.choice(len(train) - len(excluded), size=k, replace=False)
-            # the positions-th eligible row: skip every excluded row at or before it
-            rows = positions + np.searchsorted(excluded - np.arange(len(excluded)), positions, side="right")
-        return np.asarray(rows, dtype=np.int64)
+            # the positions-th eligible place: skip every excluded place at or before it
+            places = positions + np.searchsorted(excluded - np.arange(len(excluded)), positions, side="right")
+        return np.asarray(content[places], dtype=np.int64)
 
     def examples_used(self, kg: TextualKG, triples: np.ndarray) -> np.ndarray:
         """int64 (n,): how many examples each query's prompt holds (``example_rows``' count, without drawing them)."""
@@ -128,7 +130,7 @@ class PromptTemplates:
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(len(triples), dtype=np.int64)
-        keys, _ = _train_pair_index(kg)
+        keys = _train_pair_index(kg)[0]
         query_keys = _pair_keys(kg, triples[:, 0], triples[:, 1])
         same_pair = np.searchsorted(keys, query_keys, "right") - np.searchsorted(keys, query_keys, "left")
         return np.minimum(self.k_shot, len(train) - same_pair).astype(np.int64)
@@ -209,16 +211,27 @@ def _pair_keys(kg: TextualKG, heads: np.ndarray, relations: np.ndarray) -> np.nd
     return entity_codes[heads] * max(kg.n_relations, 1) + relation_codes[relations]
 
 
-def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted (head, relation) name keys of the train rows, the rows in that order), made once per KG:
-    a query's own pair's rows are then found by binary search, not by a pass over the train split."""
+def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted (head, relation) name keys of the train rows, the rows' places in content order in that order, the content
+    order: train rows by their (head id, relation id, tail id) text), made once per KG.  A query's own pair's rows are
+    found by binary search, not by a pass over the train split; examples are drawn by place in content order, so the
+    order of train.tsv's lines changes no prompt."""
     train, entity_codes = kg.splits["train"], _name_codes(kg)[0]
     cached = kg.__dict__.get("_train_pair_index")
     if cached is None or cached[0] is not train or cached[1] is not entity_codes:
-        keys = _pair_keys(kg, train[:, 0], train[:, 1])
+        entity_rank, relation_rank = _text_ranks(kg.entity_ids), _text_ranks(kg.relation_ids)
+        content = np.lexsort((entity_rank[train[:, 2]], relation_rank[train[:, 1]], entity_rank[train[:, 0]]))
+        keys = _pair_keys(kg, train[content, 0], train[content, 1])
         order = np.argsort(keys, kind="stable")
-        cached = kg.__dict__["_train_pair_index"] = (train, entity_codes, keys[order], order)
-    return cached[2], cached[3]
+        cached = kg.__dict__["_train_pair_index"] = (train, entity_codes, keys[order], order, content)
+    return cached[2], cached[3], cached[4]
+
+
+def _text_ranks(texts) -> np.ndarray:
+    """Each text's place (int64) when the texts (distinct ids) are sorted by code point."""
+    ranks = np.empty(len(texts), np.int64)
+    ranks[pc.sort_indices(as_arrow(texts)).to_numpy()] = np.arange(len(texts))
+    return ranks
 
 
 def query_prompts(queries, templates: PromptTemplates) -> list[str]:
