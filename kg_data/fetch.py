@@ -232,7 +232,13 @@ def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: 
     ``marker`` (else KGNotFoundError: 'FOLDER holds no MARKER; not a WHAT')."""
     if isinstance(name_or_path, str) and name_or_path.lower() in names:
         return name_or_path.lower(), ensure_dataset(name_or_path.lower(), data_dir)
-    folder = Path(name_or_path).expanduser()
+    folder = user_folder(name_or_path)
     if not (folder / marker).is_file():
         raise KGNotFoundError(f"{folder} holds no {marker}; not a {what}")
     return folder.name, folder
+
+
+def user_folder(path: str | Path) -> Path:
+    """A folder a user named, absolute and without '..': its name and the source a run records say which folder it
+    was ('.' named a KG '' and recorded '.')."""
+    return Path(os.path.abspath(Path(path).expanduser()))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kg_data.bear import METADATA_FILE
 from kg_data.errors import KGNotFoundError
-from kg_data.fetch import ensure_dataset
+from kg_data.fetch import ensure_dataset, user_folder
 from kg_data.kg import TextualKG
 from kg_data.lama import RELATIONS_FILE
 from kg_data.textual import load_textual_kg
@@ -48,7 +48,7 @@ def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
                               f"`deer cloze --dataset {kg}` or experiments.benchmarks.probe_benchmark('{kg}', model)")
     if isinstance(kg, str) and kg.lower() in NAMED_KGS:
         return NAMED_KGS[kg.lower()](ensure_dataset(kg.lower(), data_dir))
-    folder = Path(kg).expanduser()
+    folder = user_folder(kg)
     if folder.is_dir():
         if (folder / "entity2text.txt").exists():
             return load_wn18rr(folder)

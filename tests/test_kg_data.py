@@ -213,3 +213,12 @@ def test_one_cache_root_holds_fetched_data_and_models(tmp_path, monkeypatch):
     assert locate.cache_root() == models_cache_root() == tmp_path / "cache"
     assert data_root() == tmp_path / "cache" / "data" == locate.default_data_dirs()[-1]
     assert store_root(True, None) == tmp_path / "cache"
+
+
+@pytest.mark.parametrize("spelling", [".", "./", "sub/.."])
+def test_a_kg_folder_given_relative_is_named_and_recorded_as_the_folder_it_is(tiny_kg_dir, monkeypatch, spelling):
+    """`deer probe --kg .` named the KG '' and recorded its source as '.': the metadata did not say which folder ran."""
+    (tiny_kg_dir / "sub").mkdir()
+    monkeypatch.chdir(tiny_kg_dir)
+    kg = load_kg(spelling)
+    assert (kg.name, kg.source) == (tiny_kg_dir.name, str(tiny_kg_dir.resolve()))
