@@ -8,11 +8,11 @@ the reference likelihood probes (``bear_ref``) it is judged against.
 The public names below are imported on first use, so ``import deer`` (and the CLI) stays fast.
 """
 
-from deer.base.extras import VERSION as __version__
 from deer.lazy_exports import lazy_exports
 
 # public name -> module that defines it
 _PUBLIC = {
+    "__version__": "deer.base.version",
     **dict.fromkeys(("probe", "load_result", "load_queries"), "deer.api"),
     **dict.fromkeys(("RunResult", "ProbeResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
     **dict.fromkeys(("LoadedModel", "open_model"), "deer.backends.models"),
@@ -24,7 +24,7 @@ _PUBLIC = {
     **dict.fromkeys(("DeerCallback", "probe_during_training"), "deer.integrations.training"),
 }
 
-__all__ = ["__version__", *_PUBLIC]
+__all__ = list(_PUBLIC)
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _PUBLIC)

@@ -8,9 +8,6 @@ import importlib.util
 from types import ModuleType
 
 DISTRIBUTION = "deer-probe-toolkit"
-# The toolkit's version, written here only (pyproject.toml reads it): every store key and run records it, so it must
-# come from the code that runs, never from installed metadata (absent under PYTHONPATH, stale after a checkout).
-VERSION = "0.2.0.dev0"
 
 
 class MissingExtraError(ImportError):

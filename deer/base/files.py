@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deer.base.extras import DISTRIBUTION, VERSION
+from deer.base.extras import DISTRIBUTION
+from deer.base.version import __version__
 from kg_data.locks import held_lock
 
 
@@ -123,7 +124,7 @@ def default_table_suffix() -> str:
 
 
 def package_versions() -> dict:
-    versions = {"python": platform.python_version(), DISTRIBUTION: VERSION}  # the code's own version, not metadata's
+    versions = {"python": platform.python_version(), DISTRIBUTION: __version__}  # the code's own version, not metadata's
     for package in VERSIONED_PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[package] = importlib.metadata.version(package)
