@@ -1,0 +1,154 @@
+"""Masked LMs of every family the toolkit names (and two it did not), with tokenizers of each kind (WordPiece "##",
+byte-level BPE "Ġ", SentencePiece Unigram "▁"), built in memory as a user hands them over (no ``architectures`` in the
+config): each is judged a masked LM, and its PLL (both variants, batched with right padding), its BEAR statement scores
+and its LAMA mask log-probs equal a plain computation written here from the model's own forward pass."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from deer.backends.mask_fill import mask_fill_logprobs
+from deer.backends.models import is_masked_lm, open_model
+from deer.backends.pll import PLLScorer, plain_pll
+from deer.backends.statement_scorer import StatementScorer
+
+CORPUS = ["The capital of France is Paris.", "The capital of Germany is Berlin.", "A dog is a mammal.",
+          "Oxen are mammals, aren't they?", "Paris is a city in France.", "Rome is the capital of Italy."] * 20
+STATEMENTS = ["The capital of France is Paris.", "Oxen are mammals, aren't they?", "Berlin", " Rome is in Italy."]
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _trained(model, pre_tokenizer, trainer, lower: bool = False) -> dict:
+    rust = Tokenizer(model)
+    rust.pre_tokenizer = pre_tokenizer
+    rust.train_from_iterator([c.lower() if lower else c for c in CORPUS], trainer)
+    return json.loads(rust.to_str())["model"]
+
+
+@functools.cache
+def tokenizer_of(kind: str):
+    """A small vocabulary (most words several tokens) of each tokenizer kind, in its family's tokenizer class."""
+    if kind == "wordpiece":
+        vocab = _trained(models.WordPiece(unk_token="[UNK]"), pre_tokenizers.BertPreTokenizer(),
+                         trainers.WordPieceTrainer(vocab_size=75, special_tokens=BERT_SPECIALS), lower=True)["vocab"]
+        return T.BertTokenizer(vocab=vocab)
+    if kind == "bpe":
+        trained = _trained(models.BPE(), pre_tokenizers.ByteLevel(add_prefix_space=False),
+                           trainers.BpeTrainer(vocab_size=290, special_tokens=ROBERTA_SPECIALS,
+                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        return T.RobertaTokenizer(vocab=trained["vocab"], merges=[tuple(m) for m in trained["merges"]])
+    specials = ROBERTA_SPECIALS if kind in ("xlm-roberta", "camembert") else ["<pad>", "<unk>", *BERT_SPECIALS[2:]]
+    vocab = [tuple(piece) for piece in _trained(models.Unigram(), pre_tokenizers.Metaspace(), trainers.UnigramTrainer(
+        vocab_size=90, special_tokens=specials, unk_token="<unk>"))["vocab"]]
+    return {"xlm-roberta": T.XLMRobertaTokenizer, "camembert": T.CamembertTokenizer, "albert": T.AlbertTokenizer,
+            "deberta-v2": T.DebertaV2Tokenizer}[kind](vocab=vocab)
+
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=70)
+FAMILIES = {  # family: (tokenizer kind, masked-LM class, config class, the config's own fields)
+    "bert": ("wordpiece", T.BertForMaskedLM, T.BertConfig, {}),
+    "distilbert": ("wordpiece", T.DistilBertForMaskedLM, T.DistilBertConfig,
+                   dict(dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=70)),
+    "electra": ("wordpiece", T.ElectraForMaskedLM, T.ElectraConfig, dict(embedding_size=16)),
+    "mpnet": ("wordpiece", T.MPNetForMaskedLM, T.MPNetConfig, {}),
+    "roberta": ("bpe", T.RobertaForMaskedLM, T.RobertaConfig, {}),
+    "modernbert": ("bpe", T.ModernBertForMaskedLM, T.ModernBertConfig, dict(global_attn_every_n_layers=2, local_attention=8)),
+    "xlm-roberta": ("xlm-roberta", T.XLMRobertaForMaskedLM, T.XLMRobertaConfig, {}),
+    "camembert": ("camembert", T.CamembertForMaskedLM, T.CamembertConfig, {}),
+    "albert": ("albert", T.AlbertForMaskedLM, T.AlbertConfig, dict(embedding_size=16)),
+    "deberta-v2": ("deberta-v2", T.DebertaV2ForMaskedLM, T.DebertaV2Config,
+                   dict(relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"], position_biased_input=False)),
+}
+
+
+@functools.cache
+def family(name: str):
+    kind, model_class, config_class, fields = FAMILIES[name]
+    tokenizer = tokenizer_of(kind)
+    torch.manual_seed(0)
+    config = config_class(**({} if name == "distilbert" else SMALL), **fields, vocab_size=len(tokenizer),
+                          pad_token_id=tokenizer.pad_token_id)
+    return model_class(config).eval(), tokenizer
+
+
+@torch.inference_mode()
+def reference_pll(model, tokenizer, statement: str, variant: str) -> float:
+    """One masked copy per non-special token through the model's forward with the tokenizer's whole encoding (token
+    types and attention mask included); within_word_l2r also masks the word's tokens to the right (its word_ids)."""
+    encoded = tokenizer(statement, return_special_tokens_mask=True)
+    ids, words = encoded["input_ids"], encoded.word_ids()
+    scored = [i for i, special in enumerate(encoded["special_tokens_mask"]) if not special]
+    extra = {key: torch.tensor([encoded[key]]) for key in ("token_type_ids", "attention_mask") if key in encoded}
+    total = 0.0
+    for position in scored:
+        masked = list(ids)
+        for right in range(position, len(ids)):
+            if right != position and (variant == "original" or right not in scored or words[right] != words[position]):
+                break
+            masked[right] = tokenizer.mask_token_id
+        logits = model(input_ids=torch.tensor([masked]), **extra).logits[0, position]
+        total += float(torch.log_softmax(logits.double(), -1)[ids[position]])
+    return total
+
+
+@functools.cache
+def expected_pll(name: str, variant: str) -> list[float]:
+    model, tokenizer = family(name)
+    return [reference_pll(model, tokenizer, s, variant) for s in STATEMENTS]
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_an_in_memory_masked_lm_of_each_family_is_scored_by_pll(name):
+    """MPNet and CamemBERT (masked-LM model types outside a hard-coded list) built in memory were judged causal LMs:
+    BEAR scored them left to right, next-token log-probs of a bidirectional model, without a word."""
+    model, tokenizer = family(name)
+    assert model.config.architectures is None and is_masked_lm(model)
+    expected = expected_pll(name, "within_word_l2r")
+    np.testing.assert_allclose(StatementScorer(model, tokenizer).score_statements(STATEMENTS), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["camembert", "mpnet"])
+def test_a_masked_lm_whose_config_names_no_architecture_loads_as_one(tmp_path, name):
+    """A folder whose config.json has no ``architectures``: CamemBERT loaded as CamembertForCausalLM (a bidirectional
+    encoder scored left to right), MPNet refused; both load as their masked LM now."""
+    model, tokenizer = family(name)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("architectures", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = open_model(str(tmp_path), dtype="float32", device="cpu")
+    assert type(loaded.model) is type(model) and is_masked_lm(loaded.model)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("variant", ["original", "within_word_l2r"])
+def test_pll_of_each_family_equals_a_plain_computation(name, variant):
+    model, tokenizer = family(name)
+    expected = expected_pll(name, variant)
+    batched = PLLScorer(model, tokenizer, variant, token_budget=60).score(STATEMENTS)  # several lengths a batch: padding
+    np.testing.assert_allclose(batched, expected, atol=1e-4, rtol=0)
+    np.testing.assert_allclose([plain_pll(model, tokenizer, s, variant) for s in STATEMENTS], expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+@torch.inference_mode()
+def test_mask_fill_of_each_family_equals_a_plain_computation(name):
+    model, tokenizer = family(name)
+    mask = tokenizer.mask_token
+    sentences = [f"The capital of France is {mask}.", f"{mask} is the capital of Italy.", f"Oxen are {mask}, aren't they?"]
+    expected = []
+    for sentence in sentences:
+        encoded = tokenizer(sentence, return_tensors="pt")
+        position = int((encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0])
+        expected.append(torch.log_softmax(model(**encoded).logits[0, position].double(), -1).numpy())
+    got = mask_fill_logprobs(model, tokenizer, sentences, np.arange(len(tokenizer)), token_budget=20)
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
