@@ -52,6 +52,13 @@ def tokenizer_of(kind: str):
             "deberta-v2": T.DebertaV2Tokenizer}[kind](vocab=vocab)
 
 
+def modernvbert_config(**text):
+    """ModernVBERT: a ModernBERT text model (its ``lm_head`` only the Linear after a ``projection_head``) and a vision tower."""
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=16)
+    return T.ModernVBertConfig(text_config=dict(text, global_attn_every_n_layers=2, local_attention=8), vision_config=vision,
+                               image_token_id=text["vocab_size"] - 1)
+
+
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=70)
 FAMILIES = {  # family: (tokenizer kind, masked-LM class, config class, the config's own fields)
     "bert": ("wordpiece", T.BertForMaskedLM, T.BertConfig, {}),
@@ -61,6 +68,7 @@ FAMILIES = {  # family: (tokenizer kind, masked-LM class, config class, the conf
     "mpnet": ("wordpiece", T.MPNetForMaskedLM, T.MPNetConfig, {}),
     "roberta": ("bpe", T.RobertaForMaskedLM, T.RobertaConfig, {}),
     "modernbert": ("bpe", T.ModernBertForMaskedLM, T.ModernBertConfig, dict(global_attn_every_n_layers=2, local_attention=8)),
+    "modernvbert": ("wordpiece", T.ModernVBertForMaskedLM, modernvbert_config, {}),
     "xlm-roberta": ("xlm-roberta", T.XLMRobertaForMaskedLM, T.XLMRobertaConfig, {}),
     "camembert": ("camembert", T.CamembertForMaskedLM, T.CamembertConfig, {}),
     "albert": ("albert", T.AlbertForMaskedLM, T.AlbertConfig, dict(embedding_size=16)),
@@ -132,6 +140,9 @@ def test_a_masked_lm_whose_config_names_no_architecture_loads_as_one(tmp_path, n
 @pytest.mark.parametrize("name", list(FAMILIES))
 @pytest.mark.parametrize("variant", ["original", "within_word_l2r"])
 def test_pll_of_each_family_equals_a_plain_computation(name, variant):
+    """The batched PLL applies the head it finds by name to the base model's states at the masked rows: ModernVBERT's
+    ``lm_head`` skipped its ``projection_head`` (a wrong PLL, exit 0); a head that with the base model does not hold
+    all the weights is not taken now (full logits)."""
     model, tokenizer = family(name)
     expected = expected_pll(name, variant)
     batched = PLLScorer(model, tokenizer, variant, token_budget=60).score(STATEMENTS)  # several lengths a batch: padding

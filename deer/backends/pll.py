@@ -49,9 +49,14 @@ def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence, 
 
 
 def _mlm_head(model):
-    """The MLM head module applied to final hidden states, when the model exposes one."""
+    """The MLM head module applied to final hidden states, when the model exposes one that with the base model holds
+    all its weights (ModernVBERT's ``lm_head`` is only the Linear after its ``projection_head``: full logits then)."""
     heads = (getattr(model, name, None) for name in ("cls", "lm_head", "predictions"))
-    return next((head for head in heads if head is not None), None)
+    head = next((head for head in heads if head is not None), None)
+    if head is None:
+        return None
+    held = {id(t) for module in (model.base_model, head) for t in [*module.parameters(), *module.buffers()]}
+    return head if all(id(t) in held for t in [*model.parameters(), *model.buffers()]) else None
 
 
 class PLLScorer:
