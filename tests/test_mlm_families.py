@@ -163,3 +163,19 @@ def test_mask_fill_of_each_family_equals_a_plain_computation(name):
         expected.append(torch.log_softmax(model(**encoded).logits[0, position].double(), -1).numpy())
     got = mask_fill_logprobs(model, tokenizer, sentences, np.arange(len(tokenizer)), token_budget=20)
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["electra", "bert", "deberta-v2", "mpnet"])
+def test_a_checkpoint_without_its_mlm_head_is_refused(tmp_path, name):
+    """An ELECTRA discriminator, or an encoder saved without its head (DeBERTa-v3 is released so), loaded as a masked
+    LM whose head transformers drew at random: PLL and LAMA numbers changed from one load to the next, exit 0."""
+    from deer.backends.models import ModelUnavailableError
+
+    model, tokenizer = family(name)
+    headless = T.ElectraForPreTraining(model.config) if name == "electra" else model.base_model
+    headless.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelUnavailableError, match=f"has no weights for .* of {type(model).__name__} .*would be random"):
+        open_model(str(tmp_path), dtype="float32", device="cpu")
+    model.save_pretrained(tmp_path)  # the whole masked LM into the same folder: it loads
+    assert type(open_model(str(tmp_path), dtype="float32", device="cpu").model) is type(model)

@@ -272,11 +272,19 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
         config = AutoConfig.from_pretrained(resolved.source, **source_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(resolved.source, **source_kwargs)
         model_class = AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM
-        model = model_class.from_pretrained(resolved.source, dtype=torch_dtype, **{**source_kwargs, **model_kwargs})
+        model, info = model_class.from_pretrained(resolved.source, dtype=torch_dtype, output_loading_info=True,
+                                                  **{**source_kwargs, **model_kwargs})
     except (OSError, ValueError, TypeError) as error:
         if resolved.kind == "hub" and not isinstance(error, TypeError):
             raise _hub_unavailable(resolved, error) from error
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
+    missing = sorted(info["missing_keys"])
+    # Drawn at random by transformers (an ELECTRA discriminator's or a bare encoder's absent MLM head); every probe
+    # that runs on a masked LM reads its head.  (A causal LM's DEER reads no head: not refused here.)
+    if missing and model_class is AutoModelForMaskedLM:
+        raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' has no weights for {len(missing)} parameters of "
+                                    f"{type(model).__name__} ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
+                                    "they would be random; give a checkpoint with its LM head")
     if adapter is not None:
         model = merged_adapter(model, adapter)
     model.to(device)
