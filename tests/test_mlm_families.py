@@ -21,7 +21,8 @@ from deer.backends.statement_scorer import StatementScorer
 
 CORPUS = ["The capital of France is Paris.", "The capital of Germany is Berlin.", "A dog is a mammal.",
           "Oxen are mammals, aren't they?", "Paris is a city in France.", "Rome is the capital of Italy."] * 20
-STATEMENTS = ["The capital of France is Paris.", "Oxen are mammals, aren't they?", "Berlin", " Rome is in Italy."]
+STATEMENTS = ["The capital of France is Paris.", "Oxen are mammals, aren't they?", "Oxen are mammals, aren't they", "Berlin",
+              " Rome is in Italy."]  # the two of one length but a token batched together: right padding
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -145,8 +146,9 @@ def test_pll_of_each_family_equals_a_plain_computation(name, variant):
     all the weights is not taken now (full logits)."""
     model, tokenizer = family(name)
     expected = expected_pll(name, variant)
-    batched = PLLScorer(model, tokenizer, variant, token_budget=60).score(STATEMENTS)  # several lengths a batch: padding
-    np.testing.assert_allclose(batched, expected, atol=1e-4, rtol=0)
+    scorer = PLLScorer(model, tokenizer, variant, token_budget=70)
+    np.testing.assert_allclose(scorer.score(STATEMENTS), expected, atol=1e-4, rtol=0)
+    assert scorer.stats.as_dict()["padded_tokens"] > scorer.stats.as_dict()["tokens"]  # copies of two lengths in a batch
     np.testing.assert_allclose([plain_pll(model, tokenizer, s, variant) for s in STATEMENTS], expected, atol=1e-4, rtol=0)
 
 
@@ -155,13 +157,14 @@ def test_pll_of_each_family_equals_a_plain_computation(name, variant):
 def test_mask_fill_of_each_family_equals_a_plain_computation(name):
     model, tokenizer = family(name)
     mask = tokenizer.mask_token
-    sentences = [f"The capital of France is {mask}.", f"{mask} is the capital of Italy.", f"Oxen are {mask}, aren't they?"]
+    sentences = [f"The capital of France is {mask}.", f"{mask} is the capital of Italy.", f"Oxen are {mask}, aren't they?",
+                 f"Oxen are {mask}, aren't they"]  # the last two a token apart, batched together: right padding
     expected = []
     for sentence in sentences:
         encoded = tokenizer(sentence, return_tensors="pt")
         position = int((encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0])
         expected.append(torch.log_softmax(model(**encoded).logits[0, position].double(), -1).numpy())
-    got = mask_fill_logprobs(model, tokenizer, sentences, np.arange(len(tokenizer)), token_budget=20)
+    got = mask_fill_logprobs(model, tokenizer, sentences, np.arange(len(tokenizer)), token_budget=64)
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
 
 
