@@ -124,6 +124,16 @@ def test_an_in_memory_masked_lm_of_each_family_is_scored_by_pll(name):
     np.testing.assert_allclose(StatementScorer(model, tokenizer).score_statements(STATEMENTS), expected, atol=1e-4, rtol=0)
 
 
+def test_the_model_types_with_a_masked_lm_class_are_masked_lms_unless_they_attend_left_to_right():
+    """The rule that replaced a fixed list of model types: decoders (``is_decoder``, XLM's ``causal``) and encoder-decoders
+    (BART) are not masked LMs though transformers has a masked-LM class for their type."""
+    from deer.backends.models import is_masked_lm_config
+
+    assert is_masked_lm_config(T.MPNetConfig()) and is_masked_lm_config(T.CamembertConfig()) and is_masked_lm_config(T.XLMConfig())
+    assert not is_masked_lm_config(T.XLMConfig(causal=True)) and not is_masked_lm_config(T.CamembertConfig(is_decoder=True))
+    assert not is_masked_lm_config(T.BartConfig()) and not is_masked_lm_config(T.LlamaConfig())
+
+
 @pytest.mark.parametrize("name", ["camembert", "mpnet"])
 def test_a_masked_lm_whose_config_names_no_architecture_loads_as_one(tmp_path, name):
     """A folder whose config.json has no ``architectures``: CamemBERT loaded as CamembertForCausalLM (a bidirectional

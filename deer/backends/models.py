@@ -303,12 +303,12 @@ def merged_adapter(model, adapter: str):
 
 def is_masked_lm_config(config) -> bool:
     """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right; one of their
-    family trained as a decoder (``is_decoder``: RobertaForCausalLM, BertLMHeadModel) attends left to right.  Without
-    a masked-LM ``architectures`` entry (a model built in memory has none) the model type decides: any that transformers
-    has a masked-LM class for (MPNet, CamemBERT, ...), less encoder-decoders (BART's, a seq2seq LM)."""
+    family trained as a decoder (``is_decoder``: RobertaForCausalLM, BertLMHeadModel; XLM's ``causal``) attends left to
+    right.  Without a masked-LM ``architectures`` entry (a model built in memory has none) the model type decides: any
+    that transformers has a masked-LM class for (MPNet, CamemBERT, ...), less encoder-decoders (BART's, a seq2seq LM)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+    if any(getattr(config, flag, False) for flag in ("is_decoder", "causal", "is_encoder_decoder")):
         return False
     if any(a.endswith("ForMaskedLM") for a in getattr(config, "architectures", None) or []):
         return True
