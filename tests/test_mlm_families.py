@@ -93,7 +93,7 @@ def reference_pll(model, tokenizer, statement: str, variant: str) -> float:
     """One masked copy per non-special token through the model's forward with the tokenizer's whole encoding (token
     types and attention mask included); within_word_l2r also masks the word's tokens to the right (its word_ids)."""
     encoded = tokenizer(statement, return_special_tokens_mask=True)
-    ids, words = encoded["input_ids"], encoded.word_ids()
+    ids, words = encoded["input_ids"], encoded.word_ids() if variant == "within_word_l2r" else None
     scored = [i for i, special in enumerate(encoded["special_tokens_mask"]) if not special]
     extra = {key: torch.tensor([encoded[key]]) for key in ("token_type_ids", "attention_mask") if key in encoded}
     total = 0.0
@@ -192,3 +192,22 @@ def test_a_checkpoint_without_its_mlm_head_is_refused(tmp_path, name):
         open_model(str(tmp_path), dtype="float32", device="cpu")
     model.save_pretrained(tmp_path)  # the whole masked LM into the same folder: it loads
     assert type(open_model(str(tmp_path), dtype="float32", device="cpu").model) is type(model)
+
+
+def test_a_python_tokenizer_scores_the_original_pll_and_refuses_words(tmp_path):
+    """A masked LM with a Python (non-fast) tokenizer (BERT-Japanese's, PhoBERT's) failed in every PLL variant with
+    transformers' "word_ids() is not available", though "original" reads no words: it is scored now, and
+    within_word_l2r is refused naming the variant that runs."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "capital", "of", "france", "is", "par", "##is", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    tokenizer = T.BertJapaneseTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=True, word_tokenizer_type="basic",
+                                        subword_tokenizer_type="wordpiece")
+    assert not tokenizer.is_fast and tokenizer.tokenize("Paris") == ["par", "##is"]
+    torch.manual_seed(0)
+    model = T.BertForMaskedLM(T.BertConfig(vocab_size=len(words), **SMALL)).eval()
+    statements = ["The capital of France is Paris.", "Paris is the capital."]
+    expected = [reference_pll(model, tokenizer, s, "original") for s in statements]
+    np.testing.assert_allclose(PLLScorer(model, tokenizer, "original").score(statements), expected, atol=1e-4, rtol=0)
+    np.testing.assert_allclose([plain_pll(model, tokenizer, s, "original") for s in statements], expected, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="'within_word_l2r' needs the word boundaries of a fast tokenizer.*'original'"):
+        StatementScorer(model, tokenizer).score_statements(statements)

@@ -30,7 +30,8 @@ class MaskedCopy:
     target: int
 
 
-def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence, scored: Sequence[bool], mask_id: int, variant: str) -> list[MaskedCopy]:
+def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence | None, scored: Sequence[bool], mask_id: int,
+                  variant: str) -> list[MaskedCopy]:
     """The masked copies of one tokenised statement (``word_ids``: fast tokenizer's word per token)."""
     if variant not in PLL_VARIANTS:
         raise ValueError(f"PLL variant must be one of {PLL_VARIANTS}, got '{variant}'")
@@ -46,6 +47,17 @@ def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence, 
                 ids[right] = mask_id
         copies.append(MaskedCopy(statement, ids, position, int(input_ids[position])))
     return copies
+
+
+def word_ids(encoded, index: int, variant: str) -> list | None:
+    """Statement ``index``'s word per token where ``variant`` masks by words (None for "original"): a Python (non-fast)
+    tokenizer has no word boundaries (BERT-Japanese's, PhoBERT's), so only "original" runs with it."""
+    if variant != "within_word_l2r":
+        return None
+    if not encoded.is_fast:
+        raise ValueError("PLL variant 'within_word_l2r' needs the word boundaries of a fast tokenizer; this tokenizer is a "
+                         "Python one: use the 'original' variant (pll_variant='original', --pll-variant original)")
+    return encoded.word_ids(index)
 
 
 def _mlm_head(model):
@@ -80,7 +92,8 @@ class PLLScorer:
         copies = []
         for i, ids in enumerate(encoded["input_ids"]):
             scored = [not s for s in encoded["special_tokens_mask"][i]]
-            copies += masked_copies(i, list(ids), encoded.word_ids(i), scored, self.tokenizer.mask_token_id, self.variant)
+            words = word_ids(encoded, i, self.variant)
+            copies += masked_copies(i, list(ids), words, scored, self.tokenizer.mask_token_id, self.variant)
         scores = np.zeros(len(statements), dtype=np.float64)
         head = _mlm_head(self.model)
         for batch in length_sorted_batches([len(c.input_ids) for c in copies], self.token_budget, self.max_batch_size):
@@ -110,7 +123,7 @@ def plain_pll(model, tokenizer, statement: str, variant: str = "within_word_l2r"
     """Reference PLL: one statement, one masked copy at a time, the full model's logits."""
     encoded = tokenizer(statement, return_special_tokens_mask=True)
     ids = list(encoded["input_ids"])
-    words = encoded.word_ids()
+    words = word_ids(encoded, 0, variant)
     scored = [i for i, special in enumerate(encoded["special_tokens_mask"]) if not special]
     total = 0.0
     for position in scored:
