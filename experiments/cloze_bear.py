@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 
+import deer
 from bear_ref.dataset import INSTANCE_COLUMNS, PROBE, STATEMENT_RULE, bear_format, bear_metrics, find_instances_table
 from deer.backends.models import LoadedModel
-from deer.base.files import as_written, package_versions, write_json, write_table, write_text
+from deer.base.files import as_written, write_json, write_table, write_text
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
 from deer.platform.result import RunResult
 from deer.platform.tables import markdown_table
 from experiments.cloze_report import agreement_markdown, pair_agreement
-from experiments.runs import TOOLKIT, toolkit_version
+from experiments.runs import toolkit_version
 from kg_data.bear import BearDataset
 
 # The DEER paper's Appendix E.4 compared DEER and BEAR on these four relations (r = 0.150 to 0.361).
@@ -73,7 +74,7 @@ def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedMo
     folder = Path(folder)
     metadata = check_bear_run(folder, dataset)
     model = metadata.get("model", {})
-    made_by = {**(scoring or {}), "toolkit": package_versions().get(TOOLKIT)}  # another version may score otherwise
+    made_by = {**(scoring or {}), "toolkit": deer.__version__}  # another version may score otherwise
     recorded = {**metadata, "toolkit": toolkit_version(metadata)}
     problems = [f"{name} {recorded.get(name)!r}, this command's BEAR {value!r}" for name, value in made_by.items()
                 if recorded.get(name) != value]

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+import deer
 from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.fingerprints import IN_TRAINING
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.base.extras import DISTRIBUTION
-from deer.base.files import package_versions
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
@@ -128,7 +128,7 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
     recorded = {probe: run.metadata_of(probe).get("run_spec") for probe in probes if probe in run.probes}
     same_spec = [probe for probe, made_under in recorded.items()
                  if isinstance(made_under, dict) and not RunSpec.from_dict(made_under).differences(spec)]
-    reusable, toolkit = [], package_versions().get(TOOLKIT)
+    reusable, toolkit = [], deer.__version__
     for probe in same_spec:
         asked = checked_options(get_probe(probe), (options or {}).get(probe, {}))
         made = run.metadata_of(probe)

@@ -49,7 +49,7 @@ def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence |
     return copies
 
 
-def word_ids(encoded, index: int, variant: str) -> list | None:
+def statement_word_ids(encoded, index: int, variant: str) -> list | None:
     """Statement ``index``'s word per token where ``variant`` masks by words (None for "original"): a Python (non-fast)
     tokenizer has no word boundaries (BERT-Japanese's, PhoBERT's), so only "original" runs with it."""
     if variant != "within_word_l2r":
@@ -92,7 +92,7 @@ class PLLScorer:
         copies = []
         for i, ids in enumerate(encoded["input_ids"]):
             scored = [not s for s in encoded["special_tokens_mask"][i]]
-            words = word_ids(encoded, i, self.variant)
+            words = statement_word_ids(encoded, i, self.variant)
             copies += masked_copies(i, list(ids), words, scored, self.tokenizer.mask_token_id, self.variant)
         scores = np.zeros(len(statements), dtype=np.float64)
         head = _mlm_head(self.model)
@@ -123,7 +123,7 @@ def plain_pll(model, tokenizer, statement: str, variant: str = "within_word_l2r"
     """Reference PLL: one statement, one masked copy at a time, the full model's logits."""
     encoded = tokenizer(statement, return_special_tokens_mask=True)
     ids = list(encoded["input_ids"])
-    words = word_ids(encoded, 0, variant)
+    words = statement_word_ids(encoded, 0, variant)
     scored = [i for i, special in enumerate(encoded["special_tokens_mask"]) if not special]
     total = 0.0
     for position in scored:
