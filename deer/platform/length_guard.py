@@ -1,13 +1,6 @@
 """Every text a probe feeds the model fits it, checked once per run before the first forward pass (or, with
 ``long_prompts="truncate-descriptions"``, a description that makes a tail prompt too long is cut to fit).
-
-Each probe hands the guard the texts it will feed (``length_checks(task, templates, backend)``: a few
-:class:`LengthCheck`); the guard (:func:`guard_lengths`) knows no kind of text, and counts each as the
-backend does (``token_counts``) against its ``max_positions``.  Only texts that could be too long are
-tokenised: a token covers at least one byte of UTF-8 of the text as the tokenizer normalises it, so a text of
-B bytes (``byte_bound``: its own or its NFKD form's, the larger) has at most B + ``SLACK`` tokens with its
-special tokens.  The checks the probes share (a KG's query and tail prompts, statements, a benchmark's facts
-and answers) are made here, so every probe names what does not fit the same way.
+Only texts that could be too long are tokenised: a text of B bytes (``byte_bound``) has at most B + ``SLACK`` tokens.
 """
 
 from __future__ import annotations
@@ -38,20 +31,18 @@ class PromptTooLongError(ValueError):
 
 
 def byte_bound(text: str) -> int:
-    """UTF-8 bytes of ``text`` or of its NFKD form, the larger: an NFKC normaliser (XLM-R's, ALBERT's, DeBERTa-v3's) feeds
-    a text's compatibility form, which may be longer (the ligature U+FDFA, 3 bytes, is 18 letters); no normaliser here
-    lengthens it beyond its full decomposition."""
+    """UTF-8 bytes of ``text`` or of its NFKD form, the larger: an NFKC normaliser (XLM-R's, ALBERT's) feeds the
+    compatibility form, which may be longer (the ligature U+FDFA, 3 bytes, is 18 letters)."""
     size = len(text.encode("utf-8"))
     return size if text.isascii() else max(size, len(unicodedata.normalize("NFKD", text).encode("utf-8")))
 
 
-def over_limit(backend, texts: Sequence[str], limit: int, special_tokens: str = "bos", extra: int = 0) -> dict[int, int]:
-    """{index: token count} of the texts that exceed ``limit`` tokens (``extra`` added to each), as the
-    backend counts them (``token_counts``: the tokens its encoder and scorers feed)."""
-    suspects = [i for i, text in enumerate(texts) if byte_bound(text) + SLACK + extra > limit]
+def over_limit(backend, texts: Sequence[str], limit: int, special_tokens: str = "bos") -> dict[int, int]:
+    """{index: token count} of the texts over ``limit`` tokens, as the backend counts them."""
+    suspects = [i for i, text in enumerate(texts) if byte_bound(text) + SLACK > limit]
     if not suspects:
         return {}
-    counts = [n + extra for n in backend.token_counts([texts[i] for i in suspects], special_tokens)]
+    counts = backend.token_counts([texts[i] for i in suspects], special_tokens)
     return {i: n for i, n in zip(suspects, counts, strict=True) if n > limit}
 
 
@@ -63,12 +54,10 @@ def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: s
 
 @dataclasses.dataclass(frozen=True)
 class LengthCheck:
-    """``count`` texts a probe feeds the model, made by ``texts(start, stop)`` ``CHUNK`` at a time, each fed
-    with ``special_tokens`` ("bos": as the encoder and scorers feed it; "tokenizer": the tokenizer's own)
-    and ``extra`` tokens more.  One that does not fit is named by ``name(index)`` as the ``kind`` of text it
-    is, with ``hint`` (a text, or ``hint(index)``) on what to shorten.  ``cut``, where the run may make
-    them fit (``truncate-descriptions``): ({index: tokens} of those too long, limit, report) -> the task
-    with them cut."""
+    """``count`` texts a probe feeds the model, made by ``texts(start, stop)`` ``CHUNK`` at a time, fed with
+    ``special_tokens`` ("bos", or "tokenizer": its own).  One that does not fit is named by ``name(index)``, with
+    ``hint`` (or ``hint(index)``).  ``cut`` (``truncate-descriptions``): ({index: tokens}, limit, report) -> the
+    task with those texts cut."""
 
     kind: str
     count: int
@@ -76,20 +65,19 @@ class LengthCheck:
     name: Callable[[int], str]
     hint: str | Callable[[int], str]
     special_tokens: str = "bos"
-    extra: int = 0
     cut: Callable | None = None
 
     @classmethod
-    def of(cls, kind: str, texts: Sequence[str], name: Callable[[int], str], hint: str, special_tokens: str = "bos",
-           extra: int = 0) -> LengthCheck:
+    def of(cls, kind: str, texts: Sequence[str], name: Callable[[int], str], hint: str,
+           special_tokens: str = "bos") -> LengthCheck:
         """A check of texts already made."""
-        return cls(kind, len(texts), lambda start, stop: texts[start:stop], name, hint, special_tokens, extra)
+        return cls(kind, len(texts), lambda start, stop: texts[start:stop], name, hint, special_tokens)
 
     def too_long(self, backend, limit: int) -> dict[int, int]:
         """{index: tokens} of the texts over ``limit``."""
         return {start + i: n for start in range(0, self.count, CHUNK)
-                for i, n in over_limit(backend, self.texts(start, min(start + CHUNK, self.count)), limit, self.special_tokens,
-                                       self.extra).items()}
+                for i, n in over_limit(backend, self.texts(start, min(start + CHUNK, self.count)), limit,
+                                       self.special_tokens).items()}
 
 
 @dataclasses.dataclass
@@ -106,10 +94,9 @@ class LengthReport:
 
 
 def guard_lengths(task: Task, probes: Sequence, backend, templates=None, mode: str = "error") -> tuple[Task, LengthReport]:
-    """Check every text each of ``probes`` feeds the model (its ``length_checks(task, templates, backend)``;
-    a probe without one feeds nothing to check) against the backend's ``max_positions``, counted as the
-    backend counts them; return the task (in ``truncate-descriptions`` mode with the texts that have a
-    ``cut`` cut to fit) and a report.  Raises PromptTooLongError naming the first text that does not fit."""
+    """Check every text each of ``probes`` feeds the model (its ``length_checks``, if any) against the backend's
+    ``max_positions``; return the task (in ``truncate-descriptions`` mode with the texts that have a ``cut`` cut to
+    fit) and a report.  Raises PromptTooLongError naming the first text that does not fit."""
     if mode not in LONG_PROMPT_MODES:
         raise ValueError(f"long_prompts must be one of {LONG_PROMPT_MODES}, got '{mode}'")
     limit = backend.max_positions
@@ -142,16 +129,15 @@ def _checks(task: Task, probes: Sequence, templates, backend) -> Iterator[Length
 def statement_checks(backend, stems: Sequence[str], answers: Sequence[str], stem_name: Callable[[int], str],
                      answer_name: Callable[[int], str], answer_kind: str, hints: tuple[str, str],
                      fill: Callable[[int, str], str]) -> Iterator[LengthCheck]:
-    """The checks of the statements ``fill(i, answer)`` (stem ``i`` with ``answer`` in place): each answer by itself, then
-    (once they fit) each stem's longest statement in tokens, with the special tokens the scorer feeds (a causal LM's BOS; a
-    masked LM's own, [CLS] and [SEP] or <s> and </s>, as PLL feeds them).  ``hints``: (the stems', the answers')."""
+    """The checks of the statements ``fill(i, answer)``: each answer by itself, then (once they fit) each stem's longest
+    statement in tokens, with the special tokens the scorer feeds (a causal LM's BOS; a masked LM's own, as PLL feeds
+    them).  ``hints``: (the stems', the answers')."""
     yield LengthCheck.of(answer_kind, answers, answer_name, hints[1], "tokenizer")
     if not answers or backend.max_positions is None:
         return
     specials = "tokenizer" if backend.is_masked_lm else "bos"
-    # A statement's bytes are its stem's and its answer's (a capitalised first letter may add a few): a stem whose
-    # statements all fit by bytes is not filled; the others' statements are each counted (an answer's tokens alone
-    # are not its tokens in the sentence: "Validator" is one token, " Validator" three).
+    # A stem whose statements all fit by bytes is not filled; the others' statements are each counted (an answer's
+    # tokens alone are not its tokens in the sentence: "Validator" is one token, " Validator" three).
     answer_bytes = max(map(byte_bound, answers)) + 2 * SLACK
 
     def longest(i: int) -> str:
@@ -162,9 +148,6 @@ def statement_checks(backend, stems: Sequence[str], answers: Sequence[str], stem
 
     yield LengthCheck("longest statement", len(stems), lambda start, stop: [longest(i) for i in range(start, stop)],
                       stem_name, hints[0], specials)
-
-
-# -- a KG's texts --------------------------------------------------------------------------------
 
 
 def _shorten(text: str) -> str:
@@ -182,12 +165,12 @@ def query_label(kg: TextualKG, triple) -> str:
 
 
 def query_hint(templates) -> str:
-    """What to shorten in a KG query's text: the authors' style holds the head's description, the paper's only names."""
+    """The authors' style's query holds the head's description, the paper's only names."""
     return DESCRIPTION_HINT if templates.style == "authors" else NAME_HINT
 
 
 def query_check(queries: QuerySet, templates, kind: str, text: Callable) -> LengthCheck:
-    """Each KG query's ``text(kg, triple)`` (a query prompt, a query context), fed as the templates say."""
+    """Each KG query's ``text(kg, triple)`` (a query prompt, a query context)."""
     kg, triples = queries.kg, queries.triples
     return LengthCheck(kind, len(triples), lambda start, stop: [text(kg, tuple(t)) for t in triples[start:stop].tolist()],
                        lambda i: query_label(kg, triples[i]), query_hint(templates), templates.prompt_special_tokens)
@@ -204,7 +187,7 @@ def kg_statement_checks(queries: QuerySet, templates, backend) -> Iterator[Lengt
 
 
 def entity_prompt_check(kg: TextualKG, entities: np.ndarray, templates) -> LengthCheck:
-    """Each of ``entities``' tail prompt (its name and description), as DEER encodes it."""
+    """Each of ``entities``' tail prompt, as DEER encodes it."""
     def hint(position: int) -> str:
         entity = int(entities[position])
         return "shorten its name" if len(kg.entity_names[entity]) > len(kg.entity_descriptions[entity]) else DESCRIPTION_HINT
@@ -215,8 +198,7 @@ def entity_prompt_check(kg: TextualKG, entities: np.ndarray, templates) -> Lengt
 
 
 def tail_prompt_check(queries: QuerySet, templates, backend) -> LengthCheck:
-    """Each candidate's tail prompt (``entity_prompt_check``); in ``truncate-descriptions`` mode a description
-    that makes it too long is cut to fit (``cut_descriptions``)."""
+    """Each candidate's tail prompt; in ``truncate-descriptions`` mode a description too long is cut to fit."""
     def cut(found: dict[int, int], limit: int, report: LengthReport) -> Task:
         return kg_benchmark_task(cut_descriptions(queries, backend, templates, found, limit, report), templates)
 
@@ -225,8 +207,7 @@ def tail_prompt_check(queries: QuerySet, templates, backend) -> LengthCheck:
 
 def cut_descriptions(queries: QuerySet, backend, templates, long_tails: dict[int, int], limit: int,
                      report: LengthReport) -> QuerySet:
-    """The queries with the descriptions of the ``long_tails`` ({candidate position: tokens}) cut at one of
-    their own token boundaries, each to fit; every cut is listed in the report."""
+    """The queries with the ``long_tails``' descriptions cut at a token boundary to fit, each cut in the report."""
     kg = queries.kg
     tokenizer = backend.tokenizer
     descriptions = list(kg.entity_descriptions)
@@ -248,11 +229,8 @@ def cut_descriptions(queries: QuerySet, backend, templates, long_tails: dict[int
     return dataclasses.replace(queries, kg=dataclasses.replace(kg, entity_descriptions=descriptions))
 
 
-# -- a benchmark's texts -------------------------------------------------------------------------
-
-
 def fact_namer(task: Task) -> Callable[[int], str]:
-    """Names query ``index`` of a benchmark by its file, line and fact (and template) in a message."""
+    """Names a benchmark query by its file, line, fact and template."""
     def name(index: int) -> str:
         q = task.queries[index]
         return f"{task.describe(q)}, {'template ' + str(q.template_index) if q.template_index >= 0 else 'masked sentence'}"
@@ -260,8 +238,7 @@ def fact_namer(task: Task) -> Callable[[int], str]:
 
 
 def answer_namer(candidates: CandidateSet, set_name: str) -> Callable[[int], str]:
-    """Names answer ``index`` of a candidate set by the file and entry listing it where the data says
-    (BEAR's metadata_relations.json)."""
+    """Names an answer by the file and entry listing it where the data says (BEAR's metadata_relations.json)."""
     def name(index: int) -> str:
         label = shorten(candidates.labels[index])
         if candidates.source is None or candidates.ids is None:
