@@ -35,19 +35,10 @@ class GoldRanks:
     def filtered(self) -> np.ndarray:
         return (self.filtered_optimistic + self.filtered_pessimistic) / 2
 
-    @staticmethod
-    def concatenate(parts: Sequence[GoldRanks]) -> GoldRanks:
-        return GoldRanks(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(GoldRanks)))
-
-    @staticmethod
-    def empty() -> GoldRanks:
-        return GoldRanks(*(np.zeros(0) for _ in dataclasses.fields(GoldRanks)))
-
 
 @dataclasses.dataclass
 class Ranking:
-    """A probe's ranking: gold ranks, (n_queries, k) top candidate positions (best first), and per query
-    whether its own head entity (not the gold tail) scores strictly above the gold tail."""
+    """A probe's ranking: gold ranks, (n_queries, k) top candidate positions, and whether each head beats the gold."""
 
     ranks: GoldRanks
     top: np.ndarray
@@ -57,9 +48,10 @@ class Ranking:
     def joined(parts: Sequence[tuple[GoldRanks, np.ndarray, np.ndarray]], width: int) -> Ranking:
         """One ranking of consecutive query blocks' (ranks, top, head above gold); ``width``: the top's, for no blocks."""
         if not parts:  # no queries
-            return Ranking(GoldRanks.empty(), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
+            return Ranking(GoldRanks(*(np.zeros(0) for _ in range(4))), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
         ranks, tops, above = zip(*parts, strict=True)
-        return Ranking(GoldRanks.concatenate(ranks), np.concatenate(tops), np.concatenate(above))
+        fields = (np.concatenate([getattr(r, f.name) for r in ranks]) for f in dataclasses.fields(GoldRanks))
+        return Ranking(GoldRanks(*fields), np.concatenate(tops), np.concatenate(above))
 
 
 def _no_positions(n: int, device) -> torch.Tensor:
@@ -71,12 +63,9 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
                ) -> tuple[GoldRanks, np.ndarray, np.ndarray]:
     """The rank kernel: (ranks, top k, head above gold) of a (rows, candidates) score tensor on any device.
 
-    ``gold``: int64 (rows,) gold positions; ``filter_tails[i]``: candidate positions of the other
-    true tails of row i (never gold); ``excluded`` (rows,): a candidate that is no competitor of row i
-    at all, or -1; ``heads`` (rows,): the query's head position for ``head_above_gold`` (a valid head score
-    above a valid gold score; never for an invalid gold), or -1.
-    ``top``: the ``k`` best candidates per row (invalid scores last, the excluded one never), ties in
-    candidate order.
+    ``filter_tails[i]``: the other true tails of row i (never gold); ``excluded`` (rows,): a candidate that is no
+    competitor at all, or -1; ``heads`` (rows,): the head position for ``head_above_gold``, or -1.  ``top``: the
+    ``k`` best candidates per row (invalid scores last, the excluded one never), ties in candidate order.
     """
     n_rows, n_candidates = scores.shape
     device = scores.device
@@ -142,8 +131,7 @@ def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
 
 
 def check_candidate_count(count: int, queries, what: str) -> None:
-    """ValueError unless ``count`` (``what``: the score matrix's columns, or the candidate vectors) is the number
-    of candidates of ``queries``, where they tell it (a QuerySet's ``candidates``)."""
+    """ValueError unless ``count`` (of ``what``) is the number of candidates of ``queries``, where they tell it."""
     candidates = getattr(queries, "candidates", None)
     if candidates is not None and count != len(candidates):
         raise ValueError(f"{count} {what} for {len(candidates)} candidates of {_describe_queries(queries)}: ranked so, "
@@ -152,13 +140,11 @@ def check_candidate_count(count: int, queries, what: str) -> None:
 
 def _describe_queries(queries) -> str:
     kg = getattr(queries, "kg", None)
-    split = getattr(queries, "split", None)
-    return f"KG {kg.name!r} split {split!r}" if kg is not None else "the queries"
+    return f"KG {kg.name!r} split {getattr(queries, 'split', None)!r}" if kg is not None else "the queries"
 
 
 def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None = None) -> Ranking:
-    """Rank a (n_queries, n_candidates) score matrix (higher = better) for ``queries`` (a QuerySet); a matrix of
-    another shape is refused (ValueError)."""
+    """Rank a (n_queries, n_candidates) score matrix (higher = better); another shape is refused (ValueError)."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.ndim != 2 or scores.shape[0] != len(queries.gold):
         rows = scores.shape[0] if scores.ndim else 0
@@ -186,8 +172,7 @@ def candidate_counts(n_candidates: int, filter_tails: Sequence[np.ndarray], filt
 
 
 def filter_counts(filter_tails: Sequence[np.ndarray], rows: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For query ``rows``: how many known-true other tails each has (int64), and whether its ``excluded``
-    candidate (-1: none) is one of them (bool), from the filters' arrays."""
+    """For query ``rows``: how many known-true other tails each has, and whether its ``excluded`` one is one of them."""
     filters = FilterTails.of(filter_tails)
     pair_rows, positions = filters.pairs(rows)
     excluded = np.asarray(excluded, dtype=np.int64)
@@ -196,8 +181,7 @@ def filter_counts(filter_tails: Sequence[np.ndarray], rows: np.ndarray, excluded
 
 
 def rank_and_best(scores: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unfiltered realistic ranks of ``gold`` in each row of ``scores`` and each row's best position
-    (the first of the highest valid scores), for benchmarks whose questions have one true answer."""
+    """Unfiltered realistic ranks of ``gold`` in each row of ``scores`` and each row's first best position."""
     scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
     gold = np.atleast_1d(np.asarray(gold, dtype=np.int64))
     ranks, top, _ = rank_chunk(torch.from_numpy(scores), torch.from_numpy(gold), [()] * len(scores), k=1)
