@@ -1,18 +1,9 @@
-"""The append-only, resumable store of vectors (embeddings, score rows), keyed by everything that
-determines them: shards on disk, memory-mapped, with an index from item id to (shard, row).
+"""The append-only, resumable store of vectors (embeddings, score rows), keyed by everything that determines them.
 
-A store is a folder named by the hash of its key (``key.json`` repeats it, checked on open).  Each
-``add`` writes one shard: ``<name>.vectors.npy`` (float32 rows) and ``<name>.index.npy`` (per row the
-item's 16-byte id digest and a checksum of its words, ``row_checksums``) and ``<name>.stamp.json`` (the store key's
-digest and that of the shard's ids: a shard copied in from another store, or its stamp from another shard, is refused
-on opening), each written atomically, the index last, so a shard exists only once all are whole.  Opening a store reads the index files and the vectors'
-headers (memory-mapped, never faulted in); ``get`` and ``blocks`` read only the rows asked for, with
-plain file reads.
-
-Nothing read back is trusted (``deer.platform.read_back``): a shard whose files cannot be read, whose
-shape, dtype or width is not what ``add`` writes, or whose rows fail their checksum or hold NaN or
-infinity when read, is named in a warning, set aside (``<file>.bad``) and its items are missing again:
-the reader raises ``StoreDamaged``, and the caller computes them again.
+A store is a folder named by the hash of its key (``key.json``).  Each ``add`` writes one shard: float32 rows, a
+stamp (the key's and the ids' digests: a shard copied in from elsewhere is refused) and, last, the index (per row
+the id's digest and ``row_checksums``), each atomically.  A shard that fails a check when opened or read is named
+in a warning and set aside (``<file>.bad``), its items missing again (``StoreDamaged``) for the caller to compute.
 """
 
 from __future__ import annotations
@@ -62,22 +53,14 @@ def item_keys(ids) -> np.ndarray:
 
 
 def row_checksums(vectors: np.ndarray) -> np.ndarray:
-    """Per row, the sum of its 32-bit words (uint64, exact: no wrap below 2**32 words a row).
-
-    It changes, so a read-back row is refused, where one word of the row changed, or several whose changes do not
-    cancel out (a row zeroed, cut short, or another row's read in its place, unless the two sums are equal).  It
-    does not see words moved within a row (two values swapped, a row reversed: the same words, the same sum) nor
-    changes that cancel out (one word up by k, another down by k): such a row reads back as good.  The index
-    stores this sum; a stronger checksum would be a new index format."""
+    """Per row, the sum of its 32-bit words (uint64, exact: no wrap below 2**32 words a row).  It sees a row zeroed,
+    cut short or another's read in its place, not words moved within a row nor changes that cancel out; the index
+    stores this sum, so a stronger checksum would be a new index format."""
     return np.ascontiguousarray(vectors).view(np.uint32).sum(axis=1, dtype=np.uint64)
 
 
 class EmbeddingStore:
-    """Vectors for item ids under one configuration key.
-
-    ``width``: every vector's length (the model's output size, a score row's candidates), checked in
-    every shard; None: not checked.  ``minus_inf``: -inf is a value here (a log-likelihood), not damage.
-    """
+    """Vectors for item ids under one key, ``width`` wide (None: unchecked); ``minus_inf``: -inf is a value, not damage."""
 
     def __init__(self, root: Path, kind: str, key: dict, width: int | None = None, minus_inf: bool = False):
         self.key = {"kind": kind, **key}
@@ -98,14 +81,10 @@ class EmbeddingStore:
         self._shards: list[str] = []  # shard names, by number
         self._entries: dict[int, np.ndarray] = {}  # each usable shard's index entries
         self._maps: dict[int, np.ndarray] = {}  # each usable shard's vectors, memory-mapped
-        self._keys = np.zeros(0, KEY_DTYPE)  # sorted; rebuilt from _entries when _stale
-        self._where = np.zeros((0, 2), np.int64)  # (shard number, row) per sorted key
-        self._checksums = np.zeros(0, np.uint64)
-        self._stale = False
+        self._stale = True  # the sorted _keys, their (shard number, row) _where and _checksums: made from _entries
         self._unstored: dict[bytes, np.ndarray] = {}  # rows holding NaN or infinity: used by this process, never written
         self.refresh()
 
-    # -- opening -------------------------------------------------------------------------------
     def refresh(self) -> None:
         """Index the shards written since this one looked (by another process); one failing its checks is set aside."""
         seen = set(self._shards)
@@ -123,7 +102,6 @@ class EmbeddingStore:
             self._entries[number], self._maps[number], self._stale = entries, vectors, True
 
     def _read_shard_index(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """A shard's (index entries, memory-mapped vectors), both files' headers checked against each other and the store."""
         index_path, vectors_path = self.folder / f"{name}{INDEX}", self.folder / f"{name}{VECTORS}"
         entries = _load_npy(index_path)
         if entries.dtype != INDEX_DTYPE or entries.ndim != 1:
@@ -144,11 +122,9 @@ class EmbeddingStore:
         return entries, vectors
 
     def _stamp(self, keys: np.ndarray) -> dict:
-        """What a shard's stamp file holds: this store's key digest and its ids' digest (hashed on opening, not its rows)."""
         return {"store": key_digest(self.key), "ids": hashlib.blake2b(np.ascontiguousarray(keys).tobytes()).hexdigest()}
 
     def _index(self) -> None:
-        """The sorted index over every usable shard, made again only after shards came or went."""
         if not self._stale:
             return
         shards = sorted(self._entries.items())
@@ -159,7 +135,6 @@ class EmbeddingStore:
         self._keys, self._where, self._checksums, self._stale = keys, where[first], entries["checksum"][first], False
 
     def _set_aside(self, name: str, error: StoredFileError) -> None:
-        """Set aside both files of a shard (the one named in ``error`` with the warning), drop its rows."""
         set_aside(error, "its items are computed again")
         for suffix in (INDEX, VECTORS, STAMP):
             path = self.folder / f"{name}{suffix}"
@@ -171,13 +146,11 @@ class EmbeddingStore:
             self._maps.pop(number, None)
             self._stale = True
 
-    # -- reading -------------------------------------------------------------------------------
     def __len__(self) -> int:
         self._index()
         return len(self._keys)
 
     def _positions(self, keys: np.ndarray) -> np.ndarray:
-        """Each key's position in the sorted index, -1 where it is not stored."""
         self._index()
         positions = np.searchsorted(self._keys, keys)
         found = positions < len(self._keys)
@@ -191,8 +164,7 @@ class EmbeddingStore:
         return [int(i) for i in absent if keys[i] not in self._unstored]
 
     def get(self, ids) -> np.ndarray:
-        """float32 (len(ids), width) vectors for ``ids`` (all must be stored), each row checked as read;
-        StoreDamaged if a shard fails (it is then set aside and its items are missing)."""
+        """float32 (len(ids), width) vectors for stored ``ids``, each row checked as read (StoreDamaged if a shard fails)."""
         keys = item_keys(ids)
         positions = self._positions(keys)
         held = np.flatnonzero(positions < 0)
@@ -215,9 +187,8 @@ class EmbeddingStore:
         return out
 
     def blocks(self, ids, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every item of ``ids`` once, as ``(its positions in ids, ascending; their vectors)``, at most ``size``
-        rows a block, read shard by shard in the order the rows lie on disk (the fastest way through a
-        large store: each shard read front to back, once).  Rows are checked as read (``get``)."""
+        """Every item of ``ids`` once, as ``(its positions in ids, ascending; their vectors)``, at most ``size`` rows
+        a block, read in the order the rows lie on disk (each shard front to back, once), checked as read."""
         keys = item_keys(ids)
         positions = self._positions(keys)
         held = np.flatnonzero(positions < 0)
@@ -238,9 +209,7 @@ class EmbeddingStore:
                 yield piece, vectors
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> np.ndarray | None:
-        """Rows (ascending) of a shard, read from its file: a dense run in one read, scattered rows one read
-        each.  Never through the memory map: faulting pages in would map whole shards into the process
-        (the kernel maps the cached pages around each one), its RSS growing with the store."""
+        """Rows (ascending) of a shard, read from its file: through the memory map the RSS would grow with the store."""
         stored = self._maps[shard]  # the header only: shape and where the rows begin
         width, first, last = stored.shape[1], int(rows[0]), int(rows[-1]) + 1
         row_bytes = width * 4
@@ -274,7 +243,6 @@ class EmbeddingStore:
         return vectors
 
     def _damage(self, vectors: np.ndarray | None, checksums: np.ndarray) -> str | None:
-        """What is wrong with rows read from a shard (None: nothing)."""
         if vectors is None:
             return "it is shorter than its header says"
         if (changed := int((row_checksums(vectors) != checksums).sum())):
@@ -291,10 +259,8 @@ class EmbeddingStore:
         invalid[invalid] = (bad if self.minus_inf else bad | (suspects == -np.inf)).any(axis=1)
         return invalid
 
-    # -- writing -------------------------------------------------------------------------------
     def add(self, ids, vectors: np.ndarray) -> None:
-        """Write one shard (vectors first, the index last, each atomically).  Rows holding NaN or
-        infinity (a model's overflow) are not stored, with a warning: they are computed again next time."""
+        """Write one shard.  Rows holding NaN or infinity (a model's overflow) are not stored, with a warning."""
         keys = item_keys(ids)
         if len(keys) == 0:
             return
@@ -352,14 +318,10 @@ def flush_seconds() -> float:
 
 
 class PendingParts:
-    """Finished items on their way into a store: a part is written when ``count`` are pending or
-    ``seconds`` (default :func:`flush_seconds`) have passed since the last write.  As a context
-    manager it writes what is pending on exit, also when the block raises (Ctrl-C included).
-
-    ``behind=True``: a part due while items keep coming is written on a thread (one at a time) while
-    the caller goes on making the next; its error, if any, is raised at the next ``add``, ``flush`` or
-    exit.  The caller must not read the store until then.
-    """
+    """Finished items on their way into a store: a part is written when ``count`` are pending or ``seconds`` have
+    passed since the last write, and on exit from the context, also when the block raises (Ctrl-C included).
+    ``behind=True``: a part is written on a thread while the caller makes the next; its error is raised at the
+    next ``add``, ``flush`` or exit, and the store must not be read until then."""
 
     def __init__(self, store: EmbeddingStore, count: int | None = None, seconds: float | None = None, clock=time.monotonic,
                  behind: bool = False):
@@ -378,7 +340,7 @@ class PendingParts:
         return self._pending
 
     def add(self, ids, vectors: np.ndarray) -> None:
-        """Queue rows for ``ids`` (strings or ``item_keys``); a shard is written when enough are pending."""
+        """Queue rows for ``ids`` (strings or ``item_keys``)."""
         self._keys.append(item_keys(ids))
         self._vectors.append(np.asarray(vectors, dtype=np.float32))
         self._pending += len(self._keys[-1])
@@ -386,7 +348,7 @@ class PendingParts:
             self._write(wait=self._writer is None)
 
     def flush(self) -> None:
-        """Write what is pending as one shard (nothing if nothing is), and wait for it."""
+        """Write what is pending as one shard, and wait for it."""
         self._write(wait=True)
 
     def _write(self, wait: bool) -> None:
