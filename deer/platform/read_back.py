@@ -1,13 +1,6 @@
-"""Checked readers for what a run reads back from disk: nothing read back is used before it is checked.
-
-Two kinds of file, two treatments:
-
-* the toolkit's own stored work (store parts, resume parts) is a cache: a file that cannot be read, or
-  holds what its writer never writes, is named in a ``DeerWarning``, set aside (renamed ``<name>.bad``:
-  never read again, kept for inspection) and its work done again, so it is never trusted and never
-  fatal to a later run (``set_aside``, ``reusable_table``);
-* a run folder is a user's input: a bad file there is refused with a ``StoredFileError`` (a ValueError,
-  shown by the CLI as one 'Error: ...' line) that names the file (``read_json_object``, ``read_stored_table``).
+"""Checked readers for what a run reads back from disk.  A bad file of the toolkit's own cache (store and resume
+parts) is named in a ``DeerWarning``, set aside (``<name>.bad``) and its work done again; a bad file in a run
+folder, a user's input, is refused with a ``StoredFileError`` naming it.
 """
 
 from __future__ import annotations
@@ -47,9 +40,9 @@ def set_aside(error: StoredFileError, redo: str) -> None:
     warn(f"{error}; {kept}, {redo}")
 
 
-def _parse_failure(path: Path, what: str, error: Exception, limit: int = 200) -> StoredFileError:
+def _parse_failure(path: Path, what: str, error: Exception) -> StoredFileError:
     """The reader's error in one line (the path, already in front, shortened to the file's name)."""
-    text = shorten(" ".join(str(error).replace(str(path), path.name).split()), limit)
+    text = shorten(" ".join(str(error).replace(str(path), path.name).split()), 200)
     return StoredFileError(path, f"not a readable {what} ({type(error).__name__}{': ' + text if text else ''})")
 
 
@@ -66,8 +59,7 @@ def read_json_object(path: Path) -> dict:
 
 
 def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None = None) -> pd.DataFrame:
-    """A table (parquet or CSV) holding at least ``columns`` and, if given, exactly ``rows`` rows;
-    StoredFileError naming it otherwise."""
+    """A table (parquet or CSV) holding ``columns`` and, if given, ``rows`` rows; StoredFileError naming it otherwise."""
     path = Path(path)
     try:
         table = read_table(path)
@@ -82,8 +74,7 @@ def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None 
 
 
 def reusable_table(path: Path, columns: Sequence[str], rows: int, redo: str) -> pd.DataFrame | None:
-    """A stored resume part (``read_stored_table``) to reuse; None if there is none or it is bad (then set
-    aside with a warning saying ``redo``): either way the caller does its work again."""
+    """A stored resume part to reuse; None if there is none or it is bad (then set aside, saying ``redo``)."""
     if not Path(path).exists():
         return None
     try:
