@@ -1,8 +1,5 @@
-"""DEER's forward passes shared between the processes of a data-parallel job (torch.distributed).
-
-Each process encodes a share of the prompts (ordered by token count and dealt out like cards, so
-shares are even), then the vectors are all-gathered and every process ranks them itself.  Sharded
-weights (FSDP, DeepSpeed ZeRO-3) are gathered for the probe first (``full_weights``).
+"""DEER's forward passes shared between the processes of a data-parallel job (torch.distributed): each encodes a
+share of the prompts, the vectors are all-gathered and every process ranks them itself.
 """
 
 from __future__ import annotations
@@ -46,10 +43,9 @@ class ShardedEncoder:
         longest_first = np.argsort(-np.asarray([len(ids) for ids in id_lists], dtype=np.int64), kind="stable")
         mine = np.sort(longest_first[self.rank::self.world_size])  # this process's share: every world_size-th prompt
         out = self.inner.encode_ids([id_lists[i] for i in mine], next_token_ids, description)
-        parts: list = [(mine, out.embeddings, out.next_token_logprobs)]
+        parts: list = [(mine, out.embeddings, out.next_token_logprobs)] * self.world_size
         if self.world_size > 1:
-            parts = [None] * self.world_size
-            dist.all_gather_object(parts, (mine, out.embeddings, out.next_token_logprobs))
+            dist.all_gather_object(parts, parts[0])
         width = next(p[1].shape[1] for p in parts)
         embeddings = np.zeros((n, width), dtype=np.float32)
         logprobs = None if next_token_ids is None else np.zeros((n, len(next_token_ids)), dtype=np.float32)
@@ -68,18 +64,17 @@ class ShardedEncoder:
 @contextlib.contextmanager
 def full_weights(model):
     """The whole weights on every process for the enclosed probe (FSDP, DeepSpeed ZeRO-3; others as they are)."""
+    gathered = contextlib.nullcontext()
     if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3 partitions
         import deepspeed
 
-        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
-            yield model
-        return
-    try:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    except ImportError:  # a torch without FSDP
-        FSDP = None  # noqa: N806
-    if FSDP is not None and any(isinstance(m, FSDP) for m in model.modules()):
-        with FSDP.summon_full_params(model, writeback=False, recurse=True):
-            yield model
-        return
-    yield model
+        gathered = deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+    else:
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        except ImportError:  # a torch without FSDP
+            FSDP = None  # noqa: N806
+        if FSDP is not None and any(isinstance(m, FSDP) for m in model.modules()):
+            gathered = FSDP.summon_full_params(model, writeback=False, recurse=True)
+    with gathered:
+        yield model
