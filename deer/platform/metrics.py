@@ -1,6 +1,5 @@
-"""Rank metrics (Hit@k, MRR, MR) with standard errors, the random baseline and the chance-adjusted index:
-of a KG's ranks (``rank_metrics``) and of a cloze run's table (``cloze_metrics``: P@1, P@10, MRR, MR per
-probe, candidate kind, mode, source and relation)."""
+"""Rank metrics (Hit@k, MRR, MR) with standard errors, the random baseline and the chance-adjusted index, of a KG's
+ranks (``rank_metrics``) and of a cloze run's table (``cloze_metrics``)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ def rank_metrics(ranks: np.ndarray, ks: Sequence[int] = HIT_KS) -> dict:
     metrics: dict = {"n": int(n)}
     if n == 0:
         return metrics
-    hits = {f"hit@{k}": (ranks <= k).astype(np.float64) for k in ks}
-    for name, values in {**hits, "mrr": 1.0 / ranks}.items():
+    for name, values in {**{f"hit@{k}": (ranks <= k).astype(np.float64) for k in ks}, "mrr": 1.0 / ranks}.items():
         metrics[name] = float(values.mean())
         metrics[f"{name}_se"] = float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
     metrics["mr"] = float(ranks.mean())
@@ -39,9 +37,8 @@ def random_baseline(n_competitors: np.ndarray, ks: Sequence[int] = HIT_KS) -> di
 
 
 def adjusted_index(metrics: dict, baseline: dict) -> dict:
-    """PyKEEN's adjusted index of each metric (Hoyt et al. 2022): (value - expected) / (1 - expected),
-    expected under random ranking (``random_baseline``).  0 = chance, 1 = perfect; for MR this is AMRI.
-    None where chance is already perfect (Hit@k with k >= every query's candidate count)."""
+    """PyKEEN's adjusted index of each metric (Hoyt et al. 2022): (value - expected) / (1 - expected), 0 = chance,
+    1 = perfect (for MR: AMRI); None where chance is already perfect (Hit@k with k >= every candidate count)."""
     return {name: None if abs(1.0 - expected) < 1e-12 else (metrics[name] - expected) / (1.0 - expected)
             for name, expected in baseline.items() if name != "n" and name in metrics}
 
@@ -54,8 +51,7 @@ def grouped_metrics(ranks: np.ndarray, groups: Sequence[str], ks: Sequence[int] 
 
 
 def observed_rank_metrics(raw: np.ndarray, filtered: np.ndarray, relations: Sequence[str] | None = None) -> dict:
-    """A KG probe's metrics that its gold ranks alone determine: ``raw`` and ``filtered`` overall and (with each
-    query's relation) ``per_relation``, as metrics.json holds them; what a run computes and a read-back checks."""
+    """A KG probe's metrics that its gold ranks alone determine (what a run computes and a read-back checks)."""
     observed: dict = {"raw": rank_metrics(raw), "filtered": rank_metrics(filtered)}
     if relations is not None:
         raw_blocks, filtered_blocks = grouped_metrics(raw, relations), grouped_metrics(filtered, relations)
@@ -67,9 +63,8 @@ CLOZE_KS = (1, 10)
 
 
 def cloze_block(ranks, n_candidates, correct) -> dict:
-    """P@1 (the argmax is the gold: first on a tie, as lm-pub-quiz and LAMA count), P@10, MRR and MR of the
-    queries scored (a finite rank), with ``random`` (``random_baseline`` over their candidate counts; its P@1
-    also as ``random_p@1``) and ``adjusted`` (``adjusted_index``)."""
+    """P@1 (the argmax is the gold: first on a tie, as lm-pub-quiz and LAMA count), P@10, MRR and MR of the queries
+    scored (a finite rank), with the ``random`` baseline and the ``adjusted`` index."""
     ranks = np.asarray(ranks, dtype=float)
     scored = np.isfinite(ranks)
     if not scored.any():
@@ -89,8 +84,7 @@ def candidate_kind(candidates: pd.Series) -> pd.Series:
 
 
 def probes_in(table: pd.DataFrame, suffix: str = "_rank") -> list[str]:
-    """The probes with a ``{probe}{suffix}`` column in a table, in its order: a cloze run's rank column, or
-    (``suffix="_rank_raw"``) a KG ranks table's."""
+    """The probes with a ``{probe}{suffix}`` column in a table, in its order."""
     return [c[: -len(suffix)] for c in table.columns if c.endswith(suffix)]
 
 
@@ -99,8 +93,8 @@ def _block(frame: pd.DataFrame, probe: str) -> dict:
 
 
 def cloze_metrics(table: pd.DataFrame) -> dict:
-    """{probe: {kind: {mode: {"overall", "per_source", "per_relation"}}}} of ``cloze_block``s; a source's
-    ``p@1_macro`` is the mean over its relations (as LAMA reports T-REx and Google-RE), its ``p@1`` pools its queries."""
+    """{probe: {kind: {mode: {"overall", "per_source", "per_relation"}}}} of ``cloze_block``s; a source's ``p@1_macro``
+    is the mean over its relations (as LAMA reports T-REx and Google-RE), its ``p@1`` pools its queries."""
     table = table.assign(kind=candidate_kind(table["candidates"]))
     out: dict = {probe: {} for probe in probes_in(table)}
     for (kind, mode), part in table.groupby(["kind", "mode"], sort=True):
@@ -117,7 +111,7 @@ def cloze_metrics(table: pd.DataFrame) -> dict:
 
 
 def cloze_blocks(metrics: dict) -> list[tuple[str, str, str, dict]]:
-    """(kind, mode, probe, block) of ``cloze_metrics``' answer: by candidate kind, then mode, then probe (in its order)."""
+    """(kind, mode, probe, block) of ``cloze_metrics``' answer, in that order."""
     pairs = sorted({(kind, mode) for kinds in metrics.values() for kind, modes in kinds.items() for mode in modes})
     return [(kind, mode, probe, kinds[kind][mode]) for kind, mode in pairs for probe, kinds in metrics.items()
             if mode in kinds.get(kind, {})]
