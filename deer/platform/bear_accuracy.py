@@ -1,7 +1,5 @@
-"""The BEAR score's accuracy blocks (lm-pub-quiz's view of a run's rows): each row's correctness under a named tie
-convention, and a block's accuracy per template, its mean (the BEAR score), spread, random baseline and adjusted index.
-Below the probes, so that a BEAR data-set folder read back (``deer.platform.result.load_result``) is checked against
-its instances table as KG and cloze folders are.
+"""The BEAR score's accuracy blocks (lm-pub-quiz's view of a run's rows), below the probes so that a BEAR data-set
+folder read back is checked against its instances table as KG and cloze folders are.
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = 
 
 
 def correctness(table: pd.DataFrame, ties: str = DEFAULT_TIES) -> pd.Series:
-    """Per row: correct under ``ties`` ("first": argmax == gold, with a valid gold score; "wrong": gold strictly
-    highest), never from a stored ``correct`` column, so tables written under either convention give the same answer."""
+    """Per row: correct under ``ties`` (never read from a stored ``correct`` column, whose convention may differ)."""
     metric_convention(ties=ties)
     if ties == "first":  # an invalid gold score ranks last: never correct, though an all-invalid row's argmax is its first
         gold_valid = np.isfinite(pd.to_numeric(table["gold_score"], errors="coerce").to_numpy(dtype=np.float64))
@@ -55,13 +52,11 @@ def weighted_mean(values: pd.Series, weights: pd.Series) -> float:
 
 
 def accuracy_block(frame: pd.DataFrame) -> dict:
-    """Accuracy per template, their mean (BEAR score) and spread, the random baseline and the BEAR score's
-    chance-adjusted index (``deer.platform.metrics.adjusted_index``: 0 = chance, 1 = perfect).
+    """Accuracy per template, their mean (the BEAR score) and spread, the random baseline and the adjusted index.
 
-    ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains under divided
-    support).  ``accuracy`` pools every row as lm-pub-quiz does; ``support`` is the weighted row count.
-    The BEAR score is lm-pub-quiz's accuracy too (every (instance, template) row pooled): where relations have
-    different numbers of templates that is the templates' mean weighted by their support, not their plain mean.
+    ``frame`` holds ``is_correct`` and ``weight`` (1, or 1/k for a relation with k domains under divided support).
+    The BEAR score pools every (instance, template) row as lm-pub-quiz does: where relations have different numbers
+    of templates that is the templates' mean weighted by their support, not their plain mean.
     """
     if not len(frame):
         empty = ["accuracy_mean", "accuracy_std", "accuracy_min", "accuracy_max", "accuracy", "random_baseline", "mean_rank",
@@ -92,10 +87,8 @@ def accuracy_block(frame: pd.DataFrame) -> dict:
 
 
 def check_accuracy_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics: dict) -> None:
-    """A BEAR data-set score's overall and per-relation blocks are a function of its instances table: made again from
-    the table read back under the stored tie convention, a ``metrics.json`` value that disagrees, or a relation in one
-    and not the other, is refused by name (a table rewritten without its metrics, or metrics edited).  The per-domain
-    blocks need the data set's domains: read as stored."""
+    """A BEAR data-set score's overall and per-relation blocks, made again from the instances table under the stored
+    tie convention, must agree with ``metrics.json``.  The per-domain blocks need the data set's domains."""
     stored = metrics.get("bear", {})
     ties = (stored.get("convention") or {}).get("ties", "wrong")  # none stored before issue 9: strict ties
     frame = table.assign(is_correct=correctness(table, ties), weight=1.0)

@@ -1,6 +1,5 @@
-"""A cloze benchmark's rows (``kg_data.task.Task``): one per query, its fields, and per probe
-the gold answer's realistic rank, the argmax prediction and whether it is the gold (used by
-``deer.runner.run_cloze`` and the BEAR data-set score).
+"""A cloze benchmark's rows: one per query, its fields, and per probe the gold's realistic rank, the argmax
+prediction and whether it is the gold.
 """
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ RANK_COLUMNS = ("rank", "predicted", "correct", "predicted_index", "gold_score")
 
 
 def rank_columns(probe: str) -> list[str]:
-    """The columns ``ranks_from_scores`` gives ``probe``, in order."""
+    """The columns ``ranks_from_scores`` gives ``probe``."""
     return [f"{probe}_{column}" for column in RANK_COLUMNS]
 
 
 def task_digest(task: Task) -> str:
-    """Identifies the queries (their fields: texts, subject, gold) and candidate sets of a task."""
+    """Identifies the queries and candidate sets of a task."""
     digest = hashlib.sha256()
     for q in task.queries:
         digest.update(json.dumps(dataclasses.astuple(q)).encode())
@@ -42,9 +41,8 @@ def query_frame(task: Task) -> pd.DataFrame:
 
 
 def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
-    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored), by the one rank
-    rule (``deer.platform.ranking``).  Rows of one width are ranked together, ``chunk_rows`` at a time; a row
-    of another width than its query's candidate set is refused (ValueError)."""
+    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored), by the one rank rule; a
+    row of another width than its query's candidate set is refused (ValueError)."""
     n = len(task.queries)
     rank, correct, gold_score = (np.full(n, np.nan) for _ in range(3))
     predicted_index = np.full(n, -1, dtype=np.int64)

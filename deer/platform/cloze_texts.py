@@ -1,6 +1,5 @@
-"""The texts the built-in probes make of a cloze query (``kg_data.cloze.ClozeQuery``): DEER's query text,
-LAMA's scoring rule and a masked LM's sentence.  The data package holds the queries; what a probe feeds
-the model is the probe's, which hands the same texts to the length guard (``length_checks``).
+"""The texts the built-in probes make of a cloze query: DEER's query text, LAMA's scoring rule and a masked LM's
+sentence (the same texts the probes hand the length guard).
 """
 
 from __future__ import annotations
@@ -33,14 +32,12 @@ def template_scoring(template: str) -> str:
 
 
 def lama_rule(query: ClozeQuery) -> str:
-    """How LAMA scores ``query`` on a causal LM: a template-free sentence (text before its mask) by the next
-    token, a template by ``template_scoring``."""
+    """How LAMA scores ``query`` on a causal LM (a template-free sentence: by the next token)."""
     return "next-token" if query.mode == "template-free" else template_scoring(query.template)
 
 
 def lama_rules(task: Task, masked: bool) -> list[str]:
-    """How LAMA scores each query: "mask-fill" (masked LM), "next-token" or "statement" (``lama_rule``: the
-    whole statement, on a relation's candidates), or not at all (a statement against ``LARGE_SET``)."""
+    """How LAMA scores each query: "mask-fill" (masked LM), ``lama_rule``'s, or not at all (on ``LARGE_SET``)."""
     if masked:
         return ["mask-fill"] * len(task.queries)
     rules = [lama_rule(q) for q in task.queries]

@@ -1,28 +1,13 @@
-"""Exact cosine ranks (DEER's), streamed over blocks of candidate vectors: no score matrix of all
-candidates, and candidates that stay in a store on disk (``rank_cosine``).
+"""Exact cosine ranks (DEER's), streamed over blocks of candidate vectors (``rank_cosine``): no score matrix of all
+candidates, which may stay in a store on disk.
 
-A query block meets one candidate block at a time (on any device).  Each query keeps counts of the
-candidates that score above its gold tail (raw and filtered), the candidates whose score lies within
-``TIE_BAND`` of the gold's (their computed scores, resolved once the gold's own score is known), its
-head's score and a running top k.
+:func:`deer.platform.ranking.rank_chunk`'s rule holds for this kernel's scores, float32 entries of blockwise matrix
+products, whose rounding depends on the block shapes and device: two cosines equal in exact arithmetic may come out
+about 1e-7 apart in one block size and equal in another, the only case where results differ from ``rank_chunk``.
 
-What holds: the rule of :func:`deer.platform.ranking.rank_chunk` (ranks, ties, head above gold, top k
-with ties in candidate order) applied to the scores this kernel computes: each a float32 entry of the
-matrix product of the query's block with the candidate's block, the gold's being the one from its own
-block's product.  Those scores equal the entries of a score matrix computed whole up to float rounding
-only, since a matrix product's summation order depends on its shapes (query and candidate block sizes)
-and device: two cosines equal in exact arithmetic may come out equal in one shape and a rounding
-(up to about 1e-7) apart in another.  On such a tie the optimistic and pessimistic ranks, and the order of the
-tied candidates in the top k, can differ from ``rank_chunk`` on a whole matrix; where the computed scores
-are the same, so are the results (``tests/test_cosine_ranking.py``, several block sizes).
-
-The band: before the gold's block is reached its score is known only approximately (a row-wise dot
-product, rounded differently from a matrix product by far less than the band), so a candidate is
-counted as higher at once only when it lies above the estimate plus the band.  A candidate within the
-band is kept and compared with the gold's computed score at the end (higher: counted as higher; equal: a
-tie), so a near-tie is counted by the exact comparison of computed scores, as ``rank_chunk`` counts it,
-never by the estimate; a query whose computed gold score lies outside the band around its estimate is
-ranked again with ``WIDE_BAND``.
+Until the gold's block is reached its score is only estimated, so a candidate counts as higher at once only above
+the estimate plus ``TIE_BAND``; one within the band is compared with the gold's computed score at the end.  A query
+whose computed gold score lies outside the band is ranked again with ``WIDE_BAND``.
 """
 
 from __future__ import annotations
@@ -39,21 +24,18 @@ from deer.base.vectors import normalize_rows
 from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k, check_candidate_count, filter_counts
 from kg_data.queries import FilterTails
 
-TIE_BAND = 1e-6  # cosine units: the row-wise and matrix-product roundings of a gold's score differ by far less
-#   (at most 6e-8 measured at 576 to 4,096 dimensions); each query meets about |E| x 2 x TIE_BAND / (spread
-#   of its scores) near-ties, which the kernel reads cell by cell
+TIE_BAND = 1e-6  # cosine units: the two roundings of a gold's score differ by far less (at most 6e-8 measured
+#   at 576 to 4,096 dimensions); each query meets about |E| x 2 x TIE_BAND / (spread of its scores) near-ties
 WIDE_BAND = 1e-3  # for the (rare) query whose two roundings differ by more: ranked again with this band
 MAX_QUERY_BLOCK = 65_536  # queries scored against one candidate block at a time (all of a KG's test split)
 
 
 def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 10, chunk_size: int | None = None,
                 device: str | torch.device = "cpu", show_progress: bool = False) -> Ranking:
-    """Rank each query's gold tail by cosine among ``candidate_vectors``: an (n, d) array, or vectors kept in a
-    store (``rows(positions)`` and ``blocks(size)``, as ``deer.embedding_probe.StoredPrompts``, which
-    makes again what a damaged shard held), read block by block.  ``chunk_size``: queries per pass over the
-    candidates (None: all, up to ``MAX_QUERY_BLOCK``); candidate blocks as many rows as keep a block's
-    scores within ``SCORE_BYTES_PER_CHUNK``.  ``show_progress``: a bar over the candidates read, with an estimate.
-    Vectors of another count than the queries' candidates are refused (ValueError)."""
+    """Rank each query's gold tail by cosine among ``candidate_vectors``: an (n, d) array, or a store's vectors
+    (``rows(positions)`` and ``blocks(size)``, as ``deer.embedding_probe.StoredPrompts``) read block by block.
+    ``chunk_size``: queries per pass over the candidates (None: all, up to ``MAX_QUERY_BLOCK``).  Vectors of
+    another count than the queries' candidates are refused (ValueError)."""
     source = candidate_vectors if hasattr(candidate_vectors, "blocks") else _ArrayBlocks(candidate_vectors)
     check_candidate_count(len(source), queries, "candidate vectors")
     query_block = chunk_size or max(1, min(len(query_vectors), MAX_QUERY_BLOCK))
@@ -71,8 +53,6 @@ def rank_cosine(query_vectors: np.ndarray, candidate_vectors, queries, k: int = 
 
 
 class _ArrayBlocks:
-    """An (n, d) array seen as a block source."""
-
     def __init__(self, vectors):
         self.vectors = np.asarray(vectors, dtype=np.float32)
 
@@ -114,17 +94,10 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
                        n_candidates: int, queries, k: int = 10, query_block: int = 4096,
                        device: str | torch.device = "cpu", band: float = TIE_BAND) -> Ranking:
     """Rank every query's gold tail among ``n_candidates`` whose vectors arrive as ``(where, (n, d) array)``
-    blocks, ``where`` a start (rows start..start+n-1) or the rows' ascending candidate positions; every
-    candidate in exactly one block, in any order (a list, or a function giving them anew for each pass).
-
-    ``query_vectors`` (n_queries, d); ``gold_vectors`` (n_queries, d): each query's gold candidate's
-    vector (to place the tie band); ``queries``: what a QuerySet gives the kernel (``gold``,
-    ``filter_tails``, ``excluded_positions()``, ``head_positions()``).  Candidate blocks are read once
-    per block of ``query_block`` queries (once in all for up to that many queries).  ``band``: the near-tie
-    band; a query whose gold's exact score lies outside it from the row-wise estimate is ranked again
-    with ``WIDE_BAND`` (another pass over the candidates, for those queries only).  ``n_candidates`` other than the
-    queries' candidates, vectors of another count than the queries, and blocks that do not hold each of the
-    ``n_candidates`` once (checked as they arrive) are refused (ValueError).
+    blocks, ``where`` a start or the rows' ascending candidate positions; every candidate in exactly one block, in
+    any order (a list, or a function giving them anew for each pass of ``query_block`` queries).  ``gold_vectors``:
+    each query's gold vector (to place the tie band); ``queries``: what a QuerySet gives the kernel.  Counts that
+    disagree with the queries, and blocks that do not hold each candidate once, are refused (ValueError).
     """
     gold, filters = np.asarray(queries.gold, dtype=np.int64), FilterTails.of(queries.filter_tails)
     check_candidate_count(n_candidates, queries, "candidates (n_candidates)")
@@ -140,7 +113,6 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
 
 def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[int, np.ndarray]]], n_candidates: int,
                  query_arrays: tuple, k: int, query_block: int, device: torch.device, band: float) -> Ranking:
-    """``rank_cosine_blocks`` over the queries' (gold, filter tails, excluded, heads) arrays, ``read()`` giving the blocks."""
     gold, filters, excluded, heads = query_arrays
     n_queries = len(query_vectors)
     width = min(k, n_candidates - bool((excluded >= 0).any()))
@@ -179,10 +151,7 @@ def _new_state(n: int, device) -> _QueryBlockState:
 
 def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
           filters: FilterTails, width: int, device, band: float, n_candidates: int) -> None:
-    """Accumulate one block of queries over every candidate block: a few passes over each block's
-    scores (two counts and a top k) besides the matrix product; near-ties are read row by row.  A block position
-    outside the ``n_candidates``, out of ascending order or held before is refused at once, a candidate no block held
-    after the pass."""
+    """Accumulate one block of queries over every candidate block (two counts and a top k besides the product)."""
     filter_rows, filter_positions = filters.pairs(np.arange(rows.start, rows.stop))
     filter_excluded = excluded[rows.start + filter_rows]  # a filtered tail that is excluded is no competitor at all
     block_gold, block_excluded, block_heads = (torch.as_tensor(a[rows.start:rows.stop], device=device)
@@ -240,10 +209,7 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
 
 def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarray, has_excluded, excluded_col,
                 block_excluded: np.ndarray, keep: int, buffers: _Buffers) -> None:
-    """Merge the block's best ``keep`` of each row into the running top lists (the excluded candidate, one
-    more, marked NaN: it sorts last and leaves at the end).  Once a row's list is full, only a row with a
-    score at or above its last kept value can change it (a tie may enter by position); the other rows are
-    left as they are, which is the merge's result for them too, without their ``topk``."""
+    """Merge the block's best ``keep`` of each row into the running top lists (the excluded candidate as NaN: last)."""
     n_rows = scores.shape[0]
     excluded_local = torch.full((n_rows,), -1, dtype=torch.int64, device=scores.device)
     excluded_local[has_excluded] = excluded_col
@@ -272,14 +238,12 @@ def _update_top(state: _QueryBlockState, scores: torch.Tensor, columns: np.ndarr
 
 
 class _Buffers:
-    """Tensors reused from block to block (a fresh 256 MiB score matrix per block costs its page faults:
-    a tenth of the matrix product's time on a CPU)."""
+    """Tensors reused from block to block (a fresh 256 MiB matrix's page faults cost a tenth of the product's time)."""
 
     def __init__(self):
         self.held: dict[str, torch.Tensor] = {}
 
     def take(self, name: str, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A tensor of ``shape`` (contents undefined) on ``device``, from the buffer kept under ``name``."""
         size = int(np.prod(shape))
         held = self.held.get(name)
         if held is None or held.numel() < size or held.device != torch.device(device) or held.dtype != dtype:
@@ -287,15 +251,14 @@ class _Buffers:
         return held[:size].view(*shape)
 
     def count(self, compare, scores: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-        """Counts of a comparison per row, written as 0/1 floats into a buffer and summed: several times faster
-        on a CPU than summing a boolean mask (exact: float64 once a row is longer than float32 counts exactly)."""
+        """Counts of a comparison per row, as 0/1 floats summed: several times faster on a CPU than a boolean mask's
+        sum (float64 once a row is longer than float32 counts exactly)."""
         dtype = torch.float32 if scores.shape[1] < 1 << 24 else torch.float64
         return compare(scores, bound, out=self.take("flags", scores.shape, scores.device, dtype)).sum(1).long()
 
 
 def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cells, filter_keys) -> None:
-    """Keep the scores within the band (other than the gold's and the excluded candidate's), with
-    whether each is a filtered tail, for the rows that have any."""
+    """Keep the scores within the band (not the gold's nor the excluded one's), and whether each is a filtered tail."""
     rows = (near > 0).nonzero().flatten()
     if not len(rows):
         return
@@ -326,9 +289,7 @@ def _located(columns: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tens
 
 
 def _block_top(scores: torch.Tensor, k: int, excluded_local: torch.Tensor, extra: int = 8) -> np.ndarray:
-    """``_top_k`` of a block (ties by column, i.e. by position; the excluded candidate, at its row's column in
-    ``excluded_local`` or -1, never filling a tie): one ``topk`` of ``k + extra``, sorted by value then column;
-    the rows whose ties at the k-th value may reach past it (rare) go through ``_top_k`` itself."""
+    """``_top_k`` of a block by one ``topk`` of ``k + extra``; rows whose ties may reach past it by ``_top_k`` itself."""
     n_rows, n = scores.shape
     taken = min(k + extra, n)
     values, positions = torch.topk(scores, taken, dim=1)

@@ -1,6 +1,5 @@
-"""What the Python API accepts (a KG, a model and template settings in their several forms), turned
-into what the probes take; :func:`prepare` resolves them in that order, so a bad KG is reported
-before a model is loaded.
+"""What the Python API accepts (a KG, a model, template settings), turned into what the probes take, in that
+order (:func:`prepare`): a bad KG is reported before a model is loaded.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def wrong_type(argument: str, value, accepted: str) -> TypeError:
 
 
 def check_model_argument(model) -> None:
-    """``model`` is a name or folder, a ``LoadedModel``, or a model object alone or in a (model, tokenizer) pair."""
+    """``model`` is a name or folder, a ``LoadedModel``, or a model object, alone or with its tokenizer."""
     first = model[0] if isinstance(model, tuple) and len(model) == 2 else model
     if not (isinstance(model, (LoadedModel, str, os.PathLike)) or hasattr(first, "parameters") and hasattr(first, "config")):
         raise wrong_type("model", model, MODEL_ACCEPTED)
@@ -46,8 +45,8 @@ def check_model_argument(model) -> None:
 
 def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int = 0, data_dir=None,
                  exclude_head: bool = False) -> QuerySet:
-    """A QuerySet as given, or the queries of ``split`` (``subset`` sampled with ``seed``) of a KG given as
-    a ``TextualKG``, a name or a folder.  ``exclude_head`` (also for a QuerySet): no query ranks its own head."""
+    """A QuerySet as given, or the queries of ``split`` (``subset`` sampled with ``seed``) of a KG given as a
+    ``TextualKG``, a name or a folder.  ``exclude_head`` (also for a QuerySet): no query ranks its own head."""
     if not isinstance(kg, (str, os.PathLike, TextualKG, QuerySet)):
         raise wrong_type("kg", kg, KG_ACCEPTED)
     if isinstance(kg, QuerySet):
@@ -67,7 +66,7 @@ class PreparedRun:
     backend: Any = None  # the backend opened on the model (deer.backends.ModelBackend)
 
     def finish(self, result: RunResult) -> RunResult:
-        """Add the few-shot examples each query got (``k_shot_used`` column, every probe's metadata) and the length report."""
+        """Add the few-shot examples each query got (``k_shot_used``) and the length report."""
         used = self.templates.examples_used(result.queries.kg, result.queries.triples)
         result.table.insert(result.table.columns.get_loc("n_filtered") + 1, "k_shot_used", used)
         for probe in result.probes:
@@ -101,8 +100,7 @@ def warn_about_few_shot(queries: QuerySet, templates: PromptTemplates) -> None:
 def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | None = None, token_budget: int | None = None,
                  dtype: str | None = None, device: str | None = None, long_prompts: str = "error",
                  max_instances: int | None = None, out_option: str = "out", benchmark: bool = False) -> None:
-    """Check the options, the output folder and (for a model given by name) the model folder's files.
-    ``benchmark``: a cloze benchmark's run, whose texts hold no descriptions to cut (long_prompts 'error' only)."""
+    """Check the options, the output folder and a model folder; ``benchmark``: texts with no descriptions to cut."""
     named_model = isinstance(model, (str, os.PathLike))
     check_run_options(subset=subset, seed=seed, k_shot=k_shot, token_budget=token_budget, max_instances=max_instances,
                       dtype=dtype if named_model else None, device=device if named_model else None)
@@ -120,10 +118,9 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
 
 def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=None,
             backend: str = DEFAULT_BACKEND, show_progress: bool = True) -> PreparedRun:
-    """Check the inputs (:func:`check_inputs`), load the data, the templates and last the model (with
-    ``options.loading``, opening the ``backend`` on it), then check every text the ``probes`` feed it against its positions
-    (``guard_lengths``): a bad input fails before any forward pass.  ``before_loading(queries, templates)``:
-    more checks (a probe's), made before the model loads."""
+    """Check the inputs, load the data, the templates and last the model (opening the ``backend`` on it), then check
+    every text the ``probes`` feed it (``guard_lengths``): a bad input fails before any forward pass.
+    ``before_loading(queries, templates)``: a probe's own checks, made before the model loads."""
     selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
     check_model_argument(model)
     model = with_loading(model, loading.model_kwargs, loading.adapter)
@@ -141,16 +138,15 @@ def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=
 
 def fitted_queries(queries: QuerySet, probes, runner, templates: PromptTemplates, long_prompts: str,
                    check: bool = False) -> QuerySet:
-    """The queries as the run's length guard leaves them (descriptions cut with 'truncate-descriptions'; in 'error' mode
-    as given): the KG its run spec records, so a folder is named and checked by it before the run (``probes``: Probes).
-    ``check``: guarded in 'error' mode too, a text too long refused now (before Ray workers start, say)."""
+    """The queries as the run's length guard leaves them: the KG its run spec records, so a folder is named and
+    checked by it before the run.  ``check``: guarded in 'error' mode too (before Ray workers start, say)."""
     if long_prompts == "error" and not check:  # nothing is cut: no second pass of the guard over every text
         return queries
     return guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, long_prompts)[0].kg_queries
 
 
 def store_root(cache: bool, cache_dir=None) -> Path | None:
-    """Root of the embedding/score stores: None without ``cache``, else ``cache_dir`` or the default."""
+    """Root of the stores: None without ``cache``, else ``cache_dir`` or the default."""
     if not cache:
         return None
     return Path(cache_dir).expanduser() if cache_dir is not None else cache_root()

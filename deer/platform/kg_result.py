@@ -1,6 +1,5 @@
-"""What a KG run's gold ranks become (``deer.runner.KGRanking``): the ranks table's query columns, the
-metadata every KG probe shares, and the metrics (raw and filtered, with the random baseline, the
-chance-adjusted index, the head entity and ties), as a one-probe :class:`~deer.platform.result.RunResult`."""
+"""What a KG run's gold ranks become: the ranks table's query columns, the metadata every KG probe shares and the
+metrics, as a one-probe :class:`~deer.platform.result.RunResult`."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ TAIL_TOKEN_RULE = "' name' after the query's comma, as the statement splits (spl
 
 
 def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
-    """Tokens of " name" where the tail stands, after the query's comma, per name, by ``TAIL_TOKEN_RULE``: the statement's
-    tokens after the comma's (``split_statements``; SentencePiece's "▁dog", not a lone "▁" more)."""
+    """Tokens of " name" per name, by ``TAIL_TOKEN_RULE`` (SentencePiece's "▁dog", not a lone "▁" more)."""
     if tokenizer is None:
         return np.zeros(len(names), dtype=np.int64)
     encoded = split_statements(tokenizer, ",", [" " + name for name in names]).continuation_ids
@@ -33,8 +31,8 @@ def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
 
 
 def relation_labels(kg) -> list[str]:
-    """Each relation's label in the ranks table and the per-relation metrics: its name, or "name (id)" where
-    another relation has the same name (their queries are never pooled into one block)."""
+    """Each relation's label: its name, or "name (id)" where another relation has the same name (their queries are
+    never pooled into one block)."""
     shared = Counter(kg.relation_names)
     return [name if shared[name] == 1 else f"{name} ({relation_id})"
             for relation_id, name in zip(kg.relation_ids, kg.relation_names, strict=True)]
@@ -47,8 +45,7 @@ def ranked_among(queries: QuerySet, filtered: bool) -> np.ndarray:
 
 
 def query_frame(queries: QuerySet, tokenizer=None) -> pd.DataFrame:
-    """The query columns of a ranks table: ids, names (a relation's as ``relation_labels``), tail token length,
-    candidate counts."""
+    """The query columns of a ranks table."""
     kg = queries.kg
     heads, relations, tails = queries.triples.T
     tail_names = [kg.entity_names[t] for t in tails]
@@ -111,8 +108,7 @@ def probe_metrics(queries: QuerySet, ranks: GoldRanks, head_above_gold: np.ndarr
 
 def kg_result(probe: str, queries: QuerySet, ranks: GoldRanks, top_candidates: np.ndarray | None, metadata: dict,
               tokenizer=None, arrays: dict | None = None, head_above_gold: np.ndarray | None = None) -> RunResult:
-    """A KG probe's result from its gold ranks; ``top_candidates``: (n_queries, k) positions into
-    ``queries.candidates``; ``metadata`` must hold the ``run_spec`` of these queries (:func:`run_metadata`)."""
+    """A KG probe's result from its gold ranks; ``metadata`` must hold these queries' ``run_spec``."""
     spec = RunSpec.from_dict(metadata["run_spec"])
     if spec.queries != queries_fingerprint(queries):
         raise ValueError("the run spec describes other queries than the ones ranked; build it from these queries")

@@ -1,9 +1,6 @@
-"""The one result type (:class:`RunResult`) and the run folders it is saved in.
-
-Every run folder holds its table, ``metrics.json`` and ``metadata.json`` keyed by probe.  A KG run's is
-``ranks.parquet|csv`` (the query columns, then every probe's rank and top-10 columns) with ``run_spec.json``
-(a result of another spec is refused); a cloze run's ``queries.parquet``; the BEAR data-set score's
-``instances.parquet|csv`` with ``summary.md``.
+"""The one result type (:class:`RunResult`) and the run folders it is saved in: a table (a KG run's ``ranks``
+with ``run_spec.json``, a cloze run's ``queries``, the BEAR data-set score's ``instances`` with ``summary.md``),
+``metrics.json`` and ``metadata.json`` keyed by probe.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ class Metrics(Mapping):
     default block (``filtered``, ``overall``), or by path: ``metrics["random_baseline/filtered/mrr"]``."""
 
     def __init__(self, tree: dict, default: str | None = None):
-        # Held as metrics.json holds it, so a saved and reloaded result reads like the one in memory.
-        self._tree = as_written(tree)
+        self._tree = as_written(tree)  # as metrics.json holds it: a reloaded result reads like the one in memory
         self.default = default
 
     def __getitem__(self, key: str) -> Any:
@@ -91,14 +87,9 @@ RUN_KINDS = {RANKS_TABLE: "a KG probe run", QUERIES_TABLE: "a cloze run", INSTAN
 class RunResult:
     """What a run produced, its probes side by side: the one result type of every run.
 
-    ``table``: one row per query (``layout`` "ranks": a KG's ranks, with the run ``spec``; "queries": a cloze
-    benchmark's rows) or per (instance, template) ("instances": the BEAR data set's accuracy view), each probe's
-    columns named ``{probe}_...``.  ``probe_metrics`` and ``probe_metadata``: each probe's metrics tree and
-    metadata, saved as ``metrics.json`` and ``metadata.json`` keyed by probe.  A result of one probe reads as
-    that probe's (``result.probe``, ``result.metrics["hit@10"]``, ``result.metadata``, ``result.ranks()``); of
-    several, ``result["deer"]`` is one probe's view and ``metrics_of(probe)``/``metadata_of(probe)`` read one.
-    ``label``, ``folder``, ``experiment``: how the experiments name a run, where it lies and what they add
-    (seconds per probe); ``queries``, ``probe_arrays``: in memory only.
+    ``table``: a row per query ("ranks", "queries") or (instance, template) ("instances"), each probe's columns
+    named ``{probe}_...``.  A result of one probe reads as that probe's (``result.metrics["hit@10"]``); of several,
+    ``result["deer"]`` is one probe's view.  ``queries``, ``probe_arrays``: in memory only.
     """
 
     table: pd.DataFrame
@@ -116,8 +107,7 @@ class RunResult:
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {self.layout!r}")
-        # Held as metrics.json holds them, so a saved and reloaded result reads like the one in memory.
-        self.probe_metrics = as_written(self.probe_metrics)
+        self.probe_metrics = as_written(self.probe_metrics)  # as Metrics holds its tree
         if self.layout == RANKS_TABLE and self.spec is None and self.probe_metrics:
             raise ValueError("a KG run's result (layout 'ranks') needs the run spec its queries were ranked under")
         stray = sorted(set(self.probe_metadata) - set(self.probe_metrics))
@@ -126,7 +116,7 @@ class RunResult:
 
     @classmethod
     def of_probe(cls, probe: str, table: pd.DataFrame, metrics: dict | Metrics, metadata: dict, **fields) -> RunResult:
-        """One probe's result (what 0.1's ``ProbeResult(probe, table, metrics, metadata, spec)`` made)."""
+        """One probe's result (0.1's ``ProbeResult(probe, table, metrics, metadata, spec)``)."""
         tree = metrics.to_dict() if isinstance(metrics, Metrics) else metrics
         return cls(table, {probe: tree}, {probe: metadata}, probe_arrays={probe: dict(fields.pop("arrays", None) or {})}, **fields)
 
@@ -179,7 +169,7 @@ class RunResult:
                                    probe_arrays={probe: self.probe_arrays.get(probe, {})})
 
     def columns_of(self, probe: str) -> list[str]:
-        """``probe``'s own columns of the table (an instances table holds one probe's rows: none are)."""
+        """``probe``'s own columns of the table (none of an instances table's)."""
         if self.is_kg:
             return _probe_columns(self.table, probe)
         if self.layout == INSTANCES_TABLE:
@@ -203,9 +193,8 @@ class RunResult:
         return self.table[f"{self._known(probe or self.probe)}_top10"].str.split(" | ", regex=False)
 
     def save(self, folder: str | Path) -> Path:
-        """Write into ``folder`` (created): a KG run's probes add their columns to the folder's ranks table
-        beside other probes of the same run spec (another spec's folder is refused: ValueError); a cloze
-        run's rows and an instances table are written whole."""
+        """Write into ``folder``: a KG run's probes add their columns to the folder's ranks table beside other probes
+        of the same run spec (another spec's folder is refused: ValueError); other tables are written whole."""
         folder = Path(folder)
         if self.is_kg:
             for probe in self.probes:
@@ -271,9 +260,7 @@ def load_results(folder: str | Path) -> dict[str, RunResult]:
 
 
 def load_result(folder: str | Path) -> RunResult:
-    """A run folder's result, every probe's: its ranks table (a KG run), instances table (the BEAR data set)
-    or queries table (a cloze run).  A file there that is unreadable or lacks what the result needs is
-    refused with a ValueError naming it (``deer.platform.read_back``)."""
+    """A run folder's result, every probe's; a bad file there is refused with a ValueError naming it."""
     folder = Path(folder)
     ranks, instances, queries_table = (find_table(folder, name) for name in (RANKS_TABLE, INSTANCES_TABLE, QUERIES_TABLE))
     if queries_table is not None and ranks is None and instances is None:
@@ -301,8 +288,7 @@ def load_result(folder: str | Path) -> RunResult:
 
 
 def read_ranks_table(path: Path) -> pd.DataFrame:
-    """A run folder's ranks table: readable, with the query ids and, for every probe in it, numeric raw and
-    filtered rank columns (a ValueError naming the file otherwise)."""
+    """A run folder's ranks table, with the query ids and every probe's numeric rank columns (else a ValueError)."""
     table = read_stored_table(path, KEY_COLUMNS)
     for probe in probes_in(table, "_rank_raw"):
         for column in (f"{probe}_rank_raw", f"{probe}_rank_filtered"):
@@ -312,9 +298,7 @@ def read_ranks_table(path: Path) -> pd.DataFrame:
 
 
 def _load_cloze_result(folder: Path, path: Path) -> RunResult:
-    """A cloze run's folder: its metrics are its table's (``cloze_metrics``), made again from the table read
-    back; a metrics.json that disagrees, or a table without a probe's rank column, is refused by name.
-    Folders written before the results were keyed by probe (one metadata object, no metrics.json) read too."""
+    """A cloze run's folder, its metrics made again from its table; folders from before 0.2 read too."""
     table = read_stored_table(path, ["n_candidates", "candidates", "mode", "source", "relation"])
     probes = probes_in(table)
     lacking = [f"{probe}_correct" for probe in probes if f"{probe}_correct" not in table.columns]
@@ -331,9 +315,7 @@ def _load_cloze_result(folder: Path, path: Path) -> RunResult:
 
 
 def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics: dict) -> None:
-    """A KG probe's raw and filtered metrics, overall and per relation, are a function of its ranks: made again
-    from the table read back, a ``metrics.json`` block that disagrees is refused by name (a table rewritten
-    without its metrics, or metrics edited).  The baseline, head and tie blocks need the KG: read as stored."""
+    """A KG probe's raw and filtered metrics, made again from the ranks read back, must agree with ``metrics.json``."""
     relations = table["relation"].astype(str).tolist() if "relation" in table.columns else None
     for probe in probes_in(table, "_rank_raw"):
         stored = metrics.get(probe, {})
@@ -344,7 +326,6 @@ def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics
 
 
 def _probe_entries(path: Path) -> dict[str, dict]:
-    """metrics.json or metadata.json of a run folder: an object holding an object per probe ({} if absent)."""
     stored = _read_json(path)
     odd = [probe for probe, entry in stored.items() if not isinstance(entry, dict)]
     if odd:
@@ -362,13 +343,11 @@ def find_ranks_table(folder: Path) -> Path | None:
 
 
 def _query_columns(table: pd.DataFrame) -> list[str]:
-    """The columns every probe of a folder shares (everything that is not a probe's)."""
     owned = {c for p in probes_in(table, "_rank_raw") for c in _probe_columns(table, p)}
     return [c for c in table.columns if c not in owned]
 
 
 def _with_probe_columns(table: pd.DataFrame, source: pd.DataFrame, probe: str) -> pd.DataFrame:
-    """``table`` (the same queries, in order) with ``probe``'s rank and top-10 columns of ``source`` set."""
     for column in _probe_columns(source, probe):
         table[column] = source[column].to_numpy()
     return table
@@ -405,8 +384,7 @@ def _save_kg_result(result: RunResult, folder: Path) -> None:
 
 
 def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
-    """The folder's table with ``fresh``'s query columns (tail_tokens as this version counts them) if it holds exactly
-    these queries (same order), else ``fresh``'s query columns."""
+    """The folder's table, if it holds these queries, with ``fresh``'s query columns (tail_tokens as counted now)."""
     path = find_ranks_table(folder)
     if path is None:
         return fresh[_query_columns(fresh)].copy()
@@ -418,8 +396,7 @@ def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
 
 
 def other_run_in(folder: Path, layout: str) -> str | None:
-    """What shows that ``folder`` holds another kind of run than a ``layout`` one (None if nothing does):
-    another layout's table, or (for a run without a run spec) a KG run's ``run_spec.json``."""
+    """What shows that ``folder`` holds another kind of run than a ``layout`` one (None if nothing does)."""
     names = {f"{table}{suffix}": table for table in LAYOUTS if table != layout for suffix in (".parquet", ".csv")}
     if layout != RANKS_TABLE:
         names[RUN_SPEC_FILE] = RANKS_TABLE
@@ -428,14 +405,12 @@ def other_run_in(folder: Path, layout: str) -> str | None:
 
 
 def refuse_other_run(folder: Path | None, layout: str, label: str) -> None:
-    """Refuse (ValueError) a folder holding another kind of run, whose metrics.json and metadata.json a
-    ``layout`` run (``label`` names it) would overwrite: checked before any work."""
+    """Refuse (ValueError) a folder holding another kind of run, whose metrics and metadata this one would overwrite."""
     _refuse_overwrite(folder, None if folder is None else other_run_in(Path(folder), layout), label)
 
 
 def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | None) -> str | None:
-    """Why ``folder`` holds another kind of run than an instances result (None if it does not): no other layout's
-    files, and its metrics.json and metadata.json hold only ``probe`` (of ``kind``, with a ``block`` of metrics)."""
+    """Why ``folder`` holds another kind of run than an instances result of ``probe``, or None."""
     other = other_run_in(folder, INSTANCES_TABLE)
     if other:
         return other
@@ -458,7 +433,7 @@ def instances_folder_conflict(folder: Path, probe: str, kind: str, block: str | 
 
 
 def check_instances_folder(folder: Path, probe: str, kind: str, block: str | None, label: str | None = None) -> None:
-    """``refuse_other_run`` for an instances result (``instances_folder_conflict``); ``label`` default: 'a KIND run'."""
+    """``refuse_other_run`` for an instances result (``instances_folder_conflict``)."""
     _refuse_overwrite(folder, instances_folder_conflict(Path(folder), probe, kind, block), label or f"a {kind} run")
 
 

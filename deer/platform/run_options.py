@@ -1,7 +1,5 @@
-"""The option objects of a KG run, which the command line builds, the Python API takes and the run
-records: which queries (``QuerySelection``), how the model is loaded (``ModelLoading``), how much a batch
-holds (``Budget``); the prompts are ``deer.platform.templates.PromptTemplates``.  ``gather_options`` turns
-the Python API's loose keywords (``split=``, ``k_shot=``, ``dtype=``, ...) into these objects.
+"""The option objects of a KG run (which queries, how the model is loaded, how much a batch holds; the prompts are
+``PromptTemplates``), and ``gather_options``, which turns the Python API's loose keywords into them.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from deer.platform.templates import PromptTemplates
 
 @dataclasses.dataclass(frozen=True)
 class QuerySelection:
-    """Which queries of a KG: every triple of ``split``, or ``subset`` of them sampled with ``seed`` (the
-    subset's seed only; candidates: their entities); ``exclude_head``: no query ranks its own head entity."""
+    """Which queries of a KG: every triple of ``split``, or ``subset`` of them sampled with ``seed``."""
 
     split: str = "test"
     subset: int | None = None
@@ -33,9 +30,8 @@ class QuerySelection:
 
 @dataclasses.dataclass(frozen=True)
 class ModelLoading:
-    """How a model given by name is loaded: ``dtype`` and ``device`` ('auto': CUDA when present, bfloat16
-    there), ``model_kwargs`` for ``from_pretrained`` and a PEFT ``adapter`` merged into it; ``tokenizer``:
-    the tokenizer of a model given as an object."""
+    """How a model given by name is loaded ('auto': CUDA when present, bfloat16 there), ``model_kwargs`` for
+    ``from_pretrained`` and a PEFT ``adapter``; ``tokenizer``: that of a model given as an object."""
 
     dtype: str = "auto"
     device: str = "auto"
@@ -46,8 +42,7 @@ class ModelLoading:
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """How much a forward batch may hold (padded tokens; None: the device's default) and what to do
-    with a prompt longer than the model's positions ('error' or 'truncate-descriptions')."""
+    """Padded tokens a forward batch may hold (None: the device's default); what to do with a prompt too long."""
 
     token_budget: int | None = None
     long_prompts: str = "error"
@@ -55,8 +50,7 @@ class Budget:
 
 def templates_from(k_shot: int = 8, shots: str | None = None, shot_seed: int | None = None,
                    query_trailing_space: bool | None = None, template_style: str = "paper", *, subset_seed: int = 0) -> PromptTemplates:
-    """``PromptTemplates`` from the loose keywords, checked; the few-shot examples' seed is ``shot_seed``,
-    else the subset's (``QuerySelection.seed``), as before the two had names of their own."""
+    """``PromptTemplates`` from the loose keywords; the few-shot seed is ``shot_seed``, else the subset's."""
     seed = subset_seed if shot_seed is None else shot_seed
     return PromptTemplates(k_shot=k_shot, shots=shots, seed=seed, query_trailing_space=query_trailing_space, style=template_style)
 
@@ -73,9 +67,8 @@ class RunOptions:
 
 def gather_options(options: Mapping[str, Any], selection: QuerySelection | None = None, templates: PromptTemplates | None = None,
                    loading: ModelLoading | None = None, budget: Budget | None = None) -> tuple[RunOptions, dict]:
-    """The loose keywords in ``options`` gathered into their objects (where the object itself is not
-    given); what is left are the probe's own options.  A keyword given beside its object with another value
-    (``templates=PromptTemplates(k_shot=3)`` and ``k_shot=8``) is refused by name: it would be ignored."""
+    """The loose keywords in ``options`` gathered into their objects (where not given), and what is left: the
+    probe's own options.  A keyword given beside its object with another value is refused: it would be ignored."""
     rest = dict(options)
     selection = take(rest, QuerySelection, selection, "selection")
     return RunOptions(selection, take(rest, templates_from, templates, "templates", subset_seed=selection.seed),
@@ -86,9 +79,8 @@ _ABSENT = object()  # a keyword the given object has no field of
 
 
 def take(rest: dict, build, given, name: str, **fixed):
-    """``given``, else ``build`` called with the keywords of ``rest`` it takes (removed from ``rest``); one of
-    them given beside ``given`` with a value other than the object's (its default too: it was written) is an
-    OptionError naming it."""
+    """``given``, else ``build`` called with the keywords of ``rest`` it takes (removed from ``rest``); one given
+    beside ``given`` with another value than the object's is an OptionError naming it."""
     parameters = inspect.signature(build).parameters
     loose = {key: rest.pop(key) for key, p in parameters.items() if p.kind is not p.KEYWORD_ONLY and key in rest}
     clashing = [key for key, value in loose.items()
@@ -99,7 +91,7 @@ def take(rest: dict, build, given, name: str, **fixed):
 
 
 def refuse_leftover(rest: Mapping[str, Any], where: str) -> None:
-    """A keyword no option object took: an OptionError naming it (the first by name) and ``where``."""
+    """A keyword no option object took: an OptionError naming it and ``where``."""
     if rest:
         name = sorted(rest)[0]
         raise OptionError(name, rest[name], f"{where} has no such option")

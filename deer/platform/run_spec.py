@@ -1,6 +1,4 @@
-"""What a run folder holds ranks *for*: its :class:`RunSpec` (``run_spec.json``), which every later
-write must match, and the default folder names, which hold a short digest of the spec.
-"""
+"""What a run folder holds ranks *for* (:class:`RunSpec`, ``run_spec.json``), and default folder names."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ def queries_fingerprint(queries) -> str:
 
 
 def model_identity(loaded) -> dict:
-    """The model's side of every run identity: weights, vocabulary, dtype and BOS policy.  A run spec
-    holds these fields; each store and resume key is this plus what else decides its content."""
+    """The model's side of every run identity (a run spec's, a store's): weights, vocabulary, dtype and BOS policy."""
     from deer.backends.tokenization import bos_policy
 
     return {"model_fingerprint": str(loaded.fingerprint), "tokenizer_fingerprint": str(loaded.tokenizer_fingerprint),
@@ -43,8 +40,7 @@ def model_identity(loaded) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """Everything that determines a probe's ranks on a set of queries (device and batch sizes aside);
-    ``subset_seed`` is the seed that sampled ``--subset`` (None without one)."""
+    """Everything that determines a probe's ranks on a set of queries (device and batch sizes aside)."""
 
     model_fingerprint: str
     tokenizer_fingerprint: str
@@ -62,7 +58,7 @@ class RunSpec:
 
     @classmethod
     def build(cls, queries, loaded, templates) -> RunSpec:
-        """The spec of probing ``queries`` with ``loaded`` (a ``LoadedModel``) and ``templates``."""
+        """The spec of probing ``queries`` with ``loaded`` and ``templates``."""
         seed = queries.subset_seed
         return cls(**model_identity(loaded), kg_fingerprint=queries.kg.fingerprint(), split=str(queries.split),
                    subset=len(queries) if seed is not None else None, subset_seed=None if seed is None else int(seed),
@@ -83,7 +79,7 @@ class RunSpec:
 
     @classmethod
     def read(cls, folder: Path) -> RunSpec | None:
-        """The spec stored in ``folder`` (None if it has none; a file that is no JSON object: a ValueError naming it)."""
+        """The spec stored in ``folder`` (None if it has none)."""
         from deer.platform.read_back import read_json_object
 
         path = Path(folder) / RUN_SPEC_FILE
@@ -95,7 +91,7 @@ class RunSpec:
         write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
 
     def differences(self, other: RunSpec) -> dict[str, tuple[Any, Any]]:
-        """``{field: (self's value, other's value)}`` for every field that differs (``templates.k_shot``: down to the key)."""
+        """``{field: (self's value, other's value)}`` for every field that differs (a dict's down to the key)."""
         found: dict[str, tuple[Any, Any]] = {}
         for field in dataclasses.fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
@@ -137,8 +133,8 @@ NAMED_FIELDS = ("split", "subset")
 
 def run_folder_name(kg: str, model: str, spec: RunSpec | None = None, *, split: str | None = None,
                     subset: int | None = None) -> str:
-    """The default name of a run folder: ``KG-SPLIT-SUBSET|all-MODEL-DIGEST``, DIGEST hashing the spec's
-    other fields.  Without a ``spec`` (the BEAR data set), ``split``/``subset`` label it and there is no digest."""
+    """The default name of a run folder: ``KG-SPLIT-SUBSET|all-MODEL-DIGEST``, DIGEST hashing the spec's other fields;
+    without a ``spec`` (the BEAR data set), from ``split``/``subset`` and no digest."""
     if spec is not None:
         split, subset = spec.split, spec.subset
     name = f"{_label(kg)}-{split}-{subset if subset is not None else 'all'}-{_label(model)}"

@@ -11,9 +11,8 @@ import pandas as pd
 
 
 def format_number(value, spec: str | None = None, digits: int = 4) -> str:
-    """A cell's text: None and NaN as '-'; a number with ``spec`` ('.3f', '.2g', ...) where given, else a
-    float to ``digits`` significant digits (scientific below 1e-3 and from 1e6); anything else as text
-    with '|' escaped, so it cannot break a markdown row."""
+    """A cell's text: None and NaN as '-'; a number with ``spec`` where given, else a float to ``digits`` significant
+    digits (scientific below 1e-3 and from 1e6); anything else as text with '|' escaped."""
     if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
         return "-"
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
@@ -25,8 +24,7 @@ def format_number(value, spec: str | None = None, digits: int = 4) -> str:
 
 
 def markdown_table(table: pd.DataFrame | Sequence[Mapping], formats: Mapping[str, str] | None = None, digits: int = 4) -> str:
-    """A GitHub-flavoured markdown table (no index) of a frame or of rows (dicts, columns in first-seen
-    order).  ``formats``: a format spec per column ('.3f'); numeric columns are right-aligned."""
+    """A GitHub-flavoured markdown table of a frame or of rows (dicts); ``formats``: a format spec per column."""
     frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
     formats = formats or {}
     columns = [str(c) for c in frame.columns]
@@ -39,10 +37,9 @@ def markdown_table(table: pd.DataFrame | Sequence[Mapping], formats: Mapping[str
 
 
 def text_table(rows: Sequence, columns: Sequence[tuple]) -> str:
-    """A fixed-width text table: a header line and a line per row (no final newline).  ``columns``:
-    (title, spec[, get[, text]]) each; ``spec`` the cell's format spec ('<24', '>8.3f'), whose alignment
-    and width also place the title; ``get`` a row's key (default: the title in lower case) or a function
-    of the row; ``text`` a function giving the value's text, padded by ``spec``.  None shows as '-'."""
+    """A fixed-width text table (no final newline).  ``columns``: (title, spec[, get[, text]]) each; ``spec`` the
+    cell's format spec ('>8.3f'), placing the title too; ``get`` a row's key (default: the title in lower case) or
+    a function of the row; ``text`` a function giving the value's text.  None shows as '-'."""
 
     def cell(row, title, spec, get=None, text=None):
         value = get(row) if callable(get) else row[get or title.lower()]

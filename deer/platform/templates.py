@@ -1,17 +1,9 @@
-"""The DEER prompt templates: few-shot query text and described-tail text, in one place.
+"""The DEER prompt templates: the paper's (examples resampled per query) or, byte for byte, the DEER authors'
+``deer-probe`` 0.1.1's (one shared few-shot block); the tail prompt (PromptEOL) is the same in both.
 
-``style="paper"`` (default) is the paper's text (``EXAMPLE_LINE`` x k, then ``QUERY_LINE``), examples
-resampled per query; ``style="authors"`` is byte for byte what the DEER authors' package ``deer-probe``
-0.1.1 builds (one shared few-shot block, then ``AUTHORS_QUERY_LINES``).  The tail prompt
-(``TAIL_TEMPLATE``, PromptEOL) is the same in both.
-
-A query's examples never include a train triple with its head and relation, compared by name as the prompt shows them
-(two WN18RR synsets are named "tyrannize": one's train triple is the other's test answer); per-query examples are
-drawn with a generator seeded by (seed, head, relation), never the tail; head and relation enter by their ids' text
-(``_id_code``) and examples are drawn from the train rows in order of their ids' text (``_train_pair_index``), so the
-order of a KG's files' lines changes no prompt.  ``query_context`` (what BEAR
-and LAMA condition on) ends at the comma in both styles, since a statement "(h, r, t)" tokenises the
-space with the tail; ``query_prompt`` (the DEER embedding's text) adds " " with ``query_trailing_space``.
+A query's examples never include a train triple with its head and relation's names (two WN18RR synsets are named
+"tyrannize": one's train triple is the other's test answer); they are drawn by ids' text, never by file position.
+``query_context`` ends at the comma, since a statement "(h, r, t)" tokenises the space with the tail.
 """
 
 from __future__ import annotations
@@ -59,12 +51,12 @@ STYLE_DEFAULTS = {"paper": ("per-query", False), "authors": ("shared", True)}
 
 @functools.lru_cache(maxsize=8)
 def candidate_prompt(label: str, description: str | None = None) -> str:
-    """DEER's prompt for a benchmark's answer: name and description (``TAIL_TEMPLATE``), or the name alone."""
+    """DEER's prompt for a benchmark's answer, with its description where it has one."""
     return TAIL_TEMPLATE.format(name=label, description=description) if description else NAME_TAIL_TEMPLATE.format(name=label)
 
 
 def candidate_prompts(candidates) -> list[str]:
-    """DEER's prompt for every answer of a benchmark's candidate set (``kg_data.cloze.CandidateSet``)."""
+    """DEER's prompt for every answer of a benchmark's candidate set."""
     descriptions = candidates.descriptions or (None,) * len(candidates)
     return [candidate_prompt(label, description) for label, description in zip(candidates.labels, descriptions, strict=True)]
 
@@ -104,7 +96,7 @@ class PromptTemplates:
         return EXAMPLE_LINE.format(head=kg.entity_names[head], relation=kg.relation_names[relation], tail=kg.entity_names[tail])
 
     def example_rows(self, kg: TextualKG, triple: tuple[int, int, int]) -> np.ndarray:
-        """Rows of the train split used as examples for this query (see the module doc)."""
+        """Rows of the train split used as examples for this query."""
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
             return np.zeros(0, dtype=np.int64)
@@ -125,7 +117,7 @@ class PromptTemplates:
         return np.asarray(content[places], dtype=np.int64)
 
     def examples_used(self, kg: TextualKG, triples: np.ndarray) -> np.ndarray:
-        """int64 (n,): how many examples each query's prompt holds (``example_rows``' count, without drawing them)."""
+        """int64 (n,): how many examples each query's prompt holds, without drawing them."""
         triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
         train = kg.splits.get("train")
         if train is None or len(train) == 0 or self.k_shot == 0:
@@ -158,8 +150,7 @@ class PromptTemplates:
 
     @property
     def prompt_special_tokens(self) -> str:
-        """How DEER's prompts are tokenised: the authors' package calls ``tokenizer(text)`` (its own special
-        tokens), the paper style follows the project's BOS policy."""
+        """The authors' package calls ``tokenizer(text)`` (its own special tokens); the paper style, the BOS policy."""
         return "tokenizer" if self.style == "authors" else "bos"
 
     @staticmethod
@@ -183,14 +174,12 @@ class PromptTemplates:
 
 
 def _id_code(item_id: str) -> int:
-    """A 64-bit code of an id's text: a query's examples follow its head and relation, not where their rows lie in
-    the entity and relation files (a reordered entities.tsv changed prompts and metrics)."""
+    """A 64-bit code of an id's text (a reordered entities.tsv must change no prompt)."""
     return int.from_bytes(hashlib.blake2b(item_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 @functools.lru_cache(maxsize=2)
 def _shared_order(seed: int, n_train: int) -> np.ndarray:
-    """The shared examples' draw order: one permutation of the train rows per seed (made once)."""
     return np.random.default_rng([seed]).permutation(n_train)
 
 
@@ -212,10 +201,7 @@ def _pair_keys(kg: TextualKG, heads: np.ndarray, relations: np.ndarray) -> np.nd
 
 
 def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sorted (head, relation) name keys of the train rows, the rows' places in content order in that order, the content
-    order: train rows by their (head id, relation id, tail id) text), made once per KG.  A query's own pair's rows are
-    found by binary search, not by a pass over the train split; examples are drawn by place in content order, so the
-    order of train.tsv's lines changes no prompt."""
+    """(sorted (head, relation) name keys of the train rows, their places, the content order by ids' text), per KG."""
     train, entity_codes = kg.splits["train"], _name_codes(kg)[0]
     cached = kg.__dict__.get("_train_pair_index")
     if cached is None or cached[0] is not train or cached[1] is not entity_codes:
@@ -228,7 +214,6 @@ def _train_pair_index(kg: TextualKG) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def _text_ranks(texts) -> np.ndarray:
-    """Each text's place (int64) when the texts (distinct ids) are sorted by code point."""
     ranks = np.empty(len(texts), np.int64)
     ranks[pc.sort_indices(as_arrow(texts)).to_numpy()] = np.arange(len(texts))
     return ranks
@@ -243,7 +228,7 @@ KG_CANDIDATE_SET = "entities"  # the one candidate set of a KG's task
 
 
 class _Picked(Sequence):
-    """``values[indices[i]]`` for each i, read on access (a KG's names or descriptions of its candidates)."""
+    """``values[indices[i]]`` for each i, read on access."""
 
     def __init__(self, values: Sequence, indices: np.ndarray):
         self.values, self.indices = values, indices
@@ -258,21 +243,17 @@ class _Picked(Sequence):
 
 
 class _KGQueries(Sequence):
-    """A KG's queries as ``ClozeQuery``s, each made when read: the template ``query_context + " [Y])"``
-    (``kg_data.cloze.statement`` then gives BEAR's statement).  A text holding [X] or [Y] is refused then:
-    it would be read as a slot."""
+    """A KG's queries as ``ClozeQuery``s (template ``query_context + " [Y])"``), each made when read."""
 
     def __init__(self, queries, templates: PromptTemplates):
         self.queries, self.templates = queries, templates
 
     @functools.cached_property
     def ids(self) -> list[str]:
-        """The queries' ids, made when the first query is read (a probe with a way of its own reads none)."""
         return self.queries.item_ids()
 
     @functools.cached_property
     def relations(self) -> list[str]:
-        """Each relation's label as a KG run's ranks table has it (``relation_labels``: "name (id)" where names collide)."""
         return relation_labels(self.queries.kg)
 
     def __len__(self) -> int:
@@ -292,9 +273,7 @@ class _KGQueries(Sequence):
 
 
 def kg_benchmark_task(queries, templates: PromptTemplates) -> Task:
-    """A KG's queries (a ``QuerySet``) as the one task type: every query over the one candidate set (the
-    candidates' names and descriptions), its text from ``templates``, and ``kg_queries`` the queries
-    themselves; queries and labels are made when read (``_KGQueries``, ``_Picked``)."""
+    """A KG's queries (a ``QuerySet``) as the one task type, over the one candidate set, made when read."""
     kg = queries.kg
     candidates = CandidateSet(_Picked(kg.entity_names, queries.candidates), _Picked(kg.entity_descriptions, queries.candidates))
     return Task(kg.name, _KGQueries(queries, templates), {KG_CANDIDATE_SET: candidates},

@@ -1,5 +1,5 @@
-"""Checks made before any model is loaded or any prompt is encoded: a bad option, device, model folder
-or output folder is refused at once with one line naming the option and its value (or the file).
+"""Checks made before any model is loaded: a bad option, device, model folder or output folder is refused at once
+with one line naming the option and its value (or the file).
 """
 
 from __future__ import annotations
@@ -86,15 +86,12 @@ def check_out_folder(out, option: str = "out") -> None:
         raise OptionError(option, str(out), f"cannot write in {existing} ({error.strerror or error})") from None
 
 
-# -- model folders -------------------------------------------------------------------------------
-
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
 
 
 def check_model_folder(folder: str | Path) -> None:
-    """A local Hugging Face folder holds a readable config, whole weights (safetensors checked against
-    their header) and a tokenizer; raises ``ModelUnavailableError`` naming the file."""
+    """A local Hugging Face folder holds a readable config, whole weights and a tokenizer (else ModelUnavailableError)."""
     folder = Path(folder)
     config = folder / "config.json"
     if not config.exists():
