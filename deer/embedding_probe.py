@@ -246,6 +246,7 @@ class DeerProbe:
     options = {"query_embeddings": None}
     option_values = {"query_embeddings": OptionValues("vectors", optional=True)}
     causal_lm_only = True  # PromptEOL reads a causal LM's last state
+    reads_lm_head = False  # so a causal checkpoint without its head runs (``check_model_kind``)
 
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_embeddings(options["query_embeddings"], len(queries))

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from deer.backends.models import RANDOM_HEAD
 from deer.base.errors import OptionError
 
 ENTRY_POINT_GROUP = "deer.probes"
@@ -135,7 +136,8 @@ class Probe(Protocol):
     # Optional: ``length_checks(task, templates, backend)``, the texts it feeds the model (``LengthCheck``s of
     # ``deer.platform.length_guard``: the run's one guard counts them through the backend before any forward
     # pass; a probe without it feeds nothing to check), ``causal_lm_only`` (default False: True refuses a
-    # masked LM before any work; ``causal_lm_only_on_kg``: on a KG's task only, ``check_model_kind``),
+    # masked LM before any work; ``causal_lm_only_on_kg``: on a KG's task only; ``reads_lm_head``, default True:
+    # False lets a causal checkpoint without its head run, ``check_model_kind``),
     # ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
     # ``folder_suffix(options)`` (what that adds to the default run folder's name), and
     # ``check_before_loading(options, queries, templates)``: raises on options that do not fit the KG's
@@ -266,9 +268,15 @@ ON_A_MASKED_LM = "on a masked LM run bear on a KG, or lama on a cloze benchmark 
 
 
 def check_model_kind(probe: Probe, backend, task=None) -> None:
-    """Refuse, before any work, a masked LM (as the backend says) for a probe that reads a causal LM only
+    """Refuse, before any work, a model whose LM head was drawn at random for a probe that reads it (``reads_lm_head``),
+    and a masked LM (as the backend says) for a probe that reads a causal LM only
     (``causal_lm_only``), or only on a KG's task (``causal_lm_only_on_kg``, refused where ``task`` is a KG's:
     ``task.kg_queries``; such a probe calls this with its task itself, before its first pass)."""
+    missing_head = getattr(getattr(backend, "model", None), RANDOM_HEAD, ())
+    if missing_head and getattr(probe, "reads_lm_head", True):
+        raise ValueError(f"the {probe.name} probe reads the LM head, which the checkpoint of {backend.loaded.name} lacks "
+                         f"({', '.join(missing_head)}): it would be random; give a checkpoint with its LM head "
+                         "(DEER reads none and runs)")
     if not backend.is_masked_lm:
         return
     if getattr(probe, "causal_lm_only", False):

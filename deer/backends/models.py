@@ -255,6 +255,9 @@ def _config_problem(source: str, source_kwargs: dict, overrides: dict) -> str | 
     return None
 
 
+RANDOM_HEAD = "deer_random_head"  # on a loaded model: the LM head parameters its checkpoint lacked
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     """Load (model, tokenizer, resolved) for ``name`` (a ``ModelSpec``'s options included), eval mode, on ``device``
     in ``dtype``; raises ModelUnavailableError with an install hint when the model cannot be had."""
@@ -278,13 +281,17 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
         if resolved.kind == "hub" and not isinstance(error, TypeError):
             raise _hub_unavailable(resolved, error) from error
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' could not be loaded: {error}") from error
+    # Weights the checkpoint lacks are drawn at random by transformers (an ELECTRA discriminator's MLM head, a layer
+    # lost in a conversion).  Every probe reads a masked LM's head and any model's body; only a causal LM's absent
+    # head is left to the probes that read it to refuse (``RANDOM_HEAD``, ``deer.probes.check_model_kind``).
     missing = sorted(info["missing_keys"])
-    # Drawn at random by transformers (an ELECTRA discriminator's or a bare encoder's absent MLM head); every probe
-    # that runs on a masked LM reads its head.  (A causal LM's DEER reads no head: not refused here.)
-    if missing and model_class is AutoModelForMaskedLM:
-        raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' has no weights for {len(missing)} parameters of "
-                                    f"{type(model).__name__} ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
-                                    "they would be random; give a checkpoint with its LM head")
+    head = next((f"{n}." for n, m in model.named_modules() if m is model.get_output_embeddings()), None)
+    body = [k for k in missing if model_class is AutoModelForMaskedLM or head is None or not k.startswith(head)]
+    if body:
+        raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' has no weights for {len(body)} parameters of "
+                                    f"{type(model).__name__} ({', '.join(body[:3])}{', ...' if len(body) > 3 else ''}): "
+                                    "they would be random; give a checkpoint that holds them")
+    setattr(model, RANDOM_HEAD, tuple(missing))
     if adapter is not None:
         model = merged_adapter(model, adapter)
     model.to(device)

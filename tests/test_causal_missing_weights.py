@@ -1,0 +1,60 @@
+"""A causal LM checkpoint that lacks weights: transformers draws them at random, so BEAR and LAMA, which read the LM
+head, changed from one load of the same folder to the next (MRR 0.31 then 0.23), with exit code 0.  A checkpoint without
+its untied head still runs DEER (which reads no head) to the numbers of the whole model, and is refused by the probes
+that read the head; one that lacks any other weight is refused when loaded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file, save_file
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+import bear_ref
+import deer
+from deer.backends.models import ModelUnavailableError, open_model
+from experiments.cli import main
+
+HEADLESS = r"the (bear|lama) probe reads the LM head, which the checkpoint of .* lacks \(lm_head.weight\): it would be random"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, smollm2_dir):
+    """Folders of one untied tiny Llama: 'whole', 'headless' (its base model saved alone), 'holed' (one MLP weight cut)."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False)).eval()
+    root = tmp_path_factory.mktemp("checkpoints")
+    for name, saved in (("whole", model), ("headless", model.model), ("holed", model)):
+        saved.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    weights = load_file(root / "holed" / "model.safetensors")
+    del weights["model.layers.1.mlp.up_proj.weight"]
+    save_file(weights, root / "holed" / "model.safetensors", metadata={"format": "pt"})
+    return {name: str(root / name) for name in ("whole", "headless", "holed")}
+
+
+def test_a_checkpoint_without_its_head_runs_deer_and_refuses_the_probes_that_read_it(checkpoints, tiny_kg_dir):
+    options = dict(cache=False, show_progress=False)
+    whole = deer.probe(str(tiny_kg_dir), checkpoints["whole"], **options)
+    headless = deer.probe(str(tiny_kg_dir), checkpoints["headless"], **options)
+    assert headless.table["deer_rank_filtered"].tolist() == whole.table["deer_rank_filtered"].tolist()
+    assert headless.metrics.flat() == whole.metrics.flat()
+    for probe in (bear_ref.bear, bear_ref.lama):
+        assert probe(str(tiny_kg_dir), checkpoints["whole"], **options).metrics["n"] > 0  # a head present: not refused
+        with pytest.raises(ValueError, match=HEADLESS):
+            probe(str(tiny_kg_dir), checkpoints["headless"], **options)
+    result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", checkpoints["headless"],
+                                       "--probe", "bear", "--no-cache", "--out", str(tiny_kg_dir.parent / "out")])
+    assert result.exit_code == 1 and "reads the LM head" in result.output
+    assert not (tiny_kg_dir.parent / "out" / "metrics.json").exists()
+
+
+def test_a_checkpoint_missing_a_weight_of_the_body_is_refused(checkpoints):
+    with pytest.raises(ModelUnavailableError, match=r"no weights for 1 parameters of LlamaForCausalLM "
+                                                    r"\(model\.layers\.1\.mlp\.up_proj\.weight\): they would be random"):
+        open_model(checkpoints["holed"], dtype="float32", device="cpu")
