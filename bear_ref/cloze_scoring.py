@@ -1,7 +1,4 @@
-"""LAMA and BEAR scores on a cloze benchmark (``kg_data.cloze``): LAMA's first answer token after the
-answer context (``answer_token_ids``; at a masked LM's mask the backend's ``mask_filler``), and whole
-statements' log-likelihoods (``statement_scores``, grouped so the prefix trie reads shared prefixes once).
-"""
+"""LAMA's first answer tokens and BEAR's whole-statement scores on a cloze benchmark (``kg_data.cloze``)."""
 
 from __future__ import annotations
 
@@ -24,16 +21,14 @@ REFERENCE_SLOT = ("is ", " .")  # a LAMA template's "[X] is [Y] ." around the ma
 
 
 def mask_slot(tokenizer, sentence: str) -> tuple[str, str]:
-    """The text around the mask of a masked ``sentence`` that decides the tokens of a word filling it (``slot_tokens``)."""
+    """The text around the mask of ``sentence`` that decides the tokens of a word filling it."""
     before, _, after = sentence.partition(tokenizer.mask_token)
     return _BEFORE_SLOT.search(before).group(), _AFTER_SLOT.search(after).group()
 
 
 def slot_tokens(tokenizer, labels: Sequence[str], slot: tuple[str, str] = REFERENCE_SLOT) -> list[list[int] | None]:
-    """Each label's tokens as the text ``slot[0] + label + slot[1]`` has them from the mask's position of
-    ``slot[0] + mask + slot[1]`` (a byte-level BPE mask stands for the space-prefixed token, WordPiece's for
-    the word's own pieces) up to the text after the mask's tokens; None where the tokens before the mask
-    change (the label joins the text before it: no token of its own at the mask)."""
+    """Each label's tokens in ``slot[0] + label + slot[1]`` from the mask's position in ``slot[0] + mask + slot[1]``
+    up to the text after the mask's tokens; None where the tokens before the mask change (no token of its own)."""
     before, after = slot
     masked = tokenizer(before + tokenizer.mask_token + after, add_special_tokens=False)["input_ids"]
     if masked.count(tokenizer.mask_token_id) != 1:
@@ -52,21 +47,18 @@ def slot_tokens(tokenizer, labels: Sequence[str], slot: tuple[str, str] = REFERE
 
 
 def answer_tokens(tokenizer, labels: Sequence[str], masked: bool) -> list[list[int]]:
-    """Each answer's tokens where it stands in LAMA's "[X] is [Y] .": for a causal LM the statement's tokens after
-    "is" (``split_statements``, as the causal probe reads them: SentencePiece's "▁Paris", not a lone "▁" first), for a
-    masked LM as the label fills the mask (``slot_tokens``); no special tokens."""
+    """Each answer's tokens where it stands in LAMA's "[X] is [Y] .": a causal LM's as the statement has them after
+    "is" (SentencePiece's "▁Paris", not a lone "▁"), a masked LM's as the label fills the mask."""
     if masked:
         return [[] if ids is None else ids for ids in slot_tokens(tokenizer, labels)]
     return split_statements(tokenizer, REFERENCE_SLOT[0], labels).continuation_ids
 
 
-def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple[str, str] | None = None) -> np.ndarray:
-    """int64: the first token of each answer as it follows the context (``answer_tokens``); for a masked LM
-    the token the filled sentence has at the mask's position, with the text around the mask ``slot``
-    (``mask_slot``; default LAMA's "[X] is [Y] .")."""
+def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple[str, str] = REFERENCE_SLOT) -> np.ndarray:
+    """int64: each answer's first token (``answer_tokens``); a masked LM's at the mask with the text ``slot`` around it."""
     if masked:
-        before, after = REFERENCE_SLOT if slot is None else slot
-        encoded = slot_tokens(tokenizer, labels, (before, after))
+        before, after = slot
+        encoded = slot_tokens(tokenizer, labels, slot)
         for label, ids in zip(labels, encoded, strict=True):
             if ids is None:
                 raise ValueError(f"the answer {label!r} has no token of its own at the mask of "
@@ -80,18 +72,15 @@ def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple
 
 
 def single_token_words(tokenizer, words: Sequence[str], masked: bool) -> list[str]:
-    """The words that are one token for this tokenizer (LAMA's single-token protocol): one token where they stand in
-    "[X] is [Y] ." (``answer_tokens``: after "is" for a causal LM, filling the mask for a masked LM); a word the
-    tokenizer only knows as its unknown token is not one of them."""
+    """The words that are one token (not the unknown token) where they stand in "[X] is [Y] ." (LAMA's protocol)."""
     encoded = answer_tokens(tokenizer, words, masked)
     unknown = tokenizer.unk_token_id
     return [w for w, ids in zip(words, encoded, strict=True) if len(ids) == 1 and (unknown is None or ids[0] != unknown)]
 
 
 def lama_vocabulary(tokenizer, words: Sequence[str], masked: bool) -> dict[str, str]:
-    """{each of ``single_token_words``: the word whose candidate it is}.  A masked LM's candidates are its token ids, as
-    LAMA ranks them: words of one token id (an uncased tokenizer's "Act" and "act") are one candidate, the first of them
-    in ``words`` order; a causal LM's words are each their own."""
+    """{each of ``single_token_words``: the word whose candidate it is}.  A masked LM's candidates are token ids, as
+    LAMA ranks them: words of one id (an uncased "Act" and "act") are one candidate, the first of them in ``words``."""
     kept = single_token_words(tokenizer, words, masked)
     ids = answer_token_ids(tokenizer, kept, masked).tolist() if masked else kept
     first: dict = {}

@@ -1,11 +1,7 @@
-"""The BEAR score over a data set in the lm-pub-quiz format (BEAR, BEAR-big).
-
-Every answer of a relation's answer space fills [Y] and the whole statement is scored (summed
-log-likelihood after BOS; PLL for masked LMs), a template's statements together through a prefix trie.
-Metrics follow lm-pub-quiz 0.3.3 unless asked otherwise (``metric_convention``, ``deer.platform.bear_accuracy``: ``TIES``,
-``DOMAIN_SUPPORT``).  The per-(instance, template) table is metric independent, so either convention
-can be recomputed from it (``resummarise_bear_dataset``); finished relations are stored as parts, so
-an interrupted run resumes.
+"""The BEAR score over a data set in the lm-pub-quiz format (BEAR, BEAR-big): every answer fills [Y] and the
+whole statement is scored.  Metrics follow lm-pub-quiz 0.3.3 unless asked otherwise (``metric_convention``); the
+per-(instance, template) table is metric independent, so either convention can be recomputed from it
+(``resummarise_bear_dataset``).  Finished relations are stored as parts, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ INSTANCE_COLUMNS = ("relation", "template", "row", "sub_id", "sub_label", "obj_i
 
 
 def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.DataFrame:
-    """A probe's columns of a cloze run's rows (``deer.platform.benchmark_rows``) on the BEAR data set as
-    an instances table: one row per (template, instance) with ids, gold score, prediction and rank."""
+    """A probe's columns of a cloze run's rows as an instances table: one row per (template, instance)."""
     answer_ids = {code: r.answer_ids for code, r in dataset.relations.items()}
     predicted = table[f"{probe}_predicted_index"].to_numpy()
     return pd.DataFrame({
@@ -60,8 +55,8 @@ def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.Dat
 
 def bear_metrics(table: pd.DataFrame, dataset: BearDataset, domain_support: str = DEFAULT_DOMAIN_SUPPORT,
                  ties: str = DEFAULT_TIES) -> dict:
-    """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention
-    (``metric_convention``); a relation without domains is grouped under "unknown"."""
+    """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention; a
+    relation without domains is grouped under "unknown"."""
     convention = metric_convention(domain_support, ties)
     domains = {code: relation.domains or ["unknown"] for code, relation in dataset.relations.items()}
     cardinality = {code: relation.cardinality for code, relation in dataset.relations.items()}
@@ -123,8 +118,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def run_settings(metadata: dict) -> dict:
-    """What a data-set run is of, as its metadata records it: the model (weights, tokenizer, dtype), the data set and
-    subset, the backend and scoring.  A folder holds one such run (``refuse_other_settings``)."""
+    """What a data-set run is of, as its metadata records it; a folder holds one such run."""
     model = metadata.get("model") or {}
     return {**{f"model {name}": model.get(name) for name in ("fingerprint", "tokenizer_fingerprint", "dtype")},
             "dataset": (metadata.get("dataset") or {}).get("name"),
@@ -132,9 +126,8 @@ def run_settings(metadata: dict) -> dict:
 
 
 def refuse_other_settings(out_dir: Path, settings: dict) -> None:
-    """ValueError naming what differs when ``out_dir`` holds a finished data-set run of other ``settings``
-    (``run_settings``): its results would be replaced by this run's (a second seed or PLL variant into the default
-    folder lost the first's)."""
+    """ValueError naming what differs when ``out_dir`` holds a finished data-set run of other ``settings``,
+    which this run would replace (a second seed or PLL variant into the default folder lost the first's)."""
     path = Path(out_dir) / "metadata.json"
     stored = read_json_object(path).get("bear") if path.exists() else None
     if isinstance(stored, dict) and stored.get("probe") == PROBE:
@@ -146,9 +139,8 @@ def refuse_other_settings(out_dir: Path, settings: dict) -> None:
 
 
 def resume_key(dataset: BearDataset, loaded, selection: dict, method, backend_key: dict | None = None) -> dict:
-    """What a stored part depends on: the model identity (``model_identity``), data set, subset and scoring
-    (``method``: the statement scorer's ``statements_method``, or the scorer); ``backend_key``: what the backend's
-    scores depend on beyond the model (its ``store_key``; {} for the model's own: the key as before)."""
+    """What a stored part depends on; ``method``: the statement scorer (or its ``statements_method``),
+    ``backend_key``: what the backend's scores depend on beyond the model (its ``store_key``)."""
     return {
         **model_identity(loaded),
         "dataset": dataset.name,  # its content enters per relation: each part is named by its relation's digest
@@ -162,8 +154,7 @@ def resume_key(dataset: BearDataset, loaded, selection: dict, method, backend_ke
 
 
 def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: Path | None) -> RunResult:
-    """The data-set score as a :class:`RunResult` (saved as instances table, metrics, summary.md, metadata),
-    saved in ``out_dir`` unless it is None."""
+    """The data-set score as a :class:`RunResult`, saved in ``out_dir`` unless it is None."""
     result = RunResult.of_probe("bear", table, metrics, metadata, layout=INSTANCES_TABLE, summary=summary_markdown(metrics))
     if out_dir is not None:
         result.save(out_dir)
@@ -174,17 +165,13 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
                      pll_variant: str = "within_word_l2r", show_progress: bool = True,
                      domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES,
                      backend: str = DEFAULT_BACKEND) -> RunResult:
-    """Score ``dataset`` and return its result: the BEAR probe over ``bear_cloze_task`` through the one cloze
-    loop (``deer.runner.score_probes``), seen as lm-pub-quiz's instances table and accuracy.
+    """Score ``dataset`` with the BEAR probe through the one cloze loop, as lm-pub-quiz's instances table.
 
-    ``out_dir``: each finished relation's rows are stored there as a part named by its content digest (an
-    interrupted run resumes; an edited relation is scored anew) and the result saved at the end; None:
-    nothing is written.  ``selection``: how the subset was chosen, part of the resume key.
-    ``domain_support``/``ties``: the metric convention (``metric_convention``); not in the stored parts, so
-    it can change on resume (a model whose fingerprint hashes no weights, one in training, stores and resumes
-    nothing).  ``backend``: 'hf' (prefix trie) or 'plain' (a cross-check, which stores nothing).
-    A folder holding another kind of run is refused with a ValueError, a statement longer than the
-    model's positions with a PromptTooLongError, both before anything is scored or written.
+    ``out_dir``: each finished relation is stored there as a part named by its content digest (a run resumes;
+    an edited relation is scored anew), and the result saved; None: nothing is written.  ``selection``: part of
+    the resume key; the metric convention is not, so it can change on resume.  ``backend``: 'hf' or 'plain'
+    (a cross-check, which stores nothing).  Another kind of run in ``out_dir`` (ValueError) and a statement
+    longer than the model's positions (PromptTooLongError) are refused before anything is scored or written.
     """
     convention = metric_convention(domain_support, ties)
     if not dataset.relations:
@@ -198,8 +185,7 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         check_out_dir(out_dir)
         refuse_other_settings(out_dir, run_settings(as_written({"model": loaded.metadata(), "dataset": dataset.summary(),
                                                                "selection": selection, "backend": backend, "scoring": method})))
-    # the plain backend is a cross-check: it stores nothing to resume from; nor is anything kept for a model whose
-    # fingerprint hashes no weights (one in training): its parts could be resumed for other weights
+    # nothing is kept for the plain backend (a cross-check) or a model whose fingerprint hashes no weights
     keeps = can_cache(backend) and loaded.content_addressed
     parts_dir = None if out_dir is None or not keeps else Path(out_dir) / "parts" / key_digest(key)
     task = bear_cloze_task(dataset)
@@ -240,9 +226,8 @@ def find_instances_table(out_dir: Path) -> Path:
 
 def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
                              domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> RunResult:
-    """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table
-    (left as it is; nothing is re-scored).  ``dataset`` defaults to the one metadata.json names, loaded
-    with the stored selection; a given one must hold the same relations and instances as the table."""
+    """Recompute metrics.json, summary.md and metadata.json of a finished run from its instances table (nothing is
+    re-scored).  ``dataset`` defaults to the one metadata.json names; a given one must match the table."""
     out_dir = Path(out_dir)
     convention = metric_convention(domain_support, ties)
     check_out_dir(out_dir)

@@ -1,10 +1,8 @@
 """BEAR: score every candidate statement of every query by its summed log-likelihood (PLL for masked LMs).
 
-On a benchmark (``kg_data.task.Task``) the statements are the templates filled with each answer
-of the query's candidate set, never LAMA's common vocabulary (``LARGE_SET``).  On a KG, the statement
-for (h, r, ?) and candidate t is the DEER query text closed with ``t_name)``; the whole statement is
-scored, since a token straddling the end of the query text makes the conditional score rank differently.
-Work is quadratic, so with a store root score rows are stored per chunk of queries: a run resumes.
+On a KG the statement for (h, r, ?) and t is the DEER query text closed with ``t_name)``, scored whole (a token
+straddling the query's end would make a conditional score rank differently).  Work is quadratic, so with a
+store root score rows are stored per chunk of queries: a run resumes.
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional aft
 
 def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path,
                 backend_key: dict | None = None) -> EmbeddingStore:
-    """Store of score rows (one float32 per candidate, -inf a possible log-likelihood) keyed by everything
-    that determines them; a stored row of another width is damage (``EmbeddingStore``).  ``backend_key``: what
-    a backend's scores depend on beyond the model (its ``store_key``; {} for the model's own: the key as before)."""
+    """Store of score rows (float32 per candidate, -inf allowed) keyed by everything that determines them;
+    ``backend_key``: what a backend's scores depend on beyond the model (its ``store_key``)."""
     candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
     key = {"scorer": SCORER_VERSION, "toolkit": deer.__version__, "method": method, **model_identity(loaded),
            "kg_fingerprint": queries.kg.fingerprint(),
@@ -48,15 +45,13 @@ def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplat
 def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: PromptTemplates,
                    store: EmbeddingStore | None = None, chunk_size: int = 8,
                    show_progress: bool = True) -> tuple[np.ndarray, int]:
-    """Scores (n_queries, n_candidates) float32 (nats) and the number of queries scored now.  With a store,
-    rows are written in chunks (``PendingParts``, also on Ctrl-C) under its lock: a parallel run waits;
-    stored rows that fail their checks when read back are scored again."""
+    """Scores (n_queries, n_candidates) float32 and the number of queries scored now.  With a store, rows are
+    written in chunks (also on Ctrl-C) under its lock; stored rows that fail their checks are scored again."""
     kg, ids = queries.kg, queries.item_ids()
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
     scores = np.zeros((len(queries), len(queries.candidates)), dtype=np.float32)
 
     def score_missing() -> int:
-        """Score the queries the store lacks (all without one) into ``scores``; how many."""
         with contextlib.ExitStack() as stack:
             pending = None
             if store is not None and store.missing(ids):
@@ -89,8 +84,7 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
 
 
 class BearProbe:
-    """BEAR on a KG: every (query, candidate) statement's summed log-likelihood.  Option ``pll_variant``:
-    the masked-LM PLL variant."""
+    """BEAR: every (query, candidate) statement's summed log-likelihood; ``pll_variant``: masked LMs' PLL."""
 
     name = "bear"
     summary = "summed log-likelihood of every candidate statement (quadratic; the reference)"
@@ -98,15 +92,14 @@ class BearProbe:
     option_values = {"pll_variant": OptionValues(str, PLL_VARIANTS)}
 
     def length_checks(self, task, templates, backend):
-        """The statements BEAR scores: a KG's every query with every candidate; a benchmark's queries with
-        their sets' answers (never ``LARGE_SET``)."""
+        """Every statement BEAR scores (a benchmark's never over ``LARGE_SET``)."""
         if task.kg_queries is not None:
             return kg_statement_checks(task.kg_queries, templates, backend)
         return set_statement_checks(task, [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET], backend)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's queries: the (n_queries, n_candidates) statement scores, stored by chunk of queries where
-        there is a store; a benchmark: each query's statements over its set (never ``LARGE_SET``)."""
+        """A KG's (n_queries, n_candidates) statement scores, stored by chunk where there is a store; a
+        benchmark's statements over each query's set (never ``LARGE_SET``)."""
         return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:

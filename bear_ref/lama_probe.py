@@ -1,11 +1,6 @@
-"""LAMA: rank candidates by the log-probability of their first token after the query.
-
-On a KG: log p(first token of " t_name)") after the query text, read in the forward pass that DEER's
-query encoder makes (its query embeddings are kept, so a LAMA + DEER run reads every query once).  On a
-benchmark (``kg_data.task.Task``) each query is scored by its ``deer.platform.cloze_texts.lama_rules`` rule.  The first token
-is the whole statement's (``deer.backends.boundary``); one that straddles the end of the query text is
-read after the statement's tokens before it (``score_straddling_tokens``).
-"""
+"""LAMA: rank candidates by the log-probability of their first token after the query, read in DEER's
+query pass (its query embeddings are kept: a LAMA + DEER run reads every query once).  The first token is
+the whole statement's; one straddling the query text's end is read after the tokens before it."""
 
 from __future__ import annotations
 
@@ -33,13 +28,9 @@ _LAST_WORD = re.compile(r"[^\S\x1c-\x1f]*[\S\x1c-\x1f]*\Z")
 
 
 def boundary_region(context: str) -> tuple[bool, str, str]:
-    """The end of ``context`` that decides how a continuation after it is tokenised: (whether it is the
-    whole text, the text from the whitespace run before the last word to the word's end, the
-    whitespace after it, which ``split_statements`` moves to the continuation).
-
-    No BPE, SentencePiece or WordPiece token spans whitespace into the next word except one starting
-    with the single whitespace before it, so tokens before this region do not depend on the continuation.
-    """
+    """The end of ``context`` that decides how a continuation is tokenised: (whether it is the whole text,
+    the whitespace run before the last word and the word, the trailing whitespace).  No BPE, SentencePiece
+    or WordPiece token spans whitespace into the next word, so tokens before it do not depend on the continuation."""
     stripped = context.rstrip()
     match = _LAST_WORD.search(stripped)
     return match.start() == 0, match.group(), context[len(stripped):]
@@ -47,9 +38,8 @@ def boundary_region(context: str) -> tuple[bool, str, str]:
 
 @dataclasses.dataclass
 class FirstTokens:
-    """Each candidate's first token after each query's text, split once per ``boundary_region``: ``group``
-    int64 (n_queries,), each query's row of ``ids`` (int64 (n_groups, n_candidates), the first token touching
-    the continuation) and ``drops`` (how many of the context's last tokens it replaces, 0 unless it straddles)."""
+    """Each candidate's first token after each query's text: ``group`` (n_queries,) is each query's row of
+    ``ids`` and ``drops`` (n_groups, n_candidates): how many of the context's last tokens it replaces."""
 
     group: np.ndarray
     ids: np.ndarray
@@ -57,8 +47,7 @@ class FirstTokens:
 
 
 def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> FirstTokens:
-    """Split every candidate's continuation against each query's own text (``split_statements``), once
-    per distinct ``boundary_region`` of the query texts rather than once per query."""
+    """``split_statements`` once per distinct ``boundary_region`` of the query texts, not once per query."""
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
     group = np.zeros(len(queries.triples), dtype=np.int64)
@@ -78,8 +67,8 @@ def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> Fi
 
 
 def first_tokens_after(tokenizer, context: str, continuations: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """int64 (len(continuations),) twice: each continuation's first token after ``context`` as the whole statement
-    has it (``split_statements``), and how many of the context's last tokens it replaces (0 unless it straddles)."""
+    """Each continuation's first token after ``context`` as the whole statement has it, and how many of the
+    context's last tokens it replaces (0 unless it straddles)."""
     split = split_statements(tokenizer, context, continuations)
     return (np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64),
             np.asarray([len(split.context_ids) - shared for shared in split.shared_lengths], dtype=np.int64))
@@ -108,28 +97,14 @@ def check_query_end(templates: PromptTemplates) -> None:
                          "(--query-trailing-space or --template-style authors): use the paper style without it")
 
 
-def score_straddling_tokens(encoder, tokenizer, queries: QuerySet, templates: PromptTemplates, first: FirstTokens,
-                            scores: np.ndarray) -> int:
-    """Put into ``scores`` the log-probability of each first token that straddles its query's end
-    (``straddling_logprobs``).  Returns the number of prefixes read."""
-    rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
-    contexts = [templates.query_context(queries.kg, tuple(queries.triples[q].tolist())) for q in rows]
-    found, prefixes = straddling_logprobs(encoder, tokenizer, contexts, [first.ids[first.group[q]] for q in rows],
-                                          [first.drops[first.group[q]] for q in rows], lambda i: "a query text")
-    for i, columns, logprobs in found:
-        scores[rows[i], columns] = logprobs
-    return prefixes
-
-
-def straddling_logprobs(encoder, tokenizer, contexts: list[str], first_ids: list[np.ndarray], drops: list[np.ndarray],
-                        where) -> tuple[list[tuple[int, np.ndarray, np.ndarray]], int]:
-    """For each text ``contexts[i]`` and its candidates' first tokens (``first_ids[i]``, ``drops[i]``: how many of the
-    text's last tokens each replaces, ``first_tokens_after``): the log-probability of each first token that straddles
-    the text's end, after the statement's tokens before it -- the text's, less the ``drop`` it replaces.  Each such
-    prefix is text checked to tokenise back to exactly those tokens (a ValueError naming ``where(i)`` otherwise).
-    Returns [(i, its straddling candidates' columns, their log-probabilities)] and the number of prefixes."""
+def score_straddling(encoder, tokenizer, scores, rows, contexts: list[str], first_ids: list[np.ndarray],
+                     drops: list[np.ndarray], where) -> int:
+    """Put into ``scores[rows[i]]`` the log-probability of each of ``first_ids[i]`` that straddles the end of
+    ``contexts[i]`` (``drops[i]``: how many of its last tokens each replaces), read after the text's tokens
+    less those.  Each such prefix must tokenise back to exactly those tokens (a ValueError naming ``where(i)``
+    otherwise).  Returns the number of prefixes read."""
     if not contexts:
-        return [], 0
+        return 0
     contexts = [context.rstrip() for context in contexts]
     encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
     bos = [] if bos_id(tokenizer) is None else [bos_id(tokenizer)]
@@ -146,14 +121,14 @@ def straddling_logprobs(encoder, tokenizer, contexts: list[str], first_ids: list
                              f"{prefix[-40:]!r}, does not tokenise to the tokens it stands for")
     wanted = np.unique(np.concatenate([first_ids[i][columns] for i, columns in targets]))
     logprobs = encoder.encode(prefixes, next_token_ids=wanted, description="straddling prefixes").next_token_logprobs
-    return ([(i, columns, logprobs[row, np.searchsorted(wanted, first_ids[i][columns])])
-             for row, (i, columns) in enumerate(targets)], len(prefixes))
+    for row, (i, columns) in enumerate(targets):
+        scores[rows[i]][columns] = logprobs[row, np.searchsorted(wanted, first_ids[i][columns])]
+    return len(prefixes)
 
 
 @dataclasses.dataclass
 class SlotFirstTokens:
-    """A benchmark's next-token rows' first tokens (``slot_first_tokens``): per row its ``key``, per key the
-    candidates' first tokens (``ids``, int64) and how many of the context's last tokens each replaces (``drops``)."""
+    """A benchmark's next-token rows' first tokens: per row its ``key``, per key ``ids`` and ``drops`` (``FirstTokens``)."""
 
     keys: dict[int, tuple]
     ids: dict[tuple, np.ndarray]
@@ -161,13 +136,9 @@ class SlotFirstTokens:
 
 
 def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
-    """Each candidate's first token after each row's query text (``deer_query_text``) as the statement has
-    it: the first token of the statement's continuation after the context's tokens (``split_statements``:
-    no space is assumed before the slot, a SentencePiece '▁' is never read alone, and a token straddling
-    the context's end is marked by its ``drops``).  The continuation is the text from the context to the
-    slot, the label and what follows it up to the next whitespace; split once per candidate set and
-    ``boundary_region`` of the context with that text around the slot.  A context that is not the
-    statement's start (a fill-in-the-blank prompt) is followed by " label"."""
+    """Each candidate's first token after each row's query text as the statement has it (``first_tokens_after``
+    of the text up to the slot, the label and what follows it up to the next whitespace), once per candidate
+    set and context region.  A context that is not the statement's start (fill-in-the-blank) is followed by " label"."""
     keys, ids, drops = {}, {}, {}
     for i in rows:
         query = task.queries[i]
@@ -185,27 +156,14 @@ def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
     return SlotFirstTokens(keys, ids, drops)
 
 
-def score_straddling_slots(encoder, tokenizer, task, first: SlotFirstTokens, scores: dict) -> int:
-    """Put into ``scores[row]`` the log-probability of each first token that straddles its query text's end
-    (``straddling_logprobs``, as ``score_straddling_tokens`` on a KG).  Returns the number of prefixes read."""
-    rows = [i for i, key in first.keys.items() if first.drops[key].any()]
-    found, prefixes = straddling_logprobs(encoder, tokenizer, [deer_query_text(task.queries[i]) for i in rows],
-                                          [first.ids[first.keys[i]] for i in rows], [first.drops[first.keys[i]] for i in rows],
-                                          lambda i: f"the query text of {describe_query(task, rows[i])}")
-    for i, columns, logprobs in found:
-        scores[rows[i]][columns] = logprobs
-    return prefixes
-
-
 def describe_query(task, i: int) -> str:
     """Query ``i`` of ``task`` for a message: its file and line where the task locates it, else its index."""
     return task.locate(task.queries[i]) if task.locate is not None else f"query {i}"
 
 
 class LamaProbe:
-    """LAMA on a KG: rank by log p(first token of " t_name)") after each query text.  Option
-    ``single_token``: LAMA's protocol (``restrict_to_single_token``).  The pass's query vectors are kept
-    as ``arrays["query_embeddings"]`` for ``deer.probe(..., query_embeddings=...)``."""
+    """LAMA: rank by log p(first token of " t_name)") after each query text; ``single_token``: LAMA's protocol.
+    The pass's query vectors are kept as ``arrays["query_embeddings"]`` for ``deer.probe(..., query_embeddings=...)``."""
 
     name = "lama"
     summary = "log-probability of the tail's first token after the query"
@@ -213,14 +171,12 @@ class LamaProbe:
     option_values = {"single_token": OptionValues(bool)}
     causal_lm_only_on_kg = True  # the next token after a KG's query text; a benchmark's masked LM fills its mask
 
-
     def check_before_loading(self, options, queries, templates) -> None:
         check_query_end(templates)
 
     def length_checks(self, task, templates, backend):
-        """The texts LAMA reads: a KG's query texts; a benchmark's query texts (a masked LM's masked
-        sentences) and the statements of the queries scored whole (``lama_rules``).  A masked LM on a KG is
-        refused here, before any pass (``check_model_kind``)."""
+        """The query texts (a masked LM's masked sentences) and the statements scored whole; a masked LM on a
+        KG is refused here, before any pass."""
         check_model_kind(self, backend, task)
         if task.kg_queries is not None:
             yield query_check(task.kg_queries, templates, "query text", templates.query_context)
@@ -245,8 +201,8 @@ class LamaProbe:
         return restrict_to_single_token(queries, tokenizer) if options["single_token"] else queries
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's queries: the (n_queries, n_candidates) first-token log-probabilities (single-token
-        candidates only with ``single_token``); a benchmark: each query by its ``lama_rules`` rule."""
+        """A KG's queries: the (n_queries, n_candidates) first-token log-probabilities; a benchmark: each
+        query by its ``lama_rules`` rule."""
         return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
@@ -260,7 +216,11 @@ class LamaProbe:
         check_query_end(templates)  # the query vectors and the first tokens' log p come from one position
         output = encoder.encode(query_prompts(queries, templates), next_token_ids=unique_ids, description="queries")
         scores = np.take_along_axis(output.next_token_logprobs, np.searchsorted(unique_ids, first.ids[first.group]), axis=1)
-        straddling = score_straddling_tokens(encoder, loaded.tokenizer, queries, templates, first, scores)
+        rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
+        straddling = score_straddling(encoder, loaded.tokenizer, scores, rows,
+                                      [templates.query_context(queries.kg, tuple(queries.triples[q].tolist())) for q in rows],
+                                      [first.ids[first.group[q]] for q in rows], [first.drops[first.group[q]] for q in rows],
+                                      lambda i: "a query text")
         metadata = {
             "single_token": request.options["single_token"],
             "distinct_first_tokens": int(len(unique_ids)),
@@ -271,7 +231,6 @@ class LamaProbe:
         return ProbeScores(scores=scores, metadata=metadata, arrays={"query_embeddings": output.embeddings}, queries=queries)
 
     def _score_sets(self, request: ProbeRequest) -> ProbeScores:
-        """The causal pass's query vectors are handed on (``arrays["query_embeddings"]``: DEER's, read in the same pass)."""
         task, loaded, backend = request.task, request.loaded, request.backend
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
@@ -297,7 +256,10 @@ class LamaProbe:
         scores = {i: logprobs[i, columns[keys[i]] if i in keys else []].astype(np.float64)
                   for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token")}
         if not masked:
-            straddling = score_straddling_slots(encoder, loaded.tokenizer, task, first, scores)
+            rows = [i for i, key in first.keys.items() if first.drops[key].any()]
+            straddling = score_straddling(encoder, loaded.tokenizer, scores, rows, [deer_query_text(task.queries[i]) for i in rows],
+                                          [first.ids[first.keys[i]] for i in rows], [first.drops[first.keys[i]] for i in rows],
+                                          lambda i: f"the query text of {describe_query(task, rows[i])}")
             work = encoder.stats.as_dict()
         statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]
         if statement_rows:
