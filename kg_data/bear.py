@@ -1,12 +1,7 @@
-"""Reader for BEAR / BEAR-big in the lm-pub-quiz format.
-
-A folder holds ``metadata_relations.json`` ({relation: {"templates": [...], optionally
-"answer_space_labels"/"answer_space_ids"}}) and one ``<relation>.jsonl`` per relation (``sub_id``, ``sub_label``, ``obj_id``,
-``obj_label``, optionally ``answer_idx``); ``relation_info.json`` (inside the folder or next to it) gives domains.  Without an
-answer space in the metadata (BEAR-big) it is the relation's distinct objects in order of first appearance, as lm-pub-quiz
-builds it.  Cardinality, from the full relation file: ``N:1`` when some answer is the object of more than one subject, else
-``1:1``.  Subsets keep each relation's full answer space.  Everything is checked as it is read; an error names the file and line
-(or the relation and position in the metadata).
+"""Reader for BEAR / BEAR-big in the lm-pub-quiz format: ``metadata_relations.json`` ({relation: {"templates",
+optionally "answer_space_ids"/"answer_space_labels"}}), one ``<relation>.jsonl`` per relation and ``relation_info.json``
+(domains).  Without an answer space (BEAR-big) it is the relation's objects in order of first appearance, as lm-pub-quiz
+builds it; subsets keep the full answer space.  Errors name the file and line (or the relation in the metadata).
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ RELATION_INFO_FILE = "relation_info.json"
 
 
 def fill_statement(template: str, subject: str, answer: str, capitalise: bool = True) -> str:
-    """The statement for one (subject, answer): [X] and [Y] filled, first character capitalised (as
-    lm-pub-quiz; ``capitalise=False``: filled only, as LAMA's ``parse_template``).  [X] is filled around [Y],
-    so an answer label containing "[X]" is not rewritten."""
+    """[X] and [Y] filled, first character capitalised as lm-pub-quiz (not LAMA: ``capitalise=False``).  [X] is
+    filled around [Y], so an answer label containing "[X]" is not rewritten."""
     before, after = template.split(ANSWER)
     statement = before.replace(SUBJECT, subject) + answer + after.replace(SUBJECT, subject)
     return statement[:1].upper() + statement[1:] if capitalise else statement
@@ -40,8 +34,8 @@ def fill_statement(template: str, subject: str, answer: str, capitalise: bool = 
 
 @dataclasses.dataclass
 class BearRelation:
-    """One relation's templates, answer space and instances.  Per instance, int64: ``gold`` (answer
-    position in ``answer_ids``), ``rows`` (0-based row in the relation file), ``lines`` (1-based line in ``path``)."""
+    """One relation; per instance, int64: ``gold`` (position in ``answer_ids``), ``rows`` (0-based row in the
+    relation file), ``lines`` (1-based line in ``path``)."""
 
     code: str
     templates: list[str]
@@ -58,7 +52,7 @@ class BearRelation:
     lines: np.ndarray | None = None
 
     def location(self, instance: int) -> str:
-        """'FILE:LINE' of an instance (its position in this relation), or its row where the file is not known."""
+        """'FILE:LINE' of an instance, or its row where the file is not known."""
         if self.lines is None or not self.path:
             return f"relation {self.code}, row {int(self.rows[instance])}"
         return f"{self.path}:{int(self.lines[instance])}"
@@ -67,7 +61,7 @@ class BearRelation:
         return len(self.subject_ids)
 
     def digest(self) -> str:
-        """What this relation's scores depend on, hashed: templates, answer space, instances and gold answers."""
+        """What this relation's scores depend on, hashed."""
         content = [self.code, self.templates, self.answer_ids, self.answer_labels, self.subject_ids, self.subject_labels,
                    self.gold.tolist(), self.rows.tolist()]
         return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()[:16]
@@ -111,8 +105,8 @@ def _read_object(path: Path, shape: str) -> dict:
 
 
 def _text(path: Path, line: int | None, value, what: str, *, empty: bool = False) -> str:
-    """A label or id from JSON as text: a string, or an integer read as its decimal string; any other type
-    is an error naming ``what``.  Only a subject label may be empty (BEAR-big's P291 has one)."""
+    """A label or id from JSON as text (an integer as its decimal string).  Only a subject label may be empty
+    (BEAR-big's P291 has one)."""
     if type(value) is int:
         value = str(value)
     if not isinstance(value, str) or not (empty or value.strip()):
@@ -132,7 +126,7 @@ def _check_templates(path: Path, code: str, templates) -> list[str]:
 
 
 def _answer_space(path: Path, code: str, meta: dict) -> tuple[list[str], list[str]]:
-    """The answer space the metadata gives: ids and labels, checked (equal lengths, texts, no id twice)."""
+    """The answer space the metadata gives: (ids, labels), checked."""
     ids, labels = meta.get("answer_space_ids"), meta.get("answer_space_labels")
     if not isinstance(ids, list) or not isinstance(labels, list) or len(ids) != len(labels) or not ids:
         raise KGFormatError(path, None, f"relation {code}: answer_space_ids and answer_space_labels must be non-empty lists "
@@ -212,9 +206,8 @@ def load_relation(folder: Path, code: str, meta: dict, domains: dict, max_instan
 
 def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = None, relations: Sequence[str] | None = None,
                       max_instances: int | None = None, seed: int = 0) -> BearDataset:
-    """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.  ``relations``: codes to keep
-    (default: every relation with a file; a file the metadata lacks is refused, as lm-pub-quiz fails on it);
-    ``max_instances``: at most N per relation, sampled with ``seed``."""
+    """Load 'bear', 'bear-big' or a folder in the lm-pub-quiz format.  ``relations``: codes to keep (default:
+    every relation with a file; a file the metadata lacks is refused, as lm-pub-quiz fails on it)."""
     from kg_data.fetch import named_or_folder
 
     if max_instances is not None and (isinstance(max_instances, bool) or not isinstance(max_instances, numbers.Integral)
@@ -246,9 +239,8 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
 
 
 def save_lm_pub_quiz_folder(dataset: BearDataset, folder: str | Path) -> Path:
-    """Write ``dataset`` (a subset too: its kept instances, each relation's whole answer space) in the
-    lm-pub-quiz format, so lm-pub-quiz can evaluate exactly these statements; reading it back gives the
-    same relations and instances (cardinality is then derived from the written instances)."""
+    """Write ``dataset`` (a subset: its kept instances, each whole answer space) in the lm-pub-quiz format, so
+    lm-pub-quiz can evaluate exactly these statements (cardinality is then derived from the written instances)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=False)
     metadata = {code: {"templates": r.templates, "answer_space_ids": r.answer_ids, "answer_space_labels": r.answer_labels}

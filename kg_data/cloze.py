@@ -1,7 +1,5 @@
-"""Cloze benchmarks (the BEAR data set, LAMA) as the one task type (``kg_data.task``): queries over many named candidate sets,
-and the statement a query makes with an answer in its slot.  What a probe makes of a query (DEER's prompt, LAMA's rule, a
-masked LM's sentence) is the probe's: ``deer.platform.cloze_texts``.
-"""
+"""Cloze benchmarks (the BEAR data set, LAMA) as the one task type (``kg_data.task``), and the statement a query
+makes with an answer in its slot; what a probe makes of a query is ``deer.platform.cloze_texts``'s."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def answer_context(query: ClozeQuery) -> str:
 
 
 def bear_cloze_task(dataset: BearDataset) -> Task:
-    """Every (relation, template, instance) of a BEAR-format data set; candidates: the relation's
-    answer space (names; BEAR has no descriptions)."""
+    """Every (relation, template, instance) of a BEAR-format data set over its relation's answer space."""
     queries, sets = [], {}
     for code, relation in dataset.relations.items():
         sets[code] = CandidateSet(tuple(relation.answer_labels), ids=tuple(relation.answer_ids),
@@ -62,8 +59,7 @@ def bear_cloze_task(dataset: BearDataset) -> Task:
 
 
 def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
-    """Refuse unknown, empty or repeated modes and candidate kinds (checked before any model is loaded; one given twice
-    would query every fact twice)."""
+    """Refuse unknown, empty or repeated modes and candidate kinds (one given twice would query every fact twice)."""
     bad = [m for m in modes if m not in MODES] + [k for k in candidate_kinds if k not in CANDIDATE_KINDS]
     twice = [x for given in (list(modes), list(candidate_kinds)) for x in dict.fromkeys(given) if given.count(x) > 1]
     if bad or twice or not modes or not candidate_kinds:
@@ -72,8 +68,8 @@ def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
 
 
 def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> None:
-    """Refuse data that gives no query at all in ``modes`` (checked before the model is loaded); a
-    single fact or relation without a usable sentence is counted, not refused, as LAMA does."""
+    """Refuse data that gives no query at all in ``modes``, before the model is loaded (a single fact without a
+    usable sentence is counted, not refused, as LAMA does)."""
     check_modes(modes, CANDIDATE_KINDS)
     relations = list(dataset.relations.values())
     if "template" in modes and any(r.template is not None for r in relations):
@@ -89,11 +85,9 @@ def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> No
 
 def lama_cloze_task(dataset: LamaDataset, vocabulary: Sequence[str] | Mapping[str, str], modes: Sequence[str] = MODES,
                     candidate_kinds: Sequence[str] = CANDIDATE_KINDS, causal: bool = True) -> Task:
-    """LAMA's protocol: facts whose object is in ``vocabulary`` (the common-vocabulary words that are one token for the model, the
-    caller's choice; or {word: the word whose candidate it is}, a masked LM's words of one token id one candidate) are kept, the
-    others counted as dropped.  Candidates: "common-vocab" ranks ``vocabulary``; "relation" the relation's objects in it.
-    Modes: "template" (once per distinct subject and object, as LAMA) and "template-free" (the first masked sentence with one
-    [MASK] and, for a causal model, text before it)."""
+    """LAMA's protocol: facts whose object is in ``vocabulary`` (words, or {word: the word whose candidate it is}) are
+    kept, the others counted.  Candidates: "common-vocab" ranks ``vocabulary``, "relation" the relation's objects in it.
+    Modes: "template" (once per distinct subject and object, as LAMA) and "template-free" (``first_usable_sentence``)."""
     check_modes(modes, candidate_kinds)
     label_of = vocabulary if isinstance(vocabulary, Mapping) else {word: word for word in vocabulary}
     vocab = tuple(dict.fromkeys(label_of.values()))

@@ -1,8 +1,6 @@
-"""Download the public data sets (wn18rr, bear, bear-big, lama) pinned in ``manifest.json``.
-
-Each file comes from its upstream repository at a pinned commit (or a mirror: ``base_url`` / $DEER_DATA_BASE_URL), is checked
-against the manifest's size and sha256, and is renamed into place from a staging ``.part`` file only once verified; the marker
-file that ``find_dataset`` looks for comes last, so a half-fetched data set is never found.
+"""Download the public data sets pinned in ``manifest.json``: each file is checked against its size and sha256 before
+it is renamed into place from a staging ``.part`` file, and the marker ``find_dataset`` looks for comes last, so a
+half-fetched data set is never found.
 """
 
 from __future__ import annotations
@@ -50,8 +48,8 @@ def _truthy(value: str) -> bool:
 
 
 def offline_reason() -> str | None:
-    """Why fetching is off ('DEER_OFFLINE=1', 'HF_HUB_OFFLINE=1'), or None: $DEER_OFFLINE decides
-    when set (0 turns fetching on again); otherwise Hugging Face's offline variables apply."""
+    """Why fetching is off ('DEER_OFFLINE=1', 'HF_HUB_OFFLINE=1'), or None: $DEER_OFFLINE decides when set (0 turns
+    fetching on again)."""
     if os.environ.get(OFFLINE_ENV, "").strip():
         return f"{OFFLINE_ENV}={os.environ[OFFLINE_ENV]}" if _truthy(os.environ[OFFLINE_ENV]) else None
     return next((f"{name}={os.environ[name]}" for name in HUB_OFFLINE_ENVS if _truthy(os.environ.get(name, ""))), None)
@@ -66,7 +64,6 @@ def sha256_of(path: Path) -> str:
 
 
 def _is_valid(path: Path, spec: dict) -> bool:
-    # The size check first: it is free and rules out most stale or partial files.
     return path.is_file() and path.stat().st_size == spec["bytes"] and sha256_of(path) == spec["sha256"]
 
 
@@ -127,7 +124,7 @@ def _download(url: str, part: Path, spec: dict, progress) -> None:
 
 
 def _part_path(root: Path, spec: dict) -> Path:
-    """The staging file: beside its destination (same file system, so the final rename is atomic)."""
+    """Beside its destination: the final rename is atomic."""
     final = root / spec["path"]
     return final.parent / STAGING_DIR / (final.name + ".part")
 
@@ -143,7 +140,6 @@ def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | 
         else:
             _download(url, part, spec, progress)
     except (OSError, http.client.HTTPException) as error:
-        # The .part file stays: the next fetch resumes it.
         reason = getattr(error, "reason", None) or error
         raise DataFetchError(f"Could not download {spec['path']} from {url}: {reason}. Fetching again resumes it.\n"
                              f"{_how_to_get(name, entry, root)}") from None
@@ -160,8 +156,7 @@ def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | 
 
 
 def _remove_empty_folders(root: Path, files: list[dict]) -> None:
-    """The staging folders, then every folder on the way to a file that is left empty (a failed fetch
-    leaves no empty data folders behind; one holding another data set's files or a .part stays)."""
+    """Remove the staging folders, then every folder on the way to a file that is left empty."""
     folders = {_part_path(root, spec).parent for spec in files}
     folders |= {parent for spec in files for parent in (root / spec["path"]).parents if root in parent.parents}
     for folder in sorted(folders, key=lambda path: len(path.parts), reverse=True):  # the deepest first
@@ -171,10 +166,9 @@ def _remove_empty_folders(root: Path, files: list[dict]) -> None:
 
 def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str | None = None,
                   offline: bool | None = None, show_progress: bool = True, manifest: dict | None = None) -> Path:
-    """Download data set ``name`` into the data root and return its folder (root/NAMED_DATASETS[name]); files already there
-    with the right sha256 are kept.  ``base_url`` (or $DEER_DATA_BASE_URL) replaces the upstream (URL = base_url + "/" + path
-    under the data root); ``manifest`` replaces ``manifest.json``.  Raises DataFetchError when offline, on network failure,
-    or on a checksum mismatch."""
+    """Download data set ``name`` into the data root and return its folder; valid files there are kept.  ``base_url``
+    (or $DEER_DATA_BASE_URL) replaces the upstream: URL = base_url + "/" + path.  Raises DataFetchError when offline,
+    on network failure, or on a checksum mismatch."""
     if name in MANUAL_DATASETS:
         raise DataFetchError(manual_instructions(name, data_dir))
     entry = _entry(name, manifest)
@@ -228,8 +222,7 @@ def ensure_dataset(name: str, data_dir: str | Path | None = None) -> Path:
 
 def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: str | Path | None, marker: str,
                     what: str) -> tuple[str, Path]:
-    """(name, folder) of a data set named in ``names`` (``ensure_dataset``) or of a folder, which must hold
-    ``marker`` (else KGNotFoundError: 'FOLDER holds no MARKER; not a WHAT')."""
+    """(name, folder) of a data set named in ``names`` or of a folder, which must hold ``marker``."""
     if isinstance(name_or_path, str) and name_or_path.lower() in names:
         return name_or_path.lower(), ensure_dataset(name_or_path.lower(), data_dir)
     folder = user_folder(name_or_path)
@@ -239,6 +232,5 @@ def named_or_folder(name_or_path: str | Path, names: tuple[str, ...], data_dir: 
 
 
 def user_folder(path: str | Path) -> Path:
-    """A folder a user named, absolute and without '..': its name and the source a run records say which folder it
-    was ('.' named a KG '' and recorded '.')."""
+    """A folder a user named, absolute and without '..', so its name says which folder it was ('.' named a KG '')."""
     return Path(os.path.abspath(Path(path).expanduser()))

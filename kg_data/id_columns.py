@@ -1,10 +1,6 @@
-"""Tab-separated id columns read in bulk (pyarrow), for KGs of millions of triples.
-
-The line-by-line readers (``kg_data.lines``) check every line and name the file and line of a problem, at about a microsecond
-per field in Python and a Python string per id.  A KG of 20M triples goes through here instead: the columns are parsed in C
-into Arrow arrays and mapped to indices in bulk.  Anything unusual (a bad line, stray whitespace, an unknown id, a byte that is
-not UTF-8) makes the fast path give up (None), so the caller reads the file line by line and names the problem exactly as
-before.
+"""Tab-separated id columns read in bulk (pyarrow), for KGs of millions of triples, where the line-by-line readers
+(``kg_data.lines``) cost a Python string per id.  Anything unusual makes the fast path give up (None), so the caller reads
+the file line by line and names the problem.
 """
 
 from __future__ import annotations
@@ -28,8 +24,8 @@ LONE_CR = re.compile(rb"\r(?![\r\n])")
 
 
 def has_lone_carriage_return(path: Path) -> bool:
-    """Whether the file holds a carriage return that does not end its line (is not followed by LF, after any more CRs);
-    a run of CRs at the file's end ends its last line.  One pass of ``bytes`` scans, a block at a time."""
+    """Whether the file holds a carriage return that does not end its line (``LONE_CR``), a block at a time; a run
+    of CRs at the file's end ends its last line."""
     carry = b""
     with open(path, "rb") as handle:
         while block := handle.read(CR_SCAN_BYTES):
@@ -45,7 +41,7 @@ def has_lone_carriage_return(path: Path) -> bool:
 
 
 def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, column_type: pa.DataType | None = None) -> dict:
-    """pyarrow.csv options for plain lines: no quotes or escapes, one line per row, every column a non-null string."""
+    """pyarrow.csv options for plain lines: no quotes or escapes, every column a non-null string."""
     return {"read_options": pcsv.ReadOptions(column_names=names, block_size=block_size),
             "parse_options": pcsv.ParseOptions(delimiter=delimiter, quote_char=False, double_quote=False, escape_char=False,
                                                newlines_in_values=False),
@@ -54,8 +50,8 @@ def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, 
 
 
 def read_columns(path: Path, n_columns: int | None) -> pa.Table | None:
-    """The file's tab-separated columns as strings (``n_columns`` None: each line whole, as one
-    column); None when pyarrow cannot read it plainly (wrong column count, not UTF-8, a lone CR, ...)."""
+    """The file's tab-separated columns as strings (``n_columns`` None: each line whole); None when pyarrow cannot
+    read it plainly."""
     names = [f"c{i}" for i in range(n_columns or 1)]
     if has_lone_carriage_return(path):
         return None
@@ -79,8 +75,7 @@ def indices_in(values: pa.ChunkedArray | pa.Array, vocabulary: pa.Array) -> np.n
 
 
 def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> np.ndarray | None:
-    """(n, 3) int64 (head, relation, tail) indices of a triples file, read a block of lines at a time (only the indices are kept);
-    None when any line is not a plain triple of known ids (the line-by-line reader then names it)."""
+    """(n, 3) int64 indices of a triples file, a block at a time; None when any line is not a plain triple of known ids."""
     if has_lone_carriage_return(path):
         return None
     try:
@@ -100,10 +95,8 @@ def index_triples(path: Path, entity_ids: pa.Array, relation_ids: pa.Array) -> n
 
 
 def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
-    """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv`` (id, name, optional description; stripped, an
-    empty description ``empty_description``), read a block of lines at a time; None when any line is not plain (a BOM, a NUL, an
-    empty id or name, a repeated id, a fourth column, a header line,
-    a lone CR): the line-by-line reader then names the problem."""
+    """(ids, names, descriptions) as ``TextColumn``s of a large ``entities.tsv``, stripped, a block at a time; None when
+    any line is not plain (a BOM, a NUL, an empty id or name, a repeated id, a fourth column, a header, a lone CR)."""
     from kg_data.text_column import TextColumn
 
     if has_lone_carriage_return(path):

@@ -85,8 +85,7 @@ class TextualKG:
 def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], relations: Iterable[tuple[Path, int, str, str]],
              split_files: dict[str, Path], source: str, entity_texts: tuple | None = None) -> TextualKG:
     """Assemble a TextualKG, validating ids (errors name file and line): ``entities`` yields (path, line, id, name,
-    description), ``relations`` (path, line, id, name); ``split_files``: each split's file of head, relation and tail ids
-    (``read_rows``); ``entity_texts``: (ids, names, descriptions) read in bulk, in place of ``entities``."""
+    description), ``relations`` (path, line, id, name); ``entity_texts``: (ids, names, descriptions) read in bulk instead."""
     if entity_texts is not None:  # read in bulk and checked already: the rows are not read
         entity_ids, entity_names, entity_descriptions = entity_texts
     else:
@@ -107,19 +106,18 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], rel
         indices: list[tuple[int, int, int]] = []
         for path, line, head, relation, tail in read_rows(file, "head", "relation", "tail"):
             head, relation, tail = head.strip(), relation.strip(), tail.strip()
-            for role, entity in (("head", head), ("tail", tail)):
-                if entity not in entity_index:
-                    raise KGFormatError(path, line, f"unknown {role} entity id '{entity}'")
-            if relation not in relation_index:
-                raise KGFormatError(path, line, f"unknown relation id '{relation}'")
+            for what, value, index in (("head entity", head, entity_index), ("tail entity", tail, entity_index),
+                                       ("relation", relation, relation_index)):
+                if value not in index:
+                    raise KGFormatError(path, line, f"unknown {what} id '{value}'")
             indices.append((entity_index[head], relation_index[relation], entity_index[tail]))
         kg.splits[split] = np.asarray(indices, dtype=np.int64).reshape(-1, 3)
     return kg
 
 
 def _bulk_triples(kg: TextualKG, path: Path) -> np.ndarray | None:
-    """A large TSV split's triples read in bulk (``kg_data.id_columns``); None for a small or JSONL file, or
-    one with anything unusual: the line-by-line reader then reads it and names any problem."""
+    """A large TSV split's triples read in bulk; None otherwise, or for anything unusual: the line-by-line reader
+    then names the problem."""
     if path.suffix != ".tsv" or path.stat().st_size < BULK_BYTES:
         return None
     from kg_data.id_columns import index_triples
@@ -129,7 +127,7 @@ def _bulk_triples(kg: TextualKG, path: Path) -> np.ndarray | None:
 
 
 def _validated_named_rows(rows, kind: str) -> tuple[list[str], list[str]]:
-    """(ids, names) from (path, line, id, name) rows; empty or duplicate ids and empty names fail."""
+    """(ids, names) from (path, line, id, name) rows, checked."""
     seen: dict[str, tuple[Path, int]] = {}
     names = []
     for path, line, row_id, name in rows:

@@ -1,9 +1,6 @@
-"""Reader for the LAMA probe data as shipped (facebookresearch/LAMA ``data/``).
-
-A LAMA folder holds ``relations.jsonl`` (T-REx templates), ``common_vocab_cased.txt``, ``TREx/<relation>.jsonl``,
-``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``; each fact has a subject, an object and masked sentences where
-``[MASK]`` stands for the object.  Google-RE's templates are LAMA's ``scripts/run_experiments.py``'s; SQuAD has none.  A
-relation without a data file is listed in ``relations_without_file``.  Errors name the file and line.
+"""Reader for the LAMA probe data as shipped (facebookresearch/LAMA ``data/``): ``relations.jsonl`` (T-REx templates),
+``common_vocab_cased.txt``, ``TREx/<relation>.jsonl``, ``Google_RE/<relation>_test.jsonl`` and ``Squad/test.jsonl``, each
+fact with masked sentences where ``[MASK]`` stands for the object.  Errors name the file and line.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ class LamaFact:
 
 @dataclasses.dataclass
 class LamaRelation:
-    """One relation of one source; ``template`` is None for SQuAD.  ``objects``: the distinct object labels of the
-    whole file (even with ``max_facts``), in order of first appearance."""
+    """One relation of one source (``template`` None for SQuAD); ``objects``: the whole file's distinct objects."""
 
     source: str
     code: str
@@ -109,8 +105,7 @@ def read_facts(path: Path, source: str) -> list[LamaFact]:
 
 
 def read_relation_templates(path: Path) -> dict[str, dict]:
-    """``relations.jsonl``: {code: {"template", "label"}}; each template holds [X] and [Y] once, and no
-    relation is listed twice."""
+    """``relations.jsonl``: {code: {"template", "label"}}, checked."""
     templates, lines = {}, {}
     for line, record in read_jsonl(path, ("relation", "template")):
         code = _text(path, line, record, "relation")
@@ -138,9 +133,8 @@ def _relation(folder: Path, source: str, code: str, template: str | None, label:
 
 def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = None, sources: Sequence[str] | None = None,
               relations: Sequence[str] | None = None, max_facts: int | None = None, seed: int = 0) -> LamaDataset:
-    """Load LAMA ('lama' from the data folder, or a folder in its layout).  ``sources``: some of
-    TREx, Google_RE, Squad (default: those present); ``relations``: codes to keep (e.g. P19,
-    place_of_birth, squad); ``max_facts``: at most N facts per relation, sampled with ``seed``."""
+    """Load LAMA ('lama' or a folder in its layout).  ``sources``: some of ``SOURCES`` (default: those present);
+    ``relations``: codes (P19, place_of_birth, squad); ``max_facts``: at most N per relation, sampled with ``seed``."""
     from kg_data.fetch import named_or_folder
 
     _, folder = named_or_folder(name_or_path, ("lama",), data_dir, RELATIONS_FILE, "LAMA data folder")
@@ -178,10 +172,7 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
 
 
 def first_usable_sentence(sentences: Sequence[str], need_prefix: bool) -> str | None:
-    """The first masked sentence with exactly one [MASK] (and, with ``need_prefix``, some text
-    before it, which a causal LM conditions on); None when there is none."""
-    for sentence in sentences:
-        if sentence.count(MASK) == 1 and (not need_prefix or sentence.split(MASK)[0].strip()):
-            return sentence
-    return None
+    """The first masked sentence with exactly one [MASK] (and, with ``need_prefix``, text before it), or None."""
+    return next((sentence for sentence in sentences
+                 if sentence.count(MASK) == 1 and (not need_prefix or sentence.split(MASK)[0].strip())), None)
 

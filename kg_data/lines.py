@@ -14,8 +14,8 @@ JSON_TYPE_NAMES = {type(None): "null", bool: "boolean", int: "integer", float: "
 
 
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text with its newline) of a UTF-8 file, every line; a UTF-8 byte-order mark
-    is dropped, UTF-16 refused.  Decoding happens per line so that a bad byte is reported with its line."""
+    """(1-based line number, text with its newline) of a UTF-8 file, decoded per line so that a bad byte is reported
+    with its line; a UTF-8 byte-order mark is dropped, UTF-16 refused."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1 and raw.startswith(UTF8_BOM):
@@ -56,9 +56,8 @@ def is_header(fields: list[str]) -> bool:
 
 
 def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iterator[tuple[int, list[str]]]:
-    """Yield (line number, fields) for a tab-separated file, checking the column count; a first
-    line made only of column names (``HEADER_WORDS``) is refused: these files have no header; so is a carriage return
-    that does not end its line."""
+    """Yield (line number, fields) for a tab-separated file, checked: the column count, no header line, no carriage
+    return inside a line."""
     min_columns = n_columns if min_columns is None else min_columns
     for index, (number, text) in enumerate(read_lines(path)):
         if "\r" in text:  # a bulk (pyarrow) reader would end the line there
@@ -91,8 +90,8 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
 
 
 def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
-    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (an empty entities or
-    relations file would otherwise surface as an unknown id in the first split line)."""
+    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (else an empty entities file would
+    surface as an unknown id)."""
     empty = True
     for row in rows:
         empty = False
@@ -114,8 +113,8 @@ def read_rows(path: Path, *keys: str) -> Iterator[tuple]:
 
 
 def json_text(path: Path, line: int, record: dict, key: str, *, integer: bool = False, optional: bool = False) -> str:
-    """``record[key]`` checked as text: a string, or with ``integer`` an integer (as its decimal string;
-    not a boolean), or with ``optional`` null or missing (as "").  Tabs, line breaks and lone surrogates are refused too."""
+    """``record[key]`` checked as text: a string, with ``integer`` an integer (as its decimal string), with
+    ``optional`` null or missing (as ""); tabs, line breaks and lone surrogates are refused."""
     value = record.get(key)
     if optional and value is None:
         return ""

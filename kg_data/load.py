@@ -23,9 +23,8 @@ def _has(folder: Path, stem: str) -> bool:
 
 
 def dataset_kind(name_or_folder) -> str:
-    """'kg', 'lama' or 'bear' (the lm-pub-quiz format), by name or by what a folder holds (the rule the CLI
-    and the API share).  A KG folder may hold relations.jsonl too, so its entities and a split decide first;
-    anything unrecognised is 'kg' (its loader then says what is missing)."""
+    """'kg', 'lama' or 'bear' by name or by what a folder holds.  A KG folder may hold relations.jsonl too, so its
+    entities and a split decide first; anything unrecognised is 'kg' (its loader then says what is missing)."""
     text = str(name_or_folder).lower()
     if text in BENCHMARK_NAMES:
         return BENCHMARK_NAMES[text]

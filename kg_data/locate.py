@@ -24,8 +24,7 @@ MANUAL_DATASETS = {"wikidata5m": (
 
 
 def cache_root() -> Path:
-    """The one folder the toolkit keeps things in: fetched data, converted models, embedding and
-    score stores, error logs (``$DEER_CACHE_DIR``, else ``~/.cache/deer``)."""
+    """The one folder the toolkit keeps things in (``$DEER_CACHE_DIR``, else ``~/.cache/deer``)."""
     return Path(os.environ.get(CACHE_DIR_ENV, Path.home() / ".cache" / "deer")).expanduser()
 
 
@@ -43,8 +42,8 @@ def default_data_dirs() -> list[Path]:
 
 
 def candidate_data_dirs(data_dir: str | Path | None = None) -> list[Path]:
-    """Data roots in the order they are searched: --data-dir alone when given (a folder named on purpose
-    is not silently swapped for another copy), else $DEER_DATA_DIR, then ``default_data_dirs``."""
+    """Data roots in search order: --data-dir alone when given (a folder named on purpose is not swapped for
+    another copy), else $DEER_DATA_DIR, then ``default_data_dirs``."""
     if data_dir:
         return [Path(data_dir).expanduser()]
     roots = [Path(root).expanduser() for root in (os.environ.get(DATA_DIR_ENV),) if root]
@@ -83,8 +82,8 @@ def _looks_like(name: str, folder: Path) -> bool:
 
 
 def _misnamed(name: str, folder: Path) -> str | None:
-    """Why ``folder``, holding ``name``'s marker file, is not taken as ``name``'s own folder: another named data set shares
-    that marker (BEAR and BEAR-big) and the folder does not carry ``name``'s folder name; None when it may be taken."""
+    """Why ``folder``, holding ``name``'s marker, is not taken as ``name``'s: another data set shares the marker (BEAR
+    and BEAR-big) and the folder does not carry ``name``'s folder name; None when it may be taken."""
     shared = [other for other in NAMED_DATASETS if other != name and MARKERS[other] == MARKERS[name]]
     own, folder_name = Path(NAMED_DATASETS[name]).name, folder.resolve().name
     if not shared or folder_name.lower() == own.lower():

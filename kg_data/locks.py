@@ -15,9 +15,8 @@ from pathlib import Path
 
 @contextmanager
 def held_lock(path: Path, wait_message: str | None = None) -> Iterator[None]:
-    """Hold an exclusive lock (flock: a killed run leaves no stale lock) on ``path`` while the block runs.  If another
-    process holds it, ``wait_message`` (when given) is printed to stderr once with the holder's pid (written into the lock
-    file while held), and the call waits."""
+    """Hold an exclusive lock (flock: a killed run leaves no stale lock) on ``path`` while the block runs; while waiting
+    for another process, ``wait_message`` is printed once with the holder's pid."""
     from filelock import FileLock, Timeout
 
     path = Path(path)

@@ -13,10 +13,9 @@ from kg_data.kg import TextualKG
 
 
 class FilterTails(Sequence):
-    """Per query, the sorted candidate positions of its other known-true tails, held as two arrays (CSR):
-    ``positions[offsets[i]:offsets[i + 1]]`` are query i's, so millions of queries cost two int64 arrays,
-    not an array object each.  Read as a sequence of int64 arrays (``filters[i]``, ``len``, iteration); a
-    slice or an array of query rows gives the filters of those queries."""
+    """Per query, the sorted candidate positions of its other known-true tails as two arrays (CSR:
+    ``positions[offsets[i]:offsets[i + 1]]``), so millions of queries cost two arrays, not an array each.
+    Read as a sequence of int64 arrays; a slice or an array of rows gives the filters of those queries."""
 
     def __init__(self, offsets: np.ndarray, positions: np.ndarray):
         self.offsets = np.asarray(offsets, dtype=np.int64)
@@ -27,7 +26,7 @@ class FilterTails(Sequence):
 
     @classmethod
     def of(cls, rows) -> FilterTails:
-        """``rows`` as filters: a FilterTails as it is, else one array of candidate positions per query."""
+        """``rows`` (one array of candidate positions per query) as filters."""
         if isinstance(rows, FilterTails):
             return rows
         arrays = [np.asarray(row, dtype=np.int64).reshape(-1) for row in rows]
@@ -71,8 +70,7 @@ class FilterTails(Sequence):
         return np.repeat(np.arange(len(rows)), self.lengths(rows)), self.positions[self.pair_indices(rows)]
 
     def remap(self, new_position: np.ndarray) -> FilterTails:
-        """The same filters over other candidate positions: each position ``p`` becomes ``new_position[p]``,
-        dropped where that is -1 (``new_position`` increasing over the kept ones, so each query's stay sorted)."""
+        """Each position ``p`` becomes ``new_position[p]`` (increasing over the kept ones), dropped where that is -1."""
         rows, positions = self.pairs(np.arange(len(self)))
         mapped = np.asarray(new_position, dtype=np.int64)[positions]
         kept = mapped >= 0
@@ -90,11 +88,9 @@ class FilterTails(Sequence):
 
 @dataclasses.dataclass
 class QuerySet:
-    """The (head, relation, gold tail) triples to rank and the candidates to rank them among.  ``triples``: int64
-    (n_queries, 3) indices into the KG; ``candidates``: int64 sorted entity indices; ``gold``: each gold tail's position in
-    ``candidates``; ``filter_tails``: per query, candidate positions of the *other* known-true tails of (h, r) over all
-    splits (removed in the filtered setting).  ``exclude_head``: the query's own head is no candidate for it (off by
-    default, as in the DEER paper)."""
+    """The (head, relation, gold tail) ``triples`` to rank among ``candidates`` (sorted entity indices); ``gold``: each
+    gold tail's position in ``candidates``; ``filter_tails``: the *other* known-true tails of (h, r) over all splits.
+    ``exclude_head``: the query's own head is no candidate for it (off by default, as in the DEER paper)."""
 
     kg: TextualKG
     split: str
@@ -118,8 +114,7 @@ class QuerySet:
         return position[self.triples[:, 0]]
 
     def excluded_positions(self) -> np.ndarray:
-        """int64 (n_queries,): the candidate each query does not rank (its head, with
-        ``exclude_head``; never its gold tail), -1 for none."""
+        """int64 (n_queries,): the candidate each query does not rank (its head, never its gold tail), -1 for none."""
         if not self.exclude_head:
             return np.full(len(self), -1, dtype=np.int64)
         heads = self.head_positions()
@@ -150,7 +145,6 @@ def _check_integer(name: str, value, minimum: int) -> None:
 def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
     """Row indices of n triples of ``split`` sampled without replacement (the paper's protocol)."""
     _check_integer("subset", n, 1)
-    _check_integer("seed", seed, 0)
     triples = kg.triples(split)
     if n > len(triples):
         raise ValueError(f"subset {n} is larger than the {split} split ({len(triples)} triples)")
@@ -159,9 +153,8 @@ def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
 
 def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None, seed: int = 0,
                   exclude_head: bool = False) -> QuerySet:
-    """Queries for every triple of ``split`` (or ``subset`` sampled with ``seed``), ranked among all
-    entities, or with a subset among those in its triples (as in the DEER paper).  A missing or empty
-    split raises KGSplitError; a bad ``subset`` or ``seed`` ValueError naming it."""
+    """Queries for every triple of ``split`` ranked among all entities, or for ``subset`` sampled with ``seed`` among
+    the entities of its triples (as in the DEER paper).  A missing or empty split raises KGSplitError."""
     _check_integer("seed", seed, 0)
     triples = kg.triples(split)
     if len(triples) == 0:
@@ -188,9 +181,8 @@ def queries_for(kg: TextualKG, split: str, triples: np.ndarray, candidates: np.n
 
 
 def other_true_tails(kg: TextualKG, triples: np.ndarray, position: np.ndarray) -> FilterTails:
-    """Per query (h, r, t): the sorted candidate positions (``position[entity]``, -1: no candidate) of
-    the other tails of (h, r) in any split.  Built from arrays for the (h, r) pairs asked only, so a
-    KG of 20M triples costs a pass over its splits, not a dictionary of them all (nor a loop per query)."""
+    """Per query (h, r, t): the sorted candidate positions (``position[entity]``) of the other tails of (h, r) in
+    any split, from arrays for the pairs asked only: a KG of 20M triples costs a pass, not a dictionary."""
     width = max(kg.n_relations, 1)
     query_keys = triples[:, 0] * width + triples[:, 1]
     wanted = np.unique(query_keys)

@@ -1,12 +1,7 @@
-"""The one task type: queries over named candidate sets, each query with its gold answer's position in
-its set.  LAMA and the BEAR data set have many sets (``kg_data.cloze``); a KG's queries are one large
-set (``deer.platform.templates.kg_benchmark_task``), and their task also carries the ``QuerySet``
-(``kg_queries``: the KG, the known-true filters, the excluded head), which a probe may read to score the
-one large set its own way (shared few-shot prefixes, tries, stores).
-
-A :class:`ClozeQuery` is a sentence with the answer slot ``[Y]`` (and ``[X]`` where it has one: a template-free query is a
-masked evidence sentence whose ``[MASK]`` became ``[Y]``) and the gold answer's position in a named candidate set.  Queries and
-labels are sequences: a KG's are made on access, one at a time, so a task of millions of candidates holds none of their texts.
+"""The one task type: queries over named candidate sets, each with its gold answer's position in its set.  LAMA and
+BEAR have many sets (``kg_data.cloze``); a KG's queries are one large set whose task also carries the ``QuerySet``
+(``kg_queries``), which a probe may read to score it its own way.  A KG's queries and labels are made on access, so a
+task of millions of candidates holds none of their texts.
 """
 
 from __future__ import annotations
@@ -18,8 +13,7 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class CandidateSet:
-    """Answer labels (and descriptions, where the data has them) one query is ranked over; ``ids`` and
-    ``source`` (the file and entry that lists them), where the data has them, name an answer in a message."""
+    """Answer labels (and descriptions) a query is ranked over; ``ids`` and ``source``, where known, name an answer."""
 
     labels: Sequence[str]
     descriptions: Sequence[str] | None = None
@@ -32,8 +26,8 @@ class CandidateSet:
 
 @dataclasses.dataclass(frozen=True)
 class ClozeQuery:
-    """One question.  ``row``: the instance's row in its relation (BEAR), file line (LAMA) or query index
-    (a KG); ``template_index``: which of the relation's templates (-1 for a template-free sentence)."""
+    """A sentence with the answer slot ``[Y]``.  ``row``: the instance's row (BEAR), file line (LAMA) or query index
+    (a KG); ``template_index``: -1 for a template-free sentence (a masked evidence sentence)."""
 
     source: str
     relation: str
@@ -50,8 +44,7 @@ class ClozeQuery:
 
 @dataclasses.dataclass
 class Task:
-    """Queries over named candidate sets.  ``locate``: a query's 'FILE:LINE' (for messages);
-    ``kg_queries``: the KG's ``QuerySet`` where the task is a KG's (None for a benchmark)."""
+    """Queries over named candidate sets; ``locate``: a query's 'FILE:LINE'; ``kg_queries``: a KG's ``QuerySet``."""
 
     name: str
     queries: Sequence[ClozeQuery]

@@ -33,8 +33,7 @@ def _find(folder: Path, *stems: str) -> Path | None:
 
 
 def _refuse_unread_split_files(folder: Path, split_files: dict[str, Path]) -> None:
-    """KGFormatError for a split's file that would be ignored (train.txt, Train.tsv, dev.csv: another suffix or case)
-    where that split has no .tsv/.jsonl file: the KG would lack the split, and its triples the known-true filter."""
+    """Refuse a split's file that would be ignored (train.txt, Train.tsv) where that split has no .tsv/.jsonl file."""
     for split, stems in SPLIT_STEMS.items():
         if split in split_files:
             continue

@@ -5,13 +5,10 @@
     wikidata5m_text.txt       Q-id <TAB> description              (wikidata5m_text.txt.gz)
     wikidata5m_transductive_{train,valid,test}.txt   head <TAB> relation <TAB> tail
 
-The same rules every time, counted in ``TextualKG.notes``:
-- the entities are those named by a triple of the three splits (4,594,485 in the release; the alias
-  file also lists the inductive setting's), in the alias file's order;
-- an entity's name is its first alias; the other aliases are counted, not used;
-- an entity without a line in the text file gets the empty description ("-"); an id on two lines there, its first;
-- a triple naming an entity or relation with no alias is dropped (it has no text to probe).
-Files are read in bulk (``kg_data.id_columns``); a line that is not plain is named with its file and line.
+The entities are those named by a triple of the three splits (the alias file also lists the inductive setting's), in
+the alias file's order, named by their first alias; an entity without a text gets the empty description ("-"), an id
+on two text lines its first; a triple naming an entity or relation with no alias is dropped.  Each rule is counted in
+``TextualKG.notes``.  Files are read in bulk; a line that is not plain is named with its file and line.
 """
 
 from __future__ import annotations
@@ -50,8 +47,7 @@ def _columns(path: Path, n_columns: int | None) -> pa.Table:
 
 
 def _refuse_padded(path: Path, ids: pa.Array | pa.ChunkedArray) -> None:
-    """KGFormatError naming ``path`` and the first of ``ids`` with whitespace around it: it would match no id, and its
-    triple be dropped (or its entity lose its text) under a wrong reason."""
+    """Refuse an id with whitespace around it: it would match no id, and its triple be dropped under a wrong reason."""
     padded = pc.not_equal(pc.utf8_trim_whitespace(ids), ids)
     if pc.any(padded).as_py():
         raise KGFormatError(path, None, f"id {pc.filter(ids, padded)[0].as_py()!r} has whitespace around it; remove it "
@@ -59,8 +55,8 @@ def _refuse_padded(path: Path, ids: pa.Array | pa.ChunkedArray) -> None:
 
 
 def _named(path: Path) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """(ids, first aliases, whether a line has more aliases) of an alias file; a line whose first
-    alias is blank names nothing and is left out; an id named on two lines is refused."""
+    """(ids, first aliases, whether a line has more aliases) of an alias file; a line with a blank first alias is
+    left out."""
     ids, aliases = split_first(_columns(path, None).column(0).combine_chunks())
     names, others = split_first(aliases)
     names = pc.utf8_trim_whitespace(names)

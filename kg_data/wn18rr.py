@@ -24,8 +24,7 @@ NOT_WN18RR = "this folder is not WN18RR; convert it to the generic TSV/JSONL KG 
 
 
 def _relations(folder: Path) -> Iterator[tuple[Path, int, str, str]]:
-    """Relations in first-seen order over the split files (relations.txt is optional), named from the
-    ids ("_has_part" -> "has part") as relation2text.txt has them."""
+    """Relations in first-seen order over the split files (relations.txt is optional), named from their ids."""
     path = folder / "relations.txt"
     if path.exists():
         relation_ids = [fields[0] for _, fields in nonempty(read_tsv(path, 1), path, "relations")]
@@ -38,9 +37,8 @@ def _relations(folder: Path) -> Iterator[tuple[Path, int, str, str]]:
 
 
 def _refuse_other_relation_names(path: Path) -> None:
-    """KGFormatError for a relation2text.txt name that is not its id's (WN18RR's are: "_has_part" -> "has part"): the
-    folder is another KG in the KG-BERT layout (its ids may be 8 digits too), whose names this reader would ignore and
-    whose entity texts it would cut at WordNet's ", "."""
+    """Refuse a relation2text.txt name that is not its id's ("_has_part" -> "has part"): the folder is another KG in
+    the KG-BERT layout, whose names this reader would ignore and whose entity texts it would cut at WordNet's ", "."""
     for line, fields in read_tsv(path, 2) if path.exists() else ():
         if fields[1].strip() != relation_display_name(fields[0]):
             raise KGFormatError(path, line, f"relation {fields[0]!r} is named {fields[1].strip()!r}, not as in WN18RR "
@@ -61,9 +59,8 @@ def load_wn18rr(folder: Path) -> TextualKG:
 
 
 def _wordnet_id(path: Path, line: int, entity_id: str) -> str:
-    """``entity_id``, refused unless it is a WordNet synset offset (8 digits): another KG-BERT folder (FB15k-237's /m/ ids,
-    a user's plain ids 1, 2, 3) would be read as WN18RR, named "wn18rr", its names cut at WordNet's ", " ("Paris, Texas"
-    named "Paris") and its relation2text.txt ignored."""
+    """``entity_id``, refused unless it is a WordNet synset offset (8 digits): another KG-BERT folder would be read as
+    WN18RR, its names cut at WordNet's ", " ("Paris, Texas" named "Paris")."""
     if not re.fullmatch(r"[0-9]{8}", entity_id.strip()):
         raise KGFormatError(path, line, f"id {entity_id!r} is not a WordNet synset offset (8 digits): {NOT_WN18RR}")
     return entity_id
