@@ -57,12 +57,11 @@ def answer_tokens(tokenizer, labels: Sequence[str], masked: bool) -> list[list[i
 def answer_token_ids(tokenizer, labels: Sequence[str], masked: bool, slot: tuple[str, str] = REFERENCE_SLOT) -> np.ndarray:
     """int64: each answer's first token (``answer_tokens``); a masked LM's at the mask with the text ``slot`` around it."""
     if masked:
-        before, after = slot
         encoded = slot_tokens(tokenizer, labels, slot)
         for label, ids in zip(labels, encoded, strict=True):
             if ids is None:
                 raise ValueError(f"the answer {label!r} has no token of its own at the mask of "
-                                 f"{before + tokenizer.mask_token + after!r}: "
+                                 f"{slot[0] + tokenizer.mask_token + slot[1]!r}: "
                                  "in that place it joins the text before it; LAMA cannot read it at the mask")
     else:
         encoded = answer_tokens(tokenizer, labels, masked)

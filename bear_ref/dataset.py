@@ -55,8 +55,7 @@ def bear_format(table: pd.DataFrame, dataset: BearDataset, probe: str) -> pd.Dat
 
 def bear_metrics(table: pd.DataFrame, dataset: BearDataset, domain_support: str = DEFAULT_DOMAIN_SUPPORT,
                  ties: str = DEFAULT_TIES) -> dict:
-    """Overall, per-relation, per-domain and per-cardinality accuracy blocks under the named convention; a
-    relation without domains is grouped under "unknown"."""
+    """Accuracy blocks (overall, per relation, domain, cardinality); a relation without domains is under "unknown"."""
     convention = metric_convention(domain_support, ties)
     domains = {code: relation.domains or ["unknown"] for code, relation in dataset.relations.items()}
     cardinality = {code: relation.cardinality for code, relation in dataset.relations.items()}

@@ -98,8 +98,7 @@ class BearProbe:
         return set_statement_checks(task, [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET], backend)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's (n_queries, n_candidates) statement scores, stored by chunk where there is a store; a
-        benchmark's statements over each query's set (never ``LARGE_SET``)."""
+        """A KG's statement scores, stored by chunk where there is a store; a benchmark's over each query's set."""
         return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:

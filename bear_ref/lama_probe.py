@@ -52,31 +52,26 @@ def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> Fi
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
     group = np.zeros(len(queries.triples), dtype=np.int64)
     regions: dict[tuple[bool, str, str], int] = {}
-    ids, drops = [], []
+    splits = []  # (ids, drops) per region
     for q, triple in enumerate(queries.triples.tolist()):
         context = templates.query_context(kg, tuple(triple))
-        region = boundary_region(context)
-        if region not in regions:
-            regions[region] = len(ids)
-            first_ids, first_drops = first_tokens_after(tokenizer, context, continuations)
-            ids.append(first_ids)
-            drops.append(first_drops)
-        group[q] = regions[region]
-    shape = (len(ids), len(continuations))
-    return FirstTokens(group, np.asarray(ids, dtype=np.int64).reshape(shape), np.asarray(drops, dtype=np.int64).reshape(shape))
+        group[q] = regions.setdefault(boundary_region(context), len(splits))
+        if group[q] == len(splits):
+            splits.append(first_tokens_after(tokenizer, context, continuations))
+    ids, drops = (np.asarray([split[k] for split in splits], dtype=np.int64).reshape(len(splits), len(continuations))
+                  for k in (0, 1))
+    return FirstTokens(group, ids, drops)
 
 
 def first_tokens_after(tokenizer, context: str, continuations: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each continuation's first token after ``context`` as the whole statement has it, and how many of the
-    context's last tokens it replaces (0 unless it straddles)."""
+    """Each continuation's first token after ``context`` as the statement has it, and how many context tokens it replaces."""
     split = split_statements(tokenizer, context, continuations)
     return (np.asarray([first[0] for first in split.continuation_ids], dtype=np.int64),
             np.asarray([len(split.context_ids) - shared for shared in split.shared_lengths], dtype=np.int64))
 
 
 def restrict_to_single_token(queries: QuerySet, tokenizer) -> QuerySet:
-    """Candidates whose name is one token where the tail stands (``tail_token_lengths``); queries whose gold tail is
-    one of them."""
+    """Candidates whose name is one token where the tail stands; the queries whose gold tail is one of them."""
     names = [queries.kg.entity_names[e] for e in queries.candidates]
     keep = tail_token_lengths(tokenizer, names) == 1
     if not keep.any():
@@ -144,8 +139,7 @@ def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
         query = task.queries[i]
         context, before = deer_query_text(query), text_before_answer(query)
         if context and before.startswith(context):
-            gap, after = before[len(context):], statement(query, "")[len(before):]
-            after = re.match(r"\S*", after).group()
+            gap, after = before[len(context):], re.match(r"\S*", statement(query, "")[len(before):]).group()
         else:
             gap, after = " ", ""
         key = (query.candidates, boundary_region(context), gap, after)
@@ -175,8 +169,7 @@ class LamaProbe:
         check_query_end(templates)
 
     def length_checks(self, task, templates, backend):
-        """The query texts (a masked LM's masked sentences) and the statements scored whole; a masked LM on a
-        KG is refused here, before any pass."""
+        """The texts LAMA reads; a masked LM on a KG is refused here, before any pass."""
         check_model_kind(self, backend, task)
         if task.kg_queries is not None:
             yield query_check(task.kg_queries, templates, "query text", templates.query_context)
@@ -201,8 +194,7 @@ class LamaProbe:
         return restrict_to_single_token(queries, tokenizer) if options["single_token"] else queries
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's queries: the (n_queries, n_candidates) first-token log-probabilities; a benchmark: each
-        query by its ``lama_rules`` rule."""
+        """A KG's (n_queries, n_candidates) first-token log-probabilities; a benchmark's queries by their ``lama_rules``."""
         return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
@@ -257,7 +249,8 @@ class LamaProbe:
                   for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token")}
         if not masked:
             rows = [i for i, key in first.keys.items() if first.drops[key].any()]
-            straddling = score_straddling(encoder, loaded.tokenizer, scores, rows, [deer_query_text(task.queries[i]) for i in rows],
+            straddling = score_straddling(encoder, loaded.tokenizer, scores, rows,
+                                          [deer_query_text(task.queries[i]) for i in rows],
                                           [first.ids[first.keys[i]] for i in rows], [first.drops[first.keys[i]] for i in rows],
                                           lambda i: f"the query text of {describe_query(task, rows[i])}")
             work = encoder.stats.as_dict()

@@ -105,8 +105,7 @@ def _read_object(path: Path, shape: str) -> dict:
 
 
 def _text(path: Path, line: int | None, value, what: str, *, empty: bool = False) -> str:
-    """A label or id from JSON as text (an integer as its decimal string).  Only a subject label may be empty
-    (BEAR-big's P291 has one)."""
+    """A label or id from JSON as text; only a subject label may be empty (BEAR-big's P291 has one)."""
     if type(value) is int:
         value = str(value)
     if not isinstance(value, str) or not (empty or value.strip()):
@@ -135,10 +134,9 @@ def _answer_space(path: Path, code: str, meta: dict) -> tuple[list[str], list[st
     labels = [_text(path, None, value, f"relation {code}: answer_space_labels[{i}]") for i, value in enumerate(labels)]
     first: dict[str, int] = {}
     for i, answer in enumerate(ids):
-        if answer in first:
+        if first.setdefault(answer, i) != i:
             raise KGFormatError(path, None, f"relation {code}: answer id {answer} is in answer_space_ids twice "
                                             f"(positions {first[answer]} and {i})")
-        first[answer] = i
     return ids, labels
 
 

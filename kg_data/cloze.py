@@ -68,8 +68,7 @@ def check_modes(modes: Sequence[str], candidate_kinds: Sequence[str]) -> None:
 
 
 def check_lama_queries(dataset: LamaDataset, modes: Sequence[str] = MODES) -> None:
-    """Refuse data that gives no query at all in ``modes``, before the model is loaded (a single fact without a
-    usable sentence is counted, not refused, as LAMA does)."""
+    """Refuse data that gives no query at all in ``modes`` (a fact without a usable sentence is only counted, as LAMA)."""
     check_modes(modes, CANDIDATE_KINDS)
     relations = list(dataset.relations.values())
     if "template" in modes and any(r.template is not None for r in relations):

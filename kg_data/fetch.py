@@ -48,8 +48,7 @@ def _truthy(value: str) -> bool:
 
 
 def offline_reason() -> str | None:
-    """Why fetching is off ('DEER_OFFLINE=1', 'HF_HUB_OFFLINE=1'), or None: $DEER_OFFLINE decides when set (0 turns
-    fetching on again)."""
+    """Why fetching is off ('DEER_OFFLINE=1', 'HF_HUB_OFFLINE=1'), or None; $DEER_OFFLINE=0 turns it on again."""
     if os.environ.get(OFFLINE_ENV, "").strip():
         return f"{OFFLINE_ENV}={os.environ[OFFLINE_ENV]}" if _truthy(os.environ[OFFLINE_ENV]) else None
     return next((f"{name}={os.environ[name]}" for name in HUB_OFFLINE_ENVS if _truthy(os.environ.get(name, ""))), None)
@@ -129,8 +128,8 @@ def _part_path(root: Path, spec: dict) -> Path:
     return final.parent / STAGING_DIR / (final.name + ".part")
 
 
-def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | None, progress) -> Path:
-    final, part = root / spec["path"], _part_path(root, spec)
+def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | None, progress) -> None:
+    part = _part_path(root, spec)
     part.parent.mkdir(parents=True, exist_ok=True)
     url = f"{base_url.rstrip('/')}/{urllib.parse.quote(spec['path'])}" if base_url else spec["url"]
     resumed = part.is_file() and 0 < part.stat().st_size < spec["bytes"]
@@ -151,8 +150,7 @@ def _fetch_file(name: str, entry: dict, spec: dict, root: Path, base_url: str | 
             return _fetch_file(name, entry, spec, root, base_url, progress)
         raise DataFetchError(f"Checksum mismatch for {spec['path']} from {url}: expected sha256 {spec['sha256']} "
                              f"({spec['bytes']} bytes), got {got}. The file was deleted; nothing was installed.")
-    os.replace(part, final)
-    return final
+    os.replace(part, root / spec["path"])
 
 
 def _remove_empty_folders(root: Path, files: list[dict]) -> None:

@@ -50,8 +50,7 @@ def _plain_options(names: list[str], delimiter: str, block_size: int = 1 << 24, 
 
 
 def read_columns(path: Path, n_columns: int | None) -> pa.Table | None:
-    """The file's tab-separated columns as strings (``n_columns`` None: each line whole); None when pyarrow cannot
-    read it plainly."""
+    """The file's tab-separated columns (``n_columns`` None: each line whole); None when pyarrow cannot read it plainly."""
     names = [f"c{i}" for i in range(n_columns or 1)]
     if has_lone_carriage_return(path):
         return None
@@ -126,6 +125,4 @@ def read_entity_texts(path: Path, empty_description: str) -> tuple | None:
     texts = tuple(TextColumn(pa.chunked_array(kept, pa.large_string())) for kept in columns)
     del columns
     pa.default_memory_pool().release_unused()
-    if pc.count_distinct(texts[0].array).as_py() != len(texts[0]):
-        return None
-    return texts
+    return texts if pc.count_distinct(texts[0].array).as_py() == len(texts[0]) else None

@@ -116,8 +116,7 @@ def build_kg(name: str, entities: Iterable[tuple[Path, int, str, str, str]], rel
 
 
 def _bulk_triples(kg: TextualKG, path: Path) -> np.ndarray | None:
-    """A large TSV split's triples read in bulk; None otherwise, or for anything unusual: the line-by-line reader
-    then names the problem."""
+    """A large TSV split's triples read in bulk; None otherwise, or for anything unusual (then read line by line)."""
     if path.suffix != ".tsv" or path.stat().st_size < BULK_BYTES:
         return None
     from kg_data.id_columns import index_triples

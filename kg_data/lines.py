@@ -56,8 +56,7 @@ def is_header(fields: list[str]) -> bool:
 
 
 def read_tsv(path: Path, n_columns: int, min_columns: int | None = None) -> Iterator[tuple[int, list[str]]]:
-    """Yield (line number, fields) for a tab-separated file, checked: the column count, no header line, no carriage
-    return inside a line."""
+    """(line number, fields) of a tab-separated file, checked: column count, no header line, no CR inside a line."""
     min_columns = n_columns if min_columns is None else min_columns
     for index, (number, text) in enumerate(read_lines(path)):
         if "\r" in text:  # a bulk (pyarrow) reader would end the line there
@@ -90,8 +89,7 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dic
 
 
 def nonempty(rows: Iterable[tuple], path: Path, what: str) -> Iterator[tuple]:
-    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (else an empty entities file would
-    surface as an unknown id)."""
+    """``rows`` as they come; KGFormatError 'PATH: no WHAT' when there are none (not an unknown id later)."""
     empty = True
     for row in rows:
         empty = False

@@ -55,8 +55,7 @@ def _refuse_padded(path: Path, ids: pa.Array | pa.ChunkedArray) -> None:
 
 
 def _named(path: Path) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """(ids, first aliases, whether a line has more aliases) of an alias file; a line with a blank first alias is
-    left out."""
+    """(ids, first aliases, whether a line has more aliases) of an alias file; lines with a blank first alias left out."""
     ids, aliases = split_first(_columns(path, None).column(0).combine_chunks())
     names, others = split_first(aliases)
     names = pc.utf8_trim_whitespace(names)
