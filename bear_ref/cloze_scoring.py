@@ -13,8 +13,7 @@ from deer.backends.statement_scorer import StatementScorer
 from kg_data.cloze import statement
 from kg_data.task import Task
 
-# The text around a mask that decides how a word in its place is tokenised: the character before the
-# whitespace before the mask with that whitespace, and the whitespace after it with the next character.
+# The text around a mask that decides how a word in its place is tokenised: the whitespace and one character each side.
 _BEFORE_SLOT = re.compile(r"\S?\s*\Z")
 _AFTER_SLOT = re.compile(r"\A\s*\S?")
 REFERENCE_SLOT = ("is ", " .")  # a LAMA template's "[X] is [Y] ." around the mask: where a word's tokens are counted

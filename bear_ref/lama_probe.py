@@ -121,19 +121,11 @@ def score_straddling(encoder, tokenizer, scores, rows, contexts: list[str], firs
     return len(prefixes)
 
 
-@dataclasses.dataclass
-class SlotFirstTokens:
-    """A benchmark's next-token rows' first tokens: per row its ``key``, per key ``ids`` and ``drops`` (``FirstTokens``)."""
-
-    keys: dict[int, tuple]
-    ids: dict[tuple, np.ndarray]
-    drops: dict[tuple, np.ndarray]
-
-
-def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
+def slot_first_tokens(tokenizer, task, rows) -> tuple[dict[int, tuple], dict[tuple, np.ndarray], dict[tuple, np.ndarray]]:
     """Each candidate's first token after each row's query text as the statement has it (``first_tokens_after``
     of the text up to the slot, the label and what follows it up to the next whitespace), once per candidate
-    set and context region.  A context that is not the statement's start (fill-in-the-blank) is followed by " label"."""
+    set and context region: (each row's key, each key's ids, each key's drops).  A context that is not the
+    statement's start (fill-in-the-blank) is followed by " label"."""
     keys, ids, drops = {}, {}, {}
     for i in rows:
         query = task.queries[i]
@@ -147,7 +139,7 @@ def slot_first_tokens(tokenizer, task, rows) -> SlotFirstTokens:
             continuations = [gap + label + after for label in task.candidate_set(query).labels]
             ids[key], drops[key] = first_tokens_after(tokenizer, context, continuations)
         keys[i] = key
-    return SlotFirstTokens(keys, ids, drops)
+    return keys, ids, drops
 
 
 def describe_query(task, i: int) -> str:
@@ -235,8 +227,7 @@ class LamaProbe:
             answer_ids = {(name, slot): answer_token_ids(loaded.tokenizer, task.candidate_sets[name].labels, masked, slot)
                           for name, slot in dict.fromkeys(keys.values())}
         else:  # each query's answer tokens as its statement has them after the query text (``slot_first_tokens``)
-            first = slot_first_tokens(loaded.tokenizer, task, read)
-            keys, answer_ids = first.keys, first.ids
+            keys, answer_ids, drops = slot_first_tokens(loaded.tokenizer, task, read)
         token_ids = np.unique(np.concatenate(list(answer_ids.values()))) if answer_ids else np.zeros(0, dtype=np.int64)
         if masked:
             logprobs = backend.mask_filler().logprobs(sentences, token_ids)
@@ -248,10 +239,10 @@ class LamaProbe:
         scores = {i: logprobs[i, columns[keys[i]] if i in keys else []].astype(np.float64)
                   for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token")}
         if not masked:
-            rows = [i for i, key in first.keys.items() if first.drops[key].any()]
+            rows = [i for i, key in keys.items() if drops[key].any()]
             straddling = score_straddling(encoder, loaded.tokenizer, scores, rows,
                                           [deer_query_text(task.queries[i]) for i in rows],
-                                          [first.ids[first.keys[i]] for i in rows], [first.drops[first.keys[i]] for i in rows],
+                                          [answer_ids[keys[i]] for i in rows], [drops[keys[i]] for i in rows],
                                           lambda i: f"the query text of {describe_query(task, rows[i])}")
             work = encoder.stats.as_dict()
         statement_rows = [i for i, rule in enumerate(rules) if rule == "statement"]

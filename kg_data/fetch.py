@@ -182,8 +182,7 @@ def fetch_dataset(name: str, data_dir: str | Path | None = None, base_url: str |
                              f"{_how_to_get(name, entry, root)}")
     from tqdm import tqdm
 
-    # One process fetches a data set at a time (DDP ranks and Ray tasks resolve the same name): the
-    # others wait on its lock, then find its files valid and download nothing.
+    # One process fetches a data set at a time (DDP ranks, Ray tasks): the others wait, then find its files valid.
     with held_lock(root / f".fetch-{name}.lock", f"waiting for another process fetching {name}"):
         missing = [spec for spec in files if not _is_valid(root / spec["path"], spec)]
         marker = next(spec for spec in files if spec["path"] == entry["marker"])

@@ -18,8 +18,7 @@ from kg_data.lines import is_header
 NO_DELIMITER = "\x1f"  # a byte that no text file here holds: read a line as one column
 TRIPLE_BLOCK_BYTES = 1 << 26  # a triples file read 64 MiB at a time: a few lookups, each hashing every entity id, at 20M triples
 CR_SCAN_BYTES = 1 << 24  # the scan for a lone carriage return reads 16 MiB at a time
-# a CR followed by neither CR nor LF: pyarrow ends a line there, the line reader keeps it in a field (a run of CRs before LF
-# is a line end to both)
+# a CR followed by neither CR nor LF: pyarrow ends a line there, the line reader keeps it in a field
 LONE_CR = re.compile(rb"\r(?![\r\n])")
 
 
