@@ -6,6 +6,7 @@ fact with masked sentences where ``[MASK]`` stands for the object.  Errors name 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -142,7 +143,7 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
     unknown = [s for s in wanted_sources if s not in SOURCES]
     if unknown:
         raise ValueError(f"unknown LAMA source(s) {', '.join(unknown)}; choose from {', '.join(SOURCES)}")
-    if max_facts is not None and (not isinstance(max_facts, int) or max_facts < 1):
+    if max_facts is not None and (isinstance(max_facts, bool) or not isinstance(max_facts, numbers.Integral) or max_facts < 1):
         raise ValueError(f"max_facts must be a positive integer, not {max_facts!r}")
     trex = read_relation_templates(folder / RELATIONS_FILE)
     entries = {  # (code, template, label) per source

@@ -110,6 +110,14 @@ def test_lama_reader_names_file_and_line_of_a_bad_fact(tmp_path):
         load_lama(write_lama(tmp_path / "other"), relations=["P999"])
 
 
+@pytest.mark.parametrize("max_facts", [True, 0, 1.5])
+def test_lama_reader_refuses_a_max_facts_that_is_no_count(tmp_path, max_facts):
+    """``max_facts=True`` read as 1 and scored one fact per relation (bool is an int): refused as BEAR's max_instances is."""
+    with pytest.raises(ValueError, match=rf"max_facts must be a positive integer, not {max_facts!r}"):
+        load_lama(write_lama(tmp_path / "lama"), max_facts=max_facts)
+    assert len(load_lama(tmp_path / "lama", max_facts=np.int64(2)).relations["TREx/P19"].facts) == 2  # numpy's ints count
+
+
 @pytest.mark.skipif(shipped_lama() is None, reason="no LAMA data folder found (../shared/data/lama)")
 def test_lama_reader_on_the_shipped_files():
     data = load_lama(shipped_lama())
