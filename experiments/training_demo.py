@@ -27,22 +27,10 @@ def triple_lines(queries) -> list[str]:
     return [PromptTemplates.example_line(queries.kg, *triple) for triple in queries.triples.tolist()]
 
 
-def line_dataset(lines: list[str], tokenizer):
-    """A torch Dataset of tokenised lines for causal-LM training (pad and label them with
+def line_dataset(lines: list[str], tokenizer) -> list[dict]:
+    """Tokenised lines, a Trainer's dataset for causal-LM training (pad and label them with
     ``DataCollatorForLanguageModeling(tokenizer, mlm=False)``)."""
-    import torch
-
-    class Lines(torch.utils.data.Dataset):
-        def __init__(self):
-            self.items = [tokenizer(line + "\n")["input_ids"] for line in lines]
-
-        def __len__(self):
-            return len(self.items)
-
-        def __getitem__(self, index):
-            return {"input_ids": self.items[index]}
-
-    return Lines()
+    return [{"input_ids": tokenizer(line + "\n")["input_ids"]} for line in lines]
 
 
 def run_training_demo(out_dir: Path, model: str = "smollm2-135m", kg: str = "wn18rr", n_queries: int = 50, steps: int = 200,
