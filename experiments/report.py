@@ -37,33 +37,29 @@ class ExperimentOutput:
         self.files: list[Path] = []
         self.skipped: dict[str, str] = {}  # figure name -> why it was not drawn
 
-    def table(self, name: str, table: pd.DataFrame, note: str | None = None) -> pd.DataFrame:
+    def table(self, name: str, table: pd.DataFrame, note: str | None = None) -> None:
         """Write ``name``.csv and ``name``.md (with ``note`` under the markdown table)."""
         md_path = self.folder / f"{name}.md"
         self.files += [write_table(self.folder / f"{name}.csv", table), md_path]
         write_text(md_path, markdown_table(table) + (f"\n{note}\n" if note else ""))
-        return table
 
-    def figure(self, name: str, draw: Callable[[], Any]) -> Path | None:
-        """Save ``draw()``'s matplotlib figure as ``name``.png; without the plots extra it is skipped (named in the
-        JSON's ``figures_skipped``) and every table and number is still written."""
+    def figure(self, name: str, draw: Callable[[], Any]) -> None:
+        """Save ``draw()``'s figure as ``name``.png; without the plots extra it is skipped (``figures_skipped``)."""
         try:
             figure = draw()
         except MissingExtraError as error:
             self.skipped[name] = str(error)
-            return None
+            return
         path = self.folder / f"{name}.png"
         save_figure(path, figure, dpi=120, bbox_inches="tight")
         self.files.append(path)
-        return path
 
     def finish(self, result: dict) -> dict:
-        """Write ``result`` as ``<experiment name>.json`` (listing the other files) and return it with ``out_dir``; the
-        files an earlier run listed there and this one did not write are removed (its tables and figures, now stale)."""
+        """Write ``result`` as ``<experiment name>.json`` (listing the other files) and return it with ``out_dir``."""
         if self.skipped:
             result["figures_skipped"] = dict(self.skipped)
         path = self.folder / f"{self.name}.json"
-        names = sorted(str(p.name) for p in self.files)
+        names = sorted(p.name for p in self.files)
         # An earlier run's files that this one did not write are stale: removed.
         with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
             for name in set(json.loads(path.read_text()).get("files", [])) - set(names):
