@@ -42,8 +42,7 @@ WN18RR_FINGERPRINT = "e987fa4ff860fefa"  # the KG fingerprint of WN18RR (kg_data
 
 
 def on_paper_queries(run: RunResult, probe: str) -> bool:
-    """Whether ``probe``'s ranks in ``run`` are on the paper's queries: WN18RR's test split, as the WN18RR reader records
-    it (its name and, where the run records one, its data fingerprint)."""
+    """Whether ``probe``'s ranks in ``run`` are on the paper's queries: WN18RR's test split (and data, where recorded)."""
     metadata = run.metadata_of(probe)
     kg = metadata.get("kg") if isinstance(metadata.get("kg"), dict) else {}
     fingerprint = run.spec.kg_fingerprint if run.spec is not None else None
@@ -102,9 +101,8 @@ def hits_row(run: RunResult, probe: str, rank_type: str) -> dict:
 def run_agreement(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered", hit_k: int = 10,
                   bootstrap: int = 1000, seed: int = 0, settings: dict | None = None,
                   probes: Sequence[str] | None = None) -> dict:
-    """Compare the probes present in each run (of ``probes``, None: all): write agreement.csv/.md (model x probe
-    pair), hits.csv/.md (model x probe), agreement_scatter.png and agreement.json into ``out_dir``; returns the JSON's
-    dict."""
+    """Compare the probes (of ``probes``, None: all) in each run: write agreement.csv/.md (model x probe pair),
+    hits.csv/.md (model x probe), agreement_scatter.png and agreement.json; returns the JSON's dict."""
     check_distinct_labels(runs)  # the rows, facets and JSON keys name runs by label
     output = ExperimentOutput(out_dir, "agreement")
     pair_rows, hit_rows, panels = [], [], []

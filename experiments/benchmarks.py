@@ -52,8 +52,7 @@ def benchmark_kind(dataset) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkSelection:
-    """Which facts of a benchmark: ``relations`` and (LAMA) ``sources``, at most ``max_facts`` per relation
-    sampled with ``seed`` (also the bootstrap's), queried in ``modes`` over ``candidate_kinds``."""
+    """Which facts of a benchmark, queried how (``seed``: the sample's and the bootstrap's)."""
 
     data_dir: Any = None
     relations: Sequence[str] | None = None
@@ -65,9 +64,7 @@ class BenchmarkSelection:
 
 
 def _refuse_lama_only_selection(dataset, selection: BenchmarkSelection) -> None:
-    """ValueError naming what a BEAR-format data set cannot honour: LAMA's sources, a selection of modes without
-    'template' or of candidate kinds without 'relation' (BEAR has templates and each relation's answers only; the
-    defaults, both of each, are fine: BEAR then runs its templates over its answers)."""
+    """ValueError naming what a BEAR-format data set (templates and each relation's answers only) cannot honour."""
     if "relation" not in selection.candidate_kinds:
         raise ValueError(f"{dataset}: candidate kinds {list(selection.candidate_kinds)}: a BEAR-format data set ranks each "
                          "relation's answers only (kind 'relation'); common-vocab is LAMA's")
@@ -80,8 +77,7 @@ def _refuse_lama_only_selection(dataset, selection: BenchmarkSelection) -> None:
 
 
 def load_benchmark(dataset, selection: BenchmarkSelection):
-    """The benchmark's data, read and checked with no model: a bad file is an error naming it, as
-    LAMA data that gives no query in ``selection.modes``."""
+    """The benchmark's data, read and checked with no model (a bad file is an error naming it)."""
     check_modes(selection.modes, selection.candidate_kinds)
     if benchmark_kind(dataset) == "bear":
         _refuse_lama_only_selection(dataset, selection)
@@ -98,9 +94,8 @@ def load_benchmark(dataset, selection: BenchmarkSelection):
 
 @contextlib.contextmanager
 def nothing_left_on_failure(out):
-    """On an error (Ctrl-C too), remove what this run created in ``out`` except finished probes
-    (``cloze/parts/KEY/``, from which the same command resumes).  A lock beside ``out`` (``.NAME.lock``)
-    makes a second run into the same folder wait, so what is removed was written by this run only."""
+    """On an error (Ctrl-C too), remove what this run created in ``out`` except finished probes (``cloze/parts/KEY/``,
+    from which it resumes).  A lock beside ``out`` makes a second run wait, so only this run's files are removed."""
     if out is None:
         yield
         return
@@ -127,9 +122,8 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
 
 
 def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> Task:
-    """The cloze task of loaded data.  LAMA's vocabulary: the common-vocabulary words that are one token for the
-    backend's tokenizer where they stand in '[X] is [Y] .' (after "is" for a causal LM; filling the mask for a masked
-    LM), a masked LM's words of one token id one candidate (``lama_vocabulary``)."""
+    """The cloze task of loaded data; LAMA's vocabulary: the common-vocabulary words of one token in '[X] is [Y] .'
+    for the backend's tokenizer (``lama_vocabulary``)."""
     if isinstance(data, BearDataset):
         return bear_cloze_task(data)
     masked = backend.is_masked_lm
@@ -144,12 +138,10 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
                     loading: ModelLoading | None = None, budget: Budget | None = None, probes: Sequence[str] = BENCHMARK_PROBES,
                     bear_run=None, bootstrap: int = 1000, out=None, backend: str = "hf", cache: bool = False,
                     show_progress: bool = True, **options) -> dict:
-    """Run ``probes`` on a benchmark; returns the report {"result" (the cloze run's ``RunResult``), "agreement",
-    "mode_agreement", and the result's "table", "metrics" and "metadata" by probe} (and "bear_dataset" for DEER
-    on a BEAR-format data set).  ``selection``, ``loading`` and ``budget`` are each an object or its fields as
-    loose keywords (``max_facts=``, ``relations=``, ``dtype=``, ``token_budget=``, ...).  ``backend``: 'hf', or
-    'plain' (one whole forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the
-    model's prompt store under ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
+    """Run ``probes`` on a benchmark; returns the report {"result" (the cloze ``RunResult``), its "table", "metrics"
+    and "metadata", "agreement", "mode_agreement"} (and "bear_dataset" for DEER on a BEAR-format data set).
+    ``selection``, ``loading`` and ``budget``: each an object or its fields as keywords (``max_facts=``, ``dtype=``, ...).
+    ``cache``: keep DEER's candidate vectors in the model's prompt store (under ``cache_dir=``) for later runs."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     cache_dir = options.pop("cache_dir", None)
     selection = take(options, BenchmarkSelection, selection, "selection")
@@ -206,8 +198,8 @@ def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
 
 
 def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = BENCHMARK_PROBES, **options) -> dict:
-    """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
-    orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
+    """``probe_benchmark`` per model, then the agreement between the probes' orderings of the models (per candidate
+    kind and mode) in ``out/orderings.json`` and ``orderings.md``."""
     out = Path(out)
     loading = options.get("loading") or ModelLoading(model_kwargs=options.get("model_kwargs"), adapter=options.get("adapter"))
     for name in models:  # every model's folder, adapter and config, before the first is probed

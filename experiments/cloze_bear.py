@@ -60,8 +60,7 @@ def check_bear_run(folder: str | Path, dataset: BearDataset) -> dict:
 
 
 def bear_scoring(runner) -> dict:
-    """How this command's own BEAR would score the data set on ``runner`` (a backend), as ``deer bear-dataset``'s
-    metadata records it: a stored run stands in for it only if scored so (``stored_bear_table``)."""
+    """How this command's BEAR would score on ``runner``, as ``deer bear-dataset``'s metadata records it."""
     from deer.probes import get_probe
 
     method = runner.statement_scorer(get_probe("bear").options["pll_variant"]).statements_method
@@ -69,8 +68,8 @@ def bear_scoring(runner) -> dict:
 
 
 def stored_bear_table(folder: str | Path, dataset: BearDataset, loaded: LoadedModel, scoring: dict | None = None) -> pd.DataFrame:
-    """BEAR's instances from a finished ``deer bear-dataset`` run; ValueError unless it scored the same weights
-    and tokenizer in the same dtype on the same data (``check_bear_run``), and as ``scoring`` (``bear_scoring``) says."""
+    """BEAR's instances from a finished ``deer bear-dataset`` run; ValueError unless it scored the same weights,
+    tokenizer and dtype on the same data, as ``scoring`` (``bear_scoring``) says."""
     folder = Path(folder)
     metadata = check_bear_run(folder, dataset)
     model = metadata.get("model", {})
@@ -122,9 +121,8 @@ def agreement_rows(joined: pd.DataFrame, dataset: BearDataset, bootstrap: int, s
 def compare_with_bear(result: RunResult, dataset: BearDataset, loaded: LoadedModel, out: str | Path,
                       bear_run: str | Path | None = None, bootstrap: int = 1000, seed: int = 0,
                       bear_table: pd.DataFrame | None = None) -> dict:
-    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own, or ``bear_run``'s; ``bear_table``:
-    that run's table already read with ``stored_bear_table``): BEAR-style metrics for both and per-instance
-    agreement; writes deer_instances.parquet, report.json, summary.md."""
+    """DEER's columns of a cloze run on ``dataset`` against BEAR's (its own, or ``bear_run``'s, read as ``bear_table``):
+    BEAR-style metrics and per-instance agreement in deer_instances.parquet, report.json, summary.md."""
     out = Path(out)
     deer_table = bear_format(result.table, dataset, "deer")
     if bear_run is None and "bear_rank" not in result.table:

@@ -1,16 +1,12 @@
 """Compute time: DEER measured, BEAR measured on query subsets and extrapolated (paper Table 1).
 
-DEER is timed directly (``time.perf_counter``, unrounded): on all queries and entities, or on a
-sample scaled per entity, per query and per (query, entity) pair.  BEAR, as in the paper, is timed
-on query subsets of increasing size |Q|, each a fresh random sample (so the fit's points are
-independent), and extrapolated by an OLS fit time = a + b |Q|.  Where the candidates are reduced
-to C of N entities only per-statement work is scaled: bear_ref's subsets are timed against C
-candidates (T_C) and one (T_1) per query, s = (T_C - T_1) / (|Q| (C - 1)), context part
-= T_1 - |Q| s, time at N = context part + (T_C - context part) x N / C; the plain scorer
-(lm-pub-quiz's way, no shared per-query work) is scaled by N / S for S statements per query.
+DEER is timed directly, on all queries and entities or on a sample scaled per entity, per query and per
+(query, entity) pair.  BEAR, as in the paper, is timed on independent random query subsets of increasing
+size |Q| and extrapolated by an OLS fit time = a + b |Q|; with C of N candidates only the per-statement part
+is scaled to N (``extrapolation_method`` says how, in words).
 
-Paper (DEER): DEER 16 min for all 93,003 WN18RR triples x 40,943 entities with GPT-2 small on
-an RTX 3090; BEAR (lm-pub-quiz) extrapolated to 330 days by a linear fit over |Q| = 16..151.
+Paper: DEER 16 min for all 93,003 WN18RR triples x 40,943 entities with GPT-2 small on an RTX 3090; BEAR
+(lm-pub-quiz) extrapolated to 330 days by a linear fit over |Q| = 16..151.
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ SCORER_LABELS = {"bear_ref": "BEAR (bear_ref, shared prefix)", "plain": "BEAR (p
 
 
 def target_query_count(kg, target: str) -> int:
-    """Queries to extrapolate to: one split, or 'all' triples of every split (the paper's 93,003); none: a ValueError."""
+    """Queries to extrapolate to: one split's, or 'all' triples of every split (the paper's 93,003)."""
     count = int(sum(len(t) for t in kg.splits.values())) if target == "all" else int(len(kg.triples(target)))
     if not count:
         with_triples = ", ".join(split for split, triples in kg.splits.items() if len(triples))
@@ -57,8 +53,7 @@ def target_query_count(kg, target: str) -> int:
 
 def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queries: int, seed: int,
               token_budget: int | None = None) -> dict:
-    """Run DEER (no embedding cache) on ``rows`` x ``n_candidates``; scale per entity, per query and per
-    (query, entity) pair to the full KG.  ``token_budget`` None: the probe's default (the one used is recorded)."""
+    """Run DEER (no embedding cache) on ``rows`` x ``n_candidates``, scaled to the full KG."""
     queries = restrict_queries(all_queries, rows, n_candidates, seed)
     started = time.perf_counter()
     run = deer_probe(queries, loaded, templates=templates, token_budget=token_budget, show_progress=False)
@@ -84,7 +79,6 @@ def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queri
 
 
 def _sample_seed(seed: int, repeat: int, size_index: int) -> int:
-    """One seed per fit point, so every (repeat, size) draws its own queries and candidates."""
     return int(np.random.default_rng([seed, repeat, size_index]).integers(2**31 - 1))
 
 
@@ -97,13 +91,9 @@ def _timed(score: Callable, queries, loaded, templates, statements_per_query: in
 def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence[int], repeats: int,
                 n_candidates: int | None, statements_per_query: int | None, seed: int,
                 split_context: bool = True) -> dict:
-    """Seconds of ``score`` on a fresh query sample per repeat and size, brought to all entities (module doc).
-
-    ``n_candidates``: entities ranked per query (None: all; gold tails kept); ``statements_per_query``: scored
-    per query (None: every one); ``split_context``: scale only the per-statement part (bear_ref).  Returns sizes,
-    raw_times_by_repeat (as measured), times_by_repeat (against all entities; repeats x sizes), its
-    context_/statement_times_by_repeat parts, and one work record per point.
-    """
+    """Seconds of ``score`` on a fresh query sample per repeat and size, brought to all entities: per size and
+    repeat as measured (raw_), against all entities, and its context_/statement_ parts; one work record per point.
+    ``split_context``: scale only the per-statement part (bear_ref)."""
     n_entities = all_queries.kg.n_entities
     points, work = [], []  # points: (raw, all entities, context, statements) seconds per (repeat, size)
     for repeat in range(repeats):
@@ -192,9 +182,8 @@ class TimingPlan:
 
 def run_compute_time(kg, loaded, templates, out_dir: Path, plan: TimingPlan | None = None, split: str = "test",
                      settings: dict | None = None, token_budget: int | None = None, log=print) -> dict:
-    """Time DEER and the BEAR scorers on ``kg`` with ``loaded`` as ``plan`` says; write compute_time.csv/.md (Table 1,
-    each row with its basis), compute_time_fits.csv/.md, compute_time_fit.png and compute_time.json.  ``token_budget``:
-    DEER's padded tokens per batch (None: the probe's default; the one used is ``deer.token_budget``)."""
+    """Time DEER and the BEAR scorers as ``plan`` says; write compute_time.csv/.md (Table 1, each row with its
+    basis), compute_time_fits.csv/.md, compute_time_fit.png and compute_time.json.  ``token_budget`` None: DEER's default."""
     from kg_data import build_queries
 
     plan = plan or TimingPlan()

@@ -46,8 +46,7 @@ def _plain_log_ticks(*axes) -> None:
 
 
 def rank_by_token_length(token_lengths: np.ndarray, ranks_by_probe: dict[str, np.ndarray], title: str = ""):
-    """Box plot of the gold tail's (log) rank per tail token length, one panel per probe (paper Fig. 4);
-    ``ranks_by_probe``: probe -> ranks aligned with ``token_lengths`` (NaN ranks are skipped)."""
+    """Box plot of the gold tail's (log) rank per tail token length, one panel per probe (paper Fig. 4)."""
     probes = list(ranks_by_probe)
     figure, axes = _subplots(1, len(probes), figsize=(4.2 * len(probes), 3.6), squeeze=False, sharey=True)
     lengths = np.asarray(token_lengths)
@@ -93,8 +92,7 @@ def log_rank_scatter(panels: Sequence[dict], hit_k: int = 10):
 
 
 def compute_time_fits(curves: Sequence[dict]):
-    """Measured seconds per query-subset size with the fitted lines, one panel per scorer (``curves``:
-    dicts with scorer, sizes, times_by_repeat (list of lists), slope, intercept)."""
+    """Measured seconds per query-subset size with the fitted line, one panel per scorer."""
     figure, axes = _subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
     for axis, curve in zip(axes[0], curves, strict=True):
         sizes = np.asarray(curve["sizes"], dtype=np.float64)
@@ -117,8 +115,7 @@ def leaderboard_bars(labels: Sequence[str], values: Sequence[float], errors: Seq
 
 
 def metric_curves(steps: Sequence[int], series: dict[str, Sequence[float]], title: str = ""):
-    """One panel per metric against the training step (one line per probe or query set):
-    ``series`` maps "metric" or "metric | line label" to values in ``steps`` order."""
+    """One panel per metric against the training step; ``series``: "metric" or "metric | line label" -> values."""
     metrics = list(dict.fromkeys(key.split(" | ")[0] for key in series))
     figure, axes = _subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.2), squeeze=False)
     for axis, metric in zip(axes[0], metrics, strict=True):
@@ -139,9 +136,8 @@ def _by_pair(points: Sequence[dict]):
 
 
 def size_trend(points: Sequence[dict], paper: Sequence[dict]):
-    """Pearson r of log ranks against parameter count (log x), one line per probe pair, with the
-    95% bootstrap interval as a vertical bar (drawn as it is: it need not hold r); the paper's points as open markers
-    of the same colour."""
+    """Pearson r of log ranks against parameter count, one line per probe pair with its 95% bootstrap interval (which
+    need not hold r); the paper's points as open markers of the same colour."""
     figure, axis = _subplots(figsize=(6.4, 4.2))
     colours = {}
     for pair, rows in _by_pair(points):

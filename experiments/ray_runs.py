@@ -51,8 +51,7 @@ def _probe_task(queries: QuerySet, model_name: str, probes: Sequence[str], templ
 
 def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Sequence[str], templates, *,
                       address: str | None = None, num_cpus: int | None = None, **options) -> list[RunResult]:
-    """``run_probes`` for every model, one Ray task each (``options``: dtype, device,
-    token_budget, use_cache, runs_dir, probe_options); runs come back in ``model_names`` order."""
+    """``run_probes`` (its keyword ``options``) for every model, one Ray task each, in ``model_names`` order."""
     options = {**options, "runs_dir": Path(options.get("runs_dir", "runs")).resolve()}
     with ray_session(address, num_cpus) as ray:
         task = ray.remote(**task_resources(ray))(_probe_task)
@@ -60,9 +59,8 @@ def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Seq
 
 
 class _EncodingWorker:
-    """A Ray actor: the model loaded once, then batches of prompts encoded into the store's folder as
-    shards of its own (the driver never holds their vectors).  A worker that dies leaves no half shard
-    (each is written atomically, its index last): its prompts are simply still missing."""
+    """A Ray actor: the model loaded once, then batches of prompts encoded into shards of its own.  A worker
+    that dies leaves no half shard (each is written atomically): its prompts are simply still missing."""
 
     def __init__(self, backend: str, model_name: str, dtype: str, device: str, special_tokens: str, token_budget: int | None,
                  store_root: str, store_key: dict, width: int):
@@ -79,8 +77,7 @@ class _EncodingWorker:
         return self.loaded.fingerprint
 
     def encode(self, texts: list[str], keys: np.ndarray) -> tuple[dict, int]:
-        """Encode ``texts`` into shards keyed by ``keys``; (this worker's model identity, prompts encoded).  A model
-        other than the store key's (weights, tokenizer, dtype) writes nothing: the driver refuses it."""
+        """(this worker's model identity, prompts encoded); a model other than the store key's writes nothing."""
         from deer.platform.run_spec import model_identity
         from deer.platform.stores import PendingParts
 
@@ -96,16 +93,11 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
                            loading: ModelLoading | None = None, token_budget: int | None = None, cache_dir=None,
                            address: str | None = None, loaded=None, batch: int = 16_384, backend: str = DEFAULT_BACKEND,
                            **loose) -> Path:
-    """Encode the ``entities`` (default: all) of ``kg`` that the model's prompt store (what
-    ``deer.probe(..., cache=True)`` reads) lacks, on ``workers`` Ray actors (one GPU each where the cluster
-    has GPUs), each writing its own shards into the store; returns the store's folder.  The driver makes
-    the prompts ``batch`` at a time with a few batches in flight, and never holds the vectors; prompts a
-    failed worker left missing are handed out again (twice at most).  ``loaded``: the driver's
-    ``LoadedModel`` of ``model_name`` when it has one (its identity keys the store; not opened again).
-    ``backend``: the backend every worker encodes with (one that can cache: the workers write into the store).
-    ``loading``: the dtype and device every worker loads the model with (or ``dtype=``, ``device=`` loose).
-    A tail prompt longer than the model takes is refused (``PromptTooLongError``) before any worker starts: cut
-    descriptions first where that is wanted (``guard_lengths`` in ``truncate-descriptions`` mode gives the KG)."""
+    """Encode the ``entities`` (default: all) of ``kg`` missing from the model's prompt store (what
+    ``deer.probe(..., cache=True)`` reads) on ``workers`` Ray actors, each writing its own shards; returns the
+    store's folder.  The driver never holds the vectors; prompts a failed worker left missing are handed out again
+    (twice at most).  ``loaded``: the driver's model when it has one (not opened again).  A prompt too long for the
+    model is refused before any worker starts (cut descriptions first with ``guard_lengths`` where wanted)."""
     from deer.backends import open_backend, refuse_cache_on
     from deer.base.model_spec import with_loading
     from deer.embedding_probe import all_prompt_keys, prompt_store
@@ -171,9 +163,8 @@ def _live_workers(ray, pool, timeout: float = 120.0) -> list:
 
 def _encode_over(ray, pool, missing: np.ndarray, batch: int, texts_of, keys: np.ndarray, identity: dict,
                  model_name: str) -> str | None:
-    """Hand ``missing`` out in batches to the actors, at most two batches in flight per actor; a batch whose
-    worker failed is left (its prompts stay missing); another model on a worker (which stores nothing) is an
-    error.  Returns the last failure's text (None: none failed)."""
+    """Hand ``missing`` out in batches, at most two in flight per actor; a failed batch stays missing, another
+    model on a worker is an error.  Returns the last failure's text (None: none failed)."""
     failure = None
     batches = [missing[start:start + batch] for start in range(0, len(missing), batch)]
     in_flight: dict = {}

@@ -60,10 +60,9 @@ def run_label(metadata: dict, folder: Path) -> str:
 
 
 def label_runs_apart(runs: Sequence[RunResult], names: Sequence[str] | None = None) -> None:
-    """Relabel ``runs`` in place when two share a label: each becomes the shortest trailing part of its model's
-    path that tells the models apart (run-a/checkpoint-10); runs of one model in several folders keep theirs
-    plus as much of their folder's path as tells those apart.  ``names``: the models as given, one per run
-    (default: the name each run's metadata records)."""
+    """Relabel ``runs`` in place when two share a label: by the shortest trailing part of the model path that tells
+    them apart (run-a/checkpoint-10), or, for one model in several folders, of the folder path.  ``names``: the
+    models as given (default: as each run's metadata records them)."""
     if len({run.label for run in runs}) == len(runs):
         return
     if names is None:
@@ -91,8 +90,7 @@ def result_header(experiment: str, runs: Sequence[RunResult], rank_type: str, se
 
 
 def load_run(folder: Path, label: str | None = None) -> RunResult:
-    """Read a KG run folder, labelled; raises ValueError (shown to CLI users) naming the file if it holds no
-    ranks table, or one of its files is unreadable or lacks what a run has (``load_result``)."""
+    """Read a KG run folder, labelled; a ValueError naming the file where it is no readable run."""
     folder = Path(folder)
     if find_ranks_table(folder) is None:
         raise ValueError(f"{folder} holds no ranks table (ranks.parquet or ranks.csv); run `deer probe --out {folder}` first")
@@ -102,21 +100,16 @@ def load_run(folder: Path, label: str | None = None) -> RunResult:
 
 
 def toolkit_version(metadata: dict) -> str | None:
-    """The toolkit version a run's or a probe's metadata records (``versions``); None where it records none."""
+    """The toolkit version ``metadata`` records (None: none)."""
     return (metadata.get("versions") or {}).get(TOOLKIT)
 
 
 def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
                     options: dict[str, dict] | None = None) -> dict[str, RunResult]:
-    """{probe: its result} of ``probes`` in the folder (read once) whose ranks the folder's ``run_spec.json``
-    and the probe's own metadata both record under ``spec``, in every field (never the weight fingerprint alone),
-    made with ``options`` ({probe: its options, defaults included}; None: every probe's defaults) on the backend
-    ``run_probes`` runs (``DEFAULT_BACKEND``: another backend's scores may differ, ``store_key``).
-
-    A probe whose metadata records no options or backend (a folder written before they were recorded), or that is
-    handed query vectors, is not reused (run again).  One whose recorded options or backend differ is refused
-    (ValueError naming them): the folder holds one set of ranks per probe, and ranks of other settings never share a folder.
-    Ranks made by another version of the toolkit (which may score otherwise) are not reused (run again)."""
+    """{probe: its result} of ``probes`` whose ranks in ``folder`` were made under ``spec`` (every field), with
+    ``options`` on ``DEFAULT_BACKEND`` by this toolkit version.  Unknown options or backend (an older folder), or
+    handed-in query vectors: run again.  Other options or backend: a ValueError, as a folder holds one set of ranks
+    per probe."""
     from deer.probes import get_probe
     from deer.runner import HANDED_ON, recorded_options
     from deer.runner import probe_options as checked_options
@@ -151,17 +144,10 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
                loading: ModelLoading | None = None, budget: Budget | None = None, use_cache: bool = True,
                show_progress: bool = False, log=print, runs_dir: Path = Path("runs"), probe_options: dict | None = None,
                **loose) -> RunResult:
-    """Run ``probes`` for one model through the API, saved into ``folder`` (one shared ranks table).
-
-    ``folder=None``: the folder ``deer probe`` gives this run spec under ``runs_dir``.  ``loading``
-    (or dtype=, device=) and ``budget`` (or token_budget=) as ``deer.probe``'s.  A probe whose ranks for
-    this very run spec and its options are already in the folder is read back, not run again (ranks of other
-    options there: a ValueError naming them, ``_stored_results``); the others run together in
-    one ``run_kg`` (LAMA's pass hands DEER its query vectors), DEER through its embedding cache.
-    ``probe_options``: {probe: its keyword options}, e.g. ``{"lama": {"single_token": True}}``.  The run's
-    ``experiment`` records each probe's seconds (its own scoring and ranking, or the one read of the folder that gave it back)
-    and which were reused.
-    """
+    """Run ``probes`` for one model into ``folder`` (None: ``deer probe``'s folder under ``runs_dir``), one shared
+    ranks table.  Ranks already there for this run spec and options are read back (``_stored_results``); the others
+    run together in one ``run_kg``.  ``probe_options``: {probe: its options}.  The run's ``experiment`` records each
+    probe's seconds and which were reused."""
     from deer.probes import get_probe
     from deer.runner import probe_options as checked_options
     from deer.runner import queries_ranked, run_kg
@@ -208,8 +194,8 @@ def model_label(model_name: str) -> str:
 
 
 def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
-    """{label: label of the first run with the same run spec} for every run repeating an earlier one (same weights;
-    a model probed while training is named, not hashed (``training_identity``): never the same as another)."""
+    """{label: label of the first run with the same run spec} for every run repeating an earlier one (a model
+    probed while training is named, not hashed: never the same as another)."""
     first: dict[RunSpec, str] = {}
     repeats = {}
     for run in runs:
@@ -224,9 +210,8 @@ def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:
 
 def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str], templates, *, dtype: str | None = None,
                  device: str | None = None, log=print, **options) -> list[RunResult]:
-    """``run_probes`` for each model of a series, each opened once (as ``loading=`` or dtype=/device= say); a model
-    whose run spec repeats an earlier one's is not probed again: its run is the earlier one's under its own name,
-    marked ``experiment.same_weights_as``."""
+    """``run_probes`` for each model, each opened once; one whose run spec repeats an earlier one's is not probed
+    again but gets that run under its own name, marked ``experiment.same_weights_as``."""
     given = {key: value for key, value in (("dtype", dtype), ("device", device)) if value is not None}  # None: not written
     loading = take(given, ModelLoading, options.pop("loading", None), "loading")
     runs: list[RunResult] = []

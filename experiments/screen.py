@@ -50,8 +50,7 @@ def leaderboard_row(run: RunResult, probe: str, rank_type: str) -> dict:
 
 
 def _probe_settings(run: RunResult, probe: str | None) -> dict:
-    """A probe's recorded options, backend (another backend's scores may differ: its ``store_key``) and toolkit
-    version (another version may score otherwise)."""
+    """A probe's recorded options, backend and toolkit version: what may make its scores differ."""
     metadata = run.probe_metadata.get(probe, {})
     made_by = {"backend": metadata.get("backend"), "toolkit": toolkit_version(metadata)}
     return {**(metadata.get("options") or {}), **{name: value for name, value in made_by.items() if value}}
@@ -59,12 +58,9 @@ def _probe_settings(run: RunResult, probe: str | None) -> dict:
 
 def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None = None, metric: str = "hit@10",
                rank_type: str = "filtered", settings: dict | None = None, steps: dict[str, int | None] | None = None) -> dict:
-    """Leaderboard of ``runs`` (each under its own label) by DEER ``metric``; ordering agreement with ``reference``.
-
-    Writes leaderboard.csv/.md (best first), leaderboard.png, leaderboard_<reference>.csv/.md,
-    ordering_agreement.csv/.md and screen.json into ``out_dir``; returns the JSON's dict.  ``steps``
-    ({run label: training step}): also curves.csv/.md and curves.png, every metric against the step.
-    """
+    """Leaderboard of ``runs`` by DEER ``metric`` and its ordering agreement with ``reference``: leaderboard.csv/.md/.png,
+    leaderboard_<reference>.csv/.md, ordering_agreement.csv/.md and screen.json; returns the JSON's dict.  ``steps``
+    ({run label: training step}): also curves.csv/.md/.png, every metric against the step."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     check_distinct_labels(runs)  # two runs under one name would swap rows (reference, steps, JSON keys)
@@ -131,8 +127,8 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
 
 def write_curves(output: ExperimentOutput, runs: Sequence[RunResult], steps: dict[str, int | None],
                  boards: dict[str, list[dict]], rank_type: str) -> list[dict]:
-    """Every metric of every probe's leaderboard (``boards``: probe -> its rows) per checkpoint, by training step
-    (checkpoints without a step are left out of the figure, kept in the table)."""
+    """Every metric of every probe's leaderboard (``boards``) per checkpoint, by training step (one without a step:
+    in the table, not the figure)."""
     by_label = {probe: {row["model"]: row for row in board} for probe, board in boards.items()}
     rows = [{"checkpoint": run.label, "step": steps.get(run.label),
              **{f"{probe} {name}": found[run.label][name] for probe, found in by_label.items() for name in (*METRICS, "mr")}}

@@ -78,9 +78,8 @@ def exact_rank_p(x: np.ndarray, y: np.ndarray) -> dict:
 
 
 def correlations(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> dict:
-    """Pearson r, Spearman rho and Kendall tau (tau-b) of paired values, each with its two-sided p (the rank
-    coefficients' exact, ``exact_rank_p``, at up to ``EXACT_MAX_PAIRS`` pairs); ``n``: the pairs used (non-finite ones
-    dropped).  With fewer than ``min_n`` pairs or a constant column every value is NaN."""
+    """Pearson r, Spearman rho and Kendall tau-b of the finite pairs, each with its two-sided p (exact for the rank
+    coefficients at up to ``EXACT_MAX_PAIRS`` pairs); NaN with fewer than ``min_n`` pairs or a constant column."""
     x, y = finite_pairs(x, y)
     result = {"n": int(len(x))}
     defined = _defined(x, y, min_n)
@@ -146,8 +145,8 @@ def spread(values: Sequence[float]) -> dict:
 
 
 def repeated_fit_extrapolation(sizes: Sequence[float], times_by_repeat: Sequence[Sequence[float]], target: float) -> dict:
-    """Fit time = a + b * size per repeat (``times_by_repeat``: one list aligned with ``sizes`` each) and
-    pooled; the pooled prediction at ``target`` with its standard error, and the per-repeat predictions' spread."""
+    """Fit time = a + b * size per repeat and pooled: the pooled prediction at ``target`` with its standard error,
+    and the per-repeat predictions' spread."""
     sizes = np.asarray(sizes, dtype=np.float64)
     per_repeat = [linear_fit(sizes, times) for times in times_by_repeat]
     pooled = linear_fit(np.tile(sizes, len(times_by_repeat)), np.concatenate([np.asarray(t, float) for t in times_by_repeat]))
@@ -188,9 +187,8 @@ def pearson_r(x: Sequence[float], y: Sequence[float], min_n: int = 3) -> float:
 
 
 def ordering_agreement(scores_a: Sequence[float], scores_b: Sequence[float], labels: Sequence[str] | None = None) -> dict:
-    """How alike two probes order the same models (``scores_*``: one number per model, higher = knows more):
-    Spearman and Kendall between their scores (``n_models``: the models with a finite score in both), and each
-    ordering (a NaN score last)."""
+    """How alike two probes order the same models (one score each, higher = knows more): Spearman and Kendall between
+    the scores, and each ordering (a NaN score last)."""
     a, b = np.asarray(scores_a, dtype=np.float64), np.asarray(scores_b, dtype=np.float64)
     labels = list(labels) if labels is not None else [str(i) for i in range(len(a))]
     # Two models already give an ordering (rho = +-1); p-values then say it means little.

@@ -47,8 +47,8 @@ def token_bias_rows(run: RunResult, probes: Sequence[str], rank_type: str) -> tu
 
 def run_token_bias(runs: Sequence[RunResult], out_dir: Path, rank_type: str = "filtered",
                    probes: Sequence[str] | None = None, settings: dict | None = None) -> dict:
-    """Correlate tail token length with rank for every probe of every run: write token_bias.csv/.md (model x
-    probe), token_bias_by_length.csv/.md, token_bias[_MODEL].png and token_bias.json; returns the JSON's dict."""
+    """Correlate tail token length with rank per run and probe: token_bias.csv/.md, token_bias_by_length.csv/.md,
+    token_bias[_MODEL].png and token_bias.json; returns the JSON's dict."""
     check_distinct_labels(runs)  # a figure per label: two runs under one name would overwrite each other's
     output = ExperimentOutput(out_dir, "token_bias")
     all_correlations, all_lengths = [], []

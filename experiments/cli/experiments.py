@@ -41,7 +41,6 @@ def echo_results(result: dict) -> None:
     click.echo(f"results: {result['out_dir']}")
 
 
-# The KG, model and template options, then where the runs come from (--run, or --runs-dir for runs made now).
 kg_and_run_options = stacked(
     kg_run_options(multiple_models=True, exclude_head=False),
     click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
@@ -60,8 +59,8 @@ def results_out(default: str):
 
 
 def _collect_runs(given: dict, probes, ray_address=None, single_token=False):
-    """Runs read from --run folders, or made now for each --model (``ray_address``: one Ray task per
-    model; "" a local Ray; ``single_token``: LAMA's single-token protocol); returns (runs, settings)."""
+    """(runs, settings): runs read from --run folders, or made now for each --model (``ray_address``: one Ray task
+    per model, "" a local Ray; ``single_token``: LAMA's single-token protocol)."""
     from experiments.runs import label_runs_apart, load_run, probe_series
 
     if given["run_dirs"]:
@@ -101,15 +100,14 @@ def refuse_run_making_options(given: dict) -> None:
 
 
 def _single_token_runs(queries, names, probes, templates, options: dict):
-    """``run_probes`` per model on LAMA's single-token protocol: per model (its tokenizer decides), only
-    single-token candidates and the queries whose gold tail is one; LAMA is told.  (runs, settings to add)."""
+    """(runs, settings to add): ``run_probes`` per model on the queries and candidates that are single-token for
+    its tokenizer (LAMA's protocol)."""
     from deer.backends.models import open_model
     from experiments.reference import single_token_queries
     from experiments.runs import run_probes
 
     runs, sizes = [], {}
     for model_name in names:
-        # opened once: its tokenizer decides, then it runs
         loaded = open_model(model_name, dtype=options["dtype"], device=options["device"])
         restricted = single_token_queries(queries, loaded.tokenizer)
         click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
@@ -121,15 +119,13 @@ def _single_token_runs(queries, names, probes, templates, options: dict):
 
 
 def _parse_probes(text: str) -> list[str]:
-    """Comma-separated names of registered probes (``deer probes``)."""
     from deer.probes import probe_names
 
     return _known(text.lower(), probe_names(), "probe")
 
 
 def _asked_probes(runs, probe_list: list[str]) -> list[str] | None:
-    """--probes as given on the command line (None: its default, which takes the probes a run has); a run lacking
-    one of them is a UsageError naming its folder."""
+    """--probes as given (None: its default, the probes a run has); a run lacking one is a UsageError."""
     if click.get_current_context().get_parameter_source("probes").name == "DEFAULT":
         return None
     for run in runs:
@@ -163,7 +159,6 @@ def _seconds(value) -> str:
     return "-" if math.isnan(value) else f"{value:.3g} s"
 
 
-# Columns of the printed tables (deer.platform.tables.text_table)
 MODEL_24, PROBE_7, N_6 = ("model", "<24", lambda row: row["model"][:23]), ("probe", "<7"), ("n", ">6")
 
 

@@ -47,7 +47,7 @@ class _OneValueOptions:
 
 
 class OneValueCommand(_OneValueOptions, click.Command):
-    """Every `deer` command (``_OneValueOptions``)."""
+    """Every `deer` command."""
 
 
 class OneValueGroup(_OneValueOptions, click.Group):
@@ -69,10 +69,8 @@ def debug_requested() -> bool:
 
 
 def friendly_errors(command):
-    """Every error as one line on stderr and exit code 1, never a traceback (unless --debug):
-    the errors a user can cause (bad options, files, models, data) as their message; an
-    unexpected one as its type and message, with the traceback written to a file named in the
-    line.  Ctrl-C stops with exit code 130 and says how to resume."""
+    """Every error as one line on stderr and exit code 1 (unless --debug): a user's error as its message, an
+    unexpected one with its traceback in a file named in the line.  Ctrl-C: exit code 130, saying how to resume."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -160,11 +158,6 @@ def loading_of(ctx, name):
     return with_loading(name, ctx.meta.get("deer.model_args") or None, ctx.meta.get("deer.adapter"))
 
 
-def _with_loading_options(ctx, param, value):
-    """The repeated --model names with their loading options (``loading_of``)."""
-    return tuple(loading_of(ctx, name) for name in value)
-
-
 def _one_model(ctx, param, value):
     """The --model of a command that probes one, with its loading options (``loading_of``): given twice it is refused,
     where click kept the last and dropped the others without a word (`deer cloze` and `deer experiment` take several)."""
@@ -181,8 +174,7 @@ def one_model_option(help_text: str):
 
 
 def models_or_default(model_names) -> list:
-    """The repeated --model names, or (none given) the default model, which takes the --model-arg / --adapter too:
-    the one place a command falls back to it."""
+    """The repeated --model names, or the default model with the --model-arg / --adapter."""
     return list(model_names) or [loading_of(click.get_current_context(), DEFAULT_MODEL)]
 
 
@@ -200,7 +192,8 @@ def stacked(*options):
 def model_options(multiple: bool = False):
     """--model (repeatable with ``multiple``) / --model-arg / --adapter / --dtype / --device."""
     if multiple:
-        model = click.option("--model", "model_names", multiple=True, callback=_with_loading_options,
+        model = click.option("--model", "model_names", multiple=True,
+                             callback=lambda ctx, _, names: tuple(loading_of(ctx, name) for name in names),
                              help=f"Model alias, hub id or folder; repeat for several (default {DEFAULT_MODEL}).")
     else:
         model = one_model_option("Alias (see `deer models`), hub id (facebook/opt-1.3b) or local folder.")
@@ -270,8 +263,7 @@ template_options = stacked(
 
 
 def run_options_of(given) -> RunOptions:
-    """The option objects a KG run takes, from a command's parsed options (``kg_run_options``, and
-    --token-budget, --long-prompts, --exclude-head where the command has them)."""
+    """The option objects a KG run takes, from a command's parsed options."""
     from deer.platform.run_options import Budget, ModelLoading, QuerySelection, RunOptions, templates_from
 
     selection = QuerySelection(given["split"], given.get("subset"), given["seed"], given["data_dir"], given.get("exclude_head", False))
@@ -354,8 +346,8 @@ def refuse_given(names, why: str) -> None:
 
 
 def refuse_options_the_benchmarks_ignore(kg: str, honoured=()) -> None:
-    """Raise a UsageError naming every option given on the command line that the benchmark path cannot honour
-    (``honoured``: the command's own options it does honour there, beside ``BENCHMARK_OPTIONS``)."""
+    """A UsageError naming every option given that the benchmark path cannot honour (``honoured``: the command's own
+    that it does, beside ``BENCHMARK_OPTIONS``)."""
     params = click.get_current_context().command.params
     applies = BENCHMARK_OPTIONS | set(honoured)
     refuse_given({param.name for param in params} - applies,

@@ -37,9 +37,8 @@ MODEL_RUN_OPTIONS = {"model_args", "adapter", "dtype", "device", "backend", "tok
 
 
 def prepare_queries(kg, options, *, model_names=(), out_dir=None, out_name="out"):
-    """(queries, templates) of a KG from the option objects (``options.run_options_of``), after checking
-    the options, the output folder and the model folders (``deer.platform.inputs.check_inputs``); says
-    what will run.  No model is loaded yet."""
+    """(queries, templates) of a KG from ``run_options_of``'s objects, after checking the options, the output
+    folder and the model folders (``check_inputs``), before any model loads; says what will run."""
     from deer.platform.inputs import as_query_set, check_inputs
 
     selection, budget, loading = options.selection, options.budget, options.loading
@@ -53,8 +52,7 @@ def prepare_queries(kg, options, *, model_names=(), out_dir=None, out_name="out"
 
 
 def print_metrics_table(result) -> None:
-    """After a blank line, a short summary per result: Hit@1/10/100, MRR, MR raw and filtered, the random baseline and the
-    chance-adjusted index (0 = random, 1 = perfect; '-' where chance is already perfect)."""
+    """Hit@1/10/100, MRR and MR per probe, raw and filtered, with the random baseline and the chance-adjusted index."""
     rows = []
     for probe in result.probes:
         metrics = result.probe_metrics[probe]
@@ -88,12 +86,10 @@ def spelled_as_probe_option():
 
 
 def open_kg_run(g: dict, options: dict, run_options, guard: bool = False):
-    """(queries, the KG as the run's length guard leaves it, templates, loaded, out) from the command's options ``g`` and
-    their ``run_options_of`` objects; the probes' ``options`` ({name: its own options}, its defaults where missing)
-    checked against the queries and templates before the model opens, once.  ``out``: --out or runs/KG-SPLIT-SUBSET|all-MODEL-DIGEST[SUFFIX], named by the run's spec and a probe's
-    ``folder_suffix(options)`` where it has one (LAMA's single-token protocol ranks fewer queries, so its ranks get a folder
-    of their own); without a suffix a folder holding another spec is refused now, before any work.  ``guard``: every text
-    checked now in --long-prompts error mode too (before Ray's workers)."""
+    """(queries, the KG as the length guard leaves it, templates, loaded, out) from the command's options ``g``, the
+    probes' ``options`` checked before the model opens.  ``out``: --out or the run spec's folder, with a probe's
+    ``folder_suffix`` (LAMA's single-token ranks fewer queries: a folder of its own).  ``guard``: every text checked now
+    in --long-prompts error mode too (before Ray's workers)."""
     from deer.backends import open_backend
     from deer.platform.inputs import fitted_queries
     from deer.platform.run_spec import RunSpec, spec_folder
@@ -116,8 +112,7 @@ def open_kg_run(g: dict, options: dict, run_options, guard: bool = False):
 
 
 def options_by_probe(probes, pairs: dict) -> dict:
-    """--probe-option's KEY=VALUE pairs given to the chosen probes: each to every probe that has that option,
-    checked (``deer.runner.probe_options``); one that no chosen probe has is refused by name."""
+    """--probe-option's pairs, each given to every chosen probe that has it (checked); one no probe has is refused."""
     from deer.runner import probe_options
 
     with spelled_as_probe_option():
@@ -131,9 +126,8 @@ def options_by_probe(probes, pairs: dict) -> dict:
 
 
 def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None) -> None:
-    """What `deer probe` (and its old spellings `deer bear`, `deer lama`) does: the probes of ``options`` ({name: its options})
-    on one KG's queries through ``deer.runner.run_kg`` (the model opened once, one ranks table), then their metrics;
-    --kg lama|bear|bear-big: `deer cloze`."""
+    """`deer probe` (and `deer bear`, `deer lama`): the probes of ``options`` ({name: its options}) on one KG through
+    ``deer.runner.run_kg``, then their metrics; --kg lama|bear|bear-big: `deer cloze`."""
     from deer.runner import run_kg
 
     started = time.perf_counter()
@@ -144,8 +138,7 @@ def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None
     if ray_workers:
         from experiments.ray_runs import encode_entities_on_ray
 
-        # The KG as open_kg_run's guard left it (nothing too long reaches a worker; descriptions encoded as the run cuts
-        # them), not guarded again here.
+        # The KG as open_kg_run's guard left it: nothing too long reaches a worker.
         store = encode_entities_on_ray(fitted_kg, g["model_name"], templates, workers=ray_workers,
                                        entities=queries.candidates.tolist(), loading=run_options.loading,
                                        token_budget=g["token_budget"], address=ray_address, loaded=loaded, backend=g["backend"])
