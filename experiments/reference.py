@@ -1,5 +1,5 @@
-"""The reference scorers' pieces the experiments time and restrict (probes themselves run through
-``deer.runner.run_probe``): :func:`timing_scorer` and LAMA's single-token protocol."""
+"""The reference scorers as the compute-time experiment times them (probes themselves run through
+``deer.runner.run_probe``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bear_ref.lama_probe import restrict_to_single_token
 from deer.backends import open_backend
 from deer.backends.plain import plain_conditional_scores
 from deer.base.work import WorkCounter
 
 TIMED_SCORERS = ("bear_ref", "plain")
-single_token_queries = restrict_to_single_token  # LAMA's single-token protocol, bear_ref's rule (filters rebuilt)
 
 
 def timing_scorer(scorer: str) -> Callable[..., dict]:

@@ -102,14 +102,14 @@ def refuse_run_making_options(given: dict) -> None:
 def _single_token_runs(queries, names, probes, templates, options: dict):
     """(runs, settings to add): ``run_probes`` per model on the queries and candidates that are single-token for
     its tokenizer (LAMA's protocol)."""
+    from bear_ref.lama_probe import restrict_to_single_token
     from deer.backends.models import open_model
-    from experiments.reference import single_token_queries
     from experiments.runs import run_probes
 
     runs, sizes = [], {}
     for model_name in names:
         loaded = open_model(model_name, dtype=options["dtype"], device=options["device"])
-        restricted = single_token_queries(queries, loaded.tokenizer)
+        restricted = restrict_to_single_token(queries, loaded.tokenizer)
         click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
         sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
         runs.append(run_probes(restricted, loaded, probes, None, templates, log=click.echo,

@@ -64,8 +64,7 @@ class UserFacingError(click.ClickException):
 def debug_requested() -> bool:
     """`deer --debug ...` or DEER_DEBUG=1: show tracebacks instead of one-line messages."""
     ctx = click.get_current_context(silent=True)
-    from_cli = bool(ctx is not None and ctx.find_root().meta.get("deer.debug"))
-    return from_cli or os.environ.get("DEER_DEBUG", "") not in ("", "0")
+    return bool(ctx is not None and ctx.find_root().meta.get("deer.debug")) or os.environ.get("DEER_DEBUG", "") not in ("", "0")
 
 
 def friendly_errors(command):
@@ -239,7 +238,6 @@ def kg_options(subset: bool = True):
     )
 
 
-# --k-shot/--shot-seed/--shots/--query-trailing-space/--template-style, shared by the KG probes.
 template_options = stacked(
     click.option("--k-shot", type=click.IntRange(min=0), default=8, show_default=True,
                  help="Few-shot examples per query (fewer where the train split has fewer; each query's count "
