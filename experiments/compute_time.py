@@ -78,10 +78,6 @@ def time_deer(all_queries, loaded, templates, rows, n_candidates, n_target_queri
     }
 
 
-def _sample_seed(seed: int, repeat: int, size_index: int) -> int:
-    return int(np.random.default_rng([seed, repeat, size_index]).integers(2**31 - 1))
-
-
 def _timed(score: Callable, queries, loaded, templates, statements_per_query: int | None, seed: int) -> tuple[float, dict]:
     started = time.perf_counter()
     done = score(queries, loaded, templates, statements_per_query=statements_per_query, seed=seed)
@@ -98,7 +94,7 @@ def time_scorer(score: Callable, all_queries, loaded, templates, sizes: Sequence
     points, work = [], []  # points: (raw, all entities, context, statements) seconds per (repeat, size)
     for repeat in range(repeats):
         for size_index, size in enumerate(sizes):
-            sample_seed = _sample_seed(seed, repeat, size_index)
+            sample_seed = int(np.random.default_rng([seed, repeat, size_index]).integers(2**31 - 1))  # one per fit point
             rows = np.sort(np.random.default_rng(sample_seed).choice(len(all_queries), size=size, replace=False))
             queries = restrict_queries(all_queries, rows, n_candidates, seed=sample_seed)
             per_query = min(statements_per_query or len(queries.candidates), len(queries.candidates))

@@ -20,8 +20,7 @@ def models(as_json):
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        mark = "yes" if row["installed"] else "no"
-        click.echo(f"{row['alias']:<22}{mark:<5}{row['source']:<15}{row['model']}")
+        click.echo(f"{row['alias']:<22}{'yes' if row['installed'] else 'no':<5}{row['source']:<15}{row['model']}")
         if not row["installed"]:
             click.echo(f"{'':<27}install: {row['install']}")
 
