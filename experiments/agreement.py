@@ -1,11 +1,7 @@
 """Agreement between probes: do DEER, BEAR and LAMA rank the same gold tails high?
 
-Per run (model) and probe pair: Pearson r of the gold ranks (linear and log, log with a bootstrap
-interval), Spearman rho and the Hit@k quadrants; each probe's Hit@1/10/100; log-rank scatter plots.
-
-Paper (DEER): Pearson r of log ranks, DEER vs LAMA, from 0.50 (OPT-350M) to 0.80 (OPT-6.7B),
-with LAMA's own single-token protocol.  Which protocol a run's LAMA used (its metadata's
-``single_token``; else every name ranked by its first token) is written beside every LAMA number.
+Paper (DEER): Pearson r of log ranks, DEER vs LAMA, from 0.50 (OPT-350M) to 0.80 (OPT-6.7B), with LAMA's
+own single-token protocol; which protocol a run's LAMA used is written beside every LAMA number.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Probing on BEAR's and LAMA's own benchmarks, one model or several (what `deer cloze` calls).
-
-``probe_benchmark("lama" | "bear" | "bear-big" | folder, model, probes=...)`` runs the probes side by
-side on the benchmark's cloze queries and writes, under ``out``: the cloze run, metrics.json,
-agreement.json, summary.md (and, for DEER on the BEAR data set, ``experiments.cloze_bear``'s
-comparison).  ``compare_models`` runs it per model and compares the probes' orderings of the models.
-"""
+"""Probing on BEAR's and LAMA's own benchmarks, one model (``probe_benchmark``) or several (``compare_models``):
+what `deer cloze` calls."""
 
 from __future__ import annotations
 

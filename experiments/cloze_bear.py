@@ -1,9 +1,7 @@
 """DEER on the BEAR data set, beside BEAR's own likelihood score for the same model.
 
-DEER's cloze columns, written in the BEAR data-set format, get BEAR-style metrics
-(``bear_ref.dataset.bear_metrics``).  BEAR's ranks come from the same cloze run, or from a finished
-``deer bear-dataset`` folder of the same model and data (checked).  Agreement is per instance and
-template: Pearson r of log ranks (bootstrap CI), Spearman, and accuracy agreement.
+BEAR's ranks come from the same cloze run, or from a finished ``deer bear-dataset`` folder of the same
+model and data (checked); agreement is per instance and template.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Scale-out on Ray (optional: ``pip install .[ray]``): one task per checkpoint of a screen, and one
 KG's entity encoding split over workers into one embedding store.
 
-Each task runs the one-process code (``experiments.runs.run_probes``, or the encoder on a slice of the
-entities) on one GPU where the cluster has GPUs, else one CPU.  On a cluster the workers need the
-toolkit, the data and the model at the same paths, and ``--runs-dir`` / the cache on a shared file system.
+Each task runs the one-process code on one GPU where the cluster has GPUs, else one CPU.  On a cluster the
+workers need the toolkit, the data and the model at the same paths, and ``--runs-dir`` / the cache shared.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Checkpoint screening: which of many models knows most of the KG, by DEER (and a reference)?
-
-The leaderboard ranks models probed on the same queries by one metric; with a reference probe (BEAR
-or LAMA) the Spearman and Kendall correlations of the two orderings say whether DEER picks the same.
-"""
+"""Checkpoint screening: which of many models knows most of the KG, by DEER (and does a reference probe agree)?"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The size trend: agreement between DEER and the likelihood probes against parameter count.
 
-Reads an agreement.json (``deer experiment agreement`` over several models on the same queries), takes
-each model's parameter count from its run folder's metadata, and writes size_trend.csv/.md/.json and
-size_trend.png beside the paper's points (OPT family, its Tables 4 and 7; LAMA single-token protocol).
+Each model's parameter count comes from its run folder's metadata; the paper's points are the OPT family's
+(its Tables 4 and 7; LAMA single-token protocol).
 """
 
 from __future__ import annotations

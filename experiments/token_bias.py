@@ -1,7 +1,6 @@
 """Token-length bias: does a probe rank gold tails with longer names worse?
 
-Per run and probe: Pearson r (and Spearman rho) between the gold tail's token count and its rank, and a
-box plot of rank by token length (paper Fig. 4).  Paper (500 WN18RR test queries): BEAR r = 0.48, DEER r = 0.005.
+Paper (500 WN18RR test queries, Fig. 4): BEAR r = 0.48, DEER r = 0.005.
 """
 
 from __future__ import annotations
