@@ -158,8 +158,7 @@ def loading_of(ctx, name):
 
 
 def _one_model(ctx, param, value):
-    """The --model of a command that probes one, with its loading options (``loading_of``): given twice it is refused,
-    where click kept the last and dropped the others without a word (`deer cloze` and `deer experiment` take several)."""
+    """The --model of a one-model command, with its loading options; given twice it is refused (click kept the last)."""
     if len(value) > 1:
         raise click.BadParameter(f"this command probes one model, given {len(value)}: {', '.join(value)} (run it once per "
                                  "model, or use `deer cloze` / `deer experiment`, which take several)", ctx, param)
@@ -179,13 +178,7 @@ def models_or_default(model_names) -> list:
 
 def stacked(*options):
     """One decorator applying ``options`` as if each were written above the command, in this order."""
-
-    def decorate(command):
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
+    return lambda command: functools.reduce(lambda wrapped, option: option(wrapped), reversed(options), command)
 
 
 def model_options(multiple: bool = False):
