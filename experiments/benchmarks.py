@@ -117,8 +117,7 @@ def _remove_created(out: Path, before: set, existed: bool) -> None:
 
 
 def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> Task:
-    """The cloze task of loaded data; LAMA's vocabulary: the common-vocabulary words of one token in '[X] is [Y] .'
-    for the backend's tokenizer (``lama_vocabulary``)."""
+    """The cloze task of loaded data (LAMA's vocabulary: the backend's single-token words, ``lama_vocabulary``)."""
     if isinstance(data, BearDataset):
         return bear_cloze_task(data)
     masked = backend.is_masked_lm
@@ -193,8 +192,7 @@ def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
 
 
 def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = BENCHMARK_PROBES, **options) -> dict:
-    """``probe_benchmark`` per model, then the agreement between the probes' orderings of the models (per candidate
-    kind and mode) in ``out/orderings.json`` and ``orderings.md``."""
+    """``probe_benchmark`` per model, then how alike the probes order the models (orderings.json, orderings.md)."""
     out = Path(out)
     loading = options.get("loading") or ModelLoading(model_kwargs=options.get("model_kwargs"), adapter=options.get("adapter"))
     for name in models:  # every model's folder, adapter and config, before the first is probed

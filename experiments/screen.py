@@ -123,8 +123,7 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
 
 def write_curves(output: ExperimentOutput, runs: Sequence[RunResult], steps: dict[str, int | None],
                  boards: dict[str, list[dict]], rank_type: str) -> list[dict]:
-    """Every metric of every probe's leaderboard (``boards``) per checkpoint, by training step (one without a step:
-    in the table, not the figure)."""
+    """Every metric of every probe's leaderboard per checkpoint by training step (one without a step: table only)."""
     by_label = {probe: {row["model"]: row for row in board} for probe, board in boards.items()}
     rows = [{"checkpoint": run.label, "step": steps.get(run.label),
              **{f"{probe} {name}": found[run.label][name] for probe, found in by_label.items() for name in (*METRICS, "mr")}}

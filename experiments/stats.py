@@ -145,8 +145,7 @@ def spread(values: Sequence[float]) -> dict:
 
 
 def repeated_fit_extrapolation(sizes: Sequence[float], times_by_repeat: Sequence[Sequence[float]], target: float) -> dict:
-    """Fit time = a + b * size per repeat and pooled: the pooled prediction at ``target`` with its standard error,
-    and the per-repeat predictions' spread."""
+    """Fit time = a + b * size per repeat and pooled: the pooled prediction at ``target`` (with its se), the per-repeat spread."""
     sizes = np.asarray(sizes, dtype=np.float64)
     per_repeat = [linear_fit(sizes, times) for times in times_by_repeat]
     pooled = linear_fit(np.tile(sizes, len(times_by_repeat)), np.concatenate([np.asarray(t, float) for t in times_by_repeat]))

@@ -28,8 +28,7 @@ def triple_lines(queries) -> list[str]:
 
 
 def line_dataset(lines: list[str], tokenizer) -> list[dict]:
-    """Tokenised lines, a Trainer's dataset for causal-LM training (pad and label them with
-    ``DataCollatorForLanguageModeling(tokenizer, mlm=False)``)."""
+    """Tokenised lines, a causal-LM Trainer's dataset (with ``DataCollatorForLanguageModeling(tokenizer, mlm=False)``)."""
     return [{"input_ids": tokenizer(line + "\n")["input_ids"]} for line in lines]
 
 

@@ -100,8 +100,7 @@ def refuse_run_making_options(given: dict) -> None:
 
 
 def _single_token_runs(queries, names, probes, templates, options: dict):
-    """(runs, settings to add): ``run_probes`` per model on the queries and candidates that are single-token for
-    its tokenizer (LAMA's protocol)."""
+    """(runs, settings to add): ``run_probes`` per model on its single-token queries and candidates (LAMA's protocol)."""
     from bear_ref.lama_probe import restrict_to_single_token
     from deer.backends.models import open_model
     from experiments.runs import run_probes

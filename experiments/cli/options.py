@@ -337,8 +337,7 @@ def refuse_given(names, why: str) -> None:
 
 
 def refuse_options_the_benchmarks_ignore(kg: str, honoured=()) -> None:
-    """A UsageError naming every option given that the benchmark path cannot honour (``honoured``: the command's own
-    that it does, beside ``BENCHMARK_OPTIONS``)."""
+    """A UsageError naming every option given that the benchmark path ignores (it reads ``BENCHMARK_OPTIONS``, ``honoured``)."""
     params = click.get_current_context().command.params
     applies = BENCHMARK_OPTIONS | set(honoured)
     refuse_given({param.name for param in params} - applies,

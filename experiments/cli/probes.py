@@ -37,8 +37,7 @@ MODEL_RUN_OPTIONS = {"model_args", "adapter", "dtype", "device", "backend", "tok
 
 
 def prepare_queries(kg, options, *, model_names=(), out_dir=None, out_name="out"):
-    """(queries, templates) of a KG from ``run_options_of``'s objects, after checking the options, the output
-    folder and the model folders (``check_inputs``), before any model loads; says what will run."""
+    """(queries, templates) of a KG, after checking the options, the output folder and the models (no model loads)."""
     from deer.platform.inputs import as_query_set, check_inputs
 
     selection, budget, loading = options.selection, options.budget, options.loading
@@ -126,8 +125,7 @@ def options_by_probe(probes, pairs: dict) -> dict:
 
 
 def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None) -> None:
-    """`deer probe` (and `deer bear`, `deer lama`): the probes of ``options`` ({name: its options}) on one KG through
-    ``deer.runner.run_kg``, then their metrics; --kg lama|bear|bear-big: `deer cloze`."""
+    """`deer probe` (and `deer bear`, `deer lama`): the probes of ``options`` on one KG, then their metrics."""
     from deer.runner import run_kg
 
     started = time.perf_counter()
