@@ -73,10 +73,12 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
             raise ValueError(f"{runs[0].folder} and {other.folder} were made with other settings ("
                              + "; ".join(f"{key}: {a!r} and {b!r}" for key, (a, b) in setting)
                              + "); screen models probed alike: runs made with the same templates, probe options, backend and toolkit version")
+    for probe in ["deer"] + ([reference] if reference else []):  # checked before anything is written
+        missing = [run.label for run in runs if probe not in run.probes]
+        if missing:
+            raise ValueError(f"no {'DEER' if probe == 'deer' else probe} ranks for: {', '.join(missing)}")
     output = ExperimentOutput(out_dir, "screen")
-    missing = [run.label for run in runs if "deer" not in run.probes]
-    if missing:
-        raise ValueError(f"no DEER ranks for: {', '.join(missing)}")
+
     def best_first(row: dict) -> tuple:  # higher first, a NaN (no finite rank) last
         return bool(np.isnan(row[metric])), -row[metric]
 
@@ -97,9 +99,6 @@ def run_screen(runs: Sequence[RunResult], out_dir: Path, reference: str | None =
               "same_weights": repeats}
     boards = {"deer": deer_rows}  # probe -> its leaderboard rows, which the curves repeat
     if reference:
-        lacking = [run.label for run in runs if reference not in run.probes]
-        if lacking:
-            raise ValueError(f"no {reference} ranks for: {', '.join(lacking)}")
         by_label = {run.label: run for run in runs}
         reference_rows = sorted((leaderboard_row(by_label[r["model"]], reference, rank_type) for r in deer_rows),
                                 key=best_first)

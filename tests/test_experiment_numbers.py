@@ -86,6 +86,18 @@ def test_an_experiment_run_again_into_its_folder_leaves_no_table_of_the_earlier_
     assert numbers["out_dir"] == str(tmp_path)
 
 
+def test_a_screen_refused_for_a_missing_reference_writes_nothing(tmp_path):
+    """A run without the reference probe was refused only after leaderboard.csv/.md/.png were written: a folder of an
+    earlier screen then held the new runs' leaderboard beside the old runs' ordering agreement and screen.json."""
+    run_screen([make_run("a", {"deer": [1, 2, 3], "bear": [1, 3, 2]}), make_run("b", {"deer": [2, 2, 9], "bear": [1, 1, 1]})],
+               tmp_path, reference="bear")
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="no bear ranks for: b"):
+        run_screen([make_run("a", {"deer": [5, 5, 5], "bear": [1, 1, 1]}), make_run("b", {"deer": [1, 1, 1]})], tmp_path,
+                   reference="bear")
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
 def test_size_trend_says_which_ranks_its_agreement_correlated(tmp_path):
     """size_trend.csv/.md/.json dropped the agreement's rank type: raw-rank r read as the paper's filtered one."""
     from experiments.agreement import run_agreement
