@@ -189,8 +189,8 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
 
 
 def model_label(model_name: str) -> str:
-    """A run's label: a model folder's last part, else the name as given."""
-    return Path(model_name).name if Path(model_name).exists() else str(model_name)
+    """A run's label: a model folder's last part (of its absolute path: '.' has none), else the name as given."""
+    return Path(model_name).resolve().name if Path(model_name).exists() else str(model_name)
 
 
 def same_weights(runs: Sequence[RunResult]) -> dict[str, str]:

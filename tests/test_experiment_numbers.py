@@ -98,6 +98,15 @@ def test_a_screen_refused_for_a_missing_reference_writes_nothing(tmp_path):
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
 
 
+def test_a_model_folder_given_as_dot_is_labelled_by_its_name(tmp_path, monkeypatch):
+    """`--model .` labelled its run '' in every table of an experiment."""
+    from experiments.runs import model_label
+
+    (tmp_path / "opt-x").mkdir()
+    monkeypatch.chdir(tmp_path / "opt-x")
+    assert [model_label("."), model_label("../opt-x"), model_label("facebook/opt-125m")] == ["opt-x", "opt-x", "facebook/opt-125m"]
+
+
 def test_size_trend_says_which_ranks_its_agreement_correlated(tmp_path):
     """size_trend.csv/.md/.json dropped the agreement's rank type: raw-rank r read as the paper's filtered one."""
     from experiments.agreement import run_agreement
