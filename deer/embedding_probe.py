@@ -1,10 +1,8 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
-On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and
-description (``deer.platform.templates``); on a cloze benchmark (``kg_data.task.Task``) the
-query is ``deer.platform.cloze_texts.deer_query_text`` and a candidate its answer's name and description, each query ranking
-its own candidate set.  With a store root, embeddings go through the model's prompt store
-(``prompt_store``: resumable, keyed by each prompt's text), so only what is missing is encoded.
+On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and description
+(``deer.platform.templates``); on a cloze benchmark ``deer_query_text`` and each query's own candidates.
+With a store root, only the prompts missing from the model's ``prompt_store`` are encoded.
 """
 
 from __future__ import annotations
@@ -43,12 +41,13 @@ STREAM_CHUNK = 32_768  # prompts made, tokenized and encoded at a time: no stage
 ESTIMATE_AFTER_SECONDS = 3.0
 
 
-def prompt_store(loaded: LoadedModel, root: Path, special_tokens: str = "bos", width: int | None = None,
-                 backend_key: dict | None = None) -> EmbeddingStore:
-    """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer,
-    dtype and special tokens: every task that encodes the same prompt shares it.  ``width``: the
-    encoder's ``output_size``, which every stored vector must have (None: not checked).  ``backend_key``:
-    what a backend's vectors depend on beyond the model (its ``store_key``; {} for the model's own states)."""
+def prompt_store(loaded: LoadedModel, root: Path | None, special_tokens: str = "bos", width: int | None = None,
+                 backend_key: dict | None = None) -> EmbeddingStore | None:
+    """Vectors keyed by their prompt's text alone (``prompt_id``), one store per model, tokenizer, dtype and
+    special tokens, shared by every task encoding the prompt (None without a ``root``).  ``width``: the encoder's
+    ``output_size`` every stored vector must have; ``backend_key``: the backend's ``store_key``."""
+    if root is None:
+        return None
     key = {"encoder": ENCODER_VERSION, "toolkit": deer.__version__,  # another version may encode otherwise: made again
            **model_identity(loaded), "special_tokens": special_tokens, **(backend_key or {})}
     return EmbeddingStore(Path(root) / "embeddings", "prompts", key, width=width)
@@ -59,12 +58,9 @@ def prompt_id(text: str) -> str:
 
 
 class EncodingForecast:
-    """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning before the first forward pass
-    (the count, and the tokens: exact for one chunk, extrapolated from the first chunk's for more), and
-    another after ``ESTIMATE_AFTER_SECONDS``: the time left, as the prompts left times the time making and
-    tokenizing one took so far, plus their tokens at the encoding's token rate so far (a chunk is made and
-    tokenized whole before its first batch: one rate over both would count that chunk's preparation
-    against the few batches done, and overstate the time left several times)."""
+    """For an encoding of more than ``LARGE_ENCODING`` prompts: a warning of the prompts and tokens before the first
+    forward pass, and after ``ESTIMATE_AFTER_SECONDS`` one of the time left: preparing (making, tokenizing) and encoding
+    are timed apart, as a chunk is prepared whole before its first batch and one rate would overstate the time left."""
 
     def __init__(self, total: int, description: str, store: EmbeddingStore | None):
         self.total, self.description, self.store = total, description, store
@@ -140,16 +136,9 @@ def encode_prompts(encoder, store: EmbeddingStore | None, texts_of: Callable[[np
     if store is not None:
         stored = StoredPrompts(encoder, store, texts_of, n, description)
         return stored, stored.encoded
-    vectors = None
-
-    def keep(rows, batch):
-        nonlocal vectors
-        if vectors is None:
-            vectors = np.zeros((n, batch.shape[1]), dtype=np.float32)
-        vectors[rows] = batch
-
-    encode_chunked(encoder, texts_of, np.arange(n), description, None, keep)
-    return (vectors if vectors is not None else np.zeros((0, encoder.output_size), np.float32)), n
+    vectors = np.zeros((n, encoder.output_size), dtype=np.float32)  # the width a store would require of them
+    encode_chunked(encoder, texts_of, np.arange(n), description, None, vectors.__setitem__)
+    return vectors, n
 
 
 def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[str], description: str) -> tuple[np.ndarray, int]:
@@ -160,10 +149,9 @@ def encode_through_store(encoder, store: EmbeddingStore | None, texts: Sequence[
 
 
 class StoredPrompts:
-    """The vectors of ``n`` prompts kept in a store, never all in memory: ``blocks`` streams them in order,
-    ``rows`` reads some; a shard that fails its checks when read is set aside, its prompts encoded again
-    (``encode_missing``) and the read repeated.  ``np.asarray`` of it reads them all.  ``encoded``: prompts encoded
-    now; texts are made a chunk at a time, twice: for the keys, then for the missing ones' tokens."""
+    """The vectors of ``n`` prompts kept in a store, never all in memory (``blocks``, ``rows``, ``np.asarray``); a
+    shard failing its checks when read is set aside, its prompts encoded again and the read repeated.  ``encoded``:
+    prompts encoded now."""
 
     def __init__(self, encoder, store: EmbeddingStore, texts_of: Callable[[np.ndarray], list[str]], n: int, description: str):
         self.encoder, self.store, self.texts_of, self.description = encoder, store, texts_of, description
@@ -277,8 +265,7 @@ class DeerProbe:
             encoder = ShardedEncoder(encoder)
 
         started = time.perf_counter()
-        store = (prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size, request.backend.store_key)
-                 if store_root is not None else None)
+        store = prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size, request.backend.store_key)
         candidates = queries.candidates
 
         def entity_texts(rows):  # made a chunk at a time: a KG's every prompt is never held
@@ -341,9 +328,7 @@ class DeerProbe:
         queries_done = time.perf_counter()
         set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
         row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
-        store = (prompt_store(request.loaded, request.store_root, width=encoder.output_size,
-                              backend_key=request.backend.store_key)
-                 if request.store_root is not None else None)
+        store = prompt_store(request.loaded, request.store_root, width=encoder.output_size, backend_key=request.backend.store_key)
         vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
         if row_of:
             vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")

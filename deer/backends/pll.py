@@ -32,9 +32,8 @@ class MaskedCopy:
 
 def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence | None, scored: Sequence[bool], mask_id: int,
                   variant: str) -> list[MaskedCopy]:
-    """The masked copies of one tokenised statement (``word_ids``: fast tokenizer's word per token)."""
-    if variant not in PLL_VARIANTS:
-        raise ValueError(f"PLL variant must be one of {PLL_VARIANTS}, got '{variant}'")
+    """The masked copies of one tokenised statement (``word_ids``: fast tokenizer's word per token); ``variant``
+    is checked by ``PLLScorer``."""
     copies = []
     positions = [i for i, s in enumerate(scored) if s]
     for k, position in enumerate(positions):
@@ -99,19 +98,17 @@ class PLLScorer:
         for batch in length_sorted_batches([len(c.input_ids) for c in copies], self.token_budget, self.max_batch_size):
             chosen = [copies[b] for b in batch]
             inputs, mask = pad_right([c.input_ids for c in chosen], self.pad_id)
-            inputs_t = torch.as_tensor(inputs, device=self.device)
-            mask_t = torch.as_tensor(mask, device=self.device)
+            batch_inputs = {"input_ids": torch.as_tensor(inputs, device=self.device),
+                            "attention_mask": torch.as_tensor(mask, device=self.device)}
             rows = torch.arange(len(chosen), device=self.device)
             positions = torch.as_tensor([c.position for c in chosen], device=self.device)
             with self.stats.forward():
                 if head is not None:  # head on the masked rows only
-                    hidden = self.model.base_model(input_ids=inputs_t, attention_mask=mask_t).last_hidden_state
-                    logits = head(hidden[rows, positions])
+                    logits = head(self.model.base_model(**batch_inputs).last_hidden_state[rows, positions])
                 else:
-                    logits = self.model(input_ids=inputs_t, attention_mask=mask_t).logits[rows, positions]
-                logprobs = torch.log_softmax(logits.float(), dim=-1)
+                    logits = self.model(**batch_inputs).logits[rows, positions]
                 targets = torch.as_tensor([c.target for c in chosen], device=self.device)
-                values = logprobs[rows, targets].double().cpu().numpy()
+                values = torch.log_softmax(logits.float(), dim=-1)[rows, targets].double().cpu().numpy()
             np.add.at(scores, [c.statement for c in chosen], values)
             self.stats.add(masked_copies=len(chosen), tokens=int(mask.sum()), padded_tokens=int(mask.size))
         self.stats.add(statements=len(statements))
