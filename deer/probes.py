@@ -1,10 +1,9 @@
 """The probe seam: what a probe is, and the registry that is the only list of probes.
 
 A probe hands the run's length guard the texts it feeds the model and has one scoring method,
-``score(request)``, of the one task type: queries over named candidate sets (``kg_data.task.Task``: a
-cloze benchmark's many, or a KG's one large set, ``deer.platform.templates.kg_benchmark_task``).  A KG's
-task carries its ``QuerySet`` (``task.kg_queries``), which a probe may read to score the one large set its
-own way (shared few-shot prefixes, tries, stores).  It never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
+``score(request)``, of the one task type: queries over named candidate sets (``kg_data.task.Task``: a cloze
+benchmark's many, or a KG's one large set, whose ``task.kg_queries`` a probe may read to score it its own way).
+It never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
 probe's option name is handed to that probe (LAMA's pass gives DEER its ``query_embeddings``).
 Probes register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
 
@@ -30,17 +29,15 @@ from deer.backends.models import RANDOM_HEAD
 from deer.base.errors import OptionError
 
 ENTRY_POINT_GROUP = "deer.probes"
-# The built-in probes, by name (as the backends have theirs): a checkout used through PYTHONPATH, without
-# installing, has them too; another package's probes come through the entry point group.
+# The built-in probes: a checkout used through PYTHONPATH, without installing, has them too.
 BUILT_IN = {"deer": "deer.embedding_probe:DeerProbe", "bear": "bear_ref.kg_probe:BearProbe",
             "lama": "bear_ref.lama_probe:LamaProbe"}
 
 
 @dataclasses.dataclass
 class ProbeRequest:
-    """Everything a probe scores with: the queries, the loaded model (for its identity: store keys),
-    the backend (the only way a probe reaches the model), the templates, the store root for
-    resumable work (None: nothing is stored), and the probe's own options."""
+    """Everything a probe scores with; the backend is its only way to the model, ``store_root`` where its
+    resumable work goes (None: nothing is stored)."""
 
     task: Any  # kg_data.task.Task (a KG's: ``task.kg_queries`` is its kg_data.queries.QuerySet)
     loaded: Any  # deer.backends.models.LoadedModel
@@ -58,10 +55,9 @@ class ProbeRequest:
 
 @dataclasses.dataclass
 class ProbeScores:
-    """A probe's answer: ``scores`` (n_queries, n_candidates), higher = better (on a benchmark
-    {query index: scores over its candidate set}), or ``query_vectors`` and ``candidate_vectors`` to
-    rank by cosine; ``metadata`` adds to metadata.json; ``arrays`` are kept on the result and handed
-    to later probes; ``columns``: per-query columns for a benchmark's rows."""
+    """A probe's answer: ``scores`` (n_queries, n_candidates; on a benchmark {query index: scores over its set}),
+    higher = better, or vectors to rank by cosine; ``arrays`` are kept on the result and handed to later probes;
+    ``columns``: per-query columns for a benchmark's rows."""
 
     scores: np.ndarray | dict | None = None
     query_vectors: np.ndarray | None = None
@@ -79,8 +75,7 @@ class ProbeScores:
 @dataclasses.dataclass(frozen=True)
 class OptionValues:
     """What a probe option accepts, declared beside its default: values of ``kind`` (bool, int, float, str,
-    or "vectors": a 2-D numeric array), one of ``choices`` where given, numbers within ``minimum`` and
-    ``maximum`` where given; None too where ``optional``."""
+    or "vectors": a 2-D numeric array) within ``choices``, ``minimum``, ``maximum`` where given; None if ``optional``."""
 
     kind: type | str
     choices: tuple = ()
@@ -89,8 +84,8 @@ class OptionValues:
     optional: bool = False
 
     def check(self, option: str, value):
-        """``value`` as the probe takes it, or an OptionError naming ``option``.  A boolean's text, true or
-        false in any case, is read as the boolean: ``--probe-option single_token=False`` is not the truthy 'False'."""
+        """``value`` as the probe takes it (a boolean's text, as ``--probe-option`` gives it, read as the boolean),
+        or an OptionError naming ``option``."""
         if self.kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
             value = value.lower() == "true"
         if not (value is None and self.optional) and not self.fits(value):
@@ -121,7 +116,7 @@ class OptionValues:
 
 
 def option_values(probe: Probe, name: str) -> OptionValues:
-    """What ``probe``'s option ``name`` accepts: its declaration, else (a probe that declares none) its default's type."""
+    """What ``probe``'s option ``name`` accepts: its declaration, else its default's type."""
     default = probe.options[name]
     return getattr(probe, "option_values", {}).get(name) or OptionValues(object if default is None else type(default))
 
@@ -144,9 +139,8 @@ class Probe(Protocol):
     # queries or the templates, before the model loads.
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """Score ``request.task`` through ``request.backend`` only: ``ProbeScores.scores`` {query index:
-        float64 scores over that query's candidate set, higher = better; NaN or -inf never beats the gold};
-        on a KG's task (``task.kg_queries``) also a score matrix (n_queries, n_candidates) or query and
+        """Score ``request.task`` through ``request.backend`` only: {query index: float64 scores over its candidate
+        set, higher = better; NaN or -inf never beats the gold}, on a KG's task also a score matrix or query and
         candidate vectors.  Never ranks, saves or caches."""
         ...
 
@@ -162,8 +156,7 @@ def register_probe(name: str, factory: Callable[[], Probe], replace: bool = Fals
 
 
 def _load_entry_points() -> None:
-    """Register the built-in probes and the installed packages' ones; a module is imported only when its
-    probe is used."""
+    """Register the built-in probes and the installed packages' ones (each imported when used)."""
     for name, target in BUILT_IN.items():
         module, attribute = target.split(":")
         _REGISTERED.setdefault(name, lambda module=module, attribute=attribute: getattr(import_module(module), attribute)())
@@ -191,8 +184,7 @@ def get_probe(name: str) -> Probe:
 
 
 def as_probe(probe) -> Probe:
-    """``probe`` checked to have the one ``score(request)``; one written for 0.1's protocol is read through
-    ``_OldProtocol`` until 0.3, with a DeprecationWarning."""
+    """``probe`` checked to have ``score(request)``; one written for 0.1's protocol read through ``_OldProtocol``."""
     old = _names_texts_by_kind(probe) or callable(getattr(probe, "score_benchmark", None))
     if old and not isinstance(probe, _OldProtocol):  # read once: run_probe hands run_kg the probe it checked
         probe = _OldProtocol(probe)
@@ -210,9 +202,8 @@ def _names_texts_by_kind(probe) -> bool:
 
 
 class _OldProtocol:
-    """A probe written for 0.1's protocol (until 0.3, with a DeprecationWarning): its two methods
-    (``score_benchmark``, and ``score`` as a KG fast path) seen through the one ``score``; its ``text_kind``
-    checked as the built-in probe feeding those texts checks its own (``TEXT_KINDS``)."""
+    """A probe written for 0.1's protocol (until 0.3, with a DeprecationWarning): ``score_benchmark`` and ``score``
+    (a KG fast path) seen through the one ``score``; its ``text_kind`` checked as that built-in probe's texts."""
 
     def __init__(self, probe):
         kind = getattr(probe, "text_kind", None)
@@ -244,8 +235,7 @@ class _OldProtocol:
 
 
 def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:
-    """``probe.score(request)``; on a KG's task, score rows per query are stacked into the score matrix the
-    runner ranks with the known-true filters (a query left unscored gets NaN: the worst rank)."""
+    """``probe.score(request)``; on a KG's task, score rows per query stacked into a matrix (NaN rows for the unscored)."""
     scored = probe.score(request)
     queries = request.task.kg_queries
     if queries is None or not isinstance(scored.scores, dict):
@@ -256,8 +246,7 @@ def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:
 
 
 def check_probe_inputs(probe: Probe, options: Mapping[str, Any], queries, templates) -> None:
-    """The probe's own checks of its ``options`` against a KG's ``queries`` and the ``templates``
-    (``check_before_loading``, where it has one): made before the model loads."""
+    """The probe's ``check_before_loading``, where it has one."""
     check = getattr(probe, "check_before_loading", None)
     if check is not None:
         check(options, queries, templates)
@@ -269,9 +258,8 @@ ON_A_MASKED_LM = "on a masked LM run bear on a KG, or lama on a cloze benchmark 
 
 def check_model_kind(probe: Probe, backend, task=None) -> None:
     """Refuse, before any work, a model whose LM head was drawn at random for a probe that reads it (``reads_lm_head``),
-    and a masked LM (as the backend says) for a probe that reads a causal LM only
-    (``causal_lm_only``), or only on a KG's task (``causal_lm_only_on_kg``, refused where ``task`` is a KG's:
-    ``task.kg_queries``; such a probe calls this with its task itself, before its first pass)."""
+    and a masked LM for a probe that reads a causal LM only (``causal_lm_only``), or only on a KG's task
+    (``causal_lm_only_on_kg``: such a probe calls this with its task, before its first pass)."""
     missing_head = getattr(getattr(backend, "model", None), RANDOM_HEAD, ())
     if missing_head and getattr(probe, "reads_lm_head", True):
         raise ValueError(f"the {probe.name} probe reads the LM head, which the checkpoint of {backend.loaded.name} lacks "

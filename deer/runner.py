@@ -3,12 +3,9 @@
     check inputs -> read the data -> load the model -> length guard (the probes' texts)
     -> the probe scores -> rank (``deer.platform.ranking``) -> metrics -> save
 
-Probes (``deer.probes``) only score; ranking, metrics, stores and saving are done here, in one run
-loop, ``score_probes``, whose ranking step is the task's: a KG's one large candidate set is ranked with
-the known-true filters (``KGRanking``: ``run_kg`` and ``run_probe``, which ``deer.probe``, ``bear_ref.bear``
-and ``bear_ref.lama`` call); a task of many candidate sets one row per query, resumable by parts
-(``cloze_rows``: ``run_cloze`` and the BEAR data-set score, ``bear_ref.dataset``).  Every run's answer is
-one ``RunResult``, its probes side by side.
+Probes (``deer.probes``) only score; the one run loop, ``score_probes``, ranks with the task's step: a KG's
+one large candidate set with the known-true filters (``KGRanking``: ``run_kg``, ``run_probe``), a task of many
+candidate sets one row per query, resumable by parts (``cloze_rows``: ``run_cloze``, ``bear_ref.dataset``).
 """
 
 from __future__ import annotations
@@ -59,9 +56,7 @@ HANDED_ON = "query_embeddings"  # a probe taking this option runs after one that
 
 
 def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
-    """The probe's own options: its defaults updated by ``given``, each value checked against what the
-    probe declares (``deer.probes.OptionValues``; a boolean's text read as the boolean); an option it
-    does not have, or a value that does not fit, is refused by name."""
+    """The probe's defaults updated by ``given``, each checked against its ``OptionValues`` (refused by name)."""
     unknown = sorted(set(given) - set(probe.options))
     if unknown:
         known = ", ".join(probe.options) or "none"
@@ -80,11 +75,8 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
               distributed: bool = False, **options) -> RunResult:
-    """Run one probe (a registered name or a ``Probe``) on a KG and rank its candidates (``run_kg`` with one probe).
-
-    The arguments are ``deer.probe``'s; ``cache`` stores the probe's resumable work (embeddings, score rows) too.
-    The other ``options`` are the probe's own (``get_probe(name).options``).
-    """
+    """``run_kg`` with one probe (a registered name or a ``Probe``), the arguments ``deer.probe``'s; the other
+    ``options`` are the probe's own."""
     probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
     run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
     run_options, options = gather_options(options, selection, templates, loading, budget)
@@ -97,15 +89,10 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
            selection: QuerySelection | None = None, templates: PromptTemplates | None = None, loading: ModelLoading | None = None,
            budget: Budget | None = None, backend: str = DEFAULT_BACKEND, cache: bool = False, out=None,
            show_progress: bool = True, **loose) -> RunResult:
-    """Run ``probes`` (registered names or ``Probe`` objects) on a KG's queries, the model loaded once, through
-    the one run loop: one ``RunResult``, every probe's ranks side by side in the order given (``result["deer"]``:
-    one probe's), saved into ``out``'s one ranks table.
-
-    Every probe ranks the same queries: where one ranks fewer (LAMA's ``single_token``), all rank those.  A
-    probe taking another's arrays runs after it and is handed them (LAMA's pass gives DEER its query vectors).
-    ``options``: {probe name: its own options}, each checked against what that probe declares.
-    ``loose``: the option objects' fields as keywords, ``cache_dir=`` and ``distributed=`` (as ``deer.probe``'s).
-    """
+    """Run ``probes`` (registered names or ``Probe`` objects) on a KG's queries, the model loaded once: one
+    ``RunResult``, their ranks side by side in the order given, on the queries the one ranking fewest ranks (LAMA's
+    ``single_token``).  ``options``: {probe name: its own options}; ``loose``: the option objects' fields as
+    keywords, ``cache_dir=`` and ``distributed=`` (as ``deer.probe``'s)."""
     chosen = [get_probe(probe) if isinstance(probe, str) else as_probe(probe) for probe in probes]
     names = [probe.name for probe in chosen]
     if not chosen or len(set(names)) < len(names):
@@ -146,8 +133,7 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
 
 
 def queries_ranked(probes: Sequence[Probe], options: Mapping[str, Mapping], queries, tokenizer):
-    """The queries a run of ``probes`` ranks (``options``: {probe name: its checked options}): the fewest any
-    probe ranks (LAMA's single-token protocol, ``queries_ranked``), which every probe of the run then ranks."""
+    """The queries every probe of the run ranks: the fewest any of them ranks (its ``queries_ranked``)."""
     for probe in probes:
         ranked = getattr(probe, "queries_ranked", None)
         queries = queries if ranked is None else ranked(queries, options[probe.name], tokenizer)
@@ -155,8 +141,8 @@ def queries_ranked(probes: Sequence[Probe], options: Mapping[str, Mapping], quer
 
 
 def refuse_unhashed(loaded: LoadedModel, option: str, value, wanted: bool, instead: str) -> None:
-    """A store asked for (``wanted``) on a model whose fingerprint hashes no weights (one in training: ``content_addressed``
-    False) is an OptionError naming the model: what is stored under that fingerprint could be read back for other weights."""
+    """A store asked for (``wanted``) on a model whose fingerprint hashes no weights (one in training) is an OptionError:
+    what is stored under that fingerprint could be read back for other weights."""
     if wanted and not loaded.content_addressed:
         raise OptionError(option, value, f"{loaded.name}'s fingerprint ({loaded.fingerprint}) does not hash its "
                                          f"weights; nothing can be cached on it ({instead})")
@@ -174,18 +160,13 @@ def benchmark_probes(names: Sequence[str]) -> list[Probe]:
 def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
               token_budget: int | None = None, show_progress: bool = True, backend: str = DEFAULT_BACKEND,
               store_root: str | Path | None = None) -> RunResult:
-    """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per
-    query and probe the gold's realistic rank among the query's candidates (a non-finite score never
-    beats the gold), the argmax prediction (first on a tie), whether it is the gold, and the gold's score;
-    NaN where a probe does not score a query.  Refused before anything is scored or written: an unknown probe
-    or one without ``score``, a masked LM for a causal-LM-only probe, a task without queries, an over-long text.
+    """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per query and
+    probe the gold's realistic rank among the query's candidates (a non-finite score never beats the gold), the
+    argmax prediction (first on a tie), whether it is the gold, and the gold's score (NaN where not scored).
 
-    With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of model,
-    tokenizer, dtype, the task, the statement rule, the toolkit's version and the backend's ``store_key``, so a
-    stopped run resumes (a part that is unreadable or lacks rows or columns is set aside and scored again:
-    ``deer.platform.read_back.reusable_table``).  With ``store_root``, DEER's candidate vectors go into the model's
-    prompt store.  The plain backend stores nothing, nor does a model whose fingerprint hashes no weights (one in
-    training: no parts; a ``store_root`` is refused, as ``run_kg`` refuses ``cache=True``).
+    With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of what they
+    depend on, so a stopped run resumes (a bad part is scored again).  With ``store_root``, DEER's candidate vectors
+    go into the model's prompt store.  Neither on the plain backend or a model whose fingerprint hashes no weights.
     """
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
@@ -222,8 +203,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
 
 
 def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
-    """What a cloze run refuses before any work: a masked LM for a causal-LM-only probe, a task without
-    queries, a text longer than the backend's model takes."""
+    """Refused before any work: a masked LM for a causal-LM-only probe, a task without queries, an over-long text."""
     for probe in probes:
         check_model_kind(probe, runner)
     if not task.queries:
@@ -237,9 +217,8 @@ def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
 
 @dataclasses.dataclass
 class ClozeParts:
-    """Where a cloze run keeps its finished rows: ``folder`` (None: nothing is kept) holds ``key.json`` (what
-    the rows depend on) and one table per probe, or with ``by`` (a query field, e.g. "relation") one per
-    probe and group of queries, named by the group's content digest: an edited group is scored anew."""
+    """Where a cloze run keeps its finished rows: ``folder`` (None: nothing kept) holds ``key.json`` and one table
+    per probe, or with ``by`` (a query field) per probe and group, named by the group's digest."""
 
     folder: Path | None
     key: dict
@@ -269,15 +248,14 @@ NO_PARTS = ClozeParts(None, {})  # a run that keeps nothing between runs (a KG's
 
 
 def cloze_rows(task: Task, probe: Probe, scored) -> pd.DataFrame:
-    """The ranking step of a task of many candidate sets: per query the gold's rank in its own set
-    (``ranks_from_scores``), with the probe's own columns."""
+    """The ranking step of a task of many candidate sets: per query the gold's rank in its own set."""
     return ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)
 
 
 @dataclasses.dataclass
 class KGRanking:
-    """The ranking step of a KG's task (one large candidate set): the probe's score matrix, or its vectors by
-    cosine on the backend's device, ranked with the known-true filters into a one-probe ``RunResult``."""
+    """The ranking step of a KG's task: the probe's score matrix, or its vectors by cosine on the backend's device,
+    ranked with the known-true filters into a one-probe ``RunResult``."""
 
     loaded: LoadedModel
     templates: PromptTemplates
@@ -303,8 +281,8 @@ class KGRanking:
 
 @dataclasses.dataclass
 class ScoredProbes:
-    """``score_probes``' answer, per probe: what its ranking step made of each group (in the groups' order,
-    with the group's query rows), the metadata of each group it scored now, the groups it resumed, and the seconds."""
+    """``score_probes``' answer, per probe: (query rows, ranked part) per group, the metadata of each group scored
+    now, the groups resumed, and the seconds."""
 
     ranked: dict
     metadata: dict
@@ -319,15 +297,11 @@ class ScoredProbes:
 def score_probes(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts = NO_PARTS, options: Mapping | None = None,
                  stores: Path | None = None, show_progress: bool = True, templates: PromptTemplates | None = None,
                  rank=cloze_rows) -> ScoredProbes:
-    """The one run loop: every group of the task's queries (``parts.by``; the whole task without it), each
-    probe in turn (a probe taking another's arrays after it, handed them within the group), its stored rows
-    reused (``parts``) or the group scored (``probe.score``; a KG's rows per query stacked: ``score_task``),
-    ranked (``rank(task, probe, scored)``: ``cloze_rows``, or ``KGRanking`` for a KG's one large set) and
-    stored.  ``options``: {probe name: its own options} beside its defaults; ``templates``: a KG's."""
+    """The one run loop: per group of the task's queries (``parts.by``), each probe in turn (one taking another's
+    arrays after it, handed them), its stored rows reused or the group scored, ranked (``rank``: ``cloze_rows``,
+    or ``KGRanking`` for a KG) and stored.  ``options``: {probe name: its own options}; ``templates``: a KG's."""
     ordered = sorted(probes, key=lambda p: HANDED_ON in p.options)  # a probe taking another's vectors runs after it
-    ranked: dict = {probe.name: [] for probe in probes}
-    metadata: dict = {probe.name: [] for probe in probes}
-    resumed: dict = {probe.name: [] for probe in probes}
+    ranked, metadata, resumed = ({probe.name: [] for probe in probes} for _ in range(3))
     timings: dict[str, float] = {}
     for group, rows in _groups(task, parts.by):
         part_task = task if parts.by is None else task.subset(rows)
@@ -354,7 +328,7 @@ def score_probes(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts 
 
 
 def _groups(task: Task, by: str | None) -> list[tuple]:
-    """(group, its query rows) in the order the groups first appear: the whole task without ``by``."""
+    """(group, its query rows) in the order the groups first appear."""
     if by is None:
         return [(None, list(range(len(task.queries))))]
     groups: dict = {}
