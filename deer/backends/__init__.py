@@ -1,15 +1,10 @@
 """The backend seam: the model-facing operations every probe needs, behind one interface.
 
-``Backend`` states them with their units and shapes: ``encoder`` (PromptEOL states, LAMA's next-token
-log-probs), ``statement_scorer`` (whole statements' summed log-likelihoods; PLL for a masked LM) and
-``mask_filler`` (LAMA on a masked LM).  Every backend derives from ``ModelBackend``, which answers for
-the model it runs (``max_positions``, ``is_masked_lm``, ``device``, ``output_size``, ``evaluation_mode()``,
-``token_counts(texts)``): the rest of the toolkit asks the backend, never the model object.
-``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on it.
-
-Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
-forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
-backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
+``Backend`` states them with their units and shapes: ``encoder``, ``statement_scorer`` and ``mask_filler``.
+Every backend derives from ``ModelBackend``, which answers for the model it runs: the rest of the toolkit
+asks the backend, never the model object.  Built in: ``hf`` (default: batched kernels) and ``plain`` (one
+whole forward pass per prompt or statement: the equivalence tests' oracle); another package adds a backend
+(vLLM, llama.cpp) through the ``deer.backends`` entry point group.
 """
 
 from __future__ import annotations
@@ -49,24 +44,19 @@ class Backend(Protocol):
         ...
 
     def encoder(self, special_tokens: str = "bos") -> Any:
-        """A PromptEOL encoder: ``encode(texts, next_token_ids=None, description, progress, on_batch)`` gives an
-        ``EncoderOutput`` whose ``embeddings`` are float32 (len(texts), hidden size), each prompt's last-layer
-        state at its last token, in input order; with ``next_token_ids`` (ids), also ``next_token_logprobs``
-        float32 (len(texts), len(ids)), log p(id | prompt) in nats.  ``on_batch(rows, vectors)``: each finished
-        batch handed on instead of kept.  ``special_tokens``: "bos" (the BOS policy) or "tokenizer"."""
+        """A PromptEOL encoder: ``encode(texts, next_token_ids=None, ...)`` gives ``embeddings`` float32 (len(texts),
+        output_size), each prompt's last-layer state at its last token, and with ``next_token_ids`` also
+        ``next_token_logprobs`` float32 (len(texts), len(ids)), log p(id | prompt) in nats."""
         ...
 
     def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any:
-        """A statement scorer (``StatementScorer``'s interface): ``score(context, continuations)`` float64
-        (len(continuations),) and ``score_statements(statements, progress)`` float64 (len(statements),): each
-        whole statement's summed log-likelihood in nats, every token after the first (PLL with
-        ``pll_variant`` for a masked LM); ``method``, ``statements_method`` and ``work()`` say how."""
+        """A ``StatementScorer``: ``score(context, continuations)`` and ``score_statements(statements, progress)``,
+        float64, each whole statement's summed log-likelihood in nats (PLL with ``pll_variant`` for a masked LM)."""
         ...
 
     def mask_filler(self) -> Any:
-        """A masked-token scorer for a masked LM (``deer.backends.mask_fill.MaskFiller``'s interface):
-        ``logprobs(sentences, token_ids)``, float32 (len(sentences), len(token_ids)), log p(token | sentence)
-        in nats at each sentence's one mask token (LAMA on a masked LM)."""
+        """A ``MaskFiller``: ``logprobs(sentences, token_ids)``, float32 (len(sentences), len(token_ids)), log p(token |
+        sentence) in nats at each sentence's one mask token (LAMA on a masked LM)."""
         ...
 
 
@@ -74,8 +64,7 @@ REGISTERED: dict[str, str] = {}  # backends registered at run time (``register_b
 
 
 def register_backend(name: str, target: str) -> None:
-    """Make ``target`` ("module:Class") the backend ``name`` for this process, as an entry point would
-    (a benchmark's or a test's own backend, without installing a package)."""
+    """Make ``target`` ("module:Class") the backend ``name`` for this process, as an entry point would."""
     REGISTERED[name] = target
 
 
@@ -86,13 +75,13 @@ def backend_names() -> list[str]:
 
 
 def can_cache(name: str) -> bool:
-    """Whether the backend's results may be stored and reused (``can_cache`` on its class; a cross-check says no)."""
+    """Whether the backend's results may be stored and reused (``can_cache`` on its class)."""
     return bool(getattr(backend_class(name), "can_cache", False))
 
 
 def refuse_cache_on(name: str, cache) -> None:
-    """``cache=True`` on a backend that cannot cache (``can_cache`` False on its class) is an OptionError
-    naming the backend: storing nothing silently would leave a user waiting on a resume that never comes."""
+    """``cache=True`` on a backend that cannot cache is an OptionError: storing nothing silently would leave a
+    user waiting on a resume that never comes."""
     if cache and not can_cache(name):
         raise OptionError("cache", cache, f"the {name} backend cannot cache (it reads and writes no store): use cache=False "
                                           "(--no-cache), or a backend that can")
@@ -116,10 +105,8 @@ def backend_class(name: str):
 
 def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
                  token_budget: int | None = None, show_progress: bool = True) -> Backend:
-    """The backend ``name`` on ``model``, loaded by the backend class (``ModelBackend.load``: an alias, hub id,
-    folder or ``ModelSpec`` with ``dtype`` and ``device``; a ``LoadedModel``, or a transformers model with its
-    ``tokenizer``, as it is).  ``token_budget``: padded tokens per batch (None: the device's default for
-    prompts, 512 for statements).  A backend class that does not derive from ``ModelBackend`` is refused by name."""
+    """The backend ``name`` on ``model``, loaded by the backend class (``ModelBackend.load``).  ``token_budget``:
+    padded tokens per batch (None: each kernel's default)."""
     from deer.backends.model_backend import ModelBackend
 
     cls = backend_class(name)

@@ -1,9 +1,8 @@
 """PromptEOL encoder: last-layer hidden state at the last real token of each prompt.
 
-Prompts are tokenised (``deer.backends.tokenization``), deduplicated, sorted by length and
-right-padded in batches under a token budget, through the base transformer only: the LM head runs
-only on rows asked for (LAMA's next-token log-probs).  Prompts sharing a long token prefix run it
-once (``deer.backends.shared_prefix``).  Results come back in input order.
+Prompts are deduplicated, sorted by length and right-padded in batches under a token budget, through the
+base transformer only (the LM head runs only for LAMA's next-token log-probs); a long shared token prefix
+runs once (``deer.backends.shared_prefix``).  Results come back in input order.
 """
 
 from __future__ import annotations
@@ -54,8 +53,8 @@ def next_token_log_softmax(model, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(model, hidden: torch.Tensor, targets: Sequence[int], rows: np.ndarray | None = None) -> np.ndarray:
-    """log p(targets[j] | hidden row rows[j]) (rows default: row j) for final hidden states (k, d): float64.
-    The LM head runs once per hidden row, in chunks of 256 rows, so the logits stay small for large vocabularies."""
+    """log p(targets[j] | hidden row rows[j]) (rows default: row j), float64; the LM head runs on 256 rows at a
+    time, so the logits stay small for large vocabularies."""
     targets = np.asarray(targets, dtype=np.int64)
     rows = np.arange(len(targets)) if rows is None else np.asarray(rows, dtype=np.int64)
     out = np.zeros(len(targets), dtype=np.float64)
@@ -87,8 +86,7 @@ class Encoder:
 
     def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
                progress: tqdm | None = None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
-        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids``
-        (``on_batch``: see ``encode_ids``)."""
+        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids`` (see ``encode_ids``)."""
         return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
 
 
@@ -97,10 +95,8 @@ class PromptEOLEncoder(Encoder):
 
     def __init__(self, model, tokenizer, token_budget: int | None = None, max_batch_size: int | None = None,
                  show_progress: bool = True, special_tokens: str = "bos", reuse_prefix: bool = True):
-        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: what the device
-        holds, ``deer.backends.batching.auto_batch_limits``).  ``special_tokens``: "bos" (the project's
-        BOS policy) or "tokenizer" (its own).  ``reuse_prefix``: run a long token prefix shared by
-        prompts once, then only each prompt's tail (``deer.backends.shared_prefix``)."""
+        """``token_budget`` / ``max_batch_size``: padded tokens and rows per batch (None: what the device holds).
+        ``special_tokens``: "bos" (the BOS policy) or "tokenizer".  ``reuse_prefix``: a shared token prefix runs once."""
         self.model, self.tokenizer, self.special_tokens = model, tokenizer, special_tokens
         budget, rows = auto_batch_limits(model)  # None: what the model's device holds
         self.token_budget = budget if token_budget is None else token_budget
@@ -112,17 +108,15 @@ class PromptEOLEncoder(Encoder):
 
     @classmethod
     def from_pretrained(cls, name: str, dtype: str = "auto", device: str = "auto", **options) -> PromptEOLEncoder:
-        """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode;
-        ``options``: ``token_budget``, ``max_batch_size``, ``show_progress``, ``special_tokens``."""
+        """An encoder for a model alias, hub id or folder (``deer models``), loaded in eval mode."""
         from deer.backends.models import load_model
 
         model, tokenizer, _ = load_model(name, dtype=dtype, device=device)
         return cls(model, tokenizer, **options)
 
     def embed(self, texts: Sequence[str], normalize: bool = False) -> np.ndarray:
-        """float32 (len(texts), d): the last-layer state at each text's last token, in input order.
-        The text is the whole prompt: wrap it in a PromptEOL template yourself (``PromptTemplates``
-        builds DEER's).  ``normalize``: unit length, so dot products are cosines."""
+        """float32 (len(texts), d): the last-layer state at each whole prompt's last token (``PromptTemplates``
+        builds DEER's prompts).  ``normalize``: unit length, so dot products are cosines."""
         vectors = self.encode(texts, description="embedding").embeddings
         return normalize_rows(vectors) if normalize else vectors
 
@@ -130,9 +124,8 @@ class PromptEOLEncoder(Encoder):
     def encode_ids(self, id_lists: Sequence[Sequence[int]], next_token_ids: np.ndarray | None = None,
                    description: str = "encoding", progress: tqdm | None = None,
                    on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
-        """As ``encode`` for token lists; ``progress`` (a tqdm bar) is advanced per prompt if given.
-        ``on_batch(positions, vectors)``: called after each batch with its input positions and
-        float32 embeddings; these are then not gathered (``embeddings`` is None)."""
+        """As ``encode`` for token lists; ``progress``: a tqdm bar to advance.  ``on_batch(positions, vectors)``:
+        each batch's float32 embeddings handed on instead of gathered (``embeddings`` is None)."""
         n = len(id_lists)
         if n and min(len(ids) for ids in id_lists) == 0:
             raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
@@ -143,8 +136,7 @@ class PromptEOLEncoder(Encoder):
         copies = list(distinct.values())
         self.stats.add(duplicate_prompts=n - len(copies))
 
-        embeddings = None  # sized by the first batch's hidden states
-        logprobs = None
+        embeddings = logprobs = None  # embeddings sized by the first batch's hidden states
         if next_token_ids is not None:
             gather_ids = torch.as_tensor(np.asarray(next_token_ids, dtype=np.int64), device=self.device)
             logprobs = np.zeros((n, len(gather_ids)), dtype=np.float32)
@@ -179,8 +171,7 @@ class PromptEOLEncoder(Encoder):
         return EncoderOutput(embeddings, logprobs)
 
     def _hidden_batches(self, id_lists: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-        """(indices, last-token states) per forward pass: prompt groups sharing a long prefix
-        after it (``reuse_prefix``); the rest in length-sorted, right-padded batches."""
+        """(indices, last-token states) per forward pass: groups sharing a long prefix, then the rest."""
         groups, rest = prefix_groups(id_lists) if self.reuse_prefix else ([], np.arange(len(id_lists)))
         for shared, members in groups:
             tails = [id_lists[i][shared:] for i in members]

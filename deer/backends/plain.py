@@ -1,9 +1,8 @@
 """The plain backend: one whole forward pass per prompt or statement, as lm-pub-quiz scores.
 
-Written for clarity, not speed (no shared prefix, no custom mask, the model's own ``forward``): the
-oracle of the equivalence tests, and ``--backend plain``.  ``plain_conditional_scores`` finds the
-continuation's tokens independently of ``deer.backends.boundary``, from the tokenizer's character
-offsets: every token from the first one touching the continuation's text to the end.
+Written for clarity, not speed (the model's own ``forward``): the oracle of the equivalence tests.
+``plain_conditional_scores`` finds the continuation's tokens from the tokenizer's character offsets,
+independently of ``deer.backends.boundary``.
 """
 
 from __future__ import annotations
@@ -82,8 +81,7 @@ def plain_last_state(model, ids: Sequence[int]) -> np.ndarray:
 
 
 class PlainEncoder(Encoder):
-    """``PromptEOLEncoder``'s interface, one prompt per forward pass (the next-token log-probs from a
-    second, whole pass of the model with its own LM head)."""
+    """``PromptEOLEncoder``'s interface, one prompt per forward pass (next-token log-probs from a second, whole pass)."""
 
     max_batch_size = 1
 
@@ -113,8 +111,7 @@ class PlainEncoder(Encoder):
 
 
 class PlainStatementScorer:
-    """``StatementScorer``'s interface, one statement per forward pass: the whole statement's summed
-    log-likelihood (every token after the first), or its PLL (one masked copy per pass) for a masked LM."""
+    """``StatementScorer``'s interface, one statement (or, for PLL, one masked copy) per forward pass."""
 
     def __init__(self, model, tokenizer, pll_variant: str = "within_word_l2r"):
         self.model, self.tokenizer, self.pll_variant = model, tokenizer, pll_variant

@@ -1,10 +1,4 @@
-"""One interface over the likelihood scorers: causal LMs (shared prefix, prefix trie) and masked LMs (PLL).
-
-``score(context, continuations)`` (BEAR on a KG) and ``score_statements(statements)`` (the BEAR
-data set) return each whole statement's summed log-likelihood (every token after the first): for
-a causal LM with the context read once (``SharedPrefixScorer``) or as a prefix trie
-(``PrefixTrieScorer``); for a masked LM the full PLL (bidirectional: nothing is shared).
-"""
+"""One interface over the likelihood scorers: causal LMs (shared prefix, prefix trie) and masked LMs (PLL)."""
 
 from __future__ import annotations
 
@@ -19,8 +13,9 @@ from deer.backends.trie_scorer import PrefixTrieScorer
 
 
 class StatementScorer:
-    """Whole statements' summed log-likelihoods on the Hugging Face backend (the module docstring says how):
-    ``score`` for continuations of one context, ``score_statements`` for any statements; nats, float64."""
+    """Whole statements' summed log-likelihoods (every token after the first) in nats: ``score`` for continuations
+    of one context (BEAR on a KG: the context read once), ``score_statements`` for any (a prefix trie); PLL on a
+    masked LM (bidirectional: nothing is shared)."""
 
     def __init__(self, model, tokenizer, token_budget: int = 512, max_batch_size: int = 64, pll_variant: str = "within_word_l2r"):
         self.masked = is_masked_lm(model)
@@ -33,8 +28,7 @@ class StatementScorer:
             self.method, self.statements_method = "clm-shared-prefix-sum-logprob", PrefixTrieScorer.method
 
     def score(self, context: str, continuations: Sequence[str]) -> np.ndarray:
-        """float64 (len(continuations),): log p(context + continuation) summed over every token after the
-        first, in nats (the context read once on a causal LM; PLL on a masked LM)."""
+        """float64 (len(continuations),): the score of each ``context + continuation``."""
         if self.masked:
             return self.pll.score([context + c for c in continuations])
         return self.clm.score_texts(context, continuations, whole=True)
