@@ -1,8 +1,7 @@
 """Turn a model name (alias, hub id or local folder) into a loaded (model, tokenizer) pair.
 
-The bundled aliases point at GGUF files that pip packages carry; those are converted once into a
-Hugging Face folder under the cache directory (loading a GGUF dequantises it: 20-70 s).  Anything
-that cannot be had raises :class:`ModelUnavailableError` with an install hint.
+The bundled aliases' GGUF files, carried by pip packages, are converted once into a Hugging Face folder under
+the cache directory (loading a GGUF dequantises it: 20-70 s).  What cannot be had raises ModelUnavailableError.
 """
 
 from __future__ import annotations
@@ -210,11 +209,9 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def check_model_config(model) -> None:
-    """The config of a model given by name validates with the loading options that set its fields, checked
-    before any model loads (transformers validates it only while loading, so a series of checkpoints failed
-    at the first bad one, after the others were probed): a ``config.json`` whose sizes contradict each
-    other is a ModelUnavailableError naming the model, a ``model_kwargs`` value the config refuses an
-    OptionError naming it.  A model that cannot be had (not installed, hub offline) is left to the loader."""
+    """Before any model loads (transformers validates only while loading, after earlier checkpoints were probed):
+    a ``config.json`` that does not validate is a ModelUnavailableError, a ``model_kwargs`` value it refuses an
+    OptionError.  A model that cannot be had (not installed, hub offline) is left to the loader."""
     name = str(model)
     if not isinstance(model, (str, os.PathLike)) or (name in BUNDLED_MODELS and not (cache_root() / "models" / name / "config.json").exists()):
         return  # not loaded by name here, or a bundled GGUF not converted yet: nothing to read without converting it
@@ -309,10 +306,9 @@ def merged_adapter(model, adapter: str):
 
 
 def is_masked_lm_config(config) -> bool:
-    """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, not left-to-right; one of their
-    family trained as a decoder (``is_decoder``: RobertaForCausalLM, BertLMHeadModel; XLM's ``causal``) attends left to
-    right.  Without a masked-LM ``architectures`` entry (a model built in memory has none) the model type decides: any
-    that transformers has a masked-LM class for (MPNet, CamemBERT, ...), less encoder-decoders (BART's, a seq2seq LM)."""
+    """Masked LMs (BERT, RoBERTa, ...) are scored with pseudo log-likelihood, but not one trained as a decoder
+    (``is_decoder``, XLM's ``causal``) or an encoder-decoder.  Without a masked-LM ``architectures`` entry (a model
+    built in memory has none) the model type decides: any that transformers has a masked-LM class for."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     if any(getattr(config, flag, False) for flag in ("is_decoder", "causal", "is_encoder_decoder")):
@@ -346,8 +342,7 @@ def _in_hub_cache(hub_id: str) -> bool:
 
 @dataclasses.dataclass
 class LoadedModel:
-    """A model ready for probing, with what identifies it in caches and metadata: built by
-    :func:`open_model` (a name) or :meth:`from_objects` (a model and tokenizer in memory)."""
+    """A model ready for probing, with what identifies it in caches and metadata (:func:`open_model`, :meth:`from_objects`)."""
 
     name: str
     model: object
@@ -364,9 +359,8 @@ class LoadedModel:
 
     @classmethod
     def from_objects(cls, model, tokenizer, name: str | None = None, fingerprint: str | None = None) -> LoadedModel:
-        """Wrap an in-memory model (dtype and device read from its parameters, weights fingerprinted now).
-        ``fingerprint``: an identity given instead, for weights that change between calls (a model
-        being trained); nothing may cache on it (see :func:`training_identity`)."""
+        """Wrap an in-memory model, its weights fingerprinted now; ``fingerprint``: an identity given instead, for
+        weights that change between calls (a model being trained), on which nothing may cache."""
         if tokenizer is None:
             raise ValueError("a model object needs its tokenizer: pass tokenizer=... (or model=(model, tokenizer))")
         parameter = next(model.parameters())
@@ -376,8 +370,7 @@ class LoadedModel:
                    stamp=None if fingerprint else weights_stamp(model))
 
     def current(self) -> LoadedModel:
-        """Itself, its fingerprints taken again first where the model or tokenizer changed in place since they
-        were taken (a model fine-tuned in a notebook): a cache keyed on the old ones would give the old numbers."""
+        """Itself, its fingerprints taken again where the model or tokenizer changed in place (fine-tuned in a notebook)."""
         stamp = weights_stamp(self.model) if self.stamp is not None else None
         if stamp != self.stamp:
             suffix = loading_suffix(self.loading.get("model_kwargs"))
@@ -386,8 +379,7 @@ class LoadedModel:
         return self
 
     def metadata(self) -> dict:
-        """What metadata.json records of the model.  ``parameters`` and ``attention`` are read from a torch
-        model; an engine's own model handle (a vLLM backend's ``load``) gives None for both."""
+        """What metadata.json records of the model (``parameters`` and ``attention`` None for an engine's own handle)."""
         from deer.backends.attention import configured_backend
         from deer.backends.tokenization import bos_policy
 
@@ -407,8 +399,7 @@ class LoadedModel:
 
 def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kwargs: dict | None = None,
                adapter=None) -> LoadedModel:
-    """Load ``name`` (alias, hub id, folder or ``ModelSpec``) in eval mode; see :func:`load_model`.
-    ``model_kwargs``, ``adapter``: loading options added to the name's (``deer.base.model_spec``)."""
+    """Load ``name`` (alias, hub id, folder or ``ModelSpec``, with ``model_kwargs`` and ``adapter`` added) in eval mode."""
     name = with_loading(name, model_kwargs, adapter)
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
@@ -445,8 +436,8 @@ def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "a
 
 @contextlib.contextmanager
 def evaluation_mode(model):
-    """Eval mode (no dropout) for the enclosed probe; after it each module goes back to its own mode (a model
-    training with a part kept in eval mode, model.train() on the whole would switch that part's dropout on)."""
+    """Eval mode (no dropout) for the enclosed probe, then each module back to its own mode (model.train() on the
+    whole would switch on the dropout of a part kept in eval mode)."""
     modes = [(module, module.training) for module in model.modules()] if callable(getattr(model, "modules", None)) else []
     model.eval()
     try:

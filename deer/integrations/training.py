@@ -30,11 +30,8 @@ LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
 
 def probe_during_training(model, tokenizer, queries: QuerySet, templates: PromptTemplates | None = None, *,
                           token_budget: int | None = None, show_progress: bool = False, step: int | None = None) -> RunResult:
-    """DEER on ``model`` as it is now.
-
-    Call it from every process of a distributed job (all with the same queries).  Python's, numpy's
-    and torch's random states are restored after.  The weights are not hashed (nothing is cached):
-    the run is identified by ``training_identity`` (class, name, parameter count, ``step``)."""
+    """DEER on ``model`` as it is now, from every process of a distributed job; the random states are restored
+    after.  The weights are not hashed (nothing is cached): ``training_identity`` names the run."""
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # else no CUDA generator state to restore
     rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
     try:
@@ -56,18 +53,14 @@ def logged_metrics(result: RunResult, prefix: str = "deer", names=LOGGED_METRICS
 
 
 class DeerCallback(TrainerCallback):
-    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with
-    ``at_start``, once before the first step).
+    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with ``at_start``,
+    before the first step).
 
-    ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split``, ``subset`` and
-    ``seed`` (which also picks the few-shot examples unless ``templates`` are given, as in ``deer.probe``).
-    ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it); without one they go into
-    ``state.log_history`` only.  ``out``: a folder where process 0 saves
-    each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}); a probe after training
-    (an evaluation of the best checkpoint loaded at the end) is logged only.
-    After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
-    ``metric_for_best_model="deer/mrr"`` (checked against the names reported when attached and when
-    training begins); an ``EarlyStoppingCallback`` must come after this callback."""
+    ``queries``: a ``QuerySet``, or a KG name/folder with ``split``, ``subset`` and ``seed`` (as in ``deer.probe``).
+    ``trainer``: whose ``log`` carries the metrics (else ``state.log_history``).  ``out``: where process 0 saves
+    each result as ``step-N``; results are kept in ``self.results`` too (a probe after training is logged only).
+    After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for ``metric_for_best_model``;
+    an ``EarlyStoppingCallback`` must come after this callback."""
 
     def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,
                  templates: PromptTemplates | None = None, split: str = "test", subset: int | None = None, seed: int = 0,
@@ -99,9 +92,8 @@ class DeerCallback(TrainerCallback):
         return [f"{self.prefix}/{name}" for name in (*LOGGED_METRICS, "seconds")]
 
     def check_best_metric(self, args) -> None:
-        """``args.metric_for_best_model`` naming one of this callback's metrics (``deer/...`` or
-        ``eval_deer/...``) must be one it adds to the evaluation metrics: a typo would surface only at
-        the first evaluation, after training steps."""
+        """``args.metric_for_best_model`` naming this callback's prefix must be one it adds to the evaluation metrics:
+        a typo would surface only at the first evaluation, after training steps."""
         metric = getattr(args, "metric_for_best_model", None) or ""
         name = metric.removeprefix("eval_")
         if not name.startswith(f"{self.prefix}/"):
