@@ -1,11 +1,9 @@
 """Custom attention masks that every attention back-end honours.
 
-The likelihood scorers lay several sequences into one row and say who may attend to whom with a
-4-D mask and explicit position ids, which transformers hands to the attention function unchanged.
-The mask is additive float (0 = may attend, dtype minimum = may not: eager adds it to the scores,
-so a boolean mask would mask nothing).  FlashAttention ignores custom masks, so for those calls
-the model is switched to SDPA (or eager) and back.  A custom mask replaces transformers' own, so
-sliding windows are applied here by position id (q - k < window), per layer kind.
+The likelihood scorers lay several sequences into one row with a 4-D mask and explicit position ids.  The
+mask is additive float (eager adds it to the scores: a boolean one would mask nothing).  FlashAttention
+ignores custom masks, so for those calls the model is switched to SDPA (or eager) and back.  A custom mask
+replaces transformers' own, so sliding windows are applied here by position id (q - k < window).
 """
 
 from __future__ import annotations
@@ -25,11 +23,8 @@ MASK_HONOURING_BACKENDS = ("eager", "sdpa")
 
 
 def attention_windows(model) -> int | None | dict[str, int | None]:
-    """The sliding window the model's layers use: one window (None = full attention) shared by
-    every layer, or a dict {layer kind: window} when layers differ (``config.layer_types``).
-
-    Raises NotImplementedError for layer kinds whose masks are not causal or sliding
-    (chunked or linear attention), rather than scoring them wrongly."""
+    """The sliding window of the model's layers (None = full attention), or {layer kind: window} where layers
+    differ; NotImplementedError for other layer kinds (chunked, linear) rather than scoring them wrongly."""
     config = text_config(model)
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
@@ -50,10 +45,8 @@ def attention_windows(model) -> int | None | dict[str, int | None]:
 
 def custom_attention_mask(model, allowed: np.ndarray, query_positions: np.ndarray, key_positions: np.ndarray,
                           device: str | torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
-    """The ``attention_mask`` argument for a forward pass with a custom attention pattern.
-    ``allowed``: bool (q, k), True where query token i may attend to key j (cached keys first);
-    ``query_positions`` (q,) and ``key_positions`` (k,): position ids, for sliding windows.  Returns a
-    (1, 1, q, k) additive mask in the model's dtype, or a dict of them per layer kind."""
+    """The ``attention_mask`` for a forward pass where query i may attend to key j iff ``allowed`` (q, k) (cached keys
+    first), position ids given for sliding windows: (1, 1, q, k) additive, in the model's dtype (per layer kind)."""
     dtype = next(model.parameters()).dtype
     if not dtype.is_floating_point:
         dtype = torch.float32
@@ -92,8 +85,8 @@ def mask_backend(model) -> str:
 
 @contextlib.contextmanager
 def backend_for_custom_masks(model) -> Iterator[str]:
-    """Within the block the model attends with ``mask_backend(model)``; yields its name.
-    Writes the configs' back-end field directly (as ``set_attn_implementation`` does after its checks)."""
+    """Within the block the model attends with ``mask_backend(model)``, whose name it yields (the configs' field set
+    directly, as ``set_attn_implementation`` does after its checks)."""
     wanted = mask_backend(model)
     configs = _configs(model)
     saved = [config._attn_implementation_internal for config in configs]

@@ -13,9 +13,8 @@ from deer.backends.model_config import text_config
 def length_sorted_batches(
     lengths: Sequence[int], token_budget: int, max_batch_size: int = 256, max_padding: float = 0.1
 ) -> list[np.ndarray]:
-    """Index arrays, each a batch whose padded size (rows x longest) fits ``token_budget``.
-    Inputs are taken longest first; a batch also closes when its padded slots would exceed
-    ``max_padding`` of its size.  An input longer than the budget gets a batch of its own."""
+    """Index arrays, longest first, each a batch whose padded size (rows x longest) fits ``token_budget`` and
+    whose padding stays within ``max_padding`` of it (an input longer than the budget: a batch of its own)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
     batches: list[np.ndarray] = []
@@ -50,9 +49,8 @@ GPU_MEMORY_SHARE = 0.25  # of the free device memory, for one batch's activation
 
 
 def auto_batch_limits(model) -> tuple[int, int]:
-    """(token budget, max rows) for a batch on the model's device: the CPU defaults, or on a GPU
-    what a quarter of its free memory holds, at a conservative ``dtype bytes x (8 x hidden + 3 x
-    intermediate)`` per token (residual stream, attention and MLP activations of one layer at a time)."""
+    """(token budget, max rows) for a batch on the model's device: the CPU defaults, or what a share of a GPU's free
+    memory holds at a conservative ``dtype bytes x (8 x hidden + 3 x intermediate)`` per token."""
     import torch
 
     parameter = next(model.parameters())

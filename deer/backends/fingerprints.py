@@ -1,6 +1,5 @@
-"""What identifies a model and its tokenizer in every store key, run spec and metadata: hashes of what
-computes (every weight, the config, how text becomes ids), and the cheap stamp that says when they must be
-taken again."""
+"""What identifies a model and its tokenizer in every store key, run spec and metadata: hashes of what computes,
+and the cheap stamp that says when they must be taken again."""
 
 from __future__ import annotations
 
@@ -8,9 +7,8 @@ import hashlib
 import json
 import os
 
-# Fastest exact way measured (benchmarks/bench_fingerprint.py, results/bench_fingerprint.json): sha1 with the
-# CPU's SHA extensions, ~7% ahead of sha256 and twice blake2b/md5.  Not a security hash here: it
-# tells checkpoints apart, and the fingerprint keeps 64 bits of it.
+# Fastest exact way measured (benchmarks/bench_fingerprint.py): sha1 with the CPU's SHA extensions.  Not a
+# security hash here: it tells checkpoints apart, and the fingerprint keeps 64 bits of it.
 FINGERPRINT_ALGORITHM = "sha1"
 FINGERPRINT_CHUNK_BYTES = 32 << 20  # big tensors are hashed in pieces of this size, in parallel
 
@@ -27,11 +25,9 @@ def _raw_bytes(tensor):
 
 def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, threads: int | None = None,
                         chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
-    """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters).
-
-    Tensors are hashed in ``chunk_bytes`` pieces in ``threads`` threads (default: one per CPU, at most
-    8; the result does not depend on it); tensors that must be copied (on a GPU, strided) are copied
-    one at a time, so memory stays bounded."""
+    """Hash of every byte of every tensor, with its name, shape and dtype (hex, 16 characters), in ``chunk_bytes``
+    pieces on ``threads`` threads (default: one per CPU, at most 8); tensors that must be copied (on a GPU,
+    strided) are copied one at a time, so memory stays bounded."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
     import torch
@@ -64,8 +60,7 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
 
 
 # Config entries that say how a model was saved, loaded or asked to return its outputs, not what it computes
-# (also every "_"-prefixed one: the folder it came from, the attention back-end); one model loaded twice keeps its
-# fingerprint, the same weights with another activation, norm epsilon or rotary base do not.
+# (also every "_"-prefixed one: the folder it came from, the attention back-end).
 CONFIG_ENTRIES_NOT_HASHED = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "use_cache",
                                        "output_attentions", "output_hidden_states", "return_dict"})
 
@@ -86,17 +81,14 @@ def config_fingerprint(model) -> str:
 
 
 def model_fingerprint(model) -> str:
-    """Identifies what the model computes, wherever it was loaded from: :func:`tensors_fingerprint` of the
-    state dict with :func:`config_fingerprint` folded in."""
+    """Identifies what the model computes, wherever it was loaded from: its weights' and config's hashes."""
     weights, config = tensors_fingerprint(model.state_dict().items()), config_fingerprint(model)
     return hashlib.sha256(f"{weights}+config-{config}".encode()).hexdigest()[:16] if config else weights
 
 
 def weights_stamp(model) -> tuple:
-    """Changes whenever the weights or the config do, read without hashing a byte: each tensor's address and
-    torch's count of its in-place writes (a training step, an edit, ``load_state_dict``), and the config's hash.
-    Tensors made under ``torch.inference_mode`` keep no count (they cannot be trained, and can be written only
-    inside that mode): for them only the address is compared."""
+    """Changes whenever the weights or the config do, read without hashing a byte: each tensor's address and torch's
+    count of its in-place writes (none kept under ``torch.inference_mode``: the address alone), and the config's hash."""
     return (tuple((tensor.data_ptr(), None if tensor.is_inference() else tensor._version) for tensor in model.state_dict().values()),
             config_fingerprint(model))
 
@@ -105,8 +97,7 @@ IN_TRAINING = "in-training:"  # how a training_identity begins: a fingerprint th
 
 
 def training_identity(model, step: int | None) -> str:
-    """A model in training at ``step``, named without reading its weights (class, name, parameter
-    count, step).  Not content-addressed, so used only where nothing is cached or reused."""
+    """A model in training at ``step``, named without reading its weights: nothing may be cached or reused on it."""
     count = sum(parameter.numel() for parameter in model.parameters())
     name = getattr(model.config, "_name_or_path", "") or ""
     return f"{IN_TRAINING}{type(model).__name__}:{name}:{count}:step-{step}"
@@ -117,8 +108,7 @@ TOKENIZER_LOADING_SETTINGS = frozenset({"is_local", "local_files_only", "model_m
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """Identifies how the tokenizer turns text into ids and back (LAMA reads words from ids): a fast tokenizer's
-    normalizer, pre-tokenizer, model (vocabulary, merges), post-processor, decoder and added tokens; otherwise its
-    vocabulary and scalar settings (lower-casing and the like), with a SentencePiece model's bytes where it has one."""
+    pipeline and added tokens; otherwise its vocabulary, scalar settings and SentencePiece model."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # truncation and padding left out: each call sets them for itself
         parts = [part.__getstate__() if part is not None else b"null"

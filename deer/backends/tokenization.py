@@ -53,11 +53,9 @@ def batch_token_ids(tokenizer, texts: Sequence[str], special_tokens: str = "bos"
 
 
 def _plain_rust_tokenizer(tokenizer):
-    """The Rust tokenizer under a transformers fast tokenizer, where calling it directly gives exactly what
-    ``tokenizer(texts)`` gives (no truncation or padding set on it, special tokens split as the tokenizer
-    says, and a class that rewrites neither texts nor ids in Python), else None.  Its ``encode_batch_fast``
-    skips offsets and per-text Python objects: a quarter less time on a large KG's prompts
-    (``tests/test_tokenization.py`` compares the two on every architecture's tokenizer)."""
+    """The Rust tokenizer under a transformers fast tokenizer where calling it gives exactly what ``tokenizer(texts)``
+    gives (no truncation or padding, special tokens split alike, no rewriting in Python), else None: its
+    ``encode_batch_fast`` skips offsets and per-text objects, a quarter less time on a large KG's prompts."""
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 

@@ -15,8 +15,8 @@ class MissingExtraError(ImportError):
 
 
 def import_extra(module: str, extra: str, feature: str) -> ModuleType:
-    """Import ``module`` (of an optional dependency) or raise :class:`MissingExtraError` when the package
-    itself is absent (an installed package failing to import for another reason raises its own error)."""
+    """Import ``module`` or raise :class:`MissingExtraError` when its package is absent (not when an installed
+    package fails to import for another reason)."""
     package = module.split(".")[0]
     try:
         return importlib.import_module(module)
@@ -27,8 +27,7 @@ def import_extra(module: str, extra: str, feature: str) -> ModuleType:
 
 
 def require_extra(module: str, extra: str, feature: str) -> None:
-    """:class:`MissingExtraError` now, before any work, when ``module`` is not installed (looked up, not imported:
-    importing a heavy extra is left to the feature that uses it)."""
+    """:class:`MissingExtraError` now, before any work, when ``module`` is not installed (looked up, not imported)."""
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a module set to None in sys.modules

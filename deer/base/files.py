@@ -1,6 +1,5 @@
-"""The one atomic writer (bytes, text, JSON, tables, figures: a temp file renamed into place, so no
-reader sees a half-written file) and the one folder lock, under which a read-modify-write of a
-folder is done by one process at a time."""
+"""The one atomic writer (a temp file renamed into place: no reader sees a half-written file) and the one
+folder lock, under which one process at a time reads, modifies and writes a folder."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import json
 import os
 import platform
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +21,8 @@ from kg_data.locks import held_lock
 
 
 def _process_umask() -> int:
-    """The process umask, read once: from /proc where Linux shows it, else by the set-and-restore
-    that is the only portable way (done here, at import, never per write: it races other threads)."""
+    """The process umask, read once, at import: from /proc where Linux shows it, else by the set-and-restore
+    that races other threads."""
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -58,11 +55,9 @@ def atomic_write_with(path: Path, write) -> None:
         raise
 
 
-@contextmanager
-def folder_lock(folder: Path, name: str = ".lock", wait_message: str | None = None) -> Iterator[None]:
-    """Hold the cross-process lock ``folder/name`` while the block runs (``kg_data.locks.held_lock``)."""
-    with held_lock(Path(folder) / name, wait_message):
-        yield
+def folder_lock(folder: Path, name: str = ".lock", wait_message: str | None = None):
+    """The cross-process lock ``folder/name``, held while the ``with`` block runs (``kg_data.locks.held_lock``)."""
+    return held_lock(Path(folder) / name, wait_message)
 
 
 def write_text(path: Path, text: str) -> None:
@@ -97,8 +92,8 @@ def write_json(path: Path, payload) -> None:
 
 
 def write_table(path: Path, table: pd.DataFrame) -> Path:
-    """Write ``table`` as parquet (if pyarrow is installed and the suffix asks; with page checksums, so
-    that ``read_table`` notices a damaged byte) or CSV."""
+    """Write ``table`` as parquet where the suffix asks (with page checksums: ``read_table`` notices a damaged
+    byte), else CSV."""
     path = Path(path)
     buffer = io.BytesIO()
     if path.suffix == ".parquet":

@@ -1,8 +1,6 @@
-"""A model name with its loading options, as lm-evaluation-harness's ``--model_args`` gives them.
-
+"""A model name with its loading options, as lm-evaluation-harness's ``--model_args`` gives them:
 ``ModelSpec("org/model", model_kwargs={...}, adapter="lora/")`` is the name ``"org/model"`` wherever a
-name is used; ``load_model`` passes ``model_kwargs`` to ``from_pretrained`` and merges the PEFT
-``adapter``.  Loading options are part of the model's fingerprint (``loading_suffix``).
+name is used, and its options are part of the model's fingerprint (``loading_suffix``).
 """
 
 from __future__ import annotations
@@ -65,8 +63,8 @@ def loading_options(name) -> tuple[dict, str | None]:
 
 
 def check_adapter(adapter) -> None:
-    """Before any model loads: peft is installed; a local adapter folder holds ``adapter_config.json``; a name
-    that is no folder here is a hub id (``name`` or ``namespace/name``), one the hub cache holds when offline."""
+    """Before any model loads: peft is installed, and the adapter is a PEFT folder or a hub id (one the hub cache
+    holds when offline)."""
     if adapter is None:
         return
     require_extra("peft", "peft", f"--adapter {adapter}")

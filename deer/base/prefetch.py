@@ -12,9 +12,8 @@ _DONE = object()
 
 
 def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
-    """The items of ``items`` in order, each made on a worker thread while the previous one is used
-    (at most ``depth`` waiting).  An exception the iterable raises is raised here, at the item it would
-    have been; stopping early (an exception in the caller, ``close()``) stops the worker at its next item."""
+    """The items of ``items`` in order, each made on a worker thread while the previous one is used (at most
+    ``depth`` waiting); the iterable's exception is raised here, and stopping early stops the worker."""
     waiting: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 

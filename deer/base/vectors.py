@@ -9,9 +9,8 @@ NORM_FLOOR = 1e-12  # a norm below it divides as this (torch.nn.functional.norma
 
 
 def normalize_rows(vectors, norms=None, out=None):
-    """Unit-length rows, the one L2 normalisation of the toolkit (as ``torch.nn.functional.normalize``: each row
-    over max(its norm, ``NORM_FLOOR``)): a tensor for a tensor, else a float32 array.  A tensor's ``norms``
-    ((n, 1), already computed) and ``out`` (a buffer to write into) may be given."""
+    """Unit-length rows (each over max(its norm, ``NORM_FLOOR``)): a tensor for a tensor, else a float32 array.
+    A tensor's ``norms`` ((n, 1), already computed) and ``out`` (a buffer) may be given."""
     if not isinstance(vectors, torch.Tensor):
         return normalize_rows(torch.as_tensor(np.asarray(vectors, dtype=np.float32))).numpy()
     if norms is None:

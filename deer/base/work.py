@@ -8,12 +8,11 @@ from contextlib import contextmanager
 
 
 class WorkCounter:
-    """Named counts (prompts, tokens, ...; one never added reads as 0), seconds spent in forward
-    passes, and the attention back-end the passes ran under; ``as_dict()`` is what metadata records."""
+    """Named counts (one never added reads as 0), seconds in forward passes and the attention back-end they ran
+    under; ``as_dict()`` is what metadata records."""
 
     def __init__(self, *names: str) -> None:
-        # Names listed up front appear in as_dict() even while still 0, in this order.
-        self._counts: dict[str, int] = {name: 0 for name in names}
+        self._counts: dict[str, int] = dict.fromkeys(names, 0)  # listed in as_dict() even while 0, in this order
         self.forward_seconds = 0.0
         self.attention = ""
 
@@ -43,8 +42,7 @@ class WorkCounter:
 
 
 def summed_work(works) -> dict:
-    """Several ``as_dict()`` records added up, key by key (nested records too; a text such as the
-    attention back-end kept from the first that has it)."""
+    """Several ``as_dict()`` records added up, key by key (nested too; a text kept from the first that has it)."""
     total: dict = {}
     for work in works:
         for name, value in work.items():
