@@ -1,10 +1,8 @@
 """The token boundary between a shared context (query text) and scored continuations.
 
-The context is tokenised once and each continuation after it, meeting where the whole statement's
-tokenisation puts the boundary.  Whitespace at the end of the context belongs to the continuation
-(" Paris", as lm-evaluation-harness assumes).  A continuation's ids are the rest of its whole
-statement's ids after the longest prefix shared with the context's; a token straddling the boundary
-starts the continuation (``shared_lengths``): lm-pub-quiz's conditional score.
+Whitespace at the end of the context belongs to the continuation (" Paris", as lm-evaluation-harness
+assumes).  A continuation's ids are its whole statement's after the longest prefix shared with the
+context's; a token straddling the boundary starts the continuation: lm-pub-quiz's conditional score.
 """
 
 from __future__ import annotations
@@ -23,11 +21,9 @@ def move_trailing_whitespace(context: str, continuation: str) -> tuple[str, str]
 
 @dataclasses.dataclass
 class SplitStatements:
-    """Token ids of one context and of continuations that follow it.
-    ``context_ids``: BOS + context tokens, length P.
-    ``continuation_ids[i]``: tokens of statement i after its shared prefix (never empty).
-    ``shared_lengths[i]``: how many of ``context_ids`` statement i starts with (<= P, >= 1);
-    ``context_ids[:shared_lengths[i]] + continuation_ids[i]`` is statement i's whole tokenisation."""
+    """Token ids of one context (BOS first) and of continuations that follow it:
+    ``context_ids[:shared_lengths[i]] + continuation_ids[i]`` is statement i's whole tokenisation
+    (``shared_lengths[i]`` >= 1, ``continuation_ids[i]`` never empty)."""
 
     context_ids: list[int]
     continuation_ids: list[list[int]]
@@ -44,9 +40,8 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def split_statements(tokenizer, context: str, continuations: Sequence[str]) -> SplitStatements:
-    """Tokenise ``context`` once and each ``context + continuation`` so that they agree.
-    Raises ValueError when a statement would have no context token to condition on (an empty
-    context with a tokenizer that has no BOS token): its first token cannot be scored."""
+    """Tokenise ``context`` once and each ``context + continuation`` so that they agree; ValueError where a
+    statement has no context token to condition on (an empty context, no BOS token)."""
     stripped = context.rstrip()
     tails = [move_trailing_whitespace(context, c)[1] for c in continuations]
     context_ids = token_ids(tokenizer, stripped)

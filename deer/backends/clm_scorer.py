@@ -1,11 +1,6 @@
-"""Shared-prefix scoring for causal LMs: the context once, every continuation after it.
-
-The context is read once (its 1-row key/value cache) and the continuations follow on top of it.
-The first continuation token is predicted by the context's last state, the last one is only a
-target; the LM head runs only on rows whose next token is scored.  ``layout="packed"``:
-continuations side by side in rows (``deer.backends.packing``).  ``layout="trie"`` (default): every
-distinct continuation prefix fed once, as a prefix trie whose nodes see the context positions
-their statements share and their ancestors (11% fewer tokens on WN18RR, ``benchmarks/bench_bear.py``).
+"""Shared-prefix scoring for causal LMs: the context read once (its 1-row key/value cache), the continuations
+on top of it.  ``layout="packed"``: continuations side by side in rows; ``layout="trie"`` (default): every
+distinct continuation prefix fed once (11% fewer tokens on WN18RR, ``benchmarks/bench_bear.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +20,8 @@ from deer.base.work import WorkCounter
 
 
 class SharedPrefixScorer:
-    """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode).
-    ``token_budget``: continuation tokens (trie: trie nodes, leaves included) per forward pass.  ``stats``:
-    ``continuation_tokens`` is what the packed layout feeds (whichever ran), ``trie_nodes`` what the trie fed."""
+    """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode);
+    ``token_budget``: continuation tokens (trie: nodes) per forward pass."""
 
     LAYOUTS = ("packed", "trie")
 
@@ -40,9 +34,8 @@ class SharedPrefixScorer:
                                  "padded_tokens", "scored_tokens")
 
     def score_texts(self, context: str, continuations: Sequence[str], whole: bool = False) -> np.ndarray:
-        """Summed log p(continuation tokens | context) per continuation: float64 (n,), nats.
-        ``whole=True``: the whole statement's summed log-likelihood (every token after the first)
-        instead: the only comparable score where a token straddles the boundary (``deer.backends.boundary``)."""
+        """Summed log p(continuation tokens | context): float64 (n,), nats; ``whole=True``: the whole statement's
+        (the only comparable score where a token straddles the boundary)."""
         return self.score_split(split_statements(self.tokenizer, context, continuations), whole)
 
     def score_split(self, split: SplitStatements, whole: bool = False) -> np.ndarray:
@@ -106,8 +99,8 @@ class SharedPrefixScorer:
         return scores
 
     def _trie_logprobs(self, cache, context_length: int, row: TrieRow) -> np.ndarray:
-        """log p(node's token | its statement's prefix) per node of ``row`` (``_score_after_context``'s
-        keyed trie), from one forward pass; 0 for roots and first tokens (scored from the context)."""
+        """log p(node's token | its statement's prefix) per node of ``row``, from one forward pass; 0 for roots
+        and first tokens (scored from the context)."""
         parents = np.asarray(row.parents, dtype=np.int64)
         depths = np.asarray(row.depths, dtype=np.int64)
         tokens = np.asarray(row.tokens, dtype=np.int64)

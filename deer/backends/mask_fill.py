@@ -14,8 +14,7 @@ DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch of masked sentences when 
 
 
 class MaskFiller:
-    """A backend's masked-token scorer: ``logprobs`` is ``mask_fill_logprobs`` with ``token_budget`` padded tokens
-    per forward pass (1: one sentence a pass, the plain backend's)."""
+    """A backend's masked-token scorer: ``mask_fill_logprobs`` with ``token_budget`` padded tokens per pass."""
 
     def __init__(self, model, tokenizer, token_budget: int = DEFAULT_TOKEN_BUDGET):
         self.model, self.tokenizer, self.token_budget = model, tokenizer, token_budget
@@ -25,7 +24,8 @@ class MaskFiller:
 
 
 @torch.inference_mode()
-def mask_fill_logprobs(model, tokenizer, sentences: Sequence[str], token_ids: np.ndarray, token_budget: int = 4096) -> np.ndarray:
+def mask_fill_logprobs(model, tokenizer, sentences: Sequence[str], token_ids: np.ndarray,
+                       token_budget: int = DEFAULT_TOKEN_BUDGET) -> np.ndarray:
     """float32 (n, len(token_ids)): log p(token | sentence) in nats at each sentence's one mask token."""
     encoded = tokenizer(list(sentences))["input_ids"]
     mask_id = tokenizer.mask_token_id

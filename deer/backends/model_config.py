@@ -13,16 +13,14 @@ POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_l
 
 
 def position_offset(model) -> int:
-    """The first position id: RoBERTa's family numbers positions from its padding id + 1 (a padded position
-    embedding), other models from 0.  Where a kernel passes position ids itself, they start here."""
+    """The first position id a kernel passes: RoBERTa's family numbers positions from its padding id + 1, others from 0."""
     embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
     padding = getattr(getattr(embeddings, "position_embeddings", None), "padding_idx", None)
     return 0 if padding is None else padding + 1
 
 
 def max_positions(model) -> int | None:
-    """The model's position limit from its config (None if it states none), less the positions numbered before
-    the first (``position_offset``): roberta-base's 514 hold 512 tokens."""
+    """The model's position limit from its config (None if none), less ``position_offset``: roberta-base's 514 hold 512."""
     config = text_config(model)
     for attribute in POSITION_ATTRIBUTES:
         value = getattr(config, attribute, None)

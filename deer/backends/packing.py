@@ -1,9 +1,5 @@
-"""Several sequences in one row after a shared context: which go together, and who sees whom.
-
-The context is run once (a 1-row key/value cache), the sequences are laid side by side in one row
-on top of it, and a block-diagonal causal mask keeps them apart: nothing is padded and the context
-cache is never copied (BEAR's candidates after a query, DEER's query tails after a few-shot block).
-"""
+"""Several sequences side by side in one row after a shared context, kept apart by a block-diagonal causal
+mask: nothing is padded and the context cache is never copied."""
 
 from __future__ import annotations
 
@@ -26,9 +22,8 @@ def consecutive_packs(widths: Sequence[int], token_budget: int) -> list[list[int
 
 
 def packed_attention_mask(context_length: int, shared_lengths: Sequence[int], widths: Sequence[int]) -> np.ndarray:
-    """Boolean (L, P + L) pattern for continuations packed in one row after a P-token context.
-    Token j of continuation i sees the first ``shared_lengths[i]`` context positions and
-    tokens 0..j of its own continuation, nothing of the others (True = may attend)."""
+    """Boolean (L, P + L), True = may attend: token j of continuation i sees the first ``shared_lengths[i]``
+    context positions and tokens 0..j of its own continuation."""
     total = int(sum(widths))
     owner = np.repeat(np.arange(len(widths)), widths)
     offset = np.concatenate([np.arange(w) for w in widths]) if total else np.zeros(0, dtype=np.int64)

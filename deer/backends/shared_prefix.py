@@ -1,7 +1,5 @@
-"""Prompts that share a long token prefix (one few-shot block for every query): the prefix is run
-once (a 1-row key/value cache), and the tails are packed side by side in rows on top of it
-(``deer.backends.packing``), with position ids continuing after the prefix -- exactly what a whole
-forward pass per prompt computes.  ``deer.backends.clm_scorer`` runs its contexts the same way.
+"""Prompts that share a long token prefix (one few-shot block for every query): the prefix is run once (a 1-row
+key/value cache), the tails packed side by side in rows on top of it, position ids continuing after the prefix.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ PACK_TOKENS = 512
 
 
 def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_TOKENS) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
-    """Prompts grouped by a shared token prefix: ([(shared length, member indices)], the others).
-    Sorted lexicographically, a group is a run of neighbours sharing at least T tokens, T chosen to
-    save the most tokens.  Groups share at least ``min_shared`` tokens and have two members or more;
-    each member keeps a token of its own."""
+    """Prompts grouped by a shared token prefix: ([(shared length, member indices)], the others).  Sorted, a group
+    is a run of two or more neighbours sharing at least T >= ``min_shared`` tokens, T chosen to save the most
+    tokens; each member keeps a token of its own."""
     n = len(id_lists)
     if n < 2:
         return [], np.arange(n)
@@ -72,8 +69,8 @@ def context_cache(model, ids: Sequence[int]):
 
 
 def forward_on_cache(model, cache, context_length: int, input_ids, positions: np.ndarray, allowed: np.ndarray) -> torch.Tensor:
-    """Final hidden states (L, d) of one row on top of a context cache, which is left as it was.
-    ``positions``: the row's position ids; ``allowed``: bool (L, context_length + L), who may attend to whom."""
+    """Final hidden states (L, d) of one row on top of a context cache, which is left as it was; ``allowed``:
+    bool (L, context_length + L), who may attend to whom."""
     device = next(model.parameters()).device
     key_positions = np.concatenate([np.arange(context_length), positions])
     hidden = model.base_model(input_ids=torch.as_tensor([list(input_ids)], device=device),
@@ -86,8 +83,7 @@ def forward_on_cache(model, cache, context_length: int, input_ids, positions: np
 
 
 def packed_forward(model, cache, context_length: int, sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> torch.Tensor:
-    """Final hidden states of ``sequences`` packed in one row on the cache, sequence i after the
-    first ``starts[i]`` context tokens (``deer.backends.packing.packed_attention_mask``)."""
+    """Final hidden states of ``sequences`` packed in one row on the cache, sequence i after ``starts[i]`` context tokens."""
     widths = [len(ids) for ids in sequences]
     positions = np.concatenate([np.arange(w) + start for w, start in zip(widths, starts, strict=True)])
     allowed = packed_attention_mask(context_length, starts, widths)
@@ -96,8 +92,8 @@ def packed_forward(model, cache, context_length: int, sequences: Sequence[Sequen
 
 def hidden_after_prefix(model, prefix: Sequence[int],
                         tails: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor, int]]:
-    """Yield (tail indices, last-layer states at each tail's last token (k, d), tokens fed) per
-    pack, after running ``prefix`` once; the first pack's count includes the prefix."""
+    """(tail indices, last-layer states at each tail's last token, tokens fed) per pack, after ``prefix`` once
+    (the first pack's count includes it)."""
     length = len(prefix)
     with backend_for_custom_masks(model):
         cache = context_cache(model, prefix).past_key_values

@@ -1,10 +1,7 @@
-"""Whole-statement log-likelihoods of many statements that share prefixes (causal LMs).
-
-BEAR's statements come in families (one template filled with every (subject, answer) pair): they
-are tokenised whole, merged into a prefix trie, and every distinct prefix is read once.  A trie's
-nodes lie in one row, each attending to its ancestors only at position id = its depth; only nodes
-with a child are fed, and a token's log-prob is read from its parent's row.  Rows hold at most
-``token_budget`` nodes.  Score = sum of log p(token_t | tokens_<t) for t >= 1 (the first is given).
+"""Whole-statement log-likelihoods of many statements that share prefixes (causal LMs): BEAR's families of
+statements merged into prefix tries, every distinct prefix read once.  A trie's nodes lie in one row, each
+attending to its ancestors only at position id = its depth; only nodes with a child are fed, and a token's
+log-prob is read from its parent's row.
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ from deer.base.work import WorkCounter
 
 @dataclasses.dataclass
 class TrieRow:
-    """One forward pass: trie nodes (token, parent node or -1, depth); ``paths[k]``: the node
-    indices of statement ``statements[k]``'s tokens, root first."""
+    """One forward pass: trie nodes (token, parent or -1, depth); ``paths[k]``: statement ``statements[k]``'s nodes."""
 
     tokens: list[int] = dataclasses.field(default_factory=list)
     parents: list[int] = dataclasses.field(default_factory=list)
@@ -89,8 +85,7 @@ class PrefixTrieScorer:
         self.stats = WorkCounter("statements", "statement_tokens", "fed_tokens", "tokens", "rows")
 
     def score_texts(self, statements: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
-        """float64 (n,): summed log p of every token after the first, in nats; ``progress(k)`` is
-        called after each forward pass with the statements it finished."""
+        """float64 (n,): summed log p of every token after the first, in nats; ``progress(k)`` after each pass."""
         return self.score_ids(batch_token_ids(self.tokenizer, list(statements)), progress)
 
     @torch.inference_mode()
