@@ -106,8 +106,7 @@ def prompt_keys(texts: Sequence[str]) -> np.ndarray:
 
 def encode_chunked(encoder, texts_of: Callable[[np.ndarray], list[str]], rows: np.ndarray, description: str,
                    store: EmbeddingStore | None, on_vectors: Callable[[np.ndarray, np.ndarray], None]) -> None:
-    """Encode the prompts ``texts_of(rows)`` ``STREAM_CHUNK`` at a time (made and tokenized once, per chunk);
-    ``on_vectors(rows, vectors)`` gets each batch.  No chunk's texts, tokens or vectors outlive it."""
+    """Encode the prompts ``texts_of(rows)`` ``STREAM_CHUNK`` at a time, each batch handed to ``on_vectors(rows, vectors)``."""
     forecast = EncodingForecast(len(rows), description, store)
     with tqdm(total=len(rows), desc=description, unit="prompt", disable=not encoder.show_progress or not len(rows)) as bar:
         for start in range(0, len(rows), STREAM_CHUNK):
@@ -131,8 +130,7 @@ def all_prompt_keys(texts_of: Callable[[np.ndarray], list[str]], n: int, chunk: 
 
 def encode_prompts(encoder, store: EmbeddingStore | None, texts_of: Callable[[np.ndarray], list[str]], n: int,
                    description: str) -> tuple[np.ndarray | StoredPrompts, int]:
-    """(vectors of prompts ``texts_of(0..n-1)`` in order, prompts encoded now): kept in the store (``StoredPrompts``),
-    or encoded in memory without one."""
+    """(vectors of prompts ``texts_of(0..n-1)``, prompts encoded now): kept in the store, or in memory without one."""
     if store is not None:
         stored = StoredPrompts(encoder, store, texts_of, n, description)
         return stored, stored.encoded
@@ -168,8 +166,7 @@ class StoredPrompts:
         return len(self.keys), self.store.width
 
     def encode_missing(self) -> None:
-        """Encode the prompts the store lacks (at first, or a damaged shard's, set aside), chunk by chunk, storing
-        them as they finish, under its lock (a parallel run waits, then encodes only what is still missing)."""
+        """Encode the prompts the store lacks, storing them as they finish, under its lock (a parallel run waits)."""
         if not self.store.missing(self.keys):
             return
         with self.store.locked(), PendingParts(self.store, behind=True) as pending:  # a part written while the next is encoded
@@ -189,8 +186,7 @@ class StoredPrompts:
         return self.store.get(keys)
 
     def blocks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(positions, vectors)`` blocks of at most ``size`` rows, in the order the store holds them
-        (``EmbeddingStore.blocks``); a damaged shard met on the way is made again and read then."""
+        """``(positions, vectors)`` blocks of at most ``size`` rows, in the order the store holds them."""
         done = np.zeros(len(self.keys), dtype=bool)
         for _ in range(READ_ATTEMPTS + 1):
             todo = np.flatnonzero(~done)
@@ -209,8 +205,7 @@ class StoredPrompts:
 
 
 def check_query_embeddings(given, queries: int, backend=None) -> None:
-    """``query_embeddings`` (where given) has one row per query and, once the backend is open, its
-    vectors' width (``output_size``); else an OptionError, before any prompt is encoded."""
+    """``query_embeddings`` (where given) has one row per query and, once the backend is open, its vectors' width."""
     if given is None:
         return
     rows, columns = np.shape(given)
@@ -222,12 +217,8 @@ def check_query_embeddings(given, queries: int, backend=None) -> None:
 
 
 class DeerProbe:
-    """DEER: PromptEOL vectors of each query and each described candidate tail, ranked by cosine.
-
-    Options: ``query_embeddings``, (n_queries, d) vectors already computed for these queries with
-    these templates (LAMA's pass makes them).  With ``distributed`` (set by the runner) the forward
-    passes are shared between the processes of a torch.distributed job (``ShardedEncoder``).
-    """
+    """DEER: PromptEOL vectors of each query and each described candidate tail, ranked by cosine.  Option:
+    ``query_embeddings``, the queries' vectors already computed (LAMA's pass makes them)."""
 
     name = "deer"
     summary = "PromptEOL embeddings of queries and described tails, cosine ranking"
@@ -240,8 +231,7 @@ class DeerProbe:
         check_query_embeddings(options["query_embeddings"], len(queries))
 
     def length_checks(self, task, templates, backend):
-        """The texts DEER encodes: a KG's tail prompts (whose descriptions the run may cut to fit) and query
-        prompts; a benchmark's query texts and every candidate set's prompts."""
+        """The texts DEER encodes: a KG's tail and query prompts, a benchmark's query texts and candidate prompts."""
         queries = task.kg_queries
         if queries is not None:
             yield tail_prompt_check(queries, templates, backend)
@@ -252,8 +242,7 @@ class DeerProbe:
             yield LengthCheck.of("DEER prompt", candidate_prompts(candidates), answer_namer(candidates, name), ANSWER_HINT)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's queries: query and candidate vectors, ranked by the runner's cosine kernel (the candidates
-        streamed from the prompt store where there is one); a benchmark: each query's cosines over its set."""
+        """A KG's query and candidate vectors (ranked by the runner), or a benchmark's cosines over each query's set."""
         return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
 
     def _score_kg(self, request: ProbeRequest) -> ProbeScores:
@@ -271,7 +260,6 @@ class DeerProbe:
         def entity_texts(rows):  # made a chunk at a time: a KG's every prompt is never held
             return [templates.tail_prompt(queries.kg, e) for e in candidates[rows].tolist()]
 
-        # with a store the vectors stay in it, streamed to the ranking
         entity_vectors, entities_encoded = encode_prompts(encoder, store, entity_texts, len(candidates), "entities")
         timings = {"entities_seconds": time.perf_counter() - started}
         entity_stats = encoder.stats.as_dict()

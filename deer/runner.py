@@ -65,8 +65,7 @@ def probe_options(probe: Probe, given: Mapping[str, Any]) -> dict:
 
 
 def recorded_options(options: Mapping[str, Any]) -> dict:
-    """A probe's options as its metadata records them: an array handed on (``HANDED_ON``) as "given" where one was
-    given from outside (such ranks are no reuse of the probe's own: ``experiments.runs``), else left out."""
+    """A probe's options as its metadata records them: an array handed on (``HANDED_ON``) only as "given" from outside."""
     recorded = {name: value for name, value in options.items() if name != HANDED_ON}
     return recorded if options.get(HANDED_ON) is None else {**recorded, HANDED_ON: "given"}
 
@@ -116,7 +115,6 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
         check_model_kind(probe, runner)
     queries = queries_ranked(chosen, options, run.queries, run.loaded.tokenizer)  # so the folder is checked against them now
     checked_out_folder(out, queries, run.loaded, run.templates)
-    # a fingerprint given for a model (one in training) names no weights: vectors stored under it could reach other weights
     refuse_unhashed(run.loaded, "cache", cache, bool(cache), "use cache=False")
     stores = store_root(cache, cache_dir)
     ranking = KGRanking(run.loaded, run.templates, backend, runner.device, show_progress)
@@ -178,8 +176,7 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,
            "toolkit": deer.__version__, **runner.store_key}  # {} for hf; parts of another version's probes: scored again
-    # a cross-check, or weights no fingerprint hashes: nothing kept
-    plain = not can_cache(backend) or not loaded.content_addressed
+    plain = not can_cache(backend) or not loaded.content_addressed  # a cross-check, or unhashed weights: nothing kept
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
     scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
@@ -281,8 +278,7 @@ class KGRanking:
 
 @dataclasses.dataclass
 class ScoredProbes:
-    """``score_probes``' answer, per probe: (query rows, ranked part) per group, the metadata of each group scored
-    now, the groups resumed, and the seconds."""
+    """Per probe: (query rows, ranked part) per group, the metadata of groups scored now, the groups resumed, seconds."""
 
     ranked: dict
     metadata: dict

@@ -76,9 +76,8 @@ class SharedPrefixScorer:
         scores += state_logprobs[torch.as_tensor(which, device=self.device), firsts].double().cpu().numpy()
 
         if self.layout == "trie":
-            # Each continuation keyed by its shared length as a first, never-fed "token": statements
-            # that hang off different context positions get separate roots, and below a root
-            # equal prefixes merge.
+            # Each continuation keyed by its shared length as a first, never-fed "token": statements hanging
+            # off different context positions get separate roots.
             keyed = [[length, *ids] for length, ids in zip(shared_lengths, continuation_ids, strict=True)]
             for row in build_rows(keyed, self.token_budget):
                 node_logprobs = self._trie_logprobs(cache, context_length, row)
