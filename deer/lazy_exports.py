@@ -7,8 +7,7 @@ from importlib import import_module
 
 
 def lazy_exports(namespace: dict, public: dict[str, str]) -> tuple[Callable, Callable]:
-    """``(__getattr__, __dir__)`` for a package whose ``namespace`` (its globals) exports the names
-    of ``public`` ({name: module defining it}), each imported when first read and then kept."""
+    """``(__getattr__, __dir__)`` for a package (globals ``namespace``) exporting ``public`` ({name: module}) lazily."""
 
     def __getattr__(name: str):
         if name in public:

@@ -36,8 +36,7 @@ BUILT_IN = {"deer": "deer.embedding_probe:DeerProbe", "bear": "bear_ref.kg_probe
 
 @dataclasses.dataclass
 class ProbeRequest:
-    """Everything a probe scores with; the backend is its only way to the model, ``store_root`` where its
-    resumable work goes (None: nothing is stored)."""
+    """Everything a probe scores with (the backend its only way to the model; ``store_root`` None: nothing stored)."""
 
     task: Any  # kg_data.task.Task (a KG's: ``task.kg_queries`` is its kg_data.queries.QuerySet)
     loaded: Any  # deer.backends.models.LoadedModel

@@ -74,8 +74,7 @@ def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
               distributed: bool = False, **options) -> RunResult:
-    """``run_kg`` with one probe (a registered name or a ``Probe``), the arguments ``deer.probe``'s; the other
-    ``options`` are the probe's own."""
+    """``run_kg`` with one probe, the arguments ``deer.probe``'s; the other ``options`` are the probe's own."""
     probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
     run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
     run_options, options = gather_options(options, selection, templates, loading, budget)

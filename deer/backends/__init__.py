@@ -80,8 +80,7 @@ def can_cache(name: str) -> bool:
 
 
 def refuse_cache_on(name: str, cache) -> None:
-    """``cache=True`` on a backend that cannot cache is an OptionError: storing nothing silently would leave a
-    user waiting on a resume that never comes."""
+    """``cache=True`` on a backend that cannot cache is an OptionError: a user would wait on a resume that never comes."""
     if cache and not can_cache(name):
         raise OptionError("cache", cache, f"the {name} backend cannot cache (it reads and writes no store): use cache=False "
                                           "(--no-cache), or a backend that can")
@@ -105,8 +104,7 @@ def backend_class(name: str):
 
 def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
                  token_budget: int | None = None, show_progress: bool = True) -> Backend:
-    """The backend ``name`` on ``model``, loaded by the backend class (``ModelBackend.load``).  ``token_budget``:
-    padded tokens per batch (None: each kernel's default)."""
+    """The backend ``name`` on ``model``, loaded by the backend class; ``token_budget``: padded tokens per batch."""
     from deer.backends.model_backend import ModelBackend
 
     cls = backend_class(name)

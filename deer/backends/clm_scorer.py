@@ -20,8 +20,7 @@ from deer.base.work import WorkCounter
 
 
 class SharedPrefixScorer:
-    """Conditional log-likelihood of continuations after a shared context (causal LM, eval mode);
-    ``token_budget``: continuation tokens (trie: nodes) per forward pass."""
+    """Log-likelihood of continuations after a shared context (causal LM); ``token_budget``: tokens per pass."""
 
     LAYOUTS = ("packed", "trie")
 
@@ -98,8 +97,7 @@ class SharedPrefixScorer:
         return scores
 
     def _trie_logprobs(self, cache, context_length: int, row: TrieRow) -> np.ndarray:
-        """log p(node's token | its statement's prefix) per node of ``row``, from one forward pass; 0 for roots
-        and first tokens (scored from the context)."""
+        """log p(node's token | its prefix) per node of ``row`` (0 for roots and first tokens: scored from the context)."""
         parents = np.asarray(row.parents, dtype=np.int64)
         depths = np.asarray(row.depths, dtype=np.int64)
         tokens = np.asarray(row.tokens, dtype=np.int64)

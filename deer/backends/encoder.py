@@ -24,8 +24,7 @@ from deer.base.work import WorkCounter
 
 @dataclasses.dataclass
 class EncoderOutput:
-    """``embeddings``: float32 (n, hidden), or None when an ``on_batch`` callback took them;
-    ``next_token_logprobs``: float32 (n, len(next_token_ids)) or None."""
+    """float32 ``embeddings`` (None when ``on_batch`` took them) and ``next_token_logprobs`` (or None)."""
 
     embeddings: np.ndarray | None
     next_token_logprobs: np.ndarray | None = None

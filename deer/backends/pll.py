@@ -32,8 +32,7 @@ class MaskedCopy:
 
 def masked_copies(statement: int, input_ids: Sequence[int], word_ids: Sequence | None, scored: Sequence[bool], mask_id: int,
                   variant: str) -> list[MaskedCopy]:
-    """The masked copies of one tokenised statement (``word_ids``: fast tokenizer's word per token); ``variant``
-    is checked by ``PLLScorer``."""
+    """The masked copies of one tokenised statement (``word_ids``: its word per token; ``variant``: checked by PLLScorer)."""
     copies = []
     positions = [i for i, s in enumerate(scored) if s]
     for k, position in enumerate(positions):

@@ -92,8 +92,7 @@ def packed_forward(model, cache, context_length: int, sequences: Sequence[Sequen
 
 def hidden_after_prefix(model, prefix: Sequence[int],
                         tails: Sequence[Sequence[int]]) -> Iterator[tuple[np.ndarray, torch.Tensor, int]]:
-    """(tail indices, last-layer states at each tail's last token, tokens fed) per pack, after ``prefix`` once
-    (the first pack's count includes it)."""
+    """(tail indices, states at each tail's last token, tokens fed) per pack, after ``prefix`` once (counted first)."""
     length = len(prefix)
     with backend_for_custom_masks(model):
         cache = context_cache(model, prefix).past_key_values

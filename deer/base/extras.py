@@ -15,8 +15,7 @@ class MissingExtraError(ImportError):
 
 
 def import_extra(module: str, extra: str, feature: str) -> ModuleType:
-    """Import ``module`` or raise :class:`MissingExtraError` when its package is absent (not when an installed
-    package fails to import for another reason)."""
+    """Import ``module``, or :class:`MissingExtraError` where its package itself is absent."""
     package = module.split(".")[0]
     try:
         return importlib.import_module(module)

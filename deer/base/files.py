@@ -21,8 +21,7 @@ from kg_data.locks import held_lock
 
 
 def _process_umask() -> int:
-    """The process umask, read once, at import: from /proc where Linux shows it, else by the set-and-restore
-    that races other threads."""
+    """The process umask, read once at import: from /proc on Linux, else by the set-and-restore (racing threads)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -92,8 +91,7 @@ def write_json(path: Path, payload) -> None:
 
 
 def write_table(path: Path, table: pd.DataFrame) -> Path:
-    """Write ``table`` as parquet where the suffix asks (with page checksums: ``read_table`` notices a damaged
-    byte), else CSV."""
+    """Write ``table`` as parquet where the suffix asks (with page checksums, which ``read_table`` checks), else CSV."""
     path = Path(path)
     buffer = io.BytesIO()
     if path.suffix == ".parquet":

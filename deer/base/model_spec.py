@@ -63,8 +63,7 @@ def loading_options(name) -> tuple[dict, str | None]:
 
 
 def check_adapter(adapter) -> None:
-    """Before any model loads: peft is installed, and the adapter is a PEFT folder or a hub id (one the hub cache
-    holds when offline)."""
+    """Before any model loads: peft is installed, and the adapter a PEFT folder or a hub id (cached, when offline)."""
     if adapter is None:
         return
     require_extra("peft", "peft", f"--adapter {adapter}")
