@@ -1,9 +1,6 @@
-"""Probing a model while it trains: ``probe_during_training`` for any loop, and ``DeerCallback``
-(a Hugging Face ``TrainerCallback``) around it.
-
-Both run DEER on a fixed query set with the model in eval mode without gradients, then back to
-train mode (gradients, optimizer state and RNG untouched).  In a torch.distributed job every
-process calls it and encodes its share; sharded weights (FSDP, ZeRO-3) are gathered first.
+"""Probing a model while it trains: ``probe_during_training`` for any loop, and ``DeerCallback`` (a Hugging Face
+``TrainerCallback``) around it.  Both run DEER in eval mode without gradients (optimizer state and RNG untouched);
+in a torch.distributed job every process encodes its share, sharded weights (FSDP, ZeRO-3) gathered first.
 """
 
 from __future__ import annotations
