@@ -158,13 +158,10 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
               token_budget: int | None = None, show_progress: bool = True, backend: str = DEFAULT_BACKEND,
               store_root: str | Path | None = None) -> RunResult:
     """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per query and
-    probe the gold's realistic rank among the query's candidates (a non-finite score never beats the gold), the
-    argmax prediction (first on a tie), whether it is the gold, and the gold's score (NaN where not scored).
-
-    With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``) under a key of what they
-    depend on, so a stopped run resumes (a bad part is scored again).  With ``store_root``, DEER's candidate vectors
-    go into the model's prompt store.  Neither on the plain backend or a model whose fingerprint hashes no weights.
-    """
+    probe the gold's realistic rank among the query's candidates (a non-finite score never beats it), the argmax
+    prediction (first on a tie), whether it is the gold, and the gold's score.  With ``out``, each finished probe's
+    rows are stored (``parts/<key>/<probe>.parquet``), so a stopped run resumes; with ``store_root``, DEER's
+    candidate vectors go into the model's prompt store (neither on the plain backend or unhashed weights)."""
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
     refuse_cache_on(backend, store_root is not None)

@@ -68,8 +68,7 @@ def token_logprobs(model, hidden: torch.Tensor, targets: Sequence[int], rows: np
 
 
 def output_size(model) -> int:
-    """Width of a causal LM's last hidden state: what its LM head reads, not ``config.hidden_size``
-    (OPT-350M projects its 1024-wide layers to ``word_embed_proj_dim`` = 512)."""
+    """Width of a causal LM's last hidden state: what its LM head reads (OPT-350M's 512, not its hidden_size)."""
     return int(model.get_output_embeddings().weight.shape[-1])
 
 

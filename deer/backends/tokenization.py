@@ -1,8 +1,7 @@
 """Tokenisation with an explicit BOS policy, shared by the encoder and the likelihood scorers.
 
-Policy (lm-pub-quiz's for causal LMs): every prompt starts with the tokenizer's BOS token when it
-defines one, whether or not the tokenizer adds it by itself, and never twice.  The exception
-(``special_tokens="tokenizer"``, for the DEER authors' template style): ``tokenizer(text)`` as is.
+Policy (lm-pub-quiz's for causal LMs): every prompt starts with the tokenizer's BOS token when it defines one,
+never twice; ``special_tokens="tokenizer"`` (the DEER authors' template style): ``tokenizer(text)`` as is.
 """
 
 from __future__ import annotations
