@@ -317,10 +317,8 @@ class DeerProbe:
         set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
         row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
         store = prompt_store(request.loaded, request.store_root, width=encoder.output_size, backend_key=request.backend.store_key)
-        vectors, encoded = np.zeros((0, query_vectors.shape[1]), dtype=np.float32), 0
-        if row_of:
-            vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")
-            vectors = normalize_rows(vectors)
+        vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")  # (0, width) for none
+        vectors = normalize_rows(vectors)
         set_vectors = {name: vectors[[row_of[p] for p in prompts]] for name, prompts in set_prompts.items()}
         scores = {i: (set_vectors[q.candidates] @ query_vectors[i]).astype(np.float64) for i, q in enumerate(task.queries)}
         metadata = {

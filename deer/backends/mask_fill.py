@@ -35,9 +35,8 @@ def mask_fill_logprobs(model, tokenizer, sentences: Sequence[str], token_ids: np
     device = next(model.parameters()).device
     out = np.zeros((len(sentences), len(token_ids)), dtype=np.float32)
     gather = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)
-    pad_id = padding_id(tokenizer)
     for batch in length_sorted_batches([len(ids) for ids in encoded], token_budget, 256):
-        inputs, mask = pad_right([encoded[i] for i in batch], pad_id)
+        inputs, mask = pad_right([encoded[i] for i in batch], padding_id(tokenizer))
         inputs_t = torch.as_tensor(inputs, device=device)
         positions = (inputs_t == mask_id).nonzero()[:, 1]
         logits = model(input_ids=inputs_t, attention_mask=torch.as_tensor(mask, device=device)).logits
