@@ -24,11 +24,13 @@ from kg_data.bear import BearDataset, load_bear_dataset
 
 
 def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2r", cache: bool = False, **options) -> RunResult:
-    """BEAR on a KG: rank candidates by the summed log-likelihood (PLL for masked LMs) of each whole statement, DEER's
-    query text closed with ' t_name)'; work is queries x candidates statements.
+    """BEAR on a KG: rank candidates by the summed log-likelihood of each whole statement
+    (DEER's query text closed with ' t_name)'; pseudo log-likelihood for masked LMs).
 
-    pll_variant: 'within_word_l2r' or 'original'.  cache: store score rows under ``cache_dir`` so a run resumes.
+    pll_variant: masked LMs' PLL variant ('within_word_l2r' or 'original').
+    cache: store score rows under ``cache_dir`` so an interrupted run resumes.
     Every other option as ``deer.probe`` (token_budget None: 512 statement tokens per batch).
+    Work is queries x candidates statements.
     """
     return run_probe("bear", kg, model, pll_variant=pll_variant, cache=cache, **options)
 
@@ -36,8 +38,9 @@ def bear(kg="wn18rr", model=DEFAULT_MODEL, *, pll_variant: str = "within_word_l2
 def lama(kg="wn18rr", model=DEFAULT_MODEL, *, single_token: bool = False, **options) -> RunResult:
     """LAMA on a KG: rank candidates by log p(first token of ' t_name)') right after the query text.
 
-    single_token: LAMA's own protocol, only candidates (and gold tails) whose name is one token (``result.queries``).
-    Every other option as ``deer.probe``.  The pass's query vectors are kept as ``result.arrays["query_embeddings"]``.
+    single_token: LAMA's own protocol, only candidates (and gold tails) whose name is one token;
+    ``result.queries`` are then those.  Every other option as ``deer.probe``.  DEER's query vectors
+    from the same pass are kept as ``result.arrays["query_embeddings"]`` (``deer.probe(..., query_embeddings=...)``).
     """
     return run_probe("lama", kg, model, single_token=single_token, **options)
 

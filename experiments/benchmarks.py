@@ -47,7 +47,8 @@ def benchmark_kind(dataset) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkSelection:
-    """Which facts of a benchmark, queried how (``seed``: the sample's and the bootstrap's)."""
+    """Which facts of a benchmark: ``relations`` and (LAMA) ``sources``, at most ``max_facts`` per relation
+    sampled with ``seed`` (also the bootstrap's), queried in ``modes`` over ``candidate_kinds``."""
 
     data_dir: Any = None
     relations: Sequence[str] | None = None
@@ -132,10 +133,12 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
                     loading: ModelLoading | None = None, budget: Budget | None = None, probes: Sequence[str] = BENCHMARK_PROBES,
                     bear_run=None, bootstrap: int = 1000, out=None, backend: str = "hf", cache: bool = False,
                     show_progress: bool = True, **options) -> dict:
-    """Run ``probes`` on a benchmark; returns the report {"result" (the cloze ``RunResult``), its "table", "metrics"
-    and "metadata", "agreement", "mode_agreement"} (and "bear_dataset" for DEER on a BEAR-format data set).
-    ``selection``, ``loading`` and ``budget``: each an object or its fields as keywords (``max_facts=``, ``dtype=``, ...).
-    ``cache``: keep DEER's candidate vectors in the model's prompt store (under ``cache_dir=``) for later runs."""
+    """Run ``probes`` on a benchmark; returns the report {"result" (the cloze run's ``RunResult``), "agreement",
+    "mode_agreement", and the result's "table", "metrics" and "metadata" by probe} (and "bear_dataset" for DEER
+    on a BEAR-format data set).  ``selection``, ``loading`` and ``budget`` are each an object or its fields as
+    loose keywords (``max_facts=``, ``relations=``, ``dtype=``, ``token_budget=``, ...).  ``backend``: 'hf', or
+    'plain' (one whole forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the
+    model's prompt store under ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     cache_dir = options.pop("cache_dir", None)
     selection = take(options, BenchmarkSelection, selection, "selection")
@@ -192,7 +195,8 @@ def headline(metrics: dict, kind: str, mode: str, probe: str) -> float | None:
 
 
 def compare_models(dataset, models: Sequence[str], out, probes: Sequence[str] = BENCHMARK_PROBES, **options) -> dict:
-    """``probe_benchmark`` per model, then how alike the probes order the models (orderings.json, orderings.md)."""
+    """``probe_benchmark`` per model, then each probe's model ordering and the agreement between
+    orderings (per candidate kind and mode); writes ``out/orderings.json`` and ``orderings.md``."""
     out = Path(out)
     loading = options.get("loading") or ModelLoading(model_kwargs=options.get("model_kwargs"), adapter=options.get("adapter"))
     for name in models:  # every model's folder, adapter and config, before the first is probed

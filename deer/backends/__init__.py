@@ -1,10 +1,15 @@
 """The backend seam: the model-facing operations every probe needs, behind one interface.
 
-``Backend`` states them with their units and shapes: ``encoder``, ``statement_scorer`` and ``mask_filler``.
-Every backend derives from ``ModelBackend``, which answers for the model it runs: the rest of the toolkit
-asks the backend, never the model object.  Built in: ``hf`` (default: batched kernels) and ``plain`` (one
-whole forward pass per prompt or statement: the equivalence tests' oracle); another package adds a backend
-(vLLM, llama.cpp) through the ``deer.backends`` entry point group.
+``Backend`` states them with their units and shapes: ``encoder`` (PromptEOL states, LAMA's next-token
+log-probs), ``statement_scorer`` (whole statements' summed log-likelihoods; PLL for a masked LM) and
+``mask_filler`` (LAMA on a masked LM).  Every backend derives from ``ModelBackend``, which answers for
+the model it runs (``max_positions``, ``is_masked_lm``, ``device``, ``output_size``, ``evaluation_mode()``,
+``token_counts(texts)``): the rest of the toolkit asks the backend, never the model object.
+``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on it.
+
+Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
+forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
+backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
 """
 
 from __future__ import annotations
@@ -44,19 +49,24 @@ class Backend(Protocol):
         ...
 
     def encoder(self, special_tokens: str = "bos") -> Any:
-        """A PromptEOL encoder: ``encode(texts, next_token_ids=None, ...)`` gives ``embeddings`` float32 (len(texts),
-        output_size), each prompt's last-layer state at its last token, and with ``next_token_ids`` also
-        ``next_token_logprobs`` float32 (len(texts), len(ids)), log p(id | prompt) in nats."""
+        """A PromptEOL encoder: ``encode(texts, next_token_ids=None, description, progress, on_batch)`` gives an
+        ``EncoderOutput`` whose ``embeddings`` are float32 (len(texts), hidden size), each prompt's last-layer
+        state at its last token, in input order; with ``next_token_ids`` (ids), also ``next_token_logprobs``
+        float32 (len(texts), len(ids)), log p(id | prompt) in nats.  ``on_batch(rows, vectors)``: each finished
+        batch handed on instead of kept.  ``special_tokens``: "bos" (the BOS policy) or "tokenizer"."""
         ...
 
     def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any:
-        """A ``StatementScorer``: ``score(context, continuations)`` and ``score_statements(statements, progress)``,
-        float64, each whole statement's summed log-likelihood in nats (PLL with ``pll_variant`` for a masked LM)."""
+        """A statement scorer (``StatementScorer``'s interface): ``score(context, continuations)`` float64
+        (len(continuations),) and ``score_statements(statements, progress)`` float64 (len(statements),): each
+        whole statement's summed log-likelihood in nats, every token after the first (PLL with
+        ``pll_variant`` for a masked LM); ``method``, ``statements_method`` and ``work()`` say how."""
         ...
 
     def mask_filler(self) -> Any:
-        """A ``MaskFiller``: ``logprobs(sentences, token_ids)``, float32 (len(sentences), len(token_ids)), log p(token |
-        sentence) in nats at each sentence's one mask token (LAMA on a masked LM)."""
+        """A masked-token scorer for a masked LM (``deer.backends.mask_fill.MaskFiller``'s interface):
+        ``logprobs(sentences, token_ids)``, float32 (len(sentences), len(token_ids)), log p(token | sentence)
+        in nats at each sentence's one mask token (LAMA on a masked LM)."""
         ...
 
 
@@ -64,7 +74,8 @@ REGISTERED: dict[str, str] = {}  # backends registered at run time (``register_b
 
 
 def register_backend(name: str, target: str) -> None:
-    """Make ``target`` ("module:Class") the backend ``name`` for this process, as an entry point would."""
+    """Make ``target`` ("module:Class") the backend ``name`` for this process, as an entry point would
+    (a benchmark's or a test's own backend, without installing a package)."""
     REGISTERED[name] = target
 
 
@@ -104,7 +115,10 @@ def backend_class(name: str):
 
 def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
                  token_budget: int | None = None, show_progress: bool = True) -> Backend:
-    """The backend ``name`` on ``model``, loaded by the backend class; ``token_budget``: padded tokens per batch."""
+    """The backend ``name`` on ``model``, loaded by the backend class (``ModelBackend.load``: an alias, hub id,
+    folder or ``ModelSpec`` with ``dtype`` and ``device``; a ``LoadedModel``, or a transformers model with its
+    ``tokenizer``, as it is).  ``token_budget``: padded tokens per batch (None: the device's default for
+    prompts, 512 for statements).  A backend class that does not derive from ``ModelBackend`` is refused by name."""
     from deer.backends.model_backend import ModelBackend
 
     cls = backend_class(name)

@@ -13,8 +13,9 @@ from deer.backends.tokenization import batch_token_ids
 
 
 class ModelBackend:
-    """The base of every backend: the model and tokenizer it runs and the facts about them (the ``deer.backends.Backend``
-    protocol); a backend adds the kernels, ``can_cache`` and ``store_key``; ``open_backend`` sets ``loaded``."""
+    """The base of every backend: the model and tokenizer it runs and the facts about them (each documented in
+    the ``deer.backends.Backend`` protocol).  A backend adds ``encoder``, ``statement_scorer``, ``mask_filler``, ``can_cache``
+    (and ``store_key`` where it is not {}); ``loaded``, the ``LoadedModel`` it was opened on, is set by ``open_backend``."""
 
     name = ""
     can_cache = False
@@ -22,8 +23,9 @@ class ModelBackend:
 
     @classmethod
     def load(cls, model, tokenizer=None, dtype: str = "auto", device: str = "auto"):
-        """The ``LoadedModel`` this backend runs, loaded through transformers; an engine that loads its own weights
-        (vLLM, llama.cpp) overrides it, returning its own model object in the ``LoadedModel``."""
+        """The ``LoadedModel`` this backend runs (``open_backend`` calls it): a name loaded through transformers
+        (``as_loaded_model``).  An engine that loads its own weights (vLLM, llama.cpp) overrides it and returns
+        its own model object in the ``LoadedModel`` (the identity: name, fingerprints, dtype, device, tokenizer)."""
         return as_loaded_model(model, tokenizer, dtype=dtype, device=device)
 
     def __init__(self, model, tokenizer, token_budget: int | None = None, show_progress: bool = True):

@@ -1,6 +1,9 @@
-"""Probing a model while it trains: ``probe_during_training`` for any loop, and ``DeerCallback`` (a Hugging Face
-``TrainerCallback``) around it.  Both run DEER in eval mode without gradients (optimizer state and RNG untouched);
-in a torch.distributed job every process encodes its share, sharded weights (FSDP, ZeRO-3) gathered first.
+"""Probing a model while it trains: ``probe_during_training`` for any loop, and ``DeerCallback``
+(a Hugging Face ``TrainerCallback``) around it.
+
+Both run DEER on a fixed query set with the model in eval mode without gradients, then back to
+train mode (gradients, optimizer state and RNG untouched).  In a torch.distributed job every
+process calls it and encodes its share; sharded weights (FSDP, ZeRO-3) are gathered first.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
 
 def probe_during_training(model, tokenizer, queries: QuerySet, templates: PromptTemplates | None = None, *,
                           token_budget: int | None = None, show_progress: bool = False, step: int | None = None) -> RunResult:
-    """DEER on ``model`` as it is now, from every process of a distributed job; the random states are restored
-    after.  The weights are not hashed (nothing is cached): ``training_identity`` names the run."""
+    """DEER on ``model`` as it is now.
+
+    Call it from every process of a distributed job (all with the same queries).  Python's, numpy's
+    and torch's random states are restored after.  The weights are not hashed (nothing is cached):
+    the run is identified by ``training_identity`` (class, name, parameter count, ``step``)."""
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # else no CUDA generator state to restore
     rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
     try:
@@ -50,14 +56,18 @@ def logged_metrics(result: RunResult, prefix: str = "deer", names=LOGGED_METRICS
 
 
 class DeerCallback(TrainerCallback):
-    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with ``at_start``,
-    before the first step).
+    """Run DEER every ``every_n_steps`` optimizer steps and/or after each evaluation (and, with
+    ``at_start``, once before the first step).
 
-    ``queries``: a ``QuerySet``, or a KG name/folder with ``split``, ``subset`` and ``seed`` (as in ``deer.probe``).
-    ``trainer``: whose ``log`` carries the metrics (else ``state.log_history``).  ``out``: where process 0 saves
-    each result as ``step-N``; results are kept in ``self.results`` too (a probe after training is logged only).
-    After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for ``metric_for_best_model``;
-    an ``EarlyStoppingCallback`` must come after this callback."""
+    ``queries``: a ``QuerySet`` (``deer.load_queries``), or a KG name/folder with ``split``, ``subset`` and
+    ``seed`` (which also picks the few-shot examples unless ``templates`` are given, as in ``deer.probe``).
+    ``trainer``: the Trainer, whose ``log`` carries the metrics (``attach`` sets it); without one they go into
+    ``state.log_history`` only.  ``out``: a folder where process 0 saves
+    each result as ``step-N``; results are also kept in ``self.results`` ({step: RunResult}); a probe after training
+    (an evaluation of the best checkpoint loaded at the end) is logged only.
+    After an evaluation the metrics join the Trainer's (``eval_deer/mrr``, ...), for
+    ``metric_for_best_model="deer/mrr"`` (checked against the names reported when attached and when
+    training begins); an ``EarlyStoppingCallback`` must come after this callback."""
 
     def __init__(self, queries, *, every_n_steps: int | None = None, on_evaluate: bool = True, at_start: bool = False, trainer=None,
                  templates: PromptTemplates | None = None, split: str = "test", subset: int | None = None, seed: int = 0,
