@@ -53,9 +53,13 @@ def item_keys(ids) -> np.ndarray:
 
 
 def row_checksums(vectors: np.ndarray) -> np.ndarray:
-    """Per row, the sum of its 32-bit words (uint64, exact: no wrap below 2**32 words a row).  It sees a row zeroed,
-    cut short or another's read in its place, not words moved within a row nor changes that cancel out; the index
-    stores this sum, so a stronger checksum would be a new index format."""
+    """Per row, the sum of its 32-bit words (uint64, exact: no wrap below 2**32 words a row).
+
+    It changes, so a read-back row is refused, where one word of the row changed, or several whose changes do not
+    cancel out (a row zeroed, cut short, or another row's read in its place, unless the two sums are equal).  It
+    does not see words moved within a row (two values swapped, a row reversed: the same words, the same sum) nor
+    changes that cancel out (one word up by k, another down by k): such a row reads back as good.  The index
+    stores this sum; a stronger checksum would be a new index format."""
     return np.ascontiguousarray(vectors).view(np.uint32).sum(axis=1, dtype=np.uint64)
 
 
