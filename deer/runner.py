@@ -70,7 +70,7 @@ def recorded_options(options: Mapping[str, Any]) -> dict:
     return recorded if options.get(HANDED_ON) is None else {**recorded, HANDED_ON: "given"}
 
 
-def run_probe(probe: str | Probe, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,
+def run_probe(probe: str | Probe, /, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
               distributed: bool = False, **options) -> RunResult:

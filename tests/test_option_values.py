@@ -70,6 +70,19 @@ def test_the_python_api_refuses_a_bad_value_before_reading_the_data(probe, optio
     assert refused.value.option == option
 
 
+@pytest.mark.parametrize("api", ["deer.probe", "bear_ref.bear", "bear_ref.lama"])
+def test_a_probe_keyword_to_a_one_probe_call_is_refused_as_an_option(api, tmp_path):
+    """``deer.probe(kg, model, probe="bear")`` failed with Python's "run_probe() got multiple values for argument
+    'probe'": the call runs one probe, and ``probe=`` is refused by name as any option it does not have."""
+    import bear_ref
+    import deer
+
+    call = {"deer.probe": deer.probe, "bear_ref.bear": bear_ref.bear, "bear_ref.lama": bear_ref.lama}[api]
+    with pytest.raises(OptionError, match=r"probe='bear': the \w+ probe has no such option") as refused:
+        call(str(tmp_path / "no-such-kg"), str(tmp_path / "no-such-model"), probe="bear")
+    assert refused.value.option == "probe"
+
+
 def test_the_bear_data_set_checks_its_pll_variant_as_bear_does(tmp_path):
     """bear_ref.bear_dataset(pll_variant='nonsense') ran on a causal LM (which reads no PLL variant) unnoticed."""
     import bear_ref
