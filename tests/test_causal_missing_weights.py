@@ -44,6 +44,8 @@ def test_a_checkpoint_without_its_head_runs_deer_and_refuses_the_probes_that_rea
     headless = deer.probe(str(tiny_kg_dir), checkpoints["headless"], **options)
     assert headless.table["deer_rank_filtered"].tolist() == whole.table["deer_rank_filtered"].tolist()
     assert headless.metrics.flat() == whole.metrics.flat()
+    fingerprints = {open_model(checkpoints["headless"], dtype="float32", device="cpu").fingerprint for _ in range(2)}
+    assert len(fingerprints) == 1  # the absent head is made the same at every load: DEER's store is found again
     for probe in (bear_ref.bear, bear_ref.lama):
         assert probe(str(tiny_kg_dir), checkpoints["whole"], **options).metrics["n"] > 0  # a head present: not refused
         with pytest.raises(ValueError, match=HEADLESS):

@@ -288,9 +288,11 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' has no weights for {len(body)} parameters of "
                                     f"{type(model).__name__} ({', '.join(body[:3])}{', ...' if len(body) > 3 else ''}): "
                                     "they would be random; give a checkpoint that holds them")
-    setattr(model, RANDOM_HEAD, tuple(missing))
+    for parameter in model.get_output_embeddings().parameters() if missing else ():
+        torch.nn.init.zeros_(parameter)  # the same at every load: the weights' fingerprint, and DEER's store, stay put
     if adapter is not None:
         model = merged_adapter(model, adapter)
+    setattr(model, RANDOM_HEAD, tuple(missing))
     model.to(device)
     model.eval()
     return model, tokenizer, resolved
