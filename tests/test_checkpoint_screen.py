@@ -162,3 +162,18 @@ def test_the_base_model_is_step_0_of_a_series(tiny_kg_dir, tiny_clm_dir, tmp_pat
     curves = pd.read_csv(tmp_path / "screen" / "curves.csv")
     assert curves["checkpoint"].tolist() == [tiny_clm_dir.name, "checkpoint-1", "checkpoint-2", "checkpoint-3"]
     assert curves["step"].tolist() == [0, 1, 2, 3]
+
+
+def test_a_bundled_model_not_installed_is_named_before_the_first_model_is_probed(tiny_kg_dir, tiny_clm_dir, tmp_path,
+                                                                                  monkeypatch):
+    """`screen --model A --model gemma3-270m` probed A, then stopped at the alias whose package is not installed."""
+    import deer.backends.models as models
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))  # no converted folder of the alias
+    monkeypatch.setattr(models, "_package_folder", lambda module: None)  # its pip package absent
+    result = CliRunner().invoke(main, ["experiment", "screen", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--model", "gemma3-270m", "--k-shot", "0", "--runs-dir", str(tmp_path / "runs"),
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "Model 'gemma3-270m' (" in result.output and "is not installed. Install it with:" in result.output
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing probed first

@@ -120,6 +120,11 @@ def is_bundled_installed(alias: str) -> bool:
     return converted or _package_folder(BUNDLED_MODELS[alias].module) is not None
 
 
+def not_installed(alias: str) -> ModelUnavailableError:
+    bundled = BUNDLED_MODELS[alias]
+    return ModelUnavailableError(f"Model '{alias}' ({bundled.description}) is not installed. Install it with:\n    {bundled.install}")
+
+
 def _convert_gguf(alias: str, target: Path) -> None:
     """Dequantise a bundled GGUF once and save it as a plain HF folder (atomic: temp dir + rename)."""
     import torch
@@ -135,8 +140,7 @@ def _convert_gguf(alias: str, target: Path) -> None:
         work_dir = Path(work)
         gguf_path = bundled.locate_gguf(work_dir)
         if gguf_path is None:
-            raise ModelUnavailableError(f"Model '{alias}' ({bundled.description}) is not installed. "
-                                        f"Install it with:\n    {bundled.install}")
+            raise not_installed(alias)
         folder, file_name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file_name)
         gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file_name, dtype=torch.float32)
@@ -211,8 +215,10 @@ def resolve_dtype(dtype: str, device: str) -> str:
 def check_model_config(model) -> None:
     """Before any model loads (transformers validates only while loading, after earlier checkpoints were probed):
     a ``config.json`` that does not validate is a ModelUnavailableError, a ``model_kwargs`` value it refuses an
-    OptionError.  A model that cannot be had (not installed, hub offline) is left to the loader."""
+    OptionError; a bundled alias not installed, a ModelUnavailableError.  A hub id the hub cannot give is left to the loader."""
     name = str(model)
+    if name in BUNDLED_MODELS and not is_bundled_installed(name):
+        raise not_installed(name)  # here, not after the models before it in a series were probed
     if not isinstance(model, (str, os.PathLike)) or (name in BUNDLED_MODELS and not (cache_root() / "models" / name / "config.json").exists()):
         return  # not loaded by name here, or a bundled GGUF not converted yet: nothing to read without converting it
     try:
