@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers as T
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import bear_ref
 import deer
-from deer.backends.models import ModelUnavailableError, open_model
+from deer.backends.models import RANDOM_HEAD, ModelUnavailableError, load_model, open_model
 from experiments.cli import main
 
 HEADLESS = r"the (bear|lama) probe reads the LM head, which the checkpoint of .* lacks \(lm_head.weight\): it would be random"
@@ -60,3 +61,33 @@ def test_a_checkpoint_missing_a_weight_of_the_body_is_refused(checkpoints):
     with pytest.raises(ModelUnavailableError, match=r"no weights for 1 parameters of LlamaForCausalLM "
                                                     r"\(model\.layers\.1\.mlp\.up_proj\.weight\): they would be random"):
         open_model(checkpoints["holed"], dtype="float32", device="cpu")
+
+
+FAMILIES = {  # tied and untied heads, a head with a bias (Phi, GPT-J), OPT's projected output
+    "gpt2": lambda v: T.GPT2Config(vocab_size=v, n_embd=32, n_layer=2, n_head=4),
+    "opt": lambda v: T.OPTConfig(vocab_size=v, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+                                 word_embed_proj_dim=16),
+    "gpt_neox": lambda v: T.GPTNeoXConfig(vocab_size=v, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4),
+    "phi": lambda v: T.PhiConfig(vocab_size=v, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4),
+    "gptj": lambda v: T.GPTJConfig(vocab_size=v, n_embd=32, n_layer=2, n_head=4, rotary_dim=4),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_saved_whole_loads_unmarked_and_without_its_head_marked(family, tmp_path, smollm2_dir):
+    """No false alarm on a whole checkpoint (a tied head is not in the file), and exactly the head's parameters named
+    where an untied head is left out."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(FAMILIES[family](len(tokenizer))).eval()
+    model.save_pretrained(tmp_path / "whole")
+    tokenizer.save_pretrained(tmp_path / "whole")
+    assert getattr(load_model(str(tmp_path / "whole"), dtype="float32", device="cpu")[0], RANDOM_HEAD) == ()
+    head = model.get_output_embeddings()
+    if head.weight is model.get_input_embeddings().weight:
+        return  # tied: no checkpoint can lack the head alone
+    model.base_model.save_pretrained(tmp_path / "headless")
+    tokenizer.save_pretrained(tmp_path / "headless")
+    expected = tuple(sorted(f"lm_head.{name}" for name, _ in head.named_parameters()))
+    assert getattr(load_model(str(tmp_path / "headless"), dtype="float32", device="cpu")[0], RANDOM_HEAD) == expected
