@@ -114,9 +114,14 @@ class ResolvedModel:
     revision: str | None = None  # a hub branch, tag or commit ("id@revision"); None: the default branch
 
 
+def converted_folder(alias: str) -> Path:
+    """Where a bundled alias's GGUF is converted to, once: a Hugging Face folder (converted when it holds config.json)."""
+    return cache_root() / "models" / alias
+
+
 def is_bundled_installed(alias: str) -> bool:
     """True if the converted folder exists or the pip package that carries the GGUF is installed."""
-    converted = (cache_root() / "models" / alias / "config.json").exists()
+    converted = (converted_folder(alias) / "config.json").exists()
     return converted or _package_folder(BUNDLED_MODELS[alias].module) is not None
 
 
@@ -161,7 +166,7 @@ def _convert_gguf(alias: str, target: Path) -> None:
 def resolve_model(name: str) -> ResolvedModel:
     """Map a user-supplied name to something ``from_pretrained`` can load, converting GGUF if needed."""
     if name in BUNDLED_MODELS:
-        target = cache_root() / "models" / name
+        target = converted_folder(name)
         if not (target / "config.json").exists():
             # One process converts; the others (DDP ranks, Ray tasks) wait, then find it done.
             with folder_lock(target.parent, f".{name}.lock", wait_message=f"waiting for another process converting {name}"):
@@ -216,11 +221,14 @@ def check_model_config(model) -> None:
     """Before any model loads (transformers validates only while loading, after earlier checkpoints were probed):
     a ``config.json`` that does not validate is a ModelUnavailableError, a ``model_kwargs`` value it refuses an
     OptionError; a bundled alias not installed, a ModelUnavailableError.  A hub id the hub cannot give is left to the loader."""
+    if not isinstance(model, (str, os.PathLike)):
+        return  # not loaded by name here
     name = str(model)
-    if name in BUNDLED_MODELS and not is_bundled_installed(name):
-        raise not_installed(name)  # here, not after the models before it in a series were probed
-    if not isinstance(model, (str, os.PathLike)) or (name in BUNDLED_MODELS and not (cache_root() / "models" / name / "config.json").exists()):
-        return  # not loaded by name here, or a bundled GGUF not converted yet: nothing to read without converting it
+    if name in BUNDLED_MODELS:
+        if not is_bundled_installed(name):
+            raise not_installed(name)  # here, not after the models before it in a series were probed
+        if not (converted_folder(name) / "config.json").exists():
+            return  # a bundled GGUF not converted yet: nothing to read without converting it
     try:
         resolved = resolve_model(name)
     except ModelUnavailableError:
@@ -288,13 +296,14 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto"):
     # lost in a conversion).  Every probe reads a masked LM's head and any model's body; only a causal LM's absent
     # head is left to the probes that read it to refuse (``RANDOM_HEAD``, ``deer.probes.check_model_kind``).
     missing = sorted(info["missing_keys"])
-    head = next((f"{n}." for n, m in model.named_modules() if m is model.get_output_embeddings()), None)
+    output = model.get_output_embeddings()
+    head = next((f"{n}." for n, m in model.named_modules() if m is output), None)
     body = [k for k in missing if model_class is AutoModelForMaskedLM or head is None or not k.startswith(head)]
     if body:
         raise ModelUnavailableError(f"Model '{name}' at '{resolved.source}' has no weights for {len(body)} parameters of "
                                     f"{type(model).__name__} ({', '.join(body[:3])}{', ...' if len(body) > 3 else ''}): "
                                     "they would be random; give a checkpoint that holds them")
-    for parameter in model.get_output_embeddings().parameters() if missing else ():
+    for parameter in output.parameters() if missing else ():
         torch.nn.init.zeros_(parameter)  # the same at every load: the weights' fingerprint, and DEER's store, stay put
     if adapter is not None:
         model = merged_adapter(model, adapter)

@@ -48,7 +48,8 @@ class Ranking:
     def joined(parts: Sequence[tuple[GoldRanks, np.ndarray, np.ndarray]], width: int) -> Ranking:
         """One ranking of consecutive query blocks' (ranks, top, head above gold); ``width``: the top's, for no blocks."""
         if not parts:  # no queries
-            return Ranking(GoldRanks(*(np.zeros(0) for _ in range(4))), np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
+            no_ranks = GoldRanks(*(np.zeros(0) for _ in dataclasses.fields(GoldRanks)))
+            return Ranking(no_ranks, np.zeros((0, width), np.int64), np.zeros(0, dtype=bool))
         ranks, tops, above = zip(*parts, strict=True)
         fields = (np.concatenate([getattr(r, f.name) for r in ranks]) for f in dataclasses.fields(GoldRanks))
         return Ranking(GoldRanks(*fields), np.concatenate(tops), np.concatenate(above))

@@ -10,9 +10,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from deer.backends.models import BUNDLED_MODELS, ModelUnavailableError
+from deer.backends.models import BUNDLED_MODELS, ModelUnavailableError, converted_folder
 from deer.base.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
-from kg_data.locate import cache_root
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -151,7 +150,7 @@ def check_model_source(model) -> None:
         return
     name = str(model)
     if name in BUNDLED_MODELS:
-        converted = cache_root() / "models" / name
+        converted = converted_folder(name)
         if (converted / "config.json").exists():
             check_model_folder(converted)
         return
