@@ -178,7 +178,13 @@ def models_or_default(model_names) -> list:
 
 def stacked(*options):
     """One decorator applying ``options`` as if each were written above the command, in this order."""
-    return lambda command: functools.reduce(lambda wrapped, option: option(wrapped), reversed(options), command)
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def model_options(multiple: bool = False):
