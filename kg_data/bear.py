@@ -9,14 +9,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import numbers
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from kg_data.errors import KGFormatError, refuse_lone_surrogates, some_of
+from kg_data.errors import KGFormatError, check_integer, refuse_lone_surrogates, some_of
 from kg_data.lines import JSON_TYPE_NAMES, nonempty, read_jsonl, read_text
 
 SUBJECT, ANSWER = "[X]", "[Y]"
@@ -208,9 +207,8 @@ def load_bear_dataset(name_or_path: str | Path, data_dir: str | Path | None = No
     every relation with a file; a file the metadata lacks is refused, as lm-pub-quiz fails on it)."""
     from kg_data.fetch import named_or_folder
 
-    if max_instances is not None and (isinstance(max_instances, bool) or not isinstance(max_instances, numbers.Integral)
-                                      or max_instances < 1):
-        raise ValueError(f"max_instances must be an integer >= 1, got {max_instances!r} (None: every instance)")
+    if max_instances is not None:
+        check_integer("max_instances", max_instances, 1, " (None: every instance)")
     name, folder = named_or_folder(name_or_path, ("bear", "bear-big"), data_dir, METADATA_FILE, "BEAR-format data set")
     metadata = _read_object(folder / METADATA_FILE, "{relation: {...}}")
     if relations:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 
 
@@ -32,6 +33,14 @@ def some_of(names, limit: int = 20) -> str:
     """``names`` sorted and joined for a message, the first ``limit`` of them ('... and N more')."""
     names = sorted(map(str, names))
     return ", ".join(names[:limit]) + (f" ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_integer(name: str, value, minimum: int, hint: str = "") -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer (numpy's too; not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}{hint}")
 
 
 class KGNotFoundError(FileNotFoundError):

@@ -6,12 +6,11 @@ fact with masked sentences where ``[MASK]`` stands for the object.  Errors name 
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Sequence
 from pathlib import Path
 
 from kg_data.bear import sample_rows
-from kg_data.errors import KGFormatError, refuse_lone_surrogates, some_of
+from kg_data.errors import KGFormatError, check_integer, refuse_lone_surrogates, some_of
 from kg_data.lines import json_text, nonempty, read_jsonl, read_lines
 
 RELATIONS_FILE = "relations.jsonl"
@@ -143,8 +142,8 @@ def load_lama(name_or_path: str | Path = "lama", data_dir: str | Path | None = N
     unknown = [s for s in wanted_sources if s not in SOURCES]
     if unknown:
         raise ValueError(f"unknown LAMA source(s) {', '.join(unknown)}; choose from {', '.join(SOURCES)}")
-    if max_facts is not None and (isinstance(max_facts, bool) or not isinstance(max_facts, numbers.Integral) or max_facts < 1):
-        raise ValueError(f"max_facts must be a positive integer, not {max_facts!r}")
+    if max_facts is not None:
+        check_integer("max_facts", max_facts, 1, " (None: every fact)")
     trex = read_relation_templates(folder / RELATIONS_FILE)
     entries = {  # (code, template, label) per source
         "TREx": [(code, meta["template"], meta["label"]) for code, meta in trex.items()],

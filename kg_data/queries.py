@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kg_data.errors import KGSplitError
+from kg_data.errors import KGSplitError, check_integer
 from kg_data.kg import TextualKG
 
 
@@ -134,17 +134,9 @@ def known_tails(kg: TextualKG) -> dict[tuple[int, int], set[int]]:
     return tails
 
 
-def _check_integer(name: str, value, minimum: int) -> None:
-    """ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
 def sample_subset(kg: TextualKG, split: str, n: int, seed: int) -> np.ndarray:
     """Row indices of n triples of ``split`` sampled without replacement (the paper's protocol)."""
-    _check_integer("subset", n, 1)
+    check_integer("subset", n, 1)
     triples = kg.triples(split)
     if n > len(triples):
         raise ValueError(f"subset {n} is larger than the {split} split ({len(triples)} triples)")
@@ -155,7 +147,7 @@ def build_queries(kg: TextualKG, split: str = "test", subset: int | None = None,
                   exclude_head: bool = False) -> QuerySet:
     """Queries for every triple of ``split`` ranked among all entities, or for ``subset`` sampled with ``seed`` among
     the entities of its triples (as in the DEER paper).  A missing or empty split raises KGSplitError."""
-    _check_integer("seed", seed, 0)
+    check_integer("seed", seed, 0)
     triples = kg.triples(split)
     if len(triples) == 0:
         where = kg.split_files.get(split) or f"KG '{kg.name}'"

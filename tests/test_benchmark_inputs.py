@@ -329,8 +329,8 @@ def test_bear_refuses_the_lama_only_selection_it_cannot_honour(tmp_path, no_mode
         with pytest.raises(ValueError, match=named) as error:
             load_benchmark(str(folder), selection)
         assert str(folder) in str(error.value) and "BEAR" in str(error.value)
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match=rf"max_instances must be an integer >= 1, got {bad!r}"):
+    for bad, rule in ((0, ">= 1"), (-1, ">= 1"), (1.5, "an integer >= 1"), (True, "an integer >= 1")):
+        with pytest.raises(ValueError, match=rf"max_instances must be {rule}, got {bad!r} \(None: every instance\)"):
             load_bear_dataset(str(folder), max_instances=bad)
     result = CliRunner().invoke(main, ["cloze", "--dataset", str(folder), "--modes", "template-free", "--out", str(tmp_path / "o")])
     assert result.exit_code != 0 and "template-free" in result.output and "Traceback" not in result.output

@@ -110,10 +110,10 @@ def test_lama_reader_names_file_and_line_of_a_bad_fact(tmp_path):
         load_lama(write_lama(tmp_path / "other"), relations=["P999"])
 
 
-@pytest.mark.parametrize("max_facts", [True, 0, 1.5])
-def test_lama_reader_refuses_a_max_facts_that_is_no_count(tmp_path, max_facts):
+@pytest.mark.parametrize("max_facts, rule", [(True, "an integer >= 1"), (0, ">= 1"), (1.5, "an integer >= 1")])
+def test_lama_reader_refuses_a_max_facts_that_is_no_count(tmp_path, max_facts, rule):
     """``max_facts=True`` read as 1 and scored one fact per relation (bool is an int): refused as BEAR's max_instances is."""
-    with pytest.raises(ValueError, match=rf"max_facts must be a positive integer, not {max_facts!r}"):
+    with pytest.raises(ValueError, match=rf"max_facts must be {rule}, got {max_facts!r} \(None: every fact\)"):
         load_lama(write_lama(tmp_path / "lama"), max_facts=max_facts)
     assert len(load_lama(tmp_path / "lama", max_facts=np.int64(2)).relations["TREx/P19"].facts) == 2  # numpy's ints count
 
