@@ -54,9 +54,7 @@ def recorded_model_name(metadata: dict) -> str | None:
 def run_label(metadata: dict, folder: Path) -> str:
     """The model name a run was made with (from any probe's metadata), else the folder name."""
     name = recorded_model_name(metadata)
-    if name is None:
-        return Path(folder).name
-    return Path(name).name if "/" in name and Path(name).exists() else name
+    return Path(folder).name if name is None else model_label(name)
 
 
 def label_runs_apart(runs: Sequence[RunResult], names: Sequence[str] | None = None) -> None:

@@ -99,12 +99,14 @@ def test_a_screen_refused_for_a_missing_reference_writes_nothing(tmp_path):
 
 
 def test_a_model_folder_given_as_dot_is_labelled_by_its_name(tmp_path, monkeypatch):
-    """`--model .` labelled its run '' in every table of an experiment."""
-    from experiments.runs import model_label
+    """`--model .` labelled its run '' in every table of an experiment, and '.' when its folder was read back (--run)."""
+    from experiments.runs import model_label, run_label
 
     (tmp_path / "opt-x").mkdir()
     monkeypatch.chdir(tmp_path / "opt-x")
-    assert [model_label("."), model_label("../opt-x"), model_label("facebook/opt-125m")] == ["opt-x", "opt-x", "facebook/opt-125m"]
+    names = [".", "../opt-x", "facebook/opt-125m"]
+    assert [model_label(name) for name in names] == ["opt-x", "opt-x", "facebook/opt-125m"]
+    assert [run_label({"deer": {"model": {"name": name}}}, tmp_path / "run") for name in names] == [model_label(n) for n in names]
 
 
 def test_size_trend_says_which_ranks_its_agreement_correlated(tmp_path):
