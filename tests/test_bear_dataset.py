@@ -442,3 +442,26 @@ def test_a_run_summary_with_non_ascii_domains_reads_back_as_written_in_any_local
     read = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env)
     assert read.returncode == 0, read.stderr[-500:]
     assert read.stdout.strip() == ascii(written)
+
+
+def test_cloze_summary_template_rows_count_their_own_rows_where_relations_have_fewer_templates(tiny_clm_dir, tmp_path):
+    """bear_dataset/summary.md's template rows showed the overall random baseline and instance count: where P37 has one
+    template and P36 three, template 1 and 2 hold only P36's rows (another answer-space size), counted here by hand."""
+    from experiments.benchmarks import probe_benchmark
+
+    folder = write_dataset(tmp_path / "BEARmini")
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P37"]["templates"] = metadata["P37"]["templates"][:1]
+    metadata["P36"]["answer_space_ids"].append("Q1490")
+    metadata["P36"]["answer_space_labels"].append("Tokyo")  # 4 answers for P36, 3 for P37: the baselines differ
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    probe_benchmark(str(folder), str(tiny_clm_dir), probes=["deer", "bear"], bootstrap=0, out=tmp_path / "run",
+                    show_progress=False)
+    table = pd.read_parquet(tmp_path / "run" / "cloze" / "queries.parquet")
+    lines = (tmp_path / "run" / "bear_dataset" / "summary.md").read_text().splitlines()
+    assert "(7 instances x 1-3 templates)" in lines[0]
+    for template, part in table.groupby("template_index"):
+        row = next(line for line in lines if line.startswith(f"| template {template} |"))
+        accuracy, _, random, instances = (cell.strip() for cell in row.strip("|").split("|")[1:])
+        assert (random, instances) == (f"{(1 / part['n_candidates']).mean():.3f}", str(len(part)))
+        assert accuracy == f"{part['deer_correct'].mean():.3f}"
