@@ -81,6 +81,12 @@ def bear_metrics(table: pd.DataFrame, dataset: BearDataset, domain_support: str 
     }
 
 
+def _instance_support(metrics: dict, domain: str) -> float:
+    """A domain's instances, each relation's divided by its number of domains (from the relations' blocks: the rows'
+    support over the number of templates is that only where every relation has as many templates)."""
+    return sum(block["instances"] / len(block["domains"]) for block in metrics["per_relation"].values() if domain in block["domains"])
+
+
 def summary_markdown(metrics: dict) -> str:
     """Markdown tables of a BEAR score: overall, per domain, per cardinality, per relation."""
     overall = metrics["overall"]
@@ -101,7 +107,7 @@ def summary_markdown(metrics: dict) -> str:
         with_support = key == "per_domain" and divided
         rows = [{title: name, "accuracy": block["accuracy_mean"], "std over templates": block["accuracy_std"],
                  "random": block["random_baseline"], "adjusted": block.get("accuracy_mean_adjusted"), "instances": block["instances"],
-                 **({"support": block["support"] / max(len(block["accuracy_per_template"]), 1)} if with_support else {})}
+                 **({"support": _instance_support(metrics, name)} if with_support else {})}
                 for name, block in metrics[key].items()]
         formats = {**dict.fromkeys(["accuracy", "std over templates", "random", "adjusted"], ".3f"), "support": ".1f"}
         lines += ["", *markdown_table(rows, formats).splitlines()] if rows else []

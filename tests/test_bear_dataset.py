@@ -191,6 +191,27 @@ def test_score_and_metrics_with_known_answers(tmp_path):
     assert set(wrong["sub_label"]) == {"Germany"} and set(wrong["predicted_label"]) == {"Rome"}
 
 
+def test_summary_support_counts_instances_where_relations_have_different_numbers_of_templates(tmp_path):
+    """summary.md's per-domain support (instances, each relation's divided by its number of domains) was the rows'
+    support over the number of templates: with P37 cut to one template, Geographic read (3 x 3 + 4 x 1 / 2) / 3 = 3.7
+    for its 3 + 4 / 2 = 5 instances, counted here from the data set."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P37"]["templates"] = metadata["P37"]["templates"][:1]
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    data = load_bear_dataset(str(folder))
+    pairs = {"P36": [(s, o) for _, s, _, o in CAPITALS], "P37": [(s, o) for _, s, _, o in LANGUAGES]}
+    table = pd.concat([score_relation(OracleScorer(pairs[code], set()), relation) for code, relation in data.relations.items()],
+                      ignore_index=True)
+    by_hand: dict[str, float] = {}
+    for relation in data.relations.values():
+        for domain in relation.domains:
+            by_hand[domain] = by_hand.get(domain, 0.0) + len(relation) / len(relation.domains)
+    rows = [line.strip("|").split("|") for line in summary_markdown(bear_metrics(table, data)).splitlines()]
+    support = {cells[0].strip(): cells[-1].strip() for cells in rows if cells[0].strip() in by_hand}
+    assert support == {domain: f"{value:.1f}" for domain, value in by_hand.items()}
+
+
 class ConstantScorer:
     """Every statement scores the same: every instance is a tie of all answers."""
 
