@@ -163,3 +163,32 @@ def test_top_lists_every_candidate_when_there_are_at_most_k(n_candidates, exclud
         got = rank_cosine_blocks(vectors, entities[gold], _blocks(entities, block), n_candidates, queries, k=10)
         assert got.top.shape == (4, n_candidates - exclude_head)
         assert np.array_equal(got.top, expected.top), block
+
+
+def test_candidates_with_the_gold_vector_tie_it_in_any_column_and_block():
+    """Entities of the same name and description have one prompt, so one vector: each ties the gold.  A float32 matrix
+    product rounded such copies differently by column (1e-8 apart at 6 candidates of 32 dimensions, on a CPU), so the
+    gold ranked above or below its copies by where they stood (raw rank 4 or 5.5 for the tie's 5).  Checked against the
+    rank rule (``ranking_oracle.rank_of``) on per-pair, correctly rounded cosines, where copies are equal."""
+    import math
+
+    from tests.ranking_oracle import rank_of
+
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n, dim = int(rng.integers(4, 13)), int(rng.choice([6, 32]))
+        base = rng.normal(size=(3, dim)).astype(np.float32)
+        entities = rng.normal(size=(n, dim)).astype(np.float32)
+        copies = np.sort(rng.choice(n, size=3, replace=False))
+        entities[copies] = base[0]  # three entities of one prompt
+        gold = np.concatenate([copies, rng.integers(0, n, 2)])
+        heads = np.roll(copies, 1).tolist() + [-1, -1]  # a head that is a copy of the gold: never above it
+        queries = _Queries(gold, [np.zeros(0, np.int64)] * len(gold), heads, False)
+        vectors = rng.normal(size=(len(gold), dim)).astype(np.float32)
+        unit = lambda a: a.astype(np.float64) / np.linalg.norm(a.astype(np.float64), axis=1, keepdims=True)  # noqa: E731
+        scores = np.array([[math.fsum(q * e) for e in unit(entities)] for q in unit(vectors)])
+        expected = [rank_of(row, g) for row, g in zip(scores, gold, strict=True)]
+        for got in [rank_cosine(vectors, entities, queries, k=3)] + [
+                rank_cosine_blocks(vectors, entities[gold], _blocks(entities, size), n, queries, k=3) for size in (1, 2, 5)]:
+            assert got.ranks.raw.tolist() == expected, trial
+            assert not got.head_above_gold[:3].any(), trial

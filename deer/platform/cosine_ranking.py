@@ -4,6 +4,7 @@ candidates, which may stay in a store on disk.
 :func:`deer.platform.ranking.rank_chunk`'s rule holds for this kernel's scores, float32 entries of blockwise matrix
 products, whose rounding depends on the block shapes and device: two cosines equal in exact arithmetic may come out
 about 1e-7 apart in one block size and equal in another, the only case where results differ from ``rank_chunk``.
+A candidate holding the gold's own vector (an entity of the same prompt) always ties it, in any column or block.
 
 Until the gold's block is reached its score is only estimated, so a candidate counts as higher at once only above
 the estimate plus ``TIE_BAND``; one within the band is compared with the gold's computed score at the end.  A query
@@ -117,14 +118,16 @@ def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[
     n_queries = len(query_vectors)
     width = min(k, n_candidates - bool((excluded >= 0).any()))
     query_tensor = normalize_rows(torch.as_tensor(np.asarray(query_vectors, np.float32)))
-    approx_gold = (query_tensor * normalize_rows(torch.as_tensor(np.asarray(gold_vectors, np.float32)))).sum(1)
+    gold_tensor = torch.as_tensor(np.asarray(gold_vectors, np.float32))
+    approx_gold = (query_tensor * normalize_rows(gold_tensor)).sum(1)
     starts = range(0, n_queries, query_block) if n_queries else ()
     blocks = [range(start, min(start + query_block, n_queries)) for start in starts]
     states = [_new_state(len(rows), device) for rows in blocks]
     with torch.inference_mode():
         for rows, state in zip(blocks, states, strict=True):  # one pass over the candidates per block of queries
             _scan(state, query_tensor[rows.start:rows.stop].to(device), approx_gold[rows.start:rows.stop].to(device),
-                  read(), rows, gold, excluded, heads, filters, width, device, band, n_candidates)
+                  gold_tensor[rows.start:rows.stop].to(device), read(), rows, gold, excluded, heads, filters, width, device, band,
+                  n_candidates)
     ranking = Ranking.joined([_finish(state, rows, n_candidates, excluded, heads, gold, filters, width)
                               for rows, state in zip(blocks, states, strict=True)], width)
     if not n_queries:
@@ -149,7 +152,7 @@ def _new_state(n: int, device) -> _QueryBlockState:
                             np.zeros((n, 0), np.int64))
 
 
-def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks, rows: range, gold, excluded, heads,
+def _scan(state: _QueryBlockState, block_queries, approx_gold, gold_vectors, candidate_blocks, rows: range, gold, excluded, heads,
           filters: FilterTails, width: int, device, band: float, n_candidates: int) -> None:
     """Accumulate one block of queries over every candidate block (two counts and a top k besides the product)."""
     filter_rows, filter_positions = filters.pairs(np.arange(rows.start, rows.stop))
@@ -182,7 +185,9 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
         (has_gold, gold_col), (has_excluded, excluded_col), (has_head, head_col) = (
             _located(columns_t, positions) for positions in (block_gold, block_excluded, block_heads))
         state.gold_score[has_gold] = scores[has_gold, gold_col]
-        state.head_score[has_head] = scores[has_head, head_col]
+        # a head with the gold's own vector (the same prompt) ties it, however the product rounded: never above (NaN)
+        head_same = _same(vectors, gold_vectors, head_col, has_head)
+        state.head_score[has_head] = scores[has_head, head_col].masked_fill(head_same, float("nan"))
         clearly_higher = buffers.count(torch.gt, scores, upper)
         near = buffers.count(torch.ge, scores, lower) - clearly_higher
         for here, cells in ((has_gold, gold_col), (has_excluded, excluded_col)):  # never competitors
@@ -199,7 +204,7 @@ def _scan(state: _QueryBlockState, block_queries, approx_gold, candidate_blocks,
             clearly = (scores[f_rows_t, torch.as_tensor(f_cols, device=device)] > upper[f_rows_t, 0]).long()
             state.higher_filtered.index_add_(0, f_rows_t, clearly)
         _keep_near_ties(state, scores, near, lower, upper, (has_gold, gold_col), (has_excluded, excluded_col),
-                        f_rows * len(columns) + f_cols)
+                        f_rows * len(columns) + f_cols, (vectors, gold_vectors))
         scores[has_excluded, excluded_col] = float("-inf")
         _update_top(state, scores, columns, has_excluded, excluded_col, excluded[rows.start:rows.stop], width + 1, buffers)
     if seen.sum() != n_candidates:
@@ -257,8 +262,15 @@ class _Buffers:
         return compare(scores, bound, out=self.take("flags", scores.shape, scores.device, dtype)).sum(1).long()
 
 
-def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cells, filter_keys) -> None:
-    """Keep the scores within the band (not the gold's nor the excluded one's), and whether each is a filtered tail."""
+def _same(vectors: torch.Tensor, gold_vectors: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Whether candidate ``columns`` of a block hold exactly their query ``rows``' gold vector."""
+    return (vectors[columns] == gold_vectors[rows]).all(1)
+
+
+def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cells, filter_keys, vectors) -> None:
+    """Keep the scores within the band (not the gold's nor the excluded one's), and whether each is a filtered tail.
+    A candidate with the gold's own vector (an entity of the same prompt) is kept as NaN: a tie with the gold, which a
+    product of the same vectors in another column or block may miss by a rounding."""
     rows = (near > 0).nonzero().flatten()
     if not len(rows):
         return
@@ -270,7 +282,8 @@ def _keep_near_ties(state, scores, near, lower, upper, gold_cells, excluded_cell
     skipped = np.concatenate([(here * width + cols).cpu().numpy() for here, cols in (gold_cells, excluded_cells)])
     kept = ~np.isin(keys, skipped)
     state.band_rows.append(query_rows.cpu().numpy()[kept])
-    state.band_scores.append(block[local_rows, columns].cpu().numpy()[kept])
+    same = _same(*vectors, columns, query_rows)
+    state.band_scores.append(block[local_rows, columns].masked_fill(same, float("nan")).cpu().numpy()[kept])
     state.band_filtered.append(np.isin(keys[kept], filter_keys))
 
 
@@ -313,6 +326,7 @@ def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, h
     if state.band_rows:
         band_rows, band_filtered = np.concatenate(state.band_rows), np.concatenate(state.band_filtered)
         band_scores = np.concatenate(state.band_scores).astype(np.float64)
+        band_scores = np.where(np.isnan(band_scores), gold_score[band_rows], band_scores)  # the gold's vector: a tie
         above, tied = band_scores > gold_score[band_rows], band_scores >= gold_score[band_rows]
         for counts, hits in ((higher, above), (at_least, tied), (higher_filtered, above & band_filtered),
                              (at_least_filtered, tied & band_filtered)):
