@@ -319,8 +319,12 @@ class DeerProbe:
         store = prompt_store(request.loaded, request.store_root, width=encoder.output_size, backend_key=request.backend.store_key)
         vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")  # (0, width) for none
         vectors = normalize_rows(vectors)
-        set_vectors = {name: vectors[[row_of[p] for p in prompts]] for name, prompts in set_prompts.items()}
-        scores = {i: (set_vectors[q.candidates] @ query_vectors[i]).astype(np.float64) for i, q in enumerate(task.queries)}
+        # a set's distinct prompts scored once: one vector at two rows of a product may round apart (a tie lost)
+        distinct = {name: np.unique(np.asarray([row_of[p] for p in prompts], np.int64), return_inverse=True)
+                    for name, prompts in set_prompts.items()}
+        set_vectors = {name: vectors[rows] for name, (rows, _) in distinct.items()}
+        scores = {i: (set_vectors[q.candidates] @ query_vectors[i])[distinct[q.candidates][1]].astype(np.float64)
+                  for i, q in enumerate(task.queries)}
         metadata = {
             "candidate_prompts": {"prompts": len(row_of), "encoded_now": encoded, "from_store": len(row_of) - encoded,
                                   "store": None if store is None else str(store.folder)},

@@ -547,3 +547,29 @@ def test_a_probe_that_ranks_no_query_is_refused_not_written_as_an_empty_column(t
     scored = CliRunner().invoke(main, [*command, "--probes", "bear", "--candidates", "relation", "--out", str(tmp_path / "b")])
     assert scored.exit_code == 0, scored.output
     assert pd.read_parquet(tmp_path / "b" / "cloze" / "queries.parquet")["bear_rank"].notna().all()
+
+
+def test_deer_ties_the_gold_with_an_answer_of_the_same_label(tmp_path, tiny_clm_dir):
+    """Two answers labelled "Paris" have one candidate prompt, so one vector: DEER must score them alike.  The product
+    over a set rounded them apart by row (answers 0 and 4 of 6), so the same question ranked its gold "Paris" 4.0
+    as the first and 3.0 as the second.  Relations P1 and P2 ask the same question of the same answers, gold the first
+    and the second "Paris": each gold ties its twin, so both get one half-integer rank."""
+    from deer.backends.models import open_model
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    labels = ["Paris", "Rome", "Oslo", "Bern", "Paris", "Madrid"]
+    ids = [f"Q{i}" for i in range(len(labels))]
+    relation = {"templates": ["The home of [X] is [Y]."], "answer_space_ids": ids, "answer_space_labels": labels}
+    (folder / "metadata_relations.json").write_text(json.dumps({"P1": relation, "P2": relation}))
+    for code, gold in (("P1", 0), ("P2", 4)):
+        (folder / f"{code}.jsonl").write_text("".join(
+            json.dumps({"sub_id": f"S{i}", "sub_label": name, "obj_id": ids[gold], "obj_label": "Paris"}) + "\n"
+            for i, name in enumerate(["Ann", "Bob", "Cy", "Dee", "Eve", "Fay"])))
+    table = run_cloze(bear_cloze_task(load_bear_dataset(str(folder))), open_model(str(tiny_clm_dir)), ["deer"],
+                      show_progress=False).table
+    first, second = (table.loc[table["relation"] == code, "deer_rank"].to_numpy() for code in ("P1", "P2"))
+    assert np.array_equal(first, second)
+    assert np.all(first * 2 % 2 == 1)  # the gold and its twin tie (every other answer has another prompt)
