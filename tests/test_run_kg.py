@@ -155,3 +155,21 @@ def test_relations_that_share_a_name_get_their_own_per_relation_blocks(tiny_kg_d
     table = query_frame(queries)
     assert set(table["relation"]) == set(per_relation)
     assert observed_rank_metrics(ranks.raw, ranks.filtered, table["relation"].tolist())["per_relation"] == per_relation
+
+
+def test_a_relation_named_like_another_relations_label_keeps_its_own_block(tiny_kg_dir):
+    """Two relations named "is a" are labelled "is a (_hypernym)" and "is a (capital_of)"; a third relation named
+    "is a (_hypernym)" took the first one's label, so their queries were pooled into one per-relation block (n 3 + 1).
+    Each relation now has its own block, its queries counted here from the triples."""
+    from deer.platform.kg_result import probe_metrics, query_frame
+    from deer.platform.ranking import rank_scores
+
+    (tiny_kg_dir / "relations.tsv").write_text("_hypernym\tis a\ncapital_of\tis a\n_has_part\tis a (_hypernym)\n")
+    with open(tiny_kg_dir / "test.tsv", "a") as handle:
+        handle.write("e8\t_has_part\te11\n")
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    scores = np.random.default_rng(0).normal(size=(len(queries), len(queries.candidates)))
+    per_relation = probe_metrics(queries, rank_scores(scores, queries).ranks)["per_relation"]
+    by_id = np.bincount(queries.triples[:, 1], minlength=queries.kg.n_relations)
+    assert sorted(block["raw"]["n"] for block in per_relation.values()) == sorted(by_id[by_id > 0].tolist())
+    assert set(query_frame(queries)["relation"]) == set(per_relation)

@@ -31,11 +31,14 @@ def tail_token_lengths(tokenizer, names: Sequence[str]) -> np.ndarray:
 
 
 def relation_labels(kg) -> list[str]:
-    """Each relation's label: its name, or "name (id)" where another relation has the same name (their queries are
-    never pooled into one block)."""
+    """Each relation's label: its name, or "name (id)" where another relation has the same name, or a name that reads
+    as its label ("likes (r1)" beside two named "likes"): their queries are never pooled into one block."""
+    pairs = list(zip(kg.relation_ids, kg.relation_names, strict=True))
     shared = Counter(kg.relation_names)
-    return [name if shared[name] == 1 else f"{name} ({relation_id})"
-            for relation_id, name in zip(kg.relation_ids, kg.relation_names, strict=True)]
+    labels = [name if shared[name] == 1 else f"{name} ({relation_id})" for relation_id, name in pairs]
+    taken = Counter(labels)
+    return [label if taken[label] == 1 else f"{name} ({relation_id})"
+            for label, (relation_id, name) in zip(labels, pairs, strict=True)]
 
 
 def ranked_among(queries: QuerySet, filtered: bool) -> np.ndarray:
