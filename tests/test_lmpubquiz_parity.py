@@ -199,23 +199,15 @@ def parity_dataset(tmp_path_factory) -> tuple[Path, dict]:
     return write_lmpq_dataset(tmp_path_factory.mktemp("lmpq"), spec), spec
 
 
-def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tmp_path, monkeypatch):
-    """Per-statement scores (1e-4 nats), predictions, and accuracy per template, relation, domain and
-    cardinality of ``run_bear_dataset`` equal lm-pub-quiz's ``Evaluator`` on the same model and data."""
-    from transformers import AutoTokenizer
-
-    from deer.backends.models import open_model
+def lm_pub_quiz_parity(lmpq, evaluator, loaded, folder: Path, tmp_path: Path, monkeypatch, batch_size: int = 1, **options):
+    """Runs ``evaluator.evaluate_dataset`` (by default at its default batch size 1, which keeps identical statements
+    bitwise identical: exact ties) and ``run_bear_dataset`` (``options``: its keywords) on the data set in ``folder``; asserts
+    that every statement's score (1e-4 nats), every prediction and gold score agree; returns (their results, our
+    metrics, our instances table)."""
     from deer.backends.statement_scorer import StatementScorer
 
-    folder, spec = parity_dataset
-    loaded = open_model(str(tiny_clm_dir))
-
-    # Theirs: Evaluator.from_model + evaluate_dataset with their defaults (all templates, sum).
     dataset = lmpq.Dataset.from_path(folder, relation_info=folder.parent / "relation_info.json")
-    evaluator = lmpq.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=AutoTokenizer.from_pretrained(tiny_clm_dir),
-                                          device="cpu")
-    # batch_size=1 is its default, and keeps identical statements bitwise identical (exact ties).
-    results = evaluator.evaluate_dataset(dataset, batch_size=1)
+    results = evaluator.evaluate_dataset(dataset, batch_size=batch_size)
 
     # Ours, recording every statement score the run uses.
     recorded: dict[str, float] = {}
@@ -226,10 +218,11 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
         recorded.update(zip(statements, np.asarray(scores, dtype=float), strict=True))
         return scores
 
-    monkeypatch.setattr(StatementScorer, "score_statements", recording)
     data = load_bear_dataset(str(folder))
-    result = run_bear_dataset(data, loaded, tmp_path / "run", {"relations": None, "max_instances": None, "seed": 0},
-                              show_progress=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(StatementScorer, "score_statements", recording)
+        result = run_bear_dataset(data, loaded, tmp_path / "run", {"relations": None, "max_instances": None, "seed": 0},
+                                  show_progress=False, **options)
     metrics, metadata = result.metrics.to_dict(), result.metadata
     table = pd.read_parquet(tmp_path / "run" / "instances.parquet") if (tmp_path / "run" / "instances.parquet").exists() \
         else pd.read_csv(tmp_path / "run" / "instances.csv")
@@ -253,6 +246,23 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
             assert ours["predicted_id"] == answer_ids[scores.index(max(scores))], (rel.relation_code, row["sub_label"])
             assert ours["gold_score"] == pytest.approx(scores[row["answer_idx"]], abs=1e-4)
     assert compared == data.n_statements
+    return results, metrics, table
+
+
+def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tmp_path, monkeypatch):
+    """Per-statement scores (1e-4 nats), predictions, and accuracy per template, relation, domain and
+    cardinality of ``run_bear_dataset`` equal lm-pub-quiz's ``Evaluator`` on the same model and data."""
+    from transformers import AutoTokenizer
+
+    from deer.backends.models import open_model
+
+    folder, spec = parity_dataset
+    loaded = open_model(str(tiny_clm_dir))
+    # Theirs: Evaluator.from_model + evaluate_dataset with their defaults (all templates, sum).
+    evaluator = lmpq.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=AutoTokenizer.from_pretrained(tiny_clm_dir),
+                                          device="cpu")
+    results, metrics, table = lm_pub_quiz_parity(lmpq, evaluator, loaded, folder, tmp_path, monkeypatch)
+    data = load_bear_dataset(str(folder))
 
     templates = range(3)
     theirs = lmpq_metrics(results, templates)
@@ -263,6 +273,130 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
     old = ours_by_view(bear_metrics(table, data, domain_support="full", ties="wrong"), templates)
     assert old[None]["per_relation"]["Ptie"] == 0.0
     assert all(old[t]["per_domain"]["Geographic"] != pytest.approx(theirs[t]["per_domain"]["Geographic"]) for t in templates)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parity on every BOS convention of causal tokenizers, and on masked LMs of each tokenizer kind.
+
+CORPUS = [f"{x} {verb} {y}." for x in ("France", "Germany", "Japan", "Mexico", "Victor Hugo", "Goethe", "The capital")
+          for verb in ("is located in", "is a citizen of", "holds a passport from", "is")
+          for y in ("Europe", "Asia", "North America", "Paris", "Berlin", "Tokyo", "Italy")]
+# kind: (architecture in test_equivalence.ARCHITECTURES, the tokenizer's BOS convention)
+BOS_CONVENTIONS = {
+    "gpt2": ("gpt2", "byte-level BPE; BOS = EOS '<|endoftext|>', which the tokenizer does not add"),
+    "opt": ("opt-proj", "byte-level BPE; the tokenizer adds its BOS '</s>' (also its EOS) itself"),
+    "llama": ("llama", "SentencePiece-style '▁' pieces; the tokenizer adds '<s>' itself"),
+    "llama-add-bos-off": ("llama", "the same with add_bos_token=False: the tokenizer adds no BOS"),
+    "gemma": ("gemma2", "'<bos>' added by the tokenizer"),
+    "qwen2": ("qwen2", "no BOS token at all (bos_token None)"),
+}
+
+
+def _trained_bpe(specials: list[str], metaspace: bool) -> tuple[dict, list]:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    rust = Tokenizer(models.BPE())
+    if metaspace:
+        rust.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=specials)
+    else:
+        rust.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=350, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    rust.train_from_iterator(CORPUS, trainer)
+    trained = json.loads(rust.to_str())["model"]
+    return trained["vocab"], [tuple(merge) for merge in trained["merges"]]
+
+
+def convention_tokenizer(kind: str):
+    """A small tokenizer of each family's class trained here, with that family's BOS convention."""
+    import transformers as T
+
+    if kind in ("gpt2", "qwen2"):
+        vocab, merges = _trained_bpe(["<|endoftext|>"], metaspace=False)
+        return (T.GPT2Tokenizer if kind == "gpt2" else T.Qwen2Tokenizer)(vocab=vocab, merges=merges)
+    if kind == "opt":
+        vocab, merges = _trained_bpe(["<s>", "<pad>", "</s>", "<unk>"], metaspace=False)
+        return T.GPT2Tokenizer(vocab=vocab, merges=merges, bos_token="</s>", eos_token="</s>", unk_token="<unk>",
+                               pad_token="<pad>", add_bos_token=True)
+    if kind == "gemma":
+        vocab, merges = _trained_bpe(["<pad>", "<eos>", "<bos>", "<unk>"], metaspace=True)
+        return T.GemmaTokenizer(vocab=vocab, merges=merges, add_bos_token=True)
+    vocab, merges = _trained_bpe(["<unk>", "<s>", "</s>"], metaspace=True)
+    return T.LlamaTokenizer(vocab=vocab, merges=merges, add_bos_token=kind == "llama")
+
+
+def unit_scale(model):
+    """Unit-scale weights: default inits give near-uniform distributions, under which a token scored or masked wrongly
+    moves a score by less than the tolerance (as in test_equivalence)."""
+    import torch
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(0.0, parameter.shape[-1] ** -0.5)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def synthetic_dataset(tmp_path_factory) -> Path:
+    return write_lmpq_dataset(tmp_path_factory.mktemp("lmpq-synthetic"), _synthetic_spec())
+
+
+@pytest.mark.parametrize("kind", list(BOS_CONVENTIONS))
+def test_bear_dataset_matches_lm_pub_quiz_on_every_bos_convention(lmpq, kind, synthetic_dataset, tmp_path, monkeypatch):
+    """The parity above held on one tokenizer (SmolLM2's); here on each BOS convention of causal tokenizers, each with
+    its family's architecture: whether the tokenizer adds the BOS itself or not (lm-pub-quiz then prepends it), a
+    SentencePiece-style prefix space, add_bos_token switched off, and no BOS at all (the first token then only
+    conditions: lm-pub-quiz 0.3.3 needs ensure_bos_token_added=False for such a tokenizer, else it fails on None + str).
+    Right padding: lm-pub-quiz pads an instance's statements together, and left padding (these Llama and Gemma classes'
+    default) shifts its positions and adds a second, scored BOS, so its scores depend on the other answers."""
+    import transformers as T
+
+    from deer.backends.models import LoadedModel
+    from deer.backends.tokenization import batch_token_ids
+    from tests.test_equivalence import ARCHITECTURES
+
+    tokenizer = convention_tokenizer(kind)
+    tokenizer.padding_side = "right"
+    ids, bos = batch_token_ids(tokenizer, ["France is located in Europe."])[0], tokenizer.bos_token_id
+    if bos is not None:  # README: a prompt starts with the tokenizer's BOS, exactly once
+        assert ids[0] == bos and ids.count(bos) == 1
+    class_name, fields = ARCHITECTURES[BOS_CONVENTIONS[kind][0]]
+    config = getattr(T, class_name)(vocab_size=len(tokenizer), bos_token_id=bos, eos_token_id=tokenizer.eos_token_id,
+                                    pad_token_id=tokenizer.pad_token_id, **fields)
+    model = unit_scale(T.AutoModelForCausalLM.from_config(config))
+    evaluator = lmpq.Evaluator.from_model(model, model_type="CLM", tokenizer=tokenizer, device="cpu",
+                                          ensure_bos_token_added=tokenizer.bos_token is not None)
+    results, metrics, _ = lm_pub_quiz_parity(lmpq, evaluator, LoadedModel.from_objects(model, tokenizer), synthetic_dataset,
+                                             tmp_path, monkeypatch)
+    assert metrics["overall"]["accuracy"] == pytest.approx(float(results.get_metrics("accuracy")), abs=1e-12)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta"])  # WordPiece, byte-level BPE, SentencePiece
+@pytest.mark.parametrize("pll_variant", ["original", "within_word_l2r"])
+def test_bear_dataset_matches_lm_pub_quiz_on_masked_lms(lmpq, family, pll_variant, synthetic_dataset, tmp_path, monkeypatch):
+    """PLL: ``run_bear_dataset`` equals lm-pub-quiz's MaskedLMEvaluator with the same PLL variant (their default,
+    within_word_l2r, is ours), on a masked LM of each tokenizer kind (test_mlm_families had compared only with this
+    toolkit's own plain PLL)."""
+    import inspect
+
+    from bear_ref.dataset import run_bear_dataset as run
+    from deer.backends.models import LoadedModel
+    from tests.test_mlm_families import FAMILIES, SMALL, tokenizer_of
+
+    kind, model_class, config_class, fields = FAMILIES[family]
+    tokenizer = tokenizer_of(kind)
+    config = config_class(**SMALL, **fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    model = unit_scale(model_class(config))
+    default = lmpq.Evaluator.from_model(model, model_type="MLM", tokenizer=tokenizer, device="cpu").pll_metric
+    assert default == inspect.signature(run).parameters["pll_variant"].default == "within_word_l2r"
+    evaluator = lmpq.Evaluator.from_model(model, model_type="MLM", tokenizer=tokenizer, device="cpu", pll_metric=pll_variant)
+    # a batch of masked copies at a time (this data set has no two answers of one label: no exact ties to keep)
+    results, metrics, _ = lm_pub_quiz_parity(lmpq, evaluator, LoadedModel.from_objects(model, tokenizer), synthetic_dataset,
+                                             tmp_path, monkeypatch, batch_size=64, pll_variant=pll_variant)
+    assert metrics["overall"]["accuracy"] == pytest.approx(float(results.get_metrics("accuracy")), abs=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
