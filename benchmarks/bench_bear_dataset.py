@@ -20,6 +20,7 @@ Two parts, one JSON:
 from __future__ import annotations
 
 import collections
+import copy
 import platform
 import tempfile
 import time
@@ -73,10 +74,14 @@ def run_lm_pub_quiz(subset: BearDataset, loaded, batch_size: int) -> tuple[float
     statement's score in ``template_statements`` order)."""
     import lm_pub_quiz
 
+    # lm-pub-quiz pads each instance's statements together: padded on the left (gemma3-270m's tokenizer), they move
+    # to later positions and gain a second, scored BOS, so it runs on a right-padding copy (the loaded one untouched).
+    tokenizer = copy.deepcopy(loaded.tokenizer)
+    tokenizer.padding_side = "right"
     with tempfile.TemporaryDirectory() as work:
         folder = save_lm_pub_quiz_folder(subset, Path(work) / "subset")
         dataset = lm_pub_quiz.Dataset.from_path(folder, relation_info=folder / "relation_info.json")
-        evaluator = lm_pub_quiz.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=loaded.tokenizer,
+        evaluator = lm_pub_quiz.Evaluator.from_model(loaded.model, model_type="CLM", tokenizer=tokenizer,
                                                      device=str(next(loaded.model.parameters()).device))
         started = time.perf_counter()
         results = evaluator.evaluate_dataset(dataset, batch_size=batch_size)

@@ -399,6 +399,33 @@ def test_bear_dataset_matches_lm_pub_quiz_on_masked_lms(lmpq, family, pll_varian
     assert metrics["overall"]["accuracy"] == pytest.approx(float(results.get_metrics("accuracy")), abs=1e-12)
 
 
+def test_the_benchmarks_lm_pub_quiz_scores_hold_with_a_left_padding_tokenizer(lmpq, synthetic_dataset, monkeypatch):
+    """benchmarks/bench_bear_dataset.py handed lm-pub-quiz the loaded tokenizer as is; one that pads on the left (the
+    bundled gemma3-270m's, this Llama class's default) made lm-pub-quiz move shorter statements to later positions and
+    add a second, scored BOS, and the benchmark reported that as lm-pub-quiz disagreeing with bear_ref (a tiny Llama
+    with gemma3-270m's tokenizer: 16.5 nats, 12 of 18 predictions).  Now lm-pub-quiz reads a right-padding copy: its
+    scores are the plain ones (one unpadded pass per statement), and the loaded tokenizer is left as it was."""
+    import transformers as T
+
+    from deer.backends.models import LoadedModel
+    from deer.backends.plain import PlainStatementScorer
+    from tests.test_equivalence import ARCHITECTURES
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_bear_dataset import run_lm_pub_quiz, template_statements
+
+    tokenizer = convention_tokenizer("llama")
+    assert tokenizer.padding_side == "left"  # not vacuous
+    config = T.LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                           **ARCHITECTURES["llama"][1])
+    model = unit_scale(T.LlamaForCausalLM(config))
+    subset = load_bear_dataset(str(synthetic_dataset), relations=["P30", "P36"])
+    _, theirs = run_lm_pub_quiz(subset, LoadedModel.from_objects(model, tokenizer), batch_size=1)
+    statements = [s for _, _, batch in template_statements(subset) for s in batch]
+    np.testing.assert_allclose(theirs, PlainStatementScorer(model, tokenizer).score_statements(statements), atol=1e-4, rtol=0)
+    assert tokenizer.padding_side == "left"
+
+
 # ---------------------------------------------------------------------------------------------
 # The metric function on hand-made scores with ties, against lm-pub-quiz's accumulation code.
 
