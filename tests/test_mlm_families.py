@@ -211,3 +211,22 @@ def test_a_python_tokenizer_scores_the_original_pll_and_refuses_words(tmp_path):
     np.testing.assert_allclose([plain_pll(model, tokenizer, s, "original") for s in statements], expected, atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="'within_word_l2r' needs the word boundaries of a fast tokenizer.*'original'"):
         StatementScorer(model, tokenizer).score_statements(statements)
+
+
+def test_the_left_to_right_scorers_refuse_a_masked_lm():
+    """The prefix trie, the shared prefix and plain_conditional_scores read a masked LM left to right and returned those
+    numbers (the trie and the plain one; the shared prefix failed on a shape); benchmarks/bench_bear_dataset.py, which
+    calls them directly, timed and compared them as BEAR on a masked LM.  They refuse it now; StatementScorer's PLL,
+    BEAR's score for it, is unchanged."""
+    from deer.backends.clm_scorer import SharedPrefixScorer
+    from deer.backends.plain import plain_conditional_scores
+    from deer.backends.trie_scorer import PrefixTrieScorer
+
+    model, tokenizer = family("roberta")
+    for scorer in (lambda: PrefixTrieScorer(model, tokenizer).score_texts(STATEMENTS[:2]),
+                   lambda: SharedPrefixScorer(model, tokenizer).score_texts("The capital of", [" France is Paris."], whole=True),
+                   lambda: plain_conditional_scores(model, tokenizer, "", STATEMENTS[:2])):
+        with pytest.raises(ValueError, match="is a masked LM"):
+            scorer()
+    pll = StatementScorer(model, tokenizer).score_statements(STATEMENTS)
+    np.testing.assert_allclose(pll, expected_pll("roberta", "within_word_l2r"), atol=1e-4, rtol=0)

@@ -13,6 +13,7 @@ import torch
 from deer.backends.attention import backend_for_custom_masks
 from deer.backends.boundary import SplitStatements, split_statements
 from deer.backends.encoder import next_token_log_softmax, token_logprobs
+from deer.backends.models import require_causal_lm
 from deer.backends.packing import consecutive_packs
 from deer.backends.shared_prefix import context_cache, forward_on_cache, packed_forward
 from deer.backends.trie_scorer import TrieRow, ancestor_mask, build_rows
@@ -27,6 +28,7 @@ class SharedPrefixScorer:
     def __init__(self, model, tokenizer, token_budget: int = 512, layout: str = "trie"):
         if layout not in self.LAYOUTS:
             raise ValueError(f"layout must be one of {self.LAYOUTS}, not {layout!r}")
+        require_causal_lm(model, type(self).__name__)
         self.model, self.tokenizer, self.token_budget, self.layout = model, tokenizer, token_budget, layout
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("contexts", "statements", "context_tokens", "continuation_tokens", "trie_nodes", "tokens",

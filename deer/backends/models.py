@@ -339,6 +339,13 @@ def is_masked_lm(model) -> bool:
     return is_masked_lm_config(model.config)
 
 
+def require_causal_lm(model, scorer: str) -> None:
+    """A left-to-right scorer runs on a masked LM but its numbers are not that model's score (PLL, StatementScorer's)."""
+    if is_masked_lm(model):
+        raise ValueError(f"{scorer} scores a causal LM left to right; this is a masked LM, whose statement score is its "
+                         "pseudo log-likelihood (deer.backends.statement_scorer.StatementScorer)")
+
+
 def describe_models() -> list[dict]:
     """Rows for `deer models`: every alias, what it is, and whether it can be loaded here."""
     rows = [{"alias": alias, "model": bundled.description, "source": "bundled (pip)",

@@ -17,7 +17,7 @@ from deer.backends.boundary import move_trailing_whitespace
 from deer.backends.encoder import Encoder, EncoderOutput
 from deer.backends.mask_fill import MaskFiller
 from deer.backends.model_backend import ModelBackend
-from deer.backends.models import is_masked_lm
+from deer.backends.models import is_masked_lm, require_causal_lm
 from deer.backends.pll import plain_pll
 from deer.backends.tokenization import batch_token_ids, bos_id, padding_id
 from deer.base.work import WorkCounter
@@ -40,6 +40,7 @@ def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple
 def plain_conditional_scores(model, tokenizer, context: str, continuations: Sequence[str], batch_size: int = 8,
                              stats: WorkCounter | None = None) -> np.ndarray:
     """Summed log p of each statement's continuation tokens from a full pass: float64 (n,)."""
+    require_causal_lm(model, "plain_conditional_scores")
     device = next(model.parameters()).device
     statements = [statement_ids_and_start(tokenizer, context, c) for c in continuations]
     scores = np.zeros(len(statements), dtype=np.float64)

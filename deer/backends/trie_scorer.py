@@ -16,6 +16,7 @@ from deer.backends.attention import backend_for_custom_masks, custom_attention_m
 from deer.backends.boundary import common_prefix_length
 from deer.backends.encoder import token_logprobs
 from deer.backends.model_config import position_offset
+from deer.backends.models import require_causal_lm
 from deer.backends.tokenization import batch_token_ids
 from deer.base.work import WorkCounter
 
@@ -80,6 +81,7 @@ class PrefixTrieScorer:
     method = "clm-prefix-trie-sum-logprob"
 
     def __init__(self, model, tokenizer, token_budget: int = 512):
+        require_causal_lm(model, type(self).__name__)
         self.model, self.tokenizer, self.token_budget = model, tokenizer, token_budget
         self.device = next(model.parameters()).device
         self.stats = WorkCounter("statements", "statement_tokens", "fed_tokens", "tokens", "rows")
