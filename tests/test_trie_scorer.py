@@ -83,3 +83,24 @@ def test_trie_equals_plain_on_smollm2(smollm2):
         fast = PrefixTrieScorer(model, tokenizer, token_budget=budget).score_texts(STATEMENTS)
         plain = plain_conditional_scores(model, tokenizer, "", STATEMENTS)
         np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
+
+
+def test_plain_conditional_scores_leave_a_first_token_without_a_bos_before_it_unscored(tiny_clm):
+    """With a tokenizer that defines no BOS, plain_conditional_scores scored a statement's first token when it belongs
+    to the continuation (an empty context, as benchmarks/bench_bear_dataset.py's plain sample calls it, or a first
+    token straddling the context's end) from position -1: the logits after the row's last token (a Qwen2-style tiny
+    model: -49.92 for a statement whose whole score is -43.34).  That token is context only now, as the README's rule
+    and the whole-statement scorers have it: each equals the whole statement's score computed here."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    model, tokenizer = tiny_clm
+    no_bos = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tokenizer.backend_tokenizer.to_str()),
+                                     eos_token=tokenizer.eos_token)
+    assert no_bos.bos_token_id is None
+    statements = STATEMENTS[:-1]  # "x" is one token: nothing to score
+    expected = [whole_sequence_logprob(model, no_bos(s, add_special_tokens=False)["input_ids"]) for s in statements]
+    np.testing.assert_allclose(plain_conditional_scores(model, no_bos, "", statements), expected, atol=1e-4, rtol=0)
+    straddling = [plain_conditional_scores(model, no_bos, s[:2], [s[2:]])[0] for s in statements]  # "Pa" + "ris is ..."
+    np.testing.assert_allclose(straddling, expected, atol=1e-4, rtol=0)
+    assert not np.allclose(expected, 0.0)  # not vacuous: the statements have scored tokens

@@ -24,7 +24,8 @@ from deer.base.work import WorkCounter
 
 
 def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
-    """(BOS + tokens of the whole statement, index of its first continuation token)."""
+    """(BOS + tokens of the whole statement, index of its first scored token: the first continuation token, but never
+    the statement's first, which without a BOS has nothing before it and is context only)."""
     context, continuation = move_trailing_whitespace(context, continuation)
     encoded = tokenizer(context + continuation, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
@@ -33,7 +34,7 @@ def statement_ids_and_start(tokenizer, context: str, continuation: str) -> tuple
     bos = bos_id(tokenizer)
     if bos is not None:
         ids, start = [bos, *ids], start + 1
-    return ids, start
+    return ids, max(start, 1)  # start 0 read the first token's log p after the row's last token (position -1)
 
 
 @torch.inference_mode()
