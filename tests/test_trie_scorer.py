@@ -104,3 +104,21 @@ def test_plain_conditional_scores_leave_a_first_token_without_a_bos_before_it_un
     straddling = [plain_conditional_scores(model, no_bos, s[:2], [s[2:]])[0] for s in statements]  # "Pa" + "ris is ..."
     np.testing.assert_allclose(straddling, expected, atol=1e-4, rtol=0)
     assert not np.allclose(expected, 0.0)  # not vacuous: the statements have scored tokens
+
+
+def test_the_plain_backend_scores_a_one_token_statement_without_a_bos_as_the_trie_does(tiny_clm):
+    """A statement of one token with no BOS before it (a tokenizer without one) has nothing to score: the trie gave 0,
+    the plain backend (``--backend plain``, the cross-check) failed with torch's IndexError on an empty float index."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from deer.backends.plain import PlainStatementScorer
+
+    model, tokenizer = tiny_clm
+    no_bos = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tokenizer.backend_tokenizer.to_str()),
+                                     eos_token=tokenizer.eos_token)
+    statements = ["x", STATEMENTS[0]]
+    assert len(no_bos("x", add_special_tokens=False)["input_ids"]) == 1
+    trie = PrefixTrieScorer(model, no_bos).score_texts(statements)
+    np.testing.assert_allclose(PlainStatementScorer(model, no_bos).score_statements(statements), trie, atol=1e-4, rtol=0)
+    assert trie[0] == 0.0 and trie[1] != 0.0

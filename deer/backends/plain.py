@@ -71,7 +71,7 @@ def plain_logprobs(model, ids: Sequence[int]) -> torch.Tensor:
 def plain_statement_score(model, ids: Sequence[int]) -> float:
     """Summed log-likelihood of every token after the first, from one whole forward pass."""
     logprobs = plain_logprobs(model, ids)
-    targets = torch.as_tensor(list(ids[1:]), device=logprobs.device)
+    targets = torch.as_tensor(list(ids[1:]), dtype=torch.long, device=logprobs.device)  # long also when empty (one token)
     return float(logprobs[torch.arange(len(ids) - 1, device=logprobs.device), targets].double().sum())
 
 
