@@ -86,6 +86,13 @@ class PLLScorer:
     @torch.inference_mode()
     def score(self, statements: Sequence[str]) -> np.ndarray:
         """PLL per statement: float64 (n,), nats."""
+        # each distinct statement scored once: copies of one in other batches (rows, padding) may round apart, a lost tie
+        distinct = {text: i for i, text in enumerate(dict.fromkeys(statements))}
+        scores = self._score_distinct(list(distinct))
+        self.stats.add(statements=len(statements))
+        return scores[[distinct[text] for text in statements]]
+
+    def _score_distinct(self, statements: Sequence[str]) -> np.ndarray:
         encoded = self.tokenizer(list(statements), return_special_tokens_mask=True)
         copies = []
         for i, ids in enumerate(encoded["input_ids"]):
@@ -110,7 +117,6 @@ class PLLScorer:
                 values = torch.log_softmax(logits.float(), dim=-1)[rows, targets].double().cpu().numpy()
             np.add.at(scores, [c.statement for c in chosen], values)
             self.stats.add(masked_copies=len(chosen), tokens=int(mask.sum()), padded_tokens=int(mask.size))
-        self.stats.add(statements=len(statements))
         return scores
 
 
