@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from deer.platform.cosine_ranking import rank_cosine, rank_cosine_blocks
-from deer.platform.ranking import Ranking, rank_chunk
+from deer.platform.ranking import Ranking, rank_chunk, top_width
 
 
 class _Queries:
@@ -74,7 +74,7 @@ def _whole_matrix(vectors, entities, queries, k=10) -> Ranking:
         torch.nn.functional.normalize(torch.from_numpy(entities), dim=1).T
     as_tensor = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int64)  # noqa: E731
     excluded = queries.excluded_positions()
-    width = min(k, len(entities) - bool((excluded >= 0).any()))
+    width = top_width(k, len(entities), excluded)
     ranks, top, above = rank_chunk(scores, as_tensor(queries.gold), queries.filter_tails, as_tensor(excluded),
                                    as_tensor(queries.head_positions()), width)
     return Ranking(ranks, top, above)
@@ -111,7 +111,8 @@ def test_no_queries_and_fewer_candidates_than_k():
     queries = _Queries(gold, [np.zeros(0, np.int64)] * 5 + [np.array([0, 4])], rng.integers(0, 5, 6), True)
     expected = _whole_matrix(vectors, entities, queries)
     got = rank_cosine_blocks(vectors, entities[queries.gold], _blocks(entities, 2), len(entities), queries, k=10)
-    assert np.array_equal(got.top, expected.top) and got.top.shape == (6, 4)
+    assert np.array_equal(got.top, expected.top) and got.top.shape == (6, 5)  # query 4's head is its gold: all 5
+    assert (got.top[:, 4] == -1).sum() == 5 and sorted(got.top[4]) == [0, 1, 2, 3, 4]  # the others rank 4, then -1
     assert np.array_equal(got.ranks.filtered, expected.ranks.filtered)
     empty = _Queries(np.zeros(0, np.int64), [], np.zeros(0, np.int64), False)
     none = rank_cosine_blocks(np.zeros((0, 24), np.float32), np.zeros((0, 24), np.float32), _blocks(entities, 2), 5, empty)
@@ -192,3 +193,32 @@ def test_candidates_with_the_gold_vector_tie_it_in_any_column_and_block():
                 rank_cosine_blocks(vectors, entities[gold], _blocks(entities, size), n, queries, k=3) for size in (1, 2, 5)]:
             assert got.ranks.raw.tolist() == expected, trial
             assert not got.head_above_gold[:3].any(), trial
+
+
+@pytest.mark.parametrize("n_candidates", [2, 5, 10, 12])
+def test_each_query_lists_every_candidate_it_ranks(n_candidates):
+    """With exclude_head, a query whose head is its gold (a self-loop) excludes nothing and ranks every candidate, the
+    others one fewer.  The kernels gave every query one width, min(k, candidates - 1), so with at most k candidates the
+    self-loop's list left out its last candidate (the gold, where it ranked last).  Each list now holds every candidate
+    its query ranks, best first as ``plain_top_k`` orders them, a shorter one padded with -1 at the end; the gold
+    stands at its optimistic rank (no ties here)."""
+    from deer.platform.ranking import rank_scores
+    from tests.ranking_oracle import plain_top_k
+
+    rng = np.random.default_rng(n_candidates)
+    vectors, entities = rng.normal(size=(6, 8)).astype(np.float32), rng.normal(size=(n_candidates, 8)).astype(np.float32)
+    gold = rng.integers(0, n_candidates, 6)
+    heads = np.where(np.arange(6) < 2, gold, (gold + 1) % n_candidates)  # queries 0 and 1: self-loops
+    queries = _Queries(gold, [np.zeros(0, np.int64)] * 6, heads, True)
+    scores = (torch.nn.functional.normalize(torch.from_numpy(vectors), dim=1)
+              @ torch.nn.functional.normalize(torch.from_numpy(entities), dim=1).T).double().numpy()
+    expected = [plain_top_k(row, 10, e) for row, e in zip(scores, queries.excluded_positions(), strict=True)]
+    for got in (rank_scores(scores, queries, k=10), rank_scores(scores, queries, k=10, chunk_size=1),
+                rank_cosine(vectors, entities, queries, k=10),
+                rank_cosine_blocks(vectors, entities[gold], _blocks(entities, 3), n_candidates, queries, k=10, query_block=1)):
+        assert got.top.shape == (6, min(10, n_candidates))
+        listed = [[c for c in row if c >= 0] for row in got.top.tolist()]
+        assert listed == expected
+        assert all(-1 not in row[:len(entries)] for row, entries in zip(got.top.tolist(), listed, strict=True))
+        for row, g, rank in zip(listed, gold, got.ranks.raw_optimistic, strict=True):
+            assert rank > len(row) or row[int(rank) - 1] == g

@@ -109,11 +109,13 @@ class _FewCandidates:
 
 def test_tiny_candidate_sets_give_one_top_k_width():
     """Bug 10: with exclude_head and fewer candidates than k, the top-k rows had unequal lengths (np.stack
-    raised) and a score matrix's top k listed the excluded head last; every row now has the same width,
-    min(k, competitors), and the excluded head is never among them."""
+    raised) and a score matrix's top k listed the excluded head last; every row now has the same width, the most
+    competitors a query has (k at most), a query with fewer ending in -1, and the excluded head is never among them.
+    (The width was once the fewest competitors, which left a candidate out of query 1's list.)"""
     queries = _FewCandidates()
     rng = np.random.default_rng(3)
     query_vectors, entity_vectors = rng.normal(size=(2, 8)).astype(np.float32), rng.normal(size=(4, 8)).astype(np.float32)
     for ranking in (rank_cosine(query_vectors, entity_vectors, queries, k=10), rank_scores(rng.normal(size=(2, 4)), queries, k=10)):
-        assert ranking.top.shape == (2, 3)
-        assert 2 not in ranking.top[0] and len(set(ranking.top[0])) == 3 and len(set(ranking.top[1])) == 3
+        assert ranking.top.shape == (2, 4)  # query 1 ranks all four (its head is its gold): none left out
+        assert 2 not in ranking.top[0] and len(set(ranking.top[0][:3])) == 3 and ranking.top[0, 3] == -1
+        assert sorted(ranking.top[1]) == [0, 1, 2, 3]

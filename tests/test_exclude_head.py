@@ -112,3 +112,27 @@ def test_ranks_table_counts_the_candidates_each_query_is_ranked_among(tiny_kg_di
         ranks = rank_scores(np.random.default_rng(2).normal(size=(len(queries), len(queries.candidates))), queries).ranks
         baseline = probe_metrics(queries, ranks)["random_baseline"]["filtered"]
         assert random_baseline((table["n_candidates"] - table["n_filtered"]).to_numpy()) == baseline
+
+
+def test_ranks_table_lists_every_candidate_of_a_self_loop(tmp_path, tiny_clm):
+    """A KG of 6 entities run with exclude_head: a query whose head is its gold ranks all 6, the others 5.  The top-10
+    column listed 5 names for every query, so a self-loop's list left out a candidate (the gold, where it ranked
+    last), exit 0; each list now names every candidate its query ranks (n_candidates), the gold at its rank."""
+    import deer
+
+    names = ["dog", "cat", "animal", "mammal", "paris", "france"]
+    folder = tmp_path / "kg"
+    folder.mkdir()
+    (folder / "entities.tsv").write_text("".join(f"e{i}\t{n}\t\n" for i, n in enumerate(names)))
+    (folder / "relations.tsv").write_text("r0\tsimilar to\n")
+    test = [(h, h) for h in range(6)] + [(0, 3), (1, 2)]
+    for split, rows in {"train": [(0, 2)], "valid": [(1, 3)], "test": test}.items():
+        (folder / f"{split}.tsv").write_text("".join(f"e{h}\tr0\te{t}\n" for h, t in rows))
+    result = deer.probe(str(folder), tiny_clm, k_shot=0, show_progress=False, exclude_head=True)
+    table = result.table
+    assert table["n_candidates"].tolist() == [6] * 6 + [5, 5]
+    for _, row in table.iterrows():
+        listed = row["deer_top10"].split(" | ")
+        assert len(listed) == len(set(listed)) == row["n_candidates"]
+        assert row["head"] not in listed or row["head"] == row["tail"]  # an excluded head is never listed
+        assert listed.index(row["tail"]) + 1 == row["deer_rank_raw"]  # the gold where its rank says (no ties)

@@ -22,7 +22,15 @@ from tqdm.auto import tqdm
 
 from deer.base.prefetch import read_ahead
 from deer.base.vectors import normalize_rows
-from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, _top_k, check_candidate_count, filter_counts
+from deer.platform.ranking import (
+    SCORE_BYTES_PER_CHUNK,
+    GoldRanks,
+    Ranking,
+    _top_k,
+    check_candidate_count,
+    filter_counts,
+    top_width,
+)
 from kg_data.queries import FilterTails
 
 TIE_BAND = 1e-6  # cosine units: the two roundings of a gold's score differ by far less (at most 6e-8 measured
@@ -108,15 +116,14 @@ def rank_cosine_blocks(query_vectors: np.ndarray, gold_vectors: np.ndarray,
     excluded, heads = np.asarray(queries.excluded_positions(), np.int64), np.asarray(queries.head_positions(), np.int64)
     read = candidate_blocks if callable(candidate_blocks) else lambda: iter(candidate_blocks)
     device = torch.empty(0, device=device).device  # "cuda" as "cuda:0": the reused buffers are kept per device, compared
-    return _rank_blocks(query_vectors, gold_vectors, read, n_candidates, (gold, filters, excluded, heads), k, query_block,
-                        device, band)
+    return _rank_blocks(query_vectors, gold_vectors, read, n_candidates, (gold, filters, excluded, heads),
+                        top_width(k, n_candidates, excluded), query_block, device, band)
 
 
 def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[int, np.ndarray]]], n_candidates: int,
-                 query_arrays: tuple, k: int, query_block: int, device: torch.device, band: float) -> Ranking:
+                 query_arrays: tuple, width: int, query_block: int, device: torch.device, band: float) -> Ranking:
     gold, filters, excluded, heads = query_arrays
     n_queries = len(query_vectors)
-    width = min(k, n_candidates - bool((excluded >= 0).any()))
     query_tensor = normalize_rows(torch.as_tensor(np.asarray(query_vectors, np.float32)))
     gold_tensor = torch.as_tensor(np.asarray(gold_vectors, np.float32))
     approx_gold = (query_tensor * normalize_rows(gold_tensor)).sum(1)
@@ -136,11 +143,11 @@ def _rank_blocks(query_vectors, gold_vectors, read: Callable[[], Iterable[tuple[
     outside = np.flatnonzero((torch.isfinite(exact) & ((exact - approx_gold.double()).abs() > band)).numpy())
     if len(outside) and band < WIDE_BAND:  # counts made against the wrong side of the band: made again
         again = _rank_blocks(np.asarray(query_vectors)[outside], np.asarray(gold_vectors)[outside], read, n_candidates,
-                             (gold[outside], filters.take(outside), excluded[outside], heads[outside]), k, query_block, device,
+                             (gold[outside], filters.take(outside), excluded[outside], heads[outside]), width, query_block, device,
                              WIDE_BAND)
         for field in dataclasses.fields(GoldRanks):
             getattr(ranking.ranks, field.name)[outside] = getattr(again.ranks, field.name)
-        ranking.top[outside] = again.top[:, :width]
+        ranking.top[outside] = again.top
         ranking.head_above_gold[outside] = again.head_above_gold
     return ranking
 
@@ -345,5 +352,8 @@ def _finish(state: _QueryBlockState, rows: range, n_candidates: int, excluded, h
     with np.errstate(invalid="ignore"):
         head_above = has_head & np.isfinite(head_score) & np.isfinite(gold_score) & (head_score > gold_score)
     keep = ~np.isnan(state.top_values)  # the excluded candidate, marked NaN, leaves the list
-    top = np.stack([state.top_positions[i][keep[i]][:width] for i in range(n)]) if n else np.zeros((0, width), np.int64)
-    return ranks, top.astype(np.int64), head_above
+    top = np.full((n, width), -1, np.int64)  # a query that ranks fewer candidates than the width: -1 past its last
+    for i in range(n):
+        listed = state.top_positions[i][keep[i]][:width]
+        top[i, :len(listed)] = listed
+    return ranks, top, head_above

@@ -120,7 +120,7 @@ def kg_result(probe: str, queries: QuerySet, ranks: GoldRanks, top_candidates: n
     table[f"{probe}_rank_filtered"] = ranks.filtered
     if top_candidates is not None:
         names = queries.kg.entity_names
-        table[f"{probe}_top10"] = [" | ".join(names[queries.candidates[c]] for c in row[:TOP_K])
+        table[f"{probe}_top10"] = [" | ".join(names[queries.candidates[c]] for c in row[:TOP_K] if c >= 0)
                                    for row in np.asarray(top_candidates)]
     return RunResult.of_probe(probe, table, probe_metrics(queries, ranks, head_above_gold), metadata, spec=spec,
                               queries=queries, arrays=arrays)

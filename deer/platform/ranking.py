@@ -66,7 +66,8 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
 
     ``filter_tails[i]``: the other true tails of row i (never gold); ``excluded`` (rows,): a candidate that is no
     competitor at all, or -1; ``heads`` (rows,): the head position for ``head_above_gold``, or -1.  ``top``: the
-    ``k`` best candidates per row (invalid scores last, the excluded one never), ties in candidate order.
+    ``k`` best candidates per row (invalid scores last, the excluded one never), ties in candidate order; with at
+    most ``k`` candidates every one a row ranks, a row that excludes one ending in -1.
     """
     n_rows, n_candidates = scores.shape
     device = scores.device
@@ -106,8 +107,11 @@ def rank_chunk(scores: torch.Tensor, gold: torch.Tensor, filter_tails: Sequence[
     cleaned = scores if all_valid and not len(out) else scores.masked_fill(~valid, float("-inf"))
     if len(out):
         cleaned[out, excluded[out]] = float("-inf")
-    width = min(k, n_candidates - bool(len(out)))  # every row has this many competitors
-    return ranks, _top_k(cleaned, width, excluded), above
+    top = _top_k(cleaned, min(k, n_candidates - bool(len(out))), excluded)  # as many as every row has competitors
+    if top.shape[1] < min(k, n_candidates):  # at most k candidates: a row that excludes none lists its last one too
+        missing = np.where(excluded.cpu().numpy() >= 0, -1, n_candidates * (n_candidates - 1) // 2 - top.sum(1))
+        top = np.hstack([top, missing[:, None]])  # the candidate the row left out, ranked last; -1 (none) past the end
+    return ranks, top, above
 
 
 def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
@@ -129,6 +133,13 @@ def _top_k(cleaned: torch.Tensor, k: int, excluded: torch.Tensor) -> np.ndarray:
     positions = torch.sort(positions, dim=1).values  # by position, so that the stable sort below keeps ties in order
     order = torch.sort(torch.gather(cleaned, 1, positions), dim=1, descending=True, stable=True).indices
     return torch.gather(positions, 1, order).cpu().numpy().astype(np.int64)
+
+
+def top_width(k: int, n_candidates: int, excluded) -> int:
+    """The top lists' width: ``k``, or every candidate where there are at most ``k`` (one fewer where every query
+    excludes one); a query that ranks fewer ends its list in -1."""
+    excluded = np.asarray(excluded)
+    return min(k, n_candidates - bool(len(excluded) and (excluded >= 0).all()))
 
 
 def check_candidate_count(count: int, queries, what: str) -> None:
@@ -156,7 +167,7 @@ def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None
     rows = chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
     gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
                              for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
-    width = min(k, n_candidates - bool((excluded >= 0).any()))  # one top-k width for every chunk
+    width = top_width(k, n_candidates, excluded)  # one top-k width for every chunk
     parts = [rank_chunk(torch.from_numpy(scores[at]), gold[at], queries.filter_tails[at], excluded[at], heads[at], width)
              for at in (slice(s, s + rows) for s in range(0, len(scores), rows))]
     return Ranking.joined(parts, width)
