@@ -282,3 +282,55 @@ def test_a_loaded_model_changed_in_place_is_fingerprinted_again(tiny_clm_dir, ti
     scaled = loaded.fingerprint
     loaded.model.config.rms_norm_eps = 0.5
     assert loaded.current().fingerprint != scaled
+
+
+@pytest.mark.parametrize("entry", ["probe", "open_backend", "folder"])
+def test_a_model_and_tokenizer_of_different_vocabularies_are_refused(entry, tiny_clm, tiny_kg_dir, tmp_path):
+    """deer.probe(KG, (model, tok)) with a 512-row embedding and SmolLM2's 49,152-id tokenizer ended in torch's
+    "IndexError: index out of range in self" mid-run; open_backend accepted the pair.  It is refused when the model
+    is taken (a pair, a model with tokenizer=, or a folder saved that way), naming both sizes."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from deer.backends import open_backend
+    from deer.base.errors import OptionError
+
+    _, tokenizer = tiny_clm
+    torch.manual_seed(0)
+    small = LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).eval()
+    sizes = rf"vocabulary has {tokenizer.vocab_size:,} ids.*input embedding has 512 rows"
+    with pytest.raises(OptionError, match=sizes):
+        if entry == "probe":
+            deer.probe(str(tiny_kg_dir), (small, tokenizer), k_shot=1, show_progress=False)
+        elif entry == "open_backend":
+            open_backend("hf", small, tokenizer=tokenizer)
+        else:
+            small.save_pretrained(tmp_path / "mismatched")
+            tokenizer.save_pretrained(tmp_path / "mismatched")
+            open_backend("hf", str(tmp_path / "mismatched"))
+
+
+def test_special_tokens_past_the_embedding_are_refused_and_a_padded_embedding_is_not(tiny_clm):
+    """A tokenizer whose base vocabulary fits but whose BOS lies past the embedding would fail in torch on the
+    first prompt; an embedding with more rows than the tokenizer has ids (padded to a multiple of 64) is fine."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from deer.backends.models import check_vocabulary
+    from deer.base.errors import OptionError
+
+    _, tokenizer = tiny_clm
+
+    def llama(rows):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(vocab_size=rows, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                            num_attention_heads=2, num_key_value_heads=1))
+
+    check_vocabulary(llama(len(tokenizer) + 64), tokenizer, "padded")  # no error
+
+    class BosPastTheEnd:
+        vocab_size, bos_token_id, eos_token_id = 100, 100, 2
+
+    with pytest.raises(OptionError, match=r"bos id 100.*100 rows"):
+        check_vocabulary(llama(100), BosPastTheEnd(), "tiny")

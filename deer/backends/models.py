@@ -389,6 +389,7 @@ class LoadedModel:
             raise ValueError("a model object needs its tokenizer: pass tokenizer=... (or model=(model, tokenizer))")
         parameter = next(model.parameters())
         name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        check_vocabulary(model, tokenizer, name)
         return cls(name, model, tokenizer, "in-memory", fingerprint or model_fingerprint(model), tokenizer_fingerprint(tokenizer),
                    str(parameter.dtype).replace("torch.", ""), str(parameter.device), content_addressed=fingerprint is None,
                    stamp=None if fingerprint else weights_stamp(model))
@@ -456,6 +457,29 @@ def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "a
             raise OptionError(option, given, f"{model.name} is loaded already, in {model.dtype} on {model.device}: convert or "
                                              f"move it (model.to(...)), or leave {option} out")
     return model
+
+
+def check_vocabulary(model, tokenizer, name: str) -> None:
+    """Refuse a tokenizer whose ids the model's input embedding cannot look up (a pair that does not belong
+    together), before torch fails on the first batch with "index out of range".  The tokenizer's base vocabulary
+    and the special tokens the toolkit feeds must fit; added tokens past the embedding (a multimodal model's image
+    token) are left alone, since ordinary text never produces them, and embeddings padded past the tokenizer are fine."""
+    embedding = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+    rows = getattr(embedding, "num_embeddings", None)
+    if not isinstance(rows, int):
+        return  # no lookup table to check against
+    specials = {token: getattr(tokenizer, f"{token}_token_id", None) for token in ("bos", "eos", "pad", "unk", "mask")}
+    base = getattr(tokenizer, "vocab_size", None)
+    beyond = {token: index for token, index in specials.items() if isinstance(index, int) and index >= rows}
+    if isinstance(base, int) and base > rows:
+        raise OptionError("tokenizer", type(tokenizer).__name__,
+                          f"its vocabulary has {base:,} ids but {name}'s input embedding has {rows:,} rows: the model and "
+                          "tokenizer do not belong together (pass the tokenizer saved with the model)")
+    if beyond:
+        listed = ", ".join(f"{token} id {index:,}" for token, index in beyond.items())
+        raise OptionError("tokenizer", type(tokenizer).__name__,
+                          f"its special tokens ({listed}) lie past {name}'s input embedding of {rows:,} rows: the model "
+                          "and tokenizer do not belong together (pass the tokenizer saved with the model)")
 
 
 @contextlib.contextmanager
