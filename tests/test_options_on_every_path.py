@@ -247,14 +247,17 @@ def test_the_loader_names_a_config_transformers_refuses(bad_checkpoints):
         models.open_model(str(bad_checkpoints / "checkpoint-20"))
 
 
-@pytest.mark.parametrize("adapter, expected", [
-    ("{adapter}", ["--adapter", "needs peft, which is not installed"]),
-    ("adapters/lora", ["--adapter adapters/lora", "no such adapter folder"]),
-    ("my/adapters/lora", ["--adapter my/adapters/lora", "no such adapter folder"]),
-], ids=["no-peft", "missing-relative-folder", "missing-nested-folder"])
-def test_adapter_problems_are_found_before_loading(adapter, expected, where, tmp_path, monkeypatch):
-    """Defect 4: found only after the model had loaded (a relative path was taken for a hub id)."""
-    if adapter == "{adapter}":
+@pytest.mark.parametrize("adapter, without_peft, expected", [
+    ("{adapter}", True, ["--adapter", "needs peft, which is not installed"]),
+    ("adapters/lora", False, ["--adapter adapters/lora", "no such adapter folder"]),
+    ("my/adapters/lora", False, ["--adapter my/adapters/lora", "no such adapter folder"]),
+    ("./missing", True, ["--adapter ./missing", "no such adapter folder"]),
+    ("{kg}", True, ["--adapter", "not a PEFT adapter folder (no adapter_config.json in it)"]),
+], ids=["no-peft", "missing-relative-folder", "missing-nested-folder", "no-peft-missing-folder", "no-peft-not-an-adapter"])
+def test_adapter_problems_are_found_before_loading(adapter, without_peft, expected, where, tmp_path, monkeypatch):
+    """Defect 4: found only after the model had loaded (a relative path was taken for a hub id).  Without peft, a
+    missing folder or one without adapter_config.json said "needs peft" (round 5): the folder's problem comes first."""
+    if without_peft:
         monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` fails as when it is not installed
     (tmp_path / "r").mkdir()
     assert_refused_before_loading(["probe", "--kg", where["kg"], "--model", where["model"], "--adapter", adapter.format(**where)],

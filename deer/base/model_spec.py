@@ -63,20 +63,20 @@ def loading_options(name) -> tuple[dict, str | None]:
 
 
 def check_adapter(adapter) -> None:
-    """Before any model loads: peft is installed, and the adapter a PEFT folder or a hub id (cached, when offline)."""
+    """Before any model loads: the adapter a PEFT folder or a hub id (cached, when offline), then peft installed.
+    The folder comes first: a wrong path is the user's first problem, and installing peft would not fix it."""
     if adapter is None:
         return
-    require_extra("peft", "peft", f"--adapter {adapter}")
     path, text = Path(adapter).expanduser(), str(adapter)
     if path.exists():
         if not (path / ADAPTER_CONFIG).is_file():
             raise OptionError("adapter", text, f"not a PEFT adapter folder (no {ADAPTER_CONFIG} in it)")
-        return
-    if text.startswith((".", "~")) or not HUB_ID.fullmatch(text):  # a path (./a, a/b/c, /a) is no hub id: a missing folder
+    elif text.startswith((".", "~")) or not HUB_ID.fullmatch(text):  # a path (./a, a/b/c, /a) is no hub id: a missing folder
         raise OptionError("adapter", text, "no such adapter folder")
-    if not _hub_has(text):
+    elif not _hub_has(text):
         raise OptionError("adapter", text, "no such adapter folder, nor a hub adapter in the local hub cache "
                                            "(offline: HF_HUB_OFFLINE is set)")
+    require_extra("peft", "peft", f"--adapter {adapter}")
 
 
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
