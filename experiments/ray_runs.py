@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,11 +17,28 @@ from pathlib import Path
 import numpy as np
 
 from deer.backends import DEFAULT_BACKEND
+from deer.base.errors import OptionError
 from deer.base.extras import import_extra
 from deer.platform.result import RunResult
 from deer.platform.run_options import ModelLoading, refuse_leftover, take
+from deer.platform.validate import warn
 from experiments.runs import run_probes
 from kg_data.queries import QuerySet
+
+
+# What ray.init takes as an address: "auto", "local", host:port, or a ray:// (Ray Client) or http(s):// URL.
+RAY_ADDRESS = re.compile(r"auto|local|(?:(?:ray|https?)://)?(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})/?")
+
+
+def check_ray_address(address) -> None:
+    """Before any model loads: ``address`` (None or "": a local Ray) is one Ray can parse, else an OptionError
+    naming it (Ray's own "Unable to parse port number" comes only after the driver has loaded the model)."""
+    if address is None or address == "":
+        return
+    match = RAY_ADDRESS.fullmatch(address) if isinstance(address, str) else None
+    if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
+        raise OptionError("ray_address", address, "not a Ray address: give 'auto', 'host:port' (the head node's GCS port, "
+                                                  "e.g. 10.0.0.5:6379) or 'ray://host:10001' (Ray Client)")
 
 
 @contextlib.contextmanager
@@ -51,6 +69,7 @@ def _probe_task(queries: QuerySet, model_name: str, probes: Sequence[str], templ
 def run_probes_on_ray(queries: QuerySet, model_names: Sequence[str], probes: Sequence[str], templates, *,
                       address: str | None = None, num_cpus: int | None = None, **options) -> list[RunResult]:
     """``run_probes`` (its keyword ``options``) for every model, one Ray task each, in ``model_names`` order."""
+    check_ray_address(address)
     options = {**options, "runs_dir": Path(options.get("runs_dir", "runs")).resolve()}
     with ray_session(address, num_cpus) as ray:
         task = ray.remote(**task_resources(ray))(_probe_task)
@@ -105,6 +124,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     from deer.platform.run_spec import model_identity
 
     refuse_cache_on(backend, True)
+    check_ray_address(address)
     loading = take(loose, ModelLoading, loading, "loading")
     refuse_leftover(loose, "encode_entities_on_ray")
     dtype, device = loading.dtype, loading.device
@@ -127,11 +147,12 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
             actor = ray.remote(max_restarts=3, **task_resources(ray))(_EncodingWorker)  # a dead worker is started again
             pool = [actor.remote(backend, model_name, dtype, device, templates.prompt_special_tokens, token_budget,
                                  str(store.folder.parent.parent), store.key, width) for _ in range(workers)]
-            failure = None
+            failure, redone = None, 0
             for attempt in range(3):  # a failed worker's prompts are still missing: handed out again, to workers that are up
                 live = pool if attempt == 0 else _live_workers(ray, pool)
                 if not live:
                     break
+                redone += len(missing) if attempt else 0
                 failure = _encode_over(ray, live, missing, batch, texts_of, keys, model_identity(loaded), model_name) or failure
                 store.refresh()
                 missing = np.asarray(store.missing(keys), dtype=np.int64)
@@ -140,6 +161,9 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
         if len(missing):
             raise RuntimeError(f"{len(missing)} entities were not encoded by the Ray workers (three rounds); the last "
                                f"failure: {failure}; rerun to encode only those")
+        if redone:  # Ray's own report of the failure reads as if the run failed: say that it did not
+            warn(f"a Ray worker failed ({failure}); the {redone} entity prompts it left were encoded again by the workers "
+                 f"that are up: all {len(keys)} are in the store, which is whole")
     return store.folder
 
 

@@ -88,6 +88,7 @@ def test_a_worker_process_killed_mid_run_is_redone_and_the_ranks_stay_identical(
     (``os._exit``) before it writes anything.  Ray restarts the actor, the driver hands the batch out again,
     and the store and the ranks equal one process's."""
     import deer
+    from deer.platform.validate import DeerWarning
     from experiments import ray_runs
     from tests import ray_killing_worker
 
@@ -96,7 +97,9 @@ def test_a_worker_process_killed_mid_run_is_redone_and_the_ranks_stay_identical(
     monkeypatch.setattr(ray_runs, "_EncodingWorker", ray_killing_worker.KillingWorker)
     kg, templates = load_kg(tiny_kg_dir), PromptTemplates()
     queries = build_queries(kg, "test")
-    ray_runs.encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", batch=6)
+    with pytest.warns(DeerWarning, match=r"a Ray worker failed .*the 6 entity prompts it left were encoded again .*all 12 "
+                                         r"are in the store, which is whole"):
+        ray_runs.encode_entities_on_ray(kg, str(tiny_clm_dir), templates, workers=2, cache_dir=tmp_path / "ray-cache", batch=6)
     assert (tmp_path / "killed").exists(), "no worker was killed: the test would prove nothing"
     columns = ["deer_rank_raw", "deer_rank_filtered"]
     after_kill = deer.probe(queries, str(tiny_clm_dir), templates=templates, cache=True, cache_dir=tmp_path / "ray-cache",
@@ -163,3 +166,43 @@ def test_ray_workers_encode_the_cut_descriptions_the_run_then_reads(tiny_kg_dir,
     metadata = json.loads((tmp_path / "run" / "metadata.json").read_text())["deer"]
     assert list(metadata["length_guard"]["truncated_descriptions"]) == ["e2"]
     assert metadata["cache"]["entities_encoded_now"] == 0 and metadata["cache"]["entities_from_cache"] == 12
+
+
+BAD_RAY_ADDRESSES = ["not a host:xx", "host:", "host:99999", "ray://:10001", "10.0.0.5", 6379]
+GOOD_RAY_ADDRESSES = ["auto", "local", "10.0.0.5:6379", "head-node.cluster:6379", "ray://10.0.0.5:10001", "[::1]:6379",
+                      "http://127.0.0.1:8265"]
+
+
+@pytest.mark.parametrize("address", BAD_RAY_ADDRESSES)
+def test_a_malformed_ray_address_is_refused_before_any_model_loads(address, tiny_kg_dir, monkeypatch):
+    """`--ray-address "not a host:xx"` was found after the model had loaded, by Ray's "Unable to parse port number",
+    which names no option.  Each entry that takes an address refuses it first, naming it."""
+    from click.testing import CliRunner
+
+    from deer.backends import models
+    from deer.base.errors import OptionError
+    from experiments.cli import main
+    from experiments.ray_runs import check_ray_address, encode_entities_on_ray, run_probes_on_ray
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    kg = load_kg(tiny_kg_dir)
+    for call in (lambda: check_ray_address(address),
+                 lambda: encode_entities_on_ray(kg, "smollm2-135m", PromptTemplates(), address=address),
+                 lambda: run_probes_on_ray(build_queries(kg, "test"), ["smollm2-135m"], ["deer"], PromptTemplates(),
+                                           address=address)):
+        with pytest.raises(OptionError, match=r"ray_address=.*not a Ray address"):
+            call()
+    if isinstance(address, str):
+        result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", "smollm2-135m", "--ray-workers", "2",
+                                           "--ray-address", address])
+        assert result.exit_code == 1 and f"--ray-address {address}: not a Ray address" in result.output, result.output
+
+
+@pytest.mark.parametrize("address", GOOD_RAY_ADDRESSES)
+def test_the_addresses_ray_takes_pass_the_check(address):
+    from experiments.ray_runs import check_ray_address
+
+    check_ray_address(address)

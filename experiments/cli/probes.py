@@ -209,6 +209,10 @@ def probe(probe_name, probe_option_pairs, ray_workers, ray_address, **given):
         raise click.UsageError("--ray-workers fills DEER's embedding cache: it needs --probe deer and no --no-cache")
     if ray_address and not ray_workers:  # read only by the workers: without them the run was local, the address dropped
         raise click.UsageError("--ray-address is the cluster of --ray-workers: give --ray-workers N too, or leave it out")
+    if ray_address:
+        from experiments.ray_runs import check_ray_address
+
+        check_ray_address(ray_address)  # before the model loads: Ray itself finds a bad one only in the workers' start
     run_kg_command(given, options, ray_workers=ray_workers, ray_address=ray_address)
 
 
