@@ -91,3 +91,35 @@ def test_several_prefix_groups_equal_one_pass_per_prompt(name, tokenizer):  # no
     groups, _ = prefix_groups(ids)
     assert encoder.stats.prefix_tokens == sum(shared for shared, _ in groups)
     assert max(relative_error(vectors[r], plain[r]) for r in range(len(MIXED))) < VECTOR_RTOL
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_the_cache_goes_by_the_keyword_this_transformers_takes(name, tokenizer, caplog):  # noqa: F811
+    """transformers 5.25 warns on every ``past_key_values=`` (removed in 5.40: use ``cache``) and on reading
+    ``output.past_key_values``; the toolkit passed and read it, so ``--shots shared`` and BEAR's shared-prefix
+    scoring would break when 5.40 lands.  Both paths run here with deprecation warnings as errors and
+    transformers' own log captured: neither speaks."""
+    import logging
+    import warnings
+
+    import transformers
+
+    from deer.backends.statement_scorer import StatementScorer
+
+    model = tiny_model(name, "eager", tokenizer)
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_warning()
+    transformers.logging.enable_propagation()
+    try:
+        with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="transformers"):
+            warnings.simplefilter("error", FutureWarning)
+            warnings.simplefilter("error", DeprecationWarning)
+            ids = batch_token_ids(tokenizer, PROMPTS)
+            packs = list(shared_prefix.hidden_after_prefix(model, ids[0][:-2], [ids[0][-2:], ids[1][-3:]]))
+            scores = StatementScorer(model, tokenizer).score("(dog, hypernym,", [" mammal)", " tree)"])
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        transformers.logging.disable_propagation()
+    assert packs and np.isfinite(scores).all()
+    deprecations = [record.getMessage() for record in caplog.records if "deprecat" in record.getMessage().lower()]
+    assert not deprecations, deprecations

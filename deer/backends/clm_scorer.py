@@ -60,9 +60,8 @@ class SharedPrefixScorer:
 
     def _score_after_context(self, context_ids, continuation_ids, shared_lengths, whole: bool) -> np.ndarray:
         scores = np.zeros(len(continuation_ids), dtype=np.float64)
-        output = context_cache(self.model, context_ids)
-        context_hidden = output.last_hidden_state[0]  # (P, d)
-        cache, context_length = output.past_key_values, len(context_ids)
+        context_hidden, cache = context_cache(self.model, context_ids)  # (P, d), the context's key/value cache
+        context_length = len(context_ids)
         self.stats.add(contexts=1, context_tokens=context_length, tokens=context_length)
         if whole:
             # Statement i's own prefix, context_ids[:shared_lengths[i]], scored once for all.

@@ -4,6 +4,7 @@ key/value cache), the tails packed side by side in rows on top of it, position i
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -62,10 +63,18 @@ def prefix_groups(id_lists: Sequence[Sequence[int]], min_shared: int = MIN_SHARE
     return groups, np.flatnonzero(~grouped)
 
 
-def context_cache(model, ids: Sequence[int]):
-    """The base transformer's output for one context row, with its key/value cache (``past_key_values``)."""
+def cache_keyword(model) -> str:
+    """The keyword the model's forward takes its key/value cache by: ``cache`` from transformers 5.25 (which
+    deprecates ``past_key_values``, to be removed in 5.40), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+
+
+def context_cache(model, ids: Sequence[int]) -> tuple[torch.Tensor, DynamicCache]:
+    """The base transformer's final hidden states (P, d) for one context row, and its key/value cache."""
     device = next(model.parameters()).device
-    return model.base_model(input_ids=torch.as_tensor([list(ids)], device=device), past_key_values=DynamicCache(), use_cache=True)
+    keyword = cache_keyword(model)
+    output = model.base_model(input_ids=torch.as_tensor([list(ids)], device=device), use_cache=True, **{keyword: DynamicCache()})
+    return output.last_hidden_state[0], output[keyword]  # item access: 5.25's past_key_values attribute warns
 
 
 def forward_on_cache(model, cache, context_length: int, input_ids, positions: np.ndarray, allowed: np.ndarray) -> torch.Tensor:
@@ -76,7 +85,7 @@ def forward_on_cache(model, cache, context_length: int, input_ids, positions: np
     hidden = model.base_model(input_ids=torch.as_tensor([list(input_ids)], device=device),
                               position_ids=torch.as_tensor(positions[None] + position_offset(model), device=device),
                               attention_mask=custom_attention_mask(model, allowed, positions, key_positions, device),
-                              past_key_values=cache, use_cache=True).last_hidden_state[0]
+                              use_cache=True, **{cache_keyword(model): cache}).last_hidden_state[0]
     # Drop the row again so the next one sees only the context (negative = tokens to remove).
     cache.crop(context_length - cache.get_seq_length())
     return hidden
@@ -95,7 +104,7 @@ def hidden_after_prefix(model, prefix: Sequence[int],
     """(tail indices, states at each tail's last token, tokens fed) per pack, after ``prefix`` once (counted first)."""
     length = len(prefix)
     with backend_for_custom_masks(model):
-        cache = context_cache(model, prefix).past_key_values
+        _, cache = context_cache(model, prefix)
         prefix_fed = length
         widths = [len(ids) for ids in tails]
         for pack in consecutive_packs(widths, PACK_TOKENS):
