@@ -25,7 +25,6 @@ from deer.platform.validate import warn
 from experiments.runs import run_probes
 from kg_data.queries import QuerySet
 
-
 # What ray.init takes as an address: "auto", "local", host:port, or a ray:// (Ray Client) or http(s):// URL.
 RAY_ADDRESS = re.compile(r"auto|local|(?:(?:ray|https?)://)?(?:\[[0-9a-fA-F:]+\]|[\w.-]+):(\d{1,5})/?")
 
