@@ -93,7 +93,11 @@ def test_the_bear_data_set_checks_its_pll_variant_as_bear_does(tmp_path):
 
 @pytest.mark.parametrize("text, typed", [("False", False), ("false", False), ("FALSE", False), ("True", True), ("true", True)])
 def test_a_boolean_in_any_spelling_is_read_as_the_boolean(text, typed):
-    assert probe_options(probes.get_probe("lama"), {"single_token": text})["single_token"] is typed
+    """The command line reads --probe-option's text as the boolean; the Python API takes no text for one (as exclude_head)."""
+    given = parse_key_values((f"single_token={text}",), "--probe-option")
+    assert probe_options(probes.get_probe("lama"), given)["single_token"] is typed
+    with pytest.raises(OptionError, match=f"single_token='{text}': must be True or False"):
+        probe_options(probes.get_probe("lama"), {"single_token": text})
 
 
 def test_key_values_read_python_and_json_literals_typed():
