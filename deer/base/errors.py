@@ -53,7 +53,7 @@ def check_flag(option: str, value, allow_none: bool = False):
     if value is None and allow_none:
         return None
     if type(value).__name__ not in ("bool", "bool_"):  # numpy's bool, without importing numpy here
-        raise OptionError(option, value, _or_none("must be True or False", allow_none))
+        raise OptionError(option, value, "must be True, False or None" if allow_none else "must be True or False")
     return bool(value)
 
 

@@ -94,7 +94,7 @@ class DeerCallback(TrainerCallback):
         for name, flag in (("on_evaluate", on_evaluate), ("at_start", at_start), ("keep_results", keep_results)):
             check_flag(name, flag)
         check_text("prefix", prefix)
-        if trainer is not None and not callable(getattr(trainer, "log", None)):
+        if trainer is not None and not any(callable(getattr(trainer, method, None)) for method in ("log", "add_callback")):
             raise wrong_type("trainer", trainer, "a transformers Trainer or None")
         check_instance("queries", queries, (QuerySet, TextualKG, str, os.PathLike), "a QuerySet, or a KG name, folder or TextualKG",
                        allow_none=False)
