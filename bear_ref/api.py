@@ -6,6 +6,7 @@ Same inputs and result type as ``deer.probe``, so results of one run spec join i
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,12 +15,13 @@ from bear_ref.kg_probe import BearProbe
 from deer.backends import DEFAULT_BACKEND, backend_class
 from deer.backends.hf import STATEMENT_TOKEN_BUDGET
 from deer.backends.models import DEFAULT_MODEL, as_loaded_model
-from deer.base.errors import OptionError
+from deer.base.errors import OptionError, check_count, check_names, check_path, wrong_type
 from deer.base.model_spec import with_loading
+from deer.platform.bear_accuracy import metric_convention
 from deer.platform.inputs import check_inputs
 from deer.platform.result import RunResult
-from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
-from deer.runner import run_probe
+from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, settle, take
+from deer.runner import check_run_arguments, run_probe
 from kg_data.bear import BearDataset, load_bear_dataset
 
 
@@ -55,6 +57,12 @@ class DatasetSelection:
     max_instances: int | None = None
     seed: int = 0
 
+    def __post_init__(self):  # each field's type, named (as QuerySelection's)
+        check_path("data_dir", self.data_dir)
+        check_names("relations", self.relations)
+        settle(self, max_instances=check_count("max_instances", self.max_instances, 1, allow_none=True),
+               seed=check_count("seed", self.seed, 0))
+
 
 def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelection | None = None,
                  loading: ModelLoading | None = None, budget: Budget | None = None, pll_variant: str = "within_word_l2r",
@@ -71,12 +79,16 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     backend: what scores the statements: 'hf' (a prefix trie) or 'plain' (one forward pass per statement).
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
     """
+    if not isinstance(dataset, (str, os.PathLike, BearDataset)):
+        raise wrong_type("dataset", dataset, "'bear', 'bear-big', a data set folder (str or Path) or a BearDataset")
     selection, loading = take(options, DatasetSelection, selection, "selection"), take(options, ModelLoading, loading, "loading")
     budget = take(options, Budget, budget, "budget")
     refuse_leftover(options, "bear_dataset")
     token_budget = STATEMENT_TOKEN_BUDGET if budget.token_budget is None else budget.token_budget
     backend_class(backend)  # an unknown backend fails before any work
     BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it
+    metric_convention(domain_support, ties)  # known names, before the model loads
+    check_run_arguments(show_progress=show_progress, out=out)
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     check_inputs(model, out=out, seed=selection.seed, token_budget=token_budget, dtype=loading.dtype, device=loading.device,
                  max_instances=selection.max_instances, long_prompts=budget.long_prompts, benchmark=True)

@@ -61,8 +61,8 @@ def probe(
         writes ``out``.  No ``cache`` then.
 
     Every input is checked before the model is loaded: a bad option raises ``OptionError`` naming
-    it, a bad data file ``KGFormatError`` naming file and line, a kg or model of no accepted type
-    ``TypeError`` naming the argument.
+    it (a value of the wrong type too: cache="no", seed=1.5), a bad data file ``KGFormatError`` naming file and
+    line, a kg, model or option object of no accepted type ``TypeError`` naming the argument.
     Returns a :class:`RunResult` (``.metrics["hit@10"]``, ``.table``, ``.save(folder)``).
     """
     return run_probe("deer", kg, model, selection=selection, templates=templates, loading=loading, budget=budget, backend=backend,

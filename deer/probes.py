@@ -16,8 +16,9 @@ or, from a running Python session, with :func:`register_probe`.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from deer.backends.models import RANDOM_HEAD
-from deer.base.errors import OptionError
+from deer.base.errors import OptionError, check_flag, wrong_type
 
 ENTRY_POINT_GROUP = "deer.probes"
 # The built-in probes: a checkout used through PYTHONPATH, without installing, has them too.
@@ -83,13 +84,15 @@ class OptionValues:
     optional: bool = False
 
     def check(self, option: str, value):
-        """``value`` as the probe takes it (a boolean's text, as ``--probe-option`` gives it, read as the boolean),
-        or an OptionError naming ``option``."""
-        if self.kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
-            value = value.lower() == "true"
-        if not (value is None and self.optional) and not self.fits(value):
+        """``value`` as the probe takes it (numpy's bools and integers as Python's), or an OptionError naming ``option``
+        (a text is no boolean here: the command line reads --probe-option's true/false as booleans)."""
+        if value is None and self.optional:
+            return None
+        if self.kind is bool:  # the API's one boolean check
+            return check_flag(option, value)
+        if not self.fits(value):
             raise OptionError(option, value, f"must be {self.describe()}")
-        return value
+        return int(value) if self.kind is int else value  # numpy's integer as Python's (the metadata is JSON)
 
     def fits(self, value) -> bool:
         if self.kind == "vectors":  # its rows and width are the probe's to check (queries, model)
@@ -98,8 +101,9 @@ class OptionValues:
             except (ValueError, TypeError):  # ragged rows
                 return False
             return array.ndim == 2 and np.issubdtype(array.dtype, np.number)
-        if (isinstance(value, bool) and self.kind in (int, float)) or not isinstance(value, (int, float) if self.kind is float else self.kind):
-            return False  # True is no number here (Python's bool is an int)
+        numeric = {int: numbers.Integral, float: numbers.Real}.get(self.kind)  # numpy's numbers too
+        if isinstance(value, bool) or not isinstance(value, numeric or self.kind):
+            return False  # True is no number here (Python's bool is an int), nor a choice's text
         return ((not self.choices or value in self.choices) and (self.minimum is None or value >= self.minimum)
                 and (self.maximum is None or value <= self.maximum))
 
@@ -180,6 +184,22 @@ def get_probe(name: str) -> Probe:
     if probe.name != name:
         raise ValueError(f"probe registered as '{name}' calls itself '{probe.name}'")
     return as_probe(probe)
+
+
+def probe_of(probe, argument: str = "probe") -> Probe:
+    """A probe argument of the API: a registered name, or a probe object (``as_probe``); else a TypeError naming it."""
+    if isinstance(probe, str):
+        return get_probe(probe)
+    if isinstance(probe, (Mapping, bytes)) or not hasattr(probe, "name") or not hasattr(probe, "options"):
+        raise wrong_type(argument, probe, f"a registered probe's name ({', '.join(probe_names())}) or a probe object")
+    return as_probe(probe)
+
+
+def probes_of(probes, argument: str = "probes") -> list[Probe]:
+    """A list of probe arguments (``probe_of``); a single name, where a list goes, is a TypeError naming it."""
+    if isinstance(probes, (str, bytes, Mapping)) or not isinstance(probes, Sequence):
+        raise wrong_type(argument, probes, "a list of registered probes' names or probe objects")
+    return [probe_of(probe, argument) for probe in probes]
 
 
 def as_probe(probe) -> Probe:

@@ -21,6 +21,7 @@ import pandas as pd
 import deer
 from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend, refuse_cache_on
 from deer.backends.models import DEFAULT_MODEL, LoadedModel
+from deer.base.errors import check_count, check_flag, check_instance, check_mapping, check_path, wrong_type
 from deer.base.files import package_versions, write_json, write_table
 from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
 from deer.platform.cosine_ranking import rank_cosine
@@ -40,12 +41,13 @@ from deer.platform.validate import OptionError
 from deer.probes import (
     Probe,
     ProbeRequest,
-    as_probe,
     check_model_kind,
     check_probe_inputs,
     get_probe,
     option_values,
     probe_names,
+    probe_of,
+    probes_of,
     score_task,
 )
 from kg_data.cloze import STATEMENT_RULE
@@ -75,7 +77,7 @@ def run_probe(probe: str | Probe, /, kg="wn18rr", model=DEFAULT_MODEL, *, select
               backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
               distributed: bool = False, **options) -> RunResult:
     """``run_kg`` with one probe, the arguments ``deer.probe``'s; the other ``options`` are the probe's own."""
-    probe = get_probe(probe) if isinstance(probe, str) else as_probe(probe)
+    probe = probe_of(probe)
     run_keywords = {key: options.pop(key) for key in ("cache_dir",) if key in options}
     run_options, options = gather_options(options, selection, templates, loading, budget)
     return run_kg([probe], kg, model, options={probe.name: options}, selection=run_options.selection,
@@ -91,13 +93,16 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     ``RunResult``, their ranks side by side in the order given, on the queries the one ranking fewest ranks (LAMA's
     ``single_token``).  ``options``: {probe name: its own options}; ``loose``: the option objects' fields as
     keywords, ``cache_dir=`` and ``distributed=`` (as ``deer.probe``'s)."""
-    chosen = [get_probe(probe) if isinstance(probe, str) else as_probe(probe) for probe in probes]
+    chosen = probes_of(probes)
     names = [probe.name for probe in chosen]
     if not chosen or len(set(names)) < len(names):
         raise ValueError(f"run_kg needs each probe once; got {', '.join(names) or 'none'}")
     backend_class(backend)  # an unknown backend fails before any work
-    refuse_cache_on(backend, cache)
     cache_dir, distributed = loose.pop("cache_dir", None), loose.pop("distributed", False)
+    check_run_arguments(cache=cache, show_progress=show_progress, distributed=distributed, out=out, cache_dir=cache_dir)
+    refuse_cache_on(backend, cache)
+    for own in (options, *(options or {}).values()) if isinstance(options, Mapping) else (options,):
+        check_mapping("options", own)  # {probe name: {option: value}}
     run_options, rest = gather_options(loose, selection, templates, loading, budget)
     refuse_leftover(rest, "run_kg (a probe's own options go in options={probe: {...}})")
     stray = sorted(set(options or {}) - set(names))
@@ -129,6 +134,15 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     return result
 
 
+def check_run_arguments(*, cache: bool = False, show_progress: bool = True, distributed: bool = False, **folders) -> None:
+    """The run's own arguments, each of its type (a text for a flag would be read as true) and named; ``folders``:
+    where it writes (``out``, ``cache_dir``, ``store_root``), each a str, a Path or None."""
+    for name, flag in (("cache", cache), ("show_progress", show_progress), ("distributed", distributed)):
+        check_flag(name, flag)
+    for name, folder in folders.items():
+        check_path(name, folder)
+
+
 def queries_ranked(probes: Sequence[Probe], options: Mapping[str, Mapping], queries, tokenizer):
     """The queries every probe of the run ranks: the fewest any of them ranks (its ``queries_ranked``)."""
     for probe in probes:
@@ -147,6 +161,8 @@ def refuse_unhashed(loaded: LoadedModel, option: str, value, wanted: bool, inste
 
 def benchmark_probes(names: Sequence[str]) -> list[Probe]:
     """The probes named (in that order, once each); an unknown name is a ValueError naming the registered ones."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not all(isinstance(name, str) for name in names):
+        raise wrong_type("probes", names, f"a list of registered probes' names ({', '.join(probe_names())})")
     names, known = list(dict.fromkeys(names)), probe_names()
     unknown = [name for name in names if name not in known]
     if unknown or not names:
@@ -162,8 +178,12 @@ def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK
     prediction (first on a tie), whether it is the gold, and the gold's score.  With ``out``, each finished probe's
     rows are stored (``parts/<key>/<probe>.parquet``), so a stopped run resumes; with ``store_root``, DEER's
     candidate vectors go into the model's prompt store (neither on the plain backend or unhashed weights)."""
+    check_instance("task", task, Task, "a Task (kg_data.task)", allow_none=False)
+    check_instance("loaded", loaded, LoadedModel, "a LoadedModel (deer.open_model)", allow_none=False)
     chosen = benchmark_probes(probes)
     backend_class(backend)  # an unknown backend fails before any work
+    check_count("token_budget", token_budget, 1, allow_none=True)
+    check_run_arguments(show_progress=show_progress, out=out, store_root=store_root)
     refuse_cache_on(backend, store_root is not None)
     refuse_unhashed(loaded, "store_root", store_root, store_root is not None, "leave store_root out")
     refuse_other_run(out, QUERIES_TABLE, "a cloze run")

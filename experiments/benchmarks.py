@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,14 +16,15 @@ import pandas as pd
 
 from bear_ref.cloze_scoring import lama_vocabulary
 from deer.backends import backend_class, open_backend, refuse_cache_on
+from deer.base.errors import check_count, check_names, check_path, wrong_type
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs, store_root
 from deer.platform.metrics import cloze_blocks
 from deer.platform.result import QUERIES_TABLE, refuse_other_run
-from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, take
+from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, settle, take
 from deer.platform.tables import markdown_table
-from deer.runner import BENCHMARK_PROBES, benchmark_probes, run_cloze
+from deer.runner import BENCHMARK_PROBES, benchmark_probes, check_run_arguments, run_cloze
 from experiments.cloze_bear import bear_scoring, check_bear_run, compare_with_bear, stored_bear_table
 from experiments.cloze_report import mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
@@ -57,6 +59,12 @@ class BenchmarkSelection:
     seed: int = 0
     modes: Sequence[str] = MODES
     candidate_kinds: Sequence[str] = CANDIDATE_KINDS
+
+    def __post_init__(self):  # each field's type, named (as QuerySelection's)
+        check_path("data_dir", self.data_dir)
+        for name in ("relations", "sources", "modes", "candidate_kinds"):
+            check_names(name, getattr(self, name), allow_none=name in ("relations", "sources"))
+        settle(self, max_facts=check_count("max_facts", self.max_facts, 1, allow_none=True), seed=check_count("seed", self.seed, 0))
 
 
 def _refuse_lama_only_selection(dataset, selection: BenchmarkSelection) -> None:
@@ -140,12 +148,16 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     'plain' (one whole forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the
     model's prompt store under ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
+    if not isinstance(dataset, (str, os.PathLike)):
+        raise wrong_type("dataset", dataset, "'lama', 'bear', 'bear-big' or a data set folder (str or Path)")
     cache_dir = options.pop("cache_dir", None)
     selection = take(options, BenchmarkSelection, selection, "selection")
     loading, budget = take(options, ModelLoading, loading, "loading"), take(options, Budget, budget, "budget")
     refuse_leftover(options, "probe_benchmark")
     model = with_loading(model, loading.model_kwargs, loading.adapter)
     backend_class(backend)
+    check_count("bootstrap", bootstrap, 0)  # 0: no bootstrap intervals
+    check_run_arguments(cache=cache, show_progress=show_progress, out=out, cache_dir=cache_dir, bear_run=bear_run)
     refuse_cache_on(backend, cache)
     check_inputs(model, out=out, seed=selection.seed, token_budget=budget.token_budget, dtype=loading.dtype,
                  device=loading.device, max_instances=selection.max_facts, long_prompts=budget.long_prompts, benchmark=True)

@@ -35,12 +35,20 @@ def some_of(names, limit: int = 20) -> str:
     return ", ".join(names[:limit]) + (f" ... and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def integer_problem(value, minimum: int) -> str | None:
+    """What is wrong with ``value`` as a whole count >= ``minimum`` (None: nothing): the one integer rule of the
+    toolkit, numpy's integers included, a bool not (True is no count)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return f"must be an integer >= {minimum}"
+    return f"must be >= {minimum}" if value < minimum else None
+
+
 def check_integer(name: str, value, minimum: int, hint: str = "") -> None:
     """ValueError naming ``name`` unless ``value`` is an integer (numpy's too; not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}{hint}")
+    problem = integer_problem(value, minimum)
+    if problem is not None:
+        shown = value if isinstance(value, numbers.Integral) and not isinstance(value, bool) else repr(value)
+        raise ValueError(f"{name} {problem}, got {shown}{hint}")
 
 
 class KGNotFoundError(FileNotFoundError):

@@ -38,7 +38,7 @@ def every_probe(monkeypatch):
 
 def test_every_declared_option_is_typed_and_checked(every_probe):
     """Each option of each registered probe declares a type; a value of another type is refused by name,
-    every allowed value (each choice; true/false in any spelling for a boolean) is taken."""
+    every allowed value (each choice; True/False, numpy's too, for a boolean; no text) is taken."""
     assert {"deer", "bear", "lama", "shortest"} <= {probe.name for probe in every_probe}
     for probe in every_probe:
         declared = probe.option_values
@@ -50,16 +50,19 @@ def test_every_declared_option_is_typed_and_checked(every_probe):
             assert refused.value.option == name
             assert probe_options(probe, {})[name] == probe.options[name]  # the default fits
             probe_options(probe, {name: probe.options[name]})
-            allowed = values.choices or {bool: (True, False, "true", "FALSE", "True", "False")}.get(values.kind, ())
+            allowed = values.choices or {bool: (True, False, np.True_, np.False_)}.get(values.kind, ())
             for value in allowed:
-                taken = probe_options(probe, {name: value})[name]
-                assert taken == (value.lower() == "true" if isinstance(value, str) and values.kind is bool else value)
+                assert probe_options(probe, {name: value})[name] == value
+            if values.kind is bool:  # a text is no boolean in the API (the command line reads --probe-option's as one)
+                for text in ("true", "FALSE", "False"):
+                    with pytest.raises(OptionError, match=f"{name}='{text}': must be True or False"):
+                        probe_options(probe, {name: text})
 
 
 @pytest.mark.parametrize("probe, option, value, expected", [
-    ("lama", "single_token", "yes", "true or false"),
-    ("lama", "single_token", 3, "true or false"),
-    ("lama", "single_token", 1, "true or false"),
+    ("lama", "single_token", "yes", "True or False"),
+    ("lama", "single_token", 3, "True or False"),
+    ("lama", "single_token", 1, "True or False"),
     ("bear", "pll_variant", "nonsense", "one of original, within_word_l2r"),
     ("deer", "query_embeddings", [1.0, 2.0], "2-D"),
 ])
@@ -93,7 +96,11 @@ def test_the_bear_data_set_checks_its_pll_variant_as_bear_does(tmp_path):
 
 @pytest.mark.parametrize("text, typed", [("False", False), ("false", False), ("FALSE", False), ("True", True), ("true", True)])
 def test_a_boolean_in_any_spelling_is_read_as_the_boolean(text, typed):
-    assert probe_options(probes.get_probe("lama"), {"single_token": text})["single_token"] is typed
+    """The command line reads --probe-option's text as the boolean; the Python API takes no text for one (as exclude_head)."""
+    given = parse_key_values((f"single_token={text}",), "--probe-option")
+    assert probe_options(probes.get_probe("lama"), given)["single_token"] is typed
+    with pytest.raises(OptionError, match=f"single_token='{text}': must be True or False"):
+        probe_options(probes.get_probe("lama"), {"single_token": text})
 
 
 def test_key_values_read_python_and_json_literals_typed():
@@ -146,10 +153,10 @@ def _probe_run_folder(tmp) -> str:
 CLI_CASES = [
     ("probe option boolean 'yes'", lambda t, kg, m, mp: ["probe", "--kg", kg, "--model", m, "--probe", "lama",
                                                           "--probe-option", "single_token=yes"],
-     ["--probe-option single_token=yes", "true or false"]),
+     ["--probe-option single_token=yes", "True or False"]),
     ("probe option boolean 3", lambda t, kg, m, mp: ["probe", "--kg", kg, "--model", m, "--probe", "lama",
                                                       "--probe-option", "single_token=3"],
-     ["--probe-option single_token=3", "true or false"]),
+     ["--probe-option single_token=3", "True or False"]),
     ("probe option not a choice", lambda t, kg, m, mp: ["probe", "--kg", kg, "--model", m, "--probe", "bear",
                                                          "--probe-option", "pll_variant=nonsense"],
      ["--probe-option pll_variant=nonsense", "one of original, within_word_l2r"]),

@@ -19,7 +19,12 @@ from importlib import import_module
 from importlib import metadata as importlib_metadata
 from typing import Any, Protocol
 
-from deer.base.errors import OptionError  # an unknown name is a bad option (--backend), not a KeyError
+from deer.base.errors import (  # an unknown name is a bad option (--backend), not a KeyError
+    OptionError,
+    check_count,
+    check_flag,
+    check_text,
+)
 
 ENTRY_POINT_GROUP = "deer.backends"
 BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
@@ -104,6 +109,7 @@ def cache_unless(no_cache: bool, name: str) -> bool:
 
 def backend_class(name: str):
     """The backend class registered as ``name``; an unknown name is an OptionError listing the known ones."""
+    check_text("backend", name, allow_none=False)
     if name in BUILT_IN or name in REGISTERED:
         module, attribute = {**BUILT_IN, **REGISTERED}[name].split(":")
         return getattr(import_module(module), attribute)
@@ -122,6 +128,8 @@ def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", devic
     from deer.backends.model_backend import ModelBackend
 
     cls = backend_class(name)
+    check_count("token_budget", token_budget, 1, allow_none=True)
+    check_flag("show_progress", show_progress)
     if not (isinstance(cls, type) and issubclass(cls, ModelBackend)):
         raise OptionError("backend", name, "its class does not derive from deer.backends.ModelBackend, which answers for "
                                            "the model (positions, masked or causal, device, token counts)")

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deer.backends.fingerprints import model_fingerprint, tokenizer_fingerprint, weights_stamp
-from deer.base.errors import OptionError
+from deer.base.errors import OptionError, wrong_type
 from deer.base.extras import MissingExtraError, import_extra
 from deer.base.files import folder_lock
-from deer.base.model_spec import SOURCE_KWARGS, check_adapter, loading_options, loading_suffix, with_loading
+from deer.base.model_spec import SOURCE_KWARGS, check_adapter, check_loading, loading_options, loading_suffix, with_loading
 from kg_data.locate import cache_root
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -425,6 +425,9 @@ class LoadedModel:
 def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kwargs: dict | None = None,
                adapter=None) -> LoadedModel:
     """Load ``name`` (alias, hub id, folder or ``ModelSpec``, with ``model_kwargs`` and ``adapter`` added) in eval mode."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise wrong_type("name", name, "an alias (`deer models`), a hub id or a model folder (str or Path)")
+    check_loading(dtype, device, model_kwargs, adapter)
     name = with_loading(name, model_kwargs, adapter)
     started = time.perf_counter()
     model, tokenizer, resolved = load_model(name, dtype=dtype, device=device)
@@ -438,6 +441,9 @@ def open_model(name: str, dtype: str = "auto", device: str = "auto", *, model_kw
 def as_loaded_model(model, tokenizer=None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     """A :class:`LoadedModel` from what the Python API accepts: one; a name or folder (loaded with ``dtype``
     and ``device``); a ``(model, tokenizer)`` pair; or a model object with ``tokenizer=``."""
+    check_loading(dtype, device)
+    if tokenizer is not None and not callable(getattr(tokenizer, "encode", None)):
+        raise wrong_type("tokenizer", tokenizer, "a tokenizer (transformers') or None")
     own = model[1] if isinstance(model, tuple) and len(model) == 2 else getattr(model, "tokenizer", None)
     if tokenizer is not None and isinstance(model, (str, os.PathLike, LoadedModel, tuple)) and tokenizer is not own:
         raise OptionError("tokenizer", type(tokenizer).__name__, "applies to a model given as an object; a model given by "

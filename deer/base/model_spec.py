@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from deer.base.errors import OptionError
+from deer.base.errors import OptionError, check_mapping, check_path, check_text
 from deer.base.extras import require_extra
 
 RESERVED = {"dtype": "dtype (--dtype)", "torch_dtype": "dtype (--dtype)", "device_map": "device (--device)",
@@ -40,8 +40,20 @@ class ModelSpec(str):
         return f"ModelSpec({str(self)!r}, model_kwargs={self.model_kwargs!r}, adapter={self.adapter!r})"
 
 
+def check_loading(dtype="auto", device="auto", model_kwargs=None, adapter=None) -> None:
+    """The loading options' types, each named: dtype a text, device a text or torch.device, model_kwargs a mapping,
+    adapter a folder or hub id (their values are checked where the model is named: ``deer.platform.validate``)."""
+    check_text("dtype", dtype)
+    if not isinstance(device, str) and type(device).__module__ != "torch":  # torch.device(...), without importing torch
+        raise OptionError("device", device, "must be a text (auto, cpu, cuda, cuda:N or mps) or a torch.device")
+    check_mapping("model_kwargs", model_kwargs)
+    check_path("adapter", adapter)
+
+
 def with_loading(model, model_kwargs: Mapping | None = None, adapter=None):
     """``model`` with these loading options (a ``ModelSpec``), or as it is when there are none (only a name takes them)."""
+    check_mapping("model_kwargs", model_kwargs)  # a list would pass as falsy here, or fail in dict() naming nothing
+    check_path("adapter", adapter)
     if not model_kwargs and adapter is None:
         return model
     if not isinstance(model, (str, os.PathLike)):

@@ -8,6 +8,7 @@ process calls it and encodes its share; sharded weights (FSDP, ZeRO-3) are gathe
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
@@ -19,10 +20,12 @@ from transformers import TrainerCallback
 from deer.api import load_queries, probe
 from deer.backends.fingerprints import training_identity
 from deer.backends.models import LoadedModel
+from deer.base.errors import check_count, check_flag, check_instance, check_text, wrong_type
 from deer.platform.distributed import full_weights, world
 from deer.platform.result import RunResult
 from deer.platform.templates import PromptTemplates
-from deer.platform.validate import OptionError, check_count, check_out_folder
+from deer.platform.validate import OptionError, check_out_folder
+from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
 
 LOGGED_METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "mr")
@@ -35,6 +38,13 @@ def probe_during_training(model, tokenizer, queries: QuerySet, templates: Prompt
     Call it from every process of a distributed job (all with the same queries).  Python's, numpy's
     and torch's random states are restored after.  The weights are not hashed (nothing is cached):
     the run is identified by ``training_identity`` (class, name, parameter count, ``step``)."""
+    if not (hasattr(model, "parameters") and hasattr(model, "config")):
+        raise wrong_type("model", model, "a transformers model")
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise wrong_type("tokenizer", tokenizer, "a tokenizer (transformers')")
+    check_probing(queries, templates, token_budget)
+    check_flag("show_progress", show_progress)
+    check_count("step", step, 0, allow_none=True)
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # else no CUDA generator state to restore
     rng_states = random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
     try:
@@ -48,6 +58,13 @@ def probe_during_training(model, tokenizer, queries: QuerySet, templates: Prompt
         torch.set_rng_state(rng_states[2])
         if rng_states[3] is not None:
             torch.cuda.set_rng_state_all(rng_states[3])
+
+
+def check_probing(queries, templates, token_budget) -> None:
+    """What every probe during training takes, each of its type and named: before training, not at the first probe."""
+    check_instance("queries", queries, QuerySet, "a QuerySet (deer.load_queries)", allow_none=False)
+    check_instance("templates", templates, PromptTemplates)
+    check_count("token_budget", token_budget, 1, allow_none=True)
 
 
 def logged_metrics(result: RunResult, prefix: str = "deer", names=LOGGED_METRICS) -> dict[str, float]:
@@ -74,7 +91,15 @@ class DeerCallback(TrainerCallback):
                  token_budget: int | None = None, out=None, prefix: str = "deer", keep_results: bool = True):
         check_count("every_n_steps", every_n_steps, 1, allow_none=True)  # 2.5, True or 0 would probe never or oddly
         check_out_folder(out)  # an existing file would fail only at the first probe's save
+        for name, flag in (("on_evaluate", on_evaluate), ("at_start", at_start), ("keep_results", keep_results)):
+            check_flag(name, flag)
+        check_text("prefix", prefix)
+        if trainer is not None and not any(callable(getattr(trainer, method, None)) for method in ("log", "add_callback")):
+            raise wrong_type("trainer", trainer, "a transformers Trainer or None")
+        check_instance("queries", queries, (QuerySet, TextualKG, str, os.PathLike), "a QuerySet, or a KG name, folder or TextualKG",
+                       allow_none=False)
         self.queries = queries if isinstance(queries, QuerySet) else load_queries(queries, split=split, subset=subset, seed=seed)
+        check_probing(self.queries, templates, token_budget)
         self.every_n_steps, self.on_evaluate_too, self.at_start = every_n_steps, on_evaluate, at_start
         # Without templates, the few-shot examples follow seed as deer.probe(kg, seed=...) has them (they were seed 0's).
         self.trainer, self.templates, self.token_budget = trainer, templates or PromptTemplates(seed=seed), token_budget

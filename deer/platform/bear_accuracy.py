@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from deer.base.errors import check_text
 from deer.base.files import as_written
 from deer.platform.metrics import adjusted_index
 from deer.platform.read_back import StoredFileError
@@ -31,8 +32,7 @@ CONVENTION_NAMES = {("divided", "first"): "lm-pub-quiz-0.3.3",
 def metric_convention(domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES) -> dict:
     """The named convention the metrics are computed under (stored in metrics.json and metadata.json)."""
     for what, value, known in (("domain_support", domain_support, DOMAIN_SUPPORT), ("ties", ties, TIES)):
-        if value not in known:
-            raise ValueError(f"{what} must be one of {', '.join(known)}, not {value!r}")
+        check_text(what, value, tuple(known))  # an OptionError (a ValueError) naming it
     name = CONVENTION_NAMES.get((domain_support, ties), f"domain_support={domain_support}+ties={ties}")
     return {"name": name, "domain_support": domain_support, "ties": ties,
             "domain_support_rule": DOMAIN_SUPPORT[domain_support], "ties_rule": TIES[ties]}

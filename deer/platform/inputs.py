@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,11 @@ import numpy as np
 
 from deer.backends import DEFAULT_BACKEND, open_backend
 from deer.backends.models import LoadedModel, check_model_config
+from deer.base.errors import wrong_type
 from deer.base.model_spec import check_adapter, loading_options, with_loading
 from deer.platform.length_guard import LONG_PROMPT_MODES, LengthReport, guard_lengths
 from deer.platform.result import RunResult
-from deer.platform.run_options import RunOptions
+from deer.platform.run_options import QuerySelection, RunOptions
 from deer.platform.run_spec import RunSpec, check_folder_spec
 from deer.platform.stores import flush_seconds
 from deer.platform.templates import PromptTemplates, kg_benchmark_task
@@ -29,11 +29,6 @@ from kg_data.queries import QuerySet, build_queries
 
 KG_ACCEPTED = "a KG name ('wn18rr'), a KG folder (str or Path), a TextualKG or a QuerySet"
 MODEL_ACCEPTED = "an alias (`deer models`), a hub id, a model folder (str or Path), open_model(...) or a (model, tokenizer) pair"
-
-
-def wrong_type(argument: str, value, accepted: str) -> TypeError:
-    """The error for an argument of a type nothing accepts, naming it (pathlib's own error names neither)."""
-    return TypeError(f"{argument} must be {accepted}; got {type(value).__name__} {reprlib.repr(value)}")
 
 
 def check_model_argument(model) -> None:
@@ -49,6 +44,7 @@ def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int =
     ``TextualKG``, a name or a folder.  ``exclude_head`` (also for a QuerySet): no query ranks its own head."""
     if not isinstance(kg, (str, os.PathLike, TextualKG, QuerySet)):
         raise wrong_type("kg", kg, KG_ACCEPTED)
+    QuerySelection(split, subset, seed, data_dir, exclude_head)  # each checked by name, as the API's keywords are
     if isinstance(kg, QuerySet):
         return dataclasses.replace(kg, exclude_head=True) if exclude_head else kg
     knowledge_graph = kg if isinstance(kg, TextualKG) else load_kg(kg, data_dir)

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow.compute as pc
 
-from deer.base.errors import OptionError
+from deer.base.errors import check_count, check_flag, check_text
 from deer.platform.kg_result import relation_labels
-from deer.platform.validate import check_run_options
 from kg_data.bear import ANSWER, SUBJECT
 from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.kg import TextualKG
@@ -73,17 +72,15 @@ class PromptTemplates:
     style: str = "paper"
 
     def __post_init__(self):
-        if self.style not in STYLES:
-            raise ValueError(f"style must be one of {STYLES}, got '{self.style}'")
-        if not isinstance(self.query_trailing_space, (bool, type(None))):  # "false" would be read as true
-            raise OptionError("query_trailing_space", self.query_trailing_space, "must be True, False or None (the style's)")
+        check_text("style", self.style, STYLES)
+        check_text("shots", self.shots, SHOT_MODES, allow_none=True)
+        space = check_flag("query_trailing_space", self.query_trailing_space, allow_none=True)  # "false" would be read as true
         default_shots, default_space = STYLE_DEFAULTS[self.style]
         object.__setattr__(self, "shots", default_shots if self.shots is None else self.shots)
-        space = default_space if self.query_trailing_space is None else self.query_trailing_space
-        object.__setattr__(self, "query_trailing_space", bool(space))
-        if self.shots not in SHOT_MODES:
-            raise ValueError(f"shots must be one of {SHOT_MODES}, got '{self.shots}'")
-        check_run_options(k_shot=self.k_shot, seed=self.seed)  # as the keywords are: seed=1.5 would run as 1
+        object.__setattr__(self, "query_trailing_space", default_space if space is None else space)
+        # as the keywords are: seed=1.5 would run as 1; numpy's integers kept as Python's (the metadata is JSON)
+        object.__setattr__(self, "k_shot", check_count("k_shot", self.k_shot, 0))
+        object.__setattr__(self, "seed", check_count("seed", self.seed, 0))
         if self.style == "authors" and self.shots != "shared":
             raise ValueError("the authors' template style uses one few-shot set for all queries (shots='shared'), "
                              "as deer-probe 0.1.1 does; per-query examples are the paper style")

@@ -11,7 +11,12 @@ import warnings
 from pathlib import Path
 
 from deer.backends.models import BUNDLED_MODELS, ModelUnavailableError, converted_folder
-from deer.base.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
+from deer.base.errors import (  # defined apart so that any core module can use them; imported from here too
+    OptionError,
+    check_count,
+    check_path,
+    check_text,
+)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -24,24 +29,14 @@ def warn(message: str) -> None:
     warnings.warn(message, DeerWarning, stacklevel=3)
 
 
-def check_count(option: str, value, minimum: int, allow_none: bool = False) -> None:
-    """``value`` is an int (not a bool) >= ``minimum`` (or None where ``allow_none``)."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OptionError(option, value, f"must be an integer >= {minimum}")
-    if value < minimum:
-        raise OptionError(option, value, f"must be >= {minimum}")
-
-
 def check_run_options(*, subset=None, seed=0, k_shot=None, token_budget=None, dtype=None, device=None,
                       max_instances=None) -> None:
     """The numeric and named options shared by the probes (those given; None is not checked)."""
     for option, value, minimum in (("subset", subset, 1), ("seed", seed, 0), ("k_shot", k_shot, 0),
                                    ("token_budget", token_budget, 1), ("max_instances", max_instances, 1)):
         check_count(option, value, minimum, allow_none=option != "seed")
-    if dtype is not None and dtype not in DTYPES:
-        raise OptionError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    if dtype is not None:
+        check_text("dtype", dtype, DTYPES)
     if device is not None:
         check_device(device)
 
@@ -72,6 +67,7 @@ def check_out_folder(out, option: str = "out") -> None:
     """The folder can be created (or exists) and written, checked without leaving anything behind."""
     if out is None:
         return
+    check_path(option, out)
     path = Path(out).expanduser()
     if path.exists() and not path.is_dir():
         raise OptionError(option, str(out), "exists and is not a folder")

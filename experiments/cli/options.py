@@ -311,7 +311,7 @@ PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # Python's spell
 
 def parse_key_values(pairs, option: str) -> dict:
     """``("by=words", "single_token=False")`` -> ``{"by": "words", "single_token": False}``: a value is read
-    as JSON where it parses (numbers, true/false, null) or as Python's True/False/None, else kept as text
+    as JSON where it parses (numbers, true/false in any case, null) or as Python's True/False/None, else kept as text
     (a 'False' kept as text would be truthy)."""
     options = {}
     for pair in pairs:
@@ -319,7 +319,9 @@ def parse_key_values(pairs, option: str) -> dict:
         if not separator or not key.strip():
             raise click.BadParameter(f"'{pair}' is not KEY=VALUE", param_hint=option)
         try:
-            options[key.strip()] = PYTHON_LITERALS[value.strip()] if value.strip() in PYTHON_LITERALS else json.loads(value)
+            text = value.strip()
+            text = text.capitalize() if text.lower() in ("true", "false") else text  # FALSE too: the API takes no text for a bool
+            options[key.strip()] = PYTHON_LITERALS[text] if text in PYTHON_LITERALS else json.loads(value)
         except json.JSONDecodeError:
             options[key.strip()] = value
     return options
