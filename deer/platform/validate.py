@@ -7,21 +7,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import warnings
 from pathlib import Path
 
 from deer.backends.models import BUNDLED_MODELS, ModelUnavailableError, converted_folder
 from deer.base.errors import OptionError  # defined apart so that any core module can raise it; imported from here too
+from kg_data.errors import DeerWarning, warn  # noqa: F401  (defined with the data readers, which warn too)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class DeerWarning(UserWarning):
-    """Something ran differently from what was asked (fewer few-shot examples, ...)."""
-
-
-def warn(message: str) -> None:
-    warnings.warn(message, DeerWarning, stacklevel=3)
 
 
 def check_count(option: str, value, minimum: int, allow_none: bool = False) -> None:
