@@ -386,3 +386,26 @@ def test_every_reader_says_what_an_empty_file_means(tmp_path, monkeypatch, reade
     with pytest.raises(KGFormatError) as error:
         load(folder)
     assert error.value.path == str(path) and str(error.value).startswith(f"{path}{files[name]}"), str(error.value)
+
+
+LAYOUT_FILES = {"WN18RR": _wn18rr_kg, "Wikidata5M": _wikidata5m_kg, "TSV/JSONL": _tsv_kg}
+
+
+@pytest.mark.parametrize("layouts", [("WN18RR", "Wikidata5M"), ("WN18RR", "TSV/JSONL"), ("Wikidata5M", "TSV/JSONL"),
+                                     ("WN18RR", "Wikidata5M", "TSV/JSONL")])
+def test_a_folder_holding_two_kgs_is_refused_naming_both(tmp_path, layouts):
+    """Issue 47, item 12: a folder holding Wikidata5M's files and a TSV KG's was read as Wikidata5M (WN18RR's beside a TSV
+    KG's as WN18RR), the other files ignored without a word.  Every mix of the KG layouts is refused, naming each one's files."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for layout in layouts:
+        for path in LAYOUT_FILES[layout](tmp_path / layout.replace("/", "-")).iterdir():
+            if not (folder / path.name).exists():
+                (folder / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(KGFormatError) as error:
+        load_kg(folder)
+    message = str(error.value)
+    assert message.startswith(f"{folder}: ambiguous") and all(f"{layout}'s (" in message for layout in layouts), message
+    from kg_data.load import folder_layouts
+
+    assert list(folder_layouts(folder)) == list(layouts)
