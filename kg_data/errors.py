@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 from pathlib import Path
 
 
@@ -57,3 +58,13 @@ class KGNotFoundError(FileNotFoundError):
 
 class KGSplitError(ValueError):
     """A requested split is missing from the KG, or has no triples to probe."""
+
+
+class DeerWarning(UserWarning):
+    """Something ran differently from what was asked (fewer few-shot examples, rows a reader dropped, ...).  Defined
+    here, at the bottom of the imports, so that the data readers can say so too; ``deer.platform.validate`` exports it."""
+
+
+def warn(message: str) -> None:
+    """A ``DeerWarning`` pointing at the caller's caller (the CLI shows it as a 'Warning: ...' line)."""
+    warnings.warn(message, DeerWarning, stacklevel=3)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kg_data.bear import sample_rows
 from kg_data.errors import KGFormatError, check_integer, refuse_lone_surrogates, some_of
-from kg_data.lines import json_text, nonempty, read_jsonl, read_lines
+from kg_data.lines import check_text_file, json_text, nonempty, read_jsonl, read_lines
 
 RELATIONS_FILE = "relations.jsonl"
 COMMON_VOCAB_FILE = "common_vocab_cased.txt"
@@ -105,7 +105,9 @@ def read_facts(path: Path, source: str) -> list[LamaFact]:
 
 
 def read_relation_templates(path: Path) -> dict[str, dict]:
-    """``relations.jsonl``: {code: {"template", "label"}}, checked."""
+    """``relations.jsonl``: {code: {"template", "label"}}, checked; an empty one is refused (the folder's marker: an empty
+    one is a copy that failed, and its T-REx files would go unread without a word)."""
+    check_text_file(path, empty_ok=False)
     templates, lines = {}, {}
     for line, record in read_jsonl(path, ("relation", "template")):
         code = _text(path, line, record, "relation")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -10,20 +11,64 @@ from kg_data.errors import KGFormatError, refuse_lone_surrogates
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
+UTF16 = "looks like UTF-16 (NUL bytes); save the file as UTF-8"
 JSON_TYPE_NAMES = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+SNIFF_BYTES = 1 << 16  # the head of a file looked at to name what it is when it is not text
+# (its first bytes, what the file is, how to get the text out of it): a download saved or renamed without being unpacked;
+# bzip2's "BZh" is followed by a digit and a block's magic (or the empty stream's), which no text holds
+PACKED = ((rb"\x1f\x8b", "gzip-compressed", "gzip -dc FILE > OUT; a .tar.gz archive: tar -xzf FILE"),
+          (rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)", "bzip2-compressed", "bzip2 -dc FILE > OUT; a .tar.bz2 archive: tar -xjf FILE"),
+          (rb"\xfd7zXZ\x00", "xz-compressed", "xz -dc FILE > OUT; a .tar.xz archive: tar -xJf FILE"),
+          (rb"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -dc FILE > OUT; a .tar.zst archive: tar --zstd -xf FILE"),
+          (rb"PK\x03\x04", "a zip archive", "unzip FILE"), (rb"PK\x05\x06", "an empty zip archive", "unzip FILE"),
+          (rb"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x FILE"))
+TAR_MAGIC_AT = 257  # a tar archive's header holds "ustar" here
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text with its newline) of a UTF-8 file, decoded per line so that a bad byte is reported
-    with its line; a UTF-8 byte-order mark is dropped, UTF-16 refused."""
+def check_text_file(path: Path, *, empty_ok: bool = True) -> None:
+    """Refuse a file whose bytes are not UTF-8 text, naming what they are instead: compressed or archived (with how to
+    unpack it), UTF-16 (a byte-order mark, or NUL bytes in every other place), binary, or (unless ``empty_ok``) empty.
+    Every text reader calls it first, so a file is named for what it is, not for the first line it cannot read."""
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if not head.strip() and len(head) < SNIFF_BYTES:
+        if not empty_ok:
+            raise KGFormatError(path, None, "empty file (0 bytes)" if not head else "holds only blank lines, no data")
+        return
+    for magic, what, unpack in PACKED:
+        if re.match(magic, head):
+            raise KGFormatError(path, None, f"is {what}, not text: decompress it ({unpack}) and give the text file it holds")
+    if head[TAR_MAGIC_AT:TAR_MAGIC_AT + 5] == b"ustar":
+        raise KGFormatError(path, None, "is a tar archive, not text: extract it (tar -xf FILE) and give the text file it holds")
+    if head[:2] in UTF16_BOMS:
+        raise KGFormatError(path, 1, f"starts with a UTF-16 byte-order mark ({UTF16_BOMS[head[:2]]}); save the file as UTF-8")
+    if b"\x00" in head:
+        _refuse_nul_bytes(path, head)
+
+
+def _refuse_nul_bytes(path: Path, head: bytes) -> None:
+    """UTF-16 (NULs in every other byte of ASCII text) or binary data (NULs and bytes that are not UTF-8); a stray NUL in
+    UTF-8 text is left to the line reader, which names its line."""
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    if max(even, odd) > len(head) // 8 and min(even, odd) < max(even, odd) // 8:  # NULs on one side only
+        raise KGFormatError(path, 1, UTF16)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:  # not merely a character cut at the end of the head
+            raise KGFormatError(path, None, "is binary data (NUL bytes, bytes that are not UTF-8), not a text file") from None
+
+
+def _decoded_lines(path: Path, empty_ok: bool = True) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text with its newline) of a UTF-8 file (``check_text_file``), decoded per line so that a
+    bad byte is reported with its line; a UTF-8 byte-order mark is dropped."""
+    check_text_file(path, empty_ok=empty_ok)
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1 and raw.startswith(UTF8_BOM):
                 raw = raw[len(UTF8_BOM):]
-            elif number == 1 and raw[:2] in UTF16_BOMS:
-                raise KGFormatError(path, 1, f"starts with a UTF-16 byte-order mark ({UTF16_BOMS[raw[:2]]}); save the file as UTF-8")
             if b"\x00" in raw:
-                raise KGFormatError(path, number, "looks like UTF-16 (NUL bytes); save the file as UTF-8")
+                raise KGFormatError(path, number, UTF16)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -32,8 +77,9 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_text(path: Path) -> str:
-    """The whole file as text, with the same encoding rules (and errors) as ``read_lines``."""
-    return "".join(text for _, text in _decoded_lines(path))
+    """The whole file as text, with the same encoding rules (and errors) as ``read_lines``; an empty file is refused (a
+    JSON document holds something)."""
+    return "".join(text for _, text in _decoded_lines(path, empty_ok=False))
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -17,8 +17,8 @@ MARKERS = {"wn18rr": "entity2text.txt", "bear": "metadata_relations.json", "bear
 # Data sets not pinned by checksum here: `deer data fetch` says where to get them instead of downloading.
 MANUAL_DATASETS = {"wikidata5m": (
     "Wikidata5M (Wang et al. 2021, KEPLER; CC BY 4.0) is published at https://deepgraphlearning.github.io/project/wikidata5m "
-    "as three archives: wikidata5m_alias.tar.gz, wikidata5m_text.txt.gz and wikidata5m_transductive.tar.gz. "
-    "Extract all three into {folder} (it then holds wikidata5m_entity.txt, wikidata5m_relation.txt, wikidata5m_text.txt "
+    "as three archives: wikidata5m_transductive.tar.gz (the split, about 168 MB), wikidata5m_alias.tar.gz (entity and "
+    "relation aliases, about 197 MB) and wikidata5m_text.txt.gz (descriptions, about 1.04 GB). Extract all three into {folder} (it then holds wikidata5m_entity.txt, wikidata5m_relation.txt, wikidata5m_text.txt "
     "and wikidata5m_transductive_{{train,valid,test}}.txt), or pass that folder as --kg. Its files are not pinned by "
     "checksum here, so `deer data fetch wikidata5m` does not download them.")}
 

@@ -8,7 +8,9 @@
 The entities are those named by a triple of the three splits (the alias file also lists the inductive setting's), in
 the alias file's order, named by their first alias; an entity without a text gets the empty description ("-"), an id
 on two text lines its first; a triple naming an entity or relation with no alias is dropped.  Each rule is counted in
-``TextualKG.notes``.  Files are read in bulk; a line that is not plain is named with its file and line.
+``TextualKG.notes``; a dropped triple or text line is also said in a ``DeerWarning`` (how many, why, which ids).  Files are
+read in bulk, each checked first as text (``kg_data.lines.check_text_file``: not empty, not compressed, not UTF-16); a
+line that is not plain is named with its file and line.
 """
 
 from __future__ import annotations
@@ -20,24 +22,30 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kg_data.errors import KGFormatError
+from kg_data.errors import KGFormatError, some_of, warn
 from kg_data.id_columns import indices_in, read_columns, split_first
 from kg_data.kg import EMPTY_DESCRIPTION, TextualKG
-from kg_data.lines import read_tsv
+from kg_data.lines import check_text_file, read_tsv
 from kg_data.text_column import TextColumn
 
 ENTITY_FILE, RELATION_FILE, TEXT_FILE = "wikidata5m_entity.txt", "wikidata5m_relation.txt", "wikidata5m_text.txt"
 SPLIT_FILES = {split: f"wikidata5m_transductive_{split}.txt" for split in ("train", "valid", "test")}
+# each file read, and the published archive it comes from
+ARCHIVES = {ENTITY_FILE: "wikidata5m_alias.tar.gz", RELATION_FILE: "wikidata5m_alias.tar.gz", TEXT_FILE: "wikidata5m_text.txt.gz",
+            **dict.fromkeys(SPLIT_FILES.values(), "wikidata5m_transductive.tar.gz")}
 
 
-def is_wikidata5m(folder: Path) -> bool:
-    return (Path(folder) / ENTITY_FILE).is_file() and (Path(folder) / SPLIT_FILES["test"]).is_file()
+def wikidata5m_files(folder: Path) -> list[str]:
+    """The Wikidata5M files ``folder`` holds (any one makes it a Wikidata5M folder, whose missing files are then named)."""
+    return [name for name in ARCHIVES if (Path(folder) / name).is_file()]
 
 
 def _columns(path: Path, n_columns: int | None) -> pa.Table:
     """The file's columns; a file pyarrow cannot read plainly is read line by line to name the line."""
     if not path.is_file():
-        raise KGFormatError(path, None, "missing Wikidata5M file (see `deer data`)")
+        raise KGFormatError(path, None, f"missing Wikidata5M file: extract it from {ARCHIVES[path.name]} into {path.parent} "
+                                        "(`deer data fetch wikidata5m` says where to get it)")
+    check_text_file(path, empty_ok=False)  # each published file holds lines: an empty one is an extract that failed
     table = read_columns(path, n_columns)
     if table is None:
         for _ in read_tsv(path, n_columns or sys.maxsize, min_columns=n_columns or 1):
@@ -91,7 +99,7 @@ def load_wikidata5m(folder: str | Path) -> TextualKG:
     described = text_row >= 0
     descriptions = pc.if_else(pa.array(described), texts.take(np.where(described, text_row, 0)), EMPTY_DESCRIPTION) \
         if len(texts) else pa.array([EMPTY_DESCRIPTION] * len(entity_ids))
-    splits, dropped = {}, {}
+    splits, dropped, unnamed = {}, {}, {}
     for split, table in tables.items():
         triples = np.stack([indices_in(table.column(i), vocabulary) for i, vocabulary in
                             enumerate((entity_ids, relation_ids, entity_ids))], axis=1) if table.num_rows else np.zeros((0, 3), np.int64)
@@ -101,6 +109,8 @@ def load_wikidata5m(folder: str | Path) -> TextualKG:
             for column in unknown.columns:
                 _refuse_padded(folder / SPLIT_FILES[split], column)
         splits[split], dropped[split] = triples[known], int((~known).sum())
+        if dropped[split]:
+            unnamed[split] = _ids_without_alias(table.filter(pa.array(~known)), triples[~known])
     notes = {"alias_file_entities_not_in_a_triple": int(len(listed_ids) - len(keep)),
              "entities_without_description": int((~described).sum()),
              "entities_with_more_aliases": int(more_aliases[keep].sum()),
@@ -108,6 +118,29 @@ def load_wikidata5m(folder: str | Path) -> TextualKG:
     repeated_texts = len(text_ids) - pc.count_distinct(text_ids).as_py()
     if repeated_texts:  # the release is read as its loaders read it, one text per id: the first used here, and counted
         notes["text_lines_repeating_an_id"] = int(repeated_texts)
+    _say_what_was_dropped(folder, {split: table.num_rows for split, table in tables.items()}, dropped, unnamed,
+                          int(repeated_texts))
     return TextualKG("wikidata5m", TextColumn(entity_ids), TextColumn(entity_names), TextColumn(descriptions),
                      relation_ids.to_pylist(), relation_names.to_pylist(), splits, str(folder),
                      {split: str(folder / name) for split, name in SPLIT_FILES.items()}, notes)
+
+
+def _ids_without_alias(rows: pa.Table, triples: np.ndarray) -> list[str]:
+    """The ids of dropped ``rows`` that have no alias (their index in ``triples`` is -1), each once."""
+    return list(dict.fromkeys(value for column, found in zip(rows.columns, triples.T, strict=True)
+                              for value, index in zip(column.to_pylist(), found.tolist(), strict=True) if index < 0))
+
+
+def _say_what_was_dropped(folder: Path, read: dict[str, int], dropped: dict[str, int], unnamed: dict[str, list[str]],
+                          repeated_texts: int) -> None:
+    """A DeerWarning saying how many triples of each split (and text lines) were left out and why, naming the ids: the
+    metrics cover fewer queries than the test file holds."""
+    said = [f"{split}: {dropped[split]} of {read[split]} triples dropped, {read[split] - dropped[split]} kept (ids without an "
+            f"alias: {some_of(unnamed[split], 5)})" for split in read if dropped[split]]
+    if said:
+        warn(f"Wikidata5M {folder}: {'; '.join(said)}. A triple is read only where its head, relation and tail each have a "
+             f"name, the first alias on their line of {ENTITY_FILE} or {RELATION_FILE}; counted in the KG's notes "
+             "(metadata.json: kg.notes.triples_dropped_without_alias)")
+    if repeated_texts:
+        warn(f"Wikidata5M {folder / TEXT_FILE}: {repeated_texts} lines give an id a second text, left out (an entity's "
+             "description is its first text); counted in the KG's notes (text_lines_repeating_an_id)")

@@ -52,7 +52,7 @@ def _no_vocabulary(folder):
 
 
 @pytest.mark.parametrize("damage, file, problem", [
-    (_empty_relations, "relations.jsonl", "no relation of sources TREx has a data file"),
+    (_empty_relations, "relations.jsonl", "empty file"),
     (_no_data_files, "relations.jsonl", "has a data file"),
     (_no_vocabulary, "common_vocab_cased.txt", "missing or empty: the common-vocabulary candidates need it"),
 ])

@@ -222,3 +222,190 @@ def test_a_kg_folder_given_relative_is_named_and_recorded_as_the_folder_it_is(ti
     monkeypatch.chdir(tiny_kg_dir)
     kg = load_kg(spelling)
     assert (kg.name, kg.source) == (tiny_kg_dir.name, str(tiny_kg_dir.resolve()))
+
+
+# -- every text reader x every way a file's bytes are not text (issue 47, item 6) ----------------------------------
+
+
+def _zip(name: str, data: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        member = tarfile.TarInfo(name)
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _zstd(data: bytes) -> bytes:
+    try:
+        from compression import zstd  # Python 3.14
+    except ImportError:  # its frame's magic number before the data, as the check reads only that
+        return b"\x28\xb5\x2f\xfd" + data
+    return zstd.compress(data)
+
+
+# fault: (the file's bytes made from its good ones and name, the line named, what the message says)
+TEXT_FAULTS = {
+    "gzip": (lambda data, name: __import__("gzip").compress(data), None, "is gzip-compressed, not text: decompress it"),
+    "bzip2": (lambda data, name: __import__("bz2").compress(data), None, "is bzip2-compressed, not text: decompress it"),
+    "xz": (lambda data, name: __import__("lzma").compress(data), None, "is xz-compressed, not text: decompress it"),
+    "zstd": (lambda data, name: _zstd(data), None, "is zstd-compressed, not text: decompress it"),
+    "zip": (lambda data, name: _zip(name, data), None, "is a zip archive, not text: decompress it (unzip"),
+    "7z": (lambda data, name: b"7z\xbc\xaf\x27\x1c" + data, None, "is a 7-Zip archive, not text"),
+    "tar": (lambda data, name: _tar(name, data), None, "is a tar archive, not text: extract it"),
+    "utf-16 with its mark": (lambda data, name: data.decode().encode("utf-16"), 1, "starts with a UTF-16 byte-order mark"),
+    "utf-16-le": (lambda data, name: data.decode().encode("utf-16-le"), 1, "looks like UTF-16 (NUL bytes)"),
+    "utf-16-be": (lambda data, name: data.decode().encode("utf-16-be"), 1, "looks like UTF-16 (NUL bytes)"),
+    "binary": (lambda data, name: b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8, None, "is binary data"),
+}
+
+
+def _tsv_kg(tmp_path):
+    from tests.conftest import write_tiny_kg
+
+    return write_tiny_kg(tmp_path / "kg")
+
+
+def _jsonl_kg(tmp_path):
+    from tests.test_cli_routing import write_jsonl_kg
+
+    return write_jsonl_kg(tmp_path / "kg")
+
+
+def _wn18rr_kg(tmp_path):
+    from tests.test_input_refusals import _wn18rr_format
+
+    return _wn18rr_format(tmp_path) / "wn18rr"
+
+
+def _wikidata5m_kg(tmp_path):
+    from tests.test_wikidata5m import _write
+
+    return _write(tmp_path / "w5m")
+
+
+def _lama(tmp_path):
+    from tests.test_cloze import write_lama
+
+    return write_lama(tmp_path / "lama")
+
+
+def _bear(tmp_path):
+    from tests.test_bear_dataset import write_dataset
+
+    return write_dataset(tmp_path / "BEARmini")
+
+
+def _load_bear(folder):
+    from kg_data.bear import load_bear_dataset
+
+    return load_bear_dataset(folder)
+
+
+def _load_lama(folder):
+    from kg_data.lama import load_lama
+
+    return load_lama(folder)
+
+
+# reader: (builder, loader, its files, what an empty file of each says: a message, or None where an empty file is read)
+NO_SPLIT = None  # an empty split file of the user's own KG is a split without triples (probing it names the file)
+TEXT_READERS = {
+    "tsv": (_tsv_kg, load_kg, {"entities.tsv": ": no entities", "relations.tsv": ": no relations", "train.tsv": NO_SPLIT,
+                               "test.tsv": NO_SPLIT}),
+    "tsv read in bulk": (_tsv_kg, load_kg, {"entities.tsv": ": no entities", "train.tsv": NO_SPLIT}),
+    "jsonl": (_jsonl_kg, load_kg, {"entities.jsonl": ": no entities", "relations.jsonl": ": no relations",
+                                   "test.jsonl": NO_SPLIT}),
+    "wn18rr": (_wn18rr_kg, load_kg, {"entity2text.txt": ": no entities", "test.tsv": NO_SPLIT}),
+    "wikidata5m": (_wikidata5m_kg, load_kg, dict.fromkeys(
+        ["wikidata5m_entity.txt", "wikidata5m_relation.txt", "wikidata5m_text.txt", "wikidata5m_transductive_train.txt",
+         "wikidata5m_transductive_valid.txt", "wikidata5m_transductive_test.txt"], ": empty file (0 bytes)")),
+    "lama": (_lama, _load_lama, {"relations.jsonl": ": empty file (0 bytes)", "TREx/P19.jsonl": ": no facts",
+                                 "Google_RE/place_of_birth_test.jsonl": ": no facts", "Squad/test.jsonl": ": no facts",
+                                 "common_vocab_cased.txt": None}),
+    "bear": (_bear, _load_bear, {"metadata_relations.json": ": empty file (0 bytes)", "P36.jsonl": ": no instances",
+                                 "../relation_info.json": ": empty file (0 bytes)"}),
+}
+TEXT_FILES = [(reader, name) for reader, (_, _, files) in TEXT_READERS.items() for name in files]
+
+
+def _bulk(monkeypatch, reader):
+    if reader == "tsv read in bulk":
+        import kg_data.kg
+        import kg_data.textual
+
+        monkeypatch.setattr(kg_data.kg, "BULK_BYTES", 0)
+        monkeypatch.setattr(kg_data.textual, "BULK_BYTES", 0)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("fault", list(TEXT_FAULTS))
+@pytest.mark.parametrize(("reader", "name"), TEXT_FILES, ids=[f"{r}:{n}" for r, n in TEXT_FILES])
+def test_every_reader_names_a_file_that_is_not_text_for_what_it_is(tmp_path, monkeypatch, reader, name, fault):
+    """A file compressed, archived, in UTF-16 or binary is named for what it is (with how to get the text out of it) by
+    every text reader, from one check (``kg_data.lines.check_text_file``), not for the first line it cannot read: gzip bytes
+    read 'looks like UTF-16 (NUL bytes)', a zip 'expected 3 tab-separated columns'."""
+    build, load, _ = TEXT_READERS[reader]
+    folder = build(tmp_path)
+    _bulk(monkeypatch, reader)
+    path = (folder / name).resolve()
+    make, line, problem = TEXT_FAULTS[fault]
+    path.write_bytes(make(path.read_bytes(), path.name))
+    with pytest.raises(KGFormatError) as error:
+        load(folder)
+    assert (error.value.path, error.value.line) == (str(path), line), str(error.value)
+    assert str(error.value).startswith(f"{path}{'' if line is None else f':{line}'}: {problem}"), str(error.value)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(("reader", "name"), TEXT_FILES, ids=[f"{r}:{n}" for r, n in TEXT_FILES])
+def test_every_reader_says_what_an_empty_file_means(tmp_path, monkeypatch, reader, name):
+    """An empty file is named as empty (or for what its emptiness leaves: no entities, no facts), never as a file that
+    is not plain text; where an empty file is read (a split without triples, no common vocabulary) it loads."""
+    build, load, files = TEXT_READERS[reader]
+    folder = build(tmp_path)
+    _bulk(monkeypatch, reader)
+    path = (folder / name).resolve()
+    path.write_bytes(b"")
+    if files[name] is None:
+        load(folder)
+        return
+    with pytest.raises(KGFormatError) as error:
+        load(folder)
+    assert error.value.path == str(path) and str(error.value).startswith(f"{path}{files[name]}"), str(error.value)
+
+
+LAYOUT_FILES = {"WN18RR": _wn18rr_kg, "Wikidata5M": _wikidata5m_kg, "TSV/JSONL": _tsv_kg}
+
+
+@pytest.mark.parametrize("layouts", [("WN18RR", "Wikidata5M"), ("WN18RR", "TSV/JSONL"), ("Wikidata5M", "TSV/JSONL"),
+                                     ("WN18RR", "Wikidata5M", "TSV/JSONL")])
+def test_a_folder_holding_two_kgs_is_refused_naming_both(tmp_path, layouts):
+    """Issue 47, item 12: a folder holding Wikidata5M's files and a TSV KG's was read as Wikidata5M (WN18RR's beside a TSV
+    KG's as WN18RR), the other files ignored without a word.  Every mix of the KG layouts is refused, naming each one's files."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for layout in layouts:
+        for path in LAYOUT_FILES[layout](tmp_path / layout.replace("/", "-")).iterdir():
+            if not (folder / path.name).exists():
+                (folder / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(KGFormatError) as error:
+        load_kg(folder)
+    message = str(error.value)
+    assert message.startswith(f"{folder}: ambiguous") and all(f"{layout}'s (" in message for layout in layouts), message
+    from kg_data.load import folder_layouts
+
+    assert list(folder_layouts(folder)) == list(layouts)

@@ -182,3 +182,133 @@ def test_a_text_file_listing_an_id_twice_uses_its_first_text_and_counts_it(tmp_p
     assert kg.entity_descriptions[:1] == ["Berlin is the capital of Germany."]
     assert kg.notes["text_lines_repeating_an_id"] == 1 and kg.summary()["notes"]["text_lines_repeating_an_id"] == 1
     assert "text_lines_repeating_an_id" not in load_wikidata5m(_write(tmp_path / "plain")).notes  # none: no note
+
+
+def _lines(text: str) -> int:
+    return len(text.splitlines())
+
+
+def test_dropped_triples_are_said_on_the_terminal_and_kept_in_the_result(tmp_path, tiny_clm_dir):
+    """Issue 47, item 5: triples dropped for want of an alias were counted in metadata.json only; the terminal said
+    '1 test queries x 3 candidates' and nothing else.  A DeerWarning now says how many of each split were dropped, how many
+    kept, why, and which ids; the CLI shows it, and the returned result and metadata.json hold the counts."""
+    import json
+
+    from click.testing import CliRunner
+
+    import deer
+    from deer.platform.validate import DeerWarning
+    from experiments.cli import main
+
+    folder = _write(tmp_path / "w5m")
+    with pytest.warns(DeerWarning) as caught:
+        kg = load_wikidata5m(folder)
+    dropped = kg.notes["triples_dropped_without_alias"]
+    said = " ".join(str(w.message) for w in caught)
+    for split in ("train", "test"):
+        read = _lines(FILES[f"wikidata5m_transductive_{split}.txt"])
+        assert f"{split}: {dropped[split]} of {read} triples dropped, {read - dropped[split]} kept" in said, said
+    assert "valid:" not in said and "Q5" in said and "P7" in said and "Q4" in said and "alias" in said
+    run = CliRunner().invoke(main, ["probe", "--kg", str(folder), "--model", str(tiny_clm_dir), "--k-shot", "0",
+                                    "--out", str(tmp_path / "out")], env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
+    assert run.exit_code == 0, run.output
+    test_read = _lines(FILES["wikidata5m_transductive_test.txt"])
+    assert f"Warning: Wikidata5M {folder}: " in run.output
+    assert f"test: {dropped['test']} of {test_read} triples dropped, {test_read - dropped['test']} kept" in run.output
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert metadata["deer"]["kg"]["notes"]["triples_dropped_without_alias"] == dropped
+    with pytest.warns(DeerWarning, match=r"test: \d+ of \d+ triples dropped"):
+        result = deer.probe(str(folder), str(tiny_clm_dir), k_shot=0, show_progress=False)
+    assert result.metadata_of("deer")["kg"]["notes"]["triples_dropped_without_alias"] == dropped
+    assert len(result.table) == test_read - dropped["test"]
+
+
+DROP_RULES = {  # a triple left out, and the id the warning names for it
+    "head without an alias line": ("Q77\tP1\tQ2\n", "Q77"),
+    "tail without an alias line": ("Q1\tP1\tQ77\n", "Q77"),
+    "relation without an alias line": ("Q1\tP77\tQ2\n", "P77"),
+    "head with a blank first alias": ("Q4\tP1\tQ2\n", "Q4"),
+}
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+@pytest.mark.parametrize("rule", list(DROP_RULES))
+def test_every_drop_rule_in_every_split_is_said_with_its_count(tmp_path, rule, split):
+    """The class of item 5: each way a Wikidata5M row is left out (a triple for each reason, in each split; a second
+    text of an id) is said in a DeerWarning with the count read, the count dropped and the id."""
+    from deer.platform.validate import DeerWarning
+
+    name = f"wikidata5m_transductive_{split}.txt"
+    line, named = DROP_RULES[rule]
+    folder = _write(tmp_path / "w5m", **{name: FILES[name] + line})
+    with pytest.warns(DeerWarning) as caught:
+        kg = load_wikidata5m(folder)
+    dropped = kg.notes["triples_dropped_without_alias"][split]
+    read = _lines(FILES[name]) + 1
+    said = [str(w.message) for w in caught if f"{split}: " in str(w.message)]
+    assert len(said) == 1 and f"{split}: {dropped} of {read} triples dropped, {read - dropped} kept" in said[0]
+    assert named in said[0] and len(kg.splits[split]) == read - dropped
+
+
+def test_a_second_text_of_an_id_is_said(tmp_path):
+    from deer.platform.validate import DeerWarning
+
+    text = FILES["wikidata5m_text.txt"] + "Q1\tA second text.\nQ1\tA third text.\n"
+    with pytest.warns(DeerWarning, match=r"wikidata5m_text.txt: 2 lines give an id a second text"):
+        load_wikidata5m(_write(tmp_path / "w5m", **{"wikidata5m_text.txt": text}))
+
+
+def test_a_folder_that_drops_nothing_says_nothing(tmp_path):
+    import warnings
+
+    plain = {"wikidata5m_entity.txt": "Q1\tBerlin\nQ2\tGermany\nQ3\tParis\n", "wikidata5m_text.txt": "Q1\tA city.\n",
+             "wikidata5m_transductive_train.txt": "Q1\tP1\tQ2\n", "wikidata5m_transductive_test.txt": "Q1\tP2\tQ3\n"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kg = load_wikidata5m(_write(tmp_path / "w5m", **plain))
+    assert kg.notes["triples_dropped_without_alias"] == {"train": 0, "valid": 0, "test": 0}
+
+
+@pytest.mark.parametrize("file_name", list(FILES))
+def test_a_missing_wikidata5m_file_is_named_not_read_as_a_tsv_kg(tmp_path, file_name):
+    """Issue 47, item 6: a Wikidata5M folder without its test file was read as a TSV KG ('entities.tsv: missing file');
+    any one missing file is now named, with the published archive it comes from."""
+    from kg_data.load import load_kg
+    from kg_data.wikidata5m import ARCHIVES
+
+    folder = _write(tmp_path / "w5m")
+    (folder / file_name).unlink()
+    with pytest.raises(KGFormatError) as error:
+        load_kg(folder)
+    assert str(error.value).startswith(f"{folder / file_name}: missing Wikidata5M file")
+    assert ARCHIVES[file_name] in str(error.value) and "entities.tsv" not in str(error.value)
+
+
+@pytest.mark.parametrize("file_name", list(FILES))
+@pytest.mark.parametrize("fault, problem", [("empty", "empty file (0 bytes)"), ("blank", "holds only blank lines"),
+                                            ("gzip", "is gzip-compressed, not text: decompress it")])
+def test_an_empty_or_compressed_wikidata5m_file_is_named_for_what_it_is(tmp_path, file_name, fault, problem):
+    """Issue 47, item 6: an empty file read 'not a plain tab-separated UTF-8 file', gzip bytes 'looks like UTF-16 (NUL
+    bytes)'."""
+    import gzip
+
+    folder = _write(tmp_path / "w5m")
+    content = {"empty": b"", "blank": b"\n\n", "gzip": gzip.compress(FILES[file_name].encode())}[fault]
+    (folder / file_name).write_bytes(content)
+    with pytest.raises(KGFormatError) as error:
+        load_wikidata5m(folder)
+    assert str(error.value).startswith(f"{folder / file_name}: {problem}"), str(error.value)
+
+
+@pytest.mark.parametrize("other", ["entities.tsv", "relations.jsonl", "entity2text.txt"])
+def test_a_folder_with_wikidata5m_and_another_kg_is_ambiguous(tmp_path, other):
+    """Issue 47, item 12: a folder with Wikidata5M's files and a TSV KG's was read as Wikidata5M, the TSV files ignored
+    without a word; it is refused, naming both KGs' files (WN18RR's too)."""
+    from kg_data.load import load_kg
+
+    folder = _write(tmp_path / "w5m")
+    (folder / other).write_text("e0\tdog\n")
+    with pytest.raises(KGFormatError) as error:
+        load_kg(folder)
+    message = str(error.value)
+    assert message.startswith(f"{folder}: ambiguous") and other in message and "wikidata5m_entity.txt" in message

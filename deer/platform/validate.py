@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import warnings
 from pathlib import Path
 
 from deer.backends.models import BUNDLED_MODELS, ModelUnavailableError, converted_folder
@@ -17,16 +16,9 @@ from deer.base.errors import (  # defined apart so that any core module can use 
     check_path,
     check_text,
 )
+from kg_data.errors import DeerWarning, warn  # noqa: F401  (defined with the data readers, which warn too)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class DeerWarning(UserWarning):
-    """Something ran differently from what was asked (fewer few-shot examples, ...)."""
-
-
-def warn(message: str) -> None:
-    warnings.warn(message, DeerWarning, stacklevel=3)
 
 
 def check_run_options(*, subset=None, seed=0, k_shot=None, token_budget=None, dtype=None, device=None,
