@@ -15,7 +15,8 @@ import pandas as pd
 # Damage that a store must notice in what it reads back.
 VECTOR_FAULTS = ("narrow", "nan", "truncate", "flip", "empty", "not-numpy", "pickle")
 # Damage that a run must notice in a resume part (a table of finished rows).
-TABLE_FAULTS = ("truncate", "flip", "empty", "not-a-table", "rows", "columns")
+TABLE_FAULTS = ("truncate", "flip", "empty", "not-a-table", "rows", "columns", "value")
+RANK_EDIT = 5  # 'value': added to each rank of a part; the table stays valid, only its numbers differ from what was written
 NARROW = 7  # the width of 'narrow' vectors: never a model's hidden size or a tiny KG's candidate count
 
 
@@ -121,13 +122,19 @@ def set_aside_resume_parts(out) -> list[Path]:
 
 def corrupt_resume_parts(out, how: str) -> list[Path]:
     """Damage every resume part under ``out`` (``TABLE_FAULTS``): 'rows' (its last row dropped), 'columns'
-    (its first column dropped), or the bytes damaged (``damage_bytes``).  Returns the damaged files."""
+    (its first column dropped), 'value' (``RANK_EDIT`` added to its ranks: a valid table of other numbers), or the
+    bytes damaged (``damage_bytes``).  Returns the damaged files."""
     parts = resume_parts(out)
     assert parts, f"no resume part under {out}"
     for path in parts:
-        if how in ("rows", "columns"):
+        if how in ("rows", "columns", "value"):
             table = pd.read_parquet(path)
-            table = table.iloc[:-1] if how == "rows" else table.drop(columns=table.columns[0])
+            if how == "value":
+                ranks = [column for column in table.columns if column.endswith("_rank")]
+                assert ranks, f"{path} holds no rank column"
+                table[ranks] += RANK_EDIT
+            else:
+                table = table.iloc[:-1] if how == "rows" else table.drop(columns=table.columns[0])
             table.to_parquet(path, index=False)
         else:
             damage_bytes(path, how)
