@@ -33,8 +33,8 @@ def set_aside(error: StoredFileError, redo: str) -> None:
     try:
         os.replace(error.path, target)
         kept = f"set aside as {target.name}"
-    except FileNotFoundError:  # another process reading the same store set it aside first
-        kept = f"set aside as {target.name} by another run"
+    except FileNotFoundError:  # another process reading the same store set it aside first, or it is simply missing
+        kept = f"set aside as {target.name} by another run" if target.exists() else "no file to set aside"
     except OSError as failure:  # still never used by this run; a later one tries again
         kept = f"not used (it could not be set aside: {failure.strerror or failure})"
     warn(f"{error}; {kept}, {redo}")
