@@ -120,6 +120,21 @@ def set_aside_resume_parts(out) -> list[Path]:
     return sorted(Path(out).rglob("parts/*/*.parquet.bad"))
 
 
+def _edit_ranks(path: Path) -> None:
+    """``RANK_EDIT`` added to every rank of a parquet part, all else kept: its schema and key-value metadata (what
+    the writer recorded of it) as written, as a tool that keeps a file's metadata would rewrite it."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    ranks = [i for i, name in enumerate(table.column_names) if name.endswith("_rank")]
+    assert ranks, f"{path} holds no rank column"
+    for i in ranks:
+        table = table.set_column(i, table.field(i), pc.add(table.column(i), RANK_EDIT))
+    pq.write_table(table, path)
+    assert pq.read_schema(path).metadata == table.schema.metadata
+
+
 def corrupt_resume_parts(out, how: str) -> list[Path]:
     """Damage every resume part under ``out`` (``TABLE_FAULTS``): 'rows' (its last row dropped), 'columns'
     (its first column dropped), 'value' (``RANK_EDIT`` added to its ranks: a valid table of other numbers), or the
@@ -127,14 +142,11 @@ def corrupt_resume_parts(out, how: str) -> list[Path]:
     parts = resume_parts(out)
     assert parts, f"no resume part under {out}"
     for path in parts:
-        if how in ("rows", "columns", "value"):
+        if how == "value":
+            _edit_ranks(path)
+        elif how in ("rows", "columns"):
             table = pd.read_parquet(path)
-            if how == "value":
-                ranks = [column for column in table.columns if column.endswith("_rank")]
-                assert ranks, f"{path} holds no rank column"
-                table[ranks] += RANK_EDIT
-            else:
-                table = table.iloc[:-1] if how == "rows" else table.drop(columns=table.columns[0])
+            table = table.iloc[:-1] if how == "rows" else table.drop(columns=table.columns[0])
             table.to_parquet(path, index=False)
         else:
             damage_bytes(path, how)
