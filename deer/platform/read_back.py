@@ -73,11 +73,11 @@ def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None 
     if rows is not None and len(table) != rows:
         raise StoredFileError(path, f"holds {len(table)} rows where {rows} are expected")
     if digest:
-        check_digest(path, table, recorded)
+        _check_digest(path, table, recorded)
     return table
 
 
-def check_digest(path: Path, table: pd.DataFrame, recorded: str | None) -> None:
+def _check_digest(path: Path, table: pd.DataFrame, recorded: str | None) -> None:
     """StoredFileError naming ``path`` unless ``table`` (read from it) has the content digest the file records."""
     if recorded is None:
         raise StoredFileError(path, "records no digest of its content (not written by this toolkit version, or rewritten "
