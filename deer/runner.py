@@ -254,7 +254,7 @@ class ClozeParts:
             return
         if not (self.folder / "key.json").exists():  # written with the first finished part: a failed start leaves nothing
             write_json(self.folder / "key.json", self.key)
-        write_table(path, rows)  # atomic; a resumed run checks it all the same (``reusable_table``)
+        write_table(path, rows, digest=True)  # atomic, with its content's digest, which a resumed run checks (``reusable_table``)
 
 
 NO_PARTS = ClozeParts(None, {})  # a run that keeps nothing between runs (a KG's: its probes resume in their stores)

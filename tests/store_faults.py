@@ -15,7 +15,8 @@ import pandas as pd
 # Damage that a store must notice in what it reads back.
 VECTOR_FAULTS = ("narrow", "nan", "truncate", "flip", "empty", "not-numpy", "pickle")
 # Damage that a run must notice in a resume part (a table of finished rows).
-TABLE_FAULTS = ("truncate", "flip", "empty", "not-a-table", "rows", "columns")
+TABLE_FAULTS = ("truncate", "flip", "empty", "not-a-table", "rows", "columns", "value")
+RANK_EDIT = 5  # 'value': added to each rank of a part; the table stays valid, only its numbers differ from what was written
 NARROW = 7  # the width of 'narrow' vectors: never a model's hidden size or a tiny KG's candidate count
 
 
@@ -119,13 +120,31 @@ def set_aside_resume_parts(out) -> list[Path]:
     return sorted(Path(out).rglob("parts/*/*.parquet.bad"))
 
 
+def _edit_ranks(path: Path) -> None:
+    """``RANK_EDIT`` added to every rank of a parquet part, all else kept: its schema and key-value metadata (what
+    the writer recorded of it) as written, as a tool that keeps a file's metadata would rewrite it."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    ranks = [i for i, name in enumerate(table.column_names) if name.endswith("_rank")]
+    assert ranks, f"{path} holds no rank column"
+    for i in ranks:
+        table = table.set_column(i, table.field(i), pc.add(table.column(i), RANK_EDIT))
+    pq.write_table(table, path)
+    assert pq.read_schema(path).metadata == table.schema.metadata
+
+
 def corrupt_resume_parts(out, how: str) -> list[Path]:
     """Damage every resume part under ``out`` (``TABLE_FAULTS``): 'rows' (its last row dropped), 'columns'
-    (its first column dropped), or the bytes damaged (``damage_bytes``).  Returns the damaged files."""
+    (its first column dropped), 'value' (``RANK_EDIT`` added to its ranks: a valid table of other numbers), or the
+    bytes damaged (``damage_bytes``).  Returns the damaged files."""
     parts = resume_parts(out)
     assert parts, f"no resume part under {out}"
     for path in parts:
-        if how in ("rows", "columns"):
+        if how == "value":
+            _edit_ranks(path)
+        elif how in ("rows", "columns"):
             table = pd.read_parquet(path)
             table = table.iloc[:-1] if how == "rows" else table.drop(columns=table.columns[0])
             table.to_parquet(path, index=False)

@@ -80,8 +80,10 @@ def test_store_resumes_after_interruption(tmp_path):
 def test_store_never_uses_a_mismatching_key(tmp_path):
     store = EmbeddingStore(tmp_path, "entities", {"model": "m"})
     (store.folder / "key.json").write_text(json.dumps({"kind": "entities", "model": "other"}))
-    with pytest.raises(CacheKeyMismatch):
+    with pytest.raises(CacheKeyMismatch) as refused:  # on every run, until the folder goes: the message says so
         EmbeddingStore(tmp_path, "entities", {"model": "m"})
+    assert str(refused.value).startswith(f"{store.folder / 'key.json'}: ")
+    assert f"remove the folder {store.folder}" in str(refused.value)
     assert EmbeddingStore(tmp_path, "entities", {"model": "n"}).folder != store.folder
 
 

@@ -7,17 +7,23 @@ and a third run silent (the cache healed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 import deer
+from deer.base.files import write_table
+from deer.platform.read_back import StoredFileError, read_stored_table
 from deer.platform.result import RunResult
 from deer.platform.stores import EmbeddingStore, StoreDamaged
 from deer.platform.validate import DeerWarning
@@ -152,47 +158,91 @@ def lama_folder(tmp_path_factory) -> Path:
     return write_lama(tmp_path_factory.mktemp("lama") / "lama")
 
 
+@dataclasses.dataclass(frozen=True)
+class ResumeRun:
+    """A command that keeps resume parts in its --out: where its result lands, how many parts it keeps, and which of
+    them a run read back (its metadata.json)."""
+
+    name: str
+    result: str  # the result's folder under --out
+    table: str  # its rows, under that folder
+    parts: int
+    resumed: Callable[[Path], list]
+
+    def args(self, tmp_path: Path, model: Path, lama: Path, out: Path) -> list[str]:
+        if self.name == "cloze":
+            return ["cloze", "--dataset", str(lama), "--model", str(model), "--candidates", "relation", "--probes", "deer,lama",
+                    "--bootstrap", "0", "--out", str(out)]
+        return ["bear-dataset", "--dataset", str(write_dataset(tmp_path / "BEARmini")), "--model", str(model), "--out", str(out)]
+
+    def outcome(self, out: Path) -> tuple[pd.DataFrame, dict]:
+        """The run's rows and metrics.json."""
+        folder = out / self.result
+        return pd.read_parquet(folder / self.table), json.loads((folder / "metrics.json").read_text())
+
+
+RESUME_RUNS = (
+    ResumeRun("cloze", "cloze", "queries.parquet", 2, resumed_probes),  # a part per probe
+    ResumeRun("bear-dataset", ".", "instances.parquet", 2,  # a part per relation
+              lambda folder: json.loads((folder / "metadata.json").read_text())["bear"]["relations_resumed"]),
+)
+
+
 @pytest.mark.parametrize("how", TABLE_FAULTS)
-def test_damaged_cloze_resume_parts_are_set_aside_and_scored_again(tmp_path, lama_folder, tiny_clm_dir, how):
+@pytest.mark.parametrize("run", RESUME_RUNS, ids=lambda run: run.name)
+def test_damaged_resume_parts_are_set_aside_and_made_again(tmp_path, lama_folder, tiny_clm_dir, run, how):
+    """Every kind of resume part, damaged every way ``TABLE_FAULTS`` knows (a value edited in a still valid table too):
+    named, set aside and made again, with the clean run's rows and metrics; the run after reads every part back."""
     cache, out = tmp_path / "cache", tmp_path / "out"
-    args = ["cloze", "--dataset", str(lama_folder), "--model", str(tiny_clm_dir), "--candidates", "relation",
-            "--probes", "deer,lama", "--bootstrap", "0", "--out", str(out)]
+    args = run.args(tmp_path, tiny_clm_dir, lama_folder, out)
     invoke(args, cache)
-    table = pd.read_parquet(out / "cloze" / "queries.parquet")
+    table, metrics = run.outcome(out)
+    assert run.resumed(out / run.result) == []  # the first run made every part
     damaged = corrupt_resume_parts(out, how)
-    assert len(damaged) == 2  # one per probe
+    assert len(damaged) == run.parts
 
     second = invoke(args, cache)
     assert_each_named_once(second.output, damaged)
     assert len(set_aside_resume_parts(out)) == len(damaged)
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "cloze" / "queries.parquet"), table)
-    assert resumed_probes(out / "cloze") == []
+    assert run.resumed(out / run.result) == []
+    pd.testing.assert_frame_equal(run.outcome(out)[0], table)
+    assert run.outcome(out)[1] == metrics
 
     third = invoke(args, cache)
     assert not warnings_in(third.output), third.output
-    assert resumed_probes(out / "cloze") == ["deer", "lama"]
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "cloze" / "queries.parquet"), table)
+    assert len(run.resumed(out / run.result)) == run.parts == len(resume_parts(out))
+    pd.testing.assert_frame_equal(run.outcome(out)[0], table)
+    assert run.outcome(out)[1] == metrics
 
 
-@pytest.mark.parametrize("how", TABLE_FAULTS)
-def test_damaged_bear_data_set_parts_are_set_aside_and_scored_again(tmp_path, tiny_clm_dir, how):
-    cache, out = tmp_path / "cache", tmp_path / "out"
-    args = ["bear-dataset", "--dataset", str(write_dataset(tmp_path / "BEARmini")), "--model", str(tiny_clm_dir),
-            "--out", str(out)]
-    invoke(args, cache)
-    table = pd.read_parquet(out / "instances.parquet")
-    damaged = corrupt_resume_parts(out, how)
-    assert len(damaged) == 2  # one per relation
+# Every kind of value a part may hold: a table written with its digest reads back as written (the digest computed from
+# what a reader gets), and the same table with one value changed, still valid, does not.
+DIGEST_COLUMNS = {
+    "int": [1, 2, 3], "float": [0.5, np.nan, -np.inf], "bool": [True, False, True], "text": ["a", None, "é"],
+    "list": [[1.5, 2.0], [], [np.nan]],
+}
 
-    second = invoke(args, cache)
-    assert_each_named_once(second.output, damaged)
-    assert len(set_aside_resume_parts(out)) == len(damaged)
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "instances.parquet"), table)
 
-    third = invoke(args, cache)
-    assert not warnings_in(third.output), third.output
-    assert json.loads((out / "metadata.json").read_text())["bear"]["relations_resumed"] == ["P36", "P37"]
-    assert len(resume_parts(out)) == 2
+@pytest.mark.parametrize("column", DIGEST_COLUMNS)
+def test_a_table_written_with_its_digest_reads_back_and_an_edited_value_is_refused(tmp_path, column):
+    path = write_table(tmp_path / "part.parquet", pd.DataFrame({"rank": [1.0, 2.0, 3.0], column: DIGEST_COLUMNS[column]}),
+                       digest=True)
+    read = read_stored_table(path, ["rank", column], 3, digest=True)
+    edited = read.assign(rank=read["rank"] + 5)
+    edited.to_parquet(path, index=False)  # as a user or another tool rewrites it: valid, and no digest
+    with pytest.raises(StoredFileError, match=f"^{path}: records no digest of its content"):
+        read_stored_table(path, digest=True)
+    write_table(path, read, digest=True)
+    edited = pq.read_table(path)  # the digest kept, a value changed
+    edited = edited.set_column(0, "rank", pa.array([1.0, 2.0, 8.0])).replace_schema_metadata(edited.schema.metadata)
+    pq.write_table(edited, path)
+    with pytest.raises(StoredFileError, match=f"^{path}: its content is not what was written"):
+        read_stored_table(path, digest=True)
+
+
+def test_a_digest_is_asked_of_parquet_only(tmp_path):
+    with pytest.raises(ValueError, match="part.csv: only a parquet table records its content digest"):
+        write_table(tmp_path / "part.csv", pd.DataFrame({"rank": [1]}), digest=True)
 
 
 # -- run folders given as input: a bad file is refused by name ---------------------------------------

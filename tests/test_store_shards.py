@@ -154,9 +154,35 @@ def test_a_shard_another_process_set_aside_is_missing_here_too(tmp_path):
     _damage(next(first.folder.glob("*.vectors.npy")), "flip")
     with pytest.warns(DeerWarning), pytest.raises(StoreDamaged):
         first.get(IDS)
-    with pytest.warns(DeerWarning, match="set aside by another run"), pytest.raises(StoreDamaged):
+    gone = r"it is gone since this store was opened; set aside as \S+\.bad by another run"  # a .bad there: another run's
+    with pytest.warns(DeerWarning, match=gone), pytest.raises(StoreDamaged):
         second.get(IDS)
     assert second.missing(IDS) == list(range(12))
     second.add(IDS, VECTORS)  # computed again by either: both read it
     first.refresh()
     assert np.array_equal(first.get(IDS), VECTORS) and np.array_equal(second.get(IDS), VECTORS)
+
+
+@pytest.mark.parametrize("when", ["before opening", "after opening"])
+def test_a_missing_vectors_file_is_named_missing_not_set_aside_by_another_run(tmp_path, when):
+    """A shard whose vectors file is simply gone (deleted; no ``.bad`` of it anywhere) was reported as "set aside as
+    ....bad by another run": no such file or run exists.  It is named missing, its items computed again."""
+    store = _store(tmp_path)
+    store.add(IDS, VECTORS)
+    (vectors_file,) = store.folder.glob("*.vectors.npy")
+    opened = _store(tmp_path) if when == "after opening" else None
+    vectors_file.unlink()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if opened is None:
+            opened = _store(tmp_path)
+        else:
+            with pytest.raises(StoreDamaged):
+                opened.get(IDS)
+    (message,) = [str(w.message) for w in caught if w.category is DeerWarning]
+    assert message.startswith(f"{vectors_file}: ") and "no file to set aside" in message, message
+    assert "another run" not in message and "set aside as" not in message, message
+    assert not vectors_file.with_name(vectors_file.name + ".bad").exists()
+    assert opened.missing(IDS) == list(range(12))
+    opened.add(IDS, VECTORS)
+    assert np.array_equal(_store(tmp_path).get(IDS), VECTORS)

@@ -4,6 +4,7 @@ folder lock, under which one process at a time reads, modifies and writes a fold
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import io
 import json
@@ -90,11 +91,17 @@ def write_json(path: Path, payload) -> None:
     atomic_write_bytes(Path(path), json.dumps(payload, indent=2, default=json_default, sort_keys=False).encode())
 
 
-def write_table(path: Path, table: pd.DataFrame) -> Path:
-    """Write ``table`` as parquet where the suffix asks (with page checksums, which ``read_table`` checks), else CSV."""
+def write_table(path: Path, table: pd.DataFrame, digest: bool = False) -> Path:
+    """Write ``table`` as parquet where the suffix asks (with page checksums, which ``read_table`` checks), else CSV.
+    ``digest`` (parquet only): the file also records ``table_digest`` of its content as a reader gets it back, which
+    ``read_table_and_digest`` returns, so a reader can tell a table that is still valid but not what was written."""
     path = Path(path)
     buffer = io.BytesIO()
-    if path.suffix == ".parquet":
+    if digest:
+        if path.suffix != ".parquet":
+            raise ValueError(f"{path}: only a parquet table records its content digest")
+        buffer.write(_parquet_with_digest(table))
+    elif path.suffix == ".parquet":
         table.to_parquet(buffer, index=False, write_page_checksum=True)
     else:
         table.to_csv(buffer, index=False)
@@ -102,10 +109,60 @@ def write_table(path: Path, table: pd.DataFrame) -> Path:
     return path
 
 
+TABLE_DIGEST_KEY = b"deer.table_digest"  # the parquet key-value metadata entry holding ``table_digest``
+
+
+def _parquet_with_digest(table: pd.DataFrame) -> bytes:
+    """``table`` as parquet bytes (as ``to_parquet(index=False)`` writes it) recording in its key-value metadata the
+    digest of the content plain parquet bytes of it give back: a reader compares what it reads, whatever dtypes the
+    round trip gives."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    plain = io.BytesIO()
+    table.to_parquet(plain, index=False)
+    content = table_digest(pd.read_parquet(io.BytesIO(plain.getvalue())))
+    arrow = pa.Table.from_pandas(table, preserve_index=False)
+    arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), TABLE_DIGEST_KEY: content.encode()})
+    buffer = io.BytesIO()
+    pq.write_table(arrow, buffer, write_page_checksum=True)
+    return buffer.getvalue()
+
+
+def table_digest(table: pd.DataFrame) -> str:
+    """A digest of a table's content: its column names, row count and every value (pandas' fixed-key hash of each;
+    a value pandas cannot hash, such as a list, by its repr).  Dtypes do not enter it: the same values read back
+    as another dtype under another pandas version (object or str strings) are the same content."""
+    digest = hashlib.sha256(json.dumps([[str(name) for name in table.columns], len(table)]).encode())
+    for position in range(table.shape[1]):
+        digest.update(_column_hashes(table.iloc[:, position]).tobytes())
+    return digest.hexdigest()
+
+
+def _column_hashes(column: pd.Series) -> np.ndarray:
+    try:
+        return pd.util.hash_pandas_object(column, index=False).to_numpy()
+    except TypeError:  # unhashable values (lists, arrays): hashed by their text, exact for numbers
+        text = column.map(lambda value: repr(value.tolist() if hasattr(value, "tolist") else value))
+        return pd.util.hash_pandas_object(text, index=False).to_numpy()
+
+
 def read_table(path: Path) -> pd.DataFrame:
     """A table written by ``write_table``; a parquet page whose checksum does not match raises (OSError)."""
     path = Path(path)
     return pd.read_parquet(path, page_checksum_verification=True) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+def read_table_and_digest(path: Path) -> tuple[pd.DataFrame, str | None]:
+    """A parquet table written by ``write_table(..., digest=True)`` and the digest it records (None: none), both
+    from one read of the file, so a file replaced meanwhile cannot pair one version's content with another's digest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = Path(path).read_bytes()
+    table = pd.read_parquet(io.BytesIO(data), page_checksum_verification=True)
+    recorded = (pq.read_schema(pa.BufferReader(data)).metadata or {}).get(TABLE_DIGEST_KEY)
+    return table, None if recorded is None else recorded.decode("ascii", "replace")
 
 
 def default_table_suffix() -> str:

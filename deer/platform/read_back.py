@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deer.base.files import read_table
+from deer.base.files import read_table, read_table_and_digest, table_digest
 from deer.platform.validate import warn
 from kg_data.task import shorten
 
@@ -33,8 +33,8 @@ def set_aside(error: StoredFileError, redo: str) -> None:
     try:
         os.replace(error.path, target)
         kept = f"set aside as {target.name}"
-    except FileNotFoundError:  # another process reading the same store set it aside first
-        kept = f"set aside as {target.name} by another run"
+    except FileNotFoundError:  # another process reading the same store set it aside first, or it is simply missing
+        kept = f"set aside as {target.name} by another run" if target.exists() else "no file to set aside"
     except OSError as failure:  # still never used by this run; a later one tries again
         kept = f"not used (it could not be set aside: {failure.strerror or failure})"
     warn(f"{error}; {kept}, {redo}")
@@ -58,11 +58,13 @@ def read_json_object(path: Path) -> dict:
     return value
 
 
-def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None = None) -> pd.DataFrame:
-    """A table (parquet or CSV) holding ``columns`` and, if given, ``rows`` rows; StoredFileError naming it otherwise."""
+def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None = None, digest: bool = False) -> pd.DataFrame:
+    """A table (parquet or CSV) holding ``columns`` and, if given, ``rows`` rows; StoredFileError naming it otherwise.
+    ``digest``: it must also record the digest of its content as written (``write_table(..., digest=True)``) and
+    match it, so a table that is still valid but not what was written (a value edited) is refused too."""
     path = Path(path)
     try:
-        table = read_table(path)
+        table, recorded = read_table_and_digest(path) if digest else (read_table(path), None)
     except Exception as error:  # whatever a damaged file raises (ArrowInvalid, OSError, ParserError, ...)
         raise _parse_failure(path, "table", error) from None
     missing = [column for column in columns if column not in table.columns]
@@ -70,15 +72,28 @@ def read_stored_table(path: Path, columns: Sequence[str] = (), rows: int | None 
         raise StoredFileError(path, f"lacks the column(s) {', '.join(missing)}")
     if rows is not None and len(table) != rows:
         raise StoredFileError(path, f"holds {len(table)} rows where {rows} are expected")
+    if digest:
+        _check_digest(path, table, recorded)
     return table
 
 
+def _check_digest(path: Path, table: pd.DataFrame, recorded: str | None) -> None:
+    """StoredFileError naming ``path`` unless ``table`` (read from it) has the content digest the file records."""
+    if recorded is None:
+        raise StoredFileError(path, "records no digest of its content (not written by this toolkit version, or rewritten "
+                                    "since), so it cannot be told from an edited table")
+    if recorded != table_digest(table):
+        raise StoredFileError(path, "its content is not what was written (its values do not match the digest it records: "
+                                    "changed since it was written)")
+
+
 def reusable_table(path: Path, columns: Sequence[str], rows: int, redo: str) -> pd.DataFrame | None:
-    """A stored resume part to reuse; None if there is none or it is bad (then set aside, saying ``redo``)."""
+    """A stored resume part to reuse (written by ``write_table(..., digest=True)``), checked whole and against its
+    content digest; None if there is none or it is bad (then set aside, saying ``redo``)."""
     if not Path(path).exists():
         return None
     try:
-        return read_stored_table(path, columns, rows)
+        return read_stored_table(path, columns, rows, digest=True)
     except StoredFileError as error:
         set_aside(error, redo)
         return None

@@ -81,7 +81,9 @@ class EmbeddingStore:
         if stored is None:
             atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
         elif stored != json.loads(json.dumps(self.key)):
-            raise CacheKeyMismatch(f"{key_file} holds a different key; refusing to reuse {self.folder}")
+            raise CacheKeyMismatch(f"{key_file}: holds another key than the one its folder is named for (copied in, or "
+                                   f"edited), so it is refused on every run until the folder goes: remove the folder "
+                                   f"{self.folder} (what it holds is computed again), or run without the cache")
         self._shards: list[str] = []  # shard names, by number
         self._entries: dict[int, np.ndarray] = {}  # each usable shard's index entries
         self._maps: dict[int, np.ndarray] = {}  # each usable shard's vectors, memory-mapped
@@ -236,8 +238,8 @@ class EmbeddingStore:
     def _checked_rows(self, shard: int, rows: np.ndarray, checksums: np.ndarray) -> np.ndarray:
         try:
             vectors = self._read_rows(shard, rows)
-        except FileNotFoundError:  # set aside by another process since this one indexed it: its items are missing here too
-            vectors, problem = None, "it is gone (set aside by another run)"
+        except FileNotFoundError:  # gone since this one indexed it (set aside by another process?): its items are missing
+            vectors, problem = None, "it is gone since this store was opened"
         else:
             problem = self._damage(vectors, checksums)
         if problem:
