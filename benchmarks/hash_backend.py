@@ -14,8 +14,8 @@ import hashlib
 
 import numpy as np
 
-from deer.backends import ModelBackend
 from deer.backends.encoder import Encoder, EncoderOutput
+from deer.backends.transformers_backend import TransformersBackend
 from deer.base.work import WorkCounter
 
 WIDTH = 2048  # OPT-1.3B's hidden size: the scale benchmark's vectors
@@ -69,7 +69,7 @@ class HashEncoder(Encoder):
         return EncoderOutput(np.concatenate(vectors) if vectors else np.zeros((0, self.width), np.float32))
 
 
-class HashBackend(ModelBackend):
+class HashBackend(TransformersBackend):
     """The benchmark backend: ``encoder`` only (DEER); no statement scores."""
 
     name = "hash"
@@ -82,3 +82,6 @@ class HashBackend(ModelBackend):
 
     def statement_scorer(self, pll_variant: str = "within_word_l2r"):
         raise ValueError("the hash backend scores no statements (it is for DEER's pipeline benchmark)")
+
+    def mask_filler(self):
+        raise ValueError("the hash backend fills no masks (it is for DEER's pipeline benchmark)")

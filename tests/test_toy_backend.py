@@ -4,6 +4,7 @@ runs DEER, BEAR and LAMA through the Python API and the command line with the pl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 import bear_ref
 import deer
 from deer import backends
+from deer.backends import ModelBackend
 from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.backends.tokenization import batch_token_ids
 from deer.base.errors import OptionError
@@ -117,6 +119,38 @@ def test_a_backend_class_that_does_not_answer_for_its_model_is_refused_by_name(m
     backends.register_backend("bare", "tests.test_toy_backend:BareBackend")
     with pytest.raises(OptionError, match="bare.*ModelBackend"):
         backends.open_backend("bare", tiny_clm)
+
+
+def test_a_backend_class_leaving_out_a_member_of_the_contract_is_refused_when_chosen(monkeypatch):
+    """The contract is abstract (lm-eval's ``LM``): a backend without ``mask_filler`` and ``token_counts`` failed
+    mid-run, when a probe first asked for them; it is refused when chosen, naming what it lacks, and cannot be made."""
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))
+    backends.register_backend("partial", "tests.test_toy_backend:PartialBackend")
+    with pytest.raises(OptionError, match=r"backend='partial': PartialBackend leaves out mask_filler, token_counts of the "
+                                          r"backend contract"):
+        backends.backend_class("partial")
+    with pytest.raises(OptionError, match="leaves out mask_filler, token_counts"):
+        deer.probe("wn18rr", "no-model-is-loaded", backend="partial", show_progress=False)
+    with pytest.raises(TypeError, match="abstract"):
+        PartialBackend(None, None)
+    assert not backends.model_backend.missing_members(ToyBackend)  # the toy answers every member itself
+
+
+class PartialBackend(ModelBackend):
+    """The contract but for ``mask_filler`` and ``token_counts``."""
+
+    name = "partial"
+    load = classmethod(lambda cls, model, tokenizer=None, dtype="auto", device="auto": None)
+    max_positions = is_masked_lm = device = output_size = None
+
+    def evaluation_mode(self):
+        return contextlib.nullcontext()
+
+    def encoder(self, special_tokens="bos"):
+        raise NotImplementedError
+
+    def statement_scorer(self, pll_variant="within_word_l2r"):
+        raise NotImplementedError
 
 
 def test_the_backend_class_loads_its_model(monkeypatch, tiny_clm_dir):

@@ -1,24 +1,21 @@
-"""The backend seam: the model-facing operations every probe needs, behind one interface.
+"""The backend seam: the model-facing operations every probe needs, behind one contract, and the registry.
 
-``Backend`` states them with their units and shapes: ``encoder`` (PromptEOL states, LAMA's next-token
-log-probs), ``statement_scorer`` (whole statements' summed log-likelihoods; PLL for a masked LM) and
-``mask_filler`` (LAMA on a masked LM).  Every backend derives from ``ModelBackend``, which answers for
-the model it runs (``max_positions``, ``is_masked_lm``, ``device``, ``output_size``, ``evaluation_mode()``,
-``token_counts(texts)``): the rest of the toolkit asks the backend, never the model object.
-``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on it.
+``deer.backends.model_backend`` states the contract (``ModelBackend``: the engine's facts and three workers, each
+with its shapes and units); ``deer.backends.transformers_backend`` answers the facts for a transformers model.
+``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on
+it: every model the toolkit probes is loaded there, and the run functions take the opened backend.
 
-Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
-forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
-backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
+Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole forward pass per
+prompt or statement: the equivalence tests' oracle).  Another package adds a backend (vLLM, llama.cpp) through the
+``deer.backends`` entry point group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from importlib import import_module
 from importlib import metadata as importlib_metadata
-from typing import Any, Protocol
 
+from deer.backends.model_backend import ModelBackend, missing_members
 from deer.base.errors import (  # an unknown name is a bad option (--backend), not a KeyError
     OptionError,
     check_count,
@@ -29,50 +26,7 @@ from deer.base.errors import (  # an unknown name is a bad option (--backend), n
 ENTRY_POINT_GROUP = "deer.backends"
 BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
 DEFAULT_BACKEND = "hf"
-
-
-class Backend(Protocol):
-    """What a probe may ask of a model (see the module docstring); ``ModelBackend`` gives the model facts."""
-
-    name: str
-    model: Any
-    tokenizer: Any
-    loaded: Any  # the LoadedModel it runs (identity: name, fingerprints, dtype, device)
-    can_cache: bool  # its results may be stored and reused (False: a cross-check that reads and writes no store)
-    store_key: dict  # what its vectors depend on beyond the model ({} where they are the model's own states)
-    max_positions: int | None  # tokens one sequence may hold (None: the model states no limit)
-    is_masked_lm: bool
-    device: Any  # torch.device where its outputs are (DEER's vectors are ranked there)
-    output_size: int  # the encoder's vector width
-
-    def evaluation_mode(self) -> Any:
-        """A context manager: the model runs as for probing inside (no dropout), as it was after."""
-        ...
-
-    def token_counts(self, texts: Sequence[str], special_tokens: str = "bos") -> list[int]:
-        """Tokens of each text as the encoder feeds it (``special_tokens``: "bos" policy or "tokenizer")."""
-        ...
-
-    def encoder(self, special_tokens: str = "bos") -> Any:
-        """A PromptEOL encoder: ``encode(texts, next_token_ids=None, description, progress, on_batch)`` gives an
-        ``EncoderOutput`` whose ``embeddings`` are float32 (len(texts), hidden size), each prompt's last-layer
-        state at its last token, in input order; with ``next_token_ids`` (ids), also ``next_token_logprobs``
-        float32 (len(texts), len(ids)), log p(id | prompt) in nats.  ``on_batch(rows, vectors)``: each finished
-        batch handed on instead of kept.  ``special_tokens``: "bos" (the BOS policy) or "tokenizer"."""
-        ...
-
-    def statement_scorer(self, pll_variant: str = "within_word_l2r") -> Any:
-        """A statement scorer (``StatementScorer``'s interface): ``score(context, continuations)`` float64
-        (len(continuations),) and ``score_statements(statements, progress)`` float64 (len(statements),): each
-        whole statement's summed log-likelihood in nats, every token after the first (PLL with
-        ``pll_variant`` for a masked LM); ``method``, ``statements_method`` and ``work()`` say how."""
-        ...
-
-    def mask_filler(self) -> Any:
-        """A masked-token scorer for a masked LM (``deer.backends.mask_fill.MaskFiller``'s interface):
-        ``logprobs(sentences, token_ids)``, float32 (len(sentences), len(token_ids)), log p(token | sentence)
-        in nats at each sentence's one mask token (LAMA on a masked LM)."""
-        ...
+Backend = ModelBackend  # the contract's name in 0.1's docs and type hints
 
 
 REGISTERED: dict[str, str] = {}  # backends registered at run time (``register_backend``): name -> "module:Class"
@@ -108,40 +62,35 @@ def cache_unless(no_cache: bool, name: str) -> bool:
 
 
 def backend_class(name: str):
-    """The backend class registered as ``name``; an unknown name is an OptionError listing the known ones."""
+    """The backend class registered as ``name``, checked whole: an unknown name, a class not deriving from
+    ``ModelBackend`` or one leaving a member of the contract out is an OptionError, before any model loads."""
     check_text("backend", name, allow_none=False)
     if name in BUILT_IN or name in REGISTERED:
         module, attribute = {**BUILT_IN, **REGISTERED}[name].split(":")
-        return getattr(import_module(module), attribute)
-    for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name == name:
-            return entry.load()
-    raise OptionError("backend", name, f"unknown backend; known: {', '.join(backend_names())}")
+        cls = getattr(import_module(module), attribute)
+    else:
+        cls = next((entry.load() for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP) if entry.name == name),
+                   None)
+        if cls is None:
+            raise OptionError("backend", name, f"unknown backend; known: {', '.join(backend_names())}")
+    if not (isinstance(cls, type) and issubclass(cls, ModelBackend)):
+        raise OptionError("backend", name, "its class does not derive from deer.backends.ModelBackend, the backend contract")
+    if missing_members(cls):  # refused when chosen, before any model loads, not when a run first calls the member
+        raise OptionError("backend", name, f"{cls.__name__} leaves out {', '.join(missing_members(cls))} of the backend "
+                                           "contract (deer.backends.model_backend.ModelBackend)")
+    return cls
 
 
 def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
-                 token_budget: int | None = None, show_progress: bool = True) -> Backend:
+                 token_budget: int | None = None, show_progress: bool = True) -> ModelBackend:
     """The backend ``name`` on ``model``, loaded by the backend class (``ModelBackend.load``: an alias, hub id,
     folder or ``ModelSpec`` with ``dtype`` and ``device``; a ``LoadedModel``, or a transformers model with its
     ``tokenizer``, as it is).  ``token_budget``: padded tokens per batch (None: the device's default for
-    prompts, 512 for statements).  A backend class that does not derive from ``ModelBackend`` is refused by name."""
-    from deer.backends.model_backend import ModelBackend
-
+    prompts, 512 for statements).  A backend class that breaks the contract is refused by name (``backend_class``)."""
     cls = backend_class(name)
     check_count("token_budget", token_budget, 1, allow_none=True)
     check_flag("show_progress", show_progress)
-    if not (isinstance(cls, type) and issubclass(cls, ModelBackend)):
-        raise OptionError("backend", name, "its class does not derive from deer.backends.ModelBackend, which answers for "
-                                           "the model (positions, masked or causal, device, token counts)")
     loaded = cls.load(model, tokenizer, dtype=dtype, device=device)
     backend = cls(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
     backend.loaded = loaded
     return backend
-
-
-def __getattr__(name: str):
-    if name == "ModelBackend":  # imported on first use: it imports the kernels' modules, which import this package
-        from deer.backends.model_backend import ModelBackend
-
-        return ModelBackend
-    raise AttributeError(name)

@@ -7,7 +7,6 @@ runs once (``deer.backends.shared_prefix``).  Results come back in input order.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -15,19 +14,12 @@ import torch
 from tqdm.auto import tqdm
 
 from deer.backends.batching import auto_batch_limits, length_sorted_batches, pad_right
+from deer.backends.model_backend import EncoderOutput, PromptEncoder
 from deer.backends.model_config import text_config
 from deer.backends.shared_prefix import hidden_after_prefix, prefix_groups
-from deer.backends.tokenization import batch_token_ids, padding_id
+from deer.backends.tokenization import padding_id
 from deer.base.vectors import normalize_rows
 from deer.base.work import WorkCounter
-
-
-@dataclasses.dataclass
-class EncoderOutput:
-    """float32 ``embeddings`` (None when ``on_batch`` took them) and ``next_token_logprobs`` (or None)."""
-
-    embeddings: np.ndarray | None
-    next_token_logprobs: np.ndarray | None = None
 
 
 def lm_head(model) -> torch.nn.Module:
@@ -72,20 +64,12 @@ def output_size(model) -> int:
     return int(model.get_output_embeddings().weight.shape[-1])
 
 
-class Encoder:
-    """What every encoder shares: ``tokenize``, ``output_size`` and ``encode``, over its own ``encode_ids``."""
-
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return batch_token_ids(self.tokenizer, texts, self.special_tokens)
+class Encoder(PromptEncoder):
+    """What the torch encoders share: ``output_size`` read from the model (``tokenize`` and ``encode`` from ``PromptEncoder``)."""
 
     @property
     def output_size(self) -> int:
         return output_size(self.model)
-
-    def encode(self, texts: Sequence[str], next_token_ids: np.ndarray | None = None, description: str = "encoding",
-               progress: tqdm | None = None, on_batch: Callable[[np.ndarray, np.ndarray], None] | None = None) -> EncoderOutput:
-        """Embed ``texts``; optionally also log p(token | text) for each id in ``next_token_ids`` (see ``encode_ids``)."""
-        return self.encode_ids(self.tokenize(texts), next_token_ids, description, progress, on_batch)
 
 
 class PromptEOLEncoder(Encoder):

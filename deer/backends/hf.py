@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.mask_fill import DEFAULT_TOKEN_BUDGET, MaskFiller
-from deer.backends.model_backend import ModelBackend
 from deer.backends.statement_scorer import StatementScorer
+from deer.backends.transformers_backend import TransformersBackend
 
 STATEMENT_TOKEN_BUDGET = 512  # padded tokens per batch of statements when none is given
 
 
-class HFBackend(ModelBackend):
+class HFBackend(TransformersBackend):
     """Batched kernels: shared few-shot prefixes, shared query caches, prefix tries (the default)."""
 
     name = "hf"

@@ -8,12 +8,13 @@ import numpy as np
 import torch
 
 from deer.backends.batching import length_sorted_batches, pad_right
+from deer.backends.model_backend import MaskScoring
 from deer.backends.tokenization import padding_id
 
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per batch of masked sentences when none is given
 
 
-class MaskFiller:
+class MaskFiller(MaskScoring):
     """A backend's masked-token scorer: ``mask_fill_logprobs`` with ``token_budget`` padded tokens per pass."""
 
     def __init__(self, model, tokenizer, token_budget: int = DEFAULT_TOKEN_BUDGET):

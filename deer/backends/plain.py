@@ -16,10 +16,11 @@ from deer.backends.batching import pad_right
 from deer.backends.boundary import move_trailing_whitespace
 from deer.backends.encoder import Encoder, EncoderOutput
 from deer.backends.mask_fill import MaskFiller
-from deer.backends.model_backend import ModelBackend
+from deer.backends.model_backend import StatementScoring
 from deer.backends.models import is_masked_lm, require_causal_lm
 from deer.backends.pll import plain_pll
 from deer.backends.tokenization import batch_token_ids, bos_id, padding_id
+from deer.backends.transformers_backend import TransformersBackend
 from deer.base.work import WorkCounter
 
 
@@ -112,7 +113,7 @@ class PlainEncoder(Encoder):
         return EncoderOutput(embeddings, np.asarray(logprobs, dtype=np.float32) if next_token_ids is not None else None)
 
 
-class PlainStatementScorer:
+class PlainStatementScorer(StatementScoring):
     """``StatementScorer``'s interface, one statement (or, for PLL, one masked copy) per forward pass."""
 
     def __init__(self, model, tokenizer, pll_variant: str = "within_word_l2r"):
@@ -141,7 +142,7 @@ class PlainStatementScorer:
         return self.stats.as_dict()
 
 
-class PlainBackend(ModelBackend):
+class PlainBackend(TransformersBackend):
     """One whole forward pass per prompt, statement (per masked copy for PLL) or masked sentence (see the module
     docstring); budgets do not apply."""
 

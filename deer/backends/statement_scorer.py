@@ -7,12 +7,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from deer.backends.clm_scorer import SharedPrefixScorer
+from deer.backends.model_backend import StatementScoring
 from deer.backends.models import is_masked_lm
 from deer.backends.pll import PLLScorer
 from deer.backends.trie_scorer import PrefixTrieScorer
 
 
-class StatementScorer:
+class StatementScorer(StatementScoring):
     """Whole statements' summed log-likelihoods (every token after the first) in nats: ``score`` for continuations
     of one context (BEAR on a KG: the context read once), ``score_statements`` for any (a prefix trie); PLL on a
     masked LM (bidirectional: nothing is shared)."""
