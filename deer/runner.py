@@ -233,8 +233,8 @@ class ClozeParts:
         if path is None:
             return
         if not (self.folder / "key.json").exists():  # written with the first finished part: a failed start leaves nothing
-            write_json(self.folder / "key.json", self.key)
-        write_table(path, rows)  # atomic; a resumed run checks it all the same (``reusable_table``)
+            write_json(self.folder / "key.json", self.key, "the resume parts' key")
+        write_table(path, rows, f"the {probe} probe's finished rows (a resume part)")  # atomic; checked when read back
 
 
 NO_PARTS = ClozeParts(None, {})  # a run that keeps nothing between runs (a KG's: its probes resume in their stores)
