@@ -114,7 +114,8 @@ class BearProbe:
             "scoring": scorer.method,
             "statement": "query text + ' t_name)'; score = summed log-likelihood of the whole statement (every token after the first)",
             "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now,
-                      "store": str(store.folder) if store else None},
+                      "store": str(store.folder) if store is not None else None,
+                      "store_not_written": store.unwritable if store is not None else None},  # why, where a write to it failed
             "work": {**scorer.work(), "statements_scored_now": statements,
                      "statements_per_second": statements / elapsed if elapsed and statements else None},
             "timings": {"seconds": round(elapsed, 3)},

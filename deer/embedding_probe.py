@@ -287,7 +287,8 @@ class DeerProbe:
                 "entities_from_cache": len(candidates) - entities_now,
                 "queries_encoded_now": queries_encoded,
                 "queries_from_cache": 0 if query_embeddings is not None else len(query_texts) - queries_encoded,
-                "entity_store": str(store.folder) if store else None,  # the prompt store: entities and queries
+                "entity_store": str(store.folder) if store is not None else None,  # the prompt store: entities and queries
+                "store_not_written": store.unwritable if store is not None else None,  # why, where a write to it failed
                 "query_embeddings_given": query_embeddings is not None,
             }
             metadata["work"] = {
@@ -327,7 +328,8 @@ class DeerProbe:
                   for i, q in enumerate(task.queries)}
         metadata = {
             "candidate_prompts": {"prompts": len(row_of), "encoded_now": encoded, "from_store": len(row_of) - encoded,
-                                  "store": None if store is None else str(store.folder)},
+                                  "store": None if store is None else str(store.folder),
+                                  "store_not_written": None if store is None else store.unwritable},
             "query_embeddings_given": request.options["query_embeddings"] is not None,
             "work": encoder.stats.as_dict(),
             "timings": {"queries_seconds": round(queries_done - started, 3),

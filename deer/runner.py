@@ -253,8 +253,9 @@ class ClozeParts:
         if path is None:
             return
         if not (self.folder / "key.json").exists():  # written with the first finished part: a failed start leaves nothing
-            write_json(self.folder / "key.json", self.key)
-        write_table(path, rows, digest=True)  # atomic, with its content's digest, which a resumed run checks (``reusable_table``)
+            write_json(self.folder / "key.json", self.key, "the resume parts' key")
+        # atomic, with its content's digest, which a resumed run checks (``reusable_table``)
+        write_table(path, rows, f"the {probe} probe's finished rows (a resume part)", digest=True)
 
 
 NO_PARTS = ClozeParts(None, {})  # a run that keeps nothing between runs (a KG's: its probes resume in their stores)

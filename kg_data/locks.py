@@ -32,7 +32,8 @@ def held_lock(path: Path, wait_message: str | None = None) -> Iterator[None]:
             print(f"{wait_message} (pid {holder or '?'})", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        path.write_text(str(os.getpid()))  # for the next one's wait message (shown, never trusted)
+        with suppress(OSError):  # for the next one's wait message (shown, never trusted): a full disk loses only that
+            path.write_text(str(os.getpid()))
         yield
     finally:
         path.unlink(missing_ok=True)  # while held: see the module docstring

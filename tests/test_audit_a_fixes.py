@@ -214,10 +214,10 @@ def _metadata_of_shifted_runs_fails(monkeypatch):
 
     real = files.atomic_write_bytes
 
-    def write(path, data):
+    def write(path, data, *rest):
         if Path(path).name == "metadata.json" and b'"backend": "shifted"' in data:
             raise OSError(28, "No space left on device")
-        real(path, data)
+        real(path, data, *rest)
 
     monkeypatch.setattr(files, "atomic_write_bytes", write)
 
@@ -226,7 +226,8 @@ def test_a_kg_save_stopped_before_its_metadata_leaves_no_ranks_under_the_old_met
                                                                                        tmp_path, monkeypatch):
     """s12-b: a probe's save wrote its ranks and metrics, then metadata.json; stopped in between, the new ranks lay
     under the old run's metadata, and run_probes reused them as that run's (another backend's ranks, logged as reused).
-    Now the probe's old metadata entry goes first and its new one last: its ranks are made again."""
+    Now the probe's old metadata entry goes first and its new one last, and a save that fails puts the folder back as
+    it was (issue 47): the run before's ranks, under its own metadata, are reused as its."""
     from deer.backends.models import open_model
     from deer.runner import run_kg
 
@@ -238,14 +239,16 @@ def test_a_kg_save_stopped_before_its_metadata_leaves_no_ranks_under_the_old_met
         with pytest.raises(OSError):
             run_kg(["bear"], queries, loaded, backend="shifted", out=folder, show_progress=False)
     again = run_probes(queries, loaded, ["bear"], folder, PromptTemplates(), log=_quiet)
-    assert again.experiment["reused"] == [] and again.ranks("filtered", "bear").tolist() == hf_ranks
+    assert again.experiment["reused"] == ["bear"] and again.ranks("filtered", "bear").tolist() == hf_ranks
 
 
 def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shifted, tiny_clm_dir, tmp_path, monkeypatch):
     """s12-b: `deer bear-dataset` wrote its instances table, then metadata.json; a run into the folder of another that
     stopped in between left its table under the other's metadata, and --bear-run took that table as the other run's.
     Now metadata.json (what marks a finished run) is removed first and written last: --bear-run refuses the folder.
-    (A run made otherwise is now refused before it starts, so the run that stops here is the folder's own run again.)"""
+    (A run made otherwise is now refused before it starts, so the run that stops here is the folder's own run again.)
+    Since issue 47 a save that fails puts the folder back as it was: the run before, whole, is what --bear-run reads."""
+    import deer
     from bear_ref.dataset import run_bear_dataset
     from deer.backends import open_backend
     from deer.backends.models import open_model
@@ -262,14 +265,15 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
         _metadata_of_shifted_runs_fails(patched)
         with pytest.raises(OSError):
             run_bear_dataset(data, loaded, out, {"relations": None}, backend="shifted", show_progress=False)
-    with pytest.raises(ValueError, match="not a finished `deer bear-dataset` run"):
-        stored_bear_table(out, data, loaded, scoring)
+    assert (out / "metadata.json").exists() and deer.load_result(out).metadata["backend"] == "shifted"
+    assert stored_bear_table(out, data, loaded, scoring)["rank"].tolist() == shifted.table["rank"].tolist()
 
 
 def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metadata(shifted, tiny_clm_dir, tmp_path,
                                                                                       monkeypatch):
     """s12-b: a cloze run's save wrote its table and metrics, then metadata.json; stopped in between, deer.load_result gave
-    the new run's numbers under the old run's metadata (its model, backend).  Now the old metadata.json goes first."""
+    the new run's numbers under the old run's metadata (its model, backend).  Now the old metadata.json goes first, and
+    since issue 47 a save that fails puts the folder back as it was: the run before, whole, its rows under its metadata."""
     import deer
     from deer.backends.models import open_model
     from deer.runner import run_cloze
@@ -279,14 +283,14 @@ def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metad
 
     task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
     loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "cloze"
-    run_cloze(task, loaded, ["bear"], out, show_progress=False)
+    before = run_cloze(task, loaded, ["bear"], out, show_progress=False)
     assert deer.load_result(out).metadata_of("bear")["backend"] == "hf"
     with monkeypatch.context() as patched:
         _metadata_of_shifted_runs_fails(patched)
         with pytest.raises(OSError):
             run_cloze(task, loaded, ["bear"], out, backend="shifted", show_progress=False)
     back = deer.load_result(out)
-    assert back.metadata_of("bear").get("backend") != "hf"  # no metadata of the run before beside the shifted rows
+    assert back.metadata_of("bear")["backend"] == "hf" and back.table["bear_rank"].tolist() == before.table["bear_rank"].tolist()
 
 
 def test_run_probes_reuses_no_deer_ranks_made_from_query_vectors_given_from_outside(tiny_kg_dir, tiny_clm_dir, tmp_path):

@@ -6,7 +6,8 @@ are refused by name before a model is loaded.
 - an empty entities or relations file is reported as such, not as an unknown id in a split;
 - a lone surrogate in a JSONL KG is refused at read time with its file:line;
 - DeerCallback refuses a metric_for_best_model it does not report, a fractional/boolean
-  every_n_steps and an ``out`` that is a file, before training.
+  every_n_steps and an ``out`` that is a file, before training;
+- an out folder that takes no data (a full disk, no permission, read-only) is refused before the model loads.
 """
 
 from __future__ import annotations
@@ -181,3 +182,18 @@ def test_callback_accepts_the_metrics_it_reports(tiny_kg_dir, tmp_path):
     with pytest.raises(ValueError, match="on_evaluate=False"):
         DeerCallback.attach(types.SimpleNamespace(args=_args(tmp_path, "deer/mrr"), add_callback=print), str(tiny_kg_dir),
                             on_evaluate=False)
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EACCES", "EROFS"])
+def test_an_out_folder_that_takes_no_data_is_refused_before_the_model_loads(code, tmp_path, tiny_kg_dir, tiny_clm_dir,
+                                                                            monkeypatch):
+    """With ~20 KiB free where --out points, the check made a file without writing to it, so a full disk was found only
+    after all the encoding, at the save. The out folder now takes a small probe write first: refused by name (3 cases)."""
+    from tests.write_faults import WRITE_ERRORS, fail_writes
+
+    full = tmp_path / "r" / "full"
+    full.mkdir(parents=True)
+    fail_writes(monkeypatch, full, WRITE_ERRORS[code])
+    assert_refused_before_loading(["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--no-cache",
+                                   "--out", str(full / "run")], ["--out", str(full / "run"), f"cannot write in {full}"],
+                                  tmp_path / "r", monkeypatch, code)

@@ -84,3 +84,40 @@ def test_an_interrupted_vocabulary_encoding_resumes_with_what_is_missing(tmp_pat
     prompts = json.loads((out / "cloze" / "metadata.json").read_text())["deer"]["candidate_prompts"]
     assert 0 < kept < prompts["prompts"], f"{kept} prompts stored: the interrupt did not land mid-encoding"
     assert (prompts["from_store"], prompts["encoded_now"]) == (kept, prompts["prompts"] - kept)
+
+
+STORE_FILES = ("key.json", ".vectors.npy", ".index.npy", "")
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EACCES", "EROFS"])
+@pytest.mark.parametrize("place", STORE_FILES)
+def test_a_run_whose_cache_cannot_be_written_finishes_as_without_one(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch, place,
+                                                                     code):
+    """Only the cache's disk full (or not writable) failed the whole run, though --out had room. Now every cause x
+    every file DEER's prompt store and BEAR's score store write (4 places x 3 causes: 12 runs): the run finishes with
+    the ranks of a run without a cache, says so in a DeerWarning naming the file, records it in metadata.json, and
+    its result is saved and read back whole."""
+    import deer
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+    from kg_data import build_queries, load_kg
+    from tests.write_faults import WRITE_ERRORS, fail_writes
+
+    queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
+    plain = run_kg(["deer", "bear"], queries, loaded, show_progress=False)
+    fail_writes(monkeypatch, tmp_path / "cache", WRITE_ERRORS[code], place)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = run_kg(["deer", "bear"], queries, loaded, cache=True, cache_dir=tmp_path / "cache", out=tmp_path / "out",
+                     show_progress=False)
+    monkeypatch.undo()
+    told = [str(w.message) for w in caught if issubclass(w.category, DeerWarning) and "without storing" in str(w.message)]
+    assert len(told) == 2 and all(str(tmp_path / "cache") in line and f"[{code}]" in line for line in told), told
+    for probe in ("deer", "bear"):
+        for rank_type in ("raw", "filtered"):
+            np.testing.assert_array_equal(run.ranks(rank_type, probe), plain.ranks(rank_type, probe))
+        assert run.table[f"{probe}_top10"].tolist() == plain.table[f"{probe}_top10"].tolist()
+        assert f"[{code}]" in run.metadata_of(probe)["cache"]["store_not_written"]
+    stored = deer.load_result(tmp_path / "out")
+    assert stored.metadata_of("deer")["cache"]["store_not_written"] == run.metadata_of("deer")["cache"]["store_not_written"]
+    np.testing.assert_array_equal(stored.ranks("filtered", "bear"), plain.ranks("filtered", "bear"))

@@ -19,6 +19,7 @@ from experiments.runs import load_run
 from kg_data import build_queries, load_kg
 from kg_data.cloze import bear_cloze_task
 from tests.test_cloze import hand_built_bear
+from tests.write_faults import WRITE_ERRORS, fail_writes, no_half_files
 
 
 def _same(first: RunResult, second: RunResult) -> None:
@@ -195,3 +196,156 @@ def test_a_kg_folders_metrics_are_checked_against_its_ranks_when_read_back(tiny_
         for read in (deer.load_result, load_run):
             with pytest.raises(StoredFileError, match=f"metrics.json: {message} with ranks"):
                 read(folder)
+
+
+@pytest.fixture(scope="module")
+def three_layouts(tmp_path_factory, tiny_clm_dir) -> dict[str, RunResult]:
+    """A result of each layout, in memory: a KG run of two probes, a cloze run, a BEAR data-set score."""
+    import bear_ref
+    from tests.conftest import write_tiny_kg
+
+    loaded = open_model(str(tiny_clm_dir))
+    queries = build_queries(load_kg(str(write_tiny_kg(tmp_path_factory.mktemp("kg")))), "test")
+    return {"ranks": run_kg(["deer", "lama"], queries, loaded, templates=PromptTemplates(k_shot=2), show_progress=False),
+            "queries": run_cloze(bear_cloze_task(hand_built_bear()), loaded, ["deer", "bear"], show_progress=False),
+            "instances": bear_ref.bear_dataset(hand_built_bear(), loaded, show_progress=False)}
+
+
+def _without_file(name):
+    return lambda folder: (folder / name).unlink()
+
+
+def _without_entry(name, probe):
+    def edit(folder):
+        stored = json.loads((folder / name).read_text())
+        del stored[probe]
+        (folder / name).write_text(json.dumps(stored))
+    return edit
+
+
+LACKING = {  # layout -> {what is lacking: (how, the file named)}
+    "ranks": {"metrics.json": (_without_file("metrics.json"), "metrics.json"),
+              "metadata.json": (_without_file("metadata.json"), "metadata.json"),
+              "lama's metrics": (_without_entry("metrics.json", "lama"), "metrics.json"),
+              "deer's metadata": (_without_entry("metadata.json", "deer"), "metadata.json")},
+    "queries": {"metrics.json": (_without_file("metrics.json"), "metrics.json"),
+                "metadata.json": (_without_file("metadata.json"), "metadata.json")},
+    "instances": {"metrics.json": (_without_file("metrics.json"), "metrics.json"),
+                  "metadata.json": (_without_file("metadata.json"), "metadata.json"),
+                  "bear's metadata": (_without_entry("metadata.json", "bear"), "metadata.json")},
+}
+
+
+@pytest.mark.parametrize(("layout", "lacking"), [(layout, lacking) for layout, cases in LACKING.items() for lacking in cases])
+def test_a_folder_lacking_a_file_its_layout_needs_is_refused_by_name(three_layouts, tmp_path, layout, lacking):
+    """A folder holding a run's table without its metrics.json or metadata.json (a run that failed before writing
+    them, or a file removed), or without a probe's entry there, was read as a result with empty metrics and no word.
+    Every file and entry each layout needs (9 cases) is refused by name, with the folder."""
+    from deer.platform.read_back import StoredFileError
+
+    folder = tmp_path / "run"
+    three_layouts[layout].save(folder)
+    _same(RunResult.load(folder), three_layouts[layout])  # whole, it reads
+    edit, named = LACKING[layout][lacking]
+    edit(folder)
+    for read in (RunResult.load, deer.load_result, load_results):
+        with pytest.raises(StoredFileError, match=f"{folder / named}: (missing, though {folder} holds|has no entry for)"):
+            read(folder)
+
+
+def _files(folder) -> dict:
+    return {} if not folder.exists() else {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+                                           if p.is_file()}
+
+
+SAVE_PLACES = {  # layout -> the files a save writes (by name; "" for every file and folder in the run folder)
+    "ranks": ("ranks.parquet", "run_spec.json", "metrics.json", "metadata.json", ".lock", ""),
+    "queries": ("queries.parquet", "metrics.json", "metadata.json", ".lock", ""),
+    "instances": ("instances.parquet", "metrics.json", "summary.md", "metadata.json", ".lock", ""),
+}
+BEFORE = {  # layout -> {what the folder held before: (what is saved first, what is saved then, failing)}
+    "ranks": {"fresh": (None, None), "another probe": ("deer", "lama"), "the same probe": (None, "deer")},
+    "queries": {"fresh": (None, None), "a run before": (None, None)},
+    "instances": {"fresh": (None, None), "a run before": (None, None)},
+}
+SAVE_CASES = [(layout, before, place, code) for layout, places in SAVE_PLACES.items() for before in BEFORE[layout]
+              for place in places for code in WRITE_ERRORS]
+
+
+@pytest.mark.parametrize(("layout", "before", "place", "code"), SAVE_CASES)
+def test_a_save_that_fails_names_the_file_and_leaves_no_half_result(three_layouts, tmp_path, monkeypatch, layout, before,
+                                                                    place, code):
+    """With no space, no permission or a read-only disk, a save failed with '[Errno 28] No space left on device'
+    naming no file, and left a ranks table without metrics.json or metadata.json, which read back as a result. Every
+    cause x every file a save writes x what the folder held (a fresh folder; another probe's or the same probe's
+    ranks; a run before): the error names the file, and the folder is left as it was (nothing, or the run before,
+    which reads back whole): 120 cases."""
+    from deer.base.files import WriteError
+
+    result, folder = three_layouts[layout], tmp_path / "run"
+    first, then = BEFORE[layout][before]
+    if before != "fresh":
+        (result[first] if first else result).save(folder)
+    saved = result[then] if then else result
+    held = _files(folder)
+    fail_writes(monkeypatch, folder, WRITE_ERRORS[code], place)
+    try:
+        saved.save(folder)
+    except WriteError as error:
+        failed = error
+    else:
+        failed = None
+    monkeypatch.undo()
+    writes_nothing = (code == "ENOSPC" and place == ".lock") or (place == "run_spec.json" and before != "fresh")
+    assert (failed is None) == writes_nothing, (failed, writes_nothing)  # a lock file takes no space; a spec there stays
+    if failed is None:
+        return
+    assert failed.errno == WRITE_ERRORS[code] and str(folder / place) in str(failed), str(failed)
+    assert _files(folder) == held and no_half_files(tmp_path) == []
+    if before == "fresh":
+        with pytest.raises(ValueError, match="holds no probe result"):
+            deer.load_result(folder)
+    else:
+        _same(deer.load_result(folder), result[first] if first else result)
+
+
+PART_PLACES = ("key.json", ".parquet", "")
+
+
+@pytest.mark.parametrize("code", list(WRITE_ERRORS))
+@pytest.mark.parametrize("place", PART_PLACES)
+@pytest.mark.parametrize("run", ["cloze", "bear-dataset"])
+def test_a_resume_part_that_cannot_be_written_is_named_and_leaves_no_result(tiny_clm_dir, tmp_path, monkeypatch, run, place,
+                                                                            code):
+    """A run whose resume parts (``parts/<key>/...`` in its out folder) cannot be written fails naming the part, and
+    leaves no folder a later read takes for a result (2 runs x 3 places x 3 causes: 18 cases)."""
+    import bear_ref
+    from deer.base.files import WriteError
+
+    loaded, folder = open_model(str(tiny_clm_dir)), tmp_path / "run"
+    fail_writes(monkeypatch, folder / "parts", WRITE_ERRORS[code], place)
+    with pytest.raises(WriteError) as raised:
+        if run == "cloze":
+            run_cloze(bear_cloze_task(hand_built_bear()), loaded, ["bear"], out=folder, show_progress=False)
+        else:
+            bear_ref.bear_dataset(hand_built_bear(), loaded, out=folder, show_progress=False)
+    monkeypatch.undo()
+    assert raised.value.errno == WRITE_ERRORS[code] and str(folder / "parts") in str(raised.value)
+    assert place in raised.value.path.name and no_half_files(tmp_path) == []
+    with pytest.raises(ValueError, match="holds no probe result"):
+        deer.load_result(folder)
+
+
+def test_a_kg_run_whose_metrics_cannot_be_written_names_the_file_and_leaves_no_result(tiny_kg_dir, tiny_clm_dir, tmp_path,
+                                                                                      monkeypatch):
+    """The report's case: the ranks table written, then no room for metrics.json: exit 1 with '[Errno 28] No space left
+    on device', and a folder read back as a result with empty metrics. The error names the file; nothing is left."""
+    from deer.base.files import WriteError
+
+    queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
+    fail_writes(monkeypatch, tmp_path / "run", WRITE_ERRORS["ENOSPC"], "metrics.json")
+    with pytest.raises(WriteError, match=f"could not write {tmp_path / 'run' / 'metrics.json'} .*No space left on device"):
+        run_probe("lama", queries, loaded, out=tmp_path / "run", show_progress=False)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="holds no probe result"):
+        deer.load_result(tmp_path / "run")

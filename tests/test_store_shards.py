@@ -3,6 +3,7 @@ named, set aside and its items missing again (the CLI-level checks are in test_r
 
 from __future__ import annotations
 
+import errno
 import warnings
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from deer.platform.stores import EmbeddingStore, StoreDamaged
 from deer.platform.validate import DeerWarning
+from tests.write_faults import WRITE_ERRORS, fail_writes, no_half_files
 
 IDS = [f"item-{i}" for i in range(12)]
 VECTORS = np.arange(12 * 5, dtype=np.float32).reshape(12, 5) / 7
@@ -186,3 +188,42 @@ def test_a_missing_vectors_file_is_named_missing_not_set_aside_by_another_run(tm
     assert opened.missing(IDS) == list(range(12))
     opened.add(IDS, VECTORS)
     assert np.array_equal(_store(tmp_path).get(IDS), VECTORS)
+
+
+STORE_PLACES = ("key.json", ".vectors.npy", ".stamp.json", ".index.npy", ".lock", "")
+
+
+@pytest.mark.parametrize("code", list(WRITE_ERRORS))
+@pytest.mark.parametrize("place", STORE_PLACES)
+def test_a_store_that_cannot_be_written_is_named_and_holds_its_rows_in_memory(tmp_path, monkeypatch, place, code):
+    """A store write failing for want of space or permission failed the whole run. Every cause x every file the store
+    writes (its key, a shard's vectors, stamp and index, its lock, or all of its folder: 18 cases): a DeerWarning names
+    the file, the store holds what it was given in memory (read back as given), and a later store reads no part of it."""
+    fail_writes(monkeypatch, tmp_path, WRITE_ERRORS[code], place)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store = _store(tmp_path)
+        with store.locked():
+            store.add(IDS[:7], VECTORS[:7])
+        store.add(IDS[7:], VECTORS[7:])
+    monkeypatch.undo()
+    told = [str(w.message) for w in caught if issubclass(w.category, DeerWarning)]
+    if code == "ENOSPC" and place == ".lock":  # a lock file takes no space: the store is written
+        assert told == [] and store.unwritable is None and len(_store(tmp_path)) == 12
+        return
+    assert len(told) == 1 and str(tmp_path) in told[0] and place in told[0].split(":")[0] and "without storing" in told[0]
+    assert store.unwritable and f"[{code}]" in store.unwritable
+    assert store.missing(IDS) == [] and np.array_equal(store.get(IDS[::-1]), VECTORS[::-1])
+    assert np.array_equal(np.concatenate([v for _, v in store.blocks(IDS, 5)]), VECTORS)
+    assert _store(tmp_path).missing(IDS) == list(range(12))  # nothing stored after the first failure
+    assert no_half_files(tmp_path) == [] and not list(tmp_path.rglob("shard-*.vectors.npy"))
+
+
+def test_a_store_write_failing_otherwise_is_raised_naming_the_file(tmp_path, monkeypatch):
+    """Only a want of space or permission turns storing off; another failure (an I/O error) stands, named."""
+    from deer.base.files import WriteError
+
+    store = _store(tmp_path)
+    fail_writes(monkeypatch, tmp_path, errno.EIO, ".vectors.npy")
+    with pytest.raises(WriteError, match=r"\.vectors\.npy \(a shard's vectors\): Input/output error"):
+        store.add(IDS, VECTORS)

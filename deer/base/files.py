@@ -1,9 +1,11 @@
-"""The one atomic writer (a temp file renamed into place: no reader sees a half-written file) and the one
-folder lock, under which one process at a time reads, modifies and writes a folder."""
+"""The one atomic writer (a temp file renamed into place: no reader sees a half-written file; a failure names the
+path: ``WriteError``), the one folder lock, under which one process at a time reads, modifies and writes a folder,
+and ``restored_on_failure``, which puts a folder's files back as they were when a save of several files fails."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.metadata
 import io
@@ -35,33 +37,97 @@ def _process_umask() -> int:
 NEW_FILE_MODE = 0o666 & ~_process_umask()  # what a plain new file gets (mkstemp would give 0o600)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename: never a half-written file."""
-    atomic_write_with(path, lambda handle: handle.write(data))
+class WriteError(OSError):
+    """A write that failed, naming the file and what was being written; ``errno`` is the cause's (ENOSPC, EACCES, ...)."""
+
+    def __init__(self, path: Path, what: str | None, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path, self.what = Path(path), what
+
+    def __str__(self) -> str:
+        code = errno.errorcode.get(self.errno, "")
+        return (f"could not write {self.path}{f' ({self.what})' if self.what else ''}: {self.strerror}"
+                f"{f' [{code}]' if code else ''}")
 
 
-def atomic_write_with(path: Path, write) -> None:
-    """``write(handle)`` into a temp file in the same folder, then rename (for data too large to hold as bytes)."""
+def atomic_write_bytes(path: Path, data: bytes, what: str | None = None) -> None:
+    """Write to a temp file in the same folder, then rename: never a half-written file (``WriteError`` if it fails)."""
+    atomic_write_with(path, lambda handle: handle.write(data), what)
+
+
+def atomic_write_with(path: Path, write, what: str | None = None) -> None:
+    """``write(handle)`` into a temp file in the same folder, then rename (for data too large to hold as bytes).
+    An OSError on the way (no space, no permission, a read-only disk) is a ``WriteError`` naming ``path`` and
+    ``what`` was being written; the temp file is removed and a file already at ``path`` is left as it was."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as handle:
             write(handle)
         os.chmod(tmp, NEW_FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as error:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and not isinstance(error, WriteError):
+            raise WriteError(path, what, error) from error
         raise
 
 
+@contextlib.contextmanager
+def restored_on_failure(paths):
+    """Run the block; if it raises, put each of ``paths`` back as it was before (a file it created removed, one it
+    replaced or removed restored), so a save of several files that fails part-way leaves the folder as it found it.
+    The old files are kept by hard links (no space taken: a full disk cannot stop the restore); where a link cannot
+    be made, that file is left as the block left it (a reader refuses the folder by name: ``load_result``)."""
+    kept: dict[Path, Path | None] = {}
+    for path in map(Path, paths):
+        backup = None
+        if path.exists():
+            backup = path.with_name(f".{path.name}.{os.getpid()}.before")
+            try:
+                backup.unlink(missing_ok=True)
+                os.link(path, backup)
+            except OSError:
+                continue  # no restore for this file
+        kept[path] = backup
+    try:
+        yield
+    except BaseException:
+        for path, backup in kept.items():
+            with contextlib.suppress(OSError):
+                if backup is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    os.replace(backup, path)
+        raise
+    finally:
+        for backup in kept.values():
+            if backup is not None:
+                with contextlib.suppress(OSError):
+                    backup.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
 def folder_lock(folder: Path, name: str = ".lock", wait_message: str | None = None):
-    """The cross-process lock ``folder/name``, held while the ``with`` block runs (``kg_data.locks.held_lock``)."""
-    return held_lock(Path(folder) / name, wait_message)
+    """The cross-process lock ``folder/name``, held while the ``with`` block runs (``kg_data.locks.held_lock``); a
+    folder or lock file that cannot be made is a ``WriteError`` naming it."""
+    path, held = Path(folder) / name, False
+    try:
+        with held_lock(path, wait_message):
+            held = True
+            yield
+    except OSError as error:
+        if held or isinstance(error, WriteError):  # the block's own error
+            raise
+        raise WriteError(path, "the folder's lock file", error) from error
 
 
-def write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(Path(path), text.encode())
+def write_text(path: Path, text: str, what: str | None = None) -> None:
+    atomic_write_bytes(Path(path), text.encode(), what)
 
 
 def save_figure(path: Path, figure, **options) -> None:
@@ -87,14 +153,15 @@ def as_written(payload):
     return json.loads(json.dumps(payload, default=json_default))
 
 
-def write_json(path: Path, payload) -> None:
-    atomic_write_bytes(Path(path), json.dumps(payload, indent=2, default=json_default, sort_keys=False).encode())
+def write_json(path: Path, payload, what: str | None = None) -> None:
+    atomic_write_bytes(Path(path), json.dumps(payload, indent=2, default=json_default, sort_keys=False).encode(), what)
 
 
-def write_table(path: Path, table: pd.DataFrame, digest: bool = False) -> Path:
-    """Write ``table`` as parquet where the suffix asks (with page checksums, which ``read_table`` checks), else CSV.
-    ``digest`` (parquet only): the file also records ``table_digest`` of its content as a reader gets it back, which
-    ``read_table_and_digest`` returns, so a reader can tell a table that is still valid but not what was written."""
+def write_table(path: Path, table: pd.DataFrame, what: str | None = None, digest: bool = False) -> Path:
+    """Write ``table`` as parquet where the suffix asks (with page checksums, which ``read_table`` checks), else CSV;
+    ``what`` names it in a failed write's error.  ``digest`` (parquet only): the file also records ``table_digest`` of
+    its content as a reader gets it back, which ``read_table_and_digest`` returns, so a reader can tell a table that
+    is still valid but not what was written."""
     path = Path(path)
     buffer = io.BytesIO()
     if digest:
@@ -105,7 +172,7 @@ def write_table(path: Path, table: pd.DataFrame, digest: bool = False) -> Path:
         table.to_parquet(buffer, index=False, write_page_checksum=True)
     else:
         table.to_csv(buffer, index=False)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, buffer.getvalue(), what)
     return path
 
 

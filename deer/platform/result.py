@@ -5,6 +5,7 @@ with ``run_spec.json``, a cloze run's ``queries``, the BEAR data-set score's ``i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,7 +15,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deer.base.files import as_written, default_table_suffix, folder_lock, write_json, write_table, write_text
+from deer.base.files import (
+    as_written,
+    default_table_suffix,
+    folder_lock,
+    restored_on_failure,
+    write_json,
+    write_table,
+    write_text,
+)
 from deer.platform.bear_accuracy import check_accuracy_metrics
 from deer.platform.metrics import cloze_metrics, observed_rank_metrics, probes_in
 from deer.platform.read_back import StoredFileError, read_json_object, read_stored_table
@@ -194,17 +203,20 @@ class RunResult:
 
     def save(self, folder: str | Path) -> Path:
         """Write into ``folder``: a KG run's probes add their columns to the folder's ranks table beside other probes
-        of the same run spec (another spec's folder is refused: ValueError); other tables are written whole."""
+        of the same run spec (another spec's folder is refused: ValueError); other tables are written whole.  A
+        save that fails (``deer.base.files.WriteError``, naming the file) leaves the folder's files as it found them."""
         folder = Path(folder)
         if self.is_kg:
-            for probe in self.probes:
-                _save_kg_result(self[probe], folder)
+            with saved_whole(folder, RANKS_TABLE):  # every probe's, or (failing) none
+                for probe in self.probes:
+                    _save_kg_result(self[probe], folder)
         elif self.layout == QUERIES_TABLE:
             refuse_other_run(folder, QUERIES_TABLE, "a cloze run")
-            (folder / "metadata.json").unlink(missing_ok=True)  # what made the rows: gone first, written last (as below)
-            write_table(folder / f"{QUERIES_TABLE}.parquet", self.table)  # the atomic writer creates the folder
-            write_json(folder / "metrics.json", self.probe_metrics)
-            write_json(folder / "metadata.json", self.probe_metadata)
+            with saved_whole(folder, QUERIES_TABLE):
+                (folder / "metadata.json").unlink(missing_ok=True)  # what made the rows: gone first, written last (as below)
+                write_table(folder / f"{QUERIES_TABLE}.parquet", self.table, "the cloze run's queries table")
+                write_json(folder / "metrics.json", self.probe_metrics, "the cloze run's metrics")
+                write_json(folder / "metadata.json", self.probe_metadata, "the cloze run's metadata")
         else:
             _save_instances_result(self, folder)
         self.folder = folder
@@ -265,12 +277,13 @@ def load_result(folder: str | Path) -> RunResult:
     ranks, instances, queries_table = (find_table(folder, name) for name in (RANKS_TABLE, INSTANCES_TABLE, QUERIES_TABLE))
     if queries_table is not None and ranks is None and instances is None:
         return _load_cloze_result(folder, queries_table)
-    metrics = _probe_entries(folder / "metrics.json")
-    metadata = _probe_entries(folder / "metadata.json")
+    metrics = _probe_entries(require_file(folder, "metrics.json", ranks or instances))
+    metadata = _probe_entries(require_file(folder, "metadata.json", ranks or instances))
     if ranks is not None:
         table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
         probes = probes_in(table, "_rank_raw")
+        require_entries(folder, ranks, probes, metrics, metadata)
         for probe in probes:
             if spec is None and not isinstance(metadata.get(probe, {}).get("run_spec"), dict):
                 raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
@@ -281,10 +294,32 @@ def load_result(folder: str | Path) -> RunResult:
                          spec, folder=folder)
     if instances is not None:
         summary, table = folder / "summary.md", read_stored_table(instances)
+        require_entries(folder, instances, list(metrics) or list(metadata), metrics, metadata)
         check_accuracy_metrics(folder / "metrics.json", instances, table, metrics)
         return RunResult(table, metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
                          summary=summary.read_text(encoding="utf-8") if summary.exists() else None, folder=folder)
     raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
+
+
+def require_file(folder: Path, name: str, table: Path | None) -> Path:
+    """``folder/name``, which a run folder holding ``table`` needs; StoredFileError naming both where it is missing."""
+    path = folder / name
+    if table is not None and not path.exists():
+        raise StoredFileError(path, f"missing, though {folder} holds {table.name}: the run that wrote it did not finish "
+                                    "(or the file was removed), so the folder holds no whole result; run it again")
+    return path
+
+
+def require_entries(folder: Path, table: Path, probes: Sequence[str], metrics: dict, metadata: dict) -> None:
+    """Each probe of a run folder's table has its entry in metrics.json and metadata.json (else StoredFileError naming
+    the file and the probe: written last, a missing entry is a save that did not finish)."""
+    if not probes:
+        raise StoredFileError(folder / "metrics.json", f"names no probe of {table.name}: the folder holds no whole result")
+    for name, entries in (("metrics.json", metrics), ("metadata.json", metadata)):
+        lacking = [probe for probe in probes if probe not in entries]
+        if lacking:
+            raise StoredFileError(folder / name, f"has no entry for {', '.join(lacking)}, whose results {table.name} holds: "
+                                                 "that probe's save did not finish (or the file was edited); run it again")
 
 
 def read_ranks_table(path: Path) -> pd.DataFrame:
@@ -304,8 +339,10 @@ def _load_cloze_result(folder: Path, path: Path) -> RunResult:
     lacking = [f"{probe}_correct" for probe in probes if f"{probe}_correct" not in table.columns]
     if lacking or not probes:
         raise StoredFileError(path, f"lacks the column {lacking[0]}" if lacking else "has no {probe}_rank column")
-    metadata = _read_json(folder / "metadata.json")
+    metadata = read_json_object(require_file(folder, "metadata.json", path))
     keyed = all(isinstance(metadata.get(probe), dict) for probe in probes)  # else one object for the run (before 0.2)
+    if keyed:  # written since 0.2, with its metrics.json (before, the metrics were made from the rows alone)
+        require_file(folder, "metrics.json", path)
     result = RunResult(table, cloze_metrics(table), {p: metadata[p] if keyed else metadata for p in probes}, QUERIES_TABLE,
                        folder=folder)  # its metrics held as metrics.json holds them: compared as read
     stored = _read_json(folder / "metrics.json")
@@ -364,23 +401,24 @@ def _probe_columns(table: pd.DataFrame, probe: str) -> list[str]:
 
 def _save_kg_result(result: RunResult, folder: Path) -> None:
     metadata = {**result.metadata, "run_spec": result.spec.to_dict()}
-    # Everything (spec check included) read under the lock, so two probes saving at once both end up in it.
-    with folder_lock(folder):
-        check_folder_spec(folder, result.spec)
-        table = _with_probe_columns(_base_table(folder, result.table), result.table, result.probe)
-        # metadata.json says what a probe's ranks were made with (read back as reusable): the probe's old entry goes
-        # first and its new one last, so a save stopped part-way never leaves new ranks under the old entry
-        stored = _read_json(folder / "metadata.json")
-        if result.probe in stored:
-            write_json(folder / "metadata.json", {probe: entry for probe, entry in stored.items() if probe != result.probe})
-        if not (folder / RUN_SPEC_FILE).exists():
-            result.spec.write(folder)
-        for old in folder.glob(f"{RANKS_TABLE}.*"):
-            if old.suffix != default_table_suffix():
-                old.unlink()
-        write_table(folder / f"{RANKS_TABLE}{default_table_suffix()}", table)
-        _merge_json(folder / "metrics.json", result.probe, result.metrics.to_dict())
-        _merge_json(folder / "metadata.json", result.probe, metadata)
+    probe = result.probe
+    # Everything (spec check included) read under the folder's lock (``save``), so two runs saving at once both end up in it.
+    check_folder_spec(folder, result.spec)
+    table = _with_probe_columns(_base_table(folder, result.table), result.table, probe)
+    # metadata.json says what a probe's ranks were made with (read back as reusable): the probe's old entry goes
+    # first and its new one last, so a save stopped part-way never leaves new ranks under the old entry
+    stored = _read_json(folder / "metadata.json")
+    if probe in stored:
+        write_json(folder / "metadata.json", {name: entry for name, entry in stored.items() if name != probe},
+                   f"the run's metadata, without {probe}'s entry")
+    if not (folder / RUN_SPEC_FILE).exists():
+        result.spec.write(folder)
+    for old in folder.glob(f"{RANKS_TABLE}.*"):
+        if old.suffix != default_table_suffix():
+            old.unlink()
+    write_table(folder / f"{RANKS_TABLE}{default_table_suffix()}", table, f"the ranks table, with {probe}'s ranks")
+    _merge_json(folder / "metrics.json", probe, result.metrics.to_dict(), f"the run's metrics, with {probe}'s")
+    _merge_json(folder / "metadata.json", probe, metadata, f"the run's metadata, with {probe}'s")
 
 
 def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
@@ -444,21 +482,40 @@ def _refuse_overwrite(folder: Path | None, conflict: str | None, label: str) -> 
 
 
 def _save_instances_result(result: RunResult, folder: Path) -> None:
-    with folder_lock(folder):  # the folder's check and writes, one saving process at a time
+    with saved_whole(folder, INSTANCES_TABLE):  # the folder's check and writes, one saving process at a time
         check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
         # metadata.json marks a finished run (--bear-run, --resummarise read it): gone first, written last, so a save
         # stopped part-way never leaves this run's table under the run before's metadata
         (folder / "metadata.json").unlink(missing_ok=True)
-        write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table)
-        write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()})
+        write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table, "the instances table")
+        write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()}, "the run's metrics")
         if result.summary is not None:
-            write_text(folder / "summary.md", result.summary)
-        write_json(folder / "metadata.json", {result.probe: result.metadata})
+            write_text(folder / "summary.md", result.summary, "the run's summary")
+        write_json(folder / "metadata.json", {result.probe: result.metadata}, "the run's metadata")
+
+
+SAVED_FILES = ("metrics.json", "metadata.json", "summary.md", RUN_SPEC_FILE)  # besides the table: what a save writes
+
+
+@contextlib.contextmanager
+def saved_whole(folder: Path, layout: str):
+    """Hold the folder's lock while a save of ``layout`` writes; if it fails, every file a save writes is put back as it
+    was (``restored_on_failure``) and a folder it created removed, so no half-saved folder is left to read as a result."""
+    created = not folder.exists()
+    tables = [f"{layout}{suffix}" for suffix in (".parquet", ".csv")]
+    try:
+        with folder_lock(folder), restored_on_failure([folder / name for name in (*tables, *SAVED_FILES)]):
+            yield
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # empty again (it is left where anything else was written there meanwhile)
+        raise
 
 
 def _read_json(path: Path) -> dict:
     return read_json_object(path) if path.exists() else {}
 
 
-def _merge_json(path: Path, probe: str, payload: dict) -> None:
-    write_json(path, {**_read_json(path), probe: payload})
+def _merge_json(path: Path, probe: str, payload: dict, what: str) -> None:
+    write_json(path, {**_read_json(path), probe: payload}, what)

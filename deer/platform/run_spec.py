@@ -88,7 +88,7 @@ class RunSpec:
     def write(self, folder: Path) -> None:
         from deer.base.files import write_json
 
-        write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict())
+        write_json(Path(folder) / RUN_SPEC_FILE, self.to_dict(), "the run spec its queries were ranked under")
 
     def differences(self, other: RunSpec) -> dict[str, tuple[Any, Any]]:
         """``{field: (self's value, other's value)}`` for every field that differs (a dict's down to the key)."""

@@ -4,10 +4,14 @@ A store is a folder named by the hash of its key (``key.json``).  Each ``add`` w
 stamp (the key's and the ids' digests: a shard copied in from elsewhere is refused) and, last, the index (per row
 the id's digest and ``row_checksums``), each atomically.  A shard that fails a check when opened or read is named
 in a warning and set aside (``<file>.bad``), its items missing again (``StoreDamaged``) for the caller to compute.
+A store that cannot be written (no space, no permission, a read-only disk) is named in a warning and the run goes on
+without storing (as ``--no-cache`` would): what it adds is held in memory (``unwritable`` says why).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deer.base.files import atomic_write_bytes, atomic_write_with, folder_lock
+from deer.base.files import WriteError, atomic_write_bytes, atomic_write_with, folder_lock
 from deer.platform.read_back import StoredFileError, read_json_object, set_aside
 from deer.platform.validate import warn
 
@@ -30,6 +34,8 @@ FLUSH_COUNT = 2048  # rows pending before a shard is written (more for narrow ro
 FLUSH_BYTES = 1 << 28
 FLUSH_SECONDS_ENV = "DEER_STORE_FLUSH_SECONDS"
 READ_ATTEMPTS = 2  # a damaged shard is computed again and read again this many times before the error stands
+# A write failing with one of these: the store cannot be written now, and the run goes on without it (another is raised)
+UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 class CacheKeyMismatch(RuntimeError):
@@ -70,7 +76,8 @@ class EmbeddingStore:
         self.key = {"kind": kind, **key}
         self.width, self.minus_inf = width, minus_inf
         self.folder = Path(root) / kind / key_digest(self.key)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.unwritable: str | None = None  # why nothing is stored now (a write failed: ``UNWRITABLE``)
+        self._unstored: dict[bytes, np.ndarray] = {}  # rows held in memory, never written: NaN or infinity, or unwritable
         key_file = self.folder / "key.json"
         stored = None
         if key_file.exists():
@@ -79,7 +86,14 @@ class EmbeddingStore:
             except StoredFileError as error:  # the folder is named by the key's digest: it can be written again
                 set_aside(error, "written again")
         if stored is None:
-            atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode())
+            try:
+                try:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                except OSError as error:
+                    raise WriteError(self.folder, "the store's folder", error) from error
+                atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode(), "the store's key")
+            except WriteError as error:
+                self._stop_storing(error)
         elif stored != json.loads(json.dumps(self.key)):
             raise CacheKeyMismatch(f"{key_file}: holds another key than the one its folder is named for (copied in, or "
                                    f"edited), so it is refused on every run until the folder goes: remove the folder "
@@ -88,8 +102,17 @@ class EmbeddingStore:
         self._entries: dict[int, np.ndarray] = {}  # each usable shard's index entries
         self._maps: dict[int, np.ndarray] = {}  # each usable shard's vectors, memory-mapped
         self._stale = True  # the sorted _keys, their (shard number, row) _where and _checksums: made from _entries
-        self._unstored: dict[bytes, np.ndarray] = {}  # rows holding NaN or infinity: used by this process, never written
         self.refresh()
+
+    def _stop_storing(self, error: OSError) -> None:
+        """After a write failing for want of space or permission (``UNWRITABLE``; another error is raised): say so once,
+        and hold what is added from now on in memory (read back by this process, computed again by the next)."""
+        if error.errno not in UNWRITABLE:
+            raise error
+        if self.unwritable is None:
+            self.unwritable = str(error)
+            warn(f"{error}; the run goes on without storing in {self.folder} (as --no-cache would): what it computes is "
+                 "held in memory and computed again next time")
 
     def refresh(self) -> None:
         """Index the shards written since this one looked (by another process); one failing its checks is set aside."""
@@ -145,7 +168,8 @@ class EmbeddingStore:
         for suffix in (INDEX, VECTORS, STAMP):
             path = self.folder / f"{name}{suffix}"
             if path != error.path and path.exists():
-                os.replace(path, path.with_name(path.name + ".bad"))
+                with contextlib.suppress(OSError):  # a store that cannot be written: the shard is not used all the same
+                    os.replace(path, path.with_name(path.name + ".bad"))
         if name in self._shards:  # its items may still be in another shard
             number = self._shards.index(name)
             self._entries.pop(number, None)
@@ -284,19 +308,42 @@ class EmbeddingStore:
             keys, vectors = keys[first], vectors[first]
         if not len(keys):
             return
+        if self.unwritable is None:
+            try:
+                self._write_shard(keys, vectors)
+                return
+            except WriteError as error:
+                self._stop_storing(error)
+        self._unstored.update(zip(keys.tolist(), vectors, strict=True))
+
+    def _write_shard(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        """Write ``vectors`` as one shard (its index last: a shard without one is never read); a failed write removes
+        what it wrote and raises (``WriteError``, naming the file)."""
         number = len(list(self.folder.glob(f"shard-*{INDEX}*")))  # set-aside shards count too: no name is reused
         name = f"shard-{number:06d}-{os.getpid()}-{os.urandom(3).hex()}"
         entries = np.empty(len(keys), INDEX_DTYPE)
         entries["key"], entries["checksum"] = keys, row_checksums(vectors)
-        atomic_write_with(self.folder / f"{name}{VECTORS}", lambda handle: np.save(handle, vectors))
-        atomic_write_bytes(self.folder / f"{name}{STAMP}", json.dumps(self._stamp(keys)).encode())
-        atomic_write_with(self.folder / f"{name}{INDEX}", lambda handle: np.save(handle, entries))
+        try:
+            atomic_write_with(self.folder / f"{name}{VECTORS}", lambda handle: np.save(handle, vectors), "a shard's vectors")
+            atomic_write_bytes(self.folder / f"{name}{STAMP}", json.dumps(self._stamp(keys)).encode(), "a shard's stamp")
+            atomic_write_with(self.folder / f"{name}{INDEX}", lambda handle: np.save(handle, entries), "a shard's index")
+        except BaseException:
+            for suffix in (VECTORS, STAMP):
+                with contextlib.suppress(OSError):
+                    (self.folder / f"{name}{suffix}").unlink(missing_ok=True)
+            raise
         self.refresh()  # indexed lazily: many adds in a row cost one sort, at the next lookup
 
     @contextmanager
     def locked(self) -> Iterator[EmbeddingStore]:
-        """Hold the store's lock (waiting for another process's encoding), then refresh."""
-        with folder_lock(self.folder, wait_message=f"waiting for another run encoding into {self.folder}"):
+        """Hold the store's lock (waiting for another process's encoding), then refresh; a lock that cannot be made
+        (``UNWRITABLE``) is a store that cannot be written: the block runs unlocked, storing nothing."""
+        with contextlib.ExitStack() as stack:
+            if self.unwritable is None:
+                try:
+                    stack.enter_context(folder_lock(self.folder, wait_message=f"waiting for another run encoding into {self.folder}"))
+                except OSError as error:
+                    self._stop_storing(error)
             self.refresh()
             yield self
 

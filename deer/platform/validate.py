@@ -55,8 +55,12 @@ def check_device(device: str) -> None:
         raise OptionError("device", device, "only cpu, cuda and mps devices are supported")
 
 
+OUT_PROBE_BYTES = 1 << 16  # written (and removed) in the out folder before a run: a disk without room fails now
+
+
 def check_out_folder(out, option: str = "out") -> None:
-    """The folder can be created (or exists) and written, checked without leaving anything behind."""
+    """The folder can be created (or exists) and takes ``OUT_PROBE_BYTES`` of data (not only a file's name: a full
+    disk fails here, not after the run), checked without leaving anything behind."""
     if out is None:
         return
     check_path(option, out)
@@ -67,8 +71,10 @@ def check_out_folder(out, option: str = "out") -> None:
     if not existing.is_dir():
         raise OptionError(option, str(out), f"{existing} is a file, so the folder cannot be created there")
     try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
+        with tempfile.TemporaryFile(dir=existing) as probe:
+            probe.write(bytes(OUT_PROBE_BYTES))
+            probe.flush()
+            os.fsync(probe.fileno())  # the space taken now, not at some later write-back
     except OSError as error:
         raise OptionError(option, str(out), f"cannot write in {existing} ({error.strerror or error})") from None
 
