@@ -12,9 +12,9 @@ from typing import Any
 
 from bear_ref.dataset import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, check_out_dir, run_bear_dataset
 from bear_ref.kg_probe import BearProbe
-from deer.backends import DEFAULT_BACKEND, backend_class
+from deer.backends import as_backend, backend_class, backend_name_for
 from deer.backends.hf import STATEMENT_TOKEN_BUDGET
-from deer.backends.models import DEFAULT_MODEL, as_loaded_model
+from deer.backends.models import DEFAULT_MODEL
 from deer.base.errors import OptionError, check_count, check_names, check_path, wrong_type
 from deer.base.model_spec import with_loading
 from deer.platform.bear_accuracy import metric_convention
@@ -66,7 +66,7 @@ class DatasetSelection:
 
 def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelection | None = None,
                  loading: ModelLoading | None = None, budget: Budget | None = None, pll_variant: str = "within_word_l2r",
-                 domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES, backend: str = DEFAULT_BACKEND,
+                 domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES, backend: str | None = None,
                  out=None, show_progress: bool = True, **options) -> RunResult:
     """The BEAR score of a data set in the lm-pub-quiz format ('bear', 'bear-big', a folder or a
     ``BearDataset``): accuracy per template, its mean and spread, per relation, domain and cardinality.
@@ -76,7 +76,9 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     loading (``ModelLoading``, or dtype=, device=, model_kwargs=, adapter=, tokenizer=): as ``deer.probe``.
     budget (``Budget``, or token_budget=): padded statement tokens per batch (None: 512).
     domain_support/ties: the metric convention (lm-pub-quiz 0.3.3's by default).
-    backend: what scores the statements: 'hf' (a prefix trie) or 'plain' (one forward pass per statement).
+    model: as ``deer.probe``'s, or a backend opened already (``deer.backends.open_backend``).
+    backend: what scores the statements: 'hf' (a prefix trie; None: hf, or the opened backend's own), 'plain' (one
+        forward pass per statement) or another registered one.
     out: finished relations are stored there (an interrupted run resumes) and the result saved.
     """
     if not isinstance(dataset, (str, os.PathLike, BearDataset)):
@@ -85,6 +87,7 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
     budget = take(options, Budget, budget, "budget")
     refuse_leftover(options, "bear_dataset")
     token_budget = STATEMENT_TOKEN_BUDGET if budget.token_budget is None else budget.token_budget
+    backend = backend_name_for(model, backend)
     backend_class(backend)  # an unknown backend fails before any work
     BearProbe.option_values["pll_variant"].check("pll_variant", pll_variant)  # as BEAR on a KG checks it
     metric_convention(domain_support, ties)  # known names, before the model loads
@@ -104,6 +107,7 @@ def bear_dataset(dataset="bear", model=DEFAULT_MODEL, *, selection: DatasetSelec
         dataset, selection.data_dir, relations=relations, max_instances=selection.max_instances, seed=selection.seed)
     if out is not None:
         check_out_dir(out)  # another kind of run there: refused before the model loads
-    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
-    return run_bear_dataset(data, loaded, out, chosen, token_budget=token_budget, pll_variant=pll_variant,
-                            show_progress=show_progress, domain_support=domain_support, ties=ties, backend=backend)
+    runner = as_backend(model, backend, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
+                        token_budget=budget.token_budget, show_progress=show_progress)  # None: 512 statement tokens
+    return run_bear_dataset(data, runner, out, chosen, pll_variant=pll_variant, show_progress=show_progress,
+                            domain_support=domain_support, ties=ties)

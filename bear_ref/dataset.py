@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 import deer
-from deer.backends import DEFAULT_BACKEND, can_cache, open_backend
+from deer.backends import as_backend, can_cache
 from deer.base.files import as_written, package_versions
 from deer.base.work import summed_work
 from deer.platform.bear_accuracy import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, accuracy_block, correctness, metric_convention
@@ -166,11 +166,13 @@ def dataset_result(table: pd.DataFrame, metrics: dict, metadata: dict, out_dir: 
     return result
 
 
-def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selection: dict, token_budget: int = 512,
+def run_bear_dataset(dataset: BearDataset, runner, out_dir: Path | None, selection: dict, token_budget: int | None = None,
                      pll_variant: str = "within_word_l2r", show_progress: bool = True,
                      domain_support: str = DEFAULT_DOMAIN_SUPPORT, ties: str = DEFAULT_TIES,
-                     backend: str = DEFAULT_BACKEND) -> RunResult:
-    """Score ``dataset`` with the BEAR probe through the one cloze loop, as lm-pub-quiz's instances table.
+                     backend: str | None = None) -> RunResult:
+    """Score ``dataset`` with the BEAR probe through the one cloze loop, as lm-pub-quiz's instances table, on
+    ``runner``: a backend opened on the model (``deer.backends.open_backend``; a ``LoadedModel`` is still taken for
+    one release and opened on ``backend``, None: hf, with ``token_budget``, None: 512 statement tokens).
 
     ``out_dir``: each finished relation is stored there as a part named by its content digest (a run resumes;
     an edited relation is scored anew), and the result saved; None: nothing is written.  ``selection``: part of
@@ -183,7 +185,8 @@ def run_bear_dataset(dataset: BearDataset, loaded, out_dir: Path | None, selecti
         raise ValueError(f"{dataset.path}: no relations to score")
     probe = get_probe("bear")
     options = probe_options(probe, {"pll_variant": pll_variant})
-    runner = open_backend(backend, loaded, token_budget=token_budget)
+    runner = as_backend(runner, backend, token_budget=token_budget, show_progress=show_progress)
+    backend, loaded = runner.name, runner.loaded
     method = runner.statement_scorer(pll_variant).statements_method
     key = resume_key(dataset, loaded, selection, method, runner.store_key)
     if out_dir is not None:

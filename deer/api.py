@@ -21,7 +21,7 @@ def probe(
     templates: PromptTemplates | None = None,
     loading: ModelLoading | None = None,
     budget: Budget | None = None,
-    backend: str = "hf",
+    backend: str | None = None,
     cache: bool = False,
     out=None,
     show_progress: bool = True,
@@ -33,7 +33,8 @@ def probe(
         split, subset and data_dir are not used).
     model: an alias (``deer models``), hub id or folder, loaded as ``loading`` says; or a model object
         (with ``tokenizer=``), a ``(model, tokenizer)`` pair or a ``LoadedModel``, used on its own device and
-        dtype (in eval mode for the probe, then put back in train mode if it was training).
+        dtype (in eval mode for the probe, then put back in train mode if it was training); or a backend opened
+        already (``deer.backends.open_backend("vllm", ...)``), run as it is.
     The option objects (``deer.platform.run_options``), each also given as its fields, loose keywords:
     selection (``QuerySelection``): split='test'; subset=N samples N triples with seed=0 (candidates are
         then the entities of those triples); data_dir, the folder holding the named data sets ('wn18rr/';
@@ -48,8 +49,8 @@ def probe(
         ``deer.backends.batching.auto_batch_limits``); long_prompts: a prompt longer than the model's
         positions is an error ('error'), or descriptions are cut to fit ('truncate-descriptions'; the cuts
         are listed in ``metadata["length_guard"]``).
-    backend: 'hf' (default) or 'plain' (one whole forward pass per prompt: a slow cross-check that
-        cannot cache), or another registered one (``deer backends``).
+    backend: 'hf' (default; for an opened backend, its own) or 'plain' (one whole forward pass per prompt: a slow
+        cross-check that cannot cache), or another registered one (``deer backends``).
     cache: reuse and store embeddings under cache_dir= (default $DEER_CACHE_DIR or ~/.cache/deer); refused
         on a backend that cannot cache.
     out: a folder to save the result in (beside other probes' results of the same run spec);

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 import deer
-from deer.backends import DEFAULT_BACKEND, backend_class, can_cache, open_backend, refuse_cache_on
+from deer.backends import ModelBackend, as_backend, backend_class, backend_name_for, can_cache, refuse_cache_on
 from deer.backends.models import DEFAULT_MODEL, LoadedModel
 from deer.base.errors import check_count, check_flag, check_instance, check_mapping, check_path, wrong_type
 from deer.base.files import package_versions, write_json, write_table
@@ -74,7 +74,7 @@ def recorded_options(options: Mapping[str, Any]) -> dict:
 
 def run_probe(probe: str | Probe, /, kg="wn18rr", model=DEFAULT_MODEL, *, selection: QuerySelection | None = None,
               templates: PromptTemplates | None = None, loading: ModelLoading | None = None, budget: Budget | None = None,
-              backend: str = DEFAULT_BACKEND, cache: bool = False, out=None, show_progress: bool = True,
+              backend: str | None = None, cache: bool = False, out=None, show_progress: bool = True,
               distributed: bool = False, **options) -> RunResult:
     """``run_kg`` with one probe, the arguments ``deer.probe``'s; the other ``options`` are the probe's own."""
     probe = probe_of(probe)
@@ -87,16 +87,18 @@ def run_probe(probe: str | Probe, /, kg="wn18rr", model=DEFAULT_MODEL, *, select
 
 def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, options: Mapping[str, Mapping] | None = None,
            selection: QuerySelection | None = None, templates: PromptTemplates | None = None, loading: ModelLoading | None = None,
-           budget: Budget | None = None, backend: str = DEFAULT_BACKEND, cache: bool = False, out=None,
+           budget: Budget | None = None, backend: str | None = None, cache: bool = False, out=None,
            show_progress: bool = True, **loose) -> RunResult:
     """Run ``probes`` (registered names or ``Probe`` objects) on a KG's queries, the model loaded once: one
     ``RunResult``, their ranks side by side in the order given, on the queries the one ranking fewest ranks (LAMA's
-    ``single_token``).  ``options``: {probe name: its own options}; ``loose``: the option objects' fields as
-    keywords, ``cache_dir=`` and ``distributed=`` (as ``deer.probe``'s)."""
+    ``single_token``).  ``model``: as ``deer.probe``'s, or a backend opened already (``open_backend``), run as it is;
+    ``backend``: the backend to open a model on (None: hf, or the opened one's own).  ``options``: {probe name: its
+    own options}; ``loose``: the option objects' fields as keywords, ``cache_dir=`` and ``distributed=``."""
     chosen = probes_of(probes)
     names = [probe.name for probe in chosen]
     if not chosen or len(set(names)) < len(names):
         raise ValueError(f"run_kg needs each probe once; got {', '.join(names) or 'none'}")
+    backend = backend_name_for(model, backend)
     backend_class(backend)  # an unknown backend fails before any work
     cache_dir, distributed = loose.pop("cache_dir", None), loose.pop("distributed", False)
     check_run_arguments(cache=cache, show_progress=show_progress, distributed=distributed, out=out, cache_dir=cache_dir)
@@ -170,24 +172,29 @@ def benchmark_probes(names: Sequence[str]) -> list[Probe]:
     return [get_probe(name) for name in names]
 
 
-def run_cloze(task: Task, loaded: LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES, out: str | Path | None = None,
-              token_budget: int | None = None, show_progress: bool = True, backend: str = DEFAULT_BACKEND,
-              store_root: str | Path | None = None) -> RunResult:
-    """Score every query of a cloze benchmark with ``probes`` (registered names) on ``backend``: per query and
-    probe the gold's realistic rank among the query's candidates (a non-finite score never beats it), the argmax
-    prediction (first on a tie), whether it is the gold, and the gold's score.  With ``out``, each finished probe's
-    rows are stored (``parts/<key>/<probe>.parquet``), so a stopped run resumes; with ``store_root``, DEER's
-    candidate vectors go into the model's prompt store (neither on the plain backend or unhashed weights)."""
+def run_cloze(task: Task, runner: ModelBackend | LoadedModel, probes: Sequence[str] = BENCHMARK_PROBES,
+              out: str | Path | None = None, token_budget: int | None = None, show_progress: bool = True,
+              backend: str | None = None, store_root: str | Path | None = None) -> RunResult:
+    """Score every query of a cloze benchmark with ``probes`` (registered names) on ``runner``, a backend opened on
+    the model (``deer.backends.open_backend``; a ``LoadedModel`` is still taken for one release and opened on
+    ``backend``, None: hf, with ``token_budget``): per query and probe the gold's realistic rank among the query's
+    candidates (a non-finite score never beats it), the argmax prediction (first on a tie), whether it is the gold, and
+    the gold's score.  With ``out``, each finished probe's rows are stored (``parts/<key>/<probe>.parquet``), so a
+    stopped run resumes; with ``store_root``, DEER's candidate vectors go into the model's prompt store (neither on
+    a backend that cannot cache or on unhashed weights)."""
     check_instance("task", task, Task, "a Task (kg_data.task)", allow_none=False)
-    check_instance("loaded", loaded, LoadedModel, "a LoadedModel (deer.open_model)", allow_none=False)
+    check_instance("runner", runner, (ModelBackend, LoadedModel), "a backend opened on the model (deer.backends.open_backend)",
+                   allow_none=False)
     chosen = benchmark_probes(probes)
+    backend = backend_name_for(runner, backend)
     backend_class(backend)  # an unknown backend fails before any work
     check_count("token_budget", token_budget, 1, allow_none=True)
     check_run_arguments(show_progress=show_progress, out=out, store_root=store_root)
     refuse_cache_on(backend, store_root is not None)
+    loaded = runner.loaded if isinstance(runner, ModelBackend) else runner
     refuse_unhashed(loaded, "store_root", store_root, store_root is not None, "leave store_root out")
     refuse_other_run(out, QUERIES_TABLE, "a cloze run")
-    runner = open_backend(backend, loaded, token_budget=token_budget, show_progress=show_progress)
+    runner = as_backend(runner, backend, token_budget=token_budget, show_progress=show_progress)
     check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,

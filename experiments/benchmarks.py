@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from bear_ref.cloze_scoring import lama_vocabulary
-from deer.backends import backend_class, open_backend, refuse_cache_on
+from deer.backends import as_backend, backend_class, backend_name_for, refuse_cache_on
 from deer.base.errors import check_count, check_names, check_path, wrong_type
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
@@ -139,13 +139,14 @@ def build_task(data, backend, modes: Sequence[str] = MODES, candidate_kinds: Seq
 
 def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: BenchmarkSelection | None = None,
                     loading: ModelLoading | None = None, budget: Budget | None = None, probes: Sequence[str] = BENCHMARK_PROBES,
-                    bear_run=None, bootstrap: int = 1000, out=None, backend: str = "hf", cache: bool = False,
+                    bear_run=None, bootstrap: int = 1000, out=None, backend: str | None = None, cache: bool = False,
                     show_progress: bool = True, **options) -> dict:
     """Run ``probes`` on a benchmark; returns the report {"result" (the cloze run's ``RunResult``), "agreement",
     "mode_agreement", and the result's "table", "metrics" and "metadata" by probe} (and "bear_dataset" for DEER
-    on a BEAR-format data set).  ``selection``, ``loading`` and ``budget`` are each an object or its fields as
-    loose keywords (``max_facts=``, ``relations=``, ``dtype=``, ``token_budget=``, ...).  ``backend``: 'hf', or
-    'plain' (one whole forward pass per text, a cross-check).  ``cache``: keep DEER's candidate vectors in the
+    on a BEAR-format data set).  ``model``: a name, a loaded model or an opened backend (``open_backend``).
+    ``selection``, ``loading`` and ``budget`` are each an object or its fields as loose keywords (``max_facts=``,
+    ``relations=``, ``dtype=``, ``token_budget=``, ...).  ``backend``: 'hf' (None: hf, or the opened backend's
+    own), 'plain' (one whole forward pass per text, a cross-check) or another registered one.  ``cache``: keep DEER's candidate vectors in the
     model's prompt store under ``cache_dir=`` (default $DEER_CACHE_DIR or ~/.cache/deer) for every later run."""
     # Every input is checked before the model is loaded: the options and --out, the data, a stored BEAR run's digests.
     if not isinstance(dataset, (str, os.PathLike)):
@@ -155,6 +156,7 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     loading, budget = take(options, ModelLoading, loading, "loading"), take(options, Budget, budget, "budget")
     refuse_leftover(options, "probe_benchmark")
     model = with_loading(model, loading.model_kwargs, loading.adapter)
+    backend = backend_name_for(model, backend)
     backend_class(backend)
     check_count("bootstrap", bootstrap, 0)  # 0: no bootstrap intervals
     check_run_arguments(cache=cache, show_progress=show_progress, out=out, cache_dir=cache_dir, bear_run=bear_run)
@@ -172,7 +174,8 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
     data = load_benchmark(dataset, selection)
     if bear_run is not None:
         check_bear_run(bear_run, data)
-    runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device)
+    runner = as_backend(model, backend, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
+                        token_budget=budget.token_budget, show_progress=show_progress)
     loaded = runner.loaded
     with nothing_left_on_failure(out), runner.evaluation_mode():
         bear_table = stored_bear_table(bear_run, data, loaded, bear_scoring(runner)) if bear_run is not None else None
@@ -181,8 +184,8 @@ def probe_benchmark(dataset="lama", model="smollm2-135m", *, selection: Benchmar
         run_probes = [p for p in probes if not (bear_run and p == "bear")] if bear_data_set else list(probes)
         if bear_data_set and not bear_run and "bear" not in run_probes:
             run_probes.append("bear")
-        result = run_cloze(task, loaded, run_probes, out=None if out is None else Path(out) / "cloze", token_budget=budget.token_budget,
-                           show_progress=show_progress, backend=backend, store_root=store_root(cache, cache_dir))
+        result = run_cloze(task, runner, run_probes, out=None if out is None else Path(out) / "cloze",
+                           show_progress=show_progress, store_root=store_root(cache, cache_dir))
         if bear_data_set:
             report["bear_dataset"] = compare_with_bear(result, data, loaded, Path(out) / "bear_dataset", bear_run, bootstrap, selection.seed,
                                                        bear_table)

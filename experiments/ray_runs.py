@@ -113,9 +113,9 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     """Encode the ``entities`` (default: all) of ``kg`` missing from the model's prompt store (what
     ``deer.probe(..., cache=True)`` reads) on ``workers`` Ray actors, each writing its own shards; returns the
     store's folder.  The driver never holds the vectors; prompts a failed worker left missing are handed out again
-    (twice at most).  ``loaded``: the driver's model when it has one (not opened again).  A prompt too long for the
+    (twice at most).  ``loaded``: the driver's model or its opened backend when it has one (not opened again).  A prompt too long for the
     model is refused before any worker starts (cut descriptions first with ``guard_lengths`` where wanted)."""
-    from deer.backends import open_backend, refuse_cache_on
+    from deer.backends import as_backend, refuse_cache_on
     from deer.base.model_spec import with_loading
     from deer.embedding_probe import all_prompt_keys, prompt_store
     from deer.platform.inputs import store_root
@@ -128,7 +128,7 @@ def encode_entities_on_ray(kg, model_name: str, templates, *, workers: int = 2, 
     refuse_leftover(loose, "encode_entities_on_ray")
     dtype, device = loading.dtype, loading.device
     model_name = with_loading(model_name, loading.model_kwargs, loading.adapter)  # a ModelSpec: its options reach the workers
-    runner = open_backend(backend, loaded if loaded is not None else model_name, dtype=dtype, device=device)
+    runner = as_backend(loaded if loaded is not None else model_name, backend, dtype=dtype, device=device)
     loaded, width = runner.loaded, runner.output_size  # the store's key: weights, tokenizer, dtype, the backend's own
     store = prompt_store(loaded, store_root(True, cache_dir), templates.prompt_special_tokens, width, runner.store_key)
     positions = np.arange(kg.n_entities) if entities is None else np.asarray(entities, dtype=np.int64)

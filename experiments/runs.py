@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,9 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import deer
-from deer.backends import DEFAULT_BACKEND, open_backend
+from deer.backends import DEFAULT_BACKEND, as_backend, open_backend
 from deer.backends.fingerprints import IN_TRAINING
-from deer.backends.models import LoadedModel, as_loaded_model, open_model
 from deer.base.extras import DISTRIBUTION
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
@@ -138,13 +138,14 @@ def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,
     return {probe: run[probe] for probe in reusable}
 
 
-def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str], folder: Path | None, templates, *,
+def run_probes(queries: QuerySet, model, probes: Sequence[str], folder: Path | None, templates, *,
                loading: ModelLoading | None = None, budget: Budget | None = None, use_cache: bool = True,
                show_progress: bool = False, log=print, runs_dir: Path = Path("runs"), probe_options: dict | None = None,
-               **loose) -> RunResult:
-    """Run ``probes`` for one model into ``folder`` (None: ``deer probe``'s folder under ``runs_dir``), one shared
-    ranks table.  Ranks already there for this run spec and options are read back (``_stored_results``); the others
-    run together in one ``run_kg``.  ``probe_options``: {probe: its options}.  The run's ``experiment`` records each
+               backend: str | None = None, **loose) -> RunResult:
+    """Run ``probes`` for one model (a name, a ``LoadedModel`` or a backend opened on it; a name or model is opened
+    on ``backend``, None: hf) into ``folder`` (None: ``deer probe``'s folder under ``runs_dir``), one shared ranks
+    table.  Ranks already there for this run spec and options are read back (``_stored_results``); the others run
+    together in one ``run_kg``.  ``probe_options``: {probe: its options}.  The run's ``experiment`` records each
     probe's seconds and which were reused."""
     from deer.probes import get_probe
     from deer.runner import probe_options as checked_options
@@ -155,10 +156,12 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
     # A model already open (e.g. for its tokenizer) is used as it is: opened and fingerprinted once.  A name is opened with
     # every loading option (model_kwargs and the adapter too: they were dropped here); given beside a loaded one: refused.
     model = with_loading(model, loading.model_kwargs, loading.adapter)
-    loaded = as_loaded_model(model, loading.tokenizer, dtype=loading.dtype, device=loading.device)
-    model_name = loaded.name if isinstance(model, LoadedModel) else model
+    runner = as_backend(model, backend, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
+                        token_budget=budget.token_budget, show_progress=show_progress)
+    loaded = runner.loaded
+    model_name = model if isinstance(model, (str, os.PathLike)) else loaded.name
     chosen = [get_probe(probe) for probe in probes]
-    guarded = fitted_queries(queries, chosen, open_backend(DEFAULT_BACKEND, loaded), templates, budget.long_prompts)
+    guarded = fitted_queries(queries, chosen, runner, templates, budget.long_prompts)
     # the spec run_kg records: of the queries it ranks (fewer with LAMA's single_token), so a rerun finds its own folder
     ranked = queries_ranked(chosen, {p.name: checked_options(p, (probe_options or {}).get(p.name, {})) for p in chosen},
                             guarded, loaded.tokenizer)
@@ -173,7 +176,7 @@ def run_probes(queries: QuerySet, model: str | LoadedModel, probes: Sequence[str
         log(f"  {model_name}: {probe} ranks already in {folder}, reused")
     reused, pending = list(results), [probe for probe in probes if probe not in results]
     if pending:
-        fresh = run_kg(pending, queries, loaded, options={p: (probe_options or {}).get(p, {}) for p in pending},
+        fresh = run_kg(pending, queries, runner, options={p: (probe_options or {}).get(p, {}) for p in pending},
                        templates=templates, budget=budget, cache=use_cache, out=folder, show_progress=show_progress)
         for probe in pending:
             results[probe], seconds[probe] = fresh[probe], fresh.metadata_of(probe)["seconds"]
@@ -215,7 +218,8 @@ def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str],
     runs: list[RunResult] = []
     done: dict[RunSpec, RunResult] = {}
     for name in names:
-        loaded = open_model(name, dtype=loading.dtype, device=loading.device)
+        runner = open_backend(options.get("backend") or DEFAULT_BACKEND, name, dtype=loading.dtype, device=loading.device)
+        loaded = runner.loaded
         identity = RunSpec.build(queries, loaded, templates)
         if identity in done:
             earlier = done[identity]
@@ -224,7 +228,7 @@ def probe_series(queries: QuerySet, names: Sequence[str], probes: Sequence[str],
             experiment = {**json.loads(json.dumps(earlier.experiment)), "same_weights_as": earlier.label, "probe_seconds": {}}
             runs.append(dataclasses.replace(earlier, label=model_label(name), experiment=experiment))
             continue
-        done[identity] = run_probes(queries, loaded, probes, None, templates, loading=loading, log=log, **options)
+        done[identity] = run_probes(queries, runner, probes, None, templates, loading=loading, log=log, **options)
         runs.append(done[identity])
     return runs
 

@@ -133,6 +133,28 @@ def test_click_only_in_the_cli_layer():
     assert not offenders, f"click imported outside experiments/cli: {offenders}"
 
 
+MODEL_LOADERS = {"open_model", "as_loaded_model", "load_model", "from_pretrained"}  # wrapping a model held in memory loads nothing
+LOADS_ITS_OWN_MODEL = {"experiments.training_demo"}  # it trains the model it probes: loaded for training, then probed
+
+
+def test_every_model_is_loaded_through_open_backend():
+    """Models were loaded through transformers before any backend was chosen (bear_ref.api, the CLI, experiments.runs),
+    so a second engine (vLLM) never got the model.  Outside deer/backends nothing names a loader but the training demo:
+    every model is opened by ``open_backend`` (or ``as_backend``) on the backend the run chose."""
+    offenders = {}
+    for module, path in project_modules().items():
+        if layer_of(module) == "backends" or module in LOADS_ITS_OWN_MODEL:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        named = {node.attr if isinstance(node, ast.Attribute) else node.id for node in ast.walk(tree)
+                 if isinstance(node, (ast.Attribute, ast.Name)) and not isinstance(getattr(node, "ctx", None), ast.Store)}
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+        found = sorted((named | imported) & MODEL_LOADERS)
+        if found:
+            offenders[module] = found
+    assert not offenders, f"models loaded outside deer/backends' open_backend: {offenders}"
+
+
 def test_each_layer_imports_only_layers_below_it():
     wrong = [f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
              for module, targets in import_graph().items() for target in targets

@@ -219,3 +219,35 @@ def test_a_model_an_engine_loaded_is_described_without_torch(tiny_clm_dir):
     handle = dataclasses.replace(loaded, model=EngineHandle())
     assert {key: handle.metadata()[key] for key in ("parameters", "attention", "class")} == {
         "parameters": None, "attention": None, "class": "EngineHandle"}
+
+
+def test_the_run_functions_take_an_opened_backend_and_open_nothing_again(toy, tiny_kg_dir, tiny_clm, tmp_path, monkeypatch):
+    """The run functions took a loaded model plus a backend *name* and opened the backend again (run_cloze, the BEAR
+    data set), and their callers had opened one already.  Each takes the opened backend now: the results equal those
+    of the backend opened by name, nothing is loaded a second time, and a backend named otherwise is refused."""
+    from tests.test_cloze import hand_built_bear
+
+    loaded = as_loaded_model(*tiny_clm)
+    opened = backends.open_backend("toy", loaded, show_progress=False)
+
+    def loaded_again(*args, **kwargs):
+        raise AssertionError("an opened backend was loaded again")
+
+    queries = build_queries(load_kg(tiny_kg_dir), "train")
+    task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London"])
+    by_name = {run.__name__: run(queries, loaded, k_shot=2, backend="toy", show_progress=False)
+               for run in (deer.probe, bear_ref.bear, bear_ref.lama)}
+    cloze_by_name = run_cloze(task, loaded, ["lama", "bear"], show_progress=False, backend="toy")
+    dataset_by_name = bear_ref.bear_dataset(hand_built_bear(), loaded, backend="toy", show_progress=False)
+    monkeypatch.setattr(ToyBackend, "load", classmethod(loaded_again))
+    for run in (deer.probe, bear_ref.bear, bear_ref.lama):
+        result = run(queries, opened, k_shot=2, show_progress=False)
+        assert result.metadata["backend"] == "toy" and _columns(result).equals(_columns(by_name[run.__name__])), run.__name__
+    cloze = run_cloze(task, opened, ["lama", "bear"], show_progress=False)
+    assert cloze.table.equals(cloze_by_name.table) and cloze.metadata_of("bear")["backend"] == "toy"
+    dataset = bear_ref.bear_dataset(hand_built_bear(), opened, show_progress=False)
+    assert dataset.table.equals(dataset_by_name.table) and dataset.metadata["backend"] == "toy"
+    with pytest.raises(OptionError, match=r"backend='plain': the model given is a toy backend opened already"):
+        deer.probe(queries, opened, backend="plain", show_progress=False)
+    with pytest.raises(OptionError, match=r"token_budget=64: the toy backend given was opened with token_budget=None"):
+        run_cloze(task, opened, ["lama"], token_budget=64, show_progress=False)

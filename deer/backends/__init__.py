@@ -94,3 +94,38 @@ def open_backend(name: str, model, *, tokenizer=None, dtype: str = "auto", devic
     backend = cls(loaded.model, loaded.tokenizer, token_budget=token_budget, show_progress=show_progress)
     backend.loaded = loaded
     return backend
+
+
+def backend_name_for(model, backend: str | None) -> str:
+    """The backend a run uses: ``backend``; for a model given as an opened backend, its own (another name is refused);
+    else the default (hf)."""
+    if isinstance(model, ModelBackend):
+        if backend is not None and backend != model.name:
+            raise OptionError("backend", backend, f"the model given is a {model.name} backend opened already: leave backend "
+                                                  f"out (or name {model.name!r})")
+        return model.name
+    return DEFAULT_BACKEND if backend is None else backend
+
+
+def as_backend(model, backend: str | None = None, *, tokenizer=None, dtype: str = "auto", device: str = "auto",
+               token_budget: int | None = None, show_progress: bool = True) -> ModelBackend:
+    """What a run function probes: ``model`` opened on ``backend`` (``open_backend``; None: hf), or a backend opened
+    already, as it is.  For an opened one, what would change its loading is refused by name (its tokenizer, another
+    dtype or device, another token budget: it was opened with them); ``show_progress`` applies to this run."""
+    name = backend_name_for(model, backend)
+    if not isinstance(model, ModelBackend):
+        return open_backend(name, model, tokenizer=tokenizer, dtype=dtype, device=device, token_budget=token_budget,
+                            show_progress=show_progress)
+    from deer.backends.models import as_loaded_model
+
+    check_flag("show_progress", show_progress)
+    if tokenizer is not None:
+        raise OptionError("tokenizer", type(tokenizer).__name__, f"the {name} backend given is opened already, on its own "
+                                                                  "tokenizer: leave tokenizer out")
+    if token_budget is not None and token_budget != model.token_budget:
+        raise OptionError("token_budget", token_budget, f"the {name} backend given was opened with token_budget="
+                                                        f"{model.token_budget}: give it to open_backend, or leave it out here")
+    as_loaded_model(model.loaded, dtype=dtype, device=device)  # another dtype or device: refused as for a loaded model
+    model.show_progress = show_progress
+    return model
+

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from deer.backends import DEFAULT_BACKEND, open_backend
+from deer.backends import ModelBackend, as_backend
 from deer.backends.models import LoadedModel, check_model_config
 from deer.base.errors import wrong_type
 from deer.base.model_spec import check_adapter, loading_options, with_loading
@@ -28,13 +28,14 @@ from kg_data.locate import cache_root
 from kg_data.queries import QuerySet, build_queries
 
 KG_ACCEPTED = "a KG name ('wn18rr'), a KG folder (str or Path), a TextualKG or a QuerySet"
-MODEL_ACCEPTED = "an alias (`deer models`), a hub id, a model folder (str or Path), open_model(...) or a (model, tokenizer) pair"
+MODEL_ACCEPTED = ("an alias (`deer models`), a hub id, a model folder (str or Path), open_model(...), a (model, tokenizer) pair "
+                  "or an opened backend (deer.backends.open_backend(...))")
 
 
 def check_model_argument(model) -> None:
-    """``model`` is a name or folder, a ``LoadedModel``, or a model object, alone or with its tokenizer."""
+    """``model`` is a name or folder, a ``LoadedModel``, an opened backend, or a model object, alone or with its tokenizer."""
     first = model[0] if isinstance(model, tuple) and len(model) == 2 else model
-    if not (isinstance(model, (LoadedModel, str, os.PathLike)) or hasattr(first, "parameters") and hasattr(first, "config")):
+    if not (isinstance(model, (LoadedModel, ModelBackend, str, os.PathLike)) or hasattr(first, "parameters") and hasattr(first, "config")):
         raise wrong_type("model", model, MODEL_ACCEPTED)
 
 
@@ -113,8 +114,9 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
 
 
 def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=None,
-            backend: str = DEFAULT_BACKEND, show_progress: bool = True) -> PreparedRun:
-    """Check the inputs, load the data, the templates and last the model (opening the ``backend`` on it), then check
+            backend: str | None = None, show_progress: bool = True) -> PreparedRun:
+    """Check the inputs, load the data, the templates and last the model (opening the ``backend`` on it, or taking an
+    opened backend as it is: ``deer.backends.as_backend``), then check
     every text the ``probes`` feed it (``guard_lengths``): a bad input fails before any forward pass.
     ``before_loading(queries, templates)``: a probe's own checks, made before the model loads."""
     selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
@@ -126,8 +128,8 @@ def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=
     warn_about_few_shot(queries, templates)
     if before_loading is not None:
         before_loading(queries, templates)
-    runner = open_backend(backend, model, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
-                          token_budget=budget.token_budget, show_progress=show_progress)
+    runner = as_backend(model, backend, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
+                        token_budget=budget.token_budget, show_progress=show_progress)
     task, report = guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, budget.long_prompts)
     return PreparedRun(task.kg_queries, runner.loaded, templates, report, runner)
 

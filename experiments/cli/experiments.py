@@ -102,16 +102,16 @@ def refuse_run_making_options(given: dict) -> None:
 def _single_token_runs(queries, names, probes, templates, options: dict):
     """(runs, settings to add): ``run_probes`` per model on its single-token queries and candidates (LAMA's protocol)."""
     from bear_ref.lama_probe import restrict_to_single_token
-    from deer.backends.models import open_model
+    from deer.backends import DEFAULT_BACKEND, open_backend
     from experiments.runs import run_probes
 
     runs, sizes = [], {}
     for model_name in names:
-        loaded = open_model(model_name, dtype=options["dtype"], device=options["device"])
-        restricted = restrict_to_single_token(queries, loaded.tokenizer)
+        runner = open_backend(DEFAULT_BACKEND, model_name, dtype=options["dtype"], device=options["device"])
+        restricted = restrict_to_single_token(queries, runner.tokenizer)
         click.echo(f"  {model_name}: {len(restricted)} queries x {len(restricted.candidates)} single-token candidates")
         sizes[model_name] = {"queries": len(restricted), "candidates": int(len(restricted.candidates))}
-        runs.append(run_probes(restricted, loaded, probes, None, templates, log=click.echo,
+        runs.append(run_probes(restricted, runner, probes, None, templates, log=click.echo,
                                probe_options={"lama": {"single_token": True}}, **options))
     return runs, {"single_token_sizes": sizes, "queries_before_restriction": len(queries),
                   "candidates_before_restriction": int(len(queries.candidates))}
@@ -362,7 +362,7 @@ def compute_time_command(kg, model_name, query_sizes, scorers, no_warmup, out_di
     Each row's basis says exactly how it was extrapolated.
     Paper: DEER 16 min vs BEAR 330 days (93,003 WN18RR triples x 40,943 entities, GPT-2, RTX 3090).
     """
-    from deer.backends.models import open_model
+    from deer.backends import open_backend
     from deer.platform.inputs import check_inputs
     from experiments.compute_time import TimingPlan, run_compute_time
     from experiments.reference import TIMED_SCORERS
@@ -374,7 +374,7 @@ def compute_time_command(kg, model_name, query_sizes, scorers, no_warmup, out_di
     check_inputs(model_name, out=out_dir, seed=seed, k_shot=options.templates.k_shot, dtype=loading.dtype, device=loading.device,
                  token_budget=token_budget)
     knowledge_graph = load_kg(kg, given["data_dir"])
-    loaded = open_model(model_name, dtype=loading.dtype, device=loading.device)
+    loaded = open_backend("hf", model_name, dtype=loading.dtype, device=loading.device).loaded  # it times hf's kernels
     timing = {name: given[name] for name in ("candidates", "repeats", "plain_statements", "deer_queries", "deer_candidates", "target")}
     plan = TimingPlan(query_sizes=_parse_ints(query_sizes), scorers=scorer_list, seed=seed, warmup=not no_warmup, **timing)
     result = run_compute_time(knowledge_graph, loaded, options.templates, Path(out_dir), plan, split=options.selection.split,

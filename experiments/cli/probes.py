@@ -85,7 +85,7 @@ def spelled_as_probe_option():
 
 
 def open_kg_run(g: dict, options: dict, run_options, guard: bool = False):
-    """(queries, the KG as the length guard leaves it, templates, loaded, out) from the command's options ``g``, the
+    """(queries, the KG as the length guard leaves it, templates, the opened backend, out) from the command's options ``g``, the
     probes' ``options`` checked before the model opens.  ``out``: --out or the run spec's folder, with a probe's
     ``folder_suffix`` (LAMA's single-token ranks fewer queries: a folder of its own).  ``guard``: every text checked now
     in --long-prompts error mode too (before Ray's workers)."""
@@ -103,11 +103,12 @@ def open_kg_run(g: dict, options: dict, run_options, guard: bool = False):
         folder_suffix = getattr(probe, "folder_suffix", None)
         suffixes.append(folder_suffix(own) if folder_suffix is not None else "")
     suffix = "".join(dict.fromkeys(suffixes))  # a probe that ranks fewer queries than given: checked when saving
-    runner = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"])  # once, also for stores and Ray
+    runner = open_backend(g["backend"], g["model_name"], dtype=g["dtype"], device=g["device"],  # once, also for stores and Ray
+                          token_budget=g["token_budget"])
     fitted = fitted_queries(queries, probes, runner, templates, run_options.budget.long_prompts, guard)
     spec = RunSpec.build(fitted, runner.loaded, templates)  # what the run records: the KG as the guard leaves it
     out = spec_folder(g["out_dir"], RUNS_DIR, queries.kg.name, g["model_name"], spec, suffix, not suffix)
-    return queries, fitted.kg, templates, runner.loaded, out
+    return queries, fitted.kg, templates, runner, out
 
 
 def options_by_probe(probes, pairs: dict) -> dict:
@@ -132,17 +133,17 @@ def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None
     if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
         return forward_to_cloze(g, ",".join(options))
     run_options = run_options_of(g)
-    queries, fitted_kg, templates, loaded, out = open_kg_run(g, options, run_options, guard=bool(ray_workers))
+    queries, fitted_kg, templates, runner, out = open_kg_run(g, options, run_options, guard=bool(ray_workers))
     if ray_workers:
         from experiments.ray_runs import encode_entities_on_ray
 
         # The KG as open_kg_run's guard left it: nothing too long reaches a worker.
         store = encode_entities_on_ray(fitted_kg, g["model_name"], templates, workers=ray_workers,
                                        entities=queries.candidates.tolist(), loading=run_options.loading,
-                                       token_budget=g["token_budget"], address=ray_address, loaded=loaded, backend=g["backend"])
+                                       token_budget=g["token_budget"], address=ray_address, loaded=runner, backend=g["backend"])
         click.echo(f"entities encoded by {ray_workers} Ray workers into {store}")
-    run = run_kg(list(options), queries, loaded, options=options, templates=templates, budget=run_options.budget,
-                 backend=g["backend"], cache=cache_unless(g["no_cache"], g["backend"]), out=out)
+    run = run_kg(list(options), queries, runner, options=options, templates=templates, budget=run_options.budget,
+                 cache=cache_unless(g["no_cache"], g["backend"]), out=out)
     ranked = run.metadata_of(run.probes[0])
     if (ranked["queries"], ranked["candidates"]) != (len(queries), len(queries.candidates)):  # LAMA's single_token keeps fewer
         click.echo(f"ranked {ranked['queries']} of those queries x {ranked['candidates']} candidates (single-token names); "
@@ -307,9 +308,9 @@ def bear_dataset(dataset, model_name, pll_variant, out_dir, token_budget, resumm
     import bear_ref
     from bear_ref.api import DatasetSelection
     from bear_ref.dataset import check_out_dir, resummarise_bear_dataset
-    from deer.backends.models import open_model
+    from deer.backends import open_backend
     from deer.platform.inputs import check_inputs
-    from deer.platform.run_options import Budget, ModelLoading
+    from deer.platform.run_options import ModelLoading
     from deer.platform.run_spec import run_folder_name
     from kg_data.bear import load_bear_dataset
 
@@ -331,9 +332,8 @@ def bear_dataset(dataset, model_name, pll_variant, out_dir, token_budget, resumm
         click.echo(f"\nrecomputed from the instances table: {out}")
         return
     check_out_dir(out)  # a folder holding another kind of run: refused now, not once the model is loaded
-    loaded = open_model(model_name, dtype=loading.dtype, device=loading.device)
-    result = bear_ref.bear_dataset(data, loaded, selection=selection, budget=Budget(token_budget), pll_variant=pll_variant,
-                                   backend=backend, out=out, **metric_convention)
+    runner = open_backend(backend, model_name, dtype=loading.dtype, device=loading.device, token_budget=token_budget)
+    result = bear_ref.bear_dataset(data, runner, selection=selection, pll_variant=pll_variant, out=out, **metric_convention)
     _print_bear_dataset_summary(result.metrics.to_dict())
     click.echo(f"\n{result.metadata['work'].get('tokens', 0)} tokens through the model; total {time.perf_counter() - started:.1f}s")
     click.echo(f"results: {out}")
