@@ -271,7 +271,7 @@ def forbid_loading(monkeypatch) -> None:
     import deer.runner as runner
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
-    monkeypatch.setattr(runner, "open_backend", lambda *a, **k: pytest.fail("a backend was opened (run_cloze)"))
+    monkeypatch.setattr(runner, "as_backend", lambda *a, **k: pytest.fail("a backend was opened (run_cloze)"))
 
 
 @pytest.fixture()
@@ -304,6 +304,7 @@ def _wrong(kind: str) -> list:
 
 # Arguments whose annotation does not say their kind (unannotated, or any object) and what their wrong values are.
 KIND_OF = {"kg": "object", "model": "object", "dataset": "object", "queries": "object", "task": "object", "loaded": "object",
+           "runner": "object",
            "tokenizer": "object", "trainer": "object", "probe": "object", "out": "path", "data_dir": "path", "adapter": "path",
            "cache_dir": "path", "bear_run": "path", "store_root": "path", "device": "device", "probes": "probes",
            "options": "mapping", "relations": "names", "sources": "names", "modes": "names", "candidate_kinds": "names",
@@ -362,7 +363,7 @@ def api_entries(kg: str, dataset: str, task, loaded, queries) -> list[Entry]:
         Entry("deer.load_queries", deer.load_queries, {"kg": kg}),
         Entry("run_probe", run_probe, {"probe": "deer", "kg": kg, "model": model}, kg_options, run),
         Entry("run_kg", run_kg, {"probes": ["deer"], "kg": kg, "model": model}, kg_options, run),
-        Entry("run_cloze", run_cloze, {"task": task, "loaded": loaded, "probes": ["lama"]}),
+        Entry("run_cloze", run_cloze, {"task": task, "runner": loaded, "probes": ["lama"]}),
         Entry("bear_ref.bear", bear_ref.bear, {"kg": kg, "model": model}, kg_options, run),
         Entry("bear_ref.lama", bear_ref.lama, {"kg": kg, "model": model}, kg_options, run),
         Entry("bear_ref.bear_dataset", bear_ref.bear_dataset, {"dataset": dataset, "model": model},
