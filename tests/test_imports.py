@@ -187,3 +187,14 @@ def test_the_platforms_0_1_name_is_gone(old):
 
     with pytest.raises(ModuleNotFoundError, match="deer.core"):
         importlib.import_module(old)
+
+
+@pytest.mark.parametrize(("module", "name"), [("deer", "ProbeResult"), ("deer.platform.result", "ProbeResult"),
+                                              ("experiments.runs", "ProbeRun"), ("kg_data.cloze", "ClozeTask")])
+def test_0_1s_names_of_the_result_and_the_task_are_gone(module, name):
+    """0.1's ``ProbeResult`` and ``ProbeRun`` (now ``deer.RunResult``) and ``ClozeTask`` (now ``kg_data.task.Task``),
+    kept as aliases until 0.3, went before 0.2 was released."""
+    import importlib
+
+    imported = importlib.import_module(module)
+    assert not hasattr(imported, name) and name not in getattr(imported, "__all__", ())
