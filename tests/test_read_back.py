@@ -280,6 +280,16 @@ def test_a_bad_file_in_a_run_folder_is_refused_by_name(probe_run, name, how):
         deer.load_result(probe_run)
 
 
+def test_a_run_folder_without_its_run_spec_is_refused_as_0_1s(probe_run):
+    """0.1 kept a KG run's spec in each probe's metadata entry, no run_spec.json; such a folder was read until 0.3.
+    It is refused by name now, saying who wrote it and to make the run again (every probe's entry still records it here)."""
+    (probe_run / "run_spec.json").unlink()
+    assert all("run_spec" in entry for entry in json.loads((probe_run / "metadata.json").read_text()).values())
+    with pytest.raises(ValueError, match=f"^{probe_run / 'run_spec.json'}: missing, though {probe_run} holds ranks.parquet: "
+                                         "a folder written by deer-probe-toolkit 0.1 .or edited.*make the run again"):
+        deer.load_result(probe_run)
+
+
 @pytest.mark.parametrize(("name", "how"), [("ranks.parquet", "flip"), ("ranks.parquet", "columns"),
                                            ("metadata.json", "truncate"), ("metrics.json", "list")])
 def test_an_experiment_refuses_a_bad_run_folder_file_by_name(tmp_path, probe_run, name, how):

@@ -274,13 +274,11 @@ def load_result(folder: str | Path) -> RunResult:
     if ranks is not None:
         table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
+        if spec is None:  # written first by every save of this version: a folder of 0.1 (or one edited) holds none
+            raise StoredFileError(folder / RUN_SPEC_FILE, f"missing, though {folder} holds {ranks.name}: a folder written by "
+                                                          "deer-probe-toolkit 0.1 (or edited), which 0.2 does not read; make the run again")
         probes = probes_in(table, "_rank_raw")
         require_entries(folder, ranks, probes, metrics, metadata)
-        for probe in probes:
-            if spec is None and not isinstance(metadata.get(probe, {}).get("run_spec"), dict):
-                raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
-        if spec is None and probes:  # 0.1's folders hold no run_spec.json: each probe's metadata records it (one spec a folder)
-            spec = RunSpec.from_dict(metadata[probes[0]]["run_spec"])
         _check_kg_metrics(folder / "metrics.json", ranks, table, metrics)
         return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
                          spec, folder=folder)
