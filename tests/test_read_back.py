@@ -105,7 +105,7 @@ def test_damaged_stored_vectors_are_set_aside_and_encoded_again(tmp_path, probed
 @pytest.mark.parametrize("how", ["narrow", "nan", "truncate", "pickle"])
 def test_damaged_bear_score_rows_are_set_aside_and_scored_again(tmp_path, tiny_clm_dir, how):
     cache = tmp_path / "cache"
-    args = ["bear", "--kg", str(write_tiny_kg(tmp_path / "kg")), "--model", str(tiny_clm_dir), "--k-shot", "2"]
+    args = ["probe", "--probe", "bear", "--kg", str(write_tiny_kg(tmp_path / "kg")), "--model", str(tiny_clm_dir), "--k-shot", "2"]
     invoke([*args, "--out", str(tmp_path / "first")], cache)
     ranks = pd.read_parquet(tmp_path / "first" / "ranks.parquet")
     damaged = corrupt_stored_vectors(cache, how)
