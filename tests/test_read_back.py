@@ -319,3 +319,23 @@ def test_cloze_refuses_a_bad_bear_run_table_by_name(tmp_path, bear_run, tiny_clm
                                 env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
     assert result.exit_code == 1 and f"Error: {run / 'instances.parquet'}: " in result.output, result.output
     assert "unexpected" not in result.output
+
+
+def test_a_bear_run_without_its_metric_convention_is_refused_as_0_1s_and_resummarised(tmp_path, bear_run):
+    """0.1 stored no metric convention with a BEAR data-set score; its folders were read as strict ties (and a
+    resummarised one recorded 'full-domain-support+strict-ties' as its previous convention) until 0.3.  Such a
+    folder is refused by name now, saying how to recompute it; recomputed, it records no previous convention."""
+    from bear_ref.dataset import resummarise_bear_dataset
+
+    run = shutil.copytree(bear_run[1], tmp_path / "bear-run")
+    metrics, metadata = (json.loads((run / name).read_text()) for name in ("metrics.json", "metadata.json"))
+    del metrics["bear"]["convention"], metadata["bear"]["metric_convention"]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match=f"^{run / 'metrics.json'}: records no metric convention .bear.convention.ties., as "
+                                         "deer-probe-toolkit 0.1 wrote it.*`deer bear-dataset --resummarise --dataset DATASET "
+                                         f"--out {run}`"):
+        deer.load_result(run)
+    made = resummarise_bear_dataset(run)  # the data set its metadata names
+    assert made.metadata["resummarised"]["previous_metric_convention"] is None
+    assert deer.load_result(run).metrics.to_dict() == made.metrics.to_dict()
