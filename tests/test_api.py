@@ -200,7 +200,7 @@ def test_one_seed_per_purpose(tiny_kg_dir):
 
 
 def test_a_result_prints_as_one_line():
-    """Issue 22.7: repr(ProbeResult) printed the whole table and metadata (~10 kB in a notebook)."""
+    """Issue 22.7: repr(ProbeResult), now RunResult, printed the whole table and metadata (~10 kB in a notebook)."""
     import pandas as pd
 
     from deer.platform.result import Metrics, RunResult
