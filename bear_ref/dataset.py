@@ -261,7 +261,7 @@ def resummarise_bear_dataset(out_dir: Path, dataset: BearDataset | None = None,
         raise ValueError(f"the instances table in {out_dir} does not match the data set {dataset.path} "
                          "(relations, or their subjects and gold answers, differ); pass the data set and selection of that run")
     metrics = bear_metrics(table, dataset, domain_support, ties)
-    previous = metadata.get("metric_convention", metric_convention("full", "wrong"))  # before issue 9: not stored
+    previous = metadata.get("metric_convention")  # None: 0.1's run, which recorded none
     metadata = {
         **metadata,
         "metric_convention": convention,

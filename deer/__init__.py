@@ -14,7 +14,7 @@ from deer.lazy_exports import lazy_exports
 _PUBLIC = {
     "__version__": "deer.base.version",
     **dict.fromkeys(("probe", "load_result", "load_queries"), "deer.api"),
-    **dict.fromkeys(("RunResult", "ProbeResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
+    **dict.fromkeys(("RunResult", "Metrics", "join_results", "load_results"), "deer.platform.result"),
     **dict.fromkeys(("LoadedModel", "open_model"), "deer.backends.models"),
     "ModelSpec": "deer.base.model_spec",
     "PromptEOLEncoder": "deer.backends.encoder",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from importlib import metadata as importlib_metadata
@@ -46,11 +45,6 @@ class ProbeRequest:
     store_root: Path | None = None
     show_progress: bool = True
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def queries(self):
-        """What 0.1's ``queries`` was (until 0.3): a KG's ``QuerySet``, else the task."""
-        return self.task if self.task.kg_queries is None else self.task.kg_queries
 
 
 @dataclasses.dataclass
@@ -202,55 +196,21 @@ def probes_of(probes, argument: str = "probes") -> list[Probe]:
     return [probe_of(probe, argument) for probe in probes]
 
 
+# 0.1's protocol, gone before 0.2: what a probe written for it does now (each is refused by name, not ignored)
+OLD_PROTOCOL = {"score_benchmark": "score_benchmark is read no more: one method, score(request), scores every task",
+                "text_kind": "text_kind is read no more: the length guard checks the texts a probe hands it by "
+                             "length_checks(task, templates, backend)"}
+
+
 def as_probe(probe) -> Probe:
-    """``probe`` checked to have ``score(request)``; one written for 0.1's protocol read through ``_OldProtocol``."""
-    old = _names_texts_by_kind(probe) or callable(getattr(probe, "score_benchmark", None))
-    if old and not isinstance(probe, _OldProtocol):  # read once: run_probe hands run_kg the probe it checked
-        probe = _OldProtocol(probe)
+    """``probe`` checked to have ``score(request)`` and nothing of 0.1's protocol (``OLD_PROTOCOL``)."""
+    old = [name for name in OLD_PROTOCOL if getattr(probe, name, None) is not None]
+    if old:
+        raise ValueError(f"probe '{probe.name}' is written for 0.1's protocol: "
+                         + "; ".join(OLD_PROTOCOL[name] for name in old))
     if not callable(getattr(probe, "score", None)):
         raise ValueError(f"probe '{probe.name}' has no score(request): every probe scores queries over candidate sets")
     return probe
-
-
-TEXT_KINDS = {"prompts": "deer", "contexts": "lama", "statements": "bear"}  # 0.1's text_kind: whose texts a probe feeds
-
-
-def _names_texts_by_kind(probe) -> bool:
-    """Whether ``probe`` says what it feeds the model by 0.1's ``text_kind`` only (no ``length_checks`` of its own)."""
-    return getattr(probe, "text_kind", None) is not None and not callable(getattr(probe, "length_checks", None))
-
-
-class _OldProtocol:
-    """A probe written for 0.1's protocol (until 0.3, with a DeprecationWarning): ``score_benchmark`` and ``score``
-    (a KG fast path) seen through the one ``score``; its ``text_kind`` checked as that built-in probe's texts."""
-
-    def __init__(self, probe):
-        kind = getattr(probe, "text_kind", None)
-        if kind is not None and kind not in TEXT_KINDS:
-            raise ValueError(f"probe '{probe.name}': text_kind {kind!r} is none of {', '.join(TEXT_KINDS)} "
-                             "(or hand the length guard your texts: length_checks)")
-        old = ["score_benchmark is the old name of score (and score the old KG fast path, now score reading "
-               "task.kg_queries)"] * callable(getattr(probe, "score_benchmark", None))
-        old += ["text_kind is read as the length checks of the probe feeding those texts (a probe hands the guard its "
-                "own now: length_checks)"] * _names_texts_by_kind(probe)
-        warnings.warn(f"probe '{probe.name}': {'; '.join(old)}; read until 0.3", DeprecationWarning, stacklevel=3)
-        self._probe = probe
-
-    def __getattr__(self, name):
-        return getattr(self._probe, name)
-
-    def score(self, request: ProbeRequest) -> ProbeScores:
-        old = getattr(self._probe, "score_benchmark", None)
-        if callable(old) and (request.task.kg_queries is None or not callable(getattr(self._probe, "score", None))):
-            return old(request)
-        return self._probe.score(request)  # on a KG's task its request.queries: the QuerySet
-
-    def length_checks(self, task, templates, backend):
-        own = getattr(self._probe, "length_checks", None)
-        if callable(own):
-            return own(task, templates, backend)
-        kind = getattr(self._probe, "text_kind", None)
-        return () if kind is None else get_probe(TEXT_KINDS[kind]).length_checks(task, templates, backend)
 
 
 def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:

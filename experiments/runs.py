@@ -31,7 +31,6 @@ from experiments.report import distinct_labels
 from kg_data.queries import QuerySet, queries_for
 
 TOOLKIT = DISTRIBUTION  # its version, as every run's metadata records it (``package_versions``)
-ProbeRun = RunResult  # the experiments' old name of a run (until 0.3): one RunResult, labelled and read from its folder
 
 
 def in_registry_order(result: RunResult) -> RunResult:

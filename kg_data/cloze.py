@@ -11,8 +11,7 @@ from kg_data.errors import KGFormatError
 from kg_data.lama import MASK, LamaDataset, first_usable_sentence, relation_file
 from kg_data.task import CandidateSet, ClozeQuery, Task, shorten
 
-ClozeTask = Task  # its name before the KG's queries became a task too (until 0.3)
-__all__ = ["CANDIDATE_KINDS", "LARGE_SET", "MODES", "CandidateSet", "ClozeQuery", "ClozeTask", "Task", "answer_context",
+__all__ = ["CANDIDATE_KINDS", "LARGE_SET", "MODES", "CandidateSet", "ClozeQuery", "Task", "answer_context",
            "bear_cloze_task", "check_lama_queries", "check_modes", "lama_cloze_task", "shorten", "statement",
            "text_before_answer"]
 

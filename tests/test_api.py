@@ -87,8 +87,8 @@ def test_three_probes_on_a_model_object_join_save_load_and_match_the_cli(tiny_kg
     # The CLI on the same inputs (model by folder, same KG, split and shots) writes the same bytes.
     cli_folder = tmp_path / "cli"
     common = ["--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--no-cache", "--out", str(cli_folder)]
-    for command in ("probe", "bear", "lama"):
-        outcome = CliRunner().invoke(main, [command, *common])
+    for probe in ("deer", "bear", "lama"):
+        outcome = CliRunner().invoke(main, ["probe", "--probe", probe, *common])
         assert outcome.exit_code == 0, outcome.output
     assert find_ranks_table(cli_folder).read_bytes() == find_ranks_table(api_folder).read_bytes()
     assert (cli_folder / "run_spec.json").read_bytes() == (api_folder / "run_spec.json").read_bytes()
@@ -200,7 +200,7 @@ def test_one_seed_per_purpose(tiny_kg_dir):
 
 
 def test_a_result_prints_as_one_line():
-    """Issue 22.7: repr(ProbeResult) printed the whole table and metadata (~10 kB in a notebook)."""
+    """Issue 22.7: repr(ProbeResult), now RunResult, printed the whole table and metadata (~10 kB in a notebook)."""
     import pandas as pd
 
     from deer.platform.result import Metrics, RunResult

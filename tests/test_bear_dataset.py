@@ -247,7 +247,7 @@ def test_resummarise_recomputes_from_the_table_and_refuses_other_runs(tmp_path):
     write_table(out / "instances.parquet", table)
     old = bear_metrics(table, data, domain_support="full", ties="wrong")
     write_json(out / "metrics.json", {"bear": old})
-    write_json(out / "metadata.json", {"bear": {"probe": "bear-dataset", "dataset": data.summary(),
+    write_json(out / "metadata.json", {"bear": {"probe": "bear-dataset", "dataset": data.summary(), "metric_convention": old["convention"],
                                                 "selection": {"relations": None, "max_instances": None, "seed": 0}}})
     resummarised = resummarise_bear_dataset(out)  # data set from metadata.json
     metrics, metadata = resummarised.metrics.to_dict(), resummarised.metadata

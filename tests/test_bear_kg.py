@@ -64,7 +64,7 @@ def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatc
 
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
     runner = CliRunner()
-    result = runner.invoke(main, ["bear", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--out", str(tmp_path / "kg")])
+    result = runner.invoke(main, ["probe", "--probe", "bear", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2", "--out", str(tmp_path / "kg")])
     assert result.exit_code == 0, result.output
     assert "bear" in result.output and (tmp_path / "kg" / "metadata.json").exists()
     folder = write_dataset(tmp_path / "data" / "BEARmini")

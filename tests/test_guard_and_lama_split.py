@@ -20,7 +20,7 @@ from deer.backends.plain import plain_logprobs
 from deer.backends.tokenization import token_ids
 from deer.platform.length_guard import PromptTooLongError, guard_lengths
 from deer.platform.templates import PromptTemplates, kg_benchmark_task
-from deer.probes import ProbeRequest, as_probe, get_probe
+from deer.probes import ProbeRequest, get_probe
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
 from kg_data.task import Task
@@ -195,34 +195,6 @@ def test_each_probe_hands_the_guard_exactly_the_texts_it_feeds_on_a_kg(tiny_kg_d
     for probe, n in longest.items():
         assert _refusal(task, probe, backend, n, templates) is None
         assert f"is {n} tokens, more than the model's {n - 1} positions" in _refusal(task, probe, backend, n - 1, templates), probe
-
-
-class OldKind:
-    """A probe of 0.1's protocol, saying which built-in probe's texts it feeds by their kind."""
-
-    name, summary, options, text_kind = "old-kind", "feeds LAMA's texts", {}, "contexts"
-
-    def score(self, request):
-        raise AssertionError("never scored here")
-
-
-def test_a_probe_naming_its_texts_by_kind_is_still_guarded_until_0_3(tiny_kg_dir, tiny_clm):
-    """0.1's ``text_kind`` (read until 0.3, with a DeprecationWarning) is checked as the built-in probe feeding
-    those texts checks its own (here LAMA's query texts); an unknown kind is refused by name."""
-    queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=4)
-    backend = open_backend("hf", tiny_clm)
-    n = max(backend.token_counts([templates.query_context(queries.kg, tuple(t)) for t in queries.triples.tolist()],
-                                 templates.prompt_special_tokens))
-    with pytest.warns(DeprecationWarning, match="text_kind is read as the length checks"):
-        old = as_probe(OldKind())
-    task = kg_benchmark_task(queries, templates)
-    guard_lengths(task, [old], FewerPositions(backend, n), templates)
-    with pytest.raises(PromptTooLongError, match=f"its query text is {n} tokens, more than the model's {n - 1} positions"):
-        guard_lengths(task, [old], FewerPositions(backend, n - 1), templates)
-    bogus = OldKind()
-    bogus.text_kind = "paragraphs"
-    with pytest.raises(ValueError, match="text_kind 'paragraphs' is none of prompts, contexts, statements"):
-        as_probe(bogus)
 
 
 def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_benchmark(tmp_path, tiny_clm):

@@ -27,7 +27,6 @@ LAYERS = {
     "deer.platform": "platform",  # what every probe and task shares: ranking, stores, results, run specs, input checks
     "deer.backends": "backends",  # the model: loading it, and the kernels and backends that run it
     "deer.base": "base",  # errors, work counters, atomic files, extras, model specs, unit vectors
-    "deer.core": "package",  # its old name: a redirect that imports nothing of the project
     "deer": "package",  # deer/__init__.py and deer/lazy_exports.py: names only, imported lazily
     "kg_data": "data",
 }
@@ -179,25 +178,23 @@ def test_nothing_imports_the_cli():
     assert not offenders, "\n".join(offenders)
 
 
-def test_the_platforms_old_name_still_imports_the_same_modules():
+@pytest.mark.parametrize("old", ["deer.core", *(f"deer.core.{name}" for name in ("ranking", "models", "errors", "work", "files",
+                                                                        "extras", "model_spec"))])
+def test_the_platforms_0_1_name_is_gone(old):
+    """0.1's ``deer.core`` (a redirect to ``deer.platform``, ``deer.backends`` and ``deer.base`` kept until 0.3) went
+    before 0.2 was released: importing it fails."""
     import importlib
 
-    import deer.platform.ranking
-
-    with pytest.warns(DeprecationWarning, match="deer.core is now deer.platform"):
-        importlib.reload(importlib.import_module("deer.core"))
-    from deer.core.ranking import rank_chunk
-
-    assert rank_chunk is deer.platform.ranking.rank_chunk
-    assert importlib.import_module("deer.core.models") is importlib.import_module("deer.backends.models")
+    with pytest.raises(ModuleNotFoundError, match="deer.core"):
+        importlib.import_module(old)
 
 
-@pytest.mark.parametrize(("old", "new"), [("deer.core.models", "deer.backends.models"),
-                                          *((f"deer.core.{n}", f"deer.base.{n}") for n in ("errors", "work", "files", "extras", "model_spec"))])
-def test_moved_modules_keep_their_old_names_for_one_release(old, new):
-    """0.1's ``deer.core`` modules that have since left the platform are read from their new homes."""
+@pytest.mark.parametrize(("module", "name"), [("deer", "ProbeResult"), ("deer.platform.result", "ProbeResult"),
+                                              ("experiments.runs", "ProbeRun"), ("kg_data.cloze", "ClozeTask")])
+def test_0_1s_names_of_the_result_and_the_task_are_gone(module, name):
+    """0.1's ``ProbeResult`` and ``ProbeRun`` (now ``deer.RunResult``) and ``ClozeTask`` (now ``kg_data.task.Task``),
+    kept as aliases until 0.3, went before 0.2 was released."""
     import importlib
 
-    with pytest.warns(DeprecationWarning, match="deer.core is now deer.platform"):
-        importlib.reload(importlib.import_module("deer.core"))
-    assert importlib.import_module(old) is importlib.import_module(new)
+    imported = importlib.import_module(module)
+    assert not hasattr(imported, name) and name not in getattr(imported, "__all__", ())

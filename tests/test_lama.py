@@ -139,7 +139,7 @@ def test_lama_with_deer_shares_the_query_pass(tiny_setup, tmp_path):
 
 def test_cli_lama(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
-    result = CliRunner().invoke(main, ["lama", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot", "2",
-                                       "--with-deer", "--no-cache", "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(main, ["probe", "--probe", "lama,deer", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--k-shot",
+                                       "2", "--no-cache", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "lama" in result.output and "deer" in result.output

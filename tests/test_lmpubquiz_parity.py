@@ -161,7 +161,7 @@ def ours_by_view(metrics: dict, templates) -> dict:
     def pick(block, view):
         if view is None:
             return block["accuracy"]
-        # bear_metrics keys templates by int; a ProbeResult holds them as metrics.json does (str)
+        # bear_metrics keys templates by int; a RunResult holds them as metrics.json does (str)
         return {str(t): a for t, a in block["accuracy_per_template"].items()}[str(view)]
 
     return {

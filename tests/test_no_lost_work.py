@@ -54,8 +54,9 @@ def cli_env(cache: Path, **extra: str) -> dict:
             "OMP_NUM_THREADS": "1", **extra}
 
 
-def probe_args(kg: Path, model: Path, out: Path, command: str = "probe") -> list[str]:
-    return [*CLI, command, "--kg", str(kg), "--model", str(model), "--k-shot", "2", "--token-budget", "256", "--out", str(out)]
+def probe_args(kg: Path, model: Path, out: Path, probe: str = "deer") -> list[str]:
+    return [*CLI, "probe", "--probe", probe, "--kg", str(kg), "--model", str(model), "--k-shot", "2", "--token-budget", "256",
+            "--out", str(out)]
 
 
 def run_cli(args: list[str], env: dict, log: Path) -> subprocess.CompletedProcess:
@@ -155,12 +156,12 @@ def test_two_runs_on_one_cache_encode_each_entity_once(tmp_path, large_kg, tiny_
 def test_probe_and_lama_into_one_folder_at_once(tmp_path, tiny_kg_dir, tiny_clm_dir):
     env, out = cli_env(tmp_path / "cache"), tmp_path / "out"
     processes = []
-    for command in ("probe", "lama"):
-        with open(tmp_path / f"{command}.txt", "w") as stderr:
-            processes.append((command, subprocess.Popen(probe_args(tiny_kg_dir, tiny_clm_dir, out, command), env=env,
-                                                        stdout=subprocess.DEVNULL, stderr=stderr)))
-    for command, process in processes:
-        assert process.wait(timeout=300) == 0, (tmp_path / f"{command}.txt").read_text()
+    for probe in ("deer", "lama"):
+        with open(tmp_path / f"{probe}.txt", "w") as stderr:
+            processes.append((probe, subprocess.Popen(probe_args(tiny_kg_dir, tiny_clm_dir, out, probe), env=env,
+                                                      stdout=subprocess.DEVNULL, stderr=stderr)))
+    for probe, process in processes:
+        assert process.wait(timeout=300) == 0, (tmp_path / f"{probe}.txt").read_text()
     table = read_table(find_ranks_table(out))
     assert {"deer_rank_filtered", "lama_rank_filtered"} <= set(table.columns)
     for name in ("metrics.json", "metadata.json"):

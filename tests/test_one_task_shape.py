@@ -98,32 +98,35 @@ def test_a_probe_without_a_score_method_is_refused_by_name(monkeypatch):
         get_probe("scoreless")
 
 
-def test_a_probe_of_the_old_two_methods_is_still_read_with_a_warning(tiny_kg_dir, tiny_clm):
-    """0.1's protocol (``score`` a KG fast path, ``score_benchmark`` the general shape) stays until 0.3:
-    each method still gets its task, and the ranks equal the built-in probe's."""
-    bear = get_probe("bear")
-    calls = []
+class Old:
+    """A probe of 0.1's protocol: ``score`` (its KG fast path) beside ``score_benchmark``, or its texts named by ``text_kind``."""
 
-    class OldBear:
-        name, summary, options, text_kind = "bear", bear.summary, bear.options, "statements"
+    name, summary, options = "old", "0.1's protocol", {}
 
-        def score(self, request):
-            calls.append(type(request.queries).__name__)  # the old field name still reads the task
-            return bear.score(request)
+    def score(self, request):
+        raise AssertionError("never scored: refused first")
 
-        def score_benchmark(self, request):
-            calls.append(type(request.queries).__name__)
-            return bear.score(request)
 
-    model, tokenizer = tiny_clm
-    queries = build_queries(load_kg(tiny_kg_dir), "train")
-    loaded = as_loaded_model(model, tokenizer)
-    with pytest.warns(DeprecationWarning, match="score_benchmark is the old name of score") as caught:
-        old = run_probe(OldBear(), queries, loaded, k_shot=2, show_progress=False)
-    assert sum("score_benchmark is the old name" in str(w.message) for w in caught) == 1  # said once, not per layer
-    new = run_probe("bear", queries, loaded, k_shot=2, show_progress=False)
-    np.testing.assert_array_equal(old.ranks("filtered"), new.ranks("filtered"))
-    assert calls == ["QuerySet"]
+OLD_SPELLINGS = [  # (attributes of a 0.1 probe, what the refusal says instead)
+    ({"score_benchmark": Old.score}, r"score_benchmark is read no more: one method, score\(request\), scores every task"),
+    ({"text_kind": "statements"}, r"text_kind is read no more: .* length_checks\(task, templates, backend\)"),
+    ({"text_kind": "paragraphs"}, r"text_kind is read no more"),  # an unknown kind too
+    ({"score_benchmark": Old.score, "text_kind": "prompts"}, r"score_benchmark is read no more.*; text_kind is read no more"),
+]
+
+
+@pytest.mark.parametrize(("attributes", "instead"), OLD_SPELLINGS, ids=["score_benchmark", "text_kind", "unknown-text_kind", "both"])
+def test_a_probe_of_the_0_1_protocol_is_refused_saying_what_to_write_instead(attributes, instead, monkeypatch):
+    """0.1's protocol (``score_benchmark``; ``text_kind`` read as a built-in probe's length checks) was read, with a
+    DeprecationWarning, until 0.3; 0.2 is its first release, so it is refused by name, given or registered."""
+    import deer.probes
+
+    old = type("Old", (Old,), attributes)
+    with pytest.raises(ValueError, match=f"probe 'old' is written for 0.1's protocol: {instead}"):
+        run_probe(old(), None, None)  # refused before the queries or the model are read
+    monkeypatch.setitem(deer.probes._REGISTERED, "old", old)
+    with pytest.raises(ValueError, match=instead):
+        get_probe("old")
 
 
 class LongWinded:

@@ -164,7 +164,7 @@ CLI_CASES = [
      ["--probe-option colour=red", "no such option"]),
     ("store flush seconds not a number", lambda t, kg, m, mp: mp.setenv("DEER_STORE_FLUSH_SECONDS", "soon")
      or ["probe", "--kg", kg, "--model", m], ["DEER_STORE_FLUSH_SECONDS='soon'", "not a number of seconds"]),
-    ("lama on the authors' template style", lambda t, kg, m, mp: ["lama", "--kg", kg, "--model", m, "--template-style", "authors"],
+    ("lama on the authors' template style", lambda t, kg, m, mp: ["probe", "--probe", "lama", "--kg", kg, "--model", m, "--template-style", "authors"],
      ["LAMA needs the query to end at the comma"]),
     ("lama with a trailing space", lambda t, kg, m, mp: ["probe", "--kg", kg, "--model", m, "--probe", "lama",
                                                           "--query-trailing-space"], ["LAMA needs the query to end at the comma"]),

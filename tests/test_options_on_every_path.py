@@ -73,8 +73,8 @@ def where(tmp_path_factory, tiny_clm_dir) -> dict[str, str]:
     found = {"kg": write_tiny_kg(root / "kg"), "lama": write_lama(root / "lama"), "bear": write_dataset(root / "bear"),
              "model": tiny_clm_dir, "checkpoints": checkpoints, "adapter": adapter, "run": root / "run", "bear_run": root / "bear_run"}
     runner = CliRunner(env={"DEER_CACHE_DIR": str(root / "cache")})
-    for command in ("probe", "bear", "lama"):  # one run folder with DEER's, BEAR's and LAMA's ranks, for --run
-        made = runner.invoke(main, [command, "--kg", str(found["kg"]), "--model", str(tiny_clm_dir), "--k-shot", "2",
+    for probe in ("deer", "bear", "lama"):  # one run folder with DEER's, BEAR's and LAMA's ranks, for --run
+        made = runner.invoke(main, ["probe", "--probe", probe, "--kg", str(found["kg"]), "--model", str(tiny_clm_dir), "--k-shot", "2",
                                     "--out", str(found["run"])])
         assert made.exit_code == 0, made.output
     made = runner.invoke(main, ["bear-dataset", "--dataset", str(found["bear"]), "--model", str(tiny_clm_dir),

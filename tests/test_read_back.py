@@ -105,7 +105,7 @@ def test_damaged_stored_vectors_are_set_aside_and_encoded_again(tmp_path, probed
 @pytest.mark.parametrize("how", ["narrow", "nan", "truncate", "pickle"])
 def test_damaged_bear_score_rows_are_set_aside_and_scored_again(tmp_path, tiny_clm_dir, how):
     cache = tmp_path / "cache"
-    args = ["bear", "--kg", str(write_tiny_kg(tmp_path / "kg")), "--model", str(tiny_clm_dir), "--k-shot", "2"]
+    args = ["probe", "--probe", "bear", "--kg", str(write_tiny_kg(tmp_path / "kg")), "--model", str(tiny_clm_dir), "--k-shot", "2"]
     invoke([*args, "--out", str(tmp_path / "first")], cache)
     ranks = pd.read_parquet(tmp_path / "first" / "ranks.parquet")
     damaged = corrupt_stored_vectors(cache, how)
@@ -280,6 +280,16 @@ def test_a_bad_file_in_a_run_folder_is_refused_by_name(probe_run, name, how):
         deer.load_result(probe_run)
 
 
+def test_a_run_folder_without_its_run_spec_is_refused_as_0_1s(probe_run):
+    """0.1 kept a KG run's spec in each probe's metadata entry, no run_spec.json; such a folder was read until 0.3.
+    It is refused by name now, saying who wrote it and to make the run again (every probe's entry still records it here)."""
+    (probe_run / "run_spec.json").unlink()
+    assert all("run_spec" in entry for entry in json.loads((probe_run / "metadata.json").read_text()).values())
+    with pytest.raises(ValueError, match=f"^{probe_run / 'run_spec.json'}: missing, though {probe_run} holds ranks.parquet: "
+                                         "a folder written by deer-probe-toolkit 0.1 .or edited.*make the run again"):
+        deer.load_result(probe_run)
+
+
 @pytest.mark.parametrize(("name", "how"), [("ranks.parquet", "flip"), ("ranks.parquet", "columns"),
                                            ("metadata.json", "truncate"), ("metrics.json", "list")])
 def test_an_experiment_refuses_a_bad_run_folder_file_by_name(tmp_path, probe_run, name, how):
@@ -309,3 +319,23 @@ def test_cloze_refuses_a_bad_bear_run_table_by_name(tmp_path, bear_run, tiny_clm
                                 env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
     assert result.exit_code == 1 and f"Error: {run / 'instances.parquet'}: " in result.output, result.output
     assert "unexpected" not in result.output
+
+
+def test_a_bear_run_without_its_metric_convention_is_refused_as_0_1s_and_resummarised(tmp_path, bear_run):
+    """0.1 stored no metric convention with a BEAR data-set score; its folders were read as strict ties (and a
+    resummarised one recorded 'full-domain-support+strict-ties' as its previous convention) until 0.3.  Such a
+    folder is refused by name now, saying how to recompute it; recomputed, it records no previous convention."""
+    from bear_ref.dataset import resummarise_bear_dataset
+
+    run = shutil.copytree(bear_run[1], tmp_path / "bear-run")
+    metrics, metadata = (json.loads((run / name).read_text()) for name in ("metrics.json", "metadata.json"))
+    del metrics["bear"]["convention"], metadata["bear"]["metric_convention"]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match=f"^{run / 'metrics.json'}: records no metric convention .bear.convention.ties., as "
+                                         "deer-probe-toolkit 0.1 wrote it.*`deer bear-dataset --resummarise --dataset DATASET "
+                                         f"--out {run}`"):
+        deer.load_result(run)
+    made = resummarise_bear_dataset(run)  # the data set its metadata names
+    assert made.metadata["resummarised"]["previous_metric_convention"] is None
+    assert deer.load_result(run).metrics.to_dict() == made.metrics.to_dict()

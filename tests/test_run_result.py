@@ -1,6 +1,6 @@
 """One result type (``deer.platform.result.RunResult``) for every run: a KG run of several probes, a cloze
 run and the BEAR data-set score each save one folder shape (their table, metrics.json and metadata.json
-keyed by probe) and read back as the result they saved; a one-probe view reads as 0.1's ProbeResult."""
+keyed by probe) and read back as the result they saved; a one-probe view reads as that probe's result."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _same(first: RunResult, second: RunResult) -> None:
 def test_a_kg_run_of_several_probes_is_one_result_and_reads_back_as_it(tiny_kg_dir, tiny_clm_dir, tmp_path):
     queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
     run = run_kg(["deer", "lama"], queries, loaded, templates=PromptTemplates(k_shot=2), out=tmp_path, show_progress=False)
-    assert isinstance(run, deer.RunResult) and deer.ProbeResult is deer.RunResult and run.probes == ["deer", "lama"]
+    assert isinstance(run, deer.RunResult) and run.probes == ["deer", "lama"]
     _same(RunResult.load(tmp_path), run)
     _same(deer.load_result(tmp_path), run)
     assert RunResult.load(tmp_path).spec == run.spec
@@ -50,11 +50,10 @@ def test_a_kg_run_of_several_probes_is_one_result_and_reads_back_as_it(tiny_kg_d
         (tmp_path / "metrics.json").read_text())["lama"]["filtered"]["hit@10"]
     # Every probe's metadata records the few-shot examples each query got, counted once for the run.
     assert run.metadata_of("deer")["k_shot"] == run.metadata_of("lama")["k_shot"]
-    # 0.1's per-probe reading, and the experiments' old argument order (with a DeprecationWarning).
+    # The per-probe reading; 0.1's argument order (read until 0.3 with a DeprecationWarning) is refused, saying the order.
     _same(load_results(tmp_path)["deer"], run["deer"])
-    with pytest.warns(DeprecationWarning, match="ranks\\(rank_type, probe\\)"):
-        old_order = run.ranks("deer", "raw")
-    np.testing.assert_array_equal(old_order, run.ranks("raw", "deer"))
+    with pytest.raises(ValueError, match="rank_type must be 'filtered' or 'raw', got 'deer': ranks\\(rank_type, probe\\)"):
+        run.ranks("deer", "raw")
     # A one-probe run is the same type, and reads as that probe's.
     alone = run_probe("lama", queries, loaded, templates=PromptTemplates(k_shot=2), show_progress=False)
     assert type(alone) is RunResult and alone.probe == "lama"

@@ -83,8 +83,8 @@ def test_deer_bear_and_lama_through_the_command_line(toy, tiny_kg_dir, tiny_clm_
     folders = {}
     for backend in ("toy", "plain"):
         out = folders[backend] = tmp_path / backend
-        for command in (["probe"], ["bear"], ["lama"]):
-            done = CliRunner().invoke(main, [*command, *common, "--backend", backend, "--out", str(out)], catch_exceptions=False)
+        for probe in ("deer", "bear", "lama"):
+            done = CliRunner().invoke(main, ["probe", "--probe", probe, *common, "--backend", backend, "--out", str(out)], catch_exceptions=False)
             assert done.exit_code == 0, done.output
     toy_runs, plain_runs = load_results(folders["toy"]), load_results(folders["plain"])
     assert set(toy_runs) == {"deer", "bear", "lama"}

@@ -90,7 +90,11 @@ def check_accuracy_metrics(path: Path, table_path: Path, table: pd.DataFrame, me
     """A BEAR data-set score's overall and per-relation blocks, made again from the instances table under the stored
     tie convention, must agree with ``metrics.json``.  The per-domain blocks need the data set's domains."""
     stored = metrics.get("bear", {})
-    ties = (stored.get("convention") or {}).get("ties", "wrong")  # none stored before issue 9: strict ties
+    if (stored.get("convention") or {}).get("ties") not in TIES:  # stored since 0.2: the rows cannot be judged without it
+        raise StoredFileError(path, f"records no metric convention (bear.convention.ties), as deer-probe-toolkit 0.1 wrote it, "
+                                    f"which 0.2 does not read; recompute the metrics from {table_path.name}: "
+                                    f"`deer bear-dataset --resummarise --dataset DATASET --out {path.parent}`")
+    ties = stored["convention"]["ties"]
     frame = table.assign(is_correct=correctness(table, ties), weight=1.0)
     per_relation = stored.get("per_relation", {})
     made = {code: accuracy_block(part) for code, part in frame.groupby("relation", sort=True)}

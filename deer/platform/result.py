@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,7 +124,7 @@ class RunResult:
 
     @classmethod
     def of_probe(cls, probe: str, table: pd.DataFrame, metrics: dict | Metrics, metadata: dict, **fields) -> RunResult:
-        """One probe's result (0.1's ``ProbeResult(probe, table, metrics, metadata, spec)``)."""
+        """One probe's result: ``probe``'s ``table``, ``metrics`` and ``metadata`` (``fields``: the other fields, and its ``arrays``)."""
         tree = metrics.to_dict() if isinstance(metrics, Metrics) else metrics
         return cls(table, {probe: tree}, {probe: metadata}, probe_arrays={probe: dict(fields.pop("arrays", None) or {})}, **fields)
 
@@ -187,12 +186,8 @@ class RunResult:
 
     def ranks(self, rank_type: str = "filtered", probe: str | None = None) -> np.ndarray:
         """Gold ranks (1 = best) per query of a KG run, float64 (realistic ranks may be halves)."""
-        if rank_type in self.probe_metrics and rank_type not in ("filtered", "raw"):  # 0.1's ProbeRun.ranks(probe, rank_type)
-            warnings.warn("run.ranks(probe, rank_type) is run.ranks(rank_type, probe) now; the old order goes at 0.3",
-                          DeprecationWarning, stacklevel=2)
-            rank_type, probe = probe or "filtered", rank_type
-        if rank_type not in ("filtered", "raw"):
-            raise ValueError("rank_type must be 'filtered' or 'raw'")
+        if rank_type not in ("filtered", "raw"):  # 0.1's order, ranks(probe, rank_type), too: named here
+            raise ValueError(f"rank_type must be 'filtered' or 'raw', got {rank_type!r}: ranks(rank_type, probe)")
         if not self.is_kg:
             raise ValueError(f"ranks() reads a KG run's raw and filtered ranks; this {self.layout} table has its own columns")
         return self.table[f"{self._known(probe or self.probe)}_rank_{rank_type}"].to_numpy(dtype=np.float64)
@@ -232,9 +227,6 @@ class RunResult:
         if probe not in self.probe_metrics:
             raise ValueError(f"this result holds no {probe} result (it has: {', '.join(self.probes) or 'none'})")
         return probe
-
-
-ProbeResult = RunResult  # 0.1's name, for one release (CHANGELOG); build one probe's with RunResult.of_probe
 
 
 def combine_results(results: Sequence[RunResult]) -> RunResult:
@@ -282,13 +274,11 @@ def load_result(folder: str | Path) -> RunResult:
     if ranks is not None:
         table = read_ranks_table(ranks)
         spec = RunSpec.read(folder)
+        if spec is None:  # written first by every save of this version: a folder of 0.1 (or one edited) holds none
+            raise StoredFileError(folder / RUN_SPEC_FILE, f"missing, though {folder} holds {ranks.name}: a folder written by "
+                                                          "deer-probe-toolkit 0.1 (or edited), which 0.2 does not read; make the run again")
         probes = probes_in(table, "_rank_raw")
         require_entries(folder, ranks, probes, metrics, metadata)
-        for probe in probes:
-            if spec is None and not isinstance(metadata.get(probe, {}).get("run_spec"), dict):
-                raise StoredFileError(folder / "metadata.json", f"records no run spec for {probe} (and there is no {RUN_SPEC_FILE})")
-        if spec is None and probes:  # 0.1's folders hold no run_spec.json: each probe's metadata records it (one spec a folder)
-            spec = RunSpec.from_dict(metadata[probes[0]]["run_spec"])
         _check_kg_metrics(folder / "metrics.json", ranks, table, metrics)
         return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
                          spec, folder=folder)

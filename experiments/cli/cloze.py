@@ -1,7 +1,5 @@
-"""`deer cloze`: DEER, LAMA and BEAR on BEAR's and LAMA's own benchmarks (``experiments.benchmarks``).
-
-`deer probe|lama|bear --kg lama|bear|bear-big` run the same with one probe (``run_benchmark_command``).
-"""
+"""`deer cloze`: DEER, LAMA and BEAR on BEAR's and LAMA's own benchmarks (``experiments.benchmarks``); `deer experiment
+agreement|screen --kg lama|bear|bear-big` run the same (``run_benchmark_of``)."""
 
 from __future__ import annotations
 
@@ -122,16 +120,3 @@ def cloze(kg, model_names, probes, bear_run, bootstrap, token_budget, backend, n
     run_benchmark_command(kg, models_or_default(model_names), probe_list, out_dir, selection=selection,
                           loading=ModelLoading(given["dtype"], given["device"]), budget=Budget(token_budget), bear_run=bear_run,
                           bootstrap=bootstrap, backend=backend, cache=cache_unless(no_cache, backend))
-
-
-def forward_to_cloze(given: dict, probe_name: str) -> None:
-    """`deer probe|bear|lama --kg lama|bear|bear-big`, the old spelling (until 0.3) of `deer cloze --dataset KG
-    --probes PROBE`, run as that command; an option `deer cloze` has no counterpart for is refused by name first."""
-    kg = given["kg"]
-    refuse_options_the_benchmarks_ignore(kg, ())
-    click.echo(f"note: a cloze benchmark is `deer cloze --dataset {kg} --probes {probe_name}` (--subset is its --max-facts); "
-               f"--kg {kg} on a KG command is read until 0.3", err=True)
-    click.get_current_context().invoke(
-        cloze, kg=kg, model_names=(given["model_name"],), probes=probe_name, data_dir=given["data_dir"], max_facts=given["subset"],
-        seed=given["seed"], dtype=given["dtype"], device=given["device"], token_budget=given["token_budget"],
-        backend=given["backend"], no_cache=given["no_cache"], out_dir=given["out_dir"])

@@ -327,9 +327,10 @@ def parse_key_values(pairs, option: str) -> dict:
     return options
 
 
-# What the cloze-benchmark path of `deer probe|bear|lama --kg lama|bear|bear-big` reads (--subset as facts per relation).
-BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_name", "model_names", "dtype", "device", "out_dir", "token_budget",
-                     "probe_name", "backend", "no_cache", "model_args", "adapter"}
+# What the cloze-benchmark path of `deer experiment agreement|screen --kg lama|bear|bear-big` reads (``run_benchmark_of``;
+# --subset as facts per relation), beside each command's own ``honoured``.
+BENCHMARK_OPTIONS = {"kg", "data_dir", "subset", "seed", "model_names", "dtype", "device", "out_dir", "token_budget", "no_cache",
+                     "model_args", "adapter"}
 
 
 def refuse_given(names, why: str) -> None:

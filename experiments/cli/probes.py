@@ -1,6 +1,5 @@
-"""`deer probe` (and its old spellings `deer bear`, `deer lama`) and `deer bear-dataset`: thin shells over the
-Python API (``deer.runner.run_kg``, which ``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` run with
-one probe; ``bear_ref.bear_dataset``)."""
+"""`deer probe` and `deer bear-dataset`: thin shells over the Python API (``deer.runner.run_kg``, which
+``deer.probe``, ``bear_ref.bear`` and ``bear_ref.lama`` run with one probe; ``bear_ref.bear_dataset``)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import click
 from deer.backends import cache_unless
 from deer.base.errors import OptionError
 from deer.platform.tables import format_number, text_table
-from experiments.cli.cloze import comma_list, forward_to_cloze, is_benchmark
+from experiments.cli.cloze import comma_list, is_benchmark
 from experiments.cli.options import (
     OneValueCommand,
     backend_option,
@@ -126,12 +125,13 @@ def options_by_probe(probes, pairs: dict) -> dict:
 
 
 def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None) -> None:
-    """`deer probe` (and `deer bear`, `deer lama`): the probes of ``options`` on one KG, then their metrics."""
+    """`deer probe`: the probes of ``options`` on one KG, then their metrics."""
     from deer.runner import run_kg
 
     started = time.perf_counter()
-    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job
-        return forward_to_cloze(g, ",".join(options))
+    if is_benchmark(g["kg"]):  # LAMA or a BEAR-format data set: `deer cloze`'s job (0.1 ran it from here)
+        raise click.UsageError(f"--kg {g['kg']} is a cloze benchmark, not a KG: type `deer cloze --dataset {g['kg']} "
+                               f"--probes {','.join(options)}` (--subset is its --max-facts)")
     run_options = run_options_of(g)
     queries, fitted_kg, templates, runner, out = open_kg_run(g, options, run_options, guard=bool(ray_workers))
     if ray_workers:
@@ -160,11 +160,6 @@ def run_kg_command(g: dict, options: dict, *, ray_workers=None, ray_address=None
         elif "tokens" in result.metadata.get("work", {}):
             click.echo(f"\n{result.probe}: {result.metadata['work']['tokens']} tokens through the model")
     click.echo(f"total {time.perf_counter() - started:.1f}s\nresults: {out}")
-
-
-def old_spelling(command: str, spelled: str) -> None:
-    """The note an old KG command prints: its spelling as `deer probe`, read until 0.3."""
-    click.echo(f"note: `deer {command}` is `deer probe {spelled}`; the old spelling is read until 0.3", err=True)
 
 
 @click.command(cls=OneValueCommand)
@@ -219,49 +214,6 @@ def probe(probe_name, probe_option_pairs, ray_workers, ray_address, **given):
 
 PLL_OPTION = click.option("--pll-variant", type=click.Choice(["original", "within_word_l2r"]), default="within_word_l2r",
                           show_default=True, help="Masked LMs: pseudo log-likelihood variant.")
-
-
-@click.command(cls=OneValueCommand)
-@kg_run_options()
-@PLL_OPTION
-@backend_option
-@out_option(KG_OUT_HELP)
-@token_budget_option(512, "Candidate tokens packed after the shared query per forward pass (masked LMs: padded "
-                          "tokens per batch, at least 512).")
-@click.option("--no-cache", is_flag=True, help="Do not read or write stored score rows.")
-@friendly_errors
-def bear(pll_variant, **given):
-    """BEAR on a KG: rank candidates by the summed log-likelihood of each candidate statement.
-
-    The old spelling (read until 0.3) of `deer probe --probe bear --probe-option pll_variant=...`.
-    Statement = DEER query text + ' t_name)'; writes the ranks table (bear_rank_raw/filtered,
-    bear_top10 beside other probes' columns), metrics.json, metadata.json.  Work is queries x
-    candidates statements; score rows are stored, so an interrupted run resumes.  For the BEAR
-    data set itself see `deer bear-dataset`.  Python: bear_ref.bear(...).
-    """
-    old_spelling("bear", f"--probe bear --probe-option pll_variant={pll_variant}")
-    run_kg_command(given, {"bear": {"pll_variant": pll_variant}})
-
-
-@click.command(cls=OneValueCommand)
-@kg_run_options()
-@click.option("--single-token", is_flag=True, help="Keep only candidates (and gold tails) whose name is one token, as LAMA does.")
-@click.option("--with-deer", is_flag=True, help="Also run DEER, reusing the same query forward pass.")
-@backend_option
-@out_option(KG_OUT_HELP)
-@token_budget_option(None)
-@click.option("--no-cache", is_flag=True, help="Do not read or write the embedding cache (DEER).")
-@friendly_errors
-def lama(single_token, with_deer, **given):
-    """LAMA: rank candidates by log p(first token of the tail) right after the query text.
-
-    The old spelling (read until 0.3) of `deer probe --probe lama[,deer] --probe-option single_token=...`.
-    Writes the ranks table (lama_* columns, and deer_* with --with-deer), metrics.json,
-    metadata.json.  Python: deer.runner.run_kg(["lama", "deer"], ..., options={"lama": {"single_token": True}}).
-    """
-    options = {"lama": {"single_token": single_token}, **({"deer": {}} if with_deer else {})}
-    old_spelling("lama", f"--probe {','.join(options)}" + (" --probe-option single_token=true" if single_token else ""))
-    run_kg_command(given, options)
 
 
 def _print_bear_dataset_summary(metrics: dict) -> None:
