@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -147,7 +149,7 @@ def test_a_tokenizer_beside_a_model_that_has_its_own_is_refused(tiny_clm, tiny_c
         deer.probe(str(tiny_kg_dir), str(tiny_clm_dir), tokenizer=tokenizer, show_progress=False)
     loaded = as_loaded_model(model, tokenizer)
     with pytest.raises(OptionError, match=r"tokenizer=.*has its own"):
-        as_loaded_model(loaded, object())
+        as_loaded_model(loaded, copy.deepcopy(tokenizer))  # another tokenizer object
     assert as_loaded_model(loaded, loaded.tokenizer) is loaded
 
 
@@ -158,7 +160,7 @@ def test_a_tokenizer_beside_a_model_and_tokenizer_pair_is_refused(tiny_clm):
 
     model, tokenizer = tiny_clm
     with pytest.raises(OptionError, match=r"tokenizer=.*as has a \(model, tokenizer\) pair"):
-        as_loaded_model((model, tokenizer), object())
+        as_loaded_model((model, tokenizer), copy.deepcopy(tokenizer))
     assert as_loaded_model((model, tokenizer), tokenizer).tokenizer is tokenizer
 
 
