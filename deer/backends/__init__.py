@@ -7,9 +7,9 @@ the model it runs (``max_positions``, ``is_masked_lm``, ``device``, ``output_siz
 ``token_counts(texts)``): the rest of the toolkit asks the backend, never the model object.
 ``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on it.
 
-Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole
-forward pass per prompt or statement: the equivalence tests' oracle).  Another package adds a
-backend (vLLM, llama.cpp) through the ``deer.backends`` entry point group.
+Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries), ``plain`` (one whole
+forward pass per prompt or statement: the equivalence tests' oracle) and ``vllm`` (vLLM's engines, causal LMs
+only; the ``vllm`` extra).  Another package adds a backend (llama.cpp) through the ``deer.backends`` entry point group.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from deer.base.errors import OptionError  # an unknown name is a bad option (--backend), not a KeyError
 
 ENTRY_POINT_GROUP = "deer.backends"
-BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
+BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend",
+            "vllm": "deer.backends.vllm_backend:VLLMBackend"}
 DEFAULT_BACKEND = "hf"
 
 
