@@ -61,6 +61,10 @@ RUNTIME_OPTIONS = frozenset({"tensor_parallel_size", "pipeline_parallel_size", "
                              "cpu_offload_gb", "enable_prefix_caching", "block_size", "disable_log_stats", "seed",
                              "distributed_executor_backend", "compilation_config", "enable_chunked_prefill"})
 CPU_KV_CACHE_BYTES = 1 << 30  # on vLLM's CPU build, where no memory option is given: 1 GiB of KV cache, not 92% of RAM
+# On vLLM's CPU build, where no compilation_config is given: no torch.compile.  Measured on SmolLM2-135M (2 busy
+# cores): an engine started in 5 s instead of 60-80 s (its compile cache failed to load each time), and ran
+# 15-30% slower per token: --model-arg compilation_config=2 compiles for a long CPU run.
+CPU_COMPILATION = {"mode": 0}
 PROMPTS_PER_CALL = 256  # prompts handed to the engine at once: progress and ``on_batch`` in steps of this size
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
 
@@ -154,15 +158,32 @@ def start_engine(model: VLLMEngines, runner: str):
     from vllm.platforms import current_platform
 
     options = dict(model.options)
-    memory = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(options) or os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    if (current_platform.device_type or "cpu") == "cpu" and not memory:
-        options["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    if (current_platform.device_type or "cpu") == "cpu":  # vLLM's CPU build: defaults for tests and small models
+        memory = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(options) or os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+        if not memory:
+            options["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        options.setdefault("compilation_config", CPU_COMPILATION)
     if runner == "pooling":
         options = {"enable_prefix_caching": True, **options, "runner": "pooling", "convert": "embed",
                    "pooler_config": PoolerConfig(pooling_type="LAST", use_activation=False)}
     else:
         options = {**options, "runner": "generate", "max_logprobs": -1}
-    return LLM(model=model.folder, dtype=model.dtype, **options)
+    with kept_random_state():  # in this process, vLLM seeds Python's, NumPy's and torch's global generators
+        return LLM(model=model.folder, dtype=model.dtype, **options)
+
+
+@contextlib.contextmanager
+def kept_random_state():
+    """The global random generators (Python's, NumPy's, torch's CPU one) as they were before the enclosed code."""
+    import random
+
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
 
 
 def release_engines() -> None:
