@@ -209,3 +209,31 @@ def test_the_fingerprint_hashes_the_weight_files_not_where_they_are(smollm2_dir,
     assert open_backend("vllm", str(copy)).loaded.fingerprint != first.fingerprint
     statement = fill_statement("The capital of [X] is [Y].", "France", "Paris")
     assert open_backend("vllm", str(copy)).token_counts([statement]) == [len(first.tokenizer(statement)["input_ids"]) + 1]
+
+
+def test_the_gpu_benchmark_runs_its_vllm_rows_on_the_cpu(tmp_path, smollm2_dir):
+    """``benchmarks/bench_gpu.py --vllm`` end to end (tiny KG, a constructed BEAR relation), so that it works the
+    first time a GPU runs it: the vllm rows give the hf backend's DEER ranks and BEAR predictions."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import write_tiny_kg
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
+    bear, out = write_dataset(tmp_path / "data" / "BEARmini"), tmp_path / "gpu"
+    done = subprocess.run([sys.executable, str(script), "--model", str(smollm2_dir), "--kg", str(write_tiny_kg(tmp_path / "kg")),
+                           "--device", "cpu", "--k-shot", "2", "--bear-sample", "1", "--bear-dataset", str(bear),
+                           "--bear-relations", "P36", "--no-paper-protocol", "--peak-size", "256", "--vllm",
+                           "--vllm-model-arg", "max_num_seqs=64", "--out", str(out)],
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "bench_gpu.json").read_text())
+    rows = {(row["part"].split(" (")[0], row["backend"]): row for row in report["parts"]}
+    assert report["settings"]["vllm_model_args"] == ["max_num_seqs=64"]
+    assert rows[("vllm engines start", "vllm")]["seconds"] > 0
+    deer_row = rows[("deer 4 queries x 12 entities", "vllm")]
+    assert deer_row["tokens"] > 0 and deer_row["ranks_differing"] == 0 and deer_row["ranks_as_hf"] == 4
+    assert rows[("bear data set", "vllm")]["predictions_as_hf"] == "9/9"  # 3 instances x 3 templates
+    assert rows[("bear data set", "vllm")]["bear_score"] == rows[("bear data set", "hf")]["bear_score"]
