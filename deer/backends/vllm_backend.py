@@ -67,6 +67,7 @@ CPU_KV_CACHE_BYTES = 1 << 30  # on vLLM's CPU build, where no memory option is g
 CPU_COMPILATION = {"mode": 0}
 PROMPTS_PER_CALL = 256  # prompts handed to the engine at once: progress and ``on_batch`` in steps of this size
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+HUB_FILES = ("*.json", "*.model", "*.tiktoken", "*.txt", "*.py")  # what a hub snapshot needs besides the weights
 
 
 def engine_option_names() -> frozenset[str]:
@@ -114,8 +115,11 @@ def weights_folder(resolved, options: dict) -> Path:
     from huggingface_hub import snapshot_download
 
     revision = resolved.revision or options.get("revision")
-    try:
-        return Path(snapshot_download(resolved.source, revision=revision))
+    try:  # the config, tokenizer and code files with the safetensors weights; PyTorch's weights only where there are none
+        folder = Path(snapshot_download(resolved.source, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"]))
+        if not any(folder.glob("*.safetensors")):
+            folder = Path(snapshot_download(resolved.source, revision=revision, allow_patterns=[*HUB_FILES, "*.bin", "*.pt"]))
+        return folder
     except Exception as error:  # noqa: BLE001 - offline, unknown id: one message names the model
         raise ModelUnavailableError(f"Model '{resolved.name}' (hub id '{resolved.source}') could not be had: "
                                     f"{type(error).__name__}: {error}") from error
