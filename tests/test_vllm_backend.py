@@ -1,5 +1,5 @@
 """The vllm backend against the hf backend, on the real SmolLM2-135M in float32, through the public run functions:
-DEER vectors within 1e-5 relative and the same ranks, BEAR statement scores within 1e-4 nats (1e-5 relative) and the same ranks
+DEER vectors within 1e-5 relative and the same ranks, BEAR statement scores within 1e-4 nats (3e-5 relative) and the same ranks
 and predictions (a KG, a constructed BEAR data set, a relation of the real one), LAMA the same ranks; what it
 refuses before any engine starts (a masked LM, an engine option vLLM lacks, a device it does not run on).
 
@@ -40,11 +40,12 @@ from tests.test_bear_dataset import write_dataset  # noqa: E402
 from tests.test_cloze import write_lama  # noqa: E402
 
 VECTOR_RTOL = 1e-5  # relative, float32 (as tests/test_equivalence.py)
-# Statement scores: 1e-4 nats, or 1e-5 relative where larger.  Measured on ten P30 instances of the real BEAR (30 gold
-# statements of 6-11 scored tokens, about -30 to -65 nats): vLLM's CPU build against the plain backend (the
-# oracle) 1.4e-4 nats at most (2.4e-6 relative, 1.8e-5 nats per token), the hf backend against it 4.1e-5: float32
-# kernels summed over a statement's tokens; the whole-statement 1e-4 alone failed 2 of those 30.
-SCORE_TOLERANCE = {"atol": 1e-4, "rtol": VECTOR_RTOL}
+# Statement scores: 1e-4 nats, or 3e-5 relative where larger.  vLLM's CPU build sums float32 log-probs from other
+# kernels: on ten P30 instances of the real BEAR (30 gold statements, 6-11 scored tokens, -30 to -65 nats) it was
+# 1.4e-4 nats from the plain backend (the oracle; 1.8e-5 nats per token), the hf backend 4.1e-5; over all of P30
+# (450 gold statements) at most 6.2e-4 nats (1.4e-5 relative) from hf, and a LAMA statement of -79 nats 3.9e-4
+# (1.7e-5 relative).  Every rank and prediction was the same.
+SCORE_TOLERANCE = {"atol": 1e-4, "rtol": 3e-5}
 
 
 def relative_error(a, b) -> float:
@@ -86,7 +87,7 @@ def test_every_probe_on_a_kg_equals_the_hf_backend(queries, hf_model, smollm2_di
 
 def test_statement_and_next_token_scores_equal_the_hf_backend(smollm2_dir, hf_model):
     """Through the seam itself: summed statement log-likelihoods (``score`` and ``score_statements``, a one-token
-    statement among them) within 1e-4 nats (1e-5 relative), the same order; next-token log-probs of given ids, the same."""
+    statement among them) within 1e-4 nats (3e-5 relative), the same order; next-token log-probs of given ids, the same."""
     fast, engine = open_backend("hf", hf_model), open_backend("vllm", str(smollm2_dir), dtype="float32")
     context, continuations = "The capital of France is", [" Paris.", " Berlin.", " Rome.", " a city."]
     statements = [context + c for c in continuations] + ["Paris", "Paris is the capital of France."]
@@ -120,7 +121,7 @@ def bear_dataset_tables(folder, model, tmp_path, *extra) -> dict:
 
 @pytest.mark.parametrize("dataset", ["constructed", "BEAR P30"])
 def test_a_bear_data_set_gives_the_hf_predictions(smollm2_dir, tmp_path, dataset):
-    """`deer bear-dataset --backend vllm`: the same instances, predictions and ranks, gold scores within 1e-4 nats (1e-5 relative);
+    """`deer bear-dataset --backend vllm`: the same instances, predictions and ranks, gold scores within 1e-4 nats (3e-5 relative);
     on a constructed data set, and on ten instances of the real BEAR's P30 where the data set is here."""
     if dataset == "constructed":
         folder, extra = write_dataset(tmp_path / "BEARmini"), []
