@@ -130,3 +130,11 @@ def model_loads(monkeypatch) -> dict:
     monkeypatch.setattr(models, "load_model", load)
     monkeypatch.setattr(models, "model_fingerprint", fingerprint)
     return counts
+
+
+def _queries(tiny_kg_dir):
+    """The tiny KG's test-split queries."""
+    from kg_data.load import load_kg
+    from kg_data.queries import build_queries
+
+    return build_queries(load_kg(tiny_kg_dir), "test")
