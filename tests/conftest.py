@@ -7,6 +7,7 @@ per cache directory (DEER_CACHE_DIR, set by .ci/run to a folder inside the clone
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,40 @@ def tiny_clm(tiny_clm_dir):
 
     model, tokenizer, _ = load_model(str(tiny_clm_dir))
     return model, tokenizer
+
+
+@pytest.fixture()
+def shifted(monkeypatch):
+    from deer import backends
+
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))  # forgotten after the test
+    backends.register_backend("shifted", "tests.stored_work:ShiftedBackend")
+
+
+@pytest.fixture()
+def model_loads(monkeypatch) -> dict:
+    """Counts ``load_model`` calls per model name and ``model_fingerprint`` calls (the costly parts of opening)."""
+    from deer.backends import models
+
+    counts = {"loads": Counter(), "fingerprints": 0}
+    real_load, real_fingerprint = models.load_model, models.model_fingerprint
+
+    def load(name, *args, **kwargs):
+        counts["loads"][str(name)] += 1
+        return real_load(name, *args, **kwargs)
+
+    def fingerprint(model):
+        counts["fingerprints"] += 1
+        return real_fingerprint(model)
+
+    monkeypatch.setattr(models, "load_model", load)
+    monkeypatch.setattr(models, "model_fingerprint", fingerprint)
+    return counts
+
+
+def _queries(tiny_kg_dir):
+    """The tiny KG's test-split queries."""
+    from kg_data.load import load_kg
+    from kg_data.queries import build_queries
+
+    return build_queries(load_kg(tiny_kg_dir), "test")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, summary_markdown
-from kg_data.bear import fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
+from kg_data.bear import BearRelation, fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 from tests.bear_tables import score_relation
 
@@ -486,3 +486,26 @@ def test_cloze_summary_template_rows_count_their_own_rows_where_relations_have_f
         accuracy, _, random, instances = (cell.strip() for cell in row.strip("|").split("|")[1:])
         assert (random, instances) == (f"{(1 / part['n_candidates']).mean():.3f}", str(len(part)))
         assert accuracy == f"{part['deer_correct'].mean():.3f}"
+
+
+class _NanForGold:
+    """Scores every statement 0.0, except the gold statement of each instance: NaN (a failed score)."""
+
+    def __init__(self, gold_statements):
+        self.gold_statements = set(gold_statements)
+
+    def score_statements(self, statements, progress=None):
+        return [float("nan") if s in self.gold_statements else 0.0 for s in statements]
+
+
+def test_a_failed_gold_score_is_never_correct_in_the_bear_data_set():
+    """Bug 1: the BEAR data-set rank rule gave a NaN gold score rank 0.5 and np.argmax picked the NaN,
+    so a failed score counted as a correct answer."""
+    relation = BearRelation(code="P1", templates=["[X] is in [Y]."], answer_ids=["a", "b", "c"], answer_labels=["A", "B", "C"],
+                            subject_ids=["s", "t"], subject_labels=["S", "T"], gold=np.array([0, 2]), rows=np.array([0, 1]),
+                            domains=[], cardinality="N:1", total_instances=2)
+    gold_statements = ["S is in A.", "T is in C."]
+    table = score_relation(_NanForGold(gold_statements), relation)
+    assert not table["correct"].any()
+    assert table["rank"].tolist() == [3.0, 3.0]  # behind both competitors
+    assert table["predicted_id"].tolist() == ["b", "a"]  # the first of the highest valid scores

@@ -83,3 +83,26 @@ def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatc
     assert (tmp_path / "runs" / f"BEARmini-P36-dataset-1-{tiny_clm_dir.name}" / "metrics.json").exists()
     result = runner.invoke(main, ["bear-dataset", "--dataset", str(folder), "--model", str(tiny_clm_dir), "--relations", "P5"])
     assert result.exit_code != 0 and "P5" in result.output and "Traceback" not in result.output
+
+
+def test_bear_kg_score_rows_are_stored_apart_per_backend_store_key(shifted, tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """A2: a caching backend whose scores differ read the hf backend's stored BEAR rows (same key)."""
+    from bear_ref.kg_probe import score_store
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded = open_model(str(tiny_clm_dir))
+    cache = tmp_path / "cache"
+
+    def run(**options):
+        return run_kg(["bear"], queries, loaded, show_progress=False, **options)
+
+    run(backend="hf", cache=True, cache_dir=cache)
+    fresh = run(backend="shifted", cache=False)
+    cached = run(backend="shifted", cache=True, cache_dir=cache)
+    assert cached.metadata_of("bear")["cache"]["queries_from_cache"] == 0
+    assert cached.ranks("filtered", "bear").tolist() == fresh.ranks("filtered", "bear").tolist()
+    # the model's own scores (store_key {}): the store as before
+    templates = PromptTemplates()
+    assert score_store(loaded, queries, templates, "m", cache).folder == score_store(loaded, queries, templates, "m", cache, {}).folder

@@ -158,3 +158,25 @@ def test_a_cloze_run_again_into_its_folder_leaves_no_earlier_deer_vs_bear_compar
     assert second.exit_code == 0, second.output
     assert list(json.loads((tmp_path / "run" / "cloze" / "metadata.json").read_text())) == ["bear"]
     assert not (tmp_path / "run" / "bear_dataset").exists()
+
+
+def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
+    """A3: a rerun on another caching backend into the same folder resumed the first backend's parts."""
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import open_model
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def run(backend, out):
+        return run_bear_dataset(data, loaded, out, {"relations": None}, backend=backend, show_progress=False)
+
+    first = run("hf", tmp_path / "out")
+    (tmp_path / "out" / "metadata.json").unlink()  # the hf run stopped after storing its parts (a finished one refuses
+    fresh = run("shifted", tmp_path / "fresh")     # a run made otherwise: test_bear_dataset)
+    again = run("shifted", tmp_path / "out")
+    assert again.metadata["relations_resumed"] == []
+    assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
+    assert again.metadata["resume_key"] != first.metadata["resume_key"]

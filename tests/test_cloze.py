@@ -573,3 +573,61 @@ def test_deer_ties_the_gold_with_an_answer_of_the_same_label(tmp_path, tiny_clm_
     first, second = (table.loc[table["relation"] == code, "deer_rank"].to_numpy() for code in ("P1", "P2"))
     assert np.array_equal(first, second)
     assert np.all(first * 2 % 2 == 1)  # the gold and its twin tie (every other answer has another prompt)
+
+
+def test_cloze_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
+    """A4: run_cloze's part key lacked the backend's store_key: another caching backend resumed the first one's rows."""
+    from deer.backends.models import open_model
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def run(backend, out):
+        return run_cloze(task, loaded, ["bear"], out, backend=backend, show_progress=False)
+
+    run("hf", tmp_path / "out")
+    fresh = run("shifted", tmp_path / "fresh")
+    again = run("shifted", tmp_path / "out")
+    assert again.metadata_of("bear")["resumed"] is False
+    assert again.table["bear_rank"].tolist() == fresh.table["bear_rank"].tolist()
+
+
+def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze_parts(tiny_clm_dir, tmp_path):
+    """A5: run_cloze and run_bear_dataset stored and resumed parts under a given (not hashed) identity, so a rerun after
+    the weights changed resumed the old weights' rows; now they keep no parts for such a model, and a store root is
+    refused as run_kg refuses cache=True."""
+    import torch
+
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import LoadedModel, load_model
+    from deer.platform.validate import OptionError
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    task = bear_cloze_task(data)
+    model, tokenizer, _ = load_model(str(tiny_clm_dir))  # its own copy: the weights change below
+    identity = "in-training:tiny:step-None"
+    first = run_cloze(task, LoadedModel.from_objects(model, tokenizer, fingerprint=identity), ["bear"], tmp_path / "out",
+                      show_progress=False)
+    with torch.no_grad():  # training moved the weights
+        torch.manual_seed(1)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    changed = LoadedModel.from_objects(model, tokenizer, fingerprint=identity)
+    fresh = run_cloze(task, changed, ["bear"], None, show_progress=False)
+    again = run_cloze(task, changed, ["bear"], tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out" / "parts").exists()
+    assert again.metadata_of("bear")["resumed"] is False
+    assert again.table["bear_rank"].tolist() == fresh.table["bear_rank"].tolist() != first.table["bear_rank"].tolist()
+    with pytest.raises(OptionError, match="does not hash its weights"):
+        run_cloze(task, changed, ["deer"], None, show_progress=False, store_root=tmp_path / "stores")
+    assert not (tmp_path / "stores").exists()
+    run_bear_dataset(data, changed, tmp_path / "dataset", {"relations": None}, show_progress=False)
+    assert not (tmp_path / "dataset" / "parts").exists()

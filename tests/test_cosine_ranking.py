@@ -4,12 +4,15 @@ invalid vectors."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
 
 from deer.platform.cosine_ranking import rank_cosine, rank_cosine_blocks
 from deer.platform.ranking import Ranking, rank_chunk, top_width
+from tests.conftest import _queries
 
 
 class _Queries:
@@ -222,3 +225,70 @@ def test_each_query_lists_every_candidate_it_ranks(n_candidates):
         assert all(-1 not in row[:len(entries)] for row, entries in zip(got.top.tolist(), listed, strict=True))
         for row, g, rank in zip(listed, gold, got.ranks.raw_optimistic, strict=True):
             assert rank > len(row) or row[int(rank) - 1] == g
+
+
+@pytest.mark.parametrize("extra", [-1, 5])
+def test_candidate_vectors_of_another_count_are_refused(tiny_kg_dir, extra):
+    queries = _queries(tiny_kg_dir)
+    n = len(queries.candidates)
+    rng = np.random.default_rng(1)
+    query_vectors, vectors = rng.normal(size=(len(queries), 8)), rng.normal(size=(n + extra, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match=rf"{n + extra} candidate vectors.*{n} candidates"):
+        rank_cosine(query_vectors, vectors, queries)
+    gold_vectors = rng.normal(size=(len(queries), 8))
+    with pytest.raises(ValueError, match=rf"{n + extra} candidates.*{n} candidates"):
+        rank_cosine_blocks(query_vectors, gold_vectors, [(0, vectors)], n + extra, queries)
+
+
+def test_streamed_blocks_that_do_not_cover_the_candidates_are_refused(tiny_kg_dir):
+    """Blocks are checked as they arrive: a position past the candidates at once, a count short of them after the pass."""
+    queries = _queries(tiny_kg_dir)
+    n = len(queries.candidates)
+    rng = np.random.default_rng(2)
+    query_vectors, vectors = rng.normal(size=(len(queries), 8)), rng.normal(size=(n + 3, 8)).astype(np.float32)
+    gold_vectors = vectors[queries.gold]
+    with pytest.raises(ValueError, match=rf"candidate position {n}.*{n} candidates"):
+        rank_cosine_blocks(query_vectors, gold_vectors, [(0, vectors[:5]), (5, vectors[5:])], n, queries)
+    with pytest.raises(ValueError, match=rf"{n - 2} candidate vectors.*{n} candidates"):
+        rank_cosine_blocks(query_vectors, gold_vectors, [(0, vectors[:n - 2])], n, queries)
+    with pytest.raises(ValueError, match=rf"{len(queries) - 1} query vectors.*{len(queries)} queries"):
+        rank_cosine_blocks(query_vectors[1:], gold_vectors, [(0, vectors[:n])], n, queries)
+    assert len(rank_cosine_blocks(query_vectors, gold_vectors, [(0, vectors[:n])], n, queries).ranks.raw) == len(queries)
+
+
+@pytest.mark.parametrize("blocks", [
+    lambda n: [(np.r_[3, 0, 1, 2, 4:n], None)],  # positions out of order: the gold's column looked up in the wrong place
+    lambda n: [(np.r_[0, 0, 2:n], None)],  # candidate 0 twice, candidate 1 never: the count is right
+    lambda n: [(np.arange(0, 3), None), (np.arange(2, n - 1), None)],  # candidate 2 in two blocks, the last in none
+])
+def test_blocks_that_repeat_a_candidate_or_list_it_out_of_order_are_refused(tiny_kg_dir, blocks):
+    """Audit s11-C: blocks of the right total count but a repeated or unordered position were ranked (wrong ranks, no
+    error), though the blocks "must hold each candidate once", in ascending positions."""
+    queries = _queries(tiny_kg_dir)
+    n = len(queries.candidates)
+    rng = np.random.default_rng(3)
+    query_vectors, vectors = rng.normal(size=(len(queries), 8)), rng.normal(size=(n, 8)).astype(np.float32)
+    given = [(where, vectors[where]) for where, _ in blocks(n)]
+    with pytest.raises(ValueError, match="each candidate once"):
+        rank_cosine_blocks(query_vectors, vectors[queries.gold], given, n, queries)
+
+
+def test_cosine_ranking_takes_ranks_and_top_k_from_one_score_chunk(monkeypatch):
+    """Bug 6: the CPU path made the Q x E cosine matrix twice (numpy for ranks, FAISS again for the top
+    10), so near ties could disagree; now one chunk gives both, and FAISS is not called at all."""
+    monkeypatch.setitem(sys.modules, "faiss", None)  # importing faiss now raises
+    rng = np.random.default_rng(0)
+    n_queries, n_entities = 30, 50
+    queries = type("Q", (), {"gold": rng.integers(0, n_entities, n_queries),
+                             "filter_tails": np.array([np.array([], dtype=np.int64)] * n_queries, dtype=object),
+                             "excluded_positions": lambda self: np.full(n_queries, -1),
+                             "head_positions": lambda self: np.full(n_queries, -1)})()
+    entities = rng.normal(size=(n_entities, 8)).astype(np.float32)
+    entities[1::2] = entities[::2] * (1 + 1e-7)  # exact-arithmetic ties, broken (or not) by rounding
+    ranking = rank_cosine(rng.normal(size=(n_queries, 8)).astype(np.float32), entities, queries, k=10, chunk_size=7)
+    ranks = ranking.ranks
+    for gold, optimistic, pessimistic, top in zip(queries.gold, ranks.raw_optimistic, ranks.raw_pessimistic, ranking.top, strict=True):
+        if gold in top:  # listed where its rank says: after every candidate above it, among its ties
+            assert optimistic <= list(top).index(gold) + 1 <= pessimistic
+        else:  # ten candidates at least as good
+            assert pessimistic > len(top)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,8 @@ from deer.platform.templates import KG_CANDIDATE_SET
 from deer.probes import ProbeScores
 from experiments.cli import main
 from experiments.report import markdown_table
-from experiments.runs import load_run, restrict_queries
+from experiments.runs import label_runs_apart, load_run, restrict_queries
+from experiments.screen import run_screen
 from kg_data import build_queries, load_kg
 
 NAMES = [
@@ -554,3 +556,181 @@ def test_each_model_is_opened_once_per_experiment(experiment_kg_dir, tiny_clm_di
     invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--probes", "deer,lama", "--single-token",
             "--subset", "10", "--bootstrap", "0", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
     assert opened == [str(tiny_clm_dir)]
+
+
+def test_compute_time_gives_deer_the_probes_default_budget_unless_told(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """The budget reaching the DEER probe (warm-up and timed run) is the probe's default (None, which
+    the probe resolves to CPU_TOKEN_BUDGET here) unless --token-budget is given; the JSON records both."""
+    from deer.backends.batching import CPU_TOKEN_BUDGET
+    from experiments import compute_time
+
+    budgets = []
+    real_probe = compute_time.deer_probe
+
+    def capturing_probe(*args, **kwargs):
+        budgets.append(kwargs.get("token_budget"))
+        return real_probe(*args, **kwargs)
+
+    monkeypatch.setattr(compute_time, "deer_probe", capturing_probe)
+    args = ["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train", "--query-sizes", "1,2",
+            "--repeats", "1", "--candidates", "4", "--deer-queries", "2", "--scorers", "bear_ref", "--device", "cpu"]
+    invoke([*args, "--out", str(tmp_path / "default")])
+    numbers = json.loads((tmp_path / "default" / "compute_time.json").read_text())
+    assert budgets == [None, None]  # warm-up and timed run: the probe picks its own
+    assert numbers["deer"]["token_budget"] == CPU_TOKEN_BUDGET and numbers["settings"]["token_budget"] is None
+    assert f"DEER token budget {CPU_TOKEN_BUDGET} padded tokens per batch (the probe default)" in \
+        (tmp_path / "default" / "compute_time.md").read_text()
+
+    budgets.clear()
+    invoke([*args, "--token-budget", "300", "--out", str(tmp_path / "given")])
+    numbers = json.loads((tmp_path / "given" / "compute_time.json").read_text())
+    assert budgets == [300, 300]  # the warm-up too warms the timed configuration
+    assert numbers["deer"]["token_budget"] == 300 and numbers["settings"]["token_budget"] == 300
+
+
+@pytest.mark.parametrize("command", [
+    ["agreement", "--probes", "deer,bear,lama", "--bootstrap", "0"],
+    ["token-bias", "--probes", "deer,bear"],
+    ["screen", "--reference", "bear"],
+])
+def test_each_experiment_opens_each_model_once(command, experiment_kg_dir, tiny_clm_dir, second_clm_dir, tmp_path, model_loads,
+                                               stand_in_references):
+    invoke([*command, "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--model", str(second_clm_dir),
+            "--subset", "10", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1, str(second_clm_dir): 1}
+    assert model_loads["fingerprints"] == 2
+
+
+def test_agreement_single_token_opens_each_model_once(experiment_kg_dir, tiny_clm_dir, second_clm_dir, tmp_path, model_loads):
+    """Its tokenizer restricts the queries, then the same open model runs the probes."""
+    pytest.importorskip("bear_ref.lama_probe")
+    invoke(["agreement", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--model", str(second_clm_dir),
+            "--probes", "deer,lama", "--single-token", "--subset", "10", "--bootstrap", "0",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1, str(second_clm_dir): 1}
+    assert model_loads["fingerprints"] == 2
+
+
+def test_compute_time_opens_its_model_once(tiny_kg_dir, tiny_clm_dir, tmp_path, model_loads):
+    invoke(["compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--split", "train", "--query-sizes", "1,2",
+            "--repeats", "1", "--candidates", "4", "--plain-statements", "1", "--deer-queries", "2", "--out", str(tmp_path / "out")])
+    assert model_loads["loads"] == {str(tiny_clm_dir): 1} and model_loads["fingerprints"] == 1
+
+
+def test_compute_time_refuses_a_statement_the_model_cannot_take_before_timing(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """The statements the BEAR scorers are timed on go through the length guard first, as in every run: a name
+    too long for the model is refused by name before anything is timed (it was fed to the model mid-experiment)."""
+    from experiments import compute_time
+
+    def timed(*args, **kwargs):
+        raise AssertionError("timing started before the guard")
+
+    monkeypatch.setattr(compute_time, "time_deer", timed)
+    monkeypatch.setattr(compute_time, "deer_probe", timed)
+    lines = (tiny_kg_dir / "entities.tsv").read_text().splitlines()
+    lines[3] = "e3\t" + " ".join(["word"] * 2500) + "\ta thing"
+    (tiny_kg_dir / "entities.tsv").write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--split", "train", "--query-sizes", "1,2", "--repeats", "1", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "entity 'e3'" in result.output and "its statement continuation is" in result.output, result.output
+
+
+@pytest.fixture()
+def two_runs_checkpoint_10(tmp_path, tiny_clm_dir, second_clm_dir) -> list[Path]:
+    """run-a/checkpoint-10 and run-b/checkpoint-10: one name, two training runs (other weights)."""
+    folders = [tmp_path / "train" / run / "checkpoint-10" for run in ("run-a", "run-b")]
+    for source, folder in zip((tiny_clm_dir, second_clm_dir), folders, strict=True):
+        shutil.copytree(source, folder)
+    return folders
+
+
+def _screen(args: list[str], out: Path) -> dict:
+    invoke(["screen", *args, "--reference", "bear", "--out", str(out)])
+    return json.loads((out / "screen.json").read_text())
+
+
+def test_screen_names_checkpoints_of_two_runs_apart(experiment_kg_dir, two_runs_checkpoint_10, tmp_path, stand_in_references):
+    runs_dir = tmp_path / "runs"
+    model_args = [arg for folder in two_runs_checkpoint_10 for arg in ("--model", str(folder))]
+    numbers = _screen(["--kg", str(experiment_kg_dir), *model_args, "--runs-dir", str(runs_dir)], tmp_path / "screen")
+    expected = ["run-a/checkpoint-10", "run-b/checkpoint-10"]
+    assert sorted(row["model"] for row in numbers["leaderboard"]) == expected
+    assert sorted(numbers["runs"]) == expected and len(set(numbers["runs"].values())) == 2
+    assert len(list(runs_dir.iterdir())) == 2  # one run folder per checkpoint
+    for row in numbers["reference_leaderboard"]:  # each name's numbers are its own run's
+        assert row["mrr"] == pytest.approx(rank_metrics(load_run(Path(numbers["runs"][row["model"]])).ranks(probe="bear"))["mrr"])
+
+    # The same two run folders read back with --run: the same names (from the models they record).
+    folders = [arg for folder in sorted(runs_dir.iterdir()) for arg in ("--run", str(folder))]
+    reread = _screen(folders, tmp_path / "screen-again")
+    assert sorted(reread["runs"]) == expected
+    assert {numbers["runs"][label] for label in expected} == {reread["runs"][label] for label in expected}
+
+
+def test_screen_runs_of_one_model_in_folders_named_alike_stay_apart(experiment_kg_dir, tiny_clm_dir, tmp_path, stand_in_references):
+    """--run x/run --run y/run, both of one model: two rows, named by as much of their folders as tells them apart."""
+    invoke(["screen", "--kg", str(experiment_kg_dir), "--model", str(tiny_clm_dir), "--reference", "bear",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "first")])
+    (made,) = (tmp_path / "runs").iterdir()
+    copies = [shutil.copytree(made, tmp_path / parent / "run") for parent in ("x", "y")]
+    numbers = _screen([arg for folder in copies for arg in ("--run", str(folder))], tmp_path / "screen")
+    label = Path(tiny_clm_dir).name
+    assert sorted(numbers["runs"]) == [f"{label} (x/run)", f"{label} (y/run)"]
+    assert len(numbers["leaderboard"]) == len(numbers["reference_leaderboard"]) == 2
+
+
+def test_run_screen_refuses_two_runs_under_one_name(experiment_kg_dir, two_runs_checkpoint_10, tmp_path, stand_in_references):
+    """Through the Python API: runs read back alike ('checkpoint-10') are refused, not mixed up (the
+    reference rows were looked up by name); label_runs_apart names them apart."""
+    model_args = [arg for folder in two_runs_checkpoint_10 for arg in ("--model", str(folder))]
+    _screen(["--kg", str(experiment_kg_dir), *model_args, "--runs-dir", str(tmp_path / "runs")], tmp_path / "screen")
+    runs = [load_run(folder) for folder in sorted((tmp_path / "runs").iterdir())]
+    assert [run.label for run in runs] == ["checkpoint-10", "checkpoint-10"]
+    with pytest.raises(ValueError, match="runs share a label"):
+        run_screen(runs, tmp_path / "api", reference="bear")
+    label_runs_apart(runs)
+    numbers = run_screen(runs, tmp_path / "api", reference="bear")
+    assert sorted(row["model"] for row in numbers["reference_leaderboard"]) == ["run-a/checkpoint-10", "run-b/checkpoint-10"]
+    assert {row["model"]: row["mrr"] for row in numbers["reference_leaderboard"]} == pytest.approx(
+        {run.label: rank_metrics(run.ranks(probe="bear"))["mrr"] for run in runs})
+
+
+def test_probe_series_opens_each_model_as_its_loading_object_says(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """probe_series opened each model with its own dtype=/device= keywords ('auto') and handed run_probes the opened
+    model, so a loading=ModelLoading(dtype=...) given to it was dropped without a word; a keyword set beside it is refused."""
+    from deer.platform.inputs import as_query_set
+    from deer.platform.run_options import ModelLoading
+    from deer.platform.templates import PromptTemplates
+    from deer.platform.validate import OptionError
+    from experiments.runs import probe_series
+
+    monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
+    queries = as_query_set(str(tiny_kg_dir))
+    (run,) = probe_series(queries, [str(tiny_clm_dir)], ["deer"], PromptTemplates(k_shot=2), loading=ModelLoading(dtype="bfloat16"),
+                          runs_dir=tmp_path / "runs", log=lambda *_: None)
+    assert run.metadata["model"]["dtype"] == "bfloat16"
+    with pytest.raises(OptionError, match="dtype='float16': given beside loading="):
+        probe_series(queries, [str(tiny_clm_dir)], ["deer"], PromptTemplates(k_shot=2), loading=ModelLoading(), dtype="float16")
+
+
+def test_a_scorer_or_probe_named_twice_is_run_and_tabled_once(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
+    """compute-time timed `--scorers bear_ref,bear_ref` twice (two table rows for one scorer with other totals, its JSON
+    keeping one), and token-bias `--probes deer,deer` listed DEER's correlation twice: a name now counts once."""
+    import deer
+    from experiments import compute_time
+
+    plans = []
+
+    def capture(kg, loaded, templates, out_dir, plan, **kwargs):
+        plans.append(plan)
+        raise KeyboardInterrupt  # the plan is all this test reads: stop before any timing
+
+    monkeypatch.setattr(compute_time, "run_compute_time", capture)
+    CliRunner().invoke(main, ["experiment", "compute-time", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                              "--scorers", "bear_ref,bear_ref", "--out", str(tmp_path / "time")])
+    assert [list(plan.scorers) for plan in plans] == [["bear_ref"]]
+
+    deer.probe(str(tiny_kg_dir), str(tiny_clm_dir), k_shot=2, out=tmp_path / "run", show_progress=False)
+    invoke(["token-bias", "--run", str(tmp_path / "run"), "--probes", "deer,deer", "--out", str(tmp_path / "tb")])
+    rows = json.loads((tmp_path / "tb" / "token_bias.json").read_text())["correlations"]
+    assert [row["probe"] for row in rows] == ["deer"]

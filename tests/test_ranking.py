@@ -9,7 +9,8 @@ import torch
 from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.metrics import adjusted_index, grouped_metrics, random_baseline, rank_metrics
-from deer.platform.ranking import GoldRanks, _no_positions, _top_k, candidate_counts, rank_chunk
+from deer.platform.ranking import GoldRanks, _no_positions, _top_k, candidate_counts, rank_chunk, rank_scores
+from tests.conftest import _queries
 from tests.ranking_oracle import rank_of
 
 
@@ -227,3 +228,14 @@ class _HeadQueries(_Queries):
 
     def head_positions(self):
         return self.heads
+
+
+@pytest.mark.parametrize("extra", [-1, 2])
+def test_a_kg_score_matrix_of_another_width_is_refused(tiny_kg_dir, extra):
+    queries = _queries(tiny_kg_dir)
+    n = len(queries.candidates)
+    with pytest.raises(ValueError, match=rf"{n + extra} columns.*{n} candidates"):
+        rank_scores(np.zeros((len(queries), n + extra)), queries)
+    with pytest.raises(ValueError, match=rf"{len(queries) + 1} rows.*{len(queries)} queries"):
+        rank_scores(np.zeros((len(queries) + 1, n)), queries)
+    assert len(rank_scores(np.zeros((len(queries), n)), queries).ranks.raw) == len(queries)

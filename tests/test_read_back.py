@@ -339,3 +339,34 @@ def test_a_bear_run_without_its_metric_convention_is_refused_as_0_1s_and_resumma
     made = resummarise_bear_dataset(run)  # the data set its metadata names
     assert made.metadata["resummarised"]["previous_metric_convention"] is None
     assert deer.load_result(run).metrics.to_dict() == made.metrics.to_dict()
+
+
+def test_a_bear_dataset_folder_whose_metrics_disagree_with_its_instances_table_is_refused(tiny_clm_dir, tmp_path):
+    """load_result returned a BEAR data-set folder's metrics.json unchecked against its instances table (KG and cloze
+    folders are checked): a table cut to one relation read back with both relations' metrics; an edited score too."""
+
+    import pandas as pd
+
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import open_model
+    from deer.platform.read_back import StoredFileError
+    from deer.platform.result import load_result
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    out = tmp_path / "run"
+    made = run_bear_dataset(data, open_model(str(tiny_clm_dir)), out, {"relations": None}, backend="plain", show_progress=False)
+    read = load_result(out)  # as written: read back, its metrics those of its table
+    assert read.metrics["overall"] == json.loads(json.dumps(made.metrics["overall"])) and len(read.table) == len(made.table)
+    metrics = json.loads((out / "metrics.json").read_text())
+    edited = json.loads(json.dumps(metrics))
+    edited["bear"]["per_relation"]["P37"]["accuracy_mean"] += 0.25
+    (out / "metrics.json").write_text(json.dumps(edited))
+    with pytest.raises(StoredFileError, match=r"metrics\.json.*relation P37 accuracy_mean disagrees with instances\.parquet"):
+        load_result(out)
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    table = pd.read_parquet(out / "instances.parquet")
+    table[table["relation"] == "P36"].to_parquet(out / "instances.parquet")  # the table rewritten: one relation's rows
+    with pytest.raises(StoredFileError, match=r"metrics\.json.*per-relation blocks \(P36, P37\) are not the relations of"):
+        load_result(out)

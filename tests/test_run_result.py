@@ -15,9 +15,10 @@ from deer.backends.models import open_model
 from deer.platform.result import RunResult, load_results
 from deer.platform.templates import PromptTemplates
 from deer.runner import run_cloze, run_kg, run_probe
-from experiments.runs import load_run
+from experiments.runs import load_run, run_probes
 from kg_data import build_queries, load_kg
 from kg_data.cloze import bear_cloze_task
+from tests.stored_work import _quiet
 from tests.test_cloze import hand_built_bear
 from tests.write_faults import WRITE_ERRORS, fail_writes, no_half_files
 
@@ -348,3 +349,91 @@ def test_a_kg_run_whose_metrics_cannot_be_written_names_the_file_and_leaves_no_r
     monkeypatch.undo()
     with pytest.raises(ValueError, match="holds no probe result"):
         deer.load_result(tmp_path / "run")
+
+
+def _metadata_of_shifted_runs_fails(monkeypatch):
+    """Writing a metadata.json that records the shifted backend raises, as a full disk would: a save stopped after
+    the run's table (and metrics) were written, before its metadata."""
+    from pathlib import Path
+
+    import deer.base.files as files
+
+    real = files.atomic_write_bytes
+
+    def write(path, data, *rest):
+        if Path(path).name == "metadata.json" and b'"backend": "shifted"' in data:
+            raise OSError(28, "No space left on device")
+        real(path, data, *rest)
+
+    monkeypatch.setattr(files, "atomic_write_bytes", write)
+
+
+def test_a_kg_save_stopped_before_its_metadata_leaves_no_ranks_under_the_old_metadata(shifted, tiny_kg_dir, tiny_clm_dir,
+                                                                                       tmp_path, monkeypatch):
+    """s12-b: a probe's save wrote its ranks and metrics, then metadata.json; stopped in between, the new ranks lay
+    under the old run's metadata, and run_probes reused them as that run's (another backend's ranks, logged as reused).
+    Now the probe's old metadata entry goes first and its new one last, and a save that fails puts the folder back as
+    it was (issue 47): the run before's ranks, under its own metadata, are reused as its."""
+    from deer.backends.models import open_model
+    from deer.runner import run_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    loaded, folder = open_model(str(tiny_clm_dir)), tmp_path / "run"
+    hf_ranks = run_probes(queries, loaded, ["bear"], folder, PromptTemplates(), log=_quiet).ranks("filtered", "bear").tolist()
+    with monkeypatch.context() as patched:
+        _metadata_of_shifted_runs_fails(patched)
+        with pytest.raises(OSError):
+            run_kg(["bear"], queries, loaded, backend="shifted", out=folder, show_progress=False)
+    again = run_probes(queries, loaded, ["bear"], folder, PromptTemplates(), log=_quiet)
+    assert again.experiment["reused"] == ["bear"] and again.ranks("filtered", "bear").tolist() == hf_ranks
+
+
+def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shifted, tiny_clm_dir, tmp_path, monkeypatch):
+    """s12-b: `deer bear-dataset` wrote its instances table, then metadata.json; a run into the folder of another that
+    stopped in between left its table under the other's metadata, and --bear-run took that table as the other run's.
+    Now metadata.json (what marks a finished run) is removed first and written last: --bear-run refuses the folder.
+    (A run made otherwise is now refused before it starts, so the run that stops here is the folder's own run again.)
+    Since issue 47 a save that fails puts the folder back as it was: the run before, whole, is what --bear-run reads."""
+    import deer
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends import open_backend
+    from deer.backends.models import open_model
+    from experiments.cloze_bear import bear_scoring, stored_bear_table
+    from kg_data.bear import load_bear_dataset
+    from tests.test_bear_dataset import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "out"
+    shifted = run_bear_dataset(data, loaded, out, {"relations": None}, backend="shifted", show_progress=False)
+    scoring = bear_scoring(open_backend("shifted", loaded))
+    assert stored_bear_table(out, data, loaded, scoring)["rank"].tolist() == shifted.table["rank"].tolist()
+    with monkeypatch.context() as patched:
+        _metadata_of_shifted_runs_fails(patched)
+        with pytest.raises(OSError):
+            run_bear_dataset(data, loaded, out, {"relations": None}, backend="shifted", show_progress=False)
+    assert (out / "metadata.json").exists() and deer.load_result(out).metadata["backend"] == "shifted"
+    assert stored_bear_table(out, data, loaded, scoring)["rank"].tolist() == shifted.table["rank"].tolist()
+
+
+def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metadata(shifted, tiny_clm_dir, tmp_path,
+                                                                                      monkeypatch):
+    """s12-b: a cloze run's save wrote its table and metrics, then metadata.json; stopped in between, deer.load_result gave
+    the new run's numbers under the old run's metadata (its model, backend).  Now the old metadata.json goes first, and
+    since issue 47 a save that fails puts the folder back as it was: the run before, whole, its rows under its metadata."""
+    import deer
+    from deer.backends.models import open_model
+    from deer.runner import run_cloze
+    from kg_data.bear import load_bear_dataset
+    from kg_data.cloze import bear_cloze_task
+    from tests.test_bear_dataset import write_dataset
+
+    task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
+    loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "cloze"
+    before = run_cloze(task, loaded, ["bear"], out, show_progress=False)
+    assert deer.load_result(out).metadata_of("bear")["backend"] == "hf"
+    with monkeypatch.context() as patched:
+        _metadata_of_shifted_runs_fails(patched)
+        with pytest.raises(OSError):
+            run_cloze(task, loaded, ["bear"], out, backend="shifted", show_progress=False)
+    back = deer.load_result(out)
+    assert back.metadata_of("bear")["backend"] == "hf" and back.table["bear_rank"].tolist() == before.table["bear_rank"].tolist()

@@ -312,3 +312,11 @@ def test_a_folder_with_wikidata5m_and_another_kg_is_ambiguous(tmp_path, other):
         load_kg(folder)
     message = str(error.value)
     assert message.startswith(f"{folder}: ambiguous") and other in message and "wikidata5m_entity.txt" in message
+
+
+def test_wikidata5m_refuses_a_carriage_return_inside_a_line(tmp_path):
+    from kg_data.wikidata5m import load_wikidata5m
+
+    folder = _write(tmp_path / "w5m", **{"wikidata5m_text.txt": "Q1\tBerlin is\rthe capital.\nQ9\tUnused.\n"})
+    with pytest.raises(KGFormatError, match=r"wikidata5m_text.txt:1: .*carriage return"):
+        load_wikidata5m(folder)

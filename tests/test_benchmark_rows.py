@@ -1,59 +1,26 @@
-"""The one rank rule reaches every probe: a failed score is never right (bug 1), and the cosine
-ranking makes each score chunk once and takes ranks and top k from it (bug 6)."""
+"""deer/platform/benchmark_rows.py: the cloze rows ranked from each query's candidate scores."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
+import pytest
 
-from deer.platform.cosine_ranking import rank_cosine
+from deer.platform.benchmark_rows import ranks_from_scores
 from kg_data.bear import BearRelation
-from tests.bear_tables import score_relation
+from kg_data.task import CandidateSet, ClozeQuery, Task
 
 
-class _NanForGold:
-    """Scores every statement 0.0, except the gold statement of each instance: NaN (a failed score)."""
-
-    def __init__(self, gold_statements):
-        self.gold_statements = set(gold_statements)
-
-    def score_statements(self, statements, progress=None):
-        return [float("nan") if s in self.gold_statements else 0.0 for s in statements]
+def _task():
+    query = ClozeQuery("S", "r", "f", 0, "template", 0, "[X] [Y]", "x", "b", "set", 1)
+    return Task("t", [query, query], {"set": CandidateSet(["a", "b", "c", "d"])}, {}, locate=lambda q: "facts.jsonl:7")
 
 
-def test_a_failed_gold_score_is_never_correct_in_the_bear_data_set():
-    """Bug 1: the BEAR data-set rank rule gave a NaN gold score rank 0.5 and np.argmax picked the NaN,
-    so a failed score counted as a correct answer."""
-    relation = BearRelation(code="P1", templates=["[X] is in [Y]."], answer_ids=["a", "b", "c"], answer_labels=["A", "B", "C"],
-                            subject_ids=["s", "t"], subject_labels=["S", "T"], gold=np.array([0, 2]), rows=np.array([0, 1]),
-                            domains=[], cardinality="N:1", total_instances=2)
-    gold_statements = ["S is in A.", "T is in C."]
-    table = score_relation(_NanForGold(gold_statements), relation)
-    assert not table["correct"].any()
-    assert table["rank"].tolist() == [3.0, 3.0]  # behind both competitors
-    assert table["predicted_id"].tolist() == ["b", "a"]  # the first of the highest valid scores
-
-
-def test_cosine_ranking_takes_ranks_and_top_k_from_one_score_chunk(monkeypatch):
-    """Bug 6: the CPU path made the Q x E cosine matrix twice (numpy for ranks, FAISS again for the top
-    10), so near ties could disagree; now one chunk gives both, and FAISS is not called at all."""
-    monkeypatch.setitem(sys.modules, "faiss", None)  # importing faiss now raises
-    rng = np.random.default_rng(0)
-    n_queries, n_entities = 30, 50
-    queries = type("Q", (), {"gold": rng.integers(0, n_entities, n_queries),
-                             "filter_tails": np.array([np.array([], dtype=np.int64)] * n_queries, dtype=object),
-                             "excluded_positions": lambda self: np.full(n_queries, -1),
-                             "head_positions": lambda self: np.full(n_queries, -1)})()
-    entities = rng.normal(size=(n_entities, 8)).astype(np.float32)
-    entities[1::2] = entities[::2] * (1 + 1e-7)  # exact-arithmetic ties, broken (or not) by rounding
-    ranking = rank_cosine(rng.normal(size=(n_queries, 8)).astype(np.float32), entities, queries, k=10, chunk_size=7)
-    ranks = ranking.ranks
-    for gold, optimistic, pessimistic, top in zip(queries.gold, ranks.raw_optimistic, ranks.raw_pessimistic, ranking.top, strict=True):
-        if gold in top:  # listed where its rank says: after every candidate above it, among its ties
-            assert optimistic <= list(top).index(gold) + 1 <= pessimistic
-        else:  # ten candidates at least as good
-            assert pessimistic > len(top)
+@pytest.mark.parametrize("width", [3, 6])
+def test_a_cloze_row_of_another_width_than_its_candidate_set_is_refused(width):
+    scores = {0: np.array([0.1, 0.9, 0.5, 0.2]), 1: np.linspace(0, 1, width)}
+    with pytest.raises(ValueError, match=rf"probe 'p'.*query 1.*facts.jsonl:7.*{width} scores.*4 candidates"):
+        ranks_from_scores(_task(), scores, "p")
+    assert ranks_from_scores(_task(), {0: scores[0]}, "p")["p_rank"].tolist()[0] == 1.0  # the right width: ranked
 
 
 def test_benchmark_rows_ranked_in_chunks_equal_one_query_at_a_time():
