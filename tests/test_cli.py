@@ -110,8 +110,9 @@ def test_data_calls_lama_usable(monkeypatch, tmp_path):
 
 
 def test_probe_with_ray_workers_opens_the_model_once_on_the_driver(tiny_kg_dir, tiny_clm_dir, tmp_path, model_loads, monkeypatch):
-    """--ray-workers: the driver's one open model gives the workers' store key and then runs the probe
+    """--ray-workers: the driver's one opened backend gives the workers' store key and then runs the probe
     (the Ray encoding itself is replaced here; tests/test_ray_runs.py runs it where Ray is installed)."""
+    from deer.backends import ModelBackend
     from deer.backends.models import LoadedModel
     from experiments import ray_runs
 
@@ -125,7 +126,7 @@ def test_probe_with_ray_workers_opens_the_model_once_on_the_driver(tiny_kg_dir, 
     result = CliRunner().invoke(main, ["probe", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir), "--ray-workers", "2",
                                        "--out", str(tmp_path / "run")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert len(handed) == 1 and isinstance(handed[0], LoadedModel)
+    assert len(handed) == 1 and isinstance(handed[0], ModelBackend) and isinstance(handed[0].loaded, LoadedModel)
     assert model_loads["loads"] == {str(tiny_clm_dir): 1} and model_loads["fingerprints"] == 1
 
 
