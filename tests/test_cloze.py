@@ -437,11 +437,11 @@ def test_cloze_commands_end_to_end(tmp_path, tiny_clm_dir, smollm2_dir):
     table = pd.read_parquet(out / "cloze" / "queries.parquet")
     assert {"deer_rank", "lama_rank", "bear_rank"} <= set(table.columns) and set(table["candidates"]) != {"common-vocab"}
     assert "| relation | template | deer | TREx |" in (out / "summary.md").read_text()
-    # `deer probe --kg <LAMA folder>` is DEER alone on the same benchmark
+    # `deer probe --kg <LAMA folder>` (0.1's spelling, gone in 0.2) says what to type: `deer cloze --probes deer`
     probe_out = tmp_path / "probe"
     result = CliRunner().invoke(main, ["probe", "--kg", str(lama), "--model", str(tiny_clm_dir), "--out", str(probe_out)])
-    assert result.exit_code == 0, result.output
-    assert [c for c in pd.read_parquet(probe_out / "cloze" / "queries.parquet").columns if c.endswith("_rank")] == ["deer_rank"]
+    assert result.exit_code == 2 and f"deer cloze --dataset {lama} --probes deer" in result.output, result.output
+    assert not probe_out.exists()
     # `deer experiment agreement --kg <LAMA folder>` with two models: per-model folders and the orderings
     other = second_tiny_model(tmp_path / "tiny-gpt2", smollm2_dir)
     order_out = tmp_path / "orderings"

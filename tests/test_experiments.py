@@ -242,7 +242,7 @@ def test_agreement_from_run_folders_faceted_by_model(experiment_kg_dir, tiny_clm
         assert row["both_hit@10"] == pytest.approx(np.mean((x <= 10) & (y <= 10)))
     for row in numbers["hits"]:
         run = load_run(Path(numbers["runs"][row["model"]]))
-        expected = rank_metrics(run.ranks(row["probe"]))
+        expected = rank_metrics(run.ranks(probe=row["probe"]))
         assert row["hit@10"] == pytest.approx(expected["hit@10"])
         assert row["hit@10_se"] == pytest.approx(expected["hit@10_se"])
     hits = pd.read_csv(out / "hits.csv")
