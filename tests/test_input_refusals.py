@@ -78,7 +78,7 @@ def test_api_data_dir_is_the_only_place_looked_and_the_search_order_stays_withou
 @pytest.mark.parametrize("call, match", [
     (lambda kg: deer.probe(12345), r"kg must be a KG name \('wn18rr'\), a KG folder .*TextualKG or a QuerySet; got int 12345"),
     (lambda kg: deer.probe(None), r"kg must be .*; got NoneType None"),
-    (lambda kg: deer.probe(kg, 12345), r"model must be an alias .*hub id.*open_model\(\.\.\.\) or a \(model, tokenizer\) pair; got int"),
+    (lambda kg: deer.probe(kg, 12345), r"model must be an alias .*hub id.*open_model\(\.\.\.\), a \(model, tokenizer\) pair or an opened backend .*; got int"),
     (lambda kg: deer.probe(kg, None), r"model must be .*; got NoneType"),
     (lambda kg: bear_ref.bear(12345), r"kg must be"),
     (lambda kg: bear_ref.lama(kg, 12345), r"model must be an alias"),
