@@ -119,7 +119,7 @@ def test_kg_by_name_folder_or_object_and_cache_as_an_option(tiny_kg_dir, tiny_cl
 
 
 def test_bear_dataset_through_the_api_writes_nothing_unless_asked(tiny_clm_dir, tmp_path, quiet_folders):
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     folder = write_dataset(tmp_path / "data" / "BEARmini")
     model = deer.open_model(str(tiny_clm_dir))
@@ -391,7 +391,7 @@ def test_every_argument_of_every_public_function_refuses_a_wrong_type_by_name(ti
     objects' fields its **options take; each wrong value is a TypeError or OptionError naming the argument, raised
     before any model loads or a backend opens."""
     from deer.platform.templates import kg_benchmark_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     loaded = deer.open_model(str(tiny_clm_dir))
     queries = build_queries(load_kg(tiny_kg_dir), "test")

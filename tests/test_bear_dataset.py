@@ -13,30 +13,7 @@ from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_datas
 from kg_data.bear import BearRelation, fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 from tests.bear_tables import score_relation
-
-CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
-LANGUAGES = [("Q90", "Paris", "Q150", "French"), ("Q64", "Berlin", "Q188", "German"), ("Q220", "Rome", "Q652", "Italian"),
-             ("Q456", "Lyon", "Q150", "French")]
-
-
-def write_dataset(folder: Path, with_answer_space: bool = True) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    metadata = {
-        "P36": {"templates": ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "[X]'s capital, [Y], is large."]},
-        "P37": {"templates": ["The language of [X] is [Y].", "People in [X] speak [Y].", "[Y] is spoken in [X]."]},
-        "P999": {"templates": ["[X] and [Y]."]},  # no file: skipped, as BEAR-big's P414
-    }
-    if with_answer_space:
-        metadata["P36"]["answer_space_ids"] = [c[2] for c in CAPITALS]
-        metadata["P36"]["answer_space_labels"] = [c[3] for c in CAPITALS]
-    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
-    (folder / "P36.jsonl").write_text("".join(
-        json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": ol, **({"answer_idx": i} if with_answer_space else {})}) + "\n"
-        for i, (s, sl, o, ol) in enumerate(CAPITALS)))
-    (folder / "P37.jsonl").write_text("".join(
-        json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": ol}) + "\n" for s, sl, o, ol in LANGUAGES))
-    (folder.parent / "relation_info.json").write_text(json.dumps({"P36": {"domains": ["Geographic"]}, "P37": {"domains": ["Geographic", "Cultural"]}}))
-    return folder
+from tests.benchmark_folders import CAPITALS, LANGUAGES, write_dataset
 
 
 def test_reader_answer_spaces_domains_cardinality(tmp_path):
@@ -80,7 +57,6 @@ def test_a_lm_pub_quiz_save_stopped_part_way_leaves_no_smaller_data_set(tmp_path
     """s12-b: metadata_relations.json (what makes a folder a BEAR-format data set) was written first: a save stopped
     after it (a relation file not written: a full disk) read back as a data set without that relation, no word said.
     Now it is written last, and such a folder is no data set."""
-    from pathlib import Path
 
     from kg_data.errors import KGNotFoundError
 

@@ -60,7 +60,7 @@ def test_run_writes_ranks_and_resumes(tiny_setup, tmp_path):
 
 
 def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
     runner = CliRunner()

@@ -16,7 +16,7 @@ from deer.backends import models
 from experiments.cli import main
 from experiments.cloze_bear import stored_bear_table
 from kg_data.bear import load_bear_dataset
-from tests.test_bear_dataset import write_dataset
+from tests.benchmark_folders import write_dataset
 
 
 def edit_template(folder):
@@ -165,7 +165,7 @@ def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_
     from bear_ref.dataset import run_bear_dataset
     from deer.backends.models import open_model
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     loaded = open_model(str(tiny_clm_dir))

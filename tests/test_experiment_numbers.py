@@ -187,7 +187,7 @@ def test_cloze_refuses_a_stored_bear_run_of_another_toolkit_version(tiny_clm_dir
     from deer.platform.read_back import read_json_object
     from experiments.cloze_bear import bear_scoring, stored_bear_table
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data, loaded = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini"))), open_model(str(tiny_clm_dir))
     made = bear_ref.bear_dataset(data, loaded, out=tmp_path / "bear", show_progress=False)
@@ -210,7 +210,7 @@ def test_cloze_takes_a_stored_bear_run_only_if_scored_as_its_own_bear(tiny_clm_d
     from deer.backends.models import LoadedModel, open_model
     from experiments.benchmarks import probe_benchmark
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))  # forgotten after the test
     backends.register_backend("shifted", "tests.test_audit_a_fixes:ShiftedBackend")  # scores that are not the model's own

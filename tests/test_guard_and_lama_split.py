@@ -205,7 +205,7 @@ def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_ben
     from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
     from kg_data.cloze import lama_cloze_task, statement
     from kg_data.lama import load_lama
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     data = load_lama(write_lama(tmp_path / "lama"))
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "actor", "lawyer", "was", "born", "in", "."]
@@ -240,7 +240,7 @@ def test_a_masked_sentence_an_nfkc_normaliser_lengthens_is_counted_as_fed(tmp_pa
     from deer.platform.length_guard import SLACK
     from kg_data.cloze import lama_cloze_task
     from kg_data.lama import load_lama
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     arabic = [piece for c in range(0x621, 0x64b) for piece in (chr(c), "##" + chr(c))]  # a letter a token
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "was", "born", "in", ".", *arabic]
@@ -275,7 +275,7 @@ def test_a_statement_is_counted_with_its_answer_in_place(tmp_path, tokenizer):
     from kg_data.cloze import lama_cloze_task, statement
     from kg_data.lama import load_lama
     from kg_data.task import CandidateSet
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London", "actor", "lawyer"], modes=["template"],
                            candidate_kinds=["relation"])

@@ -14,7 +14,7 @@ from deer.platform.cloze_texts import mask_sentence
 from deer.runner import run_cloze
 from kg_data.cloze import lama_cloze_task
 from kg_data.lama import load_lama
-from tests.test_cloze import write_lama
+from tests.benchmark_folders import write_lama
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +220,7 @@ def case_variant_lama(folder):
     object is one ("paris")."""
     import json
 
-    from tests.test_cloze import trex_record
+    from tests.benchmark_folders import trex_record
 
     write_lama(folder)
     (folder / "common_vocab_cased.txt").write_text("Paris\nLondon\nactor\nFrance\nlawyer\ngold\nparis\nGold\nLONDON\n")

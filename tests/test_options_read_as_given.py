@@ -13,7 +13,7 @@ from deer.platform.run_options import QuerySelection
 from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data.bear import load_bear_dataset
-from tests.test_bear_dataset import write_dataset
+from tests.benchmark_folders import write_dataset
 
 
 def test_text_booleans_are_refused_not_read_as_true(tiny_kg_dir):

@@ -90,7 +90,7 @@ def test_a_folder_holds_one_kind_of_run(tiny_kg_dir, tiny_clm_dir, tmp_path):
 
     import bear_ref
     from experiments.cli import main
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
     kg_run = tmp_path / "kg"
@@ -400,7 +400,7 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
     from deer.backends.models import open_model
     from experiments.cloze_bear import bear_scoring, stored_bear_table
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "out"
@@ -425,7 +425,7 @@ def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metad
     from deer.runner import run_cloze
     from kg_data.bear import load_bear_dataset
     from kg_data.cloze import bear_cloze_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
     loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "cloze"

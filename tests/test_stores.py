@@ -39,7 +39,7 @@ def test_cloze_and_bear_dataset_parts_of_another_toolkit_version_are_scored_agai
     from deer.runner import run_cloze
     from kg_data.bear import load_bear_dataset
     from kg_data.cloze import bear_cloze_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     loaded = open_model(str(tiny_clm_dir))

@@ -26,7 +26,7 @@ from kg_data.cloze import lama_cloze_task
 from kg_data.lama import load_lama
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
-from tests.test_cloze import write_lama
+from tests.benchmark_folders import write_lama
 from tests.toy_backend import ToyBackend
 
 RANKS = ["rank_raw", "rank_filtered"]
