@@ -66,6 +66,14 @@ def smollm2_dir() -> Path:
     return Path(resolve_model("smollm2-135m").source)
 
 
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    """The real SmolLM2-135M's tokenizer alone (one per test module, as a module may change it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
     """(model, tokenizer) of the real SmolLM2-135M, fp32, eval mode."""

@@ -1,40 +1,23 @@
-"""The BEAR length guard counts tokens, not bytes (bug 9); LAMA splits each query's first token at its
-own context's boundary, not the first query's, and scores a token straddling that boundary after the
-statement's tokens before it, as one whole pass over the statement does (bug 12)."""
+"""The BEAR length guard (deer/platform/length_guard.py): it counts tokens, not bytes (bug 9), and each probe hands
+it exactly the texts it feeds the model."""
 
 from __future__ import annotations
 
 import dataclasses
-import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from bear_ref.lama_probe import LamaProbe, first_tokens
 from deer.backends import open_backend
-from deer.backends.boundary import move_trailing_whitespace, split_statements
-from deer.backends.models import open_model
-from deer.backends.plain import plain_logprobs
-from deer.backends.tokenization import token_ids
 from deer.platform.length_guard import PromptTooLongError, guard_lengths
 from deer.platform.templates import PromptTemplates, kg_benchmark_task
-from deer.probes import ProbeRequest, get_probe
+from deer.probes import get_probe
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
-from kg_data.task import Task
-from tests.test_lama import first_token_ids
 
 FEW_TOKENS_MANY_BYTES = "internationalization" * 3  # 60 bytes, 6 tokens for SmolLM2
 MANY_TOKENS_FEW_BYTES = "\U0001d518" * 4  # 16 bytes, 13 tokens for SmolLM2
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 def test_the_statement_guard_finds_the_longest_continuation_in_tokens(tiny_kg_dir, tokenizer):
@@ -68,88 +51,6 @@ def test_the_statement_guard_takes_no_candidates(tiny_kg_dir, tiny_clm):
     templates = PromptTemplates(k_shot=0)
     checked, report = guard_lengths(kg_benchmark_task(empty, templates), [get_probe("bear")], open_backend("hf", tiny_clm), templates)
     assert checked.kg_queries is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
-
-
-class _Contexts:
-    """Templates whose query contexts end mid-word (a token can straddle the boundary there); queries 0
-    and 2 end in the same word after a different whitespace character."""
-
-    contexts = ["(paris, capital of, Fran", "(oak, hypernym,", "(berlin, capital of,\nFran", "(x, y, z", "Fran"]
-    continuations = ["ce)", "kfurt)", " x)", "cis)", "s)"]
-    query_trailing_space = False
-
-    def query_context(self, kg, triple):
-        return self.contexts[triple[0]]
-
-    query_prompt = query_context
-
-    def continuation(self, kg, tail):
-        return self.continuations[tail]
-
-
-def _queries(n_contexts: int, n_candidates: int) -> SimpleNamespace:
-    """The parts of a QuerySet that LAMA reads: query i is context i."""
-    return SimpleNamespace(kg=None, candidates=np.arange(n_candidates), triples=np.array([[i, 0, 0] for i in range(n_contexts)]))
-
-
-def test_lama_splits_each_query_at_its_own_context(tokenizer):
-    """Bug 12: the first token was split against the first query's context only (and then once per last
-    word, which misses the whitespace before it)."""
-    templates = _Contexts()
-    ids = first_token_ids(tokenizer, _queries(len(templates.contexts), len(templates.continuations)), templates)
-    for q, context in enumerate(_Contexts.contexts):
-        expected = [first[0] for first in split_statements(tokenizer, context, templates.continuations).continuation_ids]
-        assert ids[q].tolist() == expected, context
-    assert ids[0].tolist() != ids[1].tolist()  # the straddling context really differs
-    assert ids[0].tolist() != ids[2].tolist()  # and so does the whitespace before the same last word
-
-
-def test_first_tokens_equal_a_split_per_context(tokenizer):
-    """Grouping queries by ``boundary_region`` gives every query the split of its own context (seeded
-    random contexts of words, digits, punctuation and whitespace of every kind)."""
-    rng = random.Random(0)
-    words = ["Fran", "x", "(paris,", "of,", "12", "!!", "\x1f", "é", "ce", "'s"]
-    spaces = ["", " ", "  ", "\n", "\t", "\xa0", " \n", "\r\n"]
-    contexts = sorted({"".join(rng.choice(spaces) + rng.choice(words) for _ in range(rng.randint(1, 3))) + rng.choice(["", "", " "])
-                       for _ in range(300)})
-    templates = _Contexts()
-    templates.contexts = contexts
-    templates.continuations = ["ce)", "s)", " x)", "45)", "'s)", "\nfoo)", "\x1fz)"]
-    first = first_tokens(tokenizer, _queries(len(contexts), len(templates.continuations)), templates)
-    assert len(first.ids) < len(contexts)  # queries do share splits
-    for q, context in enumerate(contexts):
-        split = split_statements(tokenizer, context, templates.continuations)
-        assert first.ids[first.group[q]].tolist() == [ids[0] for ids in split.continuation_ids], repr(context)
-        assert first.drops[first.group[q]].tolist() == [len(split.context_ids) - n for n in split.shared_lengths], repr(context)
-
-
-@torch.inference_mode()
-def whole_statement_first_token_logprob(model, tokenizer, context: str, continuation: str) -> float:
-    """One forward pass over the whole statement: log p of its first token touching the continuation,
-    as split for this context alone, after the statement's tokens before it."""
-    split = split_statements(tokenizer, context, [continuation])
-    shared = split.shared_lengths[0]
-    ids = split.context_ids[:shared] + split.continuation_ids[0]
-    stripped, moved = move_trailing_whitespace(context, continuation)
-    assert ids == token_ids(tokenizer, stripped + moved)
-    return float(plain_logprobs(model, ids)[shared - 1, ids[shared]])
-
-
-@pytest.mark.parametrize("backend", ["hf", "plain"])
-def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend):
-    """Bug 12: every query's scores are its own statements' first-token log-probabilities, also where
-    that token straddles the query's end (it then follows the statement's tokens, not the context's)."""
-    loaded = open_model(str(tiny_clm_dir))
-    templates = _Contexts()
-    queries = _queries(len(templates.contexts), len(templates.continuations))
-    request = ProbeRequest(Task("kg", [], {}, {}, kg_queries=queries), loaded, open_backend(backend, loaded, show_progress=False),
-                           templates, show_progress=False,
-                           options={"single_token": False})
-    result = LamaProbe().score(request)
-    expected = [[whole_statement_first_token_logprob(loaded.model, loaded.tokenizer, context, continuation)
-                 for continuation in templates.continuations] for context in templates.contexts]
-    np.testing.assert_allclose(result.scores, expected, rtol=0, atol=1e-4)
-    assert result.metadata["straddling_prefixes"] > 0  # the second pass did run
 
 
 class FewerPositions:
