@@ -10,9 +10,13 @@ import pytest
 import torch
 
 from deer.backends import open_backend
-from deer.platform.length_guard import PromptTooLongError, guard_lengths
+from deer.backends.models import as_loaded_model
+from deer.platform.cloze_texts import deer_query_text
+from deer.platform.length_guard import LengthCheck, PromptTooLongError, guard_lengths
 from deer.platform.templates import PromptTemplates, kg_benchmark_task
 from deer.probes import get_probe
+from deer.runner import run_probe
+from kg_data.cloze import statement
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
 
@@ -103,7 +107,7 @@ def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_ben
     for a template whose answer is not the last word ("[X] is a [Y] by profession ."), the whole statements."""
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-    from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
+    from deer.platform.cloze_texts import lama_rules, mask_sentence
     from kg_data.cloze import lama_cloze_task, statement
     from kg_data.lama import load_lama
     from tests.benchmark_folders import write_lama
@@ -251,3 +255,44 @@ def test_a_roberta_model_holds_two_positions_fewer_than_its_config_states(tiny_k
         else:
             guard_lengths(task, [get_probe("bear")], backend, templates)
             assert np.isfinite(backend.statement_scorer("original").score_statements(statements)).all()
+
+
+# -- the one guard on the texts a probe hands it ---------------------------------------------------
+
+
+class LongWinded:
+    """A probe feeding texts of its own kind: each query's statement said 400 times (more than the tiny
+    model's 2048 positions).  It never scores: the run's one guard refuses it first."""
+
+    name, summary, options = "longwinded", "repeats itself", {}
+
+    def length_checks(self, task, templates, backend):
+        texts = [" ".join([statement(q, q.answer)] * 400) for q in task.queries]
+        yield LengthCheck.of("repeated statement", texts, lambda i: f"query {i} of {task.name}", "say it once")
+
+    def score(self, request):
+        raise AssertionError("scored although its texts do not fit")
+
+
+def test_the_one_guard_checks_the_texts_a_probe_hands_it(monkeypatch, tiny_kg_dir, tiny_clm_dir, tiny_clm, tmp_path):
+    """The guard knows no kind of text: a probe's own (``length_checks``) are counted through the backend and
+    refused, named as the probe names them, on a KG run (API and CLI) and on a cloze run, before any scoring
+    and before anything is written."""
+    from click.testing import CliRunner
+
+    import deer.probes
+    from deer.runner import run_cloze
+    from experiments.cli import main
+
+    monkeypatch.setitem(deer.probes._REGISTERED, "longwinded", LongWinded)
+    message = r"query 0 of tiny_kg: its repeated statement is \d+ tokens, more than the model's 2048 positions \(\d+ more too long\); say it once"
+    with pytest.raises(PromptTooLongError, match=message):
+        run_probe("longwinded", str(tiny_kg_dir), str(tiny_clm_dir), k_shot=0, show_progress=False, out=tmp_path / "api")
+    result = CliRunner().invoke(main, ["probe", "--probe", "longwinded", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--k-shot", "0", "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 1 and "its repeated statement is" in result.output, result.output
+    task = dataclasses.replace(kg_benchmark_task(build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)),
+                               kg_queries=None)
+    with pytest.raises(PromptTooLongError, match=message):
+        run_cloze(task, as_loaded_model(tiny_clm), ["longwinded"], out=tmp_path / "cloze", show_progress=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tiny_kg"]  # no run folder was made
