@@ -8,8 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+import bear_ref
 from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, summary_markdown
+from deer.base.errors import OptionError
+from experiments.cli import main
 from kg_data.bear import BearRelation, fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 from tests.bear_tables import score_relation
@@ -290,13 +294,10 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     """The resume key holds what the scores depend on; a KG probe's folder is never overwritten."""
     import dataclasses
 
-    from click.testing import CliRunner
-
     from bear_ref.dataset import resume_key, run_bear_dataset
     from deer.backends.models import open_model
     from deer.backends.statement_scorer import StatementScorer
     from deer.backends.tokenization import bos_policy
-    from experiments.cli import main
 
     loaded = open_model(str(tiny_clm_dir))
     folder = write_dataset(tmp_path / "BEARmini")
@@ -365,9 +366,7 @@ def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(
 def test_the_plain_backend_cross_checks_a_bear_data_set_run(tiny_clm_dir, tmp_path):
     """`deer bear-dataset --backend plain` scores each statement in one whole forward pass: the same
     instances (ranks, predictions) and gold scores as the trie (1e-4 nats), and no parts stored."""
-    from click.testing import CliRunner
 
-    from experiments.cli import main
 
     folder = write_dataset(tmp_path / "BEARmini")
     tables = {}
@@ -388,9 +387,7 @@ def test_a_folder_holding_a_bear_data_set_run_refuses_a_run_made_otherwise(tiny_
     """The default `deer bear-dataset` folder is named by data set, relations, subset size and model alone: a second run
     with another --seed (or PLL variant, dtype, backend) replaced the first's results there, exit 0.  A folder holds one
     data-set run: one made otherwise is refused before scoring, naming what differs; the same settings run again."""
-    from click.testing import CliRunner
 
-    from experiments.cli import main
 
     folder, out = write_dataset(tmp_path / "BEARmini"), tmp_path / "out"
 
@@ -485,3 +482,28 @@ def test_a_failed_gold_score_is_never_correct_in_the_bear_data_set():
     assert not table["correct"].any()
     assert table["rank"].tolist() == [3.0, 3.0]  # behind both competitors
     assert table["predicted_id"].tolist() == ["b", "a"]  # the first of the highest valid scores
+
+
+# -- a loaded data set is scored as loaded ---------------------------------------------------------
+
+
+def test_a_loaded_bear_dataset_is_scored_as_loaded_and_its_selection_recorded(tmp_path):
+    """bear_dataset(BearDataset, relations=...) scored every relation while recording the selection asked for."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    whole = load_bear_dataset(str(folder))
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(whole, "no-such-model-anywhere", relations=["P37"], max_instances=1)
+    part = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=1)
+    assert part.summary()["selection"] == {"relations": ["P37"], "max_instances": 2, "seed": 1}
+    assert whole.summary()["selection"] == {"relations": None, "max_instances": None, "seed": 0}
+
+
+def test_a_seed_given_beside_a_sampled_bear_dataset_is_refused_not_dropped(tmp_path):
+    """bear_dataset(BearDataset sampled with seed 0, seed=5) scored seed 0's sample without a word (only relations and
+    max_instances were compared with the data set's selection)."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    sampled = load_bear_dataset(str(folder), max_instances=2, seed=0)
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(sampled, "no-such-model-anywhere", seed=5)
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(load_bear_dataset(str(folder)), "no-such-model-anywhere", seed=5)
