@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import deer
@@ -82,7 +83,6 @@ def test_run_probes_reuses_no_ranks_made_on_another_backend(shifted, tiny_kg_dir
 def test_run_probes_reuses_no_deer_ranks_made_from_query_vectors_given_from_outside(tiny_kg_dir, tiny_clm_dir, tmp_path):
     """s12-b: deer.probe(..., query_embeddings=V, out=F) recorded the same options as DEER's own run ({}), so run_probes
     reused ranks made from V (any vectors of the right shape) as DEER's own.  Now they are recorded as given, and refused."""
-    import numpy as np
 
     from deer.backends.models import open_model
 
@@ -135,3 +135,14 @@ def test_run_probes_opens_a_name_with_every_loading_option(tiny_kg_dir, tiny_clm
     with pytest.raises(OptionError, match="applies to a model given by name"):
         run_probes(queries, open_model(str(tiny_clm_dir)), ["deer"], tmp_path / "other", PromptTemplates(k_shot=1),
                    model_kwargs={"attn_implementation": "eager"}, log=lambda *_: None)
+
+
+def test_a_model_folder_given_as_dot_is_labelled_by_its_name(tmp_path, monkeypatch):
+    """`--model .` labelled its run '' in every table of an experiment, and '.' when its folder was read back (--run)."""
+    from experiments.runs import model_label, run_label
+
+    (tmp_path / "opt-x").mkdir()
+    monkeypatch.chdir(tmp_path / "opt-x")
+    names = [".", "../opt-x", "facebook/opt-125m"]
+    assert [model_label(name) for name in names] == ["opt-x", "opt-x", "facebook/opt-125m"]
+    assert [run_label({"deer": {"model": {"name": name}}}, tmp_path / "run") for name in names] == [model_label(n) for n in names]
