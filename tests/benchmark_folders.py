@@ -61,3 +61,19 @@ def write_lama(folder: Path) -> Path:
     squad = [{"masked_sentences": ["The [MASK] color was used."], "obj_label": "gold", "id": "s1", "sub_label": "Squad"}]
     (folder / "Squad" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in squad))
     return folder
+
+
+def edit_template(folder):
+    """P37's first template reworded."""
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P37"]["templates"][0] = "In [X] one speaks [Y]."
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    return "P37"
+
+
+def edit_answer_label(folder):
+    """P36's first answer renamed (an answer-space label: every statement with that answer changes)."""
+    metadata = json.loads((folder / "metadata_relations.json").read_text())
+    metadata["P36"]["answer_space_labels"][0] = "Lutetia"
+    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
+    return "P36"

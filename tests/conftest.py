@@ -112,6 +112,14 @@ def tiny_clm(tiny_clm_dir):
 
 
 @pytest.fixture()
+def loaded(tiny_clm_dir):
+    """The tiny causal LM opened as the toolkit opens a model by name (a LoadedModel), one per test."""
+    from deer.backends import models
+
+    return models.open_model(str(tiny_clm_dir))
+
+
+@pytest.fixture()
 def shifted(monkeypatch):
     from deer import backends
 

@@ -14,10 +14,11 @@ import bear_ref
 from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, summary_markdown
 from deer.base.errors import OptionError
 from experiments.cli import main
+from experiments.cloze_bear import stored_bear_table
 from kg_data.bear import BearRelation, fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 from tests.bear_tables import score_relation
-from tests.benchmark_folders import CAPITALS, LANGUAGES, write_dataset
+from tests.benchmark_folders import CAPITALS, LANGUAGES, edit_answer_label, edit_template, write_dataset
 
 
 def test_reader_answer_spaces_domains_cardinality(tmp_path):
@@ -341,7 +342,6 @@ def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(
 
     import bear_ref
     from deer.backends.models import open_model
-    from experiments.cloze_bear import stored_bear_table
 
     folder = write_dataset(tmp_path / "BEARmini")
     loaded = open_model(str(tiny_clm_dir))
@@ -507,3 +507,48 @@ def test_a_seed_given_beside_a_sampled_bear_dataset_is_refused_not_dropped(tmp_p
         bear_ref.bear_dataset(sampled, "no-such-model-anywhere", seed=5)
     with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
         bear_ref.bear_dataset(load_bear_dataset(str(folder)), "no-such-model-anywhere", seed=5)
+
+
+# -- a rerun into the same folder resumes only what was made of the same data and backend ----------
+
+
+@pytest.mark.parametrize("edit", [edit_template, edit_answer_label])
+def test_a_rerun_after_an_edit_rescores_that_relation_and_equals_a_fresh_run(tmp_path, loaded, edit):
+    folder = write_dataset(tmp_path / "BEARmini")
+    out = tmp_path / "run"
+    before = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    edited = edit(folder)
+    (untouched,) = {"P36", "P37"} - {edited}
+    resumed = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    fresh = bear_ref.bear_dataset(str(folder), loaded, out=tmp_path / "fresh", show_progress=False)
+    # Only the relation whose content is unchanged is reused; the edited one is scored anew.
+    assert resumed.metadata["relations_resumed"] == [untouched]
+    pd.testing.assert_frame_equal(resumed.table, fresh.table)
+    assert resumed.metrics.to_dict()["overall"] == fresh.metrics.to_dict()["overall"]
+    assert resumed.metrics.to_dict()["per_relation"] == fresh.metrics.to_dict()["per_relation"]
+    # The edit changes that relation's scores, so a stale reuse could not pass the comparison above.
+    old_scores = before.table.loc[before.table["relation"] == edited, "gold_score"].to_numpy()
+    new_scores = resumed.table.loc[resumed.table["relation"] == edited, "gold_score"].to_numpy()
+    assert (old_scores != new_scores).any()
+
+
+def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
+    """A3: a rerun on another caching backend into the same folder resumed the first backend's parts."""
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import open_model
+    from kg_data.bear import load_bear_dataset
+    from tests.benchmark_folders import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def run(backend, out):
+        return run_bear_dataset(data, loaded, out, {"relations": None}, backend=backend, show_progress=False)
+
+    first = run("hf", tmp_path / "out")
+    (tmp_path / "out" / "metadata.json").unlink()  # the hf run stopped after storing its parts (a finished one refuses
+    fresh = run("shifted", tmp_path / "fresh")     # a run made otherwise: test_bear_dataset)
+    again = run("shifted", tmp_path / "out")
+    assert again.metadata["relations_resumed"] == []
+    assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
+    assert again.metadata["resume_key"] != first.metadata["resume_key"]
