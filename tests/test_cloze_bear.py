@@ -53,7 +53,7 @@ def test_cloze_takes_a_stored_bear_run_only_if_scored_as_its_own_bear(tiny_clm_d
     from tests.benchmark_folders import write_dataset
 
     monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))  # forgotten after the test
-    backends.register_backend("shifted", "tests.test_audit_a_fixes:ShiftedBackend")  # scores that are not the model's own
+    backends.register_backend("shifted", "tests.stored_work:ShiftedBackend")  # scores that are not the model's own
     folder = write_dataset(tmp_path / "BEARmini")
     bear_ref.bear_dataset(str(folder), open_model(str(tiny_clm_dir)), out=tmp_path / "shifted", backend="shifted",
                           show_progress=False)
