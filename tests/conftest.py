@@ -154,3 +154,10 @@ def _queries(tiny_kg_dir):
     from kg_data.queries import build_queries
 
     return build_queries(load_kg(tiny_kg_dir), "test")
+
+
+@pytest.fixture()
+def no_model_loading(monkeypatch):
+    import deer.backends.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))

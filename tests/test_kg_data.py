@@ -286,7 +286,7 @@ def _jsonl_kg(tmp_path):
 
 
 def _wn18rr_kg(tmp_path):
-    from tests.test_input_refusals import _wn18rr_format
+    from tests.kg_faults import _wn18rr_format
 
     return _wn18rr_format(tmp_path) / "wn18rr"
 
