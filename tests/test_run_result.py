@@ -5,6 +5,8 @@ keyed by probe) and read back as the result they saved; a one-probe view reads a
 from __future__ import annotations
 
 import json
+import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -437,3 +439,55 @@ def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metad
             run_cloze(task, loaded, ["bear"], out, backend="shifted", show_progress=False)
     back = deer.load_result(out)
     assert back.metadata_of("bear")["backend"] == "hf" and back.table["bear_rank"].tolist() == before.table["bear_rank"].tolist()
+
+
+# -- results saved into one folder at once ---------------------------------------------------------
+
+
+@pytest.fixture()
+def tiny_result(tiny_kg_dir, tiny_clm_dir) -> RunResult:
+    import deer
+    from deer.platform.templates import PromptTemplates
+    from kg_data import build_queries
+    from kg_data.textual import load_textual_kg
+
+    kg = load_textual_kg(tiny_kg_dir)
+    return deer.probe(build_queries(kg, "test"), str(tiny_clm_dir), templates=PromptTemplates(k_shot=2), cache=False,
+                      show_progress=False)
+
+
+def as_probe(result: RunResult, probe: str) -> RunResult:
+    """The same result under another probe name (its columns renamed)."""
+    table = result.table.rename(columns={c: c.replace("deer_", f"{probe}_", 1) for c in result.table.columns})
+    return RunResult.of_probe(probe, table, result.metrics, result.metadata, spec=result.spec)
+
+
+def save_at_once(results: list[RunResult], folder: Path) -> None:
+    """Save each result from its own thread, all released at the same moment."""
+    start, errors = threading.Barrier(len(results)), []
+
+    def save(result: RunResult) -> None:
+        try:
+            start.wait()
+            result.save(folder)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=save, args=(result,)) for result in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+def test_results_saved_at_once_all_end_up_in_the_folder(tmp_path, tiny_result):
+    probes = [f"p{i}" for i in range(6)]
+    for attempt in range(3):
+        folder = tmp_path / f"run{attempt}"
+        save_at_once([as_probe(tiny_result, probe) for probe in probes], folder)
+        assert set(load_results(folder)) == set(probes)
+        for name in ("metrics.json", "metadata.json"):
+            assert set(json.loads((folder / name).read_text())) == set(probes)
+        # exactly the results: no temp file, and no lock file either (its holder removes it; kg_data.locks)
+        assert {p.name for p in folder.iterdir()} == {"ranks.parquet", "metrics.json", "metadata.json", "run_spec.json"}
