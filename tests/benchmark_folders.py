@@ -1,5 +1,5 @@
 """Small benchmark folders in their published layouts, written by the tests that read them: a BEAR data set
-(``write_dataset``) and a LAMA folder (``write_lama``)."""
+(``write_dataset``, and the edits a rerun must notice) and a LAMA folder (``write_lama``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Model name resolution and clear failures."""
+"""Model name resolution, fingerprints and clear failures; a causal LM checkpoint that lacks weights is refused by the
+probes that would read them at random."""
 
 from __future__ import annotations
 
