@@ -1,10 +1,15 @@
 """Small benchmark folders in their published layouts, written by the tests that read them: a BEAR data set
-(``write_dataset``, and the edits a rerun must notice) and a LAMA folder (``write_lama``)."""
+(``write_dataset``, and the edits a rerun must notice), a LAMA folder (``write_lama``), and a BEAR data set built in
+memory (``hand_built_bear``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import numpy as np
+
+from kg_data.bear import BearDataset, BearRelation
 
 CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
 LANGUAGES = [("Q90", "Paris", "Q150", "French"), ("Q64", "Berlin", "Q188", "German"), ("Q220", "Rome", "Q652", "Italian"),
@@ -77,3 +82,13 @@ def edit_answer_label(folder):
     metadata["P36"]["answer_space_labels"][0] = "Lutetia"
     (folder / "metadata_relations.json").write_text(json.dumps(metadata))
     return "P36"
+
+
+def hand_built_bear() -> BearDataset:
+    relation = BearRelation(
+        code="P6", templates=["The head of government of [X] is [Y].", "[Y] served as the head of government for [X].",
+                              "[X] was already governed by [Y] today."],
+        answer_ids=["Q1", "Q2", "Q3"], answer_labels=["Khalifa bin Zayed", "Kyriakos Mitsotakis", "Josip Broz Tito"],
+        subject_ids=["Q41", "Q27"], subject_labels=["Greece", "ireland"], gold=np.array([1, 2]), rows=np.array([0, 4]),
+        domains=["Political"], cardinality="1:1", total_instances=5)
+    return BearDataset("hand", "/nowhere", {"P6": relation}, [])

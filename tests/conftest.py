@@ -161,3 +161,11 @@ def no_model_loading(monkeypatch):
     import deer.backends.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+
+
+def _train_queries(tiny_kg_dir, exclude_head):
+    """The tiny KG's train-split queries (9, several sharing a head, so filtered tails and heads interact)."""
+    from kg_data.load import load_kg
+    from kg_data.queries import build_queries
+
+    return build_queries(load_kg(tiny_kg_dir), "train", exclude_head=exclude_head)

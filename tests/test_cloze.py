@@ -23,12 +23,12 @@ from deer.platform.metrics import cloze_metrics
 from deer.platform.templates import candidate_prompt
 from deer.runner import run_cloze
 from experiments.cloze_report import accuracy_agreement, mode_agreement, pair_agreement
-from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
+from kg_data.bear import load_bear_dataset
 from kg_data.cloze import answer_context, bear_cloze_task, lama_cloze_task, statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
 from kg_data.task import ClozeQuery
-from tests.benchmark_folders import trex_record, write_lama
+from tests.benchmark_folders import hand_built_bear, trex_record, write_lama
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
 
 
@@ -102,16 +102,6 @@ def test_lama_reader_on_the_shipped_files():
 
 
 # -- query texts --------------------------------------------------------------------------------
-
-
-def hand_built_bear() -> BearDataset:
-    relation = BearRelation(
-        code="P6", templates=["The head of government of [X] is [Y].", "[Y] served as the head of government for [X].",
-                              "[X] was already governed by [Y] today."],
-        answer_ids=["Q1", "Q2", "Q3"], answer_labels=["Khalifa bin Zayed", "Kyriakos Mitsotakis", "Josip Broz Tito"],
-        subject_ids=["Q41", "Q27"], subject_labels=["Greece", "ireland"], gold=np.array([1, 2]), rows=np.array([0, 4]),
-        domains=["Political"], cardinality="1:1", total_instances=5)
-    return BearDataset("hand", "/nowhere", {"P6": relation}, [])
 
 
 def test_bear_instance_query_texts_and_candidates_exactly():

@@ -100,7 +100,7 @@ def test_kg_tail_tokens_are_counted_where_the_tail_stands_on_a_legacy_sentencepi
 
     from deer.backends.boundary import split_statements
     from deer.platform.kg_result import query_frame
-    from tests.test_lama_answer_tokens import sentencepiece_tokenizer
+    from tests.toy_tokenizers import sentencepiece_tokenizer
 
     tok = sentencepiece_tokenizer()
     kg = load_kg(str(tiny_kg_dir))

@@ -209,7 +209,7 @@ def test_a_masked_lm_statement_is_counted_with_both_its_special_tokens(tiny_kg_d
     a tokenizer that defines a BOS token as adding one, so a statement one token too long passed and then failed."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from tests.test_lama_answer_tokens import roberta_style_tokenizer
+    from tests.toy_tokenizers import roberta_style_tokenizer
 
     tok = roberta_style_tokenizer(smollm2_dir)
     queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
@@ -235,7 +235,7 @@ def test_a_roberta_model_holds_two_positions_fewer_than_its_config_states(tiny_k
     took max_position_embeddings as the limit, so a statement up to two tokens too long passed and then failed."""
     from transformers import RobertaConfig, RobertaForMaskedLM
 
-    from tests.test_lama_answer_tokens import roberta_style_tokenizer
+    from tests.toy_tokenizers import roberta_style_tokenizer
 
     tok = roberta_style_tokenizer(smollm2_dir)
     queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)

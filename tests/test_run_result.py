@@ -20,8 +20,8 @@ from deer.runner import run_cloze, run_kg, run_probe
 from experiments.runs import load_run, run_probes
 from kg_data import build_queries, load_kg
 from kg_data.cloze import bear_cloze_task
+from tests.benchmark_folders import hand_built_bear
 from tests.stored_work import _quiet
-from tests.test_cloze import hand_built_bear
 from tests.write_faults import WRITE_ERRORS, fail_writes, no_half_files
 
 
