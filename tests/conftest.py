@@ -66,6 +66,14 @@ def smollm2_dir() -> Path:
     return Path(resolve_model("smollm2-135m").source)
 
 
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    """The real SmolLM2-135M's tokenizer alone (one per test module, as a module may change it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
     """(model, tokenizer) of the real SmolLM2-135M, fp32, eval mode."""
@@ -104,6 +112,14 @@ def tiny_clm(tiny_clm_dir):
 
 
 @pytest.fixture()
+def loaded(tiny_clm_dir):
+    """The tiny causal LM opened as the toolkit opens a model by name (a LoadedModel), one per test."""
+    from deer.backends import models
+
+    return models.open_model(str(tiny_clm_dir))
+
+
+@pytest.fixture()
 def shifted(monkeypatch):
     from deer import backends
 
@@ -138,3 +154,18 @@ def _queries(tiny_kg_dir):
     from kg_data.queries import build_queries
 
     return build_queries(load_kg(tiny_kg_dir), "test")
+
+
+@pytest.fixture()
+def no_model_loading(monkeypatch):
+    import deer.backends.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+
+
+def _train_queries(tiny_kg_dir, exclude_head):
+    """The tiny KG's train-split queries (9, several sharing a head, so filtered tails and heads interact)."""
+    from kg_data.load import load_kg
+    from kg_data.queries import build_queries
+
+    return build_queries(load_kg(tiny_kg_dir), "train", exclude_head=exclude_head)

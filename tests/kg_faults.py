@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from kg_data import KGFormatError
 from kg_data.textual import load_textual_kg
+from tests.conftest import TINY_ENTITIES, TINY_SPLITS
 
 
 def _format_error(folder) -> KGFormatError:
@@ -29,4 +31,17 @@ def _jsonl_kg(folder, entities=None, relations=None, test=None):
     }
     for stem, records in files.items():
         (folder / f"{stem}.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return folder
+
+
+def _wn18rr_format(folder: Path) -> Path:
+    """The tiny KG in WN18RR's files (entity2text.txt, train/dev/test.tsv; ids "e3" as synset offsets "00000003"):
+    a data set a fallback could find."""
+    def offset(entity_id: str) -> str:
+        return f"{int(entity_id[1:]):08d}"
+
+    (folder / "wn18rr").mkdir(parents=True)
+    (folder / "wn18rr" / "entity2text.txt").write_text("".join(f"{offset(i)}\t{n}, {d}\n" for i, n, d in TINY_ENTITIES))
+    for split, file_name in (("train", "train.tsv"), ("valid", "dev.tsv"), ("test", "test.tsv")):
+        (folder / "wn18rr" / file_name).write_text("".join(f"{offset(h)}\t{r}\t{offset(t)}\n" for h, r, t in TINY_SPLITS[split]))
     return folder

@@ -8,6 +8,7 @@ and after.  Test modules import ``assert_refused_before_loading`` and keep their
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,7 @@ def assert_refused_before_loading(args: list[str], expected: list[str], root: Pa
     assert not loads
     assert snapshot(root) == before, "something was written"
     return line
+
+
+def _model_copy(model: Path, tmp: Path) -> str:
+    return str(shutil.copytree(model, tmp / "model_copy"))

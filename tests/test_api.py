@@ -119,7 +119,7 @@ def test_kg_by_name_folder_or_object_and_cache_as_an_option(tiny_kg_dir, tiny_cl
 
 
 def test_bear_dataset_through_the_api_writes_nothing_unless_asked(tiny_clm_dir, tmp_path, quiet_folders):
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     folder = write_dataset(tmp_path / "data" / "BEARmini")
     model = deer.open_model(str(tiny_clm_dir))
@@ -391,7 +391,7 @@ def test_every_argument_of_every_public_function_refuses_a_wrong_type_by_name(ti
     objects' fields its **options take; each wrong value is a TypeError or OptionError naming the argument, raised
     before any model loads or a backend opens."""
     from deer.platform.templates import kg_benchmark_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     loaded = deer.open_model(str(tiny_clm_dir))
     queries = build_queries(load_kg(tiny_kg_dir), "test")
@@ -423,3 +423,21 @@ def test_every_argument_of_every_public_function_refuses_a_wrong_type_by_name(ti
     assert walked > 400, walked  # the table is walked, not skipped
     print(f"\n{walked} wrong values walked over {len(api_entries(str(tiny_kg_dir), dataset, task, loaded, queries))} "
           "public functions, each refused by name")
+
+
+# -- a KG or model argument of no accepted type ----------------------------------------------------
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda kg: deer.probe(12345), r"kg must be a KG name \('wn18rr'\), a KG folder .*TextualKG or a QuerySet; got int 12345"),
+    (lambda kg: deer.probe(None), r"kg must be .*; got NoneType None"),
+    (lambda kg: deer.probe(kg, 12345), r"model must be an alias .*hub id.*open_model\(\.\.\.\), a \(model, tokenizer\) pair or an opened backend .*; got int"),
+    (lambda kg: deer.probe(kg, None), r"model must be .*; got NoneType"),
+    (lambda kg: bear_ref.bear(12345), r"kg must be"),
+    (lambda kg: bear_ref.lama(kg, 12345), r"model must be an alias"),
+    (lambda kg: deer.load_queries(3.5), r"kg must be"),
+], ids=["probe kg int", "probe kg None", "probe model int", "probe model None", "bear kg int", "lama model int",
+        "load_queries kg float"])
+def test_api_argument_of_no_accepted_type_is_named(call, match, tiny_kg_dir, no_model_loading):
+    with pytest.raises(TypeError, match=match):
+        call(str(tiny_kg_dir))

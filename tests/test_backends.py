@@ -21,13 +21,6 @@ from tests.test_equivalence import VECTOR_RTOL, tiny_model
 FAMILIES = ["llama", "gpt2", "gemma3", "opt-proj"]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_dir)
-
-
 def _relative_error(a, b) -> float:
     return float(np.max(np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)))
 

@@ -8,35 +8,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+import bear_ref
 from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, summary_markdown
+from deer.base.errors import OptionError
+from experiments.cli import main
+from experiments.cloze_bear import stored_bear_table
 from kg_data.bear import BearRelation, fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 from tests.bear_tables import score_relation
-
-CAPITALS = [("Q142", "France", "Q90", "Paris"), ("Q183", "Germany", "Q64", "Berlin"), ("Q38", "Italy", "Q220", "Rome")]
-LANGUAGES = [("Q90", "Paris", "Q150", "French"), ("Q64", "Berlin", "Q188", "German"), ("Q220", "Rome", "Q652", "Italian"),
-             ("Q456", "Lyon", "Q150", "French")]
-
-
-def write_dataset(folder: Path, with_answer_space: bool = True) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    metadata = {
-        "P36": {"templates": ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "[X]'s capital, [Y], is large."]},
-        "P37": {"templates": ["The language of [X] is [Y].", "People in [X] speak [Y].", "[Y] is spoken in [X]."]},
-        "P999": {"templates": ["[X] and [Y]."]},  # no file: skipped, as BEAR-big's P414
-    }
-    if with_answer_space:
-        metadata["P36"]["answer_space_ids"] = [c[2] for c in CAPITALS]
-        metadata["P36"]["answer_space_labels"] = [c[3] for c in CAPITALS]
-    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
-    (folder / "P36.jsonl").write_text("".join(
-        json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": ol, **({"answer_idx": i} if with_answer_space else {})}) + "\n"
-        for i, (s, sl, o, ol) in enumerate(CAPITALS)))
-    (folder / "P37.jsonl").write_text("".join(
-        json.dumps({"sub_id": s, "sub_label": sl, "obj_id": o, "obj_label": ol}) + "\n" for s, sl, o, ol in LANGUAGES))
-    (folder.parent / "relation_info.json").write_text(json.dumps({"P36": {"domains": ["Geographic"]}, "P37": {"domains": ["Geographic", "Cultural"]}}))
-    return folder
+from tests.benchmark_folders import CAPITALS, LANGUAGES, edit_answer_label, edit_template, write_dataset
 
 
 def test_reader_answer_spaces_domains_cardinality(tmp_path):
@@ -80,7 +62,6 @@ def test_a_lm_pub_quiz_save_stopped_part_way_leaves_no_smaller_data_set(tmp_path
     """s12-b: metadata_relations.json (what makes a folder a BEAR-format data set) was written first: a save stopped
     after it (a relation file not written: a full disk) read back as a data set without that relation, no word said.
     Now it is written last, and such a folder is no data set."""
-    from pathlib import Path
 
     from kg_data.errors import KGNotFoundError
 
@@ -314,13 +295,10 @@ def test_run_key_names_dtype_tokenizer_bos_and_kg_folders_are_refused(tiny_clm_d
     """The resume key holds what the scores depend on; a KG probe's folder is never overwritten."""
     import dataclasses
 
-    from click.testing import CliRunner
-
     from bear_ref.dataset import resume_key, run_bear_dataset
     from deer.backends.models import open_model
     from deer.backends.statement_scorer import StatementScorer
     from deer.backends.tokenization import bos_policy
-    from experiments.cli import main
 
     loaded = open_model(str(tiny_clm_dir))
     folder = write_dataset(tmp_path / "BEARmini")
@@ -364,7 +342,6 @@ def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(
 
     import bear_ref
     from deer.backends.models import open_model
-    from experiments.cloze_bear import stored_bear_table
 
     folder = write_dataset(tmp_path / "BEARmini")
     loaded = open_model(str(tiny_clm_dir))
@@ -389,9 +366,7 @@ def test_an_edited_relation_is_scored_anew_on_resume_and_a_stale_run_is_refused(
 def test_the_plain_backend_cross_checks_a_bear_data_set_run(tiny_clm_dir, tmp_path):
     """`deer bear-dataset --backend plain` scores each statement in one whole forward pass: the same
     instances (ranks, predictions) and gold scores as the trie (1e-4 nats), and no parts stored."""
-    from click.testing import CliRunner
 
-    from experiments.cli import main
 
     folder = write_dataset(tmp_path / "BEARmini")
     tables = {}
@@ -412,9 +387,7 @@ def test_a_folder_holding_a_bear_data_set_run_refuses_a_run_made_otherwise(tiny_
     """The default `deer bear-dataset` folder is named by data set, relations, subset size and model alone: a second run
     with another --seed (or PLL variant, dtype, backend) replaced the first's results there, exit 0.  A folder holds one
     data-set run: one made otherwise is refused before scoring, naming what differs; the same settings run again."""
-    from click.testing import CliRunner
 
-    from experiments.cli import main
 
     folder, out = write_dataset(tmp_path / "BEARmini"), tmp_path / "out"
 
@@ -509,3 +482,73 @@ def test_a_failed_gold_score_is_never_correct_in_the_bear_data_set():
     assert not table["correct"].any()
     assert table["rank"].tolist() == [3.0, 3.0]  # behind both competitors
     assert table["predicted_id"].tolist() == ["b", "a"]  # the first of the highest valid scores
+
+
+# -- a loaded data set is scored as loaded ---------------------------------------------------------
+
+
+def test_a_loaded_bear_dataset_is_scored_as_loaded_and_its_selection_recorded(tmp_path):
+    """bear_dataset(BearDataset, relations=...) scored every relation while recording the selection asked for."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    whole = load_bear_dataset(str(folder))
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(whole, "no-such-model-anywhere", relations=["P37"], max_instances=1)
+    part = load_bear_dataset(str(folder), relations=["P37"], max_instances=2, seed=1)
+    assert part.summary()["selection"] == {"relations": ["P37"], "max_instances": 2, "seed": 1}
+    assert whole.summary()["selection"] == {"relations": None, "max_instances": None, "seed": 0}
+
+
+def test_a_seed_given_beside_a_sampled_bear_dataset_is_refused_not_dropped(tmp_path):
+    """bear_dataset(BearDataset sampled with seed 0, seed=5) scored seed 0's sample without a word (only relations and
+    max_instances were compared with the data set's selection)."""
+    folder = write_dataset(tmp_path / "BEARmini")
+    sampled = load_bear_dataset(str(folder), max_instances=2, seed=0)
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(sampled, "no-such-model-anywhere", seed=5)
+    with pytest.raises(OptionError, match="the BearDataset given was loaded with"):
+        bear_ref.bear_dataset(load_bear_dataset(str(folder)), "no-such-model-anywhere", seed=5)
+
+
+# -- a rerun into the same folder resumes only what was made of the same data and backend ----------
+
+
+@pytest.mark.parametrize("edit", [edit_template, edit_answer_label])
+def test_a_rerun_after_an_edit_rescores_that_relation_and_equals_a_fresh_run(tmp_path, loaded, edit):
+    folder = write_dataset(tmp_path / "BEARmini")
+    out = tmp_path / "run"
+    before = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    edited = edit(folder)
+    (untouched,) = {"P36", "P37"} - {edited}
+    resumed = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
+    fresh = bear_ref.bear_dataset(str(folder), loaded, out=tmp_path / "fresh", show_progress=False)
+    # Only the relation whose content is unchanged is reused; the edited one is scored anew.
+    assert resumed.metadata["relations_resumed"] == [untouched]
+    pd.testing.assert_frame_equal(resumed.table, fresh.table)
+    assert resumed.metrics.to_dict()["overall"] == fresh.metrics.to_dict()["overall"]
+    assert resumed.metrics.to_dict()["per_relation"] == fresh.metrics.to_dict()["per_relation"]
+    # The edit changes that relation's scores, so a stale reuse could not pass the comparison above.
+    old_scores = before.table.loc[before.table["relation"] == edited, "gold_score"].to_numpy()
+    new_scores = resumed.table.loc[resumed.table["relation"] == edited, "gold_score"].to_numpy()
+    assert (old_scores != new_scores).any()
+
+
+def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
+    """A3: a rerun on another caching backend into the same folder resumed the first backend's parts."""
+    from bear_ref.dataset import run_bear_dataset
+    from deer.backends.models import open_model
+    from kg_data.bear import load_bear_dataset
+    from tests.benchmark_folders import write_dataset
+
+    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
+    loaded = open_model(str(tiny_clm_dir))
+
+    def run(backend, out):
+        return run_bear_dataset(data, loaded, out, {"relations": None}, backend=backend, show_progress=False)
+
+    first = run("hf", tmp_path / "out")
+    (tmp_path / "out" / "metadata.json").unlink()  # the hf run stopped after storing its parts (a finished one refuses
+    fresh = run("shifted", tmp_path / "fresh")     # a run made otherwise: test_bear_dataset)
+    again = run("shifted", tmp_path / "out")
+    assert again.metadata["relations_resumed"] == []
+    assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
+    assert again.metadata["resume_key"] != first.metadata["resume_key"]

@@ -15,6 +15,7 @@ from deer.backends.models import open_model
 from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.result import find_ranks_table
+from deer.platform.stores import EmbeddingStore
 from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data import build_queries, load_kg
@@ -60,7 +61,7 @@ def test_run_writes_ranks_and_resumes(tiny_setup, tmp_path):
 
 
 def test_cli_bear_kg_and_dataset(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     monkeypatch.setenv("DEER_CACHE_DIR", str(tmp_path / "cache"))
     runner = CliRunner()
@@ -106,3 +107,37 @@ def test_bear_kg_score_rows_are_stored_apart_per_backend_store_key(shifted, tiny
     # the model's own scores (store_key {}): the store as before
     templates = PromptTemplates()
     assert score_store(loaded, queries, templates, "m", cache).folder == score_store(loaded, queries, templates, "m", cache, {}).folder
+
+
+# -- rows scored before an interrupt are kept ------------------------------------------------------
+
+
+class InterruptedScorer:
+    """Scores two queries, then is interrupted (Ctrl-C) on the third."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, context, continuations):
+        self.calls += 1
+        if self.calls == 3:
+            raise KeyboardInterrupt
+        return np.full(len(continuations), float(self.calls), dtype=np.float32)
+
+
+def test_bear_keeps_the_rows_scored_before_an_interrupt(tmp_path, tiny_kg_dir):
+    from bear_ref.kg_probe import bear_kg_scores
+    from deer.platform.templates import PromptTemplates
+    from kg_data import build_queries
+    from kg_data.textual import load_textual_kg
+
+    queries, templates = build_queries(load_textual_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
+    store = EmbeddingStore(tmp_path, "bear", {"model": "m"})
+    with pytest.raises(KeyboardInterrupt):
+        bear_kg_scores(queries, InterruptedScorer(), templates, store, show_progress=False)
+    reopened = EmbeddingStore(tmp_path, "bear", {"model": "m"})
+    assert reopened.missing(queries.item_ids()) == [2, 3]
+    scorer = InterruptedScorer()
+    scorer.calls = 10  # the resumed run scores only queries 2 and 3
+    scores, scored_now = bear_kg_scores(queries, scorer, templates, reopened, show_progress=False)
+    assert scored_now == 2 and scores[:, 0].tolist() == [1, 2, 11, 12]

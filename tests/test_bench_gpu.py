@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bear_dataset import write_dataset
+from tests.benchmark_folders import write_dataset
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kg_data.bear import fill_statement, load_bear_dataset
-from tests.test_bear_dataset import write_dataset
+from tests.benchmark_folders import write_dataset
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

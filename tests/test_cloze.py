@@ -23,11 +23,12 @@ from deer.platform.metrics import cloze_metrics
 from deer.platform.templates import candidate_prompt
 from deer.runner import run_cloze
 from experiments.cloze_report import accuracy_agreement, mode_agreement, pair_agreement
-from kg_data.bear import BearDataset, BearRelation, load_bear_dataset
+from kg_data.bear import load_bear_dataset
 from kg_data.cloze import answer_context, bear_cloze_task, lama_cloze_task, statement
 from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
 from kg_data.task import ClozeQuery
+from tests.benchmark_folders import hand_built_bear, trex_record, write_lama
 from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
 
 
@@ -39,38 +40,6 @@ def shipped_lama() -> Path | None:
         return find_dataset("lama")
     except FileNotFoundError:
         return None
-
-SENTENCE = "Allan Peiper (born 26 April 1960 in [MASK], Australia) is a former Professional cyclist."
-
-
-def trex_record(uuid, subject, answer, sentences):
-    return {"uuid": uuid, "obj_uri": "Q1", "obj_label": answer, "sub_uri": "Q2", "sub_label": subject, "predicate_id": "P19",
-            "evidences": [{"sub_surface": subject, "obj_surface": answer, "masked_sentence": s} for s in sentences]}
-
-
-def write_lama(folder: Path) -> Path:
-    """A small LAMA folder in the shipped layout: two T-REx relations (one file missing), Google-RE, SQuAD."""
-    (folder / "TREx").mkdir(parents=True)
-    (folder / "Google_RE").mkdir()
-    (folder / "Squad").mkdir()
-    relations = [{"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"},
-                 {"relation": "P106", "template": "[X] is a [Y] by profession .", "label": "occupation"},
-                 {"relation": "P17", "template": "[X] is located in [Y] .", "label": "country"}]
-    (folder / "relations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in relations))
-    (folder / "common_vocab_cased.txt").write_text("Paris\nLondon\nactor\nFrance\nlawyer\ngold\n")
-    p19 = [trex_record("a", "Allan Peiper", "Paris", ["[MASK] is where he lives.", SENTENCE.replace("Australia", "France")]),
-           trex_record("b", "Bob", "London", ["Bob was born in [MASK] ."]),
-           trex_record("c", "Carl", "Zanzibar", ["Carl was born in [MASK] ."])]
-    p106 = [trex_record("d", "Dora", "actor", ["Dora , an [MASK] , played .", "no mask here"]),
-            trex_record("e", "Eve", "lawyer", ["[MASK] [MASK] Eve"])]
-    (folder / "TREx" / "P19.jsonl").write_text("".join(json.dumps(r) + "\n" for r in p19))
-    (folder / "TREx" / "P106.jsonl").write_text("".join(json.dumps(r) + "\n" for r in p106))
-    google = [{"sub_label": "Fay", "obj_label": "Paris", "uuid": "g1", "masked_sentences": ["Fay was born in [MASK] ."]}]
-    (folder / "Google_RE" / "place_of_birth_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in google))
-    squad = [{"masked_sentences": ["The [MASK] color was used."], "obj_label": "gold", "id": "s1", "sub_label": "Squad"}]
-    (folder / "Squad" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in squad))
-    return folder
-
 
 # -- the LAMA reader ------------------------------------------------------------------------------
 
@@ -133,16 +102,6 @@ def test_lama_reader_on_the_shipped_files():
 
 
 # -- query texts --------------------------------------------------------------------------------
-
-
-def hand_built_bear() -> BearDataset:
-    relation = BearRelation(
-        code="P6", templates=["The head of government of [X] is [Y].", "[Y] served as the head of government for [X].",
-                              "[X] was already governed by [Y] today."],
-        answer_ids=["Q1", "Q2", "Q3"], answer_labels=["Khalifa bin Zayed", "Kyriakos Mitsotakis", "Josip Broz Tito"],
-        subject_ids=["Q41", "Q27"], subject_labels=["Greece", "ireland"], gold=np.array([1, 2]), rows=np.array([0, 4]),
-        domains=["Political"], cardinality="1:1", total_instances=5)
-    return BearDataset("hand", "/nowhere", {"P6": relation}, [])
 
 
 def test_bear_instance_query_texts_and_candidates_exactly():
@@ -490,7 +449,7 @@ def test_template_vs_template_free_pairs_each_fact_line_once():
 
 def test_an_unknown_relation_is_refused_with_the_relations_there_are(tmp_path):
     """Issue 22.6: a missing LAMA/BEAR relation said only which was missing, not which exist."""
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     with pytest.raises(ValueError, match=r"P999 have no data file .*; relations with one: P106, P19, place_of_birth, squad$"):
         load_lama(write_lama(tmp_path / "lama"), relations=["P999"])
@@ -581,7 +540,7 @@ def test_cloze_parts_are_resumed_only_on_the_backend_store_key_they_were_made_wi
     from deer.runner import run_cloze
     from kg_data.bear import load_bear_dataset
     from kg_data.cloze import bear_cloze_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
     loaded = open_model(str(tiny_clm_dir))
@@ -608,7 +567,7 @@ def test_a_model_whose_fingerprint_hashes_no_weights_stores_and_resumes_no_cloze
     from deer.runner import run_cloze
     from kg_data.bear import load_bear_dataset
     from kg_data.cloze import bear_cloze_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     task = bear_cloze_task(data)

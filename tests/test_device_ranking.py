@@ -17,15 +17,10 @@ import torch
 from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.ranking import rank_chunk, rank_scores
-from kg_data.load import load_kg
-from kg_data.queries import build_queries
+from tests.conftest import _train_queries as _queries
 from tests.ranking_oracle import plain_top_k, rank_of
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
-
-
-def _queries(tiny_kg_dir, exclude_head):
-    return build_queries(load_kg(tiny_kg_dir), "train", exclude_head=exclude_head)  # 9 queries sharing heads
 
 
 def _assert_same_ranks(ours, reference):

@@ -74,13 +74,6 @@ STATEMENTS = [f"{a} is the capital of {c}." for a in ("Paris", "Berlin") for c i
 PROMPTS = [CONTEXT, CONTEXT + " tree)", "short", 'oak - a deciduous tree\nThis sentence: "oak" means in one word: "'] + STATEMENTS[:4]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_dir)
-
-
 class Unavailable(Exception):
     """This transformers has no such family, or no such attention back-end for it."""
 

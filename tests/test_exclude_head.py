@@ -14,8 +14,7 @@ from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
 from deer.platform.ranking import candidate_counts, rank_scores
 from deer.platform.run_spec import queries_fingerprint
-from kg_data.load import load_kg
-from kg_data.queries import build_queries
+from tests.conftest import _train_queries as _queries
 from tests.ranking_oracle import rank_of
 
 
@@ -31,13 +30,6 @@ def _plain_ranks(scores, queries, drop_head: bool):
         raw.append(rank_of(row[keep], new_index[queries.gold[i]]))
         filtered.append(rank_of(row[keep], new_index[queries.gold[i]], np.asarray(others, dtype=np.int64)))
     return np.asarray(raw), np.asarray(filtered)
-
-
-def _queries(tiny_kg_dir, exclude_head):
-    # the train split: 9 queries, several sharing a head, so filtered tails and heads interact
-    kg = load_kg(tiny_kg_dir)
-    queries = build_queries(kg, "train", exclude_head=exclude_head)
-    return queries
 
 
 def test_excluding_the_head_equals_ranking_without_it(tiny_kg_dir):

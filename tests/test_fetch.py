@@ -10,9 +10,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import kg_data.locate as locate
+from experiments.cli import main
 from kg_data import KGNotFoundError, find_dataset, load_kg
+from kg_data.bear import load_bear_dataset
 from kg_data.fetch import STAGING_DIR, DataFetchError, ensure_dataset, fetch_dataset, load_manifest
 
 try:
@@ -237,7 +240,6 @@ def test_ensure_dataset_fetches_when_missing(tmp_path, serve, monkeypatch, capsy
 
 
 def test_fetch_bear_then_bear_big_shares_top_level_files(tmp_path, serve):
-    from kg_data.bear import load_bear_dataset
 
     server = serve()
     assert fetch_dataset("bear", tmp_path, base_url=server.base_url, offline=False, show_progress=False) == tmp_path / "bear" / "BEAR"
@@ -328,3 +330,9 @@ def test_processes_fetching_the_same_data_set_download_it_once(tmp_path, serve):
     assert not errors
     assert sorted(path for path, _ in server.requests) == sorted(WN18RR_FILES)  # each file once
     assert same_bytes(tmp_path, WN18RR_FILES) and not leftovers(tmp_path)
+
+
+def test_deer_data_fetch_reads_the_groups_data_dir(tmp_path):
+    """`deer data --data-dir X fetch NAME` fetched into the default root, ignoring X."""
+    result = CliRunner().invoke(main, ["data", "--data-dir", str(tmp_path / "mine"), "fetch", "wn18rr", "--offline"])
+    assert result.exit_code == 1 and str(tmp_path / "mine" / "wn18rr") in result.output, result.output

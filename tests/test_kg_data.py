@@ -61,7 +61,7 @@ def test_a_data_dir_that_is_the_other_bear_folder_is_not_taken_for_it(tmp_path, 
     whichever of the two was asked for ('bear' loaded BEAR-big, under the name 'bear').  The folder's name now decides."""
     from kg_data.bear import load_bear_dataset
     from kg_data.locate import find_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     monkeypatch.delenv("DEER_DATA_DIR", raising=False)
     monkeypatch.setattr(locate, "default_data_dirs", lambda: [tmp_path / "default"])
@@ -195,7 +195,7 @@ def test_readers_take_a_path_as_well_as_a_string(tiny_kg_dir, tmp_path):
     from pathlib import Path
 
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     assert load_kg(Path(tiny_kg_dir)).fingerprint() == load_kg(str(tiny_kg_dir)).fingerprint()
     folder = write_dataset(tmp_path / "BEARmini")
@@ -286,7 +286,7 @@ def _jsonl_kg(tmp_path):
 
 
 def _wn18rr_kg(tmp_path):
-    from tests.test_input_refusals import _wn18rr_format
+    from tests.kg_faults import _wn18rr_format
 
     return _wn18rr_format(tmp_path) / "wn18rr"
 
@@ -298,13 +298,13 @@ def _wikidata5m_kg(tmp_path):
 
 
 def _lama(tmp_path):
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     return write_lama(tmp_path / "lama")
 
 
 def _bear(tmp_path):
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     return write_dataset(tmp_path / "BEARmini")
 

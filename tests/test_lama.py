@@ -1,8 +1,12 @@
-"""LAMA first-token ranks equal a plain computation; DEER shares the query pass."""
+"""LAMA first-token ranks equal a plain computation; each query's first token is split at its own context's boundary
+(bug 12); DEER shares the query pass."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -12,14 +16,18 @@ from click.testing import CliRunner
 
 import bear_ref
 import deer
-from bear_ref.lama_probe import first_tokens, restrict_to_single_token
+from bear_ref.lama_probe import LamaProbe, first_tokens, restrict_to_single_token
+from deer.backends import open_backend
+from deer.backends.boundary import move_trailing_whitespace, split_statements
 from deer.backends.models import open_model
-from deer.backends.plain import statement_ids_and_start
+from deer.backends.plain import plain_logprobs, statement_ids_and_start
 from deer.backends.tokenization import token_ids
 from deer.platform.result import find_ranks_table
 from deer.platform.templates import PromptTemplates
+from deer.probes import ProbeRequest
 from experiments.cli import main
 from kg_data import build_queries, load_kg
+from kg_data.task import Task
 from tests.ranking_oracle import rank_of
 
 
@@ -89,11 +97,10 @@ def test_kg_tail_tokens_are_counted_where_the_tail_stands_on_a_legacy_sentencepi
     """Llama-2's legacy SentencePiece: " Rome" alone is ['▁', '▁Rome']; after the query's comma the statement has
     '▁Rome', one token.  The ranks table's tail_tokens counted one token more for every tail, and LAMA's single_token
     on a KG kept no candidate at all."""
-    import dataclasses
 
     from deer.backends.boundary import split_statements
     from deer.platform.kg_result import query_frame
-    from tests.test_lama_answer_tokens import sentencepiece_tokenizer
+    from tests.toy_tokenizers import sentencepiece_tokenizer
 
     tok = sentencepiece_tokenizer()
     kg = load_kg(str(tiny_kg_dir))
@@ -143,3 +150,88 @@ def test_cli_lama(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
                                        "2", "--no-cache", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "lama" in result.output and "deer" in result.output
+
+
+# -- LAMA splits each query's first token at its own context's boundary (bug 12) -------------------
+
+
+class _Contexts:
+    """Templates whose query contexts end mid-word (a token can straddle the boundary there); queries 0
+    and 2 end in the same word after a different whitespace character."""
+
+    contexts = ["(paris, capital of, Fran", "(oak, hypernym,", "(berlin, capital of,\nFran", "(x, y, z", "Fran"]
+    continuations = ["ce)", "kfurt)", " x)", "cis)", "s)"]
+    query_trailing_space = False
+
+    def query_context(self, kg, triple):
+        return self.contexts[triple[0]]
+
+    query_prompt = query_context
+
+    def continuation(self, kg, tail):
+        return self.continuations[tail]
+
+
+def _queries(n_contexts: int, n_candidates: int) -> SimpleNamespace:
+    """The parts of a QuerySet that LAMA reads: query i is context i."""
+    return SimpleNamespace(kg=None, candidates=np.arange(n_candidates), triples=np.array([[i, 0, 0] for i in range(n_contexts)]))
+
+
+def test_lama_splits_each_query_at_its_own_context(tokenizer):
+    """Bug 12: the first token was split against the first query's context only (and then once per last
+    word, which misses the whitespace before it)."""
+    templates = _Contexts()
+    ids = first_token_ids(tokenizer, _queries(len(templates.contexts), len(templates.continuations)), templates)
+    for q, context in enumerate(_Contexts.contexts):
+        expected = [first[0] for first in split_statements(tokenizer, context, templates.continuations).continuation_ids]
+        assert ids[q].tolist() == expected, context
+    assert ids[0].tolist() != ids[1].tolist()  # the straddling context really differs
+    assert ids[0].tolist() != ids[2].tolist()  # and so does the whitespace before the same last word
+
+
+def test_first_tokens_equal_a_split_per_context(tokenizer):
+    """Grouping queries by ``boundary_region`` gives every query the split of its own context (seeded
+    random contexts of words, digits, punctuation and whitespace of every kind)."""
+    rng = random.Random(0)
+    words = ["Fran", "x", "(paris,", "of,", "12", "!!", "\x1f", "é", "ce", "'s"]
+    spaces = ["", " ", "  ", "\n", "\t", "\xa0", " \n", "\r\n"]
+    contexts = sorted({"".join(rng.choice(spaces) + rng.choice(words) for _ in range(rng.randint(1, 3))) + rng.choice(["", "", " "])
+                       for _ in range(300)})
+    templates = _Contexts()
+    templates.contexts = contexts
+    templates.continuations = ["ce)", "s)", " x)", "45)", "'s)", "\nfoo)", "\x1fz)"]
+    first = first_tokens(tokenizer, _queries(len(contexts), len(templates.continuations)), templates)
+    assert len(first.ids) < len(contexts)  # queries do share splits
+    for q, context in enumerate(contexts):
+        split = split_statements(tokenizer, context, templates.continuations)
+        assert first.ids[first.group[q]].tolist() == [ids[0] for ids in split.continuation_ids], repr(context)
+        assert first.drops[first.group[q]].tolist() == [len(split.context_ids) - n for n in split.shared_lengths], repr(context)
+
+
+@torch.inference_mode()
+def whole_statement_first_token_logprob(model, tokenizer, context: str, continuation: str) -> float:
+    """One forward pass over the whole statement: log p of its first token touching the continuation,
+    as split for this context alone, after the statement's tokens before it."""
+    split = split_statements(tokenizer, context, [continuation])
+    shared = split.shared_lengths[0]
+    ids = split.context_ids[:shared] + split.continuation_ids[0]
+    stripped, moved = move_trailing_whitespace(context, continuation)
+    assert ids == token_ids(tokenizer, stripped + moved)
+    return float(plain_logprobs(model, ids)[shared - 1, ids[shared]])
+
+
+@pytest.mark.parametrize("backend", ["hf", "plain"])
+def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend):
+    """Bug 12: every query's scores are its own statements' first-token log-probabilities, also where
+    that token straddles the query's end (it then follows the statement's tokens, not the context's)."""
+    loaded = open_model(str(tiny_clm_dir))
+    templates = _Contexts()
+    queries = _queries(len(templates.contexts), len(templates.continuations))
+    request = ProbeRequest(Task("kg", [], {}, {}, kg_queries=queries), loaded, open_backend(backend, loaded, show_progress=False),
+                           templates, show_progress=False,
+                           options={"single_token": False})
+    result = LamaProbe().score(request)
+    expected = [[whole_statement_first_token_logprob(loaded.model, loaded.tokenizer, context, continuation)
+                 for continuation in templates.continuations] for context in templates.contexts]
+    np.testing.assert_allclose(result.scores, expected, rtol=0, atol=1e-4)
+    assert result.metadata["straddling_prefixes"] > 0  # the second pass did run

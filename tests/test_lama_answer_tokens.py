@@ -14,26 +14,13 @@ from deer.platform.cloze_texts import mask_sentence
 from deer.runner import run_cloze
 from kg_data.cloze import lama_cloze_task
 from kg_data.lama import load_lama
-from tests.test_cloze import write_lama
+from tests.benchmark_folders import write_lama
+from tests.toy_tokenizers import roberta_style_tokenizer, sentencepiece_tokenizer
 
 
 @pytest.fixture(scope="module")
 def roberta_tokenizer(smollm2_dir):
     return roberta_style_tokenizer(smollm2_dir)
-
-
-def roberta_style_tokenizer(smollm2_dir):
-    """A RoBERTa-style byte-level BPE tokenizer (SmolLM2's vocabulary, RoBERTa's special tokens, a <mask>
-    that takes the space before it as RoBERTa's does)."""
-    from tokenizers import AddedToken, Tokenizer, processors
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
-    tk.add_special_tokens([AddedToken("<s>"), AddedToken("</s>"), AddedToken("<pad>"), AddedToken("<mask>", lstrip=True, special=True)])
-    tk.post_processor = processors.RobertaProcessing(("</s>", tk.token_to_id("</s>")), ("<s>", tk.token_to_id("<s>")),
-                                                     trim_offsets=True, add_prefix_space=False)
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>",
-                                   pad_token="<pad>", mask_token="<mask>", unk_token=None)
 
 
 def wordpiece_tokenizer():
@@ -102,22 +89,6 @@ def test_masked_lm_lama_on_a_benchmark_equals_one_forward_pass_per_filled_senten
         rank = 1 + np.sum(expected > expected[query.gold]) + (np.sum(expected == expected[query.gold]) - 1) / 2
         assert result.table["lama_rank"][row] == rank, (sentence, candidates)
     assert starts > 0  # a mask at the sentence's start, where the token has no space before it
-
-
-def sentencepiece_tokenizer():
-    """A Llama-2-style legacy SentencePiece look-alike: '▁' prepended and every space made '▁' (Llama-2's
-    tokenizer.json normalizer), BPE merges that stay inside words: " Paris" is ['▁', '▁Pa', 'ris']."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE(unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    corpus = ["The capital of France is Paris.", "The capital of Germany is Berlin.", "Rome is in Italy.",
-              'The album "Rome" (FR) was released.'] * 50
-    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"]))
-    tk.pre_tokenizer = None
-    tk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
 def next_token_task(rows, labels):
@@ -220,7 +191,7 @@ def case_variant_lama(folder):
     object is one ("paris")."""
     import json
 
-    from tests.test_cloze import trex_record
+    from tests.benchmark_folders import trex_record
 
     write_lama(folder)
     (folder / "common_vocab_cased.txt").write_text("Paris\nLondon\nactor\nFrance\nlawyer\ngold\nparis\nGold\nLONDON\n")

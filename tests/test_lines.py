@@ -8,8 +8,8 @@ from kg_data import KGFormatError, load_kg
 from kg_data.bear import load_bear_dataset
 from kg_data.textual import load_textual_kg
 from kg_data.wn18rr import load_wn18rr
+from tests.benchmark_folders import write_dataset
 from tests.kg_faults import _format_error, _jsonl_kg
-from tests.test_bear_dataset import write_dataset
 
 BOM = b"\xef\xbb\xbf"
 

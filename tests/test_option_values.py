@@ -19,8 +19,8 @@ from deer.platform.validate import OptionError
 from deer.runner import probe_options, run_probe
 from experiments.cli import main
 from experiments.cli.options import parse_key_values
+from tests.benchmark_folders import write_dataset
 from tests.refusals import assert_refused_before_loading
-from tests.test_bear_dataset import write_dataset
 
 # A value of the wrong type for each kind an option may declare: a new kind must be added here.
 WRONG_TYPE = {bool: 3, int: "text", float: "text", str: 3, "vectors": "text"}

@@ -15,9 +15,9 @@ import pytest
 
 from deer.embedding_probe import LARGE_ENCODING
 from deer.platform.validate import DeerWarning
+from tests.benchmark_folders import write_lama
+from tests.cli_processes import CLI, cli_env, interrupt_after_first_part, run_cli
 from tests.store_faults import SHARD_INDEXES, stored_keys
-from tests.test_cloze import write_lama
-from tests.test_no_lost_work import CLI, cli_env, interrupt_after_first_part, run_cli
 
 N_WORDS = LARGE_ENCODING + 500  # more than the announcement threshold
 

@@ -28,6 +28,7 @@ from deer.platform.result import RunResult
 from deer.platform.stores import EmbeddingStore, StoreDamaged
 from deer.platform.validate import DeerWarning
 from experiments.cli import main
+from tests.benchmark_folders import write_dataset, write_lama
 from tests.conftest import write_tiny_kg
 from tests.store_faults import (
     TABLE_FAULTS,
@@ -39,8 +40,6 @@ from tests.store_faults import (
     set_aside_resume_parts,
     set_aside_vector_files,
 )
-from tests.test_bear_dataset import write_dataset
-from tests.test_cloze import write_lama
 
 
 def resumed_probes(folder) -> list[str]:
@@ -352,7 +351,7 @@ def test_a_bear_dataset_folder_whose_metrics_disagree_with_its_instances_table_i
     from deer.platform.read_back import StoredFileError
     from deer.platform.result import load_result
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     out = tmp_path / "run"

@@ -5,6 +5,8 @@ keyed by probe) and read back as the result they saved; a one-probe view reads a
 from __future__ import annotations
 
 import json
+import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,8 +20,8 @@ from deer.runner import run_cloze, run_kg, run_probe
 from experiments.runs import load_run, run_probes
 from kg_data import build_queries, load_kg
 from kg_data.cloze import bear_cloze_task
+from tests.benchmark_folders import hand_built_bear
 from tests.stored_work import _quiet
-from tests.test_cloze import hand_built_bear
 from tests.write_faults import WRITE_ERRORS, fail_writes, no_half_files
 
 
@@ -90,7 +92,7 @@ def test_a_folder_holds_one_kind_of_run(tiny_kg_dir, tiny_clm_dir, tmp_path):
 
     import bear_ref
     from experiments.cli import main
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     queries, loaded = build_queries(load_kg(str(tiny_kg_dir)), "test"), open_model(str(tiny_clm_dir))
     kg_run = tmp_path / "kg"
@@ -400,7 +402,7 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
     from deer.backends.models import open_model
     from experiments.cloze_bear import bear_scoring, stored_bear_table
     from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
     loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "out"
@@ -425,7 +427,7 @@ def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metad
     from deer.runner import run_cloze
     from kg_data.bear import load_bear_dataset
     from kg_data.cloze import bear_cloze_task
-    from tests.test_bear_dataset import write_dataset
+    from tests.benchmark_folders import write_dataset
 
     task = bear_cloze_task(load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini"))))
     loaded, out = open_model(str(tiny_clm_dir)), tmp_path / "cloze"
@@ -437,3 +439,55 @@ def test_a_cloze_save_stopped_before_its_metadata_reads_back_no_other_runs_metad
             run_cloze(task, loaded, ["bear"], out, backend="shifted", show_progress=False)
     back = deer.load_result(out)
     assert back.metadata_of("bear")["backend"] == "hf" and back.table["bear_rank"].tolist() == before.table["bear_rank"].tolist()
+
+
+# -- results saved into one folder at once ---------------------------------------------------------
+
+
+@pytest.fixture()
+def tiny_result(tiny_kg_dir, tiny_clm_dir) -> RunResult:
+    import deer
+    from deer.platform.templates import PromptTemplates
+    from kg_data import build_queries
+    from kg_data.textual import load_textual_kg
+
+    kg = load_textual_kg(tiny_kg_dir)
+    return deer.probe(build_queries(kg, "test"), str(tiny_clm_dir), templates=PromptTemplates(k_shot=2), cache=False,
+                      show_progress=False)
+
+
+def as_probe(result: RunResult, probe: str) -> RunResult:
+    """The same result under another probe name (its columns renamed)."""
+    table = result.table.rename(columns={c: c.replace("deer_", f"{probe}_", 1) for c in result.table.columns})
+    return RunResult.of_probe(probe, table, result.metrics, result.metadata, spec=result.spec)
+
+
+def save_at_once(results: list[RunResult], folder: Path) -> None:
+    """Save each result from its own thread, all released at the same moment."""
+    start, errors = threading.Barrier(len(results)), []
+
+    def save(result: RunResult) -> None:
+        try:
+            start.wait()
+            result.save(folder)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=save, args=(result,)) for result in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+def test_results_saved_at_once_all_end_up_in_the_folder(tmp_path, tiny_result):
+    probes = [f"p{i}" for i in range(6)]
+    for attempt in range(3):
+        folder = tmp_path / f"run{attempt}"
+        save_at_once([as_probe(tiny_result, probe) for probe in probes], folder)
+        assert set(load_results(folder)) == set(probes)
+        for name in ("metrics.json", "metadata.json"):
+            assert set(json.loads((folder / name).read_text())) == set(probes)
+        # exactly the results: no temp file, and no lock file either (its holder removes it; kg_data.locks)
+        assert {p.name for p in folder.iterdir()} == {"ranks.parquet", "metrics.json", "metadata.json", "run_spec.json"}

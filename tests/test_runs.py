@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
+import deer
+from deer.base.errors import OptionError
 from deer.platform.templates import PromptTemplates
 from experiments.runs import run_probes
 from kg_data import build_queries, load_kg
@@ -80,9 +83,7 @@ def test_run_probes_reuses_no_ranks_made_on_another_backend(shifted, tiny_kg_dir
 def test_run_probes_reuses_no_deer_ranks_made_from_query_vectors_given_from_outside(tiny_kg_dir, tiny_clm_dir, tmp_path):
     """s12-b: deer.probe(..., query_embeddings=V, out=F) recorded the same options as DEER's own run ({}), so run_probes
     reused ranks made from V (any vectors of the right shape) as DEER's own.  Now they are recorded as given, and refused."""
-    import numpy as np
 
-    import deer
     from deer.backends.models import open_model
 
     queries = build_queries(load_kg(tiny_kg_dir), "test")
@@ -105,7 +106,6 @@ def test_run_probes_reuses_no_ranks_made_by_another_toolkit_version(tiny_kg_dir,
     scores a probe otherwise the experiments went on with the old numbers.  Another version's ranks are made again now."""
     import json
 
-    import deer
     from deer.backends.models import open_model
     from deer.base.files import package_versions
 
@@ -119,3 +119,30 @@ def test_run_probes_reuses_no_ranks_made_by_another_toolkit_version(tiny_kg_dir,
     assert again.ranks("filtered", "lama").tolist() == first.ranks("filtered", "lama").tolist()
     assert json.loads((folder / "metadata.json").read_text())["lama"]["versions"]["deer-probe-toolkit"] == package_versions()[
         "deer-probe-toolkit"]  # recorded by the run, as every run's metadata records it
+
+
+def test_run_probes_opens_a_name_with_every_loading_option(tiny_kg_dir, tiny_clm_dir, tmp_path):
+    """run_probes (the experiments' runs) opened a model by name with dtype and device only: model_kwargs and an adapter
+    were dropped (a LoRA adapter silently not merged); beside a model already loaded they are refused."""
+    from deer.backends.models import open_model
+    from experiments.runs import run_probes
+    from kg_data import build_queries, load_kg
+
+    queries = build_queries(load_kg(tiny_kg_dir), "train", subset=3)
+    run = run_probes(queries, str(tiny_clm_dir), ["deer"], tmp_path / "run", PromptTemplates(k_shot=1),
+                     model_kwargs={"attn_implementation": "eager"}, log=lambda *_: None)
+    assert run.metadata_of("deer")["model"]["attention"] == "eager"
+    with pytest.raises(OptionError, match="applies to a model given by name"):
+        run_probes(queries, open_model(str(tiny_clm_dir)), ["deer"], tmp_path / "other", PromptTemplates(k_shot=1),
+                   model_kwargs={"attn_implementation": "eager"}, log=lambda *_: None)
+
+
+def test_a_model_folder_given_as_dot_is_labelled_by_its_name(tmp_path, monkeypatch):
+    """`--model .` labelled its run '' in every table of an experiment, and '.' when its folder was read back (--run)."""
+    from experiments.runs import model_label, run_label
+
+    (tmp_path / "opt-x").mkdir()
+    monkeypatch.chdir(tmp_path / "opt-x")
+    names = [".", "../opt-x", "facebook/opt-125m"]
+    assert [model_label(name) for name in names] == ["opt-x", "opt-x", "facebook/opt-125m"]
+    assert [run_label({"deer": {"model": {"name": name}}}, tmp_path / "run") for name in names] == [model_label(n) for n in names]

@@ -26,7 +26,6 @@ from tests.test_equivalence import (
     plain_logprobs,
     relative_error,
     tiny_model,
-    tokenizer,  # noqa: F401 - the module-scoped fixture
 )
 
 FEW_SHOT = "(dog, hypernym, mammal)\n(paris, capital of, france)\n(oak, has part, leaf)\n(cat, hypernym, feline)\n"
@@ -46,7 +45,7 @@ def _shared(ids, members):
     return next((k for k in range(len(first)) if any(len(ids[m]) <= k or ids[m][k] != first[k] for m in members)), len(first))
 
 
-def test_prompts_are_grouped_by_their_shared_prefix(tokenizer):  # noqa: F811
+def test_prompts_are_grouped_by_their_shared_prefix(tokenizer):
     ids = batch_token_ids(tokenizer, PROMPTS)
     assert len({tuple(i) for i in ids}) == len(PROMPTS) - 1  # one duplicate (the encoder sends it once)
     groups, rest = prefix_groups(ids)
@@ -64,7 +63,7 @@ def test_prompts_are_grouped_by_their_shared_prefix(tokenizer):  # noqa: F811
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_shared_prefix_equals_one_pass_per_prompt(name, backend, tokenizer, monkeypatch):  # noqa: F811
+def test_shared_prefix_equals_one_pass_per_prompt(name, backend, tokenizer, monkeypatch):
     model = tiny_model(name, backend, tokenizer)
     ids = batch_token_ids(tokenizer, PROMPTS)
     next_ids = np.asarray([0, 5, 100, 2000])
@@ -82,7 +81,7 @@ def test_shared_prefix_equals_one_pass_per_prompt(name, backend, tokenizer, monk
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2", "gemma3"])
-def test_several_prefix_groups_equal_one_pass_per_prompt(name, tokenizer):  # noqa: F811
+def test_several_prefix_groups_equal_one_pass_per_prompt(name, tokenizer):
     model = tiny_model(name, "sdpa", tokenizer)
     ids = batch_token_ids(tokenizer, MIXED)
     plain = np.stack([plain_last_state(model, i) for i in ids])
@@ -94,7 +93,7 @@ def test_several_prefix_groups_equal_one_pass_per_prompt(name, tokenizer):  # no
 
 
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_the_cache_goes_by_the_keyword_this_transformers_takes(name, tokenizer, caplog):  # noqa: F811
+def test_the_cache_goes_by_the_keyword_this_transformers_takes(name, tokenizer, caplog):
     """transformers 5.25 warns on every ``past_key_values=`` (removed in 5.40: use ``cache``) and on reading
     ``output.past_key_values``; the toolkit passed and read it, so ``--shots shared`` and BEAR's shared-prefix
     scoring would break when 5.40 lands.  Both paths run here with deprecation warnings as errors and

@@ -230,3 +230,12 @@ def test_a_bootstrap_interval_from_too_few_resamples_is_named():
         said = [str(w.message) for w in caught if issubclass(w.category, DeerWarning)]
         assert bool(said) == named and interval["resamples"] == resamples, (resamples, said)
         assert not said or f"from {resamples} resamples" in said[0]
+
+
+def test_ordering_agreement_counts_only_the_models_it_correlated():
+    """n_models (and its small-sample caveat) counted a model with a NaN score, which the correlation left out."""
+    from experiments.stats import ordering_agreement
+
+    ordering = ordering_agreement([0.9, float("nan"), 0.5, 0.1], [0.7, 0.9, 0.4, 0.2], ["a", "b", "c", "d"])
+    assert ordering["n_models"] == 3 and ordering["spearman_rho"] == 1.0
+    assert ordering["order_a"] == ["a", "c", "d", "b"]  # a NaN score orders last

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kg_data import KGSplitError, build_queries
 from kg_data.textual import load_textual_kg
+from tests.conftest import TINY_ENTITIES
 from tests.kg_faults import _format_error, _jsonl_kg
+from tests.refusals import _model_copy, assert_refused_before_loading
 
 
 @pytest.mark.parametrize(
@@ -125,3 +130,36 @@ def test_a_stray_file_beside_a_split_that_is_read_is_left_alone(tiny_kg_dir):
     (tiny_kg_dir / "train.txt").write_text("not a split\n")
     (tiny_kg_dir / "test.tsv.bak").write_text("not a split\n")
     assert len(load_textual_kg(tiny_kg_dir).triples("train")) == 9
+
+
+# -- empty entity and relation files, lone surrogates in JSONL, through the CLI --------------------
+
+
+def _jsonl_entities(kg: Path, records: list[dict]) -> None:
+    (kg / "entities.tsv").unlink()
+    (kg / "entities.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))  # json.dumps writes \ud800 escaped
+
+
+def _entity_records(**change) -> list[dict]:
+    records = [{"id": i, "name": n, "description": d} for i, n, d in TINY_ENTITIES]
+    records[2].update(change)
+    return records
+
+
+KG_CASES = [
+    ("empty entities.tsv", lambda kg: (kg / "entities.tsv").write_text(""), ["entities.tsv: no entities"]),
+    ("blank-only entities.tsv", lambda kg: (kg / "entities.tsv").write_text("\n\n"), ["entities.tsv: no entities"]),
+    ("empty entities.jsonl", lambda kg: _jsonl_entities(kg, []), ["entities.jsonl: no entities"]),
+    ("empty relations.tsv", lambda kg: (kg / "relations.tsv").write_text(""), ["relations.tsv: no relations"]),
+    ("lone surrogate in a name", lambda kg: _jsonl_entities(kg, _entity_records(name="\ud800")),
+     ["entities.jsonl:3", "key 'name'", "lone surrogate"]),
+    ("lone surrogate in a description", lambda kg: _jsonl_entities(kg, _entity_records(description="x\udfff")),
+     ["entities.jsonl:3", "key 'description'", "lone surrogate"]),
+]
+
+
+@pytest.mark.parametrize("name, build, expected", KG_CASES, ids=[c[0] for c in KG_CASES])
+def test_cli_bad_kg_file_is_named(name, build, expected, tmp_path, tiny_kg_dir, tiny_clm_dir, monkeypatch):
+    build(tiny_kg_dir)
+    model = _model_copy(tiny_clm_dir, tmp_path)
+    assert_refused_before_loading(["probe", "--kg", str(tiny_kg_dir), "--model", model], expected, tmp_path, monkeypatch, name)

@@ -26,7 +26,7 @@ from kg_data.cloze import lama_cloze_task
 from kg_data.lama import load_lama
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
-from tests.test_cloze import write_lama
+from tests.benchmark_folders import write_lama
 from tests.toy_backend import ToyBackend
 
 RANKS = ["rank_raw", "rank_filtered"]
@@ -225,7 +225,7 @@ def test_the_run_functions_take_an_opened_backend_and_open_nothing_again(toy, ti
     """The run functions took a loaded model plus a backend *name* and opened the backend again (run_cloze, the BEAR
     data set), and their callers had opened one already.  Each takes the opened backend now: the results equal those
     of the backend opened by name, nothing is loaded a second time, and a backend named otherwise is refused."""
-    from tests.test_cloze import hand_built_bear
+    from tests.benchmark_folders import hand_built_bear
 
     loaded = as_loaded_model(*tiny_clm)
     opened = backends.open_backend("toy", loaded, show_progress=False)

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -266,3 +267,57 @@ def test_the_training_demos_seed_picks_the_few_shot_examples_too(tiny_clm_dir, t
     separate = deer.probe(str(tiny_kg_dir), str(tiny_clm_dir), subset=3, seed=3, dtype="float32", show_progress=False)
     assert before_training.metadata["templates"]["seed"] == separate.metadata["templates"]["seed"] == 3
     assert before_training.table["deer_rank_filtered"].tolist() == separate.table["deer_rank_filtered"].tolist()
+
+
+# -- the callback's options refused before training ------------------------------------------------
+
+
+@pytest.mark.parametrize("every", [2.5, 0, -1, True])
+def test_callback_every_n_steps_must_be_a_whole_count(every, tiny_kg_dir):
+    from deer.integrations import DeerCallback
+
+    with pytest.raises(ValueError, match=r"every_n_steps="):
+        DeerCallback(str(tiny_kg_dir), every_n_steps=every)
+
+
+def test_callback_out_that_is_a_file_is_refused(tiny_kg_dir, tmp_path):
+    from deer.integrations import DeerCallback
+
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match=r"out=.*a_file.*exists and is not a folder"):
+        DeerCallback(str(tiny_kg_dir), out=tmp_path / "a_file")
+
+
+def _args(tmp_path, metric):
+    from transformers import TrainingArguments
+
+    return TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True, metric_for_best_model=metric)
+
+
+@pytest.mark.parametrize("metric", ["deer/mrrr", "eval_deer/hit@100"])
+def test_callback_refuses_a_best_model_metric_it_does_not_report(metric, tiny_kg_dir, tmp_path, no_model_loading):
+    from transformers import TrainerControl, TrainerState
+
+    from deer.integrations import DeerCallback
+
+    added = []
+    trainer = types.SimpleNamespace(args=_args(tmp_path, metric), add_callback=added.append)
+    listed = r"DeerCallback reports deer/hit@1, deer/hit@3, deer/hit@10, deer/mrr, deer/mr, deer/seconds"
+    with pytest.raises(ValueError, match=rf"metric_for_best_model='{metric}': {listed}"):
+        DeerCallback.attach(trainer, str(tiny_kg_dir))
+    assert added == []
+    callback = DeerCallback(str(tiny_kg_dir), at_start=True)  # added without attach: refused when training begins
+    with pytest.raises(ValueError, match="metric_for_best_model"):
+        callback.on_train_begin(_args(tmp_path, metric), TrainerState(), TrainerControl())
+    assert callback.results == {}
+
+
+def test_callback_accepts_the_metrics_it_reports(tiny_kg_dir, tmp_path):
+    from deer.integrations import DeerCallback
+
+    for metric in ("deer/mrr", "eval_deer/hit@10", "loss", "eval_other/x"):
+        trainer = types.SimpleNamespace(args=_args(tmp_path, metric), add_callback=lambda callback: None)
+        DeerCallback.attach(trainer, str(tiny_kg_dir))
+    with pytest.raises(ValueError, match="on_evaluate=False"):
+        DeerCallback.attach(types.SimpleNamespace(args=_args(tmp_path, "deer/mrr"), add_callback=print), str(tiny_kg_dir),
+                            on_evaluate=False)

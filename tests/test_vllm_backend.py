@@ -36,8 +36,10 @@ from kg_data.cloze import lama_cloze_task  # noqa: E402
 from kg_data.lama import load_lama  # noqa: E402
 from kg_data.load import load_kg  # noqa: E402
 from kg_data.queries import build_queries  # noqa: E402
-from tests.test_bear_dataset import write_dataset  # noqa: E402
-from tests.test_cloze import write_lama  # noqa: E402
+from tests.benchmark_folders import (
+    write_dataset,  # noqa: E402
+    write_lama,  # noqa: E402
+)
 
 VECTOR_RTOL = 1e-5  # relative, float32 (as tests/test_equivalence.py)
 # Statement scores: 1e-4 nats, or 3e-5 relative where larger.  vLLM's CPU build sums float32 log-probs from other

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kg_data import KGFormatError, load_kg
+from tests.kg_faults import _wn18rr_format
 
 
 def test_a_kg_bert_folder_of_freebase_ids_is_not_read_as_wn18rr(tmp_path):
@@ -48,3 +49,12 @@ def test_a_kg_bert_folder_of_eight_digit_ids_with_its_own_relation_names_is_not_
         load_kg(kg)
     (kg / "relation2text.txt").write_text("P17\tP17\n")  # named as its id: nothing tells this folder from WN18RR's layout
     assert list(load_kg(kg).relation_names) == ["P17"]
+
+
+def test_empty_wn18rr_entity_file_is_named(tmp_path):
+    from kg_data.wn18rr import load_wn18rr
+
+    folder = _wn18rr_format(tmp_path) / "wn18rr"
+    (folder / "entity2text.txt").write_text("")
+    with pytest.raises(KGFormatError, match=r"entity2text.txt: no entities"):
+        load_wn18rr(folder)

@@ -1,13 +1,10 @@
-"""Issue 21, bug 14: stale BEAR scores reported as current.  A rerun of `deer bear-dataset` into the same
---out after a template or an answer label was edited reused the stored relations (the resume key held
-the data folder's path, not its content), and `deer cloze --bear-run` accepted a run made on the old
-data (it checked path and instance count)."""
+"""experiments/cloze_bear.py: a stored BEAR run taken beside a cloze run only where it is the run of the same data,
+model, tokenizer and toolkit; refused by name otherwise."""
 
 from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -15,49 +12,69 @@ import bear_ref
 from deer.backends import models
 from experiments.cli import main
 from experiments.cloze_bear import stored_bear_table
+from experiments.runs import TOOLKIT
 from kg_data.bear import load_bear_dataset
-from tests.test_bear_dataset import write_dataset
+from tests.benchmark_folders import edit_answer_label, write_dataset
 
 
-def edit_template(folder):
-    """P37's first template reworded."""
-    metadata = json.loads((folder / "metadata_relations.json").read_text())
-    metadata["P37"]["templates"][0] = "In [X] one speaks [Y]."
-    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
-    return "P37"
+def test_cloze_refuses_a_stored_bear_run_of_another_toolkit_version(tiny_clm_dir, tmp_path):
+    """--bear-run took a `deer bear-dataset` table scored by another version of the toolkit (whose BEAR may score
+    otherwise) as this comparison's BEAR numbers; run_probes makes such ranks again, --bear-run now refuses them."""
+    import bear_ref
+    from deer.backends import open_backend
+    from deer.backends.models import open_model
+    from deer.base.files import package_versions, write_json
+    from deer.platform.read_back import read_json_object
+    from experiments.cloze_bear import bear_scoring, stored_bear_table
+    from kg_data.bear import load_bear_dataset
+    from tests.benchmark_folders import write_dataset
+
+    data, loaded = load_bear_dataset(str(write_dataset(tmp_path / "BEARmini"))), open_model(str(tiny_clm_dir))
+    made = bear_ref.bear_dataset(data, loaded, out=tmp_path / "bear", show_progress=False)
+    scoring = bear_scoring(open_backend("hf", loaded))
+    assert stored_bear_table(tmp_path / "bear", data, loaded, scoring)["rank"].tolist() == made.table["rank"].tolist()
+    metadata = read_json_object(tmp_path / "bear" / "metadata.json")
+    metadata["bear"]["versions"][TOOLKIT] = "0.0.1"  # no version this test runs on
+    write_json(tmp_path / "bear" / "metadata.json", metadata)
+    with pytest.raises(ValueError, match=rf"toolkit '0.0.1', this command's BEAR '{package_versions()[TOOLKIT]}'"):
+        stored_bear_table(tmp_path / "bear", data, loaded, scoring)
 
 
-def edit_answer_label(folder):
-    """P36's first answer renamed (an answer-space label: every statement with that answer changes)."""
-    metadata = json.loads((folder / "metadata_relations.json").read_text())
-    metadata["P36"]["answer_space_labels"][0] = "Lutetia"
-    (folder / "metadata_relations.json").write_text(json.dumps(metadata))
-    return "P36"
+def test_cloze_takes_a_stored_bear_run_only_if_scored_as_its_own_bear(tiny_clm_dir, tmp_path, monkeypatch):
+    """--bear-run took a `deer bear-dataset` table scored on another backend (another store_key) or PLL variant
+    as BEAR's numbers of this comparison, unchecked."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
+    import bear_ref
+    from deer import backends
+    from deer.backends.models import LoadedModel, open_model
+    from experiments.benchmarks import probe_benchmark
+    from kg_data.bear import load_bear_dataset
+    from tests.benchmark_folders import write_dataset
 
-@pytest.fixture()
-def loaded(tiny_clm_dir):
-    return models.open_model(str(tiny_clm_dir))
-
-
-@pytest.mark.parametrize("edit", [edit_template, edit_answer_label])
-def test_a_rerun_after_an_edit_rescores_that_relation_and_equals_a_fresh_run(tmp_path, loaded, edit):
+    monkeypatch.setattr(backends, "REGISTERED", dict(backends.REGISTERED))  # forgotten after the test
+    backends.register_backend("shifted", "tests.stored_work:ShiftedBackend")  # scores that are not the model's own
     folder = write_dataset(tmp_path / "BEARmini")
-    out = tmp_path / "run"
-    before = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
-    edited = edit(folder)
-    (untouched,) = {"P36", "P37"} - {edited}
-    resumed = bear_ref.bear_dataset(str(folder), loaded, out=out, show_progress=False)
-    fresh = bear_ref.bear_dataset(str(folder), loaded, out=tmp_path / "fresh", show_progress=False)
-    # Only the relation whose content is unchanged is reused; the edited one is scored anew.
-    assert resumed.metadata["relations_resumed"] == [untouched]
-    pd.testing.assert_frame_equal(resumed.table, fresh.table)
-    assert resumed.metrics.to_dict()["overall"] == fresh.metrics.to_dict()["overall"]
-    assert resumed.metrics.to_dict()["per_relation"] == fresh.metrics.to_dict()["per_relation"]
-    # The edit changes that relation's scores, so a stale reuse could not pass the comparison above.
-    old_scores = before.table.loc[before.table["relation"] == edited, "gold_score"].to_numpy()
-    new_scores = resumed.table.loc[resumed.table["relation"] == edited, "gold_score"].to_numpy()
-    assert (old_scores != new_scores).any()
+    bear_ref.bear_dataset(str(folder), open_model(str(tiny_clm_dir)), out=tmp_path / "shifted", backend="shifted",
+                          show_progress=False)
+    with pytest.raises(ValueError, match=r"shifted is not a BEAR run of this model and scoring: backend 'shifted', this "
+                                         r"command's BEAR 'hf'"):
+        probe_benchmark(str(folder), str(tiny_clm_dir), probes=["deer"], bear_run=tmp_path / "shifted", bootstrap=0,
+                        out=tmp_path / "out", show_progress=False)
+    from experiments.cloze_bear import bear_scoring, stored_bear_table
+
+    # A masked LM's stored PLL of the other variant is refused; of the variant this command's BEAR uses, taken.
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "capital", "of", "is", "paris", "berlin", "rome", "."]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=32)).eval()
+    loaded, data = LoadedModel.from_objects(model, tokenizer, "tiny-bert"), load_bear_dataset(str(folder))
+    scoring = bear_scoring(backends.open_backend("hf", loaded))
+    for variant in ("original", "within_word_l2r"):
+        bear_ref.bear_dataset(data, loaded, out=tmp_path / variant, pll_variant=variant, show_progress=False)
+    with pytest.raises(ValueError, match=r"scoring 'pll-original', this command's BEAR 'pll-within_word_l2r'"):
+        stored_bear_table(tmp_path / "original", data, loaded, scoring)
+    assert len(stored_bear_table(tmp_path / "within_word_l2r", data, loaded, scoring)) == 3 * data.n_instances
 
 
 def _cloze_with_bear_run(tmp_path, folder, model_dir, bear_run, out):
@@ -158,25 +175,3 @@ def test_a_cloze_run_again_into_its_folder_leaves_no_earlier_deer_vs_bear_compar
     assert second.exit_code == 0, second.output
     assert list(json.loads((tmp_path / "run" / "cloze" / "metadata.json").read_text())) == ["bear"]
     assert not (tmp_path / "run" / "bear_dataset").exists()
-
-
-def test_bear_dataset_parts_are_resumed_only_on_the_backend_store_key_they_were_made_with(shifted, tiny_clm_dir, tmp_path):
-    """A3: a rerun on another caching backend into the same folder resumed the first backend's parts."""
-    from bear_ref.dataset import run_bear_dataset
-    from deer.backends.models import open_model
-    from kg_data.bear import load_bear_dataset
-    from tests.test_bear_dataset import write_dataset
-
-    data = load_bear_dataset(str(write_dataset(tmp_path / "data" / "BEARmini")))
-    loaded = open_model(str(tiny_clm_dir))
-
-    def run(backend, out):
-        return run_bear_dataset(data, loaded, out, {"relations": None}, backend=backend, show_progress=False)
-
-    first = run("hf", tmp_path / "out")
-    (tmp_path / "out" / "metadata.json").unlink()  # the hf run stopped after storing its parts (a finished one refuses
-    fresh = run("shifted", tmp_path / "fresh")     # a run made otherwise: test_bear_dataset)
-    again = run("shifted", tmp_path / "out")
-    assert again.metadata["relations_resumed"] == []
-    assert again.table["rank"].tolist() == fresh.table["rank"].tolist()
-    assert again.metadata["resume_key"] != first.metadata["resume_key"]

@@ -1,40 +1,27 @@
-"""The BEAR length guard counts tokens, not bytes (bug 9); LAMA splits each query's first token at its
-own context's boundary, not the first query's, and scores a token straddling that boundary after the
-statement's tokens before it, as one whole pass over the statement does (bug 12)."""
+"""The BEAR length guard (deer/platform/length_guard.py): it counts tokens, not bytes (bug 9), and each probe hands
+it exactly the texts it feeds the model."""
 
 from __future__ import annotations
 
 import dataclasses
-import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from bear_ref.lama_probe import LamaProbe, first_tokens
 from deer.backends import open_backend
-from deer.backends.boundary import move_trailing_whitespace, split_statements
-from deer.backends.models import open_model
-from deer.backends.plain import plain_logprobs
-from deer.backends.tokenization import token_ids
-from deer.platform.length_guard import PromptTooLongError, guard_lengths
+from deer.backends.models import as_loaded_model
+from deer.platform.cloze_texts import deer_query_text
+from deer.platform.length_guard import LengthCheck, PromptTooLongError, guard_lengths
 from deer.platform.templates import PromptTemplates, kg_benchmark_task
-from deer.probes import ProbeRequest, get_probe
+from deer.probes import get_probe
+from deer.runner import run_probe
+from kg_data.cloze import statement
 from kg_data.load import load_kg
 from kg_data.queries import build_queries, queries_for
-from kg_data.task import Task
-from tests.test_lama import first_token_ids
 
 FEW_TOKENS_MANY_BYTES = "internationalization" * 3  # 60 bytes, 6 tokens for SmolLM2
 MANY_TOKENS_FEW_BYTES = "\U0001d518" * 4  # 16 bytes, 13 tokens for SmolLM2
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 def test_the_statement_guard_finds_the_longest_continuation_in_tokens(tiny_kg_dir, tokenizer):
@@ -68,88 +55,6 @@ def test_the_statement_guard_takes_no_candidates(tiny_kg_dir, tiny_clm):
     templates = PromptTemplates(k_shot=0)
     checked, report = guard_lengths(kg_benchmark_task(empty, templates), [get_probe("bear")], open_backend("hf", tiny_clm), templates)
     assert checked.kg_queries is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
-
-
-class _Contexts:
-    """Templates whose query contexts end mid-word (a token can straddle the boundary there); queries 0
-    and 2 end in the same word after a different whitespace character."""
-
-    contexts = ["(paris, capital of, Fran", "(oak, hypernym,", "(berlin, capital of,\nFran", "(x, y, z", "Fran"]
-    continuations = ["ce)", "kfurt)", " x)", "cis)", "s)"]
-    query_trailing_space = False
-
-    def query_context(self, kg, triple):
-        return self.contexts[triple[0]]
-
-    query_prompt = query_context
-
-    def continuation(self, kg, tail):
-        return self.continuations[tail]
-
-
-def _queries(n_contexts: int, n_candidates: int) -> SimpleNamespace:
-    """The parts of a QuerySet that LAMA reads: query i is context i."""
-    return SimpleNamespace(kg=None, candidates=np.arange(n_candidates), triples=np.array([[i, 0, 0] for i in range(n_contexts)]))
-
-
-def test_lama_splits_each_query_at_its_own_context(tokenizer):
-    """Bug 12: the first token was split against the first query's context only (and then once per last
-    word, which misses the whitespace before it)."""
-    templates = _Contexts()
-    ids = first_token_ids(tokenizer, _queries(len(templates.contexts), len(templates.continuations)), templates)
-    for q, context in enumerate(_Contexts.contexts):
-        expected = [first[0] for first in split_statements(tokenizer, context, templates.continuations).continuation_ids]
-        assert ids[q].tolist() == expected, context
-    assert ids[0].tolist() != ids[1].tolist()  # the straddling context really differs
-    assert ids[0].tolist() != ids[2].tolist()  # and so does the whitespace before the same last word
-
-
-def test_first_tokens_equal_a_split_per_context(tokenizer):
-    """Grouping queries by ``boundary_region`` gives every query the split of its own context (seeded
-    random contexts of words, digits, punctuation and whitespace of every kind)."""
-    rng = random.Random(0)
-    words = ["Fran", "x", "(paris,", "of,", "12", "!!", "\x1f", "é", "ce", "'s"]
-    spaces = ["", " ", "  ", "\n", "\t", "\xa0", " \n", "\r\n"]
-    contexts = sorted({"".join(rng.choice(spaces) + rng.choice(words) for _ in range(rng.randint(1, 3))) + rng.choice(["", "", " "])
-                       for _ in range(300)})
-    templates = _Contexts()
-    templates.contexts = contexts
-    templates.continuations = ["ce)", "s)", " x)", "45)", "'s)", "\nfoo)", "\x1fz)"]
-    first = first_tokens(tokenizer, _queries(len(contexts), len(templates.continuations)), templates)
-    assert len(first.ids) < len(contexts)  # queries do share splits
-    for q, context in enumerate(contexts):
-        split = split_statements(tokenizer, context, templates.continuations)
-        assert first.ids[first.group[q]].tolist() == [ids[0] for ids in split.continuation_ids], repr(context)
-        assert first.drops[first.group[q]].tolist() == [len(split.context_ids) - n for n in split.shared_lengths], repr(context)
-
-
-@torch.inference_mode()
-def whole_statement_first_token_logprob(model, tokenizer, context: str, continuation: str) -> float:
-    """One forward pass over the whole statement: log p of its first token touching the continuation,
-    as split for this context alone, after the statement's tokens before it."""
-    split = split_statements(tokenizer, context, [continuation])
-    shared = split.shared_lengths[0]
-    ids = split.context_ids[:shared] + split.continuation_ids[0]
-    stripped, moved = move_trailing_whitespace(context, continuation)
-    assert ids == token_ids(tokenizer, stripped + moved)
-    return float(plain_logprobs(model, ids)[shared - 1, ids[shared]])
-
-
-@pytest.mark.parametrize("backend", ["hf", "plain"])
-def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend):
-    """Bug 12: every query's scores are its own statements' first-token log-probabilities, also where
-    that token straddles the query's end (it then follows the statement's tokens, not the context's)."""
-    loaded = open_model(str(tiny_clm_dir))
-    templates = _Contexts()
-    queries = _queries(len(templates.contexts), len(templates.continuations))
-    request = ProbeRequest(Task("kg", [], {}, {}, kg_queries=queries), loaded, open_backend(backend, loaded, show_progress=False),
-                           templates, show_progress=False,
-                           options={"single_token": False})
-    result = LamaProbe().score(request)
-    expected = [[whole_statement_first_token_logprob(loaded.model, loaded.tokenizer, context, continuation)
-                 for continuation in templates.continuations] for context in templates.contexts]
-    np.testing.assert_allclose(result.scores, expected, rtol=0, atol=1e-4)
-    assert result.metadata["straddling_prefixes"] > 0  # the second pass did run
 
 
 class FewerPositions:
@@ -202,10 +107,10 @@ def test_lama_hands_the_guard_its_masked_sentences_and_whole_statements_on_a_ben
     for a template whose answer is not the last word ("[X] is a [Y] by profession ."), the whole statements."""
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-    from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
+    from deer.platform.cloze_texts import lama_rules, mask_sentence
     from kg_data.cloze import lama_cloze_task, statement
     from kg_data.lama import load_lama
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     data = load_lama(write_lama(tmp_path / "lama"))
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "actor", "lawyer", "was", "born", "in", "."]
@@ -240,7 +145,7 @@ def test_a_masked_sentence_an_nfkc_normaliser_lengthens_is_counted_as_fed(tmp_pa
     from deer.platform.length_guard import SLACK
     from kg_data.cloze import lama_cloze_task
     from kg_data.lama import load_lama
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     arabic = [piece for c in range(0x621, 0x64b) for piece in (chr(c), "##" + chr(c))]  # a letter a token
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "was", "born", "in", ".", *arabic]
@@ -275,7 +180,7 @@ def test_a_statement_is_counted_with_its_answer_in_place(tmp_path, tokenizer):
     from kg_data.cloze import lama_cloze_task, statement
     from kg_data.lama import load_lama
     from kg_data.task import CandidateSet
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     task = lama_cloze_task(load_lama(write_lama(tmp_path / "lama")), ["Paris", "London", "actor", "lawyer"], modes=["template"],
                            candidate_kinds=["relation"])
@@ -304,7 +209,7 @@ def test_a_masked_lm_statement_is_counted_with_both_its_special_tokens(tiny_kg_d
     a tokenizer that defines a BOS token as adding one, so a statement one token too long passed and then failed."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from tests.test_lama_answer_tokens import roberta_style_tokenizer
+    from tests.toy_tokenizers import roberta_style_tokenizer
 
     tok = roberta_style_tokenizer(smollm2_dir)
     queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
@@ -330,7 +235,7 @@ def test_a_roberta_model_holds_two_positions_fewer_than_its_config_states(tiny_k
     took max_position_embeddings as the limit, so a statement up to two tokens too long passed and then failed."""
     from transformers import RobertaConfig, RobertaForMaskedLM
 
-    from tests.test_lama_answer_tokens import roberta_style_tokenizer
+    from tests.toy_tokenizers import roberta_style_tokenizer
 
     tok = roberta_style_tokenizer(smollm2_dir)
     queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
@@ -350,3 +255,44 @@ def test_a_roberta_model_holds_two_positions_fewer_than_its_config_states(tiny_k
         else:
             guard_lengths(task, [get_probe("bear")], backend, templates)
             assert np.isfinite(backend.statement_scorer("original").score_statements(statements)).all()
+
+
+# -- the one guard on the texts a probe hands it ---------------------------------------------------
+
+
+class LongWinded:
+    """A probe feeding texts of its own kind: each query's statement said 400 times (more than the tiny
+    model's 2048 positions).  It never scores: the run's one guard refuses it first."""
+
+    name, summary, options = "longwinded", "repeats itself", {}
+
+    def length_checks(self, task, templates, backend):
+        texts = [" ".join([statement(q, q.answer)] * 400) for q in task.queries]
+        yield LengthCheck.of("repeated statement", texts, lambda i: f"query {i} of {task.name}", "say it once")
+
+    def score(self, request):
+        raise AssertionError("scored although its texts do not fit")
+
+
+def test_the_one_guard_checks_the_texts_a_probe_hands_it(monkeypatch, tiny_kg_dir, tiny_clm_dir, tiny_clm, tmp_path):
+    """The guard knows no kind of text: a probe's own (``length_checks``) are counted through the backend and
+    refused, named as the probe names them, on a KG run (API and CLI) and on a cloze run, before any scoring
+    and before anything is written."""
+    from click.testing import CliRunner
+
+    import deer.probes
+    from deer.runner import run_cloze
+    from experiments.cli import main
+
+    monkeypatch.setitem(deer.probes._REGISTERED, "longwinded", LongWinded)
+    message = r"query 0 of tiny_kg: its repeated statement is \d+ tokens, more than the model's 2048 positions \(\d+ more too long\); say it once"
+    with pytest.raises(PromptTooLongError, match=message):
+        run_probe("longwinded", str(tiny_kg_dir), str(tiny_clm_dir), k_shot=0, show_progress=False, out=tmp_path / "api")
+    result = CliRunner().invoke(main, ["probe", "--probe", "longwinded", "--kg", str(tiny_kg_dir), "--model", str(tiny_clm_dir),
+                                       "--k-shot", "0", "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 1 and "its repeated statement is" in result.output, result.output
+    task = dataclasses.replace(kg_benchmark_task(build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)),
+                               kg_queries=None)
+    with pytest.raises(PromptTooLongError, match=message):
+        run_cloze(task, as_loaded_model(tiny_clm), ["longwinded"], out=tmp_path / "cloze", show_progress=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tiny_kg"]  # no run folder was made

@@ -25,10 +25,9 @@ import deer
 from deer.backends import models
 from deer.base.errors import OptionError
 from experiments.cli import main
+from tests.benchmark_folders import write_dataset, write_lama
 from tests.conftest import write_tiny_kg
 from tests.refusals import assert_refused_before_loading
-from tests.test_bear_dataset import write_dataset
-from tests.test_cloze import write_lama
 
 
 class Loaded(BaseException):

@@ -105,7 +105,7 @@ def test_it_runs_on_a_cloze_benchmark_through_deer_cloze(shortest_registered, ti
     from bear_ref.cloze_scoring import single_token_words
     from kg_data.cloze import lama_cloze_task
     from kg_data.lama import load_lama
-    from tests.test_cloze import write_lama
+    from tests.benchmark_folders import write_lama
 
     lama, out = write_lama(tmp_path / "lama"), tmp_path / "cloze"
     _invoke(["cloze", "--dataset", str(lama), "--model", str(tiny_clm_dir), "--probes", "deer,shortest", "--bootstrap", "0",

@@ -23,8 +23,7 @@ from experiments.cli import main
 from kg_data.bear import METADATA_FILE, load_bear_dataset
 from kg_data.errors import KGFormatError
 from kg_data.lama import load_lama
-from tests.test_bear_dataset import write_dataset
-from tests.test_cloze import write_lama
+from tests.benchmark_folders import write_dataset, write_lama
 
 
 @pytest.fixture()
