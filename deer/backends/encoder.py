@@ -64,6 +64,17 @@ def output_size(model) -> int:
     return int(model.get_output_embeddings().weight.shape[-1])
 
 
+def distinct_prompts(id_lists: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[list[int]]]:
+    """(each distinct prompt once, in first-seen order; the input positions of each one's copies): an encoder runs
+    identical prompts once.  An empty prompt is a ValueError (no tokens and no BOS: no last state to take)."""
+    if id_lists and min(len(ids) for ids in id_lists) == 0:
+        raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
+    distinct: dict[tuple[int, ...], list[int]] = {}
+    for position, ids in enumerate(id_lists):
+        distinct.setdefault(tuple(ids), []).append(position)
+    return list(distinct), list(distinct.values())
+
+
 class Encoder(PromptEncoder):
     """What the torch encoders share: ``output_size`` read from the model (``tokenize`` and ``encode`` from ``PromptEncoder``)."""
 
@@ -109,13 +120,7 @@ class PromptEOLEncoder(Encoder):
         """As ``encode`` for token lists; ``progress``: a tqdm bar to advance.  ``on_batch(positions, vectors)``:
         each batch's float32 embeddings handed on instead of gathered (``embeddings`` is None)."""
         n = len(id_lists)
-        if n and min(len(ids) for ids in id_lists) == 0:
-            raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
-        # Identical prompts are encoded once; each batch's results go to every copy.
-        distinct: dict[tuple[int, ...], list[int]] = {}
-        for position, ids in enumerate(id_lists):
-            distinct.setdefault(tuple(ids), []).append(position)
-        copies = list(distinct.values())
+        prompts, copies = distinct_prompts(id_lists)  # each batch's results go to every copy
         self.stats.add(duplicate_prompts=n - len(copies))
 
         embeddings = logprobs = None  # embeddings sized by the first batch's hidden states
@@ -125,7 +130,7 @@ class PromptEOLEncoder(Encoder):
         own_progress = progress is None
         if own_progress:
             progress = tqdm(total=n, desc=description, unit="prompt", disable=not self.show_progress, leave=False)
-        batches = self._hidden_batches(list(distinct))
+        batches = self._hidden_batches(prompts)
         while True:
             with self.stats.forward():
                 step = next(batches, None)

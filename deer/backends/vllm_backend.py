@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from deer.backends.encoder import Encoder, EncoderOutput
+from deer.backends.encoder import Encoder, EncoderOutput, distinct_prompts
 from deer.backends.fingerprints import config_fingerprint, files_fingerprint, tokenizer_fingerprint
 from deer.backends.model_backend import ModelBackend
 from deer.backends.model_config import max_positions, text_config
@@ -129,8 +129,8 @@ def weights_folder(resolved, options: dict) -> Path:
 class VLLMEngines:
     """The model as the vllm backend holds it: where its files are, its dtype and engine options; its engines
     (``pooling`` for vectors, ``generate`` for log-probs) are made on first use and shared by every backend
-    opened on the same model in this process (``SHARED``: a run function opens its backend anew, and an engine
-    takes half a minute to start), one model's at a time: opening another model's releases them."""
+    opened on the same model in this process (``SHARED``: an engine takes up to a minute to start, and a script or
+    test may open the backend again), one model's at a time: opening another model's releases them."""
 
     folder: str
     dtype: str
@@ -252,12 +252,7 @@ class VLLMEncoder(Encoder):
         vectors)`` per engine call instead, where given), and log p of ``next_token_ids`` after each prompt.
         Identical prompts go to the engine once."""
         n = len(id_lists)
-        if n and min(len(ids) for ids in id_lists) == 0:
-            raise ValueError("cannot encode an empty prompt (no tokens and no BOS token)")
-        distinct: dict[tuple[int, ...], list[int]] = {}
-        for position, ids in enumerate(id_lists):
-            distinct.setdefault(tuple(map(int, ids)), []).append(position)
-        prompts, copies = list(distinct), list(distinct.values())
+        prompts, copies = distinct_prompts(id_lists)
         self.stats.add(duplicate_prompts=n - len(prompts))
         embeddings = None if on_batch is not None else np.zeros((n, self.output_size), dtype=np.float32)
         logprobs = None if next_token_ids is None else np.zeros((n, len(next_token_ids)), dtype=np.float32)
@@ -284,7 +279,7 @@ class VLLMEncoder(Encoder):
     def _vectors(self, prompts: Sequence[tuple[int, ...]]) -> np.ndarray:
         from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
+        prompts = [TokensPrompt(prompt_token_ids=[int(token) for token in ids]) for ids in prompts]
         outputs = self.backend.engines.engine("pooling").embed(prompts, use_tqdm=False)
         vectors = np.asarray([output.outputs.embedding for output in outputs], dtype=np.float32).reshape(len(prompts), -1)
         if vectors.shape[1] != self.output_size:
@@ -296,7 +291,7 @@ class VLLMEncoder(Encoder):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
+        prompts = [TokensPrompt(prompt_token_ids=[int(token) for token in ids]) for ids in prompts]
         params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=-1, detokenize=False, flat_logprobs=True)
         outputs = self.backend.engines.engine("generate").generate(prompts, params, use_tqdm=False)
         vocabulary = self.backend.vocabulary_size

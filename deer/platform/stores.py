@@ -86,11 +86,7 @@ class EmbeddingStore:
             except StoredFileError as error:  # the folder is named by the key's digest: it can be written again
                 set_aside(error, "written again")
         if stored is None:
-            try:
-                try:
-                    self.folder.mkdir(parents=True, exist_ok=True)
-                except OSError as error:
-                    raise WriteError(self.folder, "the store's folder", error) from error
+            try:  # the atomic writer makes the folder, and names the file where it cannot
                 atomic_write_bytes(key_file, json.dumps(self.key, indent=2, sort_keys=True).encode(), "the store's key")
             except WriteError as error:
                 self._stop_storing(error)
