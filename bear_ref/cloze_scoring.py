@@ -10,7 +10,7 @@ import numpy as np
 
 from deer.backends.boundary import split_statements
 from deer.backends.statement_scorer import StatementScorer
-from kg_data.cloze import statement
+from kg_data.cloze import statement, text_before_answer
 from kg_data.task import Task
 
 # The text around a mask that decides how a word in its place is tokenised: the whitespace and one character each side.
@@ -83,6 +83,14 @@ def lama_vocabulary(tokenizer, words: Sequence[str], masked: bool) -> dict[str, 
     ids = answer_token_ids(tokenizer, kept, masked).tolist() if masked else kept
     first: dict = {}
     return {word: first.setdefault(i, word) for word, i in zip(kept, ids, strict=True)}
+
+
+def answer_slot(query) -> tuple[str, str, str]:
+    """(the text before the answer right-stripped, the whitespace after it, the text after the answer): ``statement``
+    is ``context + gap + answer + after`` wherever the answer does not come first (a first answer is capitalised)."""
+    before = text_before_answer(query)
+    context = before.rstrip()
+    return context, before[len(context):], statement(query, "")[len(before):]
 
 
 def statement_scores(scorer: StatementScorer, task: Task, indices: Sequence[int],

@@ -23,7 +23,7 @@ from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
 from deer.platform.tables import markdown_table
 from deer.probes import get_probe
-from deer.runner import ClozeParts, check_cloze_run, probe_options, score_probes
+from deer.runner import ClozeParts, probe_options, run
 from kg_data.bear import BearDataset, load_bear_dataset
 from kg_data.cloze import bear_cloze_task
 
@@ -197,10 +197,9 @@ def run_bear_dataset(dataset: BearDataset, runner, out_dir: Path | None, selecti
     keeps = can_cache(backend) and loaded.content_addressed
     parts_dir = None if out_dir is None or not keeps else Path(out_dir) / "parts" / key_digest(key)
     task = bear_cloze_task(dataset)
-    check_cloze_run(task, [probe], runner)  # the one length guard: it names the data set's files and lines
-    started = time.perf_counter()
-    scored = score_probes(task, [probe], runner, ClozeParts(parts_dir, key, by="relation"), {probe.name: options},
-                         show_progress=show_progress)
+    started = time.perf_counter()  # the one length guard names the data set's files and lines
+    scored = run(task, [probe], runner, {probe.name: options}, parts=ClozeParts(parts_dir, key, by="relation"),
+                 show_progress=show_progress)
     table = bear_format(pd.concat([query_frame(task), scored.rows(probe.name)], axis=1), dataset, probe.name)
     table = table.sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)

@@ -1,14 +1,13 @@
 """BEAR: score every candidate statement of every query by its summed log-likelihood (PLL for masked LMs).
 
-On a KG the statement for (h, r, ?) and t is the DEER query text closed with ``t_name)``, scored whole (a token
-straddling the query's end would make a conditional score rank differently).  Work is quadratic, so with a
-store root score rows are stored per chunk of queries: a run resumes.
+A statement is the query's text with the answer in its slot (on a KG the DEER query text closed with ``t_name)``),
+scored whole (a token straddling the query's end would make a conditional score rank differently).  Work is
+quadratic, so over a streamed set (a KG's) score rows are stored per chunk of queries with a store root: a run resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from pathlib import Path
 
@@ -16,40 +15,40 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import deer
-from bear_ref.cloze_scoring import count_statements, statement_scores
+from bear_ref.cloze_scoring import answer_slot, count_statements, statement_scores
 from deer.backends.models import LoadedModel
 from deer.backends.pll import PLL_VARIANTS
 from deer.backends.statement_scorer import StatementScorer
-from deer.platform.length_guard import kg_statement_checks, set_statement_checks
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged
-from deer.platform.templates import PromptTemplates
+from deer.platform.task_texts import texts_of
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
 from kg_data.cloze import LARGE_SET
-from kg_data.queries import QuerySet
+from kg_data.task import Task
 
 SCORER_VERSION = "bear-kg-v2"  # v2: whole-statement scores (v1: conditional after the query)
 
 
-def score_store(loaded: LoadedModel, queries: QuerySet, templates: PromptTemplates, method: str, root: Path,
+def score_store(loaded: LoadedModel, texts, n_candidates: int, method: str, root: Path,
                 backend_key: dict | None = None) -> EmbeddingStore:
-    """Store of score rows (float32 per candidate, -inf allowed) keyed by everything that determines them;
-    ``backend_key``: what a backend's scores depend on beyond the model (its ``store_key``)."""
-    candidates = hashlib.sha256(np.ascontiguousarray(queries.candidates, dtype=np.int64).tobytes()).hexdigest()[:16]
+    """Store of a streamed set's score rows (float32 per candidate, -inf allowed) keyed by everything that determines
+    them: the model, the task's texts (``texts.identity()``: a KG's fingerprint, templates and candidates) and the
+    method; ``backend_key``: what a backend's scores depend on beyond the model (its ``store_key``)."""
     key = {"scorer": SCORER_VERSION, "toolkit": deer.__version__, "method": method, **model_identity(loaded),
-           "kg_fingerprint": queries.kg.fingerprint(),
-           "templates": templates.to_metadata(), "candidates": candidates, **(backend_key or {})}
-    return EmbeddingStore(Path(root) / "scores", "bear", key, width=len(queries.candidates), minus_inf=True)
+           **texts.identity(), **(backend_key or {})}
+    return EmbeddingStore(Path(root) / "scores", "bear", key, width=n_candidates, minus_inf=True)
 
 
-def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: PromptTemplates,
-                   store: EmbeddingStore | None = None, chunk_size: int = 8,
-                   show_progress: bool = True) -> tuple[np.ndarray, int]:
-    """Scores (n_queries, n_candidates) float32 and the number of queries scored now.  With a store, rows are
-    written in chunks (also on Ctrl-C) under its lock; stored rows that fail their checks are scored again."""
-    kg, ids = queries.kg, queries.item_ids()
-    continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    scores = np.zeros((len(queries), len(queries.candidates)), dtype=np.float32)
+def streamed_scores(task: Task, rows: list[int], scorer: StatementScorer, store: EmbeddingStore | None = None,
+                    chunk_size: int = 8, show_progress: bool = True) -> tuple[dict[int, np.ndarray], int]:
+    """({query: float32 scores over its set}, queries scored now) of ``rows``, queries over one streamed set: each
+    query's context read once for every candidate's continuation.  With a store, rows are written in chunks (also on
+    Ctrl-C) under its lock; stored rows that fail their checks are scored again."""
+    candidates = task.candidate_set(task.queries[rows[0]]) if rows else None
+    row_ids = texts_of(task).row_ids() if store is not None else []
+    ids = [row_ids[i] for i in rows] if store is not None else []
+    scores = np.zeros((len(rows), len(candidates) if candidates is not None else 0), dtype=np.float32)
+    continuations: dict = {}  # per (gap, what follows the slot): a KG's queries share one list
 
     def score_missing() -> int:
         with contextlib.ExitStack() as stack:
@@ -57,30 +56,31 @@ def bear_kg_scores(queries: QuerySet, scorer: StatementScorer, templates: Prompt
             if store is not None and store.missing(ids):
                 stack.enter_context(store.locked())
                 pending = stack.enter_context(PendingParts(store, count=chunk_size))
-            missing = store.missing(ids) if store is not None else list(range(len(queries)))
-            bar = stack.enter_context(tqdm(total=len(missing) * len(continuations), desc="BEAR statements", unit="stmt",
+            missing = store.missing(ids) if store is not None else list(range(len(rows)))
+            bar = stack.enter_context(tqdm(total=len(missing) * scores.shape[1], desc="BEAR statements", unit="stmt",
                                            disable=not show_progress))
-            for q in missing:
-                context = templates.query_context(kg, tuple(queries.triples[q].tolist()))
-                scores[q] = scorer.score(context, continuations)
-                bar.update(len(continuations))
+            for k in missing:
+                context, gap, after = answer_slot(task.queries[rows[k]])
+                if (gap, after) not in continuations:
+                    continuations[gap, after] = [gap + label + after for label in candidates.labels]
+                scores[k] = scorer.score(context, continuations[gap, after])
+                bar.update(scores.shape[1])
                 if pending is not None:
-                    pending.add([ids[q]], scores[q : q + 1])
+                    pending.add([ids[k]], scores[k : k + 1])
         return len(missing)
 
     scored = score_missing()
-    if store is None:
-        return scores, scored
-    for attempt in range(READ_ATTEMPTS + 1):
-        done = sorted(set(range(len(queries))) - set(store.missing(ids)))
+    for attempt in range(READ_ATTEMPTS + 1 if store is not None else 0):
+        done = sorted(set(range(len(rows))) - set(store.missing(ids)))
         try:
             if done:
-                scores[done] = store.get([ids[i] for i in done])
-            return scores, scored
+                scores[done] = store.get([ids[k] for k in done])
+            break
         except StoreDamaged:  # set aside by the store, with a warning naming it: its rows are missing again
             if attempt == READ_ATTEMPTS:
                 raise
             scored += score_missing()
+    return dict(zip(rows, scores, strict=True)), scored
 
 
 class BearProbe:
@@ -92,41 +92,44 @@ class BearProbe:
     option_values = {"pll_variant": OptionValues(str, PLL_VARIANTS)}
 
     def length_checks(self, task, templates, backend):
-        """Every statement BEAR scores (a benchmark's never over ``LARGE_SET``)."""
-        if task.kg_queries is not None:
-            return kg_statement_checks(task.kg_queries, templates, backend)
-        return set_statement_checks(task, [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET], backend)
+        """Every statement BEAR scores (never over ``LARGE_SET``)."""
+        return texts_of(task).statement_checks(bear_rows(task), backend)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's statement scores, stored by chunk where there is a store; a benchmark's over each query's set."""
-        return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
-
-    def _score_kg(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
+        """Each query's statements over its set: a streamed set's (a KG's) query by query, the context read once and
+        the rows stored by chunk where there is a store; the others' a group of statements at a time (a prefix trie)."""
+        task, backend = request.task, request.backend
         started = time.perf_counter()
-        scorer = request.backend.statement_scorer(request.options["pll_variant"])
-        store = None if request.store_root is None else score_store(loaded, queries, templates, scorer.method, request.store_root,
-                                                                    request.backend.store_key)
-        scores, scored_now = bear_kg_scores(queries, scorer, templates, store, show_progress=request.show_progress)
+        scorer = backend.statement_scorer(request.options["pll_variant"])
+        rows = bear_rows(task)
+        streamed = [i for i in rows if task.candidate_set(task.queries[i]).streamed]
+        grouped = sorted(set(rows) - set(streamed))
+        store = None
+        if streamed and request.store_root is not None:
+            store = score_store(request.loaded, texts_of(task), len(task.candidate_set(task.queries[streamed[0]])),
+                                scorer.method, request.store_root, backend.store_key)
+        scores, scored_now = streamed_scores(task, streamed, scorer, store, show_progress=request.show_progress)
+        statements = count_statements(task, grouped)
+        with tqdm(total=statements, desc="BEAR statements", unit="stmt", disable=not request.show_progress or not grouped) as bar:
+            scores.update(statement_scores(scorer, task, grouped, bar.update))
         elapsed = time.perf_counter() - started
-        statements = scored_now * len(queries.candidates)
+        statements += scored_now * (len(next(iter(scores.values()))) if streamed else 0)
         metadata = {
-            "scoring": scorer.method,
-            "statement": "query text + ' t_name)'; score = summed log-likelihood of the whole statement (every token after the first)",
-            "cache": {"queries_scored_now": scored_now, "queries_from_cache": len(queries) - scored_now,
-                      "store": str(store.folder) if store is not None else None,
-                      "store_not_written": store.unwritable if store is not None else None},  # why, where a write to it failed
+            "scoring": scorer.method if streamed else scorer.statements_method,
+            "statement": "the query's text with the answer in its slot (a KG's: query text + ' t_name)'); "
+                         "score = summed log-likelihood of the whole statement (every token after the first)",
+            "statements": statements,
             "work": {**scorer.work(), "statements_scored_now": statements,
                      "statements_per_second": statements / elapsed if elapsed and statements else None},
             "timings": {"seconds": round(elapsed, 3)},
         }
+        if streamed:
+            metadata["cache"] = {"queries_scored_now": scored_now, "queries_from_cache": len(streamed) - scored_now,
+                                 "store": str(store.folder) if store is not None else None,
+                                 "store_not_written": store.unwritable if store is not None else None}  # why a write failed
         return ProbeScores(scores=scores, metadata=metadata)
 
-    def _score_sets(self, request: ProbeRequest) -> ProbeScores:
-        task = request.task
-        scorer = request.backend.statement_scorer(request.options["pll_variant"])
-        rows = [i for i, q in enumerate(task.queries) if q.candidates != LARGE_SET]
-        statements = count_statements(task, rows)
-        with tqdm(total=statements, desc="BEAR statements", unit="stmt", disable=not request.show_progress) as bar:
-            scores = statement_scores(scorer, task, rows, bar.update)
-        return ProbeScores(scores=scores, metadata={"scoring": scorer.statements_method, "statements": statements, "work": scorer.work()})
+
+def bear_rows(task: Task) -> list[int]:
+    """The queries BEAR scores: every one but those over ``LARGE_SET`` (LAMA's common vocabulary)."""
+    return [i for i, query in enumerate(task.queries) if query.candidates != LARGE_SET]

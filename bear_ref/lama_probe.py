@@ -11,15 +11,15 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from bear_ref.cloze_scoring import answer_token_ids, count_statements, mask_slot, statement_scores
+from bear_ref.cloze_scoring import answer_slot, answer_token_ids, count_statements, mask_slot, statement_scores
 from deer.backends.boundary import split_statements
 from deer.backends.tokenization import batch_token_ids, bos_id
 from deer.platform.cloze_texts import deer_query_text, lama_rules, mask_sentence
 from deer.platform.kg_result import tail_token_lengths
-from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer, query_check, set_statement_checks
-from deer.platform.templates import PromptTemplates, query_prompts
+from deer.platform.length_guard import FACT_HINT, LengthCheck, fact_namer
+from deer.platform.task_texts import texts_of
+from deer.platform.templates import PromptTemplates
 from deer.probes import OptionValues, ProbeRequest, ProbeScores, check_model_kind
-from kg_data.cloze import statement, text_before_answer
 from kg_data.queries import QuerySet
 
 # The whitespace before the last word: Python's less the separators \x1c-\x1f, which Unicode, and
@@ -34,33 +34,6 @@ def boundary_region(context: str) -> tuple[bool, str, str]:
     stripped = context.rstrip()
     match = _LAST_WORD.search(stripped)
     return match.start() == 0, match.group(), context[len(stripped):]
-
-
-@dataclasses.dataclass
-class FirstTokens:
-    """Each candidate's first token after each query's text: ``group`` (n_queries,) is each query's row of
-    ``ids`` and ``drops`` (n_groups, n_candidates): how many of the context's last tokens it replaces."""
-
-    group: np.ndarray
-    ids: np.ndarray
-    drops: np.ndarray
-
-
-def first_tokens(tokenizer, queries: QuerySet, templates: PromptTemplates) -> FirstTokens:
-    """``split_statements`` once per distinct ``boundary_region`` of the query texts, not once per query."""
-    kg = queries.kg
-    continuations = [templates.continuation(kg, t) for t in queries.candidates]
-    group = np.zeros(len(queries.triples), dtype=np.int64)
-    regions: dict[tuple[bool, str, str], int] = {}
-    splits = []  # (ids, drops) per region
-    for q, triple in enumerate(queries.triples.tolist()):
-        context = templates.query_context(kg, tuple(triple))
-        group[q] = regions.setdefault(boundary_region(context), len(splits))
-        if group[q] == len(splits):
-            splits.append(first_tokens_after(tokenizer, context, continuations))
-    ids, drops = (np.asarray([split[k] for split in splits], dtype=np.int64).reshape(len(splits), len(continuations))
-                  for k in (0, 1))
-    return FirstTokens(group, ids, drops)
 
 
 def first_tokens_after(tokenizer, context: str, continuations: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -129,9 +102,10 @@ def slot_first_tokens(tokenizer, task, rows) -> tuple[dict[int, tuple], dict[tup
     keys, ids, drops = {}, {}, {}
     for i in rows:
         query = task.queries[i]
-        context, before = deer_query_text(query), text_before_answer(query)
-        if context and before.startswith(context):
-            gap, after = before[len(context):], re.match(r"\S*", statement(query, "")[len(before):]).group()
+        context = deer_query_text(query)
+        slot_context, gap, after = answer_slot(query)
+        if context and slot_context == context:
+            after = re.match(r"\S*", after).group()
         else:
             gap, after = " ", ""
         key = (query.candidates, boundary_region(context), gap, after)
@@ -163,17 +137,15 @@ class LamaProbe:
     def length_checks(self, task, templates, backend):
         """The texts LAMA reads; a masked LM on a KG is refused here, before any pass."""
         check_model_kind(self, backend, task)
-        if task.kg_queries is not None:
-            yield query_check(task.kg_queries, templates, "query text", templates.query_context)
-            return
+        texts = texts_of(task)
         masked = backend.is_masked_lm
         if masked:
             yield LengthCheck.of("masked sentence", [mask_sentence(backend.tokenizer, q) for q in task.queries], fact_namer(task),
                                  FACT_HINT, "tokenizer")
         else:
-            yield LengthCheck.of("query text", [deer_query_text(q) for q in task.queries], fact_namer(task), FACT_HINT)
+            yield texts.query_check("query text")
         rules = lama_rules(task, masked)
-        yield from set_statement_checks(task, [i for i, rule in enumerate(rules) if rule == "statement"], backend)
+        yield from texts.statement_checks([i for i, rule in enumerate(rules) if rule == "statement"], backend)
 
     @staticmethod
     def folder_suffix(options) -> str:
@@ -182,40 +154,17 @@ class LamaProbe:
 
     @staticmethod
     def queries_ranked(queries: QuerySet, options, tokenizer) -> QuerySet:
-        """The queries ``score`` ranks: with ``single_token``, those ``restrict_to_single_token`` keeps."""
+        """The KG queries LAMA ranks: with ``single_token``, those ``restrict_to_single_token`` keeps (the runner asks
+        before it builds the task)."""
         return restrict_to_single_token(queries, tokenizer) if options["single_token"] else queries
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's (n_queries, n_candidates) first-token log-probabilities; a benchmark's queries by their ``lama_rules``."""
-        return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
-
-    def _score_kg(self, request: ProbeRequest) -> ProbeScores:
-        check_model_kind(self, request.backend, request.task)  # where no length guard ran (a backend without max_positions)
-        queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
-        started = time.perf_counter()
-        queries = self.queries_ranked(queries, request.options, loaded.tokenizer)
-        first = first_tokens(loaded.tokenizer, queries, templates)
-        unique_ids = np.unique(first.ids)
-        encoder = request.backend.encoder()
-        check_query_end(templates)  # the query vectors and the first tokens' log p come from one position
-        output = encoder.encode(query_prompts(queries, templates), next_token_ids=unique_ids, description="queries")
-        scores = np.take_along_axis(output.next_token_logprobs, np.searchsorted(unique_ids, first.ids[first.group]), axis=1)
-        rows = np.flatnonzero(first.drops.any(axis=1)[first.group])
-        straddling = score_straddling(encoder, loaded.tokenizer, scores, rows,
-                                      [templates.query_context(queries.kg, tuple(queries.triples[q].tolist())) for q in rows],
-                                      [first.ids[first.group[q]] for q in rows], [first.drops[first.group[q]] for q in rows],
-                                      lambda i: "a query text")
-        metadata = {
-            "single_token": request.options["single_token"],
-            "distinct_first_tokens": int(len(unique_ids)),
-            "straddling_prefixes": straddling,
-            "work": encoder.stats.as_dict(),
-            "timings": {"seconds": round(time.perf_counter() - started, 3)},
-        }
-        return ProbeScores(scores=scores, metadata=metadata, arrays={"query_embeddings": output.embeddings}, queries=queries)
-
-    def _score_sets(self, request: ProbeRequest) -> ProbeScores:
+        """Each query's candidates by its ``lama_rules``: the first token's log-probability after the query text (in
+        the pass that gives DEER its query vectors), at a masked LM's mask, or the whole statement's score."""
         task, loaded, backend = request.task, request.loaded, request.backend
+        check_model_kind(self, backend, task)  # where no length guard ran (a backend without max_positions)
+        started = time.perf_counter()
+        texts = texts_of(task)
         masked = backend.is_masked_lm
         rules = lama_rules(task, masked)
         read = [i for i, rule in enumerate(rules)
@@ -232,8 +181,8 @@ class LamaProbe:
         if masked:
             logprobs = backend.mask_filler().logprobs(sentences, token_ids)
         else:
-            encoder = backend.encoder()
-            output = encoder.encode([deer_query_text(q) for q in task.queries], next_token_ids=token_ids, description="queries")
+            encoder = backend.encoder(texts.special_tokens)
+            output = encoder.encode(texts.query_prompts(), next_token_ids=token_ids, description="queries")
             logprobs, arrays["query_embeddings"] = output.next_token_logprobs, output.embeddings
         columns = {key: np.searchsorted(token_ids, ids) for key, ids in answer_ids.items()}
         scores = {i: logprobs[i, columns[keys[i]] if i in keys else []].astype(np.float64)
@@ -252,6 +201,9 @@ class LamaProbe:
                       disable=not request.show_progress) as bar:
                 scores.update(statement_scores(scorer, task, statement_rows, bar.update))
             work["statements"] = scorer.work()
-        metadata = {"work": work, "statement_rows": len(statement_rows)} | ({} if masked else {"straddling_prefixes": straddling})
-        return ProbeScores(scores=scores, metadata=metadata, arrays=arrays,
-                           columns={"lama_rule": rules})
+        metadata = {"single_token": request.options["single_token"], "distinct_first_tokens": int(len(token_ids)),
+                    "work": work, "statement_rows": len(statement_rows),
+                    "timings": {"seconds": round(time.perf_counter() - started, 3)}}
+        if not masked:
+            metadata["straddling_prefixes"] = straddling
+        return ProbeScores(scores=scores, metadata=metadata, arrays=arrays, columns={"lama_rule": rules})

@@ -1,12 +1,13 @@
 """The DEER probe: embed queries and described candidate tails once each, rank by cosine.
 
-On a KG the query is the few-shot prompt (h, r, ?) and a candidate its entity's name and description
-(``deer.platform.templates``); on a cloze benchmark ``deer_query_text`` and each query's own candidates.
-With a store root, only the prompts missing from the model's ``prompt_store`` are encoded.
+The texts are the task's (``deer.platform.task_texts``): on a KG the few-shot prompt (h, r, ?) and each entity's name
+and description, on a cloze benchmark the text before the answer and each answer's.  With a store root, only the
+prompts missing from the model's ``prompt_store`` are encoded.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,20 +19,11 @@ from tqdm.auto import tqdm
 import deer
 from deer.backends.models import LoadedModel
 from deer.base.vectors import normalize_rows
-from deer.platform.cloze_texts import deer_query_text
 from deer.platform.distributed import ShardedEncoder
-from deer.platform.length_guard import (
-    ANSWER_HINT,
-    FACT_HINT,
-    LengthCheck,
-    answer_namer,
-    fact_namer,
-    query_check,
-    tail_prompt_check,
-)
+from deer.platform.rank_step import DistinctVectors
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import KEY_DTYPE, READ_ATTEMPTS, EmbeddingStore, PendingParts, StoreDamaged, item_keys
-from deer.platform.templates import candidate_prompts, query_prompts
+from deer.platform.task_texts import KG_CANDIDATE_SET, texts_of
 from deer.platform.validate import OptionError, warn
 from deer.probes import OptionValues, ProbeRequest, ProbeScores
 
@@ -231,66 +223,64 @@ class DeerProbe:
         check_query_embeddings(options["query_embeddings"], len(queries))
 
     def length_checks(self, task, templates, backend):
-        """The texts DEER encodes: a KG's tail and query prompts, a benchmark's query texts and candidate prompts."""
-        queries = task.kg_queries
-        if queries is not None:
-            yield tail_prompt_check(queries, templates, backend)
-            yield query_check(queries, templates, "query prompt", templates.query_prompt)
-            return
-        yield LengthCheck.of("query text", [deer_query_text(q) for q in task.queries], fact_namer(task), FACT_HINT)
-        for name, candidates in task.candidate_sets.items():
-            yield LengthCheck.of("DEER prompt", candidate_prompts(candidates), answer_namer(candidates, name), ANSWER_HINT)
+        """The texts DEER encodes: each query's prompt and each candidate's."""
+        texts = texts_of(task)
+        yield from texts.candidate_checks()
+        yield texts.query_check(texts.query_kind)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
-        """A KG's query and candidate vectors (ranked by the runner), or a benchmark's cosines over each query's set."""
-        return self._score_sets(request) if request.task.kg_queries is None else self._score_kg(request)
-
-    def _score_kg(self, request: ProbeRequest) -> ProbeScores:
-        queries, loaded, templates = request.task.kg_queries, request.loaded, request.templates
-        query_embeddings, store_root = request.options["query_embeddings"], request.store_root
-        check_query_embeddings(query_embeddings, len(queries), request.backend)  # before any encoding
-        encoder = request.backend.encoder(templates.prompt_special_tokens)
+        """The query vectors and each candidate set's (its distinct prompts encoded once; a streamed set's a chunk at
+        a time, into the store where there is one), ranked by the runner's cosine."""
+        task, given, texts = request.task, request.options["query_embeddings"], texts_of(request.task)
+        check_query_embeddings(given, len(task.queries), request.backend)  # before any encoding
+        encoder = request.backend.encoder(texts.special_tokens)
         if request.options.get("distributed"):
             encoder = ShardedEncoder(encoder)
-
+        store = prompt_store(request.loaded, request.store_root, texts.special_tokens, encoder.output_size,
+                             request.backend.store_key)
         started = time.perf_counter()
-        store = prompt_store(loaded, store_root, templates.prompt_special_tokens, encoder.output_size, request.backend.store_key)
-        candidates = queries.candidates
-
-        def entity_texts(rows):  # made a chunk at a time: a KG's every prompt is never held
-            return [templates.tail_prompt(queries.kg, e) for e in candidates[rows].tolist()]
-
-        entity_vectors, entities_encoded = encode_prompts(encoder, store, entity_texts, len(candidates), "entities")
+        candidates, encoded, prompts = {}, {}, {}  # encoded now and prompts, by set (or "candidates": the small sets')
+        for name, candidate_set in task.candidate_sets.items():
+            if candidate_set.streamed:  # a KG's entities: made, encoded and stored a chunk at a time, never all held
+                candidates[name], encoded[name] = encode_prompts(encoder, store, functools.partial(texts.candidate_prompts, name),
+                                                                 len(candidate_set), "entities")
+                prompts[name] = len(candidate_set)
+        small = {name: candidates for name, candidates in task.candidate_sets.items() if not candidates.streamed}
+        if small:
+            distinct, prompts["candidates"], encoded["candidates"] = encode_distinct(encoder, store, texts, small)
+            candidates.update(distinct)
         timings = {"entities_seconds": time.perf_counter() - started}
-        entity_stats = encoder.stats.as_dict()
+        candidate_tokens = encoder.stats.tokens
 
         started = time.perf_counter()
-        query_texts = query_prompts(queries, templates)
-        if query_embeddings is not None:
-            query_vectors, queries_encoded = np.asarray(query_embeddings, dtype=np.float32), 0
+        query_texts = texts.query_prompts()
+        if given is not None:
+            query_vectors, queries_encoded = np.asarray(given, dtype=np.float32), 0
         else:
             query_vectors, queries_encoded = encode_through_store(encoder, store, query_texts, "queries")
         timings["queries_seconds"] = time.perf_counter() - started
-        query_tokens = encoder.stats.tokens - entity_stats["tokens"]
+        first_set = next(iter(task.candidate_sets), None)
         metadata = {
             "example_query_prompt": query_texts[0] if query_texts else None,
-            "example_tail_prompt": entity_texts(np.arange(1))[0] if len(candidates) else None,
+            "example_tail_prompt": texts.candidate_prompts(first_set, np.arange(1))[0]
+            if first_set is not None and len(task.candidate_sets[first_set]) else None,
             "token_budget": encoder.token_budget,
             "max_batch_size": encoder.max_batch_size,
         }
 
         def count_work():  # again where ranking reads a damaged shard and its entities are encoded again
-            entities_now = getattr(entity_vectors, "encoded", entities_encoded)
+            now = sum(getattr(candidates.get(name), "encoded", count) for name, count in encoded.items())
             stats = encoder.stats.as_dict()
             metadata["cache"] = {
-                "entities_encoded_now": entities_now,
-                "entities_from_cache": len(candidates) - entities_now,
+                "entities_encoded_now": now,  # candidate prompts (a KG's entities)
+                "entities_from_cache": sum(prompts.values()) - now,
                 "queries_encoded_now": queries_encoded,
-                "queries_from_cache": 0 if query_embeddings is not None else len(query_texts) - queries_encoded,
-                "entity_store": str(store.folder) if store is not None else None,  # the prompt store: entities and queries
+                "queries_from_cache": 0 if given is not None else len(query_texts) - queries_encoded,
+                "entity_store": str(store.folder) if store is not None else None,  # the prompt store: candidates and queries
                 "store_not_written": store.unwritable if store is not None else None,  # why, where a write to it failed
-                "query_embeddings_given": query_embeddings is not None,
+                "query_embeddings_given": given is not None,
             }
+            query_tokens = stats["tokens"] - candidate_tokens
             metadata["work"] = {
                 **stats,
                 "entity_tokens": stats["tokens"] - query_tokens,
@@ -298,41 +288,32 @@ class DeerProbe:
                 "tokens_per_second": stats["tokens"] / stats["forward_seconds"] if stats["forward_seconds"] else None,
             }
             metadata["timings"] = timings  # perf_counter seconds, unrounded (compute-time scales them up)
+            if "candidates" in prompts:  # the small sets' distinct prompts
+                now = encoded["candidates"]
+                metadata["candidate_prompts"] = {"prompts": prompts["candidates"], "encoded_now": now,
+                                                 "from_store": prompts["candidates"] - now,
+                                                 "store": None if store is None else str(store.folder),
+                                                 "store_not_written": None if store is None else store.unwritable}
 
         count_work()
-        if isinstance(entity_vectors, StoredPrompts):
-            entity_vectors.on_encoded = count_work
-        return ProbeScores(query_vectors=query_vectors, candidate_vectors=entity_vectors, metadata=metadata,
-                           arrays={"query_embeddings": query_vectors, "entity_embeddings": entity_vectors})
+        for vectors in candidates.values():
+            if isinstance(vectors, StoredPrompts):
+                vectors.on_encoded = count_work
+        arrays = {"query_embeddings": query_vectors}
+        if KG_CANDIDATE_SET in candidates and task.candidate_sets[KG_CANDIDATE_SET].streamed:
+            arrays["entity_embeddings"] = candidates[KG_CANDIDATE_SET]
+        return ProbeScores(query_vectors=query_vectors, candidate_vectors=candidates, metadata=metadata, arrays=arrays)
 
-    def _score_sets(self, request: ProbeRequest) -> ProbeScores:
-        """Every distinct candidate prompt of every set encoded once, each query ranked by cosine over its own set."""
-        task, given = request.task, request.options["query_embeddings"]
-        check_query_embeddings(given, len(task.queries), request.backend)
-        encoder = request.backend.encoder()
-        started = time.perf_counter()
-        if given is None:
-            given = encoder.encode([deer_query_text(q) for q in task.queries], description="queries").embeddings
-        query_vectors = normalize_rows(np.asarray(given, dtype=np.float32))
-        queries_done = time.perf_counter()
-        set_prompts = {name: candidate_prompts(candidates) for name, candidates in task.candidate_sets.items()}
-        row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
-        store = prompt_store(request.loaded, request.store_root, width=encoder.output_size, backend_key=request.backend.store_key)
-        vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")  # (0, width) for none
-        vectors = normalize_rows(vectors)
-        # a set's distinct prompts scored once: one vector at two rows of a product may round apart (a tie lost)
-        distinct = {name: np.unique(np.asarray([row_of[p] for p in prompts], np.int64), return_inverse=True)
-                    for name, prompts in set_prompts.items()}
-        set_vectors = {name: vectors[rows] for name, (rows, _) in distinct.items()}
-        scores = {i: (set_vectors[q.candidates] @ query_vectors[i])[distinct[q.candidates][1]].astype(np.float64)
-                  for i, q in enumerate(task.queries)}
-        metadata = {
-            "candidate_prompts": {"prompts": len(row_of), "encoded_now": encoded, "from_store": len(row_of) - encoded,
-                                  "store": None if store is None else str(store.folder),
-                                  "store_not_written": None if store is None else store.unwritable},
-            "query_embeddings_given": request.options["query_embeddings"] is not None,
-            "work": encoder.stats.as_dict(),
-            "timings": {"queries_seconds": round(queries_done - started, 3),
-                        "candidates_seconds": round(time.perf_counter() - queries_done, 3)},
-        }
-        return ProbeScores(scores=scores, metadata=metadata)
+
+def encode_distinct(encoder, store: EmbeddingStore | None, texts, sets: dict) -> tuple[dict, int, int]:
+    """({set name: ``DistinctVectors``} of ``sets``, distinct prompts, prompts encoded now): every distinct prompt
+    among the sets encoded once."""
+    set_prompts = {name: texts.candidate_prompts(name, np.arange(len(candidates))) for name, candidates in sets.items()}
+    row_of = {prompt: row for row, prompt in enumerate(dict.fromkeys(p for ps in set_prompts.values() for p in ps))}
+    vectors, encoded = encode_through_store(encoder, store, list(row_of), "candidates")  # (0, width) for none
+    vectors = normalize_rows(vectors)
+    distinct = {}
+    for name, prompts in set_prompts.items():
+        rows, inverse = np.unique(np.asarray([row_of[p] for p in prompts], np.int64), return_inverse=True)
+        distinct[name] = DistinctVectors(vectors[rows], inverse)
+    return distinct, len(row_of), encoded

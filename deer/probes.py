@@ -2,7 +2,7 @@
 
 A probe hands the run's length guard the texts it feeds the model and has one scoring method,
 ``score(request)``, of the one task type: queries over named candidate sets (``kg_data.task.Task``: a cloze
-benchmark's many, or a KG's one large set, whose ``task.kg_queries`` a probe may read to score it its own way).
+benchmark's many small ones, or a KG's one streamed set; the texts made of either by ``deer.platform.task_texts``).
 It never ranks, saves or caches (``deer.runner`` does).  An array it returns in ``arrays`` under another
 probe's option name is handed to that probe (LAMA's pass gives DEER its ``query_embeddings``).
 Probes register through the ``deer.probes`` entry point group, e.g. in a package's pyproject.toml:
@@ -38,7 +38,7 @@ BUILT_IN = {"deer": "deer.embedding_probe:DeerProbe", "bear": "bear_ref.kg_probe
 class ProbeRequest:
     """Everything a probe scores with (the backend its only way to the model; ``store_root`` None: nothing stored)."""
 
-    task: Any  # kg_data.task.Task (a KG's: ``task.kg_queries`` is its kg_data.queries.QuerySet)
+    task: Any  # kg_data.task.Task
     loaded: Any  # deer.backends.models.LoadedModel
     backend: Any  # deer.backends.Backend
     templates: Any  # deer.platform.templates.PromptTemplates (None on a benchmark: its queries hold their texts)
@@ -49,16 +49,16 @@ class ProbeRequest:
 
 @dataclasses.dataclass
 class ProbeScores:
-    """A probe's answer: ``scores`` (n_queries, n_candidates; on a benchmark {query index: scores over its set}),
-    higher = better, or vectors to rank by cosine; ``arrays`` are kept on the result and handed to later probes;
-    ``columns``: per-query columns for a benchmark's rows."""
+    """A probe's answer: ``scores``, {query index: scores over its candidate set, in the set's order}, higher = better
+    (a query left out is not ranked), or vectors to rank by cosine: ``query_vectors`` (n_queries, width) and
+    ``candidate_vectors`` {set name: one row per candidate, or a store's vectors}; ``arrays`` are kept on the result
+    and handed to later probes; ``columns``: per-query columns for a cloze run's rows."""
 
-    scores: np.ndarray | dict | None = None
+    scores: dict | None = None
     query_vectors: np.ndarray | None = None
-    candidate_vectors: np.ndarray | None = None
+    candidate_vectors: dict | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     arrays: dict = dataclasses.field(default_factory=dict)
-    queries: Any = None  # the queries ranked, where the probe keeps fewer than it was given (None: all)
     columns: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -128,7 +128,7 @@ class Probe(Protocol):
     # Optional: ``length_checks(task, templates, backend)``, the texts it feeds the model (``LengthCheck``s of
     # ``deer.platform.length_guard``: the run's one guard counts them through the backend before any forward
     # pass; a probe without it feeds nothing to check), ``causal_lm_only`` (default False: True refuses a
-    # masked LM before any work; ``causal_lm_only_on_kg``: on a KG's task only; ``reads_lm_head``, default True:
+    # masked LM before any work; ``causal_lm_only_on_kg``: on a KG's task (with ``known`` answers) only; ``reads_lm_head``, default True:
     # False lets a causal checkpoint without its head run, ``check_model_kind``),
     # ``queries_ranked(queries, options, tokenizer)`` (the KG queries it ranks where fewer than given) with
     # ``folder_suffix(options)`` (what that adds to the default run folder's name), and
@@ -137,8 +137,8 @@ class Probe(Protocol):
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         """Score ``request.task`` through ``request.backend`` only: {query index: float64 scores over its candidate
-        set, higher = better; NaN or -inf never beats the gold}, on a KG's task also a score matrix or query and
-        candidate vectors.  Never ranks, saves or caches."""
+        set, higher = better; NaN or -inf never beats the gold}, or query and candidate vectors.  Never ranks, saves
+        or caches."""
         ...
 
 
@@ -213,17 +213,6 @@ def as_probe(probe) -> Probe:
     return probe
 
 
-def score_task(probe: Probe, request: ProbeRequest) -> ProbeScores:
-    """``probe.score(request)``; on a KG's task, score rows per query stacked into a matrix (NaN rows for the unscored)."""
-    scored = probe.score(request)
-    queries = request.task.kg_queries
-    if queries is None or not isinstance(scored.scores, dict):
-        return scored
-    unscored = np.full(len(queries.candidates), np.nan)
-    matrix = np.stack([np.asarray(scored.scores.get(i, unscored), dtype=np.float64) for i in range(len(queries))])
-    return dataclasses.replace(scored, scores=matrix, columns={})
-
-
 def check_probe_inputs(probe: Probe, options: Mapping[str, Any], queries, templates) -> None:
     """The probe's ``check_before_loading``, where it has one."""
     check = getattr(probe, "check_before_loading", None)
@@ -249,6 +238,6 @@ def check_model_kind(probe: Probe, backend, task=None) -> None:
     if getattr(probe, "causal_lm_only", False):
         raise ValueError(f"the {probe.name} probe needs a causal LM; {backend.loaded.name} is a masked LM "
                          f"(DEER embeds with PromptEOL: {ON_A_MASKED_LM})")
-    if getattr(probe, "causal_lm_only_on_kg", False) and task is not None and task.kg_queries is not None:
+    if getattr(probe, "causal_lm_only_on_kg", False) and task is not None and task.known is not None:
         raise ValueError(f"the {probe.name} probe needs a causal LM on a KG; {backend.loaded.name} is a masked LM (LAMA on a KG "
                          f"reads the next token after the query text, which a masked LM does not predict: {ON_A_MASKED_LM})")

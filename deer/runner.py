@@ -3,9 +3,10 @@
     check inputs -> read the data -> load the model -> length guard (the probes' texts)
     -> the probe scores -> rank (``deer.platform.ranking``) -> metrics -> save
 
-Probes (``deer.probes``) only score; the one run loop, ``score_probes``, ranks with the task's step: a KG's
-one large candidate set with the known-true filters (``KGRanking``: ``run_kg``, ``run_probe``), a task of many
-candidate sets one row per query, resumable by parts (``cloze_rows``: ``run_cloze``, ``bear_ref.dataset``).
+Probes (``deer.probes``) only score; the one run loop, ``score_probes``, ranks every task by the one rank step
+(``deer.platform.rank_step``: a KG's one streamed set with its known-true filters, a benchmark's many small sets)
+into the layout's rows: a KG's ranks (``KGRows``: ``run_kg``, ``run_probe``), a cloze run's rows, resumable by
+parts (``cloze_rows``: ``run_cloze``, ``bear_ref.dataset``).
 """
 
 from __future__ import annotations
@@ -23,20 +24,20 @@ from deer.backends import ModelBackend, as_backend, backend_class, backend_name_
 from deer.backends.models import DEFAULT_MODEL, LoadedModel
 from deer.base.errors import check_count, check_flag, check_instance, check_mapping, check_path, wrong_type
 from deer.base.files import package_versions, write_json, write_table
-from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranks_from_scores, task_digest
-from deer.platform.cosine_ranking import rank_cosine
+from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranking_rows, task_digest
 from deer.platform.distributed import world
 from deer.platform.inputs import checked_out_folder, prepare, store_root
 from deer.platform.kg_result import kg_result, run_metadata
 from deer.platform.length_guard import guard_lengths
 from deer.platform.metrics import cloze_metrics
-from deer.platform.ranking import rank_scores
+from deer.platform.rank_step import TaskRanking, rank_task
 from deer.platform.read_back import reusable_table
 from deer.platform.result import QUERIES_TABLE, RunResult, combine_results, refuse_other_run
 from deer.platform.run_options import Budget, ModelLoading, QuerySelection, gather_options, refuse_leftover
 from deer.platform.run_spec import model_identity
 from deer.platform.stores import key_digest
-from deer.platform.templates import PromptTemplates, kg_benchmark_task
+from deer.platform.task_texts import kg_benchmark_task
+from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError
 from deer.probes import (
     Probe,
@@ -48,7 +49,6 @@ from deer.probes import (
     probe_names,
     probe_of,
     probes_of,
-    score_task,
 )
 from kg_data.cloze import STATEMENT_RULE
 from kg_data.task import Task
@@ -113,26 +113,23 @@ def run_kg(probes: Sequence[str | Probe], kg="wn18rr", model=DEFAULT_MODEL, *, o
     options = {probe.name: probe_options(probe, (options or {}).get(probe.name, {})) for probe in chosen}
     if distributed and cache:
         raise OptionError("cache", cache, "stores are not shared between processes; use cache=False with distributed=True")
-    run = prepare(kg, model, run_options, probes=chosen, out=out, backend=backend,
-                  show_progress=show_progress, before_loading=lambda queries, templates: [
-                      check_probe_inputs(probe, options[probe.name], queries, templates) for probe in chosen])
-    runner = run.backend
-    for probe in chosen:
-        check_model_kind(probe, runner)
-    queries = queries_ranked(chosen, options, run.queries, run.loaded.tokenizer)  # so the folder is checked against them now
-    checked_out_folder(out, queries, run.loaded, run.templates)
-    refuse_unhashed(run.loaded, "cache", cache, bool(cache), "use cache=False")
-    stores = store_root(cache, cache_dir)
-    ranking = KGRanking(run.loaded, run.templates, backend, runner.device, show_progress)
-    scored = score_probes(kg_benchmark_task(queries, run.templates), chosen, runner,
-                          options={name: {**own, "distributed": distributed} for name, own in options.items()},
-                          stores=stores, show_progress=show_progress, templates=run.templates, rank=ranking)
-    result = run.finish(combine_results([scored.ranked[name][0][1] for name in names]))  # a KG's task is one group
+    prepared = prepare(kg, model, run_options, out=out, backend=backend, show_progress=show_progress,
+                       before_loading=lambda queries, templates: [
+                           check_probe_inputs(probe, options[probe.name], queries, templates) for probe in chosen])
+    loaded, chosen_templates = prepared.loaded, prepared.templates
+    queries = queries_ranked(chosen, options, prepared.queries, loaded.tokenizer)  # so the folder is checked against them
+    refuse_unhashed(loaded, "cache", cache, bool(cache), "use cache=False")
+    scored = run(kg_benchmark_task(queries, chosen_templates), chosen, prepared.backend,
+                 {name: {**own, "distributed": distributed} for name, own in options.items()},
+                 stores=store_root(cache, cache_dir), layout=KGRows(loaded, chosen_templates, backend),
+                 templates=chosen_templates, long_prompts=run_options.budget.long_prompts, show_progress=show_progress,
+                 before_scoring=lambda task: checked_out_folder(out, task.texts.queries, loaded, chosen_templates))
+    result = prepared.finish(combine_results([scored.ranked[name][0][1] for name in names]), scored.length_report)
     for name in names:  # scored and ranked now (a pass handed on counts in the probe that made it), as a cloze run records
         result.metadata_of(name)["seconds"] = scored.timings.get(f"{name}_seconds")
         result.metadata_of(name)["options"] = recorded_options(options[name])  # what a reuse of its ranks must match
     if out is not None and world()[0] == 0:  # checked again: a probe may rank fewer queries than it was given
-        result.save(checked_out_folder(out, result.queries, run.loaded, run.templates))
+        result.save(checked_out_folder(out, result.queries, loaded, chosen_templates))
     return result
 
 
@@ -195,14 +192,13 @@ def run_cloze(task: Task, runner: ModelBackend | LoadedModel, probes: Sequence[s
     refuse_unhashed(loaded, "store_root", store_root, store_root is not None, "leave store_root out")
     refuse_other_run(out, QUERIES_TABLE, "a cloze run")
     runner = as_backend(runner, backend, token_budget=token_budget, show_progress=show_progress)
-    check_cloze_run(task, chosen, runner)
     digest = task_digest(task)
     key = {**model_identity(loaded), "task": digest, "rank_rule": RANK_RULE, "statement_rule": STATEMENT_RULE,
            "toolkit": deer.__version__, **runner.store_key}  # {} for hf; parts of another version's probes: scored again
     plain = not can_cache(backend) or not loaded.content_addressed  # a cross-check, or unhashed weights: nothing kept
     parts = None if out is None or plain else Path(out) / "parts" / key_digest(key)  # as every store and the BEAR data-set resume
     stores = None if plain or store_root is None else Path(store_root)
-    scored = score_probes(task, chosen, runner, ClozeParts(parts, key), stores=stores, show_progress=show_progress)
+    scored = run(task, chosen, runner, parts=ClozeParts(parts, key), stores=stores, show_progress=show_progress)
     names = [probe.name for probe in chosen]
     shared = {"task": {"name": task.name, "queries": len(task.queries), "digest": digest, **task.info},
               "model": loaded.metadata(), "probes": names, "backend": backend, "rank_rule": RANK_RULE,
@@ -222,17 +218,29 @@ def run_cloze(task: Task, runner: ModelBackend | LoadedModel, probes: Sequence[s
     return result
 
 
-def check_cloze_run(task: Task, probes: Sequence[Probe], runner) -> None:
-    """Refused before any work: a masked LM for a causal-LM-only probe, a task without queries, an over-long text."""
+def run(task: Task, probes: Sequence[Probe], backend: ModelBackend, options: Mapping[str, Mapping] | None = None, *,
+        parts: ClozeParts | None = None, stores: Path | None = None, layout=None, templates: PromptTemplates | None = None,
+        long_prompts: str = "error", show_progress: bool = True, before_scoring=None) -> ScoredProbes:
+    """The one run of every task, on an opened ``backend``: each probe's model kind checked and every text the probes
+    feed the model guarded, once, before any forward pass (``guard_lengths``; ``long_prompts``: a KG's descriptions may
+    be cut to fit), ``before_scoring(task)`` with the task as the guard leaves it (a KG's --out folder is checked
+    against it), then scored, ranked and made the ``layout``'s rows, kept in ``parts`` (``score_probes``).  The
+    entries build the task and their result of the answer: ``run_kg``, ``run_cloze``, ``bear_ref.dataset``."""
     for probe in probes:
-        check_model_kind(probe, runner)
+        check_model_kind(probe, backend)
     if not task.queries:
         counts = list(task.info.get("counts", {}).values())  # LAMA's: why facts gave no query
         total = {key: sum(c[key] for c in counts) for key in ("facts", "object_not_in_vocabulary", "no_usable_sentence")}
         why = "" if not counts else (f" ({total['object_not_in_vocabulary']} of {total['facts']} facts have an object that is "
                                      f"not one token for this model, {total['no_usable_sentence']} no usable masked sentence)")
         raise ValueError(f"{task.name}: no query to score{why}")
-    guard_lengths(task, probes, runner)
+    task, report = guard_lengths(task, probes, backend, templates, long_prompts)
+    if before_scoring is not None:
+        before_scoring(task)
+    scored = score_probes(task, probes, backend, parts or NO_PARTS, options, stores, show_progress, templates,
+                          layout or cloze_rows)
+    scored.length_report = report
+    return scored
 
 
 @dataclasses.dataclass
@@ -268,46 +276,40 @@ class ClozeParts:
 NO_PARTS = ClozeParts(None, {})  # a run that keeps nothing between runs (a KG's: its probes resume in their stores)
 
 
-def cloze_rows(task: Task, probe: Probe, scored) -> pd.DataFrame:
-    """The ranking step of a task of many candidate sets: per query the gold's rank in its own set."""
-    return ranks_from_scores(task, scored.scores, probe.name).assign(**scored.columns)
+def cloze_rows(task: Task, probe: Probe, scored, ranking: TaskRanking) -> pd.DataFrame:
+    """A cloze run's rows of a probe: per query the gold's realistic rank in its own set, the first best candidate
+    (``RANK_RULE``), whether it is the gold (an invalid gold score never is) and the gold's score."""
+    return ranking_rows(task, ranking, probe.name).assign(**scored.columns)
 
 
 @dataclasses.dataclass
-class KGRanking:
-    """The ranking step of a KG's task: the probe's score matrix, or its vectors by cosine on the backend's device,
-    ranked with the known-true filters into a one-probe ``RunResult``."""
+class KGRows:
+    """A KG run's ranks of a probe: the ranks table's rows of the task's queries (its ``QuerySet``, as the length
+    guard left it), the metadata every KG probe shares, the metrics, as a one-probe ``RunResult``."""
 
     loaded: LoadedModel
     templates: PromptTemplates
     backend: str
-    device: Any = "cpu"
-    show_progress: bool = False
 
-    def __call__(self, task: Task, probe: Probe, scored) -> RunResult:
-        queries = scored.queries if scored.queries is not None else task.kg_queries
-        started = time.perf_counter()
-        if scored.scores is not None:
-            ranking, where = rank_scores(scored.scores, queries), "torch on cpu"
-        else:  # the score matrix is made chunk by chunk on the backend's device and never leaves it
-            ranking = rank_cosine(scored.query_vectors, scored.candidate_vectors, queries, device=self.device,
-                                  show_progress=self.show_progress)
-            where = f"torch on {self.device}"
+    def __call__(self, task: Task, probe: Probe, scored, ranking: TaskRanking) -> RunResult:
+        queries = task.texts.queries
         metadata = {**run_metadata(probe.name, queries, self.loaded, self.templates), **scored.metadata,
-                    "backend": self.backend, "ranking_backend": where}
-        metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": time.perf_counter() - started}
+                    "backend": self.backend, "ranking_backend": ranking.where}
+        metadata["timings"] = {**metadata.get("timings", {}), "ranking_seconds": ranking.seconds}
         return kg_result(probe.name, queries, ranking.ranks, ranking.top, metadata, tokenizer=self.loaded.tokenizer,
                          arrays=scored.arrays, head_above_gold=ranking.head_above_gold)
 
 
 @dataclasses.dataclass
 class ScoredProbes:
-    """Per probe: (query rows, ranked part) per group, the metadata of groups scored now, the groups resumed, seconds."""
+    """Per probe: (query rows, ranked part) per group, the metadata of groups scored now, the groups resumed, seconds;
+    the length guard's report (``run``)."""
 
     ranked: dict
     metadata: dict
     resumed: dict
     timings: dict
+    length_report: Any = None
 
     def rows(self, probe: str) -> pd.DataFrame:
         """A cloze run's rows of ``probe``, one per query in the task's order (its groups joined)."""
@@ -316,10 +318,11 @@ class ScoredProbes:
 
 def score_probes(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts = NO_PARTS, options: Mapping | None = None,
                  stores: Path | None = None, show_progress: bool = True, templates: PromptTemplates | None = None,
-                 rank=cloze_rows) -> ScoredProbes:
+                 layout=cloze_rows) -> ScoredProbes:
     """The one run loop: per group of the task's queries (``parts.by``), each probe in turn (one taking another's
-    arrays after it, handed them), its stored rows reused or the group scored, ranked (``rank``: ``cloze_rows``,
-    or ``KGRanking`` for a KG) and stored.  ``options``: {probe name: its own options}; ``templates``: a KG's."""
+    arrays after it, handed them), its stored rows reused or the group scored, ranked by the one rank step
+    (``rank_task``, on the backend's device), made the layout's rows (``layout``: ``cloze_rows``, or ``KGRows`` for a
+    KG) and stored.  ``options``: {probe name: its own options}; ``templates``: a KG's."""
     ordered = sorted(probes, key=lambda p: HANDED_ON in p.options)  # a probe taking another's vectors runs after it
     ranked, metadata, resumed = ({probe.name: [] for probe in probes} for _ in range(3))
     timings: dict[str, float] = {}
@@ -336,9 +339,10 @@ def score_probes(task: Task, probes: Sequence[Probe], runner, parts: ClozeParts 
                                **{name: array for name, array in handed.items() if name in probe.options}}
             started = time.perf_counter()
             with runner.evaluation_mode():
-                scored = score_task(probe, ProbeRequest(part_task, runner.loaded, runner, templates, stores, show_progress,
-                                                        request_options))
-            part = rank(part_task, probe, scored)
+                scored = probe.score(ProbeRequest(part_task, runner.loaded, runner, templates, stores, show_progress,
+                                                  request_options))
+            ranking = rank_task(part_task, scored, probe.name, device=runner.device, show_progress=show_progress)
+            part = layout(part_task, probe, scored, ranking)
             parts.write(probe.name, group, part_task, part)
             ranked[probe.name].append((rows, part))
             handed.update(scored.arrays)

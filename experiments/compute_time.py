@@ -22,7 +22,7 @@ import pandas as pd
 from deer.api import probe as deer_probe
 from deer.backends import open_backend
 from deer.platform.length_guard import guard_lengths
-from deer.platform.templates import kg_benchmark_task
+from deer.platform.task_texts import kg_benchmark_task
 from deer.platform.validate import warn
 from deer.probes import get_probe
 from experiments import plots, reference

@@ -1,7 +1,7 @@
 """The one task type: queries over named candidate sets, each with its gold answer's position in its set.  LAMA and
-BEAR have many sets (``kg_data.cloze``); a KG's queries are one large set whose task also carries the ``QuerySet``
-(``kg_queries``), which a probe may read to score it its own way.  A KG's queries and labels are made on access, so a
-task of millions of candidates holds none of their texts.
+BEAR have many small sets (``kg_data.cloze``); a KG's queries share one large set (``CandidateSet.streamed``) and
+carry their known answers as arrays (``KnownAnswers``: the other true tails to filter, a position to exclude).  A KG's
+queries and labels are made on access, so a task of millions of candidates holds none of their texts.
 """
 
 from __future__ import annotations
@@ -10,15 +10,22 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from kg_data.queries import FilterTails
+
 
 @dataclasses.dataclass(frozen=True)
 class CandidateSet:
-    """Answer labels (and descriptions) a query is ranked over; ``ids`` and ``source``, where known, name an answer."""
+    """Answer labels (and descriptions) a query is ranked over; ``ids`` and ``source``, where known, name an answer.
+    ``streamed``: too large to hold its texts or scores at once (a KG's entities): a probe makes, scores and stores
+    it a chunk at a time, and DEER's vectors of it are ranked by the streamed cosine."""
 
     labels: Sequence[str]
     descriptions: Sequence[str] | None = None
     ids: Sequence[str] | None = None
     source: str | None = None
+    streamed: bool = False
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -42,25 +49,58 @@ class ClozeQuery:
     gold: int
 
 
+@dataclasses.dataclass(frozen=True)
+class KnownAnswers:
+    """What queries over one shared candidate set know beyond their gold, as arrays (n_queries,): ``gold``, its
+    position; ``filter_tails``, the other known-true positions (left out of filtered ranks); ``excluded``, the one
+    position that is no candidate (-1: none); ``heads``, the query's head's position (-1: none), which may outrank the
+    gold.  ``candidates``: how many there are."""
+
+    gold: np.ndarray
+    filter_tails: FilterTails
+    excluded: np.ndarray
+    heads: np.ndarray
+    candidates: int
+
+    def __len__(self) -> int:
+        return len(self.gold)
+
+    def take(self, rows) -> KnownAnswers:
+        """Those of query ``rows`` (int64 indices), in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return KnownAnswers(self.gold[rows], self.filter_tails.take(rows), self.excluded[rows], self.heads[rows], self.candidates)
+
+    # the names the rank kernels read (``deer.platform.ranking``)
+    def excluded_positions(self) -> np.ndarray:
+        return self.excluded
+
+    def head_positions(self) -> np.ndarray:
+        return self.heads
+
+
 @dataclasses.dataclass
 class Task:
-    """Queries over named candidate sets; ``locate``: a query's 'FILE:LINE'; ``kg_queries``: a KG's ``QuerySet``."""
+    """Queries over named candidate sets; ``locate``: a query's 'FILE:LINE'; ``known``: the known answers of queries
+    over one shared set (a KG's); ``texts``: how the probes' texts are made of it where not from its queries' templates
+    (``deer.platform.task_texts``)."""
 
     name: str
     queries: Sequence[ClozeQuery]
     candidate_sets: Mapping[str, CandidateSet]
     info: dict
     locate: Callable[[ClozeQuery], str] | None = dataclasses.field(default=None, repr=False, compare=False)
-    kg_queries: Any = dataclasses.field(default=None, repr=False, compare=False)
+    known: KnownAnswers | None = dataclasses.field(default=None, repr=False, compare=False)
+    texts: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def candidate_set(self, query: ClozeQuery) -> CandidateSet:
         return self.candidate_sets[query.candidates]
 
     def subset(self, rows: Sequence[int]) -> Task:
-        """The queries at ``rows`` (in that order) with the candidate sets they use (a KG's ``kg_queries`` stay behind)."""
+        """The queries at ``rows`` (in that order) with the candidate sets they use and their known answers."""
         queries = [self.queries[i] for i in rows]
         names = dict.fromkeys(q.candidates for q in queries)
-        return Task(self.name, queries, {name: self.candidate_sets[name] for name in names}, self.info, self.locate)
+        known = None if self.known is None else self.known.take(rows)
+        return Task(self.name, queries, {name: self.candidate_sets[name] for name in names}, self.info, self.locate, known)
 
     def describe(self, query: ClozeQuery) -> str:
         """Where a query's fact is and what it is, for a message: 'FILE:LINE: source/relation fact F (subject ...)'."""

@@ -390,7 +390,7 @@ def test_every_argument_of_every_public_function_refuses_a_wrong_type_by_name(ti
     """Walks each public function's parameters (from inspect.signature, so a new one is walked too) and the option
     objects' fields its **options take; each wrong value is a TypeError or OptionError naming the argument, raised
     before any model loads or a backend opens."""
-    from deer.platform.templates import kg_benchmark_task
+    from deer.platform.task_texts import kg_benchmark_task
     from tests.benchmark_folders import write_dataset
 
     loaded = deer.open_model(str(tiny_clm_dir))

@@ -10,17 +10,25 @@ import pytest
 from click.testing import CliRunner
 
 import bear_ref
-from bear_ref.kg_probe import bear_kg_scores
+from bear_ref.kg_probe import streamed_scores
 from deer.backends.models import open_model
 from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.result import find_ranks_table
 from deer.platform.stores import EmbeddingStore
+from deer.platform.task_texts import kg_benchmark_task
 from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data import build_queries, load_kg
 from tests.ranking_oracle import rank_of
 from tests.test_trie_scorer import whole_sequence_logprob
+
+
+def kg_scores(queries, scorer, templates, store=None):
+    """(n_queries, n_candidates) BEAR scores of a KG's queries (``streamed_scores`` of its task) and how many were scored now."""
+    rows, scored_now = streamed_scores(kg_benchmark_task(queries, templates), list(range(len(queries))), scorer, store,
+                                       show_progress=False)
+    return np.stack([rows[q] for q in range(len(queries))]), scored_now
 
 
 @pytest.fixture()
@@ -31,7 +39,7 @@ def tiny_setup(tiny_kg_dir, tiny_clm_dir):
 
 def test_kg_scores_equal_plain_statements(tiny_setup):
     queries, loaded, templates = tiny_setup
-    scores, scored_now = bear_kg_scores(queries, StatementScorer(loaded.model, loaded.tokenizer), templates, show_progress=False)
+    scores, scored_now = kg_scores(queries, StatementScorer(loaded.model, loaded.tokenizer), templates)
     assert scored_now == len(queries) and scores.shape == (len(queries), len(queries.candidates))
     kg = queries.kg
     continuations = [templates.continuation(kg, t) for t in queries.candidates]
@@ -52,7 +60,7 @@ def test_run_writes_ranks_and_resumes(tiny_setup, tmp_path):
     assert metadata["cache"]["queries_scored_now"] == len(queries)
     assert json.loads((out / "metrics.json").read_text())["bear"]["raw"]["n"] == len(queries)
     # Ranks agree with a plain rank computation on the stored scores.
-    scores, _ = bear_kg_scores(queries, StatementScorer(loaded.model, loaded.tokenizer), templates, show_progress=False)
+    scores, _ = kg_scores(queries, StatementScorer(loaded.model, loaded.tokenizer), templates)
     expected = [rank_of(scores[q], queries.gold[q], queries.filter_tails[q]) for q in range(len(queries))]
     np.testing.assert_allclose(table["bear_rank_filtered"], expected)
     again = bear_ref.bear(queries, loaded, templates=templates, out=out, cache=True, cache_dir=tmp_path / "cache",
@@ -106,7 +114,8 @@ def test_bear_kg_score_rows_are_stored_apart_per_backend_store_key(shifted, tiny
     assert cached.ranks("filtered", "bear").tolist() == fresh.ranks("filtered", "bear").tolist()
     # the model's own scores (store_key {}): the store as before
     templates = PromptTemplates()
-    assert score_store(loaded, queries, templates, "m", cache).folder == score_store(loaded, queries, templates, "m", cache, {}).folder
+    texts, width = kg_benchmark_task(queries, templates).texts, len(queries.candidates)
+    assert score_store(loaded, texts, width, "m", cache).folder == score_store(loaded, texts, width, "m", cache, {}).folder
 
 
 # -- rows scored before an interrupt are kept ------------------------------------------------------
@@ -126,7 +135,6 @@ class InterruptedScorer:
 
 
 def test_bear_keeps_the_rows_scored_before_an_interrupt(tmp_path, tiny_kg_dir):
-    from bear_ref.kg_probe import bear_kg_scores
     from deer.platform.templates import PromptTemplates
     from kg_data import build_queries
     from kg_data.textual import load_textual_kg
@@ -134,10 +142,10 @@ def test_bear_keeps_the_rows_scored_before_an_interrupt(tmp_path, tiny_kg_dir):
     queries, templates = build_queries(load_textual_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=2)
     store = EmbeddingStore(tmp_path, "bear", {"model": "m"})
     with pytest.raises(KeyboardInterrupt):
-        bear_kg_scores(queries, InterruptedScorer(), templates, store, show_progress=False)
+        kg_scores(queries, InterruptedScorer(), templates, store)
     reopened = EmbeddingStore(tmp_path, "bear", {"model": "m"})
     assert reopened.missing(queries.item_ids()) == [2, 3]
     scorer = InterruptedScorer()
     scorer.calls = 10  # the resumed run scores only queries 2 and 3
-    scores, scored_now = bear_kg_scores(queries, scorer, templates, reopened, show_progress=False)
+    scores, scored_now = kg_scores(queries, scorer, templates, reopened)
     assert scored_now == 2 and scores[:, 0].tolist() == [1, 2, 11, 12]

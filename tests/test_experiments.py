@@ -25,7 +25,7 @@ from deer.platform.kg_result import tail_token_lengths
 from deer.platform.metrics import rank_metrics
 from deer.platform.result import find_ranks_table
 from deer.platform.run_spec import RunSpec
-from deer.platform.templates import KG_CANDIDATE_SET
+from deer.platform.task_texts import KG_CANDIDATE_SET
 from deer.probes import ProbeScores
 from experiments.cli import main
 from experiments.report import markdown_table

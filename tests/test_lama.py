@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -16,25 +15,26 @@ from click.testing import CliRunner
 
 import bear_ref
 import deer
-from bear_ref.lama_probe import LamaProbe, first_tokens, restrict_to_single_token
+from bear_ref.lama_probe import LamaProbe, restrict_to_single_token, slot_first_tokens
 from deer.backends import open_backend
 from deer.backends.boundary import move_trailing_whitespace, split_statements
 from deer.backends.models import open_model
 from deer.backends.plain import plain_logprobs, statement_ids_and_start
 from deer.backends.tokenization import token_ids
 from deer.platform.result import find_ranks_table
+from deer.platform.task_texts import kg_benchmark_task
 from deer.platform.templates import PromptTemplates
 from deer.probes import ProbeRequest
 from experiments.cli import main
 from kg_data import build_queries, load_kg
-from kg_data.task import Task
+from kg_data.task import CandidateSet, ClozeQuery, Task
 from tests.ranking_oracle import rank_of
 
 
-def first_token_ids(tokenizer, queries, templates) -> np.ndarray:
-    """int64 (n_queries, n_candidates): each candidate's first token after each query's text (``first_tokens``)."""
-    first = first_tokens(tokenizer, queries, templates)
-    return first.ids[first.group]
+def first_token_ids(tokenizer, task: Task) -> np.ndarray:
+    """int64 (n_queries, n_candidates): each candidate's first token after each query's text (``slot_first_tokens``)."""
+    keys, ids, _ = slot_first_tokens(tokenizer, task, range(len(task.queries)))
+    return np.stack([ids[keys[i]] for i in range(len(task.queries))])
 
 def _table(out):
     path = find_ranks_table(out)
@@ -75,7 +75,7 @@ def test_lama_ranks_equal_plain(tiny_setup, tmp_path):
 
 def test_first_token_is_the_whole_statement_token(tiny_setup):
     queries, loaded, templates = tiny_setup
-    ids = first_token_ids(loaded.tokenizer, queries, templates)
+    ids = first_token_ids(loaded.tokenizer, kg_benchmark_task(queries, templates))
     assert ids.shape == (len(queries), len(queries.candidates))
     for row in ids:  # every query's
         for t, first in zip(queries.candidates, row, strict=True):
@@ -155,35 +155,31 @@ def test_cli_lama(tiny_kg_dir, tiny_clm_dir, tmp_path, monkeypatch):
 # -- LAMA splits each query's first token at its own context's boundary (bug 12) -------------------
 
 
-class _Contexts:
-    """Templates whose query contexts end mid-word (a token can straddle the boundary there); queries 0
-    and 2 end in the same word after a different whitespace character."""
-
-    contexts = ["(paris, capital of, Fran", "(oak, hypernym,", "(berlin, capital of,\nFran", "(x, y, z", "Fran"]
-    continuations = ["ce)", "kfurt)", " x)", "cis)", "s)"]
-    query_trailing_space = False
-
-    def query_context(self, kg, triple):
-        return self.contexts[triple[0]]
-
-    query_prompt = query_context
-
-    def continuation(self, kg, tail):
-        return self.continuations[tail]
+CONTEXTS = ["(paris, capital of, Fran", "(oak, hypernym,", "(berlin, capital of,\nFran", "(x, y, z", "Fran"]
+CONTINUATIONS = ["ce)", "kfurt)", " x)", "cis)", "s)"]
 
 
-def _queries(n_contexts: int, n_candidates: int) -> SimpleNamespace:
-    """The parts of a QuerySet that LAMA reads: query i is context i."""
-    return SimpleNamespace(kg=None, candidates=np.arange(n_candidates), triples=np.array([[i, 0, 0] for i in range(n_contexts)]))
+def contexts_task(contexts, continuations) -> Task:
+    """Query i is context i, its answers the continuations (``context + continuation`` its statements): contexts that
+    end mid-word, where a token can straddle the boundary; contexts 0 and 2 end in the same word after a different
+    whitespace character."""
+    queries = [ClozeQuery("test", "r", f"f{i}", i, "template", 0, context + "[Y]", "", continuations[0], "set", 0)
+               for i, context in enumerate(contexts)]
+    return Task("contexts", queries, {"set": CandidateSet(tuple(continuations))}, {})
+
+
+def slot_split(tokenizer, context: str, continuations):
+    """The split LAMA reads a query's first tokens by: its text right-stripped, the whitespace before each answer."""
+    stripped = context.rstrip()
+    return split_statements(tokenizer, stripped, [context[len(stripped):] + c for c in continuations])
 
 
 def test_lama_splits_each_query_at_its_own_context(tokenizer):
     """Bug 12: the first token was split against the first query's context only (and then once per last
     word, which misses the whitespace before it)."""
-    templates = _Contexts()
-    ids = first_token_ids(tokenizer, _queries(len(templates.contexts), len(templates.continuations)), templates)
-    for q, context in enumerate(_Contexts.contexts):
-        expected = [first[0] for first in split_statements(tokenizer, context, templates.continuations).continuation_ids]
+    ids = first_token_ids(tokenizer, contexts_task(CONTEXTS, CONTINUATIONS))
+    for q, context in enumerate(CONTEXTS):
+        expected = [first[0] for first in split_statements(tokenizer, context, CONTINUATIONS).continuation_ids]
         assert ids[q].tolist() == expected, context
     assert ids[0].tolist() != ids[1].tolist()  # the straddling context really differs
     assert ids[0].tolist() != ids[2].tolist()  # and so does the whitespace before the same last word
@@ -197,15 +193,15 @@ def test_first_tokens_equal_a_split_per_context(tokenizer):
     spaces = ["", " ", "  ", "\n", "\t", "\xa0", " \n", "\r\n"]
     contexts = sorted({"".join(rng.choice(spaces) + rng.choice(words) for _ in range(rng.randint(1, 3))) + rng.choice(["", "", " "])
                        for _ in range(300)})
-    templates = _Contexts()
-    templates.contexts = contexts
-    templates.continuations = ["ce)", "s)", " x)", "45)", "'s)", "\nfoo)", "\x1fz)"]
-    first = first_tokens(tokenizer, _queries(len(contexts), len(templates.continuations)), templates)
-    assert len(first.ids) < len(contexts)  # queries do share splits
+    contexts = [context for context in contexts if context.strip()]  # a blank text is a fill-in-the-blank query's
+    continuations = ["ce)", "s)", " x)", "45)", "'s)", "\nfoo)", "\x1fz)"]
+    task = contexts_task(contexts, continuations)
+    keys, ids, drops = slot_first_tokens(tokenizer, task, range(len(contexts)))
+    assert len(ids) < len(contexts)  # queries do share splits
     for q, context in enumerate(contexts):
-        split = split_statements(tokenizer, context, templates.continuations)
-        assert first.ids[first.group[q]].tolist() == [ids[0] for ids in split.continuation_ids], repr(context)
-        assert first.drops[first.group[q]].tolist() == [len(split.context_ids) - n for n in split.shared_lengths], repr(context)
+        split = slot_split(tokenizer, context, continuations)
+        assert ids[keys[q]].tolist() == [first[0] for first in split.continuation_ids], repr(context)
+        assert drops[keys[q]].tolist() == [len(split.context_ids) - n for n in split.shared_lengths], repr(context)
 
 
 @torch.inference_mode()
@@ -225,13 +221,10 @@ def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend
     """Bug 12: every query's scores are its own statements' first-token log-probabilities, also where
     that token straddles the query's end (it then follows the statement's tokens, not the context's)."""
     loaded = open_model(str(tiny_clm_dir))
-    templates = _Contexts()
-    queries = _queries(len(templates.contexts), len(templates.continuations))
-    request = ProbeRequest(Task("kg", [], {}, {}, kg_queries=queries), loaded, open_backend(backend, loaded, show_progress=False),
-                           templates, show_progress=False,
-                           options={"single_token": False})
+    request = ProbeRequest(contexts_task(CONTEXTS, CONTINUATIONS), loaded, open_backend(backend, loaded, show_progress=False),
+                           None, show_progress=False, options={"single_token": False})
     result = LamaProbe().score(request)
     expected = [[whole_statement_first_token_logprob(loaded.model, loaded.tokenizer, context, continuation)
-                 for continuation in templates.continuations] for context in templates.contexts]
-    np.testing.assert_allclose(result.scores, expected, rtol=0, atol=1e-4)
+                 for continuation in CONTINUATIONS] for context in CONTEXTS]
+    np.testing.assert_allclose(np.stack([result.scores[q] for q in range(len(CONTEXTS))]), expected, rtol=0, atol=1e-4)
     assert result.metadata["straddling_prefixes"] > 0  # the second pass did run

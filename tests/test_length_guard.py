@@ -13,7 +13,8 @@ from deer.backends import open_backend
 from deer.backends.models import as_loaded_model
 from deer.platform.cloze_texts import deer_query_text
 from deer.platform.length_guard import LengthCheck, PromptTooLongError, guard_lengths
-from deer.platform.templates import PromptTemplates, kg_benchmark_task
+from deer.platform.task_texts import kg_benchmark_task
+from deer.platform.templates import PromptTemplates
 from deer.probes import get_probe
 from deer.runner import run_probe
 from kg_data.cloze import statement
@@ -54,7 +55,7 @@ def test_the_statement_guard_takes_no_candidates(tiny_kg_dir, tiny_clm):
     empty = queries_for(kg, "test", np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64))
     templates = PromptTemplates(k_shot=0)
     checked, report = guard_lengths(kg_benchmark_task(empty, templates), [get_probe("bear")], open_backend("hf", tiny_clm), templates)
-    assert checked.kg_queries is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
+    assert checked.texts.queries is empty and report.max_positions == tiny_clm[0].config.max_position_embeddings
 
 
 class FewerPositions:
@@ -292,7 +293,7 @@ def test_the_one_guard_checks_the_texts_a_probe_hands_it(monkeypatch, tiny_kg_di
                                        "--k-shot", "0", "--out", str(tmp_path / "cli")])
     assert result.exit_code == 1 and "its repeated statement is" in result.output, result.output
     task = dataclasses.replace(kg_benchmark_task(build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)),
-                               kg_queries=None)
+                               known=None, texts=None)  # as a benchmark's task
     with pytest.raises(PromptTooLongError, match=message):
         run_cloze(task, as_loaded_model(tiny_clm), ["longwinded"], out=tmp_path / "cloze", show_progress=False)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["tiny_kg"]  # no run folder was made

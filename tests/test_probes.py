@@ -17,16 +17,18 @@ from kg_data.queries import build_queries
 
 
 class GeneralShapeOnly:
-    """A built-in probe handed a KG's task without its ``QuerySet`` (``kg_queries``): its one ``score``
-    reads the queries over the one candidate set, as a probe without a way of its own for a large set does."""
+    """A built-in probe handed a KG's task as a small set's (not ``streamed``, its texts made of its queries'
+    templates): its one ``score`` body scores it as a benchmark's set, not a chunk at a time."""
 
     def __init__(self, probe):
         self.probe = probe
         self.name, self.summary, self.options, self.length_checks = probe.name, probe.summary, probe.options, probe.length_checks
 
     def score(self, request):
-        assert request.task.kg_queries is not None  # the runner's KG task: hidden here
-        return self.probe.score(dataclasses.replace(request, task=dataclasses.replace(request.task, kg_queries=None)))
+        task = request.task
+        assert [s.streamed for s in task.candidate_sets.values()] == [True]  # the runner's KG task: made small here
+        small = {name: dataclasses.replace(s, streamed=False) for name, s in task.candidate_sets.items()}
+        return self.probe.score(dataclasses.replace(request, task=dataclasses.replace(task, candidate_sets=small, texts=None)))
 
 
 @pytest.mark.parametrize("name", ["bear", "deer"])

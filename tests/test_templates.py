@@ -1,5 +1,4 @@
-"""DEER prompt templates: the paper's text and the DEER authors' package text, seeded sampling, and a KG's queries as a
-benchmark task (``kg_benchmark_task``) with the KG templates' statements and prompts."""
+"""DEER prompt templates: the paper's text and the DEER authors' package text, seeded sampling."""
 
 from __future__ import annotations
 
@@ -7,11 +6,7 @@ import dataclasses
 
 import pytest
 
-from deer.platform.cloze_texts import deer_query_text, lama_rule
-from deer.platform.templates import KG_CANDIDATE_SET, PromptTemplates, kg_benchmark_task
-from kg_data import load_kg
-from kg_data.cloze import statement
-from kg_data.queries import build_queries
+from deer.platform.templates import PromptTemplates
 from kg_data.textual import load_textual_kg
 
 STYLES = [
@@ -211,41 +206,3 @@ def test_a_templates_object_checks_k_shot_and_seed_as_the_keywords_are(field, va
         PromptTemplates(**{field: value})
 
 
-# -- a KG's queries as a benchmark task (kg_benchmark_task) ----------------------------------------
-
-
-def test_a_kgs_queries_as_a_benchmark_task_keep_their_texts(tiny_kg_dir):
-    queries = build_queries(load_kg(tiny_kg_dir), "train")
-    templates = PromptTemplates(k_shot=2)
-    task = kg_benchmark_task(queries, templates)
-    kg = queries.kg
-    assert [q.gold for q in task.queries] == queries.gold.tolist() and list(task.candidate_sets) == [KG_CANDIDATE_SET]
-    assert task.kg_queries is queries and len(task.queries) == len(queries)
-    assert tuple(task.candidate_sets[KG_CANDIDATE_SET].labels) == tuple(kg.entity_names[e] for e in queries.candidates)
-    assert tuple(task.candidate_sets[KG_CANDIDATE_SET].descriptions) == tuple(kg.entity_descriptions[e] for e in queries.candidates)
-    for query, triple in zip(task.queries, queries.triples.tolist(), strict=True):
-        for position, entity in enumerate(queries.candidates):
-            label = task.candidate_sets[KG_CANDIDATE_SET].labels[position]
-            assert statement(query, label) == templates.query_context(kg, triple) + templates.continuation(kg, entity)
-        assert deer_query_text(query) == templates.query_prompt(kg, tuple(triple))
-        assert lama_rule(query) == "next-token"  # by LAMA's rule: only ')' follows the answer slot
-
-
-def test_a_kgs_task_names_relations_sharing_a_name_apart(tiny_kg_dir):
-    """Two relation ids of one name are two relations in a KG's task, labelled as the KG probes' ranks
-    tables label them ("name (id)"; they were one relation, pooled by relation); distinct names stay as they were."""
-    kg = load_kg(tiny_kg_dir)
-    templates = PromptTemplates(k_shot=0)
-    plain = kg_benchmark_task(build_queries(kg, "test"), templates)
-    assert [q.relation for q in plain.queries] == [kg.relation_names[r] for r in build_queries(kg, "test").triples[:, 1]]
-    assert [q.relation for q in plain.queries] == ["capital of", "hypernym", "hypernym", "hypernym"]
-    names = ["hypernym" if name == "capital of" else name for name in kg.relation_names]
-    shared = kg_benchmark_task(build_queries(dataclasses.replace(kg, relation_names=names), "test"), templates)
-    assert [q.relation for q in shared.queries] == ["hypernym (capital_of)"] + ["hypernym (_hypernym)"] * 3
-
-
-def test_a_slot_marker_in_a_kg_text_is_refused_by_query(tiny_kg_dir):
-    kg = load_kg(tiny_kg_dir)
-    kg.entity_names[int(build_queries(kg, "train").triples[0, 0])] = "a [Y] name"
-    with pytest.raises(ValueError, match="its text holds .X. or .Y."):
-        list(kg_benchmark_task(build_queries(kg, "train"), PromptTemplates(k_shot=0)).queries)  # made when read

@@ -191,7 +191,8 @@ def test_the_length_guard_counts_tokens_through_the_backend(toy, monkeypatch, ti
     tokenization is checked by its own count: here a backend counting one token more than the tokenizer
     turns a prompt that just fits into one refused."""
     from deer.platform.length_guard import PromptTooLongError, guard_lengths
-    from deer.platform.templates import PromptTemplates, kg_benchmark_task
+    from deer.platform.task_texts import kg_benchmark_task
+    from deer.platform.templates import PromptTemplates
     from deer.probes import get_probe
 
     queries, templates = build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0)

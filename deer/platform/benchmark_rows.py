@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections import defaultdict
+import types
 
 import numpy as np
 import pandas as pd
 
-from deer.platform.ranking import rank_and_best
+from deer.platform.rank_step import TaskRanking, rank_task
 from kg_data.task import Task
 
 RANK_RULE = "realistic rank 1 + #higher + #tied/2 among the query's candidates; prediction = argmax (first on a tie)"
@@ -30,7 +30,9 @@ def task_digest(task: Task) -> str:
     for q in task.queries:
         digest.update(json.dumps(dataclasses.astuple(q)).encode())
     for name in sorted(task.candidate_sets):
-        digest.update(json.dumps([name, task.candidate_sets[name].labels, task.candidate_sets[name].descriptions]).encode())
+        candidates = task.candidate_sets[name]
+        descriptions = None if candidates.descriptions is None else list(candidates.descriptions)
+        digest.update(json.dumps([name, list(candidates.labels), descriptions]).encode())
     return digest.hexdigest()[:16]
 
 
@@ -40,29 +42,20 @@ def query_frame(task: Task) -> pd.DataFrame:
     return frame
 
 
-def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chunk_rows: int = 1024) -> pd.DataFrame:
-    """Per query: rank of the gold, predicted label, correct (NaN/None where not scored), by the one rank rule; a
-    row of another width than its query's candidate set is refused (ValueError)."""
-    n = len(task.queries)
-    rank, correct, gold_score = (np.full(n, np.nan) for _ in range(3))
-    predicted_index = np.full(n, -1, dtype=np.int64)
-    by_width: dict[int, list[int]] = defaultdict(list)
-    for i, row in scores.items():
-        query = task.queries[i]
-        if len(row) != len(task.candidate_set(query)):  # ranked so, the gold's rank would count the wrong candidates
-            raise ValueError(f"probe {probe!r}, query {i} ({task.describe(query)}): {len(row)} scores for the "
-                             f"{len(task.candidate_set(query))} candidates of its set {query.candidates!r}; a probe "
-                             "scores each candidate once, in the set's order")
-        by_width[len(row)].append(i)
-    for members in by_width.values():
-        for start in range(0, len(members), chunk_rows):
-            rows = members[start:start + chunk_rows]
-            gold = np.array([task.queries[i].gold for i in rows], dtype=np.int64)
-            matrix = np.stack([scores[i] for i in rows])
-            ranks, best = rank_and_best(matrix, gold)
-            rank[rows], predicted_index[rows] = ranks, best
-            gold_score[rows] = matrix[np.arange(len(rows)), gold]
-            # an invalid gold score ranks last and is never correct (the argmax of an all-invalid row is its first)
-            correct[rows] = ((best == gold) & np.isfinite(gold_score[rows])).astype(np.float64)
-    predicted = [task.candidate_set(q).labels[predicted_index[i]] if i in scores else None for i, q in enumerate(task.queries)]
-    return pd.DataFrame(dict(zip(rank_columns(probe), (rank, predicted, correct, predicted_index, gold_score), strict=True)))
+def ranking_rows(task: Task, ranking: TaskRanking, probe: str) -> pd.DataFrame:
+    """Per query: rank of the gold, predicted label and index, correct, the gold's score (NaN, None or -1 where not
+    ranked), by the one rank rule (``RANK_RULE``: the rank step's unfiltered realistic rank and first best)."""
+    ranked = ranking.ranked
+    best = np.where(ranked, ranking.top[:, 0] if ranking.top.shape[1] else -1, -1).astype(np.int64)
+    gold = np.asarray([q.gold for q in task.queries], dtype=np.int64)
+    # an invalid gold score ranks last and is never correct (the argmax of an all-invalid row is its first)
+    correct = np.where(ranked, ((best == gold) & np.isfinite(ranking.gold_scores)).astype(np.float64), np.nan)
+    predicted = [task.candidate_set(q).labels[best[i]] if ranked[i] else None for i, q in enumerate(task.queries)]
+    columns = (np.where(ranked, ranking.ranks.raw, np.nan), predicted, correct, best, ranking.gold_scores)
+    return pd.DataFrame(dict(zip(rank_columns(probe), columns, strict=True)))
+
+
+def ranks_from_scores(task: Task, scores: dict[int, np.ndarray], probe: str, chunk_rows: int | None = None) -> pd.DataFrame:
+    """``ranking_rows`` of {query index: scores over its set}, ``chunk_rows`` of a set ranked at a time (a row of
+    another width than its set is refused)."""
+    return ranking_rows(task, rank_task(task, types.SimpleNamespace(scores=scores), probe, chunk_rows=chunk_rows), probe)

@@ -20,7 +20,8 @@ from deer.platform.result import RunResult
 from deer.platform.run_options import QuerySelection, RunOptions
 from deer.platform.run_spec import RunSpec, check_folder_spec
 from deer.platform.stores import flush_seconds
-from deer.platform.templates import PromptTemplates, kg_benchmark_task
+from deer.platform.task_texts import kg_benchmark_task
+from deer.platform.templates import PromptTemplates
 from deer.platform.validate import OptionError, check_model_source, check_out_folder, check_run_options, warn
 from kg_data.kg import TextualKG
 from kg_data.load import load_kg
@@ -54,21 +55,20 @@ def as_query_set(kg, split: str = "test", subset: int | None = None, seed: int =
 
 @dataclasses.dataclass
 class PreparedRun:
-    """What a probe runs on, checked: the queries, the model, the templates, and the length guard's report."""
+    """What a probe runs on, checked: the queries, the model, the templates."""
 
     queries: QuerySet
     loaded: LoadedModel
     templates: PromptTemplates
-    length_report: LengthReport
     backend: Any = None  # the backend opened on the model (deer.backends.ModelBackend)
 
-    def finish(self, result: RunResult) -> RunResult:
-        """Add the few-shot examples each query got (``k_shot_used``) and the length report."""
+    def finish(self, result: RunResult, length_report: LengthReport) -> RunResult:
+        """Add the few-shot examples each query got (``k_shot_used``) and the length guard's report."""
         used = self.templates.examples_used(result.queries.kg, result.queries.triples)
         result.table.insert(result.table.columns.get_loc("n_filtered") + 1, "k_shot_used", used)
         for probe in result.probes:
             result.metadata_of(probe).update(k_shot=few_shot_summary(self.templates.k_shot, used),
-                                             length_guard=self.length_report.to_metadata())
+                                             length_guard=length_report.to_metadata())
         return result
 
 
@@ -113,12 +113,12 @@ def check_inputs(model, *, out=None, subset=None, seed: int = 0, k_shot: int | N
         check_model_config(model)
 
 
-def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=None,
-            backend: str | None = None, show_progress: bool = True) -> PreparedRun:
+def prepare(kg, model, options: RunOptions, *, out=None, before_loading=None, backend: str | None = None,
+            show_progress: bool = True) -> PreparedRun:
     """Check the inputs, load the data, the templates and last the model (opening the ``backend`` on it, or taking an
-    opened backend as it is: ``deer.backends.as_backend``), then check
-    every text the ``probes`` feed it (``guard_lengths``): a bad input fails before any forward pass.
-    ``before_loading(queries, templates)``: a probe's own checks, made before the model loads."""
+    opened backend as it is: ``deer.backends.as_backend``): a bad input fails before the model loads (the run's length
+    guard, ``deer.runner.run``, before any forward pass).  ``before_loading(queries, templates)``: a probe's own checks,
+    made before the model loads."""
     selection, loading, budget, templates = options.selection, options.loading, options.budget, options.templates
     check_model_argument(model)
     model = with_loading(model, loading.model_kwargs, loading.adapter)
@@ -130,8 +130,7 @@ def prepare(kg, model, options: RunOptions, *, probes, out=None, before_loading=
         before_loading(queries, templates)
     runner = as_backend(model, backend, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
                         token_budget=budget.token_budget, show_progress=show_progress)
-    task, report = guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, budget.long_prompts)
-    return PreparedRun(task.kg_queries, runner.loaded, templates, report, runner)
+    return PreparedRun(queries, runner.loaded, templates, runner)
 
 
 def fitted_queries(queries: QuerySet, probes, runner, templates: PromptTemplates, long_prompts: str,
@@ -140,7 +139,7 @@ def fitted_queries(queries: QuerySet, probes, runner, templates: PromptTemplates
     checked by it before the run.  ``check``: guarded in 'error' mode too (before Ray workers start, say)."""
     if long_prompts == "error" and not check:  # nothing is cut: no second pass of the guard over every text
         return queries
-    return guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, long_prompts)[0].kg_queries
+    return guard_lengths(kg_benchmark_task(queries, templates), probes, runner, templates, long_prompts)[0].texts.queries
 
 
 def store_root(cache: bool, cache_dir=None) -> Path | None:

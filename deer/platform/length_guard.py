@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from deer.platform.templates import kg_benchmark_task
 from kg_data.cloze import shorten, statement
 from kg_data.kg import TextualKG
 from kg_data.queries import QuerySet
@@ -56,8 +55,8 @@ def too_long(what: str, kind: str, n_tokens: int, limit: int, more: int, hint: s
 class LengthCheck:
     """``count`` texts a probe feeds the model, made by ``texts(start, stop)`` ``CHUNK`` at a time, fed with
     ``special_tokens`` ("bos", or "tokenizer": its own).  One that does not fit is named by ``name(index)``, with
-    ``hint`` (or ``hint(index)``).  ``cut`` (``truncate-descriptions``): ({index: tokens}, limit, report) -> the
-    task with those texts cut."""
+    ``hint`` (or ``hint(index)``).  ``cut`` (``truncate-descriptions``): ({index: tokens}, limit, report, backend) ->
+    the task with those texts cut."""
 
     kind: str
     count: int
@@ -106,7 +105,7 @@ def guard_lengths(task: Task, probes: Sequence, backend, templates=None, mode: s
     if mode == "truncate-descriptions":
         for check in _checks(task, probes, templates, backend):
             if check.cut is not None and (found := check.too_long(backend, limit)):
-                task = check.cut(found, limit, report)
+                task = check.cut(found, limit, report, backend)
     refuse_too_long(_checks(task, probes, templates, backend), backend)
     return task, report
 
@@ -197,10 +196,11 @@ def entity_prompt_check(kg: TextualKG, entities: np.ndarray, templates) -> Lengt
                        lambda i: entity_label(kg, int(entities[i])), hint, templates.prompt_special_tokens)
 
 
-def tail_prompt_check(queries: QuerySet, templates, backend) -> LengthCheck:
-    """Each candidate's tail prompt; in ``truncate-descriptions`` mode a description too long is cut to fit."""
-    def cut(found: dict[int, int], limit: int, report: LengthReport) -> Task:
-        return kg_benchmark_task(cut_descriptions(queries, backend, templates, found, limit, report), templates)
+def tail_prompt_check(queries: QuerySet, templates, task_of: Callable[[QuerySet], Task]) -> LengthCheck:
+    """Each candidate's tail prompt; in ``truncate-descriptions`` mode a description too long is cut to fit: the
+    queries with it cut, as a task (``task_of``)."""
+    def cut(found: dict[int, int], limit: int, report: LengthReport, backend) -> Task:
+        return task_of(cut_descriptions(queries, backend, templates, found, limit, report))
 
     return dataclasses.replace(entity_prompt_check(queries.kg, queries.candidates, templates), cut=cut)
 

@@ -145,8 +145,9 @@ def top_width(k: int, n_candidates: int, excluded) -> int:
 def check_candidate_count(count: int, queries, what: str) -> None:
     """ValueError unless ``count`` (of ``what``) is the number of candidates of ``queries``, where they tell it."""
     candidates = getattr(queries, "candidates", None)
-    if candidates is not None and count != len(candidates):
-        raise ValueError(f"{count} {what} for {len(candidates)} candidates of {_describe_queries(queries)}: ranked so, "
+    expected = candidates if isinstance(candidates, int) or candidates is None else len(candidates)  # a count, or the set
+    if expected is not None and count != expected:
+        raise ValueError(f"{count} {what} for {expected} candidates of {_describe_queries(queries)}: ranked so, "
                          "every rank would count the wrong candidates; give one per candidate, in the QuerySet's order")
 
 

@@ -12,17 +12,12 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
 
 import numpy as np
 import pyarrow.compute as pc
 
 from deer.base.errors import check_count, check_flag, check_text
-from deer.platform.kg_result import relation_labels
-from kg_data.bear import ANSWER, SUBJECT
-from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.kg import TextualKG
-from kg_data.task import Task
 from kg_data.text_column import as_arrow
 
 EXAMPLE_LINE = "({head}, {relation}, {tail})"
@@ -219,59 +214,3 @@ def _text_ranks(texts) -> np.ndarray:
 def query_prompts(queries, templates: PromptTemplates) -> list[str]:
     """DEER query texts, one per query of a QuerySet (few-shot examples + open query line)."""
     return [templates.query_prompt(queries.kg, tuple(triple)) for triple in queries.triples.tolist()]
-
-
-KG_CANDIDATE_SET = "entities"  # the one candidate set of a KG's task
-
-
-class _Picked(Sequence):
-    """``values[indices[i]]`` for each i, read on access."""
-
-    def __init__(self, values: Sequence, indices: np.ndarray):
-        self.values, self.indices = values, indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self.values[j] for j in self.indices[i].tolist()]
-        return self.values[int(self.indices[i])]
-
-
-class _KGQueries(Sequence):
-    """A KG's queries as ``ClozeQuery``s (template ``query_context + " [Y])"``), each made when read."""
-
-    def __init__(self, queries, templates: PromptTemplates):
-        self.queries, self.templates = queries, templates
-
-    @functools.cached_property
-    def ids(self) -> list[str]:
-        return self.queries.item_ids()
-
-    @functools.cached_property
-    def relations(self) -> list[str]:
-        return relation_labels(self.queries.kg)
-
-    def __len__(self) -> int:
-        return len(self.queries)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(len(self))[i]]
-        kg, (head, relation, tail) = self.queries.kg, self.queries.triples[i].tolist()
-        context = self.templates.query_context(kg, (head, relation, tail))
-        if SUBJECT in context or ANSWER in context:
-            raise ValueError(f"query {self.ids[i]!r}: its text holds {SUBJECT} or {ANSWER}, which a task reads "
-                             "as a slot; this probe needs a KG without them")
-        return ClozeQuery(kg.name, self.relations[relation], self.ids[i], int(i), "template", 0,
-                          context + CONTINUATION.format(tail=ANSWER), kg.entity_names[head], kg.entity_names[tail],
-                          KG_CANDIDATE_SET, int(self.queries.gold[i]))
-
-
-def kg_benchmark_task(queries, templates: PromptTemplates) -> Task:
-    """A KG's queries (a ``QuerySet``) as the one task type, over the one candidate set, made when read."""
-    kg = queries.kg
-    candidates = CandidateSet(_Picked(kg.entity_names, queries.candidates), _Picked(kg.entity_descriptions, queries.candidates))
-    return Task(kg.name, _KGQueries(queries, templates), {KG_CANDIDATE_SET: candidates},
-                {"from_kg": kg.name, "split": queries.split}, kg_queries=queries)

@@ -1,0 +1,141 @@
+"""The one rank step of every run: a probe's answer over a task (``deer.probes.ProbeScores``) -> each query's gold
+ranks, raw and filtered, its top candidates and the gold's score, by ``rank_chunk``'s rule
+(``deer.platform.ranking``), the task's known answers filtering (``kg_data.task.KnownAnswers``).
+
+Scores are ranked a chunk of same-set queries at a time; vectors are first made scores: a small set's cosines
+(``DistinctVectors``: a prompt two candidates share is one vector, so they tie exactly), while a streamed set's (a KG's
+entities, perhaps in a store on disk) are ranked by the streamed cosine (``rank_cosine``) and never made a matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from deer.base.vectors import normalize_rows
+from deer.platform.cosine_ranking import rank_cosine
+from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, rank_chunk, top_width
+from kg_data.queries import FilterTails
+from kg_data.task import KnownAnswers, Task
+
+TOP_K = 10
+
+
+@dataclasses.dataclass
+class DistinctVectors:
+    """A small candidate set's vectors, one per distinct prompt (``vectors``, normalised), and each candidate's row of
+    them (``inverse``): a prompt that two candidates share is scored once, so they tie exactly."""
+
+    vectors: np.ndarray
+    inverse: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.inverse)
+
+
+@dataclasses.dataclass
+class TaskRanking:
+    """Per query of a task (NaN, -1 or False where a query was not ranked): ``ranks``; ``top`` (n, k), positions in
+    its set, best first, -1 past its end; ``head_above_gold``; ``gold_scores`` (NaN where ranked by the streamed
+    cosine, which keeps no score); ``ranked``; ``where``: what ranked it (for the metadata)."""
+
+    ranks: GoldRanks
+    top: np.ndarray
+    head_above_gold: np.ndarray
+    gold_scores: np.ndarray
+    ranked: np.ndarray
+    where: str = "torch on cpu"
+    seconds: float = 0.0
+
+    @classmethod
+    def empty(cls, n: int, k: int) -> TaskRanking:
+        return cls(GoldRanks(*(np.full(n, np.nan) for _ in dataclasses.fields(GoldRanks))), np.full((n, k), -1, np.int64),
+                   np.zeros(n, dtype=bool), np.full(n, np.nan), np.zeros(n, dtype=bool))
+
+    def put(self, rows: np.ndarray, part: Ranking, gold_scores: np.ndarray | None = None) -> None:
+        """The ranking of query ``rows`` (its top as wide as their set allows)."""
+        for field in dataclasses.fields(GoldRanks):
+            getattr(self.ranks, field.name)[rows] = getattr(part.ranks, field.name)
+        self.top[np.ix_(rows, np.arange(part.top.shape[1]))] = part.top
+        self.head_above_gold[rows] = part.head_above_gold
+        if gold_scores is not None:
+            self.gold_scores[rows] = gold_scores
+        self.ranked[rows] = True
+
+
+def rank_task(task: Task, scored, probe: str = "", k: int = TOP_K, device="cpu", show_progress: bool = False,
+              chunk_rows: int | None = None) -> TaskRanking:
+    """Rank every query ``scored`` (``probe``'s answer) covers: its scores, ``chunk_rows`` of a set at a time (None: as
+    many as ``SCORE_BYTES_PER_CHUNK`` holds), or its vectors by cosine (on ``device``)."""
+    started = time.perf_counter()
+    ranking = TaskRanking.empty(len(task.queries), k)
+    sets = _queries_by_set(task)
+    scores = scored.scores
+    if scores is None:
+        query_vectors = np.asarray(scored.query_vectors)
+        scores = {}
+        for name, vectors in scored.candidate_vectors.items():
+            rows = np.asarray(sets.get(name, []), dtype=np.int64)
+            if isinstance(vectors, DistinctVectors):
+                scores.update(_cosine_rows(query_vectors, rows, vectors))
+            elif len(rows):  # a streamed set's: never a score matrix of all its candidates
+                known = _known(task, rows, len(vectors))
+                ranking.put(rows, rank_cosine(query_vectors[rows], vectors, known, k=k, device=device, show_progress=show_progress))
+                ranking.where = f"torch on {device}"
+    for name, rows in sets.items():
+        _rank_scores(task, name, [i for i in rows if i in scores], scores, ranking, k, probe, chunk_rows)
+    ranking.seconds = time.perf_counter() - started
+    return ranking
+
+
+def _queries_by_set(task: Task) -> dict[str, list[int]]:
+    """{set name: its queries' indices}: a task over one shared set (``known``) without reading its queries."""
+    if task.known is not None and len(task.candidate_sets) == 1:
+        return {next(iter(task.candidate_sets)): list(range(len(task.queries)))}
+    sets: dict[str, list[int]] = defaultdict(list)
+    for i, query in enumerate(task.queries):
+        sets[query.candidates].append(i)
+    return sets
+
+
+def _known(task: Task, rows: np.ndarray, n_candidates: int) -> KnownAnswers:
+    """The known answers of query ``rows``: the task's, or (none known) their golds alone."""
+    if task.known is not None:
+        return task.known.take(rows)
+    none = np.full(len(rows), -1, dtype=np.int64)
+    gold = np.asarray([task.queries[i].gold for i in rows.tolist()], dtype=np.int64)
+    return KnownAnswers(gold, FilterTails.of([()] * len(rows)), none, none, n_candidates)
+
+
+def _cosine_rows(query_vectors: np.ndarray, rows: np.ndarray, vectors: DistinctVectors) -> dict[int, np.ndarray]:
+    """{query: float64 cosines over its set}, each query's product with the set's distinct vectors taken alone."""
+    normalised = normalize_rows(np.asarray(query_vectors[rows], dtype=np.float32))
+    return {int(i): (vectors.vectors @ q)[vectors.inverse].astype(np.float64) for i, q in zip(rows.tolist(), normalised, strict=True)}
+
+
+def _rank_scores(task: Task, name: str, rows: list[int], scores: dict, ranking: TaskRanking, k: int, probe: str,
+                 chunk_rows: int | None) -> None:
+    """Rank the scored queries of set ``name``, a chunk of rows at a time (a row of another width is refused)."""
+    width = len(task.candidate_sets[name])
+    for i in rows:
+        if len(scores[i]) != width:  # ranked so, the gold's rank would count the wrong candidates
+            query = task.queries[i]
+            raise ValueError(f"probe {probe!r}, query {i} ({task.describe(query)}): {len(scores[i])} scores for the {width} candidates of "
+                             f"its set {name!r}; a probe scores each candidate once, in the set's order")
+    if not rows:
+        return
+    rows = np.asarray(rows, dtype=np.int64)
+    known = _known(task, rows, width)
+    top = top_width(k, width, known.excluded)  # one top width for every chunk of the set
+    chunk = chunk_rows or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(width, 1)))
+    for start in range(0, len(rows), chunk):
+        at = slice(start, start + chunk)
+        matrix = np.stack([np.asarray(scores[i], dtype=np.float64) for i in rows[at].tolist()])
+        part = known.take(np.arange(len(rows))[at])
+        ranks, best, above = rank_chunk(torch.from_numpy(matrix), torch.from_numpy(part.gold), part.filter_tails,
+                                        torch.from_numpy(part.excluded), torch.from_numpy(part.heads), top)
+        ranking.put(rows[at], Ranking(ranks, best, above), matrix[np.arange(len(matrix)), part.gold])
