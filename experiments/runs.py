@@ -21,6 +21,7 @@ import deer
 from deer.backends import DEFAULT_BACKEND, as_backend, open_backend
 from deer.backends.fingerprints import IN_TRAINING
 from deer.base.extras import DISTRIBUTION
+from deer.base.files import toolkit_version
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import fitted_queries
 from deer.platform.result import RunResult, combine_results, find_ranks_table, load_result
@@ -94,11 +95,6 @@ def load_run(folder: Path, label: str | None = None) -> RunResult:
     run = in_registry_order(load_result(folder))
     run.label = label or run_label(run.probe_metadata, folder)
     return run
-
-
-def toolkit_version(metadata: dict) -> str | None:
-    """The toolkit version ``metadata`` records (None: none)."""
-    return (metadata.get("versions") or {}).get(TOOLKIT)
 
 
 def _stored_results(folder: Path, probes: Sequence[str], spec: RunSpec,

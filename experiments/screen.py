@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from deer.base.files import toolkit_version
 from deer.platform.metrics import adjusted_index, rank_metrics
 from deer.platform.result import RunResult
 from experiments import plots
 from experiments.report import ExperimentOutput
-from experiments.runs import check_distinct_labels, result_header, same_weights, toolkit_version
+from experiments.runs import check_distinct_labels, result_header, same_weights
 from experiments.stats import ordering_agreement
 
 METRICS = ("hit@1", "hit@3", "hit@10", "hit@100", "mrr")

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 import bear_ref
+from bear_ref.benchmark import stored_bear_table
 from bear_ref.dataset import bear_metrics, check_out_dir, resummarise_bear_dataset, summary_markdown
 from deer.base.errors import OptionError
 from experiments.cli import main
-from experiments.cloze_bear import stored_bear_table
 from kg_data.bear import BearRelation, fill_statement, load_bear_dataset, save_lm_pub_quiz_folder
 from kg_data.errors import KGFormatError
 from tests.bear_tables import score_relation

@@ -20,6 +20,7 @@ LAYERS = {
     "deer.integrations": "api",  # the training callback: a thin shell over deer.api, beside it
     "bear_ref.api": "api",
     "bear_ref.dataset": "api",  # the BEAR data-set run: the one cloze loop (deer.runner) seen as lm-pub-quiz's accuracy
+    "bear_ref.benchmark": "api",  # a cloze benchmark's run (deer.runner.run_cloze); its reports are experiments'
     "deer.embedding_probe": "probes",
     "bear_ref": "probes",
     "deer.runner": "api",  # task + probes + model -> result, for every probe and both task shapes (KG, benchmark)

@@ -209,7 +209,7 @@ def test_masked_lama_ranks_an_uncased_tokenizers_case_variants_as_one_candidate(
 
     import transformers
 
-    from experiments.benchmarks import build_task
+    from bear_ref.benchmark import build_task
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "london", "actor", "france", "lawyer", "gold", "was", "born",
              "in", "is", "a", "by", "profession", ".", "the", "color", "used"]
@@ -236,8 +236,8 @@ def test_masked_lama_on_a_cased_tokenizer_is_as_before(tmp_path, roberta_tokeniz
     """A cased (byte-level BPE) masked LM: no two words share a token id, so the task and every number are as before."""
     from types import SimpleNamespace
 
+    from bear_ref.benchmark import build_task
     from deer.platform.benchmark_rows import task_digest
-    from experiments.benchmarks import build_task
 
     tok = roberta_tokenizer
     loaded = tiny_roberta(tok)

@@ -397,10 +397,10 @@ def test_a_bear_dataset_save_stopped_before_its_metadata_is_no_finished_run(shif
     (A run made otherwise is now refused before it starts, so the run that stops here is the folder's own run again.)
     Since issue 47 a save that fails puts the folder back as it was: the run before, whole, is what --bear-run reads."""
     import deer
+    from bear_ref.benchmark import bear_scoring, stored_bear_table
     from bear_ref.dataset import run_bear_dataset
     from deer.backends import open_backend
     from deer.backends.models import open_model
-    from experiments.cloze_bear import bear_scoring, stored_bear_table
     from kg_data.bear import load_bear_dataset
     from tests.benchmark_folders import write_dataset
 

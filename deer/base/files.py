@@ -246,3 +246,8 @@ def package_versions() -> dict:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[package] = importlib.metadata.version(package)
     return versions
+
+
+def toolkit_version(metadata: dict) -> str | None:
+    """The toolkit version a run's ``metadata`` records (``package_versions``; None: none)."""
+    return (metadata.get("versions") or {}).get(DISTRIBUTION)

@@ -108,9 +108,9 @@ def cloze(kg, model_names, probes, bear_run, bootstrap, token_budget, backend, n
     Several --model: one folder per model and orderings.md (the models ordered by each probe).
     Python: experiments.benchmarks.probe_benchmark / compare_models.
     """
+    from bear_ref.benchmark import BenchmarkSelection
     from deer.platform.run_options import Budget, ModelLoading
     from deer.probes import probe_names
-    from experiments.benchmarks import BenchmarkSelection
 
     probe_list, known = comma_list(probes), probe_names()
     if not probe_list or any(p not in known for p in probe_list):
