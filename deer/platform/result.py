@@ -1,6 +1,7 @@
-"""The one result type (:class:`RunResult`) and the run folders it is saved in: a table (a KG run's ``ranks``
-with ``run_spec.json``, a cloze run's ``queries``, the BEAR data-set score's ``instances`` with ``summary.md``),
-``metrics.json`` and ``metadata.json`` keyed by probe.
+"""The one result type (:class:`RunResult`) and the one result layout it is saved in (:class:`Layout`): a rows table
+with the task's columns and each probe's (a KG run's ``ranks`` with ``run_spec.json``, a cloze run's ``queries``, the
+BEAR data-set score's ``instances``, an accuracy view of a cloze run's rows, with ``summary.md``), ``metrics.json``
+and ``metadata.json`` keyed by probe, written and read back one way.
 """
 
 from __future__ import annotations
@@ -87,8 +88,24 @@ class Metrics(Mapping):
         return pd.DataFrame.from_dict(rows, orient="index")
 
 
-LAYOUTS = {RANKS_TABLE: "filtered", QUERIES_TABLE: None, INSTANCES_TABLE: "overall"}  # table name -> default metrics block
-RUN_KINDS = {RANKS_TABLE: "a KG probe run", QUERIES_TABLE: "a cloze run", INSTANCES_TABLE: "a BEAR data-set score"}
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The one result layout, a rows table beside ``metrics.json`` and ``metadata.json`` keyed by probe, as one task's
+    run keeps it: the ``table``'s name and the ``columns`` it must hold (the task's), the ``kind`` of run (for
+    messages), the metrics block a name reads by default, and whether probes of one run add their columns beside each
+    other's in a folder (``merges``: a KG run's, under one run spec) or a save writes the folder whole."""
+
+    table: str
+    kind: str
+    default_block: str | None
+    columns: tuple[str, ...]
+    merges: bool = False
+
+
+LAYOUTS = {layout.table: layout for layout in (
+    Layout(RANKS_TABLE, "a KG probe run", "filtered", tuple(KEY_COLUMNS), merges=True),
+    Layout(QUERIES_TABLE, "a cloze run", None, ("n_candidates", "candidates", "mode", "source", "relation")),
+    Layout(INSTANCES_TABLE, "a BEAR data-set score", "overall", ()))}
 
 
 @dataclasses.dataclass(repr=False)
@@ -163,7 +180,7 @@ class RunResult:
         return self.probe_arrays.setdefault(self.probe, {})
 
     def metrics_of(self, probe: str) -> Metrics:
-        return Metrics(self.probe_metrics[self._known(probe)], LAYOUTS[self.layout])
+        return Metrics(self.probe_metrics[self._known(probe)], LAYOUTS[self.layout].default_block)
 
     def metadata_of(self, probe: str) -> dict:
         return self.probe_metadata.setdefault(self._known(probe), {})
@@ -197,25 +214,42 @@ class RunResult:
         return self.table[f"{self._known(probe or self.probe)}_top10"].str.split(" | ", regex=False)
 
     def save(self, folder: str | Path) -> Path:
-        """Write into ``folder``: a KG run's probes add their columns to the folder's ranks table beside other probes
-        of the same run spec (another spec's folder is refused: ValueError); other tables are written whole.  A
-        save that fails (``deer.base.files.WriteError``, naming the file) leaves the folder's files as it found them."""
-        folder = Path(folder)
-        if self.is_kg:
-            with saved_whole(folder, RANKS_TABLE):  # every probe's, or (failing) none
-                for probe in self.probes:
-                    _save_kg_result(self[probe], folder)
-        elif self.layout == QUERIES_TABLE:
-            refuse_other_run(folder, QUERIES_TABLE, "a cloze run")
-            with saved_whole(folder, QUERIES_TABLE):
-                (folder / "metadata.json").unlink(missing_ok=True)  # what made the rows: gone first, written last (as below)
-                write_table(folder / f"{QUERIES_TABLE}.parquet", self.table, "the cloze run's queries table")
-                write_json(folder / "metrics.json", self.probe_metrics, "the cloze run's metrics")
-                write_json(folder / "metadata.json", self.probe_metadata, "the cloze run's metadata")
-        else:
-            _save_instances_result(self, folder)
+        """Write into ``folder`` the one way of every layout: the table, metrics.json, summary.md (where there is one)
+        and metadata.json, under the folder's lock.  A KG run's probes add their columns beside other probes of the
+        same run spec there (another spec's folder is refused: ValueError); another layout's folder writes whole.  A
+        folder of another kind of run is refused; a save that fails (``deer.base.files.WriteError``, naming the file)
+        leaves the folder's files as it found them."""
+        folder, layout = Path(folder), LAYOUTS[self.layout]
+        with saved_whole(folder, layout.table):  # every probe's, or (failing) none
+            check_folder(folder, self)  # read under the lock, so two runs saving at once both end up in it
+            stored_metrics, stored_metadata = (_read_json(folder / name) if layout.merges else {}
+                                               for name in ("metrics.json", "metadata.json"))
+            table = _merged_table(folder, self) if layout.merges else self.table
+            own = {probe: self._saved_metadata(probe) for probe in self.probes}
+            others = {probe: entry for probe, entry in stored_metadata.items() if probe not in own}
+            # metadata.json says what made the rows (read back as reusable): this run's entries go first and come back
+            # last, so a save stopped part-way never leaves new rows under old entries
+            if others:
+                write_json(folder / "metadata.json", others, f"the run's metadata, without {', '.join(own)}'s entries")
+            else:
+                (folder / "metadata.json").unlink(missing_ok=True)
+            if self.spec is not None and not (folder / RUN_SPEC_FILE).exists():
+                self.spec.write(folder)
+            for old in folder.glob(f"{layout.table}.*"):
+                if old.suffix in (".parquet", ".csv") and old.suffix != default_table_suffix():
+                    old.unlink()
+            write_table(folder / f"{layout.table}{default_table_suffix()}", table, f"{layout.kind}'s {layout.table} table")
+            write_json(folder / "metrics.json", {**stored_metrics, **self.probe_metrics}, f"{layout.kind}'s metrics")
+            if self.summary is not None:
+                write_text(folder / "summary.md", self.summary, f"{layout.kind}'s summary")
+            write_json(folder / "metadata.json", {**others, **own}, f"{layout.kind}'s metadata")
         self.folder = folder
         return folder
+
+    def _saved_metadata(self, probe: str) -> dict:
+        """``probe``'s metadata as saved: with the run spec its rows were made under, where there is one."""
+        metadata = self.metadata_of(probe)
+        return metadata if self.spec is None else {**metadata, "run_spec": self.spec.to_dict()}
 
     @classmethod
     def load(cls, folder: str | Path, probe: str | None = None) -> RunResult:
@@ -264,31 +298,62 @@ def load_results(folder: str | Path) -> dict[str, RunResult]:
 
 
 def load_result(folder: str | Path) -> RunResult:
-    """A run folder's result, every probe's; a bad file there is refused with a ValueError naming it."""
+    """A run folder's result, every probe's, read the one way of every layout: its table, the probes it holds, their
+    entries in metrics.json and metadata.json, the metrics checked against the rows (``checked_metrics``), the run spec
+    of a KG run; a bad file there is refused with a ValueError naming it."""
     folder = Path(folder)
-    ranks, instances, queries_table = (find_table(folder, name) for name in (RANKS_TABLE, INSTANCES_TABLE, QUERIES_TABLE))
-    if queries_table is not None and ranks is None and instances is None:
-        return _load_cloze_result(folder, queries_table)
-    metrics = _probe_entries(require_file(folder, "metrics.json", ranks or instances))
-    metadata = _probe_entries(require_file(folder, "metadata.json", ranks or instances))
-    if ranks is not None:
-        table = read_ranks_table(ranks)
-        spec = RunSpec.read(folder)
-        if spec is None:  # written first by every save of this version: a folder of 0.1 (or one edited) holds none
-            raise StoredFileError(folder / RUN_SPEC_FILE, f"missing, though {folder} holds {ranks.name}: a folder written by "
-                                                          "deer-probe-toolkit 0.1 (or edited), which 0.2 does not read; make the run again")
-        probes = probes_in(table, "_rank_raw")
-        require_entries(folder, ranks, probes, metrics, metadata)
-        _check_kg_metrics(folder / "metrics.json", ranks, table, metrics)
-        return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, RANKS_TABLE,
-                         spec, folder=folder)
-    if instances is not None:
-        summary, table = folder / "summary.md", read_stored_table(instances)
-        require_entries(folder, instances, list(metrics) or list(metadata), metrics, metadata)
-        check_accuracy_metrics(folder / "metrics.json", instances, table, metrics)
-        return RunResult(table, metrics, {p: metadata.get(p, {}) for p in metrics}, INSTANCES_TABLE,
-                         summary=summary.read_text(encoding="utf-8") if summary.exists() else None, folder=folder)
-    raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
+    found = [(LAYOUTS[name], path) for name in (RANKS_TABLE, INSTANCES_TABLE, QUERIES_TABLE)
+             if (path := find_table(folder, name)) is not None]
+    if not found:
+        raise ValueError(f"{folder} holds no probe result (no ranks, instances or queries table, .parquet or .csv)")
+    layout, path = found[0]
+    table = read_ranks_table(path) if layout.merges else read_stored_table(path, list(layout.columns))
+    spec = RunSpec.read(folder) if layout.merges else None
+    if layout.merges and spec is None:  # written first by every save of this version: a folder of 0.1 (or one edited) holds none
+        raise StoredFileError(folder / RUN_SPEC_FILE, f"missing, though {folder} holds {path.name}: a folder written by "
+                                                      "deer-probe-toolkit 0.1 (or edited), which 0.2 does not read; make the run again")
+    if layout.table != QUERIES_TABLE:  # a cloze run's of before 0.2 holds none (below)
+        require_file(folder, "metrics.json", path)
+    metadata = read_json_object(require_file(folder, "metadata.json", path))
+    probes = stored_probes(layout, path, table, _read_json(folder / "metrics.json") or metadata)
+    unkeyed = layout.table == QUERIES_TABLE and not all(isinstance(metadata.get(p), dict) for p in probes)
+    if unkeyed:  # a cloze run's of before 0.2: one metadata object for the run, its metrics made from the rows alone
+        metrics, metadata = _read_json(folder / "metrics.json"), dict.fromkeys(probes, metadata)
+    else:
+        metrics, metadata = _probe_entries(require_file(folder, "metrics.json", path)), _probe_entries(folder / "metadata.json")
+        require_entries(folder, path, probes, metrics, metadata)
+    metrics = checked_metrics(layout, folder / "metrics.json", path, table, metrics)
+    summary = folder / "summary.md"
+    return RunResult(table, {p: metrics.get(p, {}) for p in probes}, {p: metadata.get(p, {}) for p in probes}, layout.table,
+                     spec, summary.read_text(encoding="utf-8") if summary.exists() else None, folder=folder)
+
+
+def stored_probes(layout: Layout, path: Path, table: pd.DataFrame, entries: dict) -> list[str]:
+    """The probes a stored table holds: a KG's by their raw ranks, a cloze run's by their rank and correct columns, a
+    BEAR data-set score's (its columns are the probe's alone) by its metrics' (else metadata's) ``entries``."""
+    if layout.table == INSTANCES_TABLE:
+        return list(entries)
+    probes = probes_in(table, "_rank_raw" if layout.merges else "_rank")
+    lacking = [f"{probe}_correct" for probe in probes if not layout.merges and f"{probe}_correct" not in table.columns]
+    if lacking or not probes and not layout.merges:
+        raise StoredFileError(path, f"lacks the column {lacking[0]}" if lacking else "has no {probe}_rank column")
+    return probes
+
+
+def checked_metrics(layout: Layout, path: Path, table_path: Path, table: pd.DataFrame, metrics: dict) -> dict:
+    """The metrics of a stored table, made again from its rows where they are its rows' alone (a KG's raw and filtered
+    blocks, a BEAR data-set score's overall and per-relation ones, a cloze run's every one): one that disagrees with
+    ``metrics.json`` is refused naming it (StoredFileError)."""
+    if layout.merges:
+        _check_kg_metrics(path, table_path, table, metrics)
+        return metrics
+    if layout.table == INSTANCES_TABLE:
+        check_accuracy_metrics(path, table_path, table, metrics)
+        return metrics
+    made = as_written(cloze_metrics(table))  # held as metrics.json holds them: compared as read
+    if metrics and metrics != made:
+        raise StoredFileError(path, f"disagrees with the metrics of {table_path.name} (made again from its rows)")
+    return made
 
 
 def require_file(folder: Path, name: str, table: Path | None) -> Path:
@@ -320,25 +385,6 @@ def read_ranks_table(path: Path) -> pd.DataFrame:
             if column not in table.columns or not pd.api.types.is_numeric_dtype(table[column]):
                 raise StoredFileError(path, f"has no numeric {column} column")
     return table
-
-
-def _load_cloze_result(folder: Path, path: Path) -> RunResult:
-    """A cloze run's folder, its metrics made again from its table; folders from before 0.2 read too."""
-    table = read_stored_table(path, ["n_candidates", "candidates", "mode", "source", "relation"])
-    probes = probes_in(table)
-    lacking = [f"{probe}_correct" for probe in probes if f"{probe}_correct" not in table.columns]
-    if lacking or not probes:
-        raise StoredFileError(path, f"lacks the column {lacking[0]}" if lacking else "has no {probe}_rank column")
-    metadata = read_json_object(require_file(folder, "metadata.json", path))
-    keyed = all(isinstance(metadata.get(probe), dict) for probe in probes)  # else one object for the run (before 0.2)
-    if keyed:  # written since 0.2, with its metrics.json (before, the metrics were made from the rows alone)
-        require_file(folder, "metrics.json", path)
-    result = RunResult(table, cloze_metrics(table), {p: metadata[p] if keyed else metadata for p in probes}, QUERIES_TABLE,
-                       folder=folder)  # its metrics held as metrics.json holds them: compared as read
-    stored = _read_json(folder / "metrics.json")
-    if stored and stored != result.probe_metrics:
-        raise StoredFileError(folder / "metrics.json", f"disagrees with the metrics of {path.name} (made again from its rows)")
-    return result
 
 
 def _check_kg_metrics(path: Path, table_path: Path, table: pd.DataFrame, metrics: dict) -> None:
@@ -389,38 +435,32 @@ def _probe_columns(table: pd.DataFrame, probe: str) -> list[str]:
     return [c for c in table.columns if c in {f"{probe}_rank_raw", f"{probe}_rank_filtered", f"{probe}_top10"}]
 
 
-def _save_kg_result(result: RunResult, folder: Path) -> None:
-    metadata = {**result.metadata, "run_spec": result.spec.to_dict()}
-    probe = result.probe
-    # Everything (spec check included) read under the folder's lock (``save``), so two runs saving at once both end up in it.
-    check_folder_spec(folder, result.spec)
-    table = _with_probe_columns(_base_table(folder, result.table), result.table, probe)
-    # metadata.json says what a probe's ranks were made with (read back as reusable): the probe's old entry goes
-    # first and its new one last, so a save stopped part-way never leaves new ranks under the old entry
-    stored = _read_json(folder / "metadata.json")
-    if probe in stored:
-        write_json(folder / "metadata.json", {name: entry for name, entry in stored.items() if name != probe},
-                   f"the run's metadata, without {probe}'s entry")
-    if not (folder / RUN_SPEC_FILE).exists():
-        result.spec.write(folder)
-    for old in folder.glob(f"{RANKS_TABLE}.*"):
-        if old.suffix != default_table_suffix():
-            old.unlink()
-    write_table(folder / f"{RANKS_TABLE}{default_table_suffix()}", table, f"the ranks table, with {probe}'s ranks")
-    _merge_json(folder / "metrics.json", probe, result.metrics.to_dict(), f"the run's metrics, with {probe}'s")
-    _merge_json(folder / "metadata.json", probe, metadata, f"the run's metadata, with {probe}'s")
+def check_folder(folder: Path, result: RunResult) -> None:
+    """Refuse (ValueError) a folder that a save of ``result`` would spoil: a KG run's of another run spec (its ranks
+    are added beside those of its own only), a BEAR data-set score's of other probes, any of another kind of run."""
+    if result.spec is not None:
+        check_folder_spec(folder, result.spec)
+    elif result.layout == INSTANCES_TABLE:
+        check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
+    else:
+        refuse_other_run(folder, result.layout, LAYOUTS[result.layout].kind)
 
 
-def _base_table(folder: Path, fresh: pd.DataFrame) -> pd.DataFrame:
-    """The folder's table, if it holds these queries, with ``fresh``'s query columns (tail_tokens as counted now)."""
-    path = find_ranks_table(folder)
+def _merged_table(folder: Path, result: RunResult) -> pd.DataFrame:
+    """The folder's table, if it holds these queries, with ``result``'s query columns (tail_tokens as counted now) and
+    each of its probes' columns (another probe's stay)."""
+    fresh, path = result.table, find_table(folder, result.layout)
     if path is None:
-        return fresh[_query_columns(fresh)].copy()
-    table = read_ranks_table(path)
-    if len(table) != len(fresh) or any(table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS):
-        raise ValueError(f"{path} holds ranks for different queries; use another --out folder "
-                         "(or the same --kg/--split/--subset/--seed as the run that wrote it)")
-    return table.assign(**{column: fresh[column].to_numpy() for column in _query_columns(fresh)})
+        table = fresh[_query_columns(fresh)].copy()
+    else:
+        table = read_ranks_table(path)
+        if len(table) != len(fresh) or any(table[c].astype(str).tolist() != fresh[c].astype(str).tolist() for c in KEY_COLUMNS):
+            raise ValueError(f"{path} holds ranks for different queries; use another --out folder "
+                             "(or the same --kg/--split/--subset/--seed as the run that wrote it)")
+        table = table.assign(**{column: fresh[column].to_numpy() for column in _query_columns(fresh)})
+    for probe in result.probes:
+        table = _with_probe_columns(table, fresh, probe)
+    return table
 
 
 def other_run_in(folder: Path, layout: str) -> str | None:
@@ -429,7 +469,7 @@ def other_run_in(folder: Path, layout: str) -> str | None:
     if layout != RANKS_TABLE:
         names[RUN_SPEC_FILE] = RANKS_TABLE
     found = next((name for name in names if (Path(folder) / name).exists()), None)
-    return None if found is None else f"{RUN_KINDS[names[found]]} ({found})"
+    return None if found is None else f"{LAYOUTS[names[found]].kind} ({found})"
 
 
 def refuse_other_run(folder: Path | None, layout: str, label: str) -> None:
@@ -469,19 +509,6 @@ def _refuse_overwrite(folder: Path | None, conflict: str | None, label: str) -> 
     if conflict:
         raise ValueError(f"{folder} already holds {conflict}; {label} writes its own metrics.json and metadata.json there "
                          "and would overwrite that run's. Use another --out folder.")
-
-
-def _save_instances_result(result: RunResult, folder: Path) -> None:
-    with saved_whole(folder, INSTANCES_TABLE):  # the folder's check and writes, one saving process at a time
-        check_instances_folder(folder, result.probe, result.metadata.get("probe", result.probe), result.metrics.default)
-        # metadata.json marks a finished run (--bear-run, --resummarise read it): gone first, written last, so a save
-        # stopped part-way never leaves this run's table under the run before's metadata
-        (folder / "metadata.json").unlink(missing_ok=True)
-        write_table(folder / f"{INSTANCES_TABLE}{default_table_suffix()}", result.table, "the instances table")
-        write_json(folder / "metrics.json", {result.probe: result.metrics.to_dict()}, "the run's metrics")
-        if result.summary is not None:
-            write_text(folder / "summary.md", result.summary, "the run's summary")
-        write_json(folder / "metadata.json", {result.probe: result.metadata}, "the run's metadata")
 
 
 SAVED_FILES = ("metrics.json", "metadata.json", "summary.md", RUN_SPEC_FILE)  # besides the table: what a save writes
