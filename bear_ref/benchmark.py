@@ -28,11 +28,10 @@ from deer.platform.read_back import StoredFileError, read_json_object, read_stor
 from deer.platform.result import QUERIES_TABLE, RunResult, refuse_other_run
 from deer.platform.run_options import Budget, ModelLoading, refuse_leftover, settle, take
 from deer.runner import BENCHMARK_PROBES, benchmark_probes, check_run_arguments, run_cloze
-from kg_data.bear import METADATA_FILE, BearDataset, load_bear_dataset
-from kg_data.cloze import CANDIDATE_KINDS, MODES, bear_cloze_task, check_lama_queries, check_modes, lama_cloze_task
-from kg_data.errors import KGFormatError
-from kg_data.lama import COMMON_VOCAB_FILE, RELATIONS_FILE, LamaDataset, load_lama
-from kg_data.load import dataset_kind
+from kg_data.bear import BearDataset
+from kg_data.cloze import CANDIDATE_KINDS, MODES, bear_cloze_task, lama_cloze_task
+from kg_data.lama import LamaDataset
+from kg_data.load import load_benchmark as read_benchmark
 from kg_data.locks import held_lock
 from kg_data.task import Task
 
@@ -107,12 +106,12 @@ def benchmark_run(dataset="lama", model="smollm2-135m", *, selection: BenchmarkS
     for folder in () if out is None else (Path(out), Path(out) / "cloze"):  # its report, and the run's own folder
         refuse_other_run(folder, QUERIES_TABLE, "a cloze benchmark run")
     probes = [probe.name for probe in benchmark_probes(probes)]
-    bear_data_set = benchmark_kind(dataset) == "bear" and "deer" in probes
+    data = load_benchmark(dataset, selection)
+    bear_data_set = isinstance(data, BearDataset) and "deer" in probes
     if bear_data_set and out is None:
         raise ValueError("DEER on a BEAR data set writes its comparison with BEAR: give out=")
     if bear_run is not None and not bear_data_set:
         raise ValueError("bear_run (--bear-run) is read only for DEER on a BEAR-format data set (--probes with deer)")
-    data = load_benchmark(dataset, selection)
     if bear_run is not None:
         check_bear_run(bear_run, data)
     runner = as_backend(model, backend, tokenizer=loading.tokenizer, dtype=loading.dtype, device=loading.device,
@@ -127,42 +126,10 @@ def benchmark_run(dataset="lama", model="smollm2-135m", *, selection: BenchmarkS
         yield BenchmarkRun(result, data, selection, runner.loaded, bear)
 
 
-def load_benchmark(dataset, selection: BenchmarkSelection):
-    """The benchmark's data, read and checked with no model (a bad file is an error naming it)."""
-    check_modes(selection.modes, selection.candidate_kinds)
-    if benchmark_kind(dataset) == "bear":
-        _refuse_lama_only_selection(dataset, selection)
-        return load_bear_dataset(dataset, selection.data_dir, relations=selection.relations, max_instances=selection.max_facts,
-                                 seed=selection.seed)
-    data = load_lama(dataset, selection.data_dir, sources=selection.sources, relations=selection.relations,
-                     max_facts=selection.max_facts, seed=selection.seed)
-    if "common-vocab" in selection.candidate_kinds and not data.common_vocab:
-        raise KGFormatError(Path(data.path) / COMMON_VOCAB_FILE, None,
-                            "missing or empty: the common-vocabulary candidates need it (or rank the relation's objects only)")
-    check_lama_queries(data, selection.modes)
-    return data
-
-
-def benchmark_kind(dataset) -> str:
-    """'lama' or 'bear' for a name or folder (``kg_data.load.dataset_kind``); a KG is an error."""
-    kind = dataset_kind(dataset)
-    if kind == "kg":
-        raise ValueError(f"{dataset}: not 'lama', 'bear', 'bear-big', nor a folder holding {RELATIONS_FILE} (LAMA) "
-                         f"or {METADATA_FILE} (BEAR format)")
-    return kind
-
-
-def _refuse_lama_only_selection(dataset, selection: BenchmarkSelection) -> None:
-    """ValueError naming what a BEAR-format data set (templates and each relation's answers only) cannot honour."""
-    if "relation" not in selection.candidate_kinds:
-        raise ValueError(f"{dataset}: candidate kinds {list(selection.candidate_kinds)}: a BEAR-format data set ranks each "
-                         "relation's answers only (kind 'relation'); common-vocab is LAMA's")
-    if selection.sources:
-        raise ValueError(f"{dataset}: sources {list(selection.sources)} are LAMA's (TREx, Google_RE, Squad); a BEAR-format "
-                         "data set has none: drop sources, or probe LAMA")
-    if "template" not in selection.modes:
-        raise ValueError(f"{dataset}: modes {list(selection.modes)}: a BEAR-format data set has templates only (mode "
-                         "'template'); template-free (evidence sentences) is LAMA's")
+def load_benchmark(dataset, selection: BenchmarkSelection) -> LamaDataset | BearDataset:
+    """The benchmark's data, read and checked with no model (``kg_data.load.load_benchmark`` of ``selection``)."""
+    fields = {field.name: getattr(selection, field.name) for field in dataclasses.fields(selection)}
+    return read_benchmark(dataset, fields.pop("data_dir"), **fields)
 
 
 def _scored_probes(probes: Sequence[str], bear_data_set: bool, bear_run) -> list[str]:

@@ -16,7 +16,7 @@ from deer.backends import as_backend, can_cache
 from deer.base.files import as_written, package_versions
 from deer.base.work import summed_work
 from deer.platform.bear_accuracy import DEFAULT_DOMAIN_SUPPORT, DEFAULT_TIES, accuracy_block, correctness, metric_convention
-from deer.platform.benchmark_rows import query_frame
+from deer.platform.benchmark_rows import task_frame
 from deer.platform.read_back import read_json_object, read_stored_table
 from deer.platform.result import INSTANCES_TABLE, RunResult, check_instances_folder, find_table
 from deer.platform.run_spec import model_identity
@@ -200,7 +200,7 @@ def run_bear_dataset(dataset: BearDataset, runner, out_dir: Path | None, selecti
     started = time.perf_counter()  # the one length guard names the data set's files and lines
     scored = run(task, [probe], runner, {probe.name: options}, parts=ClozeParts(parts_dir, key, by="relation"),
                  show_progress=show_progress)
-    table = bear_format(pd.concat([query_frame(task), scored.rows(probe.name)], axis=1), dataset, probe.name)
+    table = bear_format(pd.concat([task_frame(task), scored.rows(probe.name)], axis=1), dataset, probe.name)
     table = table.sort_values(["relation", "template", "row"], ignore_index=True)
     metrics = bear_metrics(table, dataset, domain_support, ties)
     elapsed = time.perf_counter() - started

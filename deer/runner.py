@@ -24,7 +24,7 @@ from deer.backends import ModelBackend, as_backend, backend_class, backend_name_
 from deer.backends.models import DEFAULT_MODEL, LoadedModel
 from deer.base.errors import check_count, check_flag, check_instance, check_mapping, check_path, wrong_type
 from deer.base.files import package_versions, write_json, write_table
-from deer.platform.benchmark_rows import RANK_RULE, query_frame, rank_columns, ranking_rows, task_digest
+from deer.platform.benchmark_rows import RANK_RULE, rank_columns, ranking_rows, task_digest, task_frame
 from deer.platform.distributed import world
 from deer.platform.inputs import checked_out_folder, prepare, store_root
 from deer.platform.kg_result import kg_result, run_metadata
@@ -206,7 +206,7 @@ def run_cloze(task: Task, runner: ModelBackend | LoadedModel, probes: Sequence[s
     metadata = {name: {"probe": name, **shared, **(scored.metadata[name] or [{}])[0],  # its work now, if scored now
                        "resumed": bool(scored.resumed[name]), "seconds": scored.timings.get(f"{name}_seconds")}
                 for name in names}
-    table = pd.concat([query_frame(task)] + [scored.rows(name) for name in names], axis=1)
+    table = pd.concat([task_frame(task)] + [scored.rows(name) for name in names], axis=1)
     unscored = [name for name in names if table[f"{name}_rank"].isna().all()]
     if unscored:  # an all-NaN column ran and exited 0 (BEAR on LAMA's common vocabulary alone); stored parts resume a rerun
         raise ValueError(f"{task.name}: the {', '.join(unscored)} probe ranks none of the {len(table)} queries (candidate kinds "

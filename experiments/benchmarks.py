@@ -15,12 +15,11 @@ from deer.base.errors import check_count
 from deer.base.files import write_json, write_text
 from deer.base.model_spec import with_loading
 from deer.platform.inputs import check_inputs
-from deer.platform.metrics import cloze_blocks
 from deer.platform.run_options import Budget, ModelLoading
 from deer.platform.tables import markdown_table
 from deer.runner import BENCHMARK_PROBES
 from experiments.cloze_bear import compare_with_bear
-from experiments.cloze_report import mode_agreement, probe_agreement, summary_markdown
+from experiments.cloze_report import cloze_blocks, mode_agreement, probe_agreement, summary_markdown
 from experiments.report import distinct_labels
 from experiments.stats import ordering_agreement
 

@@ -9,9 +9,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from deer.platform.metrics import candidate_kind, cloze_blocks, probes_in
+from deer.platform.metrics import candidate_kind, probes_in
 from deer.platform.tables import format_number, markdown_table
 from experiments.stats import bootstrap_interval, caveat_lines, pearson_r, rank_correlations, small_sample_note
+
+
+def cloze_blocks(metrics: dict) -> list[tuple[str, str, str, dict]]:
+    """(kind, mode, probe, block) of ``cloze_metrics``' answer, in that order."""
+    pairs = sorted({(kind, mode) for kinds in metrics.values() for kind, modes in kinds.items() for mode in modes})
+    return [(kind, mode, probe, kinds[kind][mode]) for kind, mode in pairs for probe, kinds in metrics.items()
+            if mode in kinds.get(kind, {})]
 
 
 def accuracy_agreement(correct_a, correct_b) -> dict:

@@ -1,14 +1,17 @@
-"""Load a knowledge graph by name (`wn18rr`, `wikidata5m`: found, or fetched where pinned) or from a folder."""
+"""Load a knowledge graph by name (`wn18rr`, `wikidata5m`: found, or fetched where pinned) or from a folder, or a cloze
+benchmark (LAMA, a BEAR-format data set) by name or folder."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from kg_data.bear import METADATA_FILE
+from kg_data.bear import METADATA_FILE, BearDataset, load_bear_dataset
+from kg_data.cloze import CANDIDATE_KINDS, MODES, check_lama_queries, check_modes
 from kg_data.errors import KGFormatError, KGNotFoundError
 from kg_data.fetch import ensure_dataset, user_folder
 from kg_data.kg import TextualKG
-from kg_data.lama import RELATIONS_FILE
+from kg_data.lama import COMMON_VOCAB_FILE, RELATIONS_FILE, LamaDataset, load_lama
 from kg_data.textual import load_textual_kg
 from kg_data.wikidata5m import load_wikidata5m, wikidata5m_files
 from kg_data.wn18rr import load_wn18rr
@@ -74,3 +77,39 @@ def load_kg(kg: str | Path, data_dir: str | Path | None = None) -> TextualKG:
         return load_kg_folder(folder)
     raise KGNotFoundError(f"Unknown KG '{kg}': not a named KG ({', '.join(NAMED_KGS)}) and not a folder. "
                           "A KG folder holds entities.tsv, relations.tsv and train/valid/test.tsv (see README).")
+
+
+def load_benchmark(dataset, data_dir=None, *, relations: Sequence[str] | None = None, sources: Sequence[str] | None = None,
+                   max_facts: int | None = None, seed: int = 0, modes: Sequence[str] = MODES,
+                   candidate_kinds: Sequence[str] = CANDIDATE_KINDS) -> LamaDataset | BearDataset:
+    """A cloze benchmark ('lama', 'bear', 'bear-big' or a folder, ``dataset_kind``) read and checked with no model:
+    ``relations`` (and LAMA's ``sources``), at most ``max_facts`` per relation sampled with ``seed``, to be queried in
+    ``modes`` over ``candidate_kinds``; what a BEAR-format data set cannot honour is refused by name, as is data giving
+    no query (a bad file is an error naming it)."""
+    check_modes(modes, candidate_kinds)
+    kind = dataset_kind(dataset)
+    if kind == "kg":
+        raise ValueError(f"{dataset}: not 'lama', 'bear', 'bear-big', nor a folder holding {RELATIONS_FILE} (LAMA) "
+                         f"or {METADATA_FILE} (BEAR format)")
+    if kind == "bear":
+        _refuse_lama_only_selection(dataset, sources, modes, candidate_kinds)
+        return load_bear_dataset(dataset, data_dir, relations=relations, max_instances=max_facts, seed=seed)
+    data = load_lama(dataset, data_dir, sources=sources, relations=relations, max_facts=max_facts, seed=seed)
+    if "common-vocab" in candidate_kinds and not data.common_vocab:
+        raise KGFormatError(Path(data.path) / COMMON_VOCAB_FILE, None,
+                            "missing or empty: the common-vocabulary candidates need it (or rank the relation's objects only)")
+    check_lama_queries(data, modes)
+    return data
+
+
+def _refuse_lama_only_selection(dataset, sources, modes, candidate_kinds) -> None:
+    """ValueError naming what a BEAR-format data set (templates and each relation's answers only) cannot honour."""
+    if "relation" not in candidate_kinds:
+        raise ValueError(f"{dataset}: candidate kinds {list(candidate_kinds)}: a BEAR-format data set ranks each "
+                         "relation's answers only (kind 'relation'); common-vocab is LAMA's")
+    if sources:
+        raise ValueError(f"{dataset}: sources {list(sources)} are LAMA's (TREx, Google_RE, Squad); a BEAR-format "
+                         "data set has none: drop sources, or probe LAMA")
+    if "template" not in modes:
+        raise ValueError(f"{dataset}: modes {list(modes)}: a BEAR-format data set has templates only (mode "
+                         "'template'); template-free (evidence sentences) is LAMA's")

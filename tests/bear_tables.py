@@ -7,7 +7,7 @@ import pandas as pd
 
 from bear_ref.cloze_scoring import statement_scores
 from bear_ref.dataset import bear_format
-from deer.platform.benchmark_rows import query_frame, ranks_from_scores
+from deer.platform.benchmark_rows import ranks_from_scores, task_frame
 from kg_data.bear import BearDataset, BearRelation
 from kg_data.cloze import bear_cloze_task
 
@@ -18,4 +18,4 @@ def score_relation(scorer, relation: BearRelation) -> pd.DataFrame:
     dataset = BearDataset(relation.code, relation.path or "", {relation.code: relation}, [])
     task = bear_cloze_task(dataset)
     scores = statement_scores(scorer, task, range(len(task.queries)))
-    return bear_format(pd.concat([query_frame(task), ranks_from_scores(task, scores, "bear")], axis=1), dataset, "bear")
+    return bear_format(pd.concat([task_frame(task), ranks_from_scores(task, scores, "bear")], axis=1), dataset, "bear")

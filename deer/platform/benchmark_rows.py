@@ -36,7 +36,8 @@ def task_digest(task: Task) -> str:
     return digest.hexdigest()[:16]
 
 
-def query_frame(task: Task) -> pd.DataFrame:
+def task_frame(task: Task) -> pd.DataFrame:
+    """The task's columns of a cloze run's rows: each query's fields and its set's size."""
     frame = pd.DataFrame([dataclasses.asdict(q) for q in task.queries])
     frame["n_candidates"] = [len(task.candidate_set(q)) for q in task.queries]
     return frame

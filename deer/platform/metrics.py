@@ -108,10 +108,3 @@ def cloze_metrics(table: pd.DataFrame) -> dict:
             out[probe].setdefault(kind, {})[mode] = {"overall": _block(part, probe), "per_source": per_source,
                                                      "per_relation": per_relation}
     return out
-
-
-def cloze_blocks(metrics: dict) -> list[tuple[str, str, str, dict]]:
-    """(kind, mode, probe, block) of ``cloze_metrics``' answer, in that order."""
-    pairs = sorted({(kind, mode) for kinds in metrics.values() for kind, modes in kinds.items() for mode in modes})
-    return [(kind, mode, probe, kinds[kind][mode]) for kind, mode in pairs for probe, kinds in metrics.items()
-            if mode in kinds.get(kind, {})]

@@ -14,11 +14,10 @@ import time
 from collections import defaultdict
 
 import numpy as np
-import torch
 
 from deer.base.vectors import normalize_rows
 from deer.platform.cosine_ranking import rank_cosine
-from deer.platform.ranking import SCORE_BYTES_PER_CHUNK, GoldRanks, Ranking, rank_chunk, top_width
+from deer.platform.ranking import GoldRanks, Ranking, rank_rows
 from kg_data.queries import FilterTails
 from kg_data.task import KnownAnswers, Task
 
@@ -119,23 +118,18 @@ def _cosine_rows(query_vectors: np.ndarray, rows: np.ndarray, vectors: DistinctV
 
 def _rank_scores(task: Task, name: str, rows: list[int], scores: dict, ranking: TaskRanking, k: int, probe: str,
                  chunk_rows: int | None) -> None:
-    """Rank the scored queries of set ``name``, a chunk of rows at a time (a row of another width is refused)."""
+    """Rank the scored queries of set ``name`` (``rank_rows``: a chunk of them at a time), keeping each gold's score; a
+    row of another width than the set is refused."""
     width = len(task.candidate_sets[name])
     for i in rows:
         if len(scores[i]) != width:  # ranked so, the gold's rank would count the wrong candidates
             query = task.queries[i]
-            raise ValueError(f"probe {probe!r}, query {i} ({task.describe(query)}): {len(scores[i])} scores for the {width} candidates of "
-                             f"its set {name!r}; a probe scores each candidate once, in the set's order")
+            raise ValueError(f"probe {probe!r}, query {i} ({task.describe(query)}): {len(scores[i])} scores for the {width} "
+                             f"candidates of its set {name!r}; a probe scores each candidate once, in the set's order")
     if not rows:
         return
     rows = np.asarray(rows, dtype=np.int64)
     known = _known(task, rows, width)
-    top = top_width(k, width, known.excluded)  # one top width for every chunk of the set
-    chunk = chunk_rows or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(width, 1)))
-    for start in range(0, len(rows), chunk):
-        at = slice(start, start + chunk)
-        matrix = np.stack([np.asarray(scores[i], dtype=np.float64) for i in rows[at].tolist()])
-        part = known.take(np.arange(len(rows))[at])
-        ranks, best, above = rank_chunk(torch.from_numpy(matrix), torch.from_numpy(part.gold), part.filter_tails,
-                                        torch.from_numpy(part.excluded), torch.from_numpy(part.heads), top)
-        ranking.put(rows[at], Ranking(ranks, best, above), matrix[np.arange(len(matrix)), part.gold])
+    gold_scores = np.array([scores[i][g] for i, g in zip(rows.tolist(), known.gold.tolist(), strict=True)], dtype=np.float64)
+    ranked = rank_rows(lambda at: np.stack([scores[i] for i in rows[at].tolist()]), len(rows), width, known, k, chunk_rows)
+    ranking.put(rows, ranked, gold_scores)

@@ -157,20 +157,29 @@ def _describe_queries(queries) -> str:
 
 
 def rank_scores(scores: np.ndarray, queries, k: int = 10, chunk_size: int | None = None) -> Ranking:
-    """Rank a (n_queries, n_candidates) score matrix (higher = better); another shape is refused (ValueError)."""
+    """Rank a (n_queries, n_candidates) score matrix (higher = better) of ``queries`` (a QuerySet, or what gives the
+    kernel its ``gold``, ``filter_tails``, ``excluded_positions()`` and ``head_positions()``); another shape is refused
+    (ValueError)."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.ndim != 2 or scores.shape[0] != len(queries.gold):
         rows = scores.shape[0] if scores.ndim else 0
         raise ValueError(f"a score matrix of {rows} rows (shape {scores.shape}) for {len(queries.gold)} queries of "
                          f"{_describe_queries(queries)}: give one row per query, in the QuerySet's order")
-    n_candidates = scores.shape[1]
-    check_candidate_count(n_candidates, queries, "columns of the score matrix")
+    check_candidate_count(scores.shape[1], queries, "columns of the score matrix")
+    return rank_rows(scores.__getitem__, len(scores), scores.shape[1], queries, k, chunk_size)
+
+
+def rank_rows(rows_of, n_rows: int, n_candidates: int, queries, k: int = 10, chunk_size: int | None = None) -> Ranking:
+    """The chunked form of ``rank_chunk``: rows ``rows_of(slice)`` (float64, n_candidates wide) of a score matrix made
+    ``chunk_size`` at a time (None: as many as ``SCORE_BYTES_PER_CHUNK`` holds), ranked with ``queries``' known answers
+    (``rank_scores``' ``queries``, its rows in order) into one ``Ranking``, its top lists one width for every chunk."""
     rows = chunk_size or max(1, SCORE_BYTES_PER_CHUNK // (4 * max(n_candidates, 1)))
-    gold, excluded, heads = (torch.as_tensor(positions, dtype=torch.int64)
+    gold, excluded, heads = (torch.as_tensor(np.asarray(positions), dtype=torch.int64)
                              for positions in (queries.gold, queries.excluded_positions(), queries.head_positions()))
-    width = top_width(k, n_candidates, excluded)  # one top-k width for every chunk
-    parts = [rank_chunk(torch.from_numpy(scores[at]), gold[at], queries.filter_tails[at], excluded[at], heads[at], width)
-             for at in (slice(s, s + rows) for s in range(0, len(scores), rows))]
+    width = top_width(k, n_candidates, excluded)
+    parts = [rank_chunk(torch.from_numpy(np.asarray(rows_of(at), dtype=np.float64)), gold[at], queries.filter_tails[at],
+                        excluded[at], heads[at], width)
+             for at in (slice(s, s + rows) for s in range(0, n_rows, rows))]
     return Ranking.joined(parts, width)
 
 
@@ -191,11 +200,3 @@ def filter_counts(filter_tails: Sequence[np.ndarray], rows: np.ndarray, excluded
     excluded = np.asarray(excluded, dtype=np.int64)
     hit = positions == excluded[pair_rows]  # -1 is never a position
     return filters.lengths(rows), np.bincount(pair_rows[hit], minlength=len(rows)) > 0
-
-
-def rank_and_best(scores: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unfiltered realistic ranks of ``gold`` in each row of ``scores`` and each row's first best position."""
-    scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
-    gold = np.atleast_1d(np.asarray(gold, dtype=np.int64))
-    ranks, top, _ = rank_chunk(torch.from_numpy(scores), torch.from_numpy(gold), [()] * len(scores), k=1)
-    return ranks.raw, top[:, 0]

@@ -532,7 +532,3 @@ def saved_whole(folder: Path, layout: str):
 
 def _read_json(path: Path) -> dict:
     return read_json_object(path) if path.exists() else {}
-
-
-def _merge_json(path: Path, probe: str, payload: dict, what: str) -> None:
-    write_json(path, {**_read_json(path), probe: payload}, what)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import click
 
 from deer.backends import DEFAULT_BACKEND, cache_unless
-from deer.platform.metrics import cloze_blocks
 from deer.platform.tables import text_table
 from experiments.cli.options import (
     OneValueCommand,
@@ -59,6 +58,8 @@ def run_benchmark_of(given: dict, model_names, probes, out_dir, honoured=(), **o
 
 def echo_headline(metrics: dict) -> None:
     """The headline numbers: P@1, P@10 and MRR per candidate set, mode and probe, pooled over queries."""
+    from experiments.cloze_report import cloze_blocks
+
     rows = [{**block["overall"], "kind": kind, "mode": mode, "probe": probe} for kind, mode, probe, block in cloze_blocks(metrics)
             if block["overall"]["n"]]
     columns = (("candidates", "<14", "kind"), ("mode", "<15"), ("probe", "<7"), ("n", ">6"), ("P@1", ">8.3f"), ("P@10", ">8.3f"),
