@@ -4,7 +4,7 @@ It ranks every query's candidates by the length of their names (shorter = better
 for every query, reading no model at all: a baseline any probe should beat.  It scores the general
 task shape only (``score``: each query over its candidate set), so it runs on a cloze
 benchmark (LAMA, the BEAR data set: ``deer cloze --probes``) and on a KG, whose queries the runner
-hands it in that shape (``deer.platform.templates.kg_benchmark_task``).  It is registered
+hands it in that shape (``deer.platform.task_texts.kg_benchmark_task``).  It is registered
 in tests/test_probe_plugins.py with ``deer.probes.register_probe`` (a package would declare the
 ``deer.probes`` entry point instead) and runs through the API, the CLI, the run folder,
 ``join_results`` and ``deer experiment agreement`` with no edit anywhere else.

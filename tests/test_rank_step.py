@@ -106,3 +106,13 @@ def test_a_streamed_sets_vectors_rank_by_the_streamed_cosine_as_their_score_rows
     np.testing.assert_array_equal(streamed.top, rows.top)
     np.testing.assert_array_equal(streamed.head_above_gold, rows.head_above_gold)
     assert streamed.ranked.all() and np.isnan(streamed.gold_scores).all()  # the streamed cosine keeps no score
+
+
+def test_a_score_matrix_or_one_array_of_vectors_is_refused_naming_the_probe():
+    """Every probe answers in one shape: {query index: scores} or {set name: vectors} (a KG's matrix, taken before
+    0.2, would be read row by row as a dict is)."""
+    task = one_set_task(3, 4, np.random.default_rng(4), known=False)
+    with pytest.raises(TypeError, match=r"probe 'old' returned ndarray; a probe returns \{query index: scores"):
+        rank_task(task, types.SimpleNamespace(scores=np.zeros((3, 4))), "old")
+    with pytest.raises(TypeError, match=r"probe 'old' returned ndarray; a probe returns \{candidate set name"):
+        rank_task(task, types.SimpleNamespace(scores=None, query_vectors=np.ones((3, 2)), candidate_vectors=np.ones((4, 2))), "old")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -74,6 +75,10 @@ def rank_task(task: Task, scored, probe: str = "", k: int = TOP_K, device="cpu",
     ranking = TaskRanking.empty(len(task.queries), k)
     sets = _queries_by_set(task)
     scores = scored.scores
+    for given, shape in ((scores, "{query index: scores over its candidate set}"),
+                         (getattr(scored, "candidate_vectors", None), "{candidate set name: its vectors}")):
+        if given is not None and not isinstance(given, Mapping):  # a KG's score matrix was taken before 0.2
+            raise TypeError(f"probe {probe!r} returned {type(given).__name__}; a probe returns {shape}")
     if scores is None:
         query_vectors = np.asarray(scored.query_vectors)
         scores = {}
