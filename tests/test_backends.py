@@ -1,7 +1,7 @@
 """The backend seam: the plain backend (one whole forward pass per prompt or statement) is the oracle,
 and every probe run through the runner on the default backend gives its ranks and vectors.
 
-Tiny random models of several families (tests/test_equivalence.py builds them) under eager and SDPA
+Tiny random models of several families (tests/tiny_models.py builds them) under eager and SDPA
 attention, on the tiny KG; tolerances as the equivalence suite's: 1e-5 relative for vectors."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from deer.backends.models import as_loaded_model
 from deer.base.errors import OptionError
 from kg_data.load import load_kg
 from kg_data.queries import build_queries
-from tests.test_equivalence import VECTOR_RTOL, tiny_model
+from tests.tiny_models import VECTOR_RTOL, tiny_model
 
 FAMILIES = ["llama", "gpt2", "gemma3", "opt-proj"]
 

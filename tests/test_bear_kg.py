@@ -21,7 +21,7 @@ from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data import build_queries, load_kg
 from tests.ranking_oracle import rank_of
-from tests.test_trie_scorer import whole_sequence_logprob
+from tests.tiny_models import whole_sequence_logprob
 
 
 def kg_scores(queries, scorer, templates, store=None):

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from click.testing import CliRunner
 
 from deer.backends.models import ModelUnavailableError, resolve_model
 from experiments.checkpoints import named_checkpoints, trainer_checkpoints
 from experiments.cli import main
+from tests.tiny_models import save_checkpoint
 
 
 def _fake_checkpoint(folder: Path) -> Path:
@@ -55,23 +55,11 @@ def test_names_with_revisions(tmp_path):
     assert resolve_model(str(at_folder)).kind == "local"
 
 
-def _save_checkpoint(tiny_clm_dir: Path, out: Path, step: int) -> None:
-    """The tiny model with its weights nudged by ``step``, saved as ``out/checkpoint-<step>``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_clm_dir)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * step * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).reshape(p.shape))
-    model.save_pretrained(out / f"checkpoint-{step}")
-    AutoTokenizer.from_pretrained(tiny_clm_dir).save_pretrained(out / f"checkpoint-{step}")
-
-
 @pytest.fixture()
 def checkpoint_series(tiny_clm_dir, tmp_path) -> Path:
     """A Trainer-like output folder: checkpoint-1..3."""
     for step in (1, 2, 3):
-        _save_checkpoint(tiny_clm_dir, tmp_path / "trainer-out", step)
+        save_checkpoint(tiny_clm_dir, tmp_path / "trainer-out", step)
     return tmp_path / "trainer-out"
 
 
@@ -101,7 +89,7 @@ def test_screen_a_series_draws_curves_and_encodes_only_new_checkpoints(tiny_kg_d
         assert row["mrr_adjusted"] == pytest.approx(run_metrics["adjusted_index"]["filtered"]["mrr"])
         assert row["place"] == 1 + sum(other["hit@10"] > row["hit@10"] for other in first["leaderboard"])
 
-    _save_checkpoint(tiny_clm_dir, checkpoint_series, 4)  # the series grows by one checkpoint
+    save_checkpoint(tiny_clm_dir, checkpoint_series, 4)  # the series grows by one checkpoint
     second = _screen(tiny_kg_dir, tmp_path, checkpoint_series, "second")
     encoded = {row["model"]: row["encoded_now"] for row in second["leaderboard"]}
     assert encoded == {"checkpoint-1": 0, "checkpoint-2": 0, "checkpoint-3": 0, "checkpoint-4": 16}

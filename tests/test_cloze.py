@@ -17,6 +17,7 @@ import torch
 from bear_ref.cloze_scoring import single_token_words
 from deer.backends.mask_fill import mask_fill_logprobs
 from deer.backends.models import LoadedModel
+from deer.backends.plain import plain_last_state, plain_logprobs, plain_statement_score
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.cloze_texts import deer_query_text, lama_rule, mask_sentence
 from deer.platform.metrics import cloze_metrics
@@ -29,7 +30,7 @@ from kg_data.errors import KGFormatError
 from kg_data.lama import first_usable_sentence, load_lama
 from kg_data.task import ClozeQuery
 from tests.benchmark_folders import hand_built_bear, trex_record, write_lama
-from tests.test_equivalence import build_tiny_model, plain_last_state, plain_logprobs, plain_statement_score
+from tests.tiny_models import build_tiny_model
 
 
 def shipped_lama() -> Path | None:

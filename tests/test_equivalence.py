@@ -29,37 +29,22 @@ from deer.backends.encoder import PromptEOLEncoder
 from deer.backends.plain import plain_conditional_scores, plain_last_state, plain_logprobs, plain_statement_score
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer
+from tests.tiny_models import (
+    ARCHITECTURES,
+    BACKENDS,
+    SCORE_ATOL,
+    VECTOR_RTOL,
+    WINDOW,
+    Unavailable,  # noqa: F401 (benchmarks/fidelity_table.py reads the tiny models and this module's cases here)
+    build_tiny_model,  # noqa: F401 (as Unavailable)
+    relative_error,
+    tiny_model,
+)
 
-VECTOR_RTOL = 1e-5
-SCORE_ATOL = 1e-4
-WINDOW = 5  # sliding window, in tokens: shorter than every statement below
 # Token budgets: one pack / trie row for everything, and many small ones.
 SHARED_PREFIX_BUDGETS = (512, 3)
 CANDIDATE_TRIE_BUDGETS = (512, 4)  # 4 nodes: every row splits the trie, long continuations get rows of their own
 TRIE_BUDGETS = (512, 20)
-
-# name -> (config class path, config kwargs); vocabulary, BOS/EOS ids are added per tokenizer.
-ARCHITECTURES = {
-    "gpt2": ("GPT2Config", dict(n_embd=32, n_layer=2, n_head=4, n_positions=256)),
-    # OPT-350M's shape: layers 1024 wide projected to 512 (here 32 -> 16), post-layer-norm.
-    "opt-proj": ("OPTConfig", dict(hidden_size=32, word_embed_proj_dim=16, ffn_dim=64, num_hidden_layers=2,
-                                   num_attention_heads=4, max_position_embeddings=256, do_layer_norm_before=False)),
-    "llama": ("LlamaConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  num_key_value_heads=2, max_position_embeddings=256)),
-    "qwen2": ("Qwen2Config", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  num_key_value_heads=2, max_position_embeddings=256)),
-    "gemma2": ("Gemma2Config", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                    num_key_value_heads=2, head_dim=8, max_position_embeddings=256, sliding_window=WINDOW,
-                                    final_logit_softcapping=2.0, attn_logit_softcapping=5.0)),
-    "gemma3": ("Gemma3TextConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-                                        num_key_value_heads=2, head_dim=8, max_position_embeddings=256, sliding_window=WINDOW,
-                                        layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
-    "mistral": ("MistralConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=256, sliding_window=WINDOW)),
-    "gpt-neox": ("GPTNeoXConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                       max_position_embeddings=256, rotary_pct=0.5)),
-}
-BACKENDS = ["eager", "sdpa"]
 
 CONTEXT = "(dog, hypernym, mammal)\n(paris, capital of, france)\n(oak, hypernym,"
 CONTINUATIONS = [" tree)", " woody perennial plant)", " x)", " the capital of Germany)", " tree)", " plant) and more"]
@@ -72,54 +57,6 @@ STATEMENTS = [f"{a} is the capital of {c}." for a in ("Paris", "Berlin") for c i
     f"The capital of {c} is {a}." for a in ("Paris", "Rome") for c in ("France", "Italy")
 ] + ["The capital of France is Paris.", "The capital of France is Paris", "x"]
 PROMPTS = [CONTEXT, CONTEXT + " tree)", "short", 'oak - a deciduous tree\nThis sentence: "oak" means in one word: "'] + STATEMENTS[:4]
-
-
-class Unavailable(Exception):
-    """This transformers has no such family, or no such attention back-end for it."""
-
-
-_MODELS: dict = {}
-
-
-def tiny_model(name: str, backend: str, tokenizer):
-    """A random 2-3 layer model of the family ``name`` with ``backend`` attention (cached per module run);
-    skips the test when this transformers has no such family or back-end."""
-    try:
-        return build_tiny_model(name, backend, tokenizer)
-    except Unavailable as reason:
-        pytest.skip(str(reason))
-
-
-def build_tiny_model(name: str, backend: str, tokenizer):
-    import transformers
-
-    if (name, backend) not in _MODELS:
-        class_name, kwargs = ARCHITECTURES[name]
-        if not hasattr(transformers, class_name):
-            raise Unavailable(f"transformers {transformers.__version__} has no {class_name}")
-        config = getattr(transformers, class_name)(
-            vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id, **kwargs,
-        )
-        model_class = transformers.AutoModelForCausalLM._model_mapping[type(config)]
-        if backend == "sdpa" and not model_class._supports_sdpa:
-            raise Unavailable(f"transformers {transformers.__version__} has no SDPA attention for {model_class.__name__}")
-        torch.manual_seed(0)
-        model = model_class._from_config(config, attn_implementation=backend).eval()
-        # Default inits give near-uniform next-token distributions (OPT: log-prob spread 0.01),
-        # under which a wrong mask moves scores by less than the tolerance.  Unit-scale weights
-        # make every token and position matter.
-        with torch.no_grad():
-            for parameter in model.parameters():
-                if parameter.dim() >= 2:
-                    parameter.normal_(0.0, parameter.shape[-1] ** -0.5)
-        assert configured_backend(model) == backend
-        _MODELS[name, backend] = model
-    return _MODELS[name, backend]
-
-
-def relative_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 # -- the four optimised paths, each as its largest deviation from the plain path -----------------

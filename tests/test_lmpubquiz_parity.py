@@ -281,7 +281,7 @@ def test_bear_dataset_matches_lm_pub_quiz(lmpq, tiny_clm_dir, parity_dataset, tm
 CORPUS = [f"{x} {verb} {y}." for x in ("France", "Germany", "Japan", "Mexico", "Victor Hugo", "Goethe", "The capital")
           for verb in ("is located in", "is a citizen of", "holds a passport from", "is")
           for y in ("Europe", "Asia", "North America", "Paris", "Berlin", "Tokyo", "Italy")]
-# kind: (architecture in test_equivalence.ARCHITECTURES, the tokenizer's BOS convention)
+# kind: (architecture in tiny_models.ARCHITECTURES, the tokenizer's BOS convention)
 BOS_CONVENTIONS = {
     "gpt2": ("gpt2", "byte-level BPE; BOS = EOS '<|endoftext|>', which the tokenizer does not add"),
     "opt": ("opt-proj", "byte-level BPE; the tokenizer adds its BOS '</s>' (also its EOS) itself"),
@@ -356,7 +356,7 @@ def test_bear_dataset_matches_lm_pub_quiz_on_every_bos_convention(lmpq, kind, sy
 
     from deer.backends.models import LoadedModel
     from deer.backends.tokenization import batch_token_ids
-    from tests.test_equivalence import ARCHITECTURES
+    from tests.tiny_models import ARCHITECTURES
 
     tokenizer = convention_tokenizer(kind)
     tokenizer.padding_side = "right"
@@ -409,7 +409,7 @@ def test_the_benchmarks_lm_pub_quiz_scores_hold_with_a_left_padding_tokenizer(lm
 
     from deer.backends.models import LoadedModel
     from deer.backends.plain import PlainStatementScorer
-    from tests.test_equivalence import ARCHITECTURES
+    from tests.tiny_models import ARCHITECTURES
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from bench_bear_dataset import run_lm_pub_quiz, template_statements

@@ -17,10 +17,10 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install .[ray
 
 @pytest.fixture()
 def three_checkpoints(tiny_clm_dir, tmp_path):
-    from tests.test_checkpoint_screen import _save_checkpoint
+    from tests.tiny_models import save_checkpoint
 
     for step in (1, 2, 3):
-        _save_checkpoint(tiny_clm_dir, tmp_path / "series", step)
+        save_checkpoint(tiny_clm_dir, tmp_path / "series", step)
     return [str(tmp_path / "series" / f"checkpoint-{step}") for step in (1, 2, 3)]
 
 

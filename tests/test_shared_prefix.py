@@ -15,18 +15,10 @@ import torch
 
 from deer.backends import shared_prefix
 from deer.backends.encoder import PromptEOLEncoder
+from deer.backends.plain import plain_last_state, plain_logprobs
 from deer.backends.shared_prefix import MIN_SHARED_TOKENS, prefix_groups
 from deer.backends.tokenization import batch_token_ids
-from tests.test_equivalence import (
-    ARCHITECTURES,
-    BACKENDS,
-    SCORE_ATOL,
-    VECTOR_RTOL,
-    plain_last_state,
-    plain_logprobs,
-    relative_error,
-    tiny_model,
-)
+from tests.tiny_models import ARCHITECTURES, BACKENDS, SCORE_ATOL, VECTOR_RTOL, relative_error, tiny_model
 
 FEW_SHOT = "(dog, hypernym, mammal)\n(paris, capital of, france)\n(oak, has part, leaf)\n(cat, hypernym, feline)\n"
 TAILS = ["berlin - the capital of Germany\n(berlin, capital of, ", "oak - a tree\n(oak, hypernym, ", "x",

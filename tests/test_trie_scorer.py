@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from deer.backends.plain import plain_conditional_scores
 from deer.backends.tokenization import batch_token_ids
 from deer.backends.trie_scorer import PrefixTrieScorer, ancestor_mask, build_rows
+from tests.tiny_models import whole_sequence_logprob
 
 # [Y]-first and [Y]-last families, a duplicate, and a statement that is a prefix of another.
 STATEMENTS = [
@@ -18,13 +18,6 @@ STATEMENTS = [
     "The capital of France is Paris",
     "x",
 ]
-
-
-@torch.inference_mode()
-def whole_sequence_logprob(model, ids) -> float:
-    """Sum of log p(token_t | tokens_<t), t >= 1, from one plain forward pass with the full LM head."""
-    logprobs = torch.log_softmax(model(input_ids=torch.as_tensor([ids])).logits[0].float(), dim=-1)
-    return float(logprobs[torch.arange(len(ids) - 1), torch.as_tensor(ids[1:])].double().sum())
 
 
 def test_ancestor_mask_of_a_small_tree():

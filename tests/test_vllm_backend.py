@@ -41,7 +41,7 @@ from tests.benchmark_folders import (
     write_lama,  # noqa: E402
 )
 
-VECTOR_RTOL = 1e-5  # relative, float32 (as tests/test_equivalence.py)
+VECTOR_RTOL = 1e-5  # relative, float32 (as tests/tiny_models.py)
 # Statement scores: 1e-4 nats, or 3e-5 relative where larger.  vLLM's CPU build sums float32 log-probs from other
 # kernels: on ten P30 instances of the real BEAR (30 gold statements, 6-11 scored tokens, -30 to -65 nats) it was
 # 1.4e-4 nats from the plain backend (the oracle; 1.8e-5 nats per token), the hf backend 4.1e-5; over all of P30
