@@ -384,7 +384,8 @@ def test_bear_dataset_matches_lm_pub_quiz_on_masked_lms(lmpq, family, pll_varian
 
     from bear_ref.dataset import run_bear_dataset as run
     from deer.backends.models import LoadedModel
-    from tests.test_mlm_families import FAMILIES, SMALL, tokenizer_of
+    from tests.tiny_masked_lms import FAMILIES, SMALL
+    from tests.toy_tokenizers import tokenizer_of
 
     kind, model_class, config_class, fields = FAMILIES[family]
     tokenizer = tokenizer_of(kind)

@@ -12,70 +12,16 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from deer.backends.mask_fill import mask_fill_logprobs
 from deer.backends.models import is_masked_lm, open_model
 from deer.backends.pll import PLLScorer, plain_pll
 from deer.backends.statement_scorer import StatementScorer
+from tests.tiny_masked_lms import FAMILIES, SMALL
+from tests.toy_tokenizers import tokenizer_of
 
-CORPUS = ["The capital of France is Paris.", "The capital of Germany is Berlin.", "A dog is a mammal.",
-          "Oxen are mammals, aren't they?", "Paris is a city in France.", "Rome is the capital of Italy."] * 20
 STATEMENTS = ["The capital of France is Paris.", "Oxen are mammals, aren't they?", "Oxen are mammals, aren't they", "Berlin",
               " Rome is in Italy."]  # the two of one length but a token batched together: right padding
-ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def _trained(model, pre_tokenizer, trainer, lower: bool = False) -> dict:
-    rust = Tokenizer(model)
-    rust.pre_tokenizer = pre_tokenizer
-    rust.train_from_iterator([c.lower() if lower else c for c in CORPUS], trainer)
-    return json.loads(rust.to_str())["model"]
-
-
-@functools.cache
-def tokenizer_of(kind: str):
-    """A small vocabulary (most words several tokens) of each tokenizer kind, in its family's tokenizer class."""
-    if kind == "wordpiece":
-        vocab = _trained(models.WordPiece(unk_token="[UNK]"), pre_tokenizers.BertPreTokenizer(),
-                         trainers.WordPieceTrainer(vocab_size=75, special_tokens=BERT_SPECIALS), lower=True)["vocab"]
-        return T.BertTokenizer(vocab=vocab)
-    if kind == "bpe":
-        trained = _trained(models.BPE(), pre_tokenizers.ByteLevel(add_prefix_space=False),
-                           trainers.BpeTrainer(vocab_size=290, special_tokens=ROBERTA_SPECIALS,
-                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        return T.RobertaTokenizer(vocab=trained["vocab"], merges=[tuple(m) for m in trained["merges"]])
-    specials = ROBERTA_SPECIALS if kind in ("xlm-roberta", "camembert") else ["<pad>", "<unk>", *BERT_SPECIALS[2:]]
-    vocab = [tuple(piece) for piece in _trained(models.Unigram(), pre_tokenizers.Metaspace(), trainers.UnigramTrainer(
-        vocab_size=90, special_tokens=specials, unk_token="<unk>"))["vocab"]]
-    return {"xlm-roberta": T.XLMRobertaTokenizer, "camembert": T.CamembertTokenizer, "albert": T.AlbertTokenizer,
-            "deberta-v2": T.DebertaV2Tokenizer}[kind](vocab=vocab)
-
-
-def modernvbert_config(**text):
-    """ModernVBERT: a ModernBERT text model (its ``lm_head`` only the Linear after a ``projection_head``) and a vision tower."""
-    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=16)
-    return T.ModernVBertConfig(text_config=dict(text, global_attn_every_n_layers=2, local_attention=8), vision_config=vision,
-                               image_token_id=text["vocab_size"] - 1)
-
-
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=70)
-FAMILIES = {  # family: (tokenizer kind, masked-LM class, config class, the config's own fields)
-    "bert": ("wordpiece", T.BertForMaskedLM, T.BertConfig, {}),
-    "distilbert": ("wordpiece", T.DistilBertForMaskedLM, T.DistilBertConfig,
-                   dict(dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=70)),
-    "electra": ("wordpiece", T.ElectraForMaskedLM, T.ElectraConfig, dict(embedding_size=16)),
-    "mpnet": ("wordpiece", T.MPNetForMaskedLM, T.MPNetConfig, {}),
-    "roberta": ("bpe", T.RobertaForMaskedLM, T.RobertaConfig, {}),
-    "modernbert": ("bpe", T.ModernBertForMaskedLM, T.ModernBertConfig, dict(global_attn_every_n_layers=2, local_attention=8)),
-    "modernvbert": ("wordpiece", T.ModernVBertForMaskedLM, modernvbert_config, {}),
-    "xlm-roberta": ("xlm-roberta", T.XLMRobertaForMaskedLM, T.XLMRobertaConfig, {}),
-    "camembert": ("camembert", T.CamembertForMaskedLM, T.CamembertConfig, {}),
-    "albert": ("albert", T.AlbertForMaskedLM, T.AlbertConfig, dict(embedding_size=16)),
-    "deberta-v2": ("deberta-v2", T.DebertaV2ForMaskedLM, T.DebertaV2Config,
-                   dict(relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"], position_biased_input=False)),
-}
 
 
 @functools.cache
