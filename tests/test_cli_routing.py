@@ -4,7 +4,6 @@ LAMA; a cloze benchmark refuses, by name and before any model loads, the options
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,18 +13,7 @@ from deer.backends import models
 from experiments.cli import main
 from kg_data.errors import KGNotFoundError
 from kg_data.load import dataset_kind
-from tests.conftest import TINY_ENTITIES, TINY_RELATIONS, TINY_SPLITS
-
-
-def write_jsonl_kg(folder: Path) -> Path:
-    """The tiny KG in the README's JSONL layout (entities.jsonl, relations.jsonl, train/valid/test.jsonl)."""
-    folder.mkdir(parents=True)
-    lines = {"entities": [{"id": i, "name": n, "description": d} for i, n, d in TINY_ENTITIES],
-             "relations": [{"id": i, "name": n} for i, n in TINY_RELATIONS],
-             **{split: [{"head": h, "relation": r, "tail": t} for h, r, t in rows] for split, rows in TINY_SPLITS.items()}}
-    for stem, records in lines.items():
-        (folder / f"{stem}.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    return folder
+from tests.kg_folders import write_jsonl_kg
 
 
 def _invoke(args):

@@ -280,7 +280,7 @@ def _tsv_kg(tmp_path):
 
 
 def _jsonl_kg(tmp_path):
-    from tests.test_cli_routing import write_jsonl_kg
+    from tests.kg_folders import write_jsonl_kg
 
     return write_jsonl_kg(tmp_path / "kg")
 
@@ -292,9 +292,9 @@ def _wn18rr_kg(tmp_path):
 
 
 def _wikidata5m_kg(tmp_path):
-    from tests.test_wikidata5m import _write
+    from tests.kg_folders import write_wikidata5m
 
-    return _write(tmp_path / "w5m")
+    return write_wikidata5m(tmp_path / "w5m")
 
 
 def _lama(tmp_path):

@@ -68,9 +68,9 @@ def test_sharded_streamed_ranks_equal_the_in_memory_reference(synthetic_queries,
 
 def test_a_wikidata5m_folder_runs_end_to_end(tmp_path, tiny_clm_dir):
     from experiments.cli import main
-    from tests.test_wikidata5m import _write
+    from tests.kg_folders import write_wikidata5m
 
-    folder = _write(tmp_path / "w5m")
+    folder = write_wikidata5m(tmp_path / "w5m")
     result = CliRunner().invoke(main, ["probe", "--kg", str(folder), "--model", str(tiny_clm_dir), "--k-shot", "1",
                                        "--out", str(tmp_path / "out")], env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
     assert result.exit_code == 0, result.output

@@ -10,26 +10,11 @@ import pytest
 
 from kg_data.errors import KGFormatError, KGNotFoundError
 from kg_data.wikidata5m import load_wikidata5m
-
-FILES = {
-    "wikidata5m_entity.txt": "Q1\tBerlin\tberlin city\nQ2\tGermany\nQ3\tParis\nQ9\tNot in any triple\nQ4\t \n",
-    "wikidata5m_relation.txt": "P1\tcapital of\tis capital of\nP2\tshares border with\n",
-    "wikidata5m_text.txt": "Q1\tBerlin is the capital of Germany.\nQ3\t \nQ9\tUnused.\n",
-    "wikidata5m_transductive_train.txt": "Q1\tP1\tQ2\nQ2\tP2\tQ3\nQ4\tP2\tQ2\n",
-    "wikidata5m_transductive_valid.txt": "Q3\tP2\tQ2\n",
-    "wikidata5m_transductive_test.txt": "Q1\tP2\tQ3\nQ5\tP1\tQ2\nQ1\tP7\tQ2\n",
-}
-
-
-def _write(folder: Path, **changes) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in {**FILES, **changes}.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
+from tests.kg_folders import WIKIDATA5M_FILES, write_wikidata5m
 
 
 def test_reads_names_descriptions_and_counts_what_it_leaves_out(tmp_path):
-    kg = load_wikidata5m(_write(tmp_path / "w5m"))
+    kg = load_wikidata5m(write_wikidata5m(tmp_path / "w5m"))
     assert kg.entity_ids == ["Q1", "Q2", "Q3"]  # alias-file order; Q9 is in no triple; Q4 and Q5 have no name
     assert kg.entity_names == ["Berlin", "Germany", "Paris"]
     assert kg.entity_descriptions == ["Berlin is the capital of Germany.", "-", "-"]
@@ -43,10 +28,10 @@ def test_reads_names_descriptions_and_counts_what_it_leaves_out(tmp_path):
 
 
 def test_a_bad_line_is_named_with_file_and_line(tmp_path):
-    folder = _write(tmp_path / "w5m", **{"wikidata5m_transductive_test.txt": "Q1\tP2\tQ3\nQ1\tP2\n"})
+    folder = write_wikidata5m(tmp_path / "w5m", **{"wikidata5m_transductive_test.txt": "Q1\tP2\tQ3\nQ1\tP2\n"})
     with pytest.raises(KGFormatError, match=r"wikidata5m_transductive_test.txt:2"):
         load_wikidata5m(folder)
-    _write(folder)
+    write_wikidata5m(folder)
     (folder / "wikidata5m_text.txt").unlink()
     with pytest.raises(KGFormatError, match="wikidata5m_text.txt"):
         load_wikidata5m(folder)
@@ -106,7 +91,7 @@ def test_wikidata5m_by_name_from_a_data_dir_and_where_to_get_it(tmp_path):
     from experiments.cli import main
     from kg_data.load import load_kg
 
-    _write(tmp_path / "data" / "wikidata5m")
+    write_wikidata5m(tmp_path / "data" / "wikidata5m")
     assert load_kg("wikidata5m", tmp_path / "data").entity_names == ["Berlin", "Germany", "Paris"]
     assert load_kg(tmp_path / "data" / "wikidata5m").name == "wikidata5m"  # a folder in its layout
     fetched = CliRunner().invoke(main, ["data", "fetch", "wikidata5m", "--data-dir", str(tmp_path / "empty")])
@@ -123,7 +108,7 @@ def test_wikidata5m_by_name_from_a_data_dir_and_where_to_get_it(tmp_path):
 def test_an_id_listed_twice_in_an_alias_file_is_refused(tmp_path, file_name, text, repeated):
     """Audit E4: a repeated id was kept twice (an extra candidate that can never be gold or filtered, and a negative
     'entities_without_alias' count)."""
-    folder = _write(tmp_path / "w5m", **{file_name: text})
+    folder = write_wikidata5m(tmp_path / "w5m", **{file_name: text})
     with pytest.raises(KGFormatError) as error:
         load_wikidata5m(folder)
     assert str(error.value).startswith(f"{folder / file_name}: ") and f"'{repeated}'" in str(error.value)
@@ -140,7 +125,7 @@ def test_an_id_listed_twice_in_an_alias_file_is_refused(tmp_path, file_name, tex
 def test_an_id_with_whitespace_around_it_is_refused(tmp_path, file_name, text, padded):
     """Audit E8: 'Q2 ' matched no id, so its triple was dropped and counted under 'triples_dropped_without_alias' (a wrong
     reason), or its entity lost its alias or description; such an id is now refused, naming the file."""
-    folder = _write(tmp_path / "w5m", **{file_name: text})
+    folder = write_wikidata5m(tmp_path / "w5m", **{file_name: text})
     with pytest.raises(KGFormatError) as error:
         load_wikidata5m(folder)
     assert str(error.value).startswith(f"{folder / file_name}: ") and padded in str(error.value)
@@ -154,7 +139,7 @@ def test_an_id_with_whitespace_around_it_is_refused(tmp_path, file_name, text, p
 def test_a_bad_line_of_an_alias_or_text_file_is_named_not_a_line_with_more_tabs(tmp_path, file_name, text, bad_line):
     """Audit s11-C: a file pyarrow could not read (a lone CR, a byte that is not UTF-8) was read again allowing two columns,
     so the error named its first line with several aliases (or a tab in its text), a good line, instead of the bad one."""
-    folder = _write(tmp_path / "w5m")
+    folder = write_wikidata5m(tmp_path / "w5m")
     (folder / file_name).write_bytes(text)
     with pytest.raises(KGFormatError) as error:
         load_wikidata5m(folder)
@@ -178,10 +163,10 @@ def test_the_names_of_a_kg_read_in_bulk_slice_as_a_list_does():
 def test_a_text_file_listing_an_id_twice_uses_its_first_text_and_counts_it(tmp_path):
     """An id given two texts was read without a word (its second text dropped): the first is used and the notes say so."""
     text = "Q1\tBerlin is the capital of Germany.\nQ3\tParis is in France.\nQ1\tA second text.\n"
-    kg = load_wikidata5m(_write(tmp_path / "w5m", **{"wikidata5m_text.txt": text}))
+    kg = load_wikidata5m(write_wikidata5m(tmp_path / "w5m", **{"wikidata5m_text.txt": text}))
     assert kg.entity_descriptions[:1] == ["Berlin is the capital of Germany."]
     assert kg.notes["text_lines_repeating_an_id"] == 1 and kg.summary()["notes"]["text_lines_repeating_an_id"] == 1
-    assert "text_lines_repeating_an_id" not in load_wikidata5m(_write(tmp_path / "plain")).notes  # none: no note
+    assert "text_lines_repeating_an_id" not in load_wikidata5m(write_wikidata5m(tmp_path / "plain")).notes  # none: no note
 
 
 def _lines(text: str) -> int:
@@ -200,19 +185,19 @@ def test_dropped_triples_are_said_on_the_terminal_and_kept_in_the_result(tmp_pat
     from deer.platform.validate import DeerWarning
     from experiments.cli import main
 
-    folder = _write(tmp_path / "w5m")
+    folder = write_wikidata5m(tmp_path / "w5m")
     with pytest.warns(DeerWarning) as caught:
         kg = load_wikidata5m(folder)
     dropped = kg.notes["triples_dropped_without_alias"]
     said = " ".join(str(w.message) for w in caught)
     for split in ("train", "test"):
-        read = _lines(FILES[f"wikidata5m_transductive_{split}.txt"])
+        read = _lines(WIKIDATA5M_FILES[f"wikidata5m_transductive_{split}.txt"])
         assert f"{split}: {dropped[split]} of {read} triples dropped, {read - dropped[split]} kept" in said, said
     assert "valid:" not in said and "Q5" in said and "P7" in said and "Q4" in said and "alias" in said
     run = CliRunner().invoke(main, ["probe", "--kg", str(folder), "--model", str(tiny_clm_dir), "--k-shot", "0",
                                     "--out", str(tmp_path / "out")], env={"DEER_CACHE_DIR": str(tmp_path / "cache")})
     assert run.exit_code == 0, run.output
-    test_read = _lines(FILES["wikidata5m_transductive_test.txt"])
+    test_read = _lines(WIKIDATA5M_FILES["wikidata5m_transductive_test.txt"])
     assert f"Warning: Wikidata5M {folder}: " in run.output
     assert f"test: {dropped['test']} of {test_read} triples dropped, {test_read - dropped['test']} kept" in run.output
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
@@ -240,11 +225,11 @@ def test_every_drop_rule_in_every_split_is_said_with_its_count(tmp_path, rule, s
 
     name = f"wikidata5m_transductive_{split}.txt"
     line, named = DROP_RULES[rule]
-    folder = _write(tmp_path / "w5m", **{name: FILES[name] + line})
+    folder = write_wikidata5m(tmp_path / "w5m", **{name: WIKIDATA5M_FILES[name] + line})
     with pytest.warns(DeerWarning) as caught:
         kg = load_wikidata5m(folder)
     dropped = kg.notes["triples_dropped_without_alias"][split]
-    read = _lines(FILES[name]) + 1
+    read = _lines(WIKIDATA5M_FILES[name]) + 1
     said = [str(w.message) for w in caught if f"{split}: " in str(w.message)]
     assert len(said) == 1 and f"{split}: {dropped} of {read} triples dropped, {read - dropped} kept" in said[0]
     assert named in said[0] and len(kg.splits[split]) == read - dropped
@@ -253,9 +238,9 @@ def test_every_drop_rule_in_every_split_is_said_with_its_count(tmp_path, rule, s
 def test_a_second_text_of_an_id_is_said(tmp_path):
     from deer.platform.validate import DeerWarning
 
-    text = FILES["wikidata5m_text.txt"] + "Q1\tA second text.\nQ1\tA third text.\n"
+    text = WIKIDATA5M_FILES["wikidata5m_text.txt"] + "Q1\tA second text.\nQ1\tA third text.\n"
     with pytest.warns(DeerWarning, match=r"wikidata5m_text.txt: 2 lines give an id a second text"):
-        load_wikidata5m(_write(tmp_path / "w5m", **{"wikidata5m_text.txt": text}))
+        load_wikidata5m(write_wikidata5m(tmp_path / "w5m", **{"wikidata5m_text.txt": text}))
 
 
 def test_a_folder_that_drops_nothing_says_nothing(tmp_path):
@@ -265,18 +250,18 @@ def test_a_folder_that_drops_nothing_says_nothing(tmp_path):
              "wikidata5m_transductive_train.txt": "Q1\tP1\tQ2\n", "wikidata5m_transductive_test.txt": "Q1\tP2\tQ3\n"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        kg = load_wikidata5m(_write(tmp_path / "w5m", **plain))
+        kg = load_wikidata5m(write_wikidata5m(tmp_path / "w5m", **plain))
     assert kg.notes["triples_dropped_without_alias"] == {"train": 0, "valid": 0, "test": 0}
 
 
-@pytest.mark.parametrize("file_name", list(FILES))
+@pytest.mark.parametrize("file_name", list(WIKIDATA5M_FILES))
 def test_a_missing_wikidata5m_file_is_named_not_read_as_a_tsv_kg(tmp_path, file_name):
     """Issue 47, item 6: a Wikidata5M folder without its test file was read as a TSV KG ('entities.tsv: missing file');
     any one missing file is now named, with the published archive it comes from."""
     from kg_data.load import load_kg
     from kg_data.wikidata5m import ARCHIVES
 
-    folder = _write(tmp_path / "w5m")
+    folder = write_wikidata5m(tmp_path / "w5m")
     (folder / file_name).unlink()
     with pytest.raises(KGFormatError) as error:
         load_kg(folder)
@@ -284,7 +269,7 @@ def test_a_missing_wikidata5m_file_is_named_not_read_as_a_tsv_kg(tmp_path, file_
     assert ARCHIVES[file_name] in str(error.value) and "entities.tsv" not in str(error.value)
 
 
-@pytest.mark.parametrize("file_name", list(FILES))
+@pytest.mark.parametrize("file_name", list(WIKIDATA5M_FILES))
 @pytest.mark.parametrize("fault, problem", [("empty", "empty file (0 bytes)"), ("blank", "holds only blank lines"),
                                             ("gzip", "is gzip-compressed, not text: decompress it")])
 def test_an_empty_or_compressed_wikidata5m_file_is_named_for_what_it_is(tmp_path, file_name, fault, problem):
@@ -292,8 +277,8 @@ def test_an_empty_or_compressed_wikidata5m_file_is_named_for_what_it_is(tmp_path
     bytes)'."""
     import gzip
 
-    folder = _write(tmp_path / "w5m")
-    content = {"empty": b"", "blank": b"\n\n", "gzip": gzip.compress(FILES[file_name].encode())}[fault]
+    folder = write_wikidata5m(tmp_path / "w5m")
+    content = {"empty": b"", "blank": b"\n\n", "gzip": gzip.compress(WIKIDATA5M_FILES[file_name].encode())}[fault]
     (folder / file_name).write_bytes(content)
     with pytest.raises(KGFormatError) as error:
         load_wikidata5m(folder)
@@ -306,7 +291,7 @@ def test_a_folder_with_wikidata5m_and_another_kg_is_ambiguous(tmp_path, other):
     without a word; it is refused, naming both KGs' files (WN18RR's too)."""
     from kg_data.load import load_kg
 
-    folder = _write(tmp_path / "w5m")
+    folder = write_wikidata5m(tmp_path / "w5m")
     (folder / other).write_text("e0\tdog\n")
     with pytest.raises(KGFormatError) as error:
         load_kg(folder)
@@ -317,6 +302,6 @@ def test_a_folder_with_wikidata5m_and_another_kg_is_ambiguous(tmp_path, other):
 def test_wikidata5m_refuses_a_carriage_return_inside_a_line(tmp_path):
     from kg_data.wikidata5m import load_wikidata5m
 
-    folder = _write(tmp_path / "w5m", **{"wikidata5m_text.txt": "Q1\tBerlin is\rthe capital.\nQ9\tUnused.\n"})
+    folder = write_wikidata5m(tmp_path / "w5m", **{"wikidata5m_text.txt": "Q1\tBerlin is\rthe capital.\nQ9\tUnused.\n"})
     with pytest.raises(KGFormatError, match=r"wikidata5m_text.txt:1: .*carriage return"):
         load_wikidata5m(folder)
