@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests packag
 from deer.backends.models import resolve_model
 from deer.base.files import package_versions, write_json
 from tests import test_equivalence as cases
+from tests import tiny_models
 
 
 @click.command()
@@ -29,11 +30,11 @@ from tests import test_equivalence as cases
 def main(out):
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m").source)
     rows = []
-    for name in cases.ARCHITECTURES:
-        for backend in cases.BACKENDS:
+    for name in tiny_models.ARCHITECTURES:
+        for backend in tiny_models.BACKENDS:
             try:
-                model = cases.build_tiny_model(name, backend, tokenizer)
-            except cases.Unavailable as reason:
+                model = tiny_models.build_tiny_model(name, backend, tokenizer)
+            except tiny_models.Unavailable as reason:
                 rows.append({"family": name, "backend": backend, "skipped": str(reason)})
                 continue
             shared = [cases.shared_prefix_error(model, tokenizer, budget) for budget in cases.SHARED_PREFIX_BUDGETS]
@@ -57,8 +58,8 @@ def main(out):
         print(f"| {row['family']} | {row['backend']} | {row['encoder_relative']:.1e} | {row['lama_nats']:.1e} | "
               f"{row['shared_prefix_nats']:.1e} | {row['prefix_trie_nats']:.1e} |")
     write_json(Path(out), {
-        "tolerances": {"vectors_relative": cases.VECTOR_RTOL, "scores_nats": cases.SCORE_ATOL},
-        "sliding_window": cases.WINDOW,
+        "tolerances": {"vectors_relative": tiny_models.VECTOR_RTOL, "scores_nats": tiny_models.SCORE_ATOL},
+        "sliding_window": tiny_models.WINDOW,
         "rows": rows,
         "versions": package_versions(),
     })

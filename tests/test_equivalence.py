@@ -35,8 +35,6 @@ from tests.tiny_models import (
     SCORE_ATOL,
     VECTOR_RTOL,
     WINDOW,
-    Unavailable,  # noqa: F401 (benchmarks/fidelity_table.py reads the tiny models and this module's cases here)
-    build_tiny_model,  # noqa: F401 (as Unavailable)
     relative_error,
     tiny_model,
 )
