@@ -182,8 +182,11 @@ class LamaProbe:
             logprobs = backend.mask_filler().logprobs(sentences, token_ids)
         else:
             encoder = backend.encoder(texts.special_tokens)
-            output = encoder.encode(texts.query_prompts(), next_token_ids=token_ids, description="queries")
-            logprobs, arrays["query_embeddings"] = output.next_token_logprobs, output.embeddings
+            contexts = [deer_query_text(q) for q in task.queries]  # the texts the first tokens are read after
+            output = encoder.encode(contexts, next_token_ids=token_ids, description="queries")
+            logprobs = output.next_token_logprobs
+            if contexts == texts.query_prompts():  # DEER's own query prompts (not so where they end in a space)
+                arrays["query_embeddings"] = output.embeddings
         columns = {key: np.searchsorted(token_ids, ids) for key, ids in answer_ids.items()}
         scores = {i: logprobs[i, columns[keys[i]] if i in keys else []].astype(np.float64)
                   for i, rule in enumerate(rules) if rule in ("mask-fill", "next-token")}

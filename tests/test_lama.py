@@ -228,3 +228,20 @@ def test_lama_scores_equal_the_whole_statement_first_token(tiny_clm_dir, backend
                  for continuation in CONTINUATIONS] for context in CONTEXTS]
     np.testing.assert_allclose(np.stack([result.scores[q] for q in range(len(CONTEXTS))]), expected, rtol=0, atol=1e-4)
     assert result.metadata["straddling_prefixes"] > 0  # the second pass did run
+
+
+def test_lama_reads_a_kg_query_prompt_ending_in_a_space_after_its_context_and_hands_deer_nothing(tiny_kg_dir, tiny_clm_dir):
+    """LAMA's probe, called on a KG task whose DEER prompts end in ', ' (the authors' style, which a run refuses
+    before loading), still reads each first token after the text it split the statement at, so its scores equal the
+    paper style's (whose prompt is that text); the vectors of those texts are not DEER's prompts' and are not handed on."""
+    loaded = open_model(str(tiny_clm_dir))
+    queries = build_queries(load_kg(tiny_kg_dir), "test")
+    backend = open_backend("hf", loaded, show_progress=False)
+    answers = {}
+    for space in (False, True):
+        task = kg_benchmark_task(queries, PromptTemplates(k_shot=1, query_trailing_space=space))
+        answers[space] = LamaProbe().score(ProbeRequest(task, loaded, backend, None, show_progress=False,
+                                                        options={"single_token": False}))
+    for q in range(len(queries)):
+        np.testing.assert_array_equal(answers[True].scores[q], answers[False].scores[q])
+    assert "query_embeddings" in answers[False].arrays and "query_embeddings" not in answers[True].arrays
