@@ -99,7 +99,7 @@ def slot_first_tokens(tokenizer, task, rows) -> tuple[dict[int, tuple], dict[tup
     of the text up to the slot, the label and what follows it up to the next whitespace), once per candidate
     set and context region: (each row's key, each key's ids, each key's drops).  A context that is not the
     statement's start (fill-in-the-blank) is followed by " label"."""
-    keys, ids, drops = {}, {}, {}
+    keys, ids, drops, continuations = {}, {}, {}, {}
     for i in rows:
         query = task.queries[i]
         context = deer_query_text(query)
@@ -109,9 +109,11 @@ def slot_first_tokens(tokenizer, task, rows) -> tuple[dict[int, tuple], dict[tup
         else:
             gap, after = " ", ""
         key = (query.candidates, boundary_region(context), gap, after)
-        if key not in ids:
-            continuations = [gap + label + after for label in task.candidate_set(query).labels]
-            ids[key], drops[key] = first_tokens_after(tokenizer, context, continuations)
+        if key not in ids:  # a set's continuations made once (a KG's one set: every region of its queries shares them)
+            texts = (query.candidates, gap, after)
+            if texts not in continuations:
+                continuations[texts] = [gap + label + after for label in task.candidate_set(query).labels]
+            ids[key], drops[key] = first_tokens_after(tokenizer, context, continuations[texts])
         keys[i] = key
     return keys, ids, drops
 
