@@ -39,15 +39,15 @@ def score_store(loaded: LoadedModel, texts, n_candidates: int, method: str, root
     return EmbeddingStore(Path(root) / "scores", "bear", key, width=n_candidates, minus_inf=True)
 
 
-def streamed_scores(task: Task, rows: list[int], scorer: StatementScorer, store: EmbeddingStore | None = None,
+def streamed_scores(task: Task, name: str, rows: list[int], scorer: StatementScorer, store: EmbeddingStore | None = None,
                     chunk_size: int = 8, show_progress: bool = True) -> tuple[dict[int, np.ndarray], int]:
-    """({query: float32 scores over its set}, queries scored now) of ``rows``, queries over one streamed set: each
+    """({query: float32 scores over set ``name``}, queries scored now) of ``rows``, queries over that streamed set: each
     query's context read once for every candidate's continuation.  With a store, rows are written in chunks (also on
     Ctrl-C) under its lock; stored rows that fail their checks are scored again."""
-    candidates = task.candidate_set(task.queries[rows[0]]) if rows else None
+    candidates = task.candidate_sets[name]
     row_ids = texts_of(task).row_ids() if store is not None else []
     ids = [row_ids[i] for i in rows] if store is not None else []
-    scores = np.zeros((len(rows), len(candidates) if candidates is not None else 0), dtype=np.float32)
+    scores = np.zeros((len(rows), len(candidates)), dtype=np.float32)
     continuations: dict = {}  # per (gap, what follows the slot): a KG's queries share one list
 
     def score_missing() -> int:
@@ -93,7 +93,7 @@ class BearProbe:
 
     def length_checks(self, task, templates, backend):
         """Every statement BEAR scores (never over ``LARGE_SET``)."""
-        return texts_of(task).statement_checks(bear_rows(task), backend)
+        return texts_of(task).statement_checks(sorted(i for rows in bear_sets(task).values() for i in rows), backend)
 
     def score(self, request: ProbeRequest) -> ProbeScores:
         """Each query's statements over its set: a streamed set's (a KG's) query by query, the context read once and
@@ -101,19 +101,23 @@ class BearProbe:
         task, backend = request.task, request.backend
         started = time.perf_counter()
         scorer = backend.statement_scorer(request.options["pll_variant"])
-        rows = bear_rows(task)
-        streamed = [i for i in rows if task.candidate_set(task.queries[i]).streamed]
-        grouped = sorted(set(rows) - set(streamed))
-        store = None
-        if streamed and request.store_root is not None:
-            store = score_store(request.loaded, texts_of(task), len(task.candidate_set(task.queries[streamed[0]])),
-                                scorer.method, request.store_root, backend.store_key)
-        scores, scored_now = streamed_scores(task, streamed, scorer, store, show_progress=request.show_progress)
+        sets = bear_sets(task)
+        streamed = {name: rows for name, rows in sets.items() if task.candidate_sets[name].streamed}
+        grouped = sorted(i for name, rows in sets.items() if name not in streamed for i in rows)
+        scores, scored_now, streamed_statements, store = {}, 0, 0, None
+        for name, rows in streamed.items():  # a KG's one set
+            if request.store_root is not None:
+                store = score_store(request.loaded, texts_of(task), len(task.candidate_sets[name]), scorer.method,
+                                    request.store_root, backend.store_key)
+            rows_scores, now = streamed_scores(task, name, rows, scorer, store, show_progress=request.show_progress)
+            scores.update(rows_scores)
+            scored_now += now
+            streamed_statements += now * len(task.candidate_sets[name])
         statements = count_statements(task, grouped)
         with tqdm(total=statements, desc="BEAR statements", unit="stmt", disable=not request.show_progress or not grouped) as bar:
             scores.update(statement_scores(scorer, task, grouped, bar.update))
+        statements += streamed_statements
         elapsed = time.perf_counter() - started
-        statements += scored_now * (len(next(iter(scores.values()))) if streamed else 0)
         metadata = {
             "scoring": scorer.method if streamed else scorer.statements_method,
             "statement": "the query's text with the answer in its slot (a KG's: query text + ' t_name)'); "
@@ -124,12 +128,13 @@ class BearProbe:
             "timings": {"seconds": round(elapsed, 3)},
         }
         if streamed:
-            metadata["cache"] = {"queries_scored_now": scored_now, "queries_from_cache": len(streamed) - scored_now,
+            metadata["cache"] = {"queries_scored_now": scored_now,
+                                 "queries_from_cache": sum(map(len, streamed.values())) - scored_now,
                                  "store": str(store.folder) if store is not None else None,
                                  "store_not_written": store.unwritable if store is not None else None}  # why a write failed
         return ProbeScores(scores=scores, metadata=metadata)
 
 
-def bear_rows(task: Task) -> list[int]:
-    """The queries BEAR scores: every one but those over ``LARGE_SET`` (LAMA's common vocabulary)."""
-    return [i for i, query in enumerate(task.queries) if query.candidates != LARGE_SET]
+def bear_sets(task: Task) -> dict[str, list[int]]:
+    """The queries BEAR scores, by candidate set: every one but those over ``LARGE_SET`` (LAMA's common vocabulary)."""
+    return {name: rows for name, rows in task.rows_by_set().items() if name != LARGE_SET}

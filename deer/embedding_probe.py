@@ -245,7 +245,7 @@ class DeerProbe:
                 candidates[name], encoded[name] = encode_prompts(encoder, store, functools.partial(texts.candidate_prompts, name),
                                                                  len(candidate_set), "entities")
                 prompts[name] = len(candidate_set)
-        small = {name: candidates for name, candidates in task.candidate_sets.items() if not candidates.streamed}
+        small = {name: candidate_set for name, candidate_set in task.candidate_sets.items() if not candidate_set.streamed}
         if small:
             distinct, prompts["candidates"], encoded["candidates"] = encode_distinct(encoder, store, texts, small)
             candidates.update(distinct)

@@ -95,6 +95,16 @@ class Task:
     def candidate_set(self, query: ClozeQuery) -> CandidateSet:
         return self.candidate_sets[query.candidates]
 
+    def rows_by_set(self) -> dict[str, list[int]]:
+        """{set name: its queries' indices}, in the order the sets first appear; a task over one shared set (``known``,
+        a KG's) without making its queries."""
+        if self.known is not None and len(self.candidate_sets) == 1:
+            return {next(iter(self.candidate_sets)): list(range(len(self.queries)))}
+        sets: dict[str, list[int]] = {}
+        for i, query in enumerate(self.queries):
+            sets.setdefault(query.candidates, []).append(i)
+        return sets
+
     def subset(self, rows: Sequence[int]) -> Task:
         """The queries at ``rows`` (in that order) with the candidate sets they use and their known answers."""
         queries = [self.queries[i] for i in rows]

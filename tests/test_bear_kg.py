@@ -16,7 +16,7 @@ from deer.backends.statement_scorer import StatementScorer
 from deer.backends.tokenization import batch_token_ids
 from deer.platform.result import find_ranks_table
 from deer.platform.stores import EmbeddingStore
-from deer.platform.task_texts import kg_benchmark_task
+from deer.platform.task_texts import KG_CANDIDATE_SET, kg_benchmark_task
 from deer.platform.templates import PromptTemplates
 from experiments.cli import main
 from kg_data import build_queries, load_kg
@@ -26,7 +26,7 @@ from tests.tiny_models import whole_sequence_logprob
 
 def kg_scores(queries, scorer, templates, store=None):
     """(n_queries, n_candidates) BEAR scores of a KG's queries (``streamed_scores`` of its task) and how many were scored now."""
-    rows, scored_now = streamed_scores(kg_benchmark_task(queries, templates), list(range(len(queries))), scorer, store,
+    rows, scored_now = streamed_scores(kg_benchmark_task(queries, templates), KG_CANDIDATE_SET, list(range(len(queries))), scorer, store,
                                        show_progress=False)
     return np.stack([rows[q] for q in range(len(queries))]), scored_now
 

@@ -92,3 +92,12 @@ def test_a_kgs_texts_are_the_templates_and_a_benchmarks_its_queries(tiny_kg_dir)
     assert texts.query_prompts() == [deer_query_text(q) for q in cloze.queries]
     labels, descriptions = cloze.candidate_sets[KG_CANDIDATE_SET].labels, cloze.candidate_sets[KG_CANDIDATE_SET].descriptions
     assert texts.candidate_prompts(KG_CANDIDATE_SET, np.arange(2)) == [candidate_prompt(labels[i], descriptions[i]) for i in range(2)]
+
+
+def test_a_kgs_queries_by_set_are_read_without_making_them_and_equal_the_general_grouping(tiny_kg_dir):
+    """``Task.rows_by_set``: a task with known answers over one set groups its queries without making them; the same
+    task without them groups by each query's set, to the same rows."""
+    task = kg_benchmark_task(build_queries(load_kg(tiny_kg_dir), "test"), PromptTemplates(k_shot=0))
+    shortcut = task.rows_by_set()
+    assert shortcut == {KG_CANDIDATE_SET: list(range(len(task.queries)))}
+    assert dataclasses.replace(task, known=None).rows_by_set() == shortcut

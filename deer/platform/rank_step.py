@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
@@ -73,7 +72,7 @@ def rank_task(task: Task, scored, probe: str = "", k: int = TOP_K, device="cpu",
     many as ``SCORE_BYTES_PER_CHUNK`` holds), or its vectors by cosine (on ``device``)."""
     started = time.perf_counter()
     ranking = TaskRanking.empty(len(task.queries), k)
-    sets = _queries_by_set(task)
+    sets = task.rows_by_set()
     scores = scored.scores
     for given, shape in ((scores, "{query index: scores over its candidate set}"),
                          (getattr(scored, "candidate_vectors", None), "{candidate set name: its vectors}")):
@@ -94,16 +93,6 @@ def rank_task(task: Task, scored, probe: str = "", k: int = TOP_K, device="cpu",
         _rank_scores(task, name, [i for i in rows if i in scores], scores, ranking, k, probe, chunk_rows)
     ranking.seconds = time.perf_counter() - started
     return ranking
-
-
-def _queries_by_set(task: Task) -> dict[str, list[int]]:
-    """{set name: its queries' indices}: a task over one shared set (``known``) without reading its queries."""
-    if task.known is not None and len(task.candidate_sets) == 1:
-        return {next(iter(task.candidate_sets)): list(range(len(task.queries)))}
-    sets: dict[str, list[int]] = defaultdict(list)
-    for i, query in enumerate(task.queries):
-        sets[query.candidates].append(i)
-    return sets
 
 
 def _known(task: Task, rows: np.ndarray, n_candidates: int) -> KnownAnswers:

@@ -28,7 +28,7 @@ from deer.platform.length_guard import (
     set_statement_checks,
     tail_prompt_check,
 )
-from deer.platform.templates import CONTINUATION, PromptTemplates, candidate_prompts
+from deer.platform.templates import CONTINUATION, PromptTemplates, candidate_prompts, query_prompts
 from kg_data.bear import ANSWER, SUBJECT
 from kg_data.cloze import CandidateSet, ClozeQuery
 from kg_data.task import KnownAnswers, Task
@@ -51,8 +51,7 @@ class ClozeTexts:
 
     def candidate_prompts(self, name: str, rows: np.ndarray) -> list[str]:
         """DEER's prompts of the candidates at ``rows`` of set ``name``."""
-        prompts = candidate_prompts(self.task.candidate_sets[name])
-        return [prompts[i] for i in np.asarray(rows, dtype=np.int64).tolist()]
+        return candidate_prompts(self.task.candidate_sets[name], np.asarray(rows, dtype=np.int64).tolist())
 
     def identity(self) -> dict:
         """What the task's texts and candidates are, for a store's key."""
@@ -86,8 +85,7 @@ class KGTexts(ClozeTexts):
         self.query_kind = "query prompt"
 
     def query_prompts(self) -> list[str]:
-        kg, templates = self.queries.kg, self.templates
-        return [templates.query_prompt(kg, tuple(triple)) for triple in self.queries.triples.tolist()]
+        return query_prompts(self.queries, self.templates)
 
     def candidate_prompts(self, name: str, rows: np.ndarray) -> list[str]:
         kg, entities = self.queries.kg, self.queries.candidates

@@ -49,10 +49,13 @@ def candidate_prompt(label: str, description: str | None = None) -> str:
     return TAIL_TEMPLATE.format(name=label, description=description) if description else NAME_TAIL_TEMPLATE.format(name=label)
 
 
-def candidate_prompts(candidates) -> list[str]:
-    """DEER's prompt for every answer of a benchmark's candidate set."""
+def candidate_prompts(candidates, rows=None) -> list[str]:
+    """DEER's prompt for every answer of a benchmark's candidate set (for those at ``rows`` only, where given)."""
     descriptions = candidates.descriptions or (None,) * len(candidates)
-    return [candidate_prompt(label, description) for label, description in zip(candidates.labels, descriptions, strict=True)]
+    if len(descriptions) != len(candidates.labels):  # one description per label, or none
+        raise ValueError(f"{len(descriptions)} descriptions for {len(candidates.labels)} answer labels")
+    rows = range(len(candidates)) if rows is None else rows
+    return [candidate_prompt(candidates.labels[i], descriptions[i]) for i in rows]
 
 
 @dataclasses.dataclass(frozen=True)
